@@ -1,0 +1,32 @@
+// halox: MPI interoperability (available when halox is built with HALOX_ENABLE_MPI).
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "halox/datatype.hpp"
+#include "halox/error.hpp"
+
+/// Calls an MPI function once and throws halox::BackendError naming the call on failure.
+/// Stays on in release builds.
+#define HALOX_MPI_CHECK(call)                                            \
+  do {                                                                   \
+    const int halox_mpi_rc_ = (call);                                    \
+    if (halox_mpi_rc_ != MPI_SUCCESS) {                                  \
+      ::halox::detail::throw_mpi_error(halox_mpi_rc_, #call, __FILE__, __LINE__); \
+    }                                                                    \
+  } while (0)
+
+namespace halox {
+
+namespace detail {
+[[noreturn]] void throw_mpi_error(int code, const char* call, const char* file, int line);
+}  // namespace detail
+
+/// Imports an MPI datatype by walking MPI_Type_get_envelope / MPI_Type_get_contents
+/// recursively (every combiner MPI defines for C). The result is committed.
+/// Throws DatatypeError for types halox cannot represent (Fortran-only named types).
+Datatype from_mpi(MPI_Datatype type);
+
+}  // namespace halox

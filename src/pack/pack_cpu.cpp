@@ -1,0 +1,157 @@
+// CPU pack and unpack, driven by the canonical form. This is the reference the GPU kernels
+// are tested against, and the engine of the host transport.
+#include <algorithm>
+#include <cstring>
+
+#include "../datatype/runs.hpp"
+#include "halox/pack.hpp"
+
+namespace halox {
+
+namespace {
+
+struct Range {
+  std::int64_t begin = 0, end = 0;
+};
+
+Range check_range(const char* where, const Datatype& type, std::int64_t count,
+                  std::int64_t packed_offset, std::int64_t max_bytes) {
+  const std::string prefix = std::string("halox::") + where + ": ";
+  if (count < 0) throw DatatypeError(prefix + "count = " + std::to_string(count) + " must be >= 0");
+  if (max_bytes < 0) {
+    throw DatatypeError(prefix + "max_bytes = " + std::to_string(max_bytes) + " must be >= 0");
+  }
+  type.canonical();  // throws when not committed
+  const std::int64_t total = packed_size(type, count);
+  if (packed_offset < 0 || packed_offset > total) {
+    throw DatatypeError(prefix + "packed_offset = " + std::to_string(packed_offset) +
+                        " outside the packed stream of " + std::to_string(total) + " bytes");
+  }
+  return {packed_offset, packed_offset + std::min(max_bytes, total - packed_offset)};
+}
+
+// Calls visit(memory_offset, packed_position, bytes) for every contiguous segment of the
+// packed range, in packed order (packed_position counts from range.begin).
+template <class Visit>
+void for_each_segment(const Datatype& type, std::int64_t count, Range range, Visit&& visit) {
+  const CanonicalForm& form = type.canonical();
+  const std::int64_t size = form.size;
+  if (size == 0 || range.begin >= range.end) return;
+  const std::int64_t extent = type.extent();
+  std::int64_t pos = range.begin;
+  for (std::int64_t instance = pos / size; instance < count && pos < range.end; ++instance) {
+    const std::int64_t base = instance * extent;
+    const std::int64_t instance_start = instance * size;
+    auto piece = std::upper_bound(form.pieces.begin(), form.pieces.end(), pos - instance_start,
+                                  [](std::int64_t local, const CanonicalPiece& p) {
+                                    return local < p.packed_offset;
+                                  }) - 1;
+    for (; piece != form.pieces.end() && pos < range.end; ++piece) {
+      const std::int64_t run_bytes =
+          piece->is_index ? piece->index.block_bytes : piece->strided.block_bytes;
+      const std::int64_t local = pos - instance_start - piece->packed_offset;
+      std::int64_t skip = local % run_bytes;
+      detail::for_each_run(*piece, local / run_bytes, [&](std::int64_t offset) {
+        const std::int64_t bytes = std::min(run_bytes - skip, range.end - pos);
+        visit(base + offset + skip, pos - range.begin, bytes);
+        pos += bytes;
+        skip = 0;
+        return pos < range.end;
+      });
+    }
+  }
+}
+
+// memcpy with the common element sizes inlined (the X face of a grid is 4- or 8-byte runs).
+inline void copy_bytes(char* dst, const char* src, std::int64_t bytes) {
+  switch (bytes) {
+    case 4: std::memcpy(dst, src, 4); break;
+    case 8: std::memcpy(dst, src, 8); break;
+    case 12: std::memcpy(dst, src, 12); break;
+    case 16: std::memcpy(dst, src, 16); break;
+    default: std::memcpy(dst, src, static_cast<std::size_t>(bytes));
+  }
+}
+
+template <class T>
+void accumulate_bytes(char* dst, const char* src, std::int64_t bytes) {
+  for (std::int64_t i = 0; i < bytes; i += static_cast<std::int64_t>(sizeof(T))) {
+    T a, b;
+    std::memcpy(&a, dst + i, sizeof(T));
+    std::memcpy(&b, src + i, sizeof(T));
+    a += b;
+    std::memcpy(dst + i, &a, sizeof(T));
+  }
+}
+
+}  // namespace
+
+std::int64_t packed_size(const Datatype& type, std::int64_t count) {
+  if (count < 0) {
+    throw DatatypeError("halox::packed_size: count = " + std::to_string(count) + " must be >= 0");
+  }
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(type.size(), count, &bytes)) {
+    throw DatatypeError("halox::packed_size: size x count overflows 64 bits");
+  }
+  return bytes;
+}
+
+std::int64_t pack(const void* in, std::int64_t count, const Datatype& type, void* out,
+                  std::int64_t packed_offset, std::int64_t max_bytes) {
+  const Range range = check_range("pack", type, count, packed_offset, max_bytes);
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  for_each_segment(type, count, range, [&](std::int64_t mem, std::int64_t packed, std::int64_t n) {
+    copy_bytes(dst + packed, src + mem, n);
+  });
+  return range.end - range.begin;
+}
+
+std::int64_t unpack(const void* in, void* out, std::int64_t count, const Datatype& type,
+                    std::int64_t packed_offset, std::int64_t max_bytes) {
+  const Range range = check_range("unpack", type, count, packed_offset, max_bytes);
+  if (type.overlaps(count)) {
+    throw DatatypeError("halox::unpack: the " + type.combiner_name() +
+                        " type addresses some bytes twice; unpacking into it is undefined");
+  }
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  for_each_segment(type, count, range, [&](std::int64_t mem, std::int64_t packed, std::int64_t n) {
+    copy_bytes(dst + mem, src + packed, n);
+  });
+  return range.end - range.begin;
+}
+
+std::int64_t unpack_accumulate(const void* in, void* out, std::int64_t count,
+                               const Datatype& type, std::int64_t packed_offset,
+                               std::int64_t max_bytes) {
+  const Range range = check_range("unpack_accumulate", type, count, packed_offset, max_bytes);
+  BasicKind kind{};
+  if (!type.homogeneous(&kind) || (kind != BasicKind::float32 && kind != BasicKind::float64)) {
+    throw DatatypeError("halox::unpack_accumulate: the " + type.combiner_name() +
+                        " type must hold only MPI_FLOAT or only MPI_DOUBLE elements");
+  }
+  const std::int64_t element = basic_size(kind);
+  if (range.begin % element != 0 || range.end % element != 0) {
+    throw DatatypeError("halox::unpack_accumulate: the range [" + std::to_string(range.begin) +
+                        ", " + std::to_string(range.end) + ") must start and end on " +
+                        std::to_string(element) + "-byte element boundaries");
+  }
+  if (type.overlaps(count)) {
+    throw DatatypeError("halox::unpack_accumulate: the " + type.combiner_name() +
+                        " type addresses some elements twice");
+  }
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  for_each_segment(type, count, range, [&](std::int64_t mem, std::int64_t packed, std::int64_t n) {
+    if (kind == BasicKind::float32) {
+      accumulate_bytes<float>(dst + mem, src + packed, n);
+    } else {
+      accumulate_bytes<double>(dst + mem, src + packed, n);
+    }
+  });
+  return range.end - range.begin;
+}
+
+}  // namespace halox

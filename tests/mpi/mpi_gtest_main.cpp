@@ -1,0 +1,36 @@
+// GoogleTest main for MPI tests: every rank runs the tests, and the verdicts are combined so
+// that all ranks exit alike (a failure on one rank fails the whole job).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {
+    // Only rank 0 prints the full report; other ranks print failures only.
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  // Every rank derives its seed from one base seed, drawn on rank 0 unless given.
+  unsigned long long base_seed = 0;
+  if (const char* env = std::getenv("HALOX_TEST_SEED")) {
+    base_seed = std::strtoull(env, nullptr, 10);
+  } else {
+    base_seed = (static_cast<unsigned long long>(std::random_device{}()) << 32) ^ std::random_device{}();
+  }
+  MPI_Bcast(&base_seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  setenv("HALOX_TEST_SEED", std::to_string(base_seed).c_str(), 1);
+  int local_failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  int any_failed = 0;
+  MPI_Allreduce(&local_failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && any_failed) std::fprintf(stderr, "FAILED on at least one rank\n");
+  MPI_Finalize();
+  return any_failed;
+}
