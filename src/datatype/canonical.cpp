@@ -14,6 +14,8 @@ namespace {
 
 using Pieces = std::vector<CanonicalPiece>;
 
+constexpr std::int64_t kMaxIrregularRuns = std::int64_t{1} << 24;
+
 CanonicalPiece contiguous_piece(std::int64_t offset, std::int64_t bytes) {
   CanonicalPiece piece;
   piece.strided.offset = offset;
@@ -195,6 +197,17 @@ Pieces repeat(const Pieces& pieces, std::int64_t count, std::int64_t stride) {
       simplify(piece.strided);
       return {piece};
     }
+  }
+  // Irregular repetition is expanded; refuse types that would expand without bound rather
+  // than exhausting memory at commit.
+  std::int64_t units = 0;
+  for (const auto& piece : pieces) {
+    units += piece.is_index ? static_cast<std::int64_t>(piece.index.offsets.size()) : 1;
+  }
+  if (units > kMaxIrregularRuns / count) {
+    throw DatatypeError("halox::Datatype::commit: the type expands to more than " +
+                        std::to_string(kMaxIrregularRuns) +
+                        " irregular runs; describe it more regularly (e.g. as a vector or subarray)");
   }
   Pieces out;
   for (std::int64_t i = 0; i < count; ++i) {

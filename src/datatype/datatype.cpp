@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdint>
 #include <complex>
 #include <cstddef>
 #include <numeric>
@@ -397,8 +398,8 @@ Datatype Datatype::darray(int size, int rank, std::span<const std::int64_t> gsiz
   }
   std::int64_t nprocs = 1;
   for (std::size_t d = 0; d < ndims; ++d) {
-    if (gsizes[d] < 1 || psizes[d] < 1) {
-      fail(where, "dimension " + std::to_string(d) + ": gsize and psize must be >= 1");
+    if (gsizes[d] < 1 || psizes[d] < 1 || gsizes[d] > INT32_MAX || psizes[d] > INT32_MAX) {
+      fail(where, "dimension " + std::to_string(d) + ": gsize and psize must be in [1, 2^31)");
     }
     nprocs = checked_mul(nprocs, psizes[d], where);
   }

@@ -1,0 +1,152 @@
+// Serial unit tests: attributes per constructor (values worked out from MPI's type-map
+// definitions), the canonical form of the shapes halos use, and the errors bad input gets.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "../common/random_datatype.hpp"
+#include "../common/seed.hpp"
+#include "halox/pack.hpp"
+
+using namespace halox;
+
+namespace {
+const Datatype kInt = Datatype::of<int>();
+const Datatype kDouble = Datatype::of<double>();
+const Datatype kFloat = Datatype::of<float>();
+const Datatype kChar = Datatype::of<char>();
+
+void expect_bounds(const Datatype& t, std::int64_t size, std::int64_t lb, std::int64_t extent,
+                   std::int64_t true_lb, std::int64_t true_extent) {
+  EXPECT_EQ(t.size(), size);
+  EXPECT_EQ(t.lb(), lb);
+  EXPECT_EQ(t.extent(), extent);
+  EXPECT_EQ(t.true_lb(), true_lb);
+  EXPECT_EQ(t.true_extent(), true_extent);
+}
+}  // namespace
+
+TEST(Attributes, Named) {
+  expect_bounds(kDouble, 8, 0, 8, 0, 8);
+  expect_bounds(Datatype(), 1, 0, 1, 0, 1);
+  EXPECT_EQ(Datatype::basic(BasicKind::complex_double).size(), 16);
+}
+
+TEST(Attributes, ContiguousAndVector) {
+  expect_bounds(Datatype::contiguous(5, kInt), 20, 0, 20, 0, 20);
+  expect_bounds(Datatype::vector(3, 2, 4, kInt), 24, 0, 40, 0, 40);
+  // Negative stride: blocks at 0 and -12 bytes.
+  expect_bounds(Datatype::vector(2, 1, -3, kInt), 8, -12, 16, -12, 16);
+  expect_bounds(Datatype::hvector(2, 1, 3, kDouble), 16, 0, 16, 0, 11);  // padded to 8
+}
+
+TEST(Attributes, IndexedStructResized) {
+  const std::vector<std::int64_t> lengths{2, 1}, disps{4, 0};
+  expect_bounds(Datatype::indexed(lengths, disps, kInt), 12, 0, 24, 0, 24);
+  expect_bounds(Datatype::hindexed(lengths, std::vector<std::int64_t>{16, 0}, kInt), 12, 0, 24, 0, 24);
+  expect_bounds(Datatype::indexed_block(2, disps, kInt), 16, 0, 24, 0, 24);
+  const std::vector<Datatype> types{kDouble, kChar};
+  const std::vector<std::int64_t> ones{1, 1}, offsets{0, 8};
+  expect_bounds(Datatype::struct_(ones, offsets, types), 9, 0, 16, 0, 9);  // epsilon padding
+  const Datatype r = Datatype::resized(kInt, -4, 12);
+  expect_bounds(r, 4, -4, 12, 0, 4);
+  // Sticky bounds: the char at 20 does not extend a struct whose other member is resized.
+  const std::vector<Datatype> mixed{Datatype::resized(kDouble, 0, 12), kChar};
+  expect_bounds(Datatype::struct_(ones, std::vector<std::int64_t>{0, 20}, mixed), 9, 0, 12, 0, 21);
+  expect_bounds(r.dup(), 4, -4, 12, 0, 4);
+}
+
+TEST(Attributes, SubarrayAndDarray) {
+  const std::vector<std::int64_t> sizes{4, 5}, subsizes{2, 2}, starts{1, 1};
+  const Datatype sub = Datatype::subarray(sizes, subsizes, starts, Order::c, Datatype::resized(kInt, -4, 12));
+  expect_bounds(sub, 16, 0, 240, 72, 76);  // Open MPI 4.1 reports the same
+  const std::vector<std::int64_t> g{8}, d{kDefaultDarg}, p{2};
+  const std::vector<Distribution> block{Distribution::block};
+  const Datatype da = Datatype::darray(2, 1, g, block, d, p, Order::c, kInt);
+  expect_bounds(da, 16, 0, 32, 16, 16);
+}
+
+TEST(Canonical, FacesOfA3DArrayAreOneStridedBlock) {
+  const std::int64_t n = 64;
+  const std::vector<std::int64_t> sizes{n, n, n};
+  for (int axis = 0; axis < 3; ++axis) {
+    std::vector<std::int64_t> sub{n, n, n}, start{0, 0, 0};
+    sub[static_cast<std::size_t>(axis)] = 2;
+    start[static_cast<std::size_t>(axis)] = 5;
+    Datatype face = Datatype::subarray(sizes, sub, start, Order::c, kDouble);
+    face.commit();
+    const CanonicalForm& form = face.canonical();
+    ASSERT_TRUE(form.is_single_strided()) << form.describe();
+    const StridedBlock& s = form.pieces[0].strided;
+    EXPECT_LE(s.ndims, 2) << form.describe();
+    if (axis == 0) EXPECT_TRUE(form.is_contiguous()) << form.describe();
+    if (axis == 2) EXPECT_EQ(s.block_bytes, 16);
+  }
+}
+
+TEST(Canonical, IndexedThatIsStridedIsRecognised) {
+  std::vector<std::int64_t> lengths(100, 1), disps(100);
+  std::iota(disps.begin(), disps.end(), 0);
+  for (auto& d : disps) d *= 3;
+  Datatype t = Datatype::indexed(lengths, disps, kFloat);
+  t.commit();
+  ASSERT_TRUE(t.canonical().is_single_strided()) << t.canonical().describe();
+  EXPECT_EQ(t.canonical().pieces[0].strided.stride[0], 12);
+  // Irregular displacements stay an index list.
+  disps[50] = 1000;
+  Datatype irregular = Datatype::indexed(lengths, disps, kFloat);
+  irregular.commit();
+  EXPECT_FALSE(irregular.canonical().is_single_strided());
+}
+
+TEST(Pack, ChunkedEqualsWholeAndAccumulateAdds) {
+  halox::testing::RecipeGenerator gen(halox::testing::test_seed("Pack.ChunkedEqualsWhole"));
+  std::vector<double> grid(10 * 10);
+  for (auto& v : grid) v = static_cast<double>(gen.uniform(1, 1000)) / 7.0;
+  Datatype column = Datatype::vector(10, 1, 10, kDouble);
+  column.commit();
+  std::vector<double> whole(10, -1.0), chunked(10, -2.0);
+  pack(grid.data() + 3, 1, column, whole.data());
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(whole[static_cast<std::size_t>(i)], grid[static_cast<std::size_t>(i * 10 + 3)]);
+  for (std::int64_t at = 0; at < 80; at += 24) {
+    pack(grid.data() + 3, 1, column, reinterpret_cast<char*>(chunked.data()) + at, at, 24);
+  }
+  EXPECT_EQ(whole, chunked);
+  std::vector<double> target = grid;
+  unpack_accumulate(whole.data(), target.data() + 3, 1, column);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(target[static_cast<std::size_t>(i * 10 + 3)], 2 * grid[static_cast<std::size_t>(i * 10 + 3)]);
+    EXPECT_EQ(target[static_cast<std::size_t>(i * 10 + 4)], grid[static_cast<std::size_t>(i * 10 + 4)]);
+  }
+}
+
+TEST(Errors, BadInputGetsATypedErrorNamingTheArgument) {
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const DatatypeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  EXPECT_NE(message([] { Datatype::vector(-1, 1, 1, kInt); }).find("vector: count = -1"), std::string::npos);
+  EXPECT_NE(message([] { Datatype::hvector(2, -3, 1, kInt); }).find("blocklength = -3"), std::string::npos);
+  const std::vector<std::int64_t> lengths{1, -2}, disps{0, 4};
+  EXPECT_NE(message([&] { Datatype::indexed(lengths, disps, kInt); }).find("blocklengths[1] = -2"), std::string::npos);
+  const std::vector<std::int64_t> sizes{4, 4}, sub{2, 3}, start{0, 2};
+  EXPECT_NE(message([&] { Datatype::subarray(sizes, sub, start, Order::c, kInt); }).find("dimension 1: start 2 + subsize 3 exceeds size 4"), std::string::npos);
+  EXPECT_NE(message([] { Datatype::contiguous(std::int64_t{1} << 40, Datatype::contiguous(std::int64_t{1} << 40, kDouble)); }).find("overflow"), std::string::npos);
+  const Datatype uncommitted = Datatype::contiguous(3, kInt);
+  std::vector<int> buf(3), out(3);
+  EXPECT_NE(message([&] { pack(buf.data(), 1, uncommitted, out.data()); }).find("before commit"), std::string::npos);
+  Datatype overlapping = Datatype::vector(2, 2, 1, kInt);
+  overlapping.commit();
+  std::vector<int> packed(4, 1), target(8);
+  EXPECT_NE(message([&] { unpack(packed.data(), target.data(), 1, overlapping); }).find("twice"), std::string::npos);
+  EXPECT_NO_THROW(pack(target.data(), 1, overlapping, packed.data()));  // sending is fine
+  Datatype ints = Datatype::contiguous(2, kInt);
+  ints.commit();
+  EXPECT_NE(message([&] { unpack_accumulate(packed.data(), target.data(), 1, ints); }).find("MPI_FLOAT or only MPI_DOUBLE"), std::string::npos);
+}
