@@ -20,9 +20,33 @@ namespace halox {
 
 /// The basic (named) types of C. The kind matters for unpack-with-sum (float32, float64).
 enum class BasicKind : std::uint8_t {
-  byte_, char_, signed_char, unsigned_char, short_, unsigned_short, int_, unsigned_, long_,
-  unsigned_long, long_long, unsigned_long_long, float32, float64, long_double, int8, int16,
-  int32, int64, uint8, uint16, uint32, uint64, bool_, wchar, complex_float, complex_double,
+  byte_,
+  char_,
+  signed_char,
+  unsigned_char,
+  short_,
+  unsigned_short,
+  int_,
+  unsigned_,
+  long_,
+  unsigned_long,
+  long_long,
+  unsigned_long_long,
+  float32,
+  float64,
+  long_double,
+  int8,
+  int16,
+  int32,
+  int64,
+  uint8,
+  uint16,
+  uint32,
+  uint64,
+  bool_,
+  wchar,
+  complex_float,
+  complex_double,
   packed,
 };
 
@@ -60,16 +84,16 @@ struct StridedBlock {
 
 /// Irregular part of the canonical form: runs of `block_bytes` bytes at listed offsets.
 struct IndexBlock {
-  std::int64_t block_bytes = 0;        ///< contiguous bytes per run
-  std::vector<std::int64_t> offsets;   ///< byte offset of each run, in packed order
+  std::int64_t block_bytes = 0;       ///< contiguous bytes per run
+  std::vector<std::int64_t> offsets;  ///< byte offset of each run, in packed order
   std::int64_t bytes() const { return block_bytes * static_cast<std::int64_t>(offsets.size()); }
 };
 
 /// One piece: strided (the common, regular case) or an index list (the fallback).
 struct CanonicalPiece {
   bool is_index = false;
-  StridedBlock strided;  ///< valid when !is_index
-  IndexBlock index;      ///< valid when is_index
+  StridedBlock strided;            ///< valid when !is_index
+  IndexBlock index;                ///< valid when is_index
   std::int64_t packed_offset = 0;  ///< where this piece starts in one instance's packed stream
   std::int64_t bytes() const { return is_index ? index.bytes() : strided.bytes(); }
 };
@@ -120,12 +144,10 @@ class Datatype {
                           std::span<const std::int64_t> displacements, const Datatype& old);
   /// MPI_Type_create_hindexed: displacements in bytes.
   static Datatype hindexed(std::span<const std::int64_t> blocklengths,
-                           std::span<const std::int64_t> displacements_bytes,
-                           const Datatype& old);
+                           std::span<const std::int64_t> displacements_bytes, const Datatype& old);
   /// MPI_Type_create_indexed_block.
   static Datatype indexed_block(std::int64_t blocklength,
-                                std::span<const std::int64_t> displacements,
-                                const Datatype& old);
+                                std::span<const std::int64_t> displacements, const Datatype& old);
   /// MPI_Type_create_hindexed_block.
   static Datatype hindexed_block(std::int64_t blocklength,
                                  std::span<const std::int64_t> displacements_bytes,
@@ -137,8 +159,7 @@ class Datatype {
   /// MPI_Type_create_subarray.
   static Datatype subarray(std::span<const std::int64_t> sizes,
                            std::span<const std::int64_t> subsizes,
-                           std::span<const std::int64_t> starts, Order order,
-                           const Datatype& old);
+                           std::span<const std::int64_t> starts, Order order, const Datatype& old);
   /// MPI_Type_create_darray.
   static Datatype darray(int size, int rank, std::span<const std::int64_t> gsizes,
                          std::span<const Distribution> distribs,
@@ -155,9 +176,9 @@ class Datatype {
   /// The canonical form of one instance; throws DatatypeError if not committed.
   const CanonicalForm& canonical() const;
 
-  std::int64_t size() const;         ///< MPI_Type_size
-  std::int64_t lb() const;           ///< MPI_Type_get_extent (lb)
-  std::int64_t extent() const;       ///< MPI_Type_get_extent (extent)
+  std::int64_t size() const;    ///< MPI_Type_size
+  std::int64_t lb() const;      ///< MPI_Type_get_extent (lb)
+  std::int64_t extent() const;  ///< MPI_Type_get_extent (extent)
   std::int64_t ub() const { return lb() + extent(); }
   std::int64_t true_lb() const;      ///< MPI_Type_get_true_extent (lb)
   std::int64_t true_extent() const;  ///< MPI_Type_get_true_extent (extent)
@@ -179,16 +200,46 @@ class Datatype {
   std::shared_ptr<const Node> m_node;
 };
 
-template <> inline Datatype Datatype::of<char>() { return basic(BasicKind::char_); }
-template <> inline Datatype Datatype::of<signed char>() { return basic(BasicKind::signed_char); }
-template <> inline Datatype Datatype::of<unsigned char>() { return basic(BasicKind::unsigned_char); }
-template <> inline Datatype Datatype::of<short>() { return basic(BasicKind::short_); }
-template <> inline Datatype Datatype::of<int>() { return basic(BasicKind::int_); }
-template <> inline Datatype Datatype::of<unsigned>() { return basic(BasicKind::unsigned_); }
-template <> inline Datatype Datatype::of<long>() { return basic(BasicKind::long_); }
-template <> inline Datatype Datatype::of<long long>() { return basic(BasicKind::long_long); }
-template <> inline Datatype Datatype::of<float>() { return basic(BasicKind::float32); }
-template <> inline Datatype Datatype::of<double>() { return basic(BasicKind::float64); }
+template <>
+inline Datatype Datatype::of<char>() {
+  return basic(BasicKind::char_);
+}
+template <>
+inline Datatype Datatype::of<signed char>() {
+  return basic(BasicKind::signed_char);
+}
+template <>
+inline Datatype Datatype::of<unsigned char>() {
+  return basic(BasicKind::unsigned_char);
+}
+template <>
+inline Datatype Datatype::of<short>() {
+  return basic(BasicKind::short_);
+}
+template <>
+inline Datatype Datatype::of<int>() {
+  return basic(BasicKind::int_);
+}
+template <>
+inline Datatype Datatype::of<unsigned>() {
+  return basic(BasicKind::unsigned_);
+}
+template <>
+inline Datatype Datatype::of<long>() {
+  return basic(BasicKind::long_);
+}
+template <>
+inline Datatype Datatype::of<long long>() {
+  return basic(BasicKind::long_long);
+}
+template <>
+inline Datatype Datatype::of<float>() {
+  return basic(BasicKind::float32);
+}
+template <>
+inline Datatype Datatype::of<double>() {
+  return basic(BasicKind::float64);
+}
 
 /// Repeat a canonical form `count` times at `stride` bytes, folding into strided dimensions
 /// where the pattern allows. Used to describe `count` instances of a type in one form.

@@ -10,12 +10,12 @@
 
 /// Calls an MPI function once and throws halox::BackendError naming the call on failure.
 /// Stays on in release builds.
-#define HALOX_MPI_CHECK(call)                                            \
-  do {                                                                   \
-    const int halox_mpi_rc_ = (call);                                    \
-    if (halox_mpi_rc_ != MPI_SUCCESS) {                                  \
+#define HALOX_MPI_CHECK(call)                                                     \
+  do {                                                                            \
+    const int halox_mpi_rc_ = (call);                                             \
+    if (halox_mpi_rc_ != MPI_SUCCESS) {                                           \
       ::halox::detail::throw_mpi_error(halox_mpi_rc_, #call, __FILE__, __LINE__); \
-    }                                                                    \
+    }                                                                             \
   } while (0)
 
 namespace halox {

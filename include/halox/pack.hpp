@@ -31,8 +31,7 @@ std::int64_t unpack(const void* in, void* out, std::int64_t count, const Datatyp
 /// Like unpack, but adds each packed value to the destination instead of overwriting it
 /// (the force halo's reduction). The type must be homogeneous float32 or float64, and the
 /// range must start and end on element boundaries.
-std::int64_t unpack_accumulate(const void* in, void* out, std::int64_t count,
-                               const Datatype& type, std::int64_t packed_offset = 0,
-                               std::int64_t max_bytes = kAllBytes);
+std::int64_t unpack_accumulate(const void* in, void* out, std::int64_t count, const Datatype& type,
+                               std::int64_t packed_offset = 0, std::int64_t max_bytes = kAllBytes);
 
 }  // namespace halox

@@ -31,7 +31,9 @@ void shift(CanonicalPiece& piece, std::int64_t delta) {
   }
 }
 
-bool is_single_run(const CanonicalPiece& p) { return !p.is_index && p.strided.ndims == 0; }
+bool is_single_run(const CanonicalPiece& p) {
+  return !p.is_index && p.strided.ndims == 0;
+}
 
 // Appends a piece, merging it into the previous one where the bytes allow: adjacent runs
 // become one run, equal-sized runs an index list.
@@ -205,9 +207,10 @@ Pieces repeat(const Pieces& pieces, std::int64_t count, std::int64_t stride) {
     units += piece.is_index ? static_cast<std::int64_t>(piece.index.offsets.size()) : 1;
   }
   if (units > kMaxIrregularRuns / count) {
-    throw DatatypeError("halox::Datatype::commit: the type expands to more than " +
-                        std::to_string(kMaxIrregularRuns) +
-                        " irregular runs; describe it more regularly (e.g. as a vector or subarray)");
+    throw DatatypeError(
+        "halox::Datatype::commit: the type expands to more than " +
+        std::to_string(kMaxIrregularRuns) +
+        " irregular runs; describe it more regularly (e.g. as a vector or subarray)");
   }
   Pieces out;
   for (std::int64_t i = 0; i < count; ++i) {
@@ -225,12 +228,8 @@ Pieces canonical_pieces(const Datatype::Node& node) {
   if (node.is_committed.load(std::memory_order_acquire)) return node.canonical->pieces;
   Pieces out;
   switch (node.shape) {
-    case Datatype::Node::Shape::basic:
-      append(out, contiguous_piece(0, node.size));
-      break;
-    case Datatype::Node::Shape::resized:
-      out = canonical_pieces(*node.children[0].node());
-      break;
+    case Datatype::Node::Shape::basic: append(out, contiguous_piece(0, node.size)); break;
+    case Datatype::Node::Shape::resized: out = canonical_pieces(*node.children[0].node()); break;
     case Datatype::Node::Shape::strided: {
       const Datatype& child = node.children[0];
       const Pieces block =
@@ -297,8 +296,7 @@ CanonicalForm build_canonical(const Datatype::Node& node) {
   return form;
 }
 
-CanonicalForm repeat_canonical(const CanonicalForm& form, std::int64_t count,
-                               std::int64_t stride) {
+CanonicalForm repeat_canonical(const CanonicalForm& form, std::int64_t count, std::int64_t stride) {
   CanonicalForm out;
   out.pieces = repeat(form.pieces, count, stride);
   finalize(out.pieces);
@@ -312,7 +310,8 @@ bool form_overlaps(const CanonicalForm& form) {
   if (form.is_single_strided()) {
     const StridedBlock& s = form.pieces[0].strided;
     std::vector<std::pair<std::int64_t, std::int64_t>> dims;
-    for (int d = 0; d < s.ndims; ++d) dims.emplace_back(s.stride[d] < 0 ? -s.stride[d] : s.stride[d], s.count[d]);
+    for (int d = 0; d < s.ndims; ++d)
+      dims.emplace_back(s.stride[d] < 0 ? -s.stride[d] : s.stride[d], s.count[d]);
     std::sort(dims.begin(), dims.end());
     std::int64_t span = s.block_bytes;
     bool disjoint = true;

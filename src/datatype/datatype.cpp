@@ -219,17 +219,31 @@ void check_dims(const char* where, std::size_t ndims, std::initializer_list<std:
 
 std::int64_t basic_size(BasicKind kind) {
   switch (kind) {
-    case BasicKind::byte_: case BasicKind::char_: case BasicKind::signed_char:
-    case BasicKind::unsigned_char: case BasicKind::int8: case BasicKind::uint8:
-    case BasicKind::bool_: case BasicKind::packed: return 1;
-    case BasicKind::short_: case BasicKind::unsigned_short: case BasicKind::int16:
+    case BasicKind::byte_:
+    case BasicKind::char_:
+    case BasicKind::signed_char:
+    case BasicKind::unsigned_char:
+    case BasicKind::int8:
+    case BasicKind::uint8:
+    case BasicKind::bool_:
+    case BasicKind::packed: return 1;
+    case BasicKind::short_:
+    case BasicKind::unsigned_short:
+    case BasicKind::int16:
     case BasicKind::uint16: return 2;
-    case BasicKind::int_: case BasicKind::unsigned_: case BasicKind::int32:
-    case BasicKind::uint32: case BasicKind::float32: return 4;
+    case BasicKind::int_:
+    case BasicKind::unsigned_:
+    case BasicKind::int32:
+    case BasicKind::uint32:
+    case BasicKind::float32: return 4;
     case BasicKind::wchar: return sizeof(wchar_t);
-    case BasicKind::long_: case BasicKind::unsigned_long: return sizeof(long);
-    case BasicKind::long_long: case BasicKind::unsigned_long_long: case BasicKind::int64:
-    case BasicKind::uint64: case BasicKind::float64: return 8;
+    case BasicKind::long_:
+    case BasicKind::unsigned_long: return sizeof(long);
+    case BasicKind::long_long:
+    case BasicKind::unsigned_long_long:
+    case BasicKind::int64:
+    case BasicKind::uint64:
+    case BasicKind::float64: return 8;
     case BasicKind::long_double: return sizeof(long double);
     case BasicKind::complex_float: return 8;
     case BasicKind::complex_double: return 16;
@@ -282,8 +296,8 @@ Datatype Datatype::basic(BasicKind kind) {
   // Complex types align like their components; long double like its natural alignment.
   node->align = kind == BasicKind::complex_float    ? 4
                 : kind == BasicKind::complex_double ? 8
-                : kind == BasicKind::long_double    ? static_cast<std::int64_t>(alignof(long double))
-                                                    : node->size;
+                : kind == BasicKind::long_double ? static_cast<std::int64_t>(alignof(long double))
+                                                 : node->size;
   node->homogeneous_kind = kind;
   auto type = DatatypeFactory::wrap(std::move(node));
   type.commit();  // named types are usable without a commit, as in MPI
@@ -301,8 +315,8 @@ Datatype Datatype::vector(std::int64_t count, std::int64_t blocklength, std::int
                       checked_mul(stride, old.extent(), "vector"), old);
 }
 
-Datatype Datatype::hvector(std::int64_t count, std::int64_t blocklength,
-                           std::int64_t stride_bytes, const Datatype& old) {
+Datatype Datatype::hvector(std::int64_t count, std::int64_t blocklength, std::int64_t stride_bytes,
+                           const Datatype& old) {
   return strided_type("hvector", "MPI_COMBINER_HVECTOR", count, blocklength, stride_bytes, old);
 }
 
@@ -321,8 +335,7 @@ Datatype Datatype::hindexed(std::span<const std::int64_t> blocklengths,
 }
 
 Datatype Datatype::indexed_block(std::int64_t blocklength,
-                                 std::span<const std::int64_t> displacements,
-                                 const Datatype& old) {
+                                 std::span<const std::int64_t> displacements, const Datatype& old) {
   require_non_negative("indexed_block", "blocklength", blocklength);
   const std::vector<std::int64_t> lengths(displacements.size(), blocklength);
   const auto bytes = scaled(displacements, old.extent(), "indexed_block");
@@ -335,8 +348,8 @@ Datatype Datatype::hindexed_block(std::int64_t blocklength,
                                   const Datatype& old) {
   require_non_negative("hindexed_block", "blocklength", blocklength);
   const std::vector<std::int64_t> lengths(displacements_bytes.size(), blocklength);
-  return blocks_type("hindexed_block", "MPI_COMBINER_HINDEXED_BLOCK", lengths,
-                     displacements_bytes, std::span<const Datatype>(&old, 1), true);
+  return blocks_type("hindexed_block", "MPI_COMBINER_HINDEXED_BLOCK", lengths, displacements_bytes,
+                     std::span<const Datatype>(&old, 1), true);
 }
 
 Datatype Datatype::struct_(std::span<const std::int64_t> blocklengths,
@@ -387,8 +400,8 @@ Datatype Datatype::subarray(std::span<const std::int64_t> sizes,
 
 Datatype Datatype::darray(int size, int rank, std::span<const std::int64_t> gsizes,
                           std::span<const Distribution> distribs,
-                          std::span<const std::int64_t> dargs,
-                          std::span<const std::int64_t> psizes, Order order, const Datatype& old) {
+                          std::span<const std::int64_t> dargs, std::span<const std::int64_t> psizes,
+                          Order order, const Datatype& old) {
   const char* where = "darray";
   const std::size_t ndims = gsizes.size();
   check_dims(where, ndims, {distribs.size(), dargs.size(), psizes.size()});
@@ -424,16 +437,15 @@ Datatype Datatype::darray(int size, int rank, std::span<const std::int64_t> gsiz
         for (std::int64_t i = 0; i < gsizes[d]; ++i) owned[d].push_back(i);
         break;
       case Distribution::block: {
-        const std::int64_t block = dargs[d] == kDefaultDarg
-                                       ? (gsizes[d] + psizes[d] - 1) / psizes[d]
-                                       : dargs[d];
+        const std::int64_t block =
+            dargs[d] == kDefaultDarg ? (gsizes[d] + psizes[d] - 1) / psizes[d] : dargs[d];
         if (block < 1 || checked_mul(block, psizes[d], where) < gsizes[d]) {
           fail(where, dim + "block size " + std::to_string(block) + " times psize " +
                           std::to_string(psizes[d]) + " must cover gsize " +
                           std::to_string(gsizes[d]));
         }
-        for (std::int64_t i = coords[d] * block;
-             i < std::min(gsizes[d], (coords[d] + 1) * block); ++i) {
+        for (std::int64_t i = coords[d] * block; i < std::min(gsizes[d], (coords[d] + 1) * block);
+             ++i) {
           owned[d].push_back(i);
         }
         break;
@@ -508,7 +520,9 @@ Datatype& Datatype::commit() {
   return *this;
 }
 
-bool Datatype::committed() const { return m_node->is_committed.load(std::memory_order_acquire); }
+bool Datatype::committed() const {
+  return m_node->is_committed.load(std::memory_order_acquire);
+}
 
 const CanonicalForm& Datatype::canonical() const {
   if (!committed()) {
@@ -518,13 +532,27 @@ const CanonicalForm& Datatype::canonical() const {
   return *m_node->canonical;
 }
 
-std::int64_t Datatype::size() const { return m_node->size; }
-std::int64_t Datatype::lb() const { return m_node->lb; }
-std::int64_t Datatype::extent() const { return m_node->ub - m_node->lb; }
-std::int64_t Datatype::alignment() const { return m_node->align; }
-std::int64_t Datatype::true_lb() const { return m_node->true_lb; }
-std::int64_t Datatype::true_extent() const { return m_node->true_ub - m_node->true_lb; }
-std::string Datatype::combiner_name() const { return m_node->combiner; }
+std::int64_t Datatype::size() const {
+  return m_node->size;
+}
+std::int64_t Datatype::lb() const {
+  return m_node->lb;
+}
+std::int64_t Datatype::extent() const {
+  return m_node->ub - m_node->lb;
+}
+std::int64_t Datatype::alignment() const {
+  return m_node->align;
+}
+std::int64_t Datatype::true_lb() const {
+  return m_node->true_lb;
+}
+std::int64_t Datatype::true_extent() const {
+  return m_node->true_ub - m_node->true_lb;
+}
+std::string Datatype::combiner_name() const {
+  return m_node->combiner;
+}
 
 bool Datatype::homogeneous(BasicKind* kind) const {
   if (!m_node->homogeneous || m_node->size == 0) return false;
@@ -534,8 +562,7 @@ bool Datatype::homogeneous(BasicKind* kind) const {
 
 bool Datatype::overlaps(std::int64_t count) const {
   const CanonicalForm& form = canonical();
-  std::call_once(m_node->overlap_once,
-                 [&] { m_node->instance_overlaps = form_overlaps(form); });
+  std::call_once(m_node->overlap_once, [&] { m_node->instance_overlaps = form_overlaps(form); });
   if (m_node->instance_overlaps) return true;
   if (count <= 1 || size() == 0) return false;
   // Instances lie extent apart; they cannot collide when the extent spans the true extent.

@@ -13,7 +13,8 @@ void throw_mpi_error(int code, const char* call, const char* file, int line) {
   int length = 0;
   MPI_Error_string(code, text, &length);
   throw BackendError(std::string("MPI call failed: ") + call + " at " + file + ":" +
-                     std::to_string(line) + ": " + std::string(text, static_cast<std::size_t>(length)));
+                     std::to_string(line) + ": " +
+                     std::string(text, static_cast<std::size_t>(length)));
 }
 }  // namespace detail
 
@@ -21,22 +22,38 @@ namespace {
 
 Datatype named(MPI_Datatype type) {
   static const std::pair<MPI_Datatype, BasicKind> table[] = {
-      {MPI_BYTE, BasicKind::byte_}, {MPI_CHAR, BasicKind::char_},
-      {MPI_SIGNED_CHAR, BasicKind::signed_char}, {MPI_UNSIGNED_CHAR, BasicKind::unsigned_char},
-      {MPI_SHORT, BasicKind::short_}, {MPI_UNSIGNED_SHORT, BasicKind::unsigned_short},
-      {MPI_INT, BasicKind::int_}, {MPI_UNSIGNED, BasicKind::unsigned_},
-      {MPI_LONG, BasicKind::long_}, {MPI_UNSIGNED_LONG, BasicKind::unsigned_long},
-      {MPI_LONG_LONG, BasicKind::long_long}, {MPI_LONG_LONG_INT, BasicKind::long_long},
+      {MPI_BYTE, BasicKind::byte_},
+      {MPI_CHAR, BasicKind::char_},
+      {MPI_SIGNED_CHAR, BasicKind::signed_char},
+      {MPI_UNSIGNED_CHAR, BasicKind::unsigned_char},
+      {MPI_SHORT, BasicKind::short_},
+      {MPI_UNSIGNED_SHORT, BasicKind::unsigned_short},
+      {MPI_INT, BasicKind::int_},
+      {MPI_UNSIGNED, BasicKind::unsigned_},
+      {MPI_LONG, BasicKind::long_},
+      {MPI_UNSIGNED_LONG, BasicKind::unsigned_long},
+      {MPI_LONG_LONG, BasicKind::long_long},
+      {MPI_LONG_LONG_INT, BasicKind::long_long},
       {MPI_UNSIGNED_LONG_LONG, BasicKind::unsigned_long_long},
-      {MPI_FLOAT, BasicKind::float32}, {MPI_DOUBLE, BasicKind::float64},
-      {MPI_LONG_DOUBLE, BasicKind::long_double}, {MPI_INT8_T, BasicKind::int8},
-      {MPI_INT16_T, BasicKind::int16}, {MPI_INT32_T, BasicKind::int32},
-      {MPI_INT64_T, BasicKind::int64}, {MPI_UINT8_T, BasicKind::uint8},
-      {MPI_UINT16_T, BasicKind::uint16}, {MPI_UINT32_T, BasicKind::uint32},
-      {MPI_UINT64_T, BasicKind::uint64}, {MPI_C_BOOL, BasicKind::bool_},
-      {MPI_WCHAR, BasicKind::wchar}, {MPI_C_FLOAT_COMPLEX, BasicKind::complex_float},
-      {MPI_C_DOUBLE_COMPLEX, BasicKind::complex_double}, {MPI_PACKED, BasicKind::packed},
-      {MPI_AINT, BasicKind::int64}, {MPI_OFFSET, BasicKind::int64}, {MPI_COUNT, BasicKind::int64},
+      {MPI_FLOAT, BasicKind::float32},
+      {MPI_DOUBLE, BasicKind::float64},
+      {MPI_LONG_DOUBLE, BasicKind::long_double},
+      {MPI_INT8_T, BasicKind::int8},
+      {MPI_INT16_T, BasicKind::int16},
+      {MPI_INT32_T, BasicKind::int32},
+      {MPI_INT64_T, BasicKind::int64},
+      {MPI_UINT8_T, BasicKind::uint8},
+      {MPI_UINT16_T, BasicKind::uint16},
+      {MPI_UINT32_T, BasicKind::uint32},
+      {MPI_UINT64_T, BasicKind::uint64},
+      {MPI_C_BOOL, BasicKind::bool_},
+      {MPI_WCHAR, BasicKind::wchar},
+      {MPI_C_FLOAT_COMPLEX, BasicKind::complex_float},
+      {MPI_C_DOUBLE_COMPLEX, BasicKind::complex_double},
+      {MPI_PACKED, BasicKind::packed},
+      {MPI_AINT, BasicKind::int64},
+      {MPI_OFFSET, BasicKind::int64},
+      {MPI_COUNT, BasicKind::int64},
   };
   for (const auto& [mpi, kind] : table) {
     if (mpi == type) return Datatype::basic(kind);
@@ -48,7 +65,9 @@ Datatype named(MPI_Datatype type) {
                       " has no halox equivalent");
 }
 
-Order order_of(int order) { return order == MPI_ORDER_FORTRAN ? Order::fortran : Order::c; }
+Order order_of(int order) {
+  return order == MPI_ORDER_FORTRAN ? Order::fortran : Order::c;
+}
 
 Datatype import(MPI_Datatype type) {
   // Open MPI builds empty derived types as duplicates of MPI_DATATYPE_NULL.
@@ -91,8 +110,7 @@ Datatype import(MPI_Datatype type) {
       return Datatype::indexed_block(ints[1], int_range(2, n), types[0]);
     case MPI_COMBINER_HINDEXED_BLOCK:
       return Datatype::hindexed_block(ints[1], addr_range(0, n), types[0]);
-    case MPI_COMBINER_STRUCT:
-      return Datatype::struct_(int_range(1, n), addr_range(0, n), types);
+    case MPI_COMBINER_STRUCT: return Datatype::struct_(int_range(1, n), addr_range(0, n), types);
     case MPI_COMBINER_SUBARRAY:
       return Datatype::subarray(int_range(1, n), int_range(1 + n, n), int_range(1 + 2 * n, n),
                                 order_of(ints[1 + 3 * n]), types[0]);
@@ -120,6 +138,8 @@ Datatype import(MPI_Datatype type) {
 
 }  // namespace
 
-Datatype from_mpi(MPI_Datatype type) { return import(type).commit(); }
+Datatype from_mpi(MPI_Datatype type) {
+  return import(type).commit();
+}
 
 }  // namespace halox

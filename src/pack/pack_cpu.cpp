@@ -45,7 +45,8 @@ void for_each_segment(const Datatype& type, std::int64_t count, Range range, Vis
     auto piece = std::upper_bound(form.pieces.begin(), form.pieces.end(), pos - instance_start,
                                   [](std::int64_t local, const CanonicalPiece& p) {
                                     return local < p.packed_offset;
-                                  }) - 1;
+                                  }) -
+                 1;
     for (; piece != form.pieces.end() && pos < range.end; ++piece) {
       const std::int64_t run_bytes =
           piece->is_index ? piece->index.block_bytes : piece->strided.block_bytes;
@@ -123,9 +124,8 @@ std::int64_t unpack(const void* in, void* out, std::int64_t count, const Datatyp
   return range.end - range.begin;
 }
 
-std::int64_t unpack_accumulate(const void* in, void* out, std::int64_t count,
-                               const Datatype& type, std::int64_t packed_offset,
-                               std::int64_t max_bytes) {
+std::int64_t unpack_accumulate(const void* in, void* out, std::int64_t count, const Datatype& type,
+                               std::int64_t packed_offset, std::int64_t max_bytes) {
   const Range range = check_range("unpack_accumulate", type, count, packed_offset, max_bytes);
   BasicKind kind{};
   if (!type.homogeneous(&kind) || (kind != BasicKind::float32 && kind != BasicKind::float64)) {

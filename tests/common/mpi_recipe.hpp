@@ -28,10 +28,11 @@ inline MPI_Datatype to_mpi(const Recipe& r) {
   std::vector<int> lengths(r.lengths.begin(), r.lengths.end());
   std::vector<int> idisps(r.disps.begin(), r.disps.end());
   std::vector<MPI_Aint> adisps(r.disps.begin(), r.disps.end());
-  std::vector<int> sizes(r.sizes.begin(), r.sizes.end()), subsizes(r.subsizes.begin(), r.subsizes.end()),
-      starts(r.starts.begin(), r.starts.end()), dargs, psizes(r.psizes.begin(), r.psizes.end()),
-      distribs;
-  for (auto d : r.dargs) dargs.push_back(d == kDefaultDarg ? MPI_DISTRIBUTE_DFLT_DARG : static_cast<int>(d));
+  std::vector<int> sizes(r.sizes.begin(), r.sizes.end()),
+      subsizes(r.subsizes.begin(), r.subsizes.end()), starts(r.starts.begin(), r.starts.end()),
+      dargs, psizes(r.psizes.begin(), r.psizes.end()), distribs;
+  for (auto d : r.dargs)
+    dargs.push_back(d == kDefaultDarg ? MPI_DISTRIBUTE_DFLT_DARG : static_cast<int>(d));
   for (auto d : r.distribs) {
     distribs.push_back(d == Distribution::block    ? MPI_DISTRIBUTE_BLOCK
                        : d == Distribution::cyclic ? MPI_DISTRIBUTE_CYCLIC
@@ -51,14 +52,19 @@ inline MPI_Datatype to_mpi(const Recipe& r) {
                               kids[0], &t);
       break;
     case K::indexed: MPI_Type_indexed(n, lengths.data(), idisps.data(), kids[0], &t); break;
-    case K::hindexed: MPI_Type_create_hindexed(n, lengths.data(), adisps.data(), kids[0], &t); break;
+    case K::hindexed:
+      MPI_Type_create_hindexed(n, lengths.data(), adisps.data(), kids[0], &t);
+      break;
     case K::indexed_block:
       MPI_Type_create_indexed_block(n, static_cast<int>(r.blocklength), idisps.data(), kids[0], &t);
       break;
     case K::hindexed_block:
-      MPI_Type_create_hindexed_block(n, static_cast<int>(r.blocklength), adisps.data(), kids[0], &t);
+      MPI_Type_create_hindexed_block(n, static_cast<int>(r.blocklength), adisps.data(), kids[0],
+                                     &t);
       break;
-    case K::struct_: MPI_Type_create_struct(n, lengths.data(), adisps.data(), kids.data(), &t); break;
+    case K::struct_:
+      MPI_Type_create_struct(n, lengths.data(), adisps.data(), kids.data(), &t);
+      break;
     case K::subarray:
       MPI_Type_create_subarray(static_cast<int>(sizes.size()), sizes.data(), subsizes.data(),
                                starts.data(), order, kids[0], &t);

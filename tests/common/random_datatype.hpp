@@ -15,8 +15,19 @@ namespace halox::testing {
 
 struct Recipe {
   enum class Kind {
-    basic, contiguous, vector, hvector, indexed, hindexed, indexed_block, hindexed_block,
-    struct_, subarray, darray, resized, dup
+    basic,
+    contiguous,
+    vector,
+    hvector,
+    indexed,
+    hindexed,
+    indexed_block,
+    hindexed_block,
+    struct_,
+    subarray,
+    darray,
+    resized,
+    dup
   };
   Kind kind = Kind::basic;
   BasicKind basic = BasicKind::int_;
@@ -31,9 +42,9 @@ struct Recipe {
 };
 
 inline const char* kind_name(Recipe::Kind k) {
-  static const char* names[] = {"basic", "contiguous", "vector", "hvector", "indexed",
-                                "hindexed", "indexed_block", "hindexed_block", "struct",
-                                "subarray", "darray", "resized", "dup"};
+  static const char* names[] = {
+      "basic",          "contiguous", "vector",   "hvector", "indexed", "hindexed", "indexed_block",
+      "hindexed_block", "struct",     "subarray", "darray",  "resized", "dup"};
   return names[static_cast<int>(k)];
 }
 
@@ -47,17 +58,18 @@ inline std::string Recipe::describe() const {
   };
   switch (kind) {
     case Kind::contiguous: s += std::to_string(count); break;
-    case Kind::vector: case Kind::hvector:
+    case Kind::vector:
+    case Kind::hvector:
       s += std::to_string(count) + "," + std::to_string(blocklength) + "," + std::to_string(stride);
       break;
-    case Kind::indexed: case Kind::hindexed: case Kind::struct_:
-      s += list(lengths) + "," + list(disps);
-      break;
-    case Kind::indexed_block: case Kind::hindexed_block:
-      s += std::to_string(blocklength) + "," + list(disps);
-      break;
+    case Kind::indexed:
+    case Kind::hindexed:
+    case Kind::struct_: s += list(lengths) + "," + list(disps); break;
+    case Kind::indexed_block:
+    case Kind::hindexed_block: s += std::to_string(blocklength) + "," + list(disps); break;
     case Kind::subarray:
-      s += list(sizes) + "," + list(subsizes) + "," + list(starts) + (order == Order::c ? ",C" : ",F");
+      s += list(sizes) + "," + list(subsizes) + "," + list(starts) +
+           (order == Order::c ? ",C" : ",F");
       break;
     case Kind::darray:
       s += std::to_string(size) + "," + std::to_string(rank) + "," + list(sizes) + ",dist" +
@@ -114,7 +126,7 @@ class RecipeGenerator {
 
  private:
   Recipe leaf() {
-    static const BasicKind kinds[] = {BasicKind::char_, BasicKind::short_, BasicKind::int_,
+    static const BasicKind kinds[] = {BasicKind::char_,   BasicKind::short_,  BasicKind::int_,
                                       BasicKind::float32, BasicKind::float64, BasicKind::int64,
                                       BasicKind::byte_};
     Recipe r;
@@ -132,9 +144,9 @@ class RecipeGenerator {
   Recipe make(int depth, bool regular_only, int& dim_budget) {
     using K = Recipe::Kind;
     if (depth == 0 || uniform(0, 5) == 0) return leaf();
-    static const K all[] = {K::contiguous, K::vector, K::hvector, K::indexed, K::hindexed,
-                            K::indexed_block, K::hindexed_block, K::struct_, K::subarray,
-                            K::darray, K::resized, K::dup};
+    static const K all[] = {K::contiguous, K::vector,        K::hvector,        K::indexed,
+                            K::hindexed,   K::indexed_block, K::hindexed_block, K::struct_,
+                            K::subarray,   K::darray,        K::resized,        K::dup};
     static const K regular[] = {K::contiguous, K::vector, K::hvector, K::subarray};
     Recipe r;
     r.kind = regular_only ? regular[uniform(0, 3)] : all[uniform(0, 11)];
@@ -166,15 +178,17 @@ class RecipeGenerator {
         if (uniform(0, 4) == 0) r.stride = -(r.blocklength * ext + uniform(1, 2) * align);
         if (regular_only) r.stride = r.blocklength * ext + uniform(0, 16);
         break;
-      case K::indexed: case K::hindexed: case K::indexed_block: case K::hindexed_block: {
+      case K::indexed:
+      case K::hindexed:
+      case K::indexed_block:
+      case K::hindexed_block: {
         const bool bytes = r.kind == K::hindexed || r.kind == K::hindexed_block;
         const std::int64_t n = uniform(1, 5);
         r.blocklength = uniform(1, 3);
         std::int64_t at = uniform(-1, 2);
         for (std::int64_t i = 0; i < n; ++i) {
-          const std::int64_t len = r.kind == K::indexed || r.kind == K::hindexed
-                                       ? uniform(0, 3)
-                                       : r.blocklength;
+          const std::int64_t len =
+              r.kind == K::indexed || r.kind == K::hindexed ? uniform(0, 3) : r.blocklength;
           r.lengths.push_back(len);
           r.disps.push_back(bytes ? at * ext + uniform(0, 2) * align : at);
           at += len + uniform(0, 2);
@@ -210,8 +224,9 @@ class RecipeGenerator {
         for (std::int64_t d = 0; d < nd; ++d) {
           r.sizes.push_back(uniform(1, 7));
           const int dist = static_cast<int>(uniform(0, 2));
-          r.distribs.push_back(dist == 0 ? Distribution::block
-                               : dist == 1 ? Distribution::cyclic : Distribution::none);
+          r.distribs.push_back(dist == 0   ? Distribution::block
+                               : dist == 1 ? Distribution::cyclic
+                                           : Distribution::none);
           const std::int64_t p = dist == 2 ? 1 : uniform(1, 3);
           r.psizes.push_back(p);
           r.size *= static_cast<int>(p);

@@ -39,7 +39,9 @@ void run(const std::uint8_t* data, std::size_t size) {
     for (int i = 0; i < n; ++i) a.push_back(in.number());
     for (int i = 0; i < n; ++i) b.push_back(in.number());
     switch (op) {
-      case 0: stack.push_back(Datatype::basic(static_cast<halox::BasicKind>(in.byte() % 28))); break;
+      case 0:
+        stack.push_back(Datatype::basic(static_cast<halox::BasicKind>(in.byte() % 28)));
+        break;
       case 1: stack.push_back(Datatype::contiguous(in.number(), top)); break;
       case 2: stack.push_back(Datatype::vector(in.number(), in.number(), in.number(), top)); break;
       case 3: stack.push_back(Datatype::hvector(in.number(), in.number(), in.number(), top)); break;
@@ -55,7 +57,8 @@ void run(const std::uint8_t* data, std::size_t size) {
       case 8: {
         std::vector<std::int64_t> c;
         for (int i = 0; i < n; ++i) c.push_back(in.number());
-        stack.push_back(Datatype::subarray(a, b, c, in.byte() % 2 ? halox::Order::c : halox::Order::fortran, top));
+        stack.push_back(Datatype::subarray(
+            a, b, c, in.byte() % 2 ? halox::Order::c : halox::Order::fortran, top));
         break;
       }
       case 9: {
@@ -66,7 +69,9 @@ void run(const std::uint8_t* data, std::size_t size) {
           dargs.push_back(in.number());
           psizes.push_back(in.number());
         }
-        stack.push_back(Datatype::darray(static_cast<int>(in.number()), static_cast<int>(in.number()), a, dist, dargs, psizes, halox::Order::c, top));
+        stack.push_back(Datatype::darray(static_cast<int>(in.number()),
+                                         static_cast<int>(in.number()), a, dist, dargs, psizes,
+                                         halox::Order::c, top));
         break;
       }
       case 10: stack.push_back(Datatype::resized(top, in.number(), in.number())); break;
@@ -77,11 +82,13 @@ void run(const std::uint8_t* data, std::size_t size) {
   type.commit();
   const std::int64_t count = 1 + in.byte() % 3;
   // Keep the buffers small enough for a fuzzer's iteration budget.
-  const std::int64_t span = type.true_extent() + (count - 1) * (type.extent() < 0 ? -type.extent() : type.extent());
+  const std::int64_t span =
+      type.true_extent() + (count - 1) * (type.extent() < 0 ? -type.extent() : type.extent());
   if (type.size() > (1 << 16) || span > (1 << 20) || type.canonical().runs() > (1 << 16)) return;
   const std::int64_t lo = type.true_lb() + std::min<std::int64_t>(0, (count - 1) * type.extent());
   std::vector<unsigned char> buffer(static_cast<std::size_t>(span + 1));
-  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<unsigned char>(i * 31 + 7);
+  for (std::size_t i = 0; i < buffer.size(); ++i)
+    buffer[i] = static_cast<unsigned char>(i * 31 + 7);
   unsigned char* base = buffer.data() - lo;
   const std::int64_t bytes = halox::packed_size(type, count);
   std::vector<unsigned char> packed(static_cast<std::size_t>(bytes)), again(packed.size());

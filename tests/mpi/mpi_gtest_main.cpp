@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("HALOX_TEST_SEED")) {
     base_seed = std::strtoull(env, nullptr, 10);
   } else {
-    base_seed = (static_cast<unsigned long long>(std::random_device{}()) << 32) ^ std::random_device{}();
+    base_seed =
+        (static_cast<unsigned long long>(std::random_device{}()) << 32) ^ std::random_device{}();
   }
   MPI_Bcast(&base_seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
   setenv("HALOX_TEST_SEED", std::to_string(base_seed).c_str(), 1);

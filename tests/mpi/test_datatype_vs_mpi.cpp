@@ -96,7 +96,8 @@ TEST(DatatypeVsMpi, RandomTypesPackLikeMpiPack) {
     std::vector<unsigned char> out(ref.size(), 0xC3);  // poison
     ASSERT_EQ(pack(in.base(), count, h, out.data()), packed);
     ASSERT_EQ(std::memcmp(out.data(), ref.data(), static_cast<std::size_t>(packed)), 0)
-        << what << "\n" << h.canonical().describe();
+        << what << "\n"
+        << h.canonical().describe();
     ASSERT_EQ(out[static_cast<std::size_t>(packed)], 0xC3) << "pack wrote past the end: " << what;
 
     // Chunked pack, as a pipeline does it, reassembles the same stream.
@@ -132,13 +133,14 @@ TEST(DatatypeVsMpi, RandomTypesPackLikeMpiPack) {
     free_type(m);
     ++tested;
   }
-  std::printf("rank %d: %ld random types packed like MPI_Pack, %ld also unpacked\n",
-              world_rank(), tested, unpacked);
+  std::printf("rank %d: %ld random types packed like MPI_Pack, %ld also unpacked\n", world_rank(),
+              tested, unpacked);
   EXPECT_GT(tested, n_types / 2);
 }
 
 TEST(DatatypeVsMpi, RegularTypesAreOneStridedBlock) {
-  const std::uint64_t seed = test_seed("DatatypeVsMpi.RegularTypesAreOneStridedBlock", world_rank());
+  const std::uint64_t seed =
+      test_seed("DatatypeVsMpi.RegularTypesAreOneStridedBlock", world_rank());
   RecipeGenerator gen(seed);
   for (int i = 0; i < 500; ++i) {
     const Recipe recipe = gen.random(4, /*regular_only=*/true);

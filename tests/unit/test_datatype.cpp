@@ -45,7 +45,8 @@ TEST(Attributes, ContiguousAndVector) {
 TEST(Attributes, IndexedStructResized) {
   const std::vector<std::int64_t> lengths{2, 1}, disps{4, 0};
   expect_bounds(Datatype::indexed(lengths, disps, kInt), 12, 0, 24, 0, 24);
-  expect_bounds(Datatype::hindexed(lengths, std::vector<std::int64_t>{16, 0}, kInt), 12, 0, 24, 0, 24);
+  expect_bounds(Datatype::hindexed(lengths, std::vector<std::int64_t>{16, 0}, kInt), 12, 0, 24, 0,
+                24);
   expect_bounds(Datatype::indexed_block(2, disps, kInt), 16, 0, 24, 0, 24);
   const std::vector<Datatype> types{kDouble, kChar};
   const std::vector<std::int64_t> ones{1, 1}, offsets{0, 8};
@@ -60,7 +61,8 @@ TEST(Attributes, IndexedStructResized) {
 
 TEST(Attributes, SubarrayAndDarray) {
   const std::vector<std::int64_t> sizes{4, 5}, subsizes{2, 2}, starts{1, 1};
-  const Datatype sub = Datatype::subarray(sizes, subsizes, starts, Order::c, Datatype::resized(kInt, -4, 12));
+  const Datatype sub =
+      Datatype::subarray(sizes, subsizes, starts, Order::c, Datatype::resized(kInt, -4, 12));
   expect_bounds(sub, 16, 0, 240, 72, 76);  // Open MPI 4.1 reports the same
   const std::vector<std::int64_t> g{8}, d{kDefaultDarg}, p{2};
   const std::vector<Distribution> block{Distribution::block};
@@ -109,7 +111,8 @@ TEST(Pack, ChunkedEqualsWholeAndAccumulateAdds) {
   column.commit();
   std::vector<double> whole(10, -1.0), chunked(10, -2.0);
   pack(grid.data() + 3, 1, column, whole.data());
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(whole[static_cast<std::size_t>(i)], grid[static_cast<std::size_t>(i * 10 + 3)]);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(whole[static_cast<std::size_t>(i)], grid[static_cast<std::size_t>(i * 10 + 3)]);
   for (std::int64_t at = 0; at < 80; at += 24) {
     pack(grid.data() + 3, 1, column, reinterpret_cast<char*>(chunked.data()) + at, at, 24);
   }
@@ -117,8 +120,10 @@ TEST(Pack, ChunkedEqualsWholeAndAccumulateAdds) {
   std::vector<double> target = grid;
   unpack_accumulate(whole.data(), target.data() + 3, 1, column);
   for (int i = 0; i < 10; ++i) {
-    EXPECT_EQ(target[static_cast<std::size_t>(i * 10 + 3)], 2 * grid[static_cast<std::size_t>(i * 10 + 3)]);
-    EXPECT_EQ(target[static_cast<std::size_t>(i * 10 + 4)], grid[static_cast<std::size_t>(i * 10 + 4)]);
+    EXPECT_EQ(target[static_cast<std::size_t>(i * 10 + 3)],
+              2 * grid[static_cast<std::size_t>(i * 10 + 3)]);
+    EXPECT_EQ(target[static_cast<std::size_t>(i * 10 + 4)],
+              grid[static_cast<std::size_t>(i * 10 + 4)]);
   }
 }
 
@@ -131,22 +136,37 @@ TEST(Errors, BadInputGetsATypedErrorNamingTheArgument) {
     }
     return std::string("no exception");
   };
-  EXPECT_NE(message([] { Datatype::vector(-1, 1, 1, kInt); }).find("vector: count = -1"), std::string::npos);
-  EXPECT_NE(message([] { Datatype::hvector(2, -3, 1, kInt); }).find("blocklength = -3"), std::string::npos);
+  EXPECT_NE(message([] { Datatype::vector(-1, 1, 1, kInt); }).find("vector: count = -1"),
+            std::string::npos);
+  EXPECT_NE(message([] { Datatype::hvector(2, -3, 1, kInt); }).find("blocklength = -3"),
+            std::string::npos);
   const std::vector<std::int64_t> lengths{1, -2}, disps{0, 4};
-  EXPECT_NE(message([&] { Datatype::indexed(lengths, disps, kInt); }).find("blocklengths[1] = -2"), std::string::npos);
+  EXPECT_NE(message([&] { Datatype::indexed(lengths, disps, kInt); }).find("blocklengths[1] = -2"),
+            std::string::npos);
   const std::vector<std::int64_t> sizes{4, 4}, sub{2, 3}, start{0, 2};
-  EXPECT_NE(message([&] { Datatype::subarray(sizes, sub, start, Order::c, kInt); }).find("dimension 1: start 2 + subsize 3 exceeds size 4"), std::string::npos);
-  EXPECT_NE(message([] { Datatype::contiguous(std::int64_t{1} << 40, Datatype::contiguous(std::int64_t{1} << 40, kDouble)); }).find("overflow"), std::string::npos);
+  EXPECT_NE(message([&] {
+              Datatype::subarray(sizes, sub, start, Order::c, kInt);
+            }).find("dimension 1: start 2 + subsize 3 exceeds size 4"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              Datatype::contiguous(std::int64_t{1} << 40,
+                                   Datatype::contiguous(std::int64_t{1} << 40, kDouble));
+            }).find("overflow"),
+            std::string::npos);
   const Datatype uncommitted = Datatype::contiguous(3, kInt);
   std::vector<int> buf(3), out(3);
-  EXPECT_NE(message([&] { pack(buf.data(), 1, uncommitted, out.data()); }).find("before commit"), std::string::npos);
+  EXPECT_NE(message([&] { pack(buf.data(), 1, uncommitted, out.data()); }).find("before commit"),
+            std::string::npos);
   Datatype overlapping = Datatype::vector(2, 2, 1, kInt);
   overlapping.commit();
   std::vector<int> packed(4, 1), target(8);
-  EXPECT_NE(message([&] { unpack(packed.data(), target.data(), 1, overlapping); }).find("twice"), std::string::npos);
+  EXPECT_NE(message([&] { unpack(packed.data(), target.data(), 1, overlapping); }).find("twice"),
+            std::string::npos);
   EXPECT_NO_THROW(pack(target.data(), 1, overlapping, packed.data()));  // sending is fine
   Datatype ints = Datatype::contiguous(2, kInt);
   ints.commit();
-  EXPECT_NE(message([&] { unpack_accumulate(packed.data(), target.data(), 1, ints); }).find("MPI_FLOAT or only MPI_DOUBLE"), std::string::npos);
+  EXPECT_NE(message([&] {
+              unpack_accumulate(packed.data(), target.data(), 1, ints);
+            }).find("MPI_FLOAT or only MPI_DOUBLE"),
+            std::string::npos);
 }

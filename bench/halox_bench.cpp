@@ -1,0 +1,164 @@
+// halox-bench: the benchmark driver. Every figure is printed with the ceiling it is
+// measured against (measured in the same run) and the ratio to it.
+//
+//   halox-bench pack [--device cpu|gpu] [--n 256] [--reps 21] [--json FILE] [--quick]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "halox/config.hpp"
+#include "halox/pack.hpp"
+#include "pack_cases.hpp"
+#include "report.hpp"
+
+#if HALOX_HAS_CUDA
+#include "pack_gpu_bench.hpp"
+#endif
+
+namespace {
+
+using namespace halox;
+using namespace halox::bench;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string command, device = "cpu", json;
+  std::int64_t n = 256;
+  int reps = 21;
+  bool quick = false;
+};
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: halox-bench pack [options]\n"
+               "  Packs halo-shaped datatypes and reports GB/s against the copy ceiling\n"
+               "  measured in the same run.\n"
+               "options:\n"
+               "  --device cpu|gpu  where the data lives and the pack runs (default cpu)\n"
+               "  --n N             edge of the cubic array for the CPU faces (default 256)\n"
+               "  --reps R          timed repetitions, the median is reported (default 21)\n"
+               "  --quick           fewer shapes and repetitions (for smoke tests)\n"
+               "  --json FILE       also write the results as JSON\n"
+               "  --help            this text\n");
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "halox-bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      usage(stdout);
+      std::exit(0);
+    } else if (a == "--device") {
+      o.device = value();
+    } else if (a == "--n") {
+      o.n = std::atoll(value().c_str());
+    } else if (a == "--reps") {
+      o.reps = std::atoi(value().c_str());
+    } else if (a == "--json") {
+      o.json = value();
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (o.command.empty() && a[0] != '-') {
+      o.command = a;
+    } else {
+      std::fprintf(stderr, "halox-bench: unknown argument '%s'\n", a.c_str());
+      usage(stderr);
+      std::exit(2);
+    }
+  }
+  if (o.command != "pack") {
+    usage(stderr);
+    std::exit(2);
+  }
+  if (o.device != "cpu" && o.device != "gpu") {
+    std::fprintf(stderr, "halox-bench: --device must be cpu or gpu\n");
+    std::exit(2);
+  }
+  if (o.n < 8 || o.reps < 1) {
+    std::fprintf(stderr, "halox-bench: --n must be >= 8 and --reps >= 1\n");
+    std::exit(2);
+  }
+  if (o.quick) o.reps = std::min(o.reps, 5);
+  return o;
+}
+
+template <class F>
+double median_seconds(int reps, F&& f) {
+  f();  // warm-up: page faults and caches
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = Clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return median(t);
+}
+
+int pack_cpu(const Options& o) {
+  const std::int64_t n = o.quick ? std::min<std::int64_t>(o.n, 64) : o.n;
+  std::printf("halox-bench pack --device cpu: %s, %s, %s\n", host_name().c_str(),
+              cpu_model().c_str(), today().c_str());
+  std::printf("GB/s counts bytes read + written; the ceiling is memcpy of the same bytes.\n\n");
+  std::printf("%-34s %10s %10s %10s %10s %8s\n", "shape", "bytes", "time us", "GB/s",
+              "memcpy GB/s", "ratio");
+  std::vector<Row> rows;
+  const auto cases = cpu_cases(n);
+  std::vector<char> array(static_cast<std::size_t>(cases.front().array_bytes));
+  for (std::size_t i = 0; i < array.size(); ++i) array[i] = static_cast<char>(i * 13 + 1);
+  for (const auto& c : cases) {
+    const std::int64_t bytes = packed_size(c.type, 1);
+    std::vector<char> out(static_cast<std::size_t>(bytes)), copy_src(out.size(), 3),
+        copy_dst(out.size());
+    const double t_pack = median_seconds(o.reps, [&] { pack(array.data(), 1, c.type, out.data()); });
+    const double t_copy = median_seconds(o.reps, [&] {
+      std::memcpy(copy_dst.data(), copy_src.data(), copy_dst.size());
+    });
+    const double gbs = 2.0 * static_cast<double>(bytes) / t_pack / 1e9;
+    const double ceiling = 2.0 * static_cast<double>(bytes) / t_copy / 1e9;
+    std::printf("%-34s %10lld %10.1f %10.2f %10.2f %8.3f\n", c.name.c_str(),
+                static_cast<long long>(bytes), t_pack * 1e6, gbs, ceiling, gbs / ceiling);
+    rows.push_back(Row()
+                       .set("shape", c.name)
+                       .set("canonical", c.type.canonical().describe())
+                       .set("bytes", static_cast<double>(bytes))
+                       .set("time_us", t_pack * 1e6)
+                       .set("gbps", gbs)
+                       .set("memcpy_gbps", ceiling)
+                       .set("ratio", gbs / ceiling));
+  }
+  if (!o.json.empty()) {
+    write_json(o.json, "pack --device cpu",
+               {{"host", host_name()}, {"cpu", cpu_model()}, {"halox", HALOX_VERSION}}, rows);
+    std::printf("\nwrote %s\n", o.json.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  try {
+    if (o.device == "cpu") return pack_cpu(o);
+#if HALOX_HAS_CUDA
+    return pack_gpu(o.reps, o.quick, o.json);
+#else
+    std::fprintf(stderr, "halox-bench: this build has no CUDA (configure with HALOX_ENABLE_CUDA=ON)\n");
+    return 2;
+#endif
+  } catch (const halox::Error& e) {
+    std::fprintf(stderr, "halox-bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what halox needs on a fresh Debian 12 machine (as root); a no-op for what is
+# already there. Used by scripts/test.sh and scripts/demo.sh.
+set -euo pipefail
+
+need_apt=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have cmake || need_apt+=(cmake)
+have ninja || need_apt+=(ninja-build)
+have g++ || need_apt+=(g++)
+have mpicxx || need_apt+=(libopenmpi-dev)
+have mpirun || need_apt+=(openmpi-bin)
+have clang++ || need_apt+=(clang)
+have clang-format || need_apt+=(clang-format)
+[ -f /usr/lib/x86_64-linux-gnu/cmake/GTest/GTestConfig.cmake ] || need_apt+=(libgtest-dev)
+ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
+  need_apt+=(libclang-rt-14-dev)
+have python3 || need_apt+=(python3 python3-pip)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# NVSHMEM headers and libraries come from PyPI, pinned to the GPU machine's version.
+if have nvcc && [ -z "${NVSHMEM_HOME:-}" ] &&
+   ! python3 -c 'import nvidia.nvshmem' >/dev/null 2>&1; then
+  echo "setup: installing nvidia-nvshmem-cu13==3.4.5 from PyPI"
+  python3 -m pip install -q nvidia-nvshmem-cu13==3.4.5 ||
+    echo "setup: NVSHMEM could not be installed; the NVSHMEM transports will be left out"
+fi

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, builds halox (with CUDA when nvcc is
+# present), runs every CPU test (unit and MPI with real ranks), checks the formatting and
+# runs the datatype fuzzer briefly. GPU tests run on the GPU machine: scripts/device/check.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+
+jobs=$(nproc)
+echo "== format check"
+./scripts/format.sh --check
+
+echo "== build"
+cmake -S . -B build/test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHALOX_WARNINGS_AS_ERRORS=ON
+cmake --build build/test -j "$jobs"
+
+echo "== tests"
+(cd build/test && ctest --output-on-failure -j "$jobs" -LE gpu)
+
+echo "== fuzz (libFuzzer, ${HALOX_FUZZ_SECONDS:-20} s)"
+cmake -S . -B build/fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DHALOX_ENABLE_CUDA=OFF -DHALOX_ENABLE_MPI=OFF -DHALOX_BUILD_TESTS=OFF \
+  -DHALOX_BUILD_BENCHMARKS=OFF -DHALOX_BUILD_APPS=OFF -DHALOX_BUILD_FUZZERS=ON >/dev/null
+cmake --build build/fuzz -j "$jobs" --target halox-fuzz-datatype
+mkdir -p build/fuzz/corpus
+./build/fuzz/tests/fuzz/halox-fuzz-datatype -max_total_time="${HALOX_FUZZ_SECONDS:-20}" \
+  -rss_limit_mb=4096 -print_final_stats=1 build/fuzz/corpus 2>&1 | tail -n 3
+
+echo "== all tests passed"
