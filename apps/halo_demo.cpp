@@ -42,14 +42,17 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--help") {
       if (rank == 0) {
-        std::printf("usage: mpirun -n R halox-halo-demo [--n N] [--steps S]\n"
-                    "  N^3 cells per rank (default 32), S exchanges timed (default 10)\n");
+        std::printf(
+            "usage: mpirun -n R halox-halo-demo [--n N] [--steps S]\n"
+            "  N^3 cells per rank (default 32), S exchanges timed (default 10)\n");
       }
       MPI_Finalize();
       return 0;
     }
-    if (a == "--n" && i + 1 < argc) n = std::atoll(argv[++i]);
-    else if (a == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
+    if (a == "--n" && i + 1 < argc)
+      n = std::atoll(argv[++i]);
+    else if (a == "--steps" && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
     else {
       if (rank == 0) std::fprintf(stderr, "halox-halo-demo: unknown argument '%s'\n", a.c_str());
       MPI_Finalize();
@@ -77,13 +80,18 @@ int main(int argc, char** argv) {
   for (std::int64_t z = 1; z <= n; ++z)
     for (std::int64_t y = 1; y <= n; ++y)
       for (std::int64_t x = 1; x <= n; ++x)
-        at(x, y, z) = field(coords[0] * n + x - 1, coords[1] * n + y - 1, coords[2] * n + z - 1, gn);
+        at(x, y, z) =
+            field(coords[0] * n + x - 1, coords[1] * n + y - 1, coords[2] * n + z - 1, gn);
 
   // Pulse d (Z, Y, X) sends the face one layer inside; its extent in the dimensions already
   // exchanged includes their halo, which is how edges and corners travel.
   const Datatype dbl = Datatype::of<double>();
   const std::vector<std::int64_t> sizes{m, m, m};
-  struct Pulse { int dim; Datatype send[2], recv[2]; int to[2], from[2]; };
+  struct Pulse {
+    int dim;
+    Datatype send[2], recv[2];
+    int to[2], from[2];
+  };
   std::vector<Pulse> pulses;
   for (int dim : {2, 1, 0}) {  // MPI dims: 0 = x ... ; C-order index 2 - dim
     Pulse p{};
@@ -122,9 +130,9 @@ int main(int argc, char** argv) {
         send_buf.assign(static_cast<std::size_t>(bytes / 8), 0.0);
         recv_buf.assign(send_buf.size(), -2.0);
         halox::pack(u.data(), 1, p.send[side], send_buf.data());
-        HALOX_MPI_CHECK(MPI_Sendrecv(send_buf.data(), static_cast<int>(bytes), MPI_BYTE, p.to[side], p.dim,
-                                     recv_buf.data(), static_cast<int>(bytes), MPI_BYTE, p.from[side], p.dim,
-                                     cart, MPI_STATUS_IGNORE));
+        HALOX_MPI_CHECK(MPI_Sendrecv(send_buf.data(), static_cast<int>(bytes), MPI_BYTE, p.to[side],
+                                     p.dim, recv_buf.data(), static_cast<int>(bytes), MPI_BYTE,
+                                     p.from[side], p.dim, cart, MPI_STATUS_IGNORE));
         halox::unpack(recv_buf.data(), u.data(), 1, p.recv[side]);
       }
     }
@@ -136,15 +144,17 @@ int main(int argc, char** argv) {
   for (std::int64_t z = 0; z < m; ++z)
     for (std::int64_t y = 0; y < m; ++y)
       for (std::int64_t x = 0; x < m; ++x)
-        if (at(x, y, z) != field(coords[0] * n + x - 1, coords[1] * n + y - 1, coords[2] * n + z - 1, gn))
+        if (at(x, y, z) !=
+            field(coords[0] * n + x - 1, coords[1] * n + y - 1, coords[2] * n + z - 1, gn))
           ++wrong;
   std::int64_t wrong_all = 0;
   MPI_Reduce(&wrong, &wrong_all, 1, MPI_INT64_T, MPI_SUM, 0, cart);
   double t_max = 0;
   MPI_Reduce(&t_total, &t_max, 1, MPI_DOUBLE, MPI_MAX, 0, cart);
   if (rank == 0) {
-    std::printf("halox halo demo: %d MPI ranks as a %dx%dx%d periodic grid, %lld^3 cells each, halo 1\n",
-                size, dims[0], dims[1], dims[2], static_cast<long long>(n));
+    std::printf(
+        "halox halo demo: %d MPI ranks as a %dx%dx%d periodic grid, %lld^3 cells each, halo 1\n",
+        size, dims[0], dims[1], dims[2], static_cast<long long>(n));
     std::printf("%-6s %10s  %s\n", "pulse", "bytes/msg", "face as halox sees it (canonical form)");
     const char* names[] = {"X", "Y", "Z"};
     for (const auto& p : pulses) {
@@ -152,8 +162,10 @@ int main(int argc, char** argv) {
                   static_cast<long long>(halox::packed_size(p.send[0], 1)),
                   p.send[0].canonical().describe().c_str());
     }
-    std::printf("exchange: 3 pulses x 2 directions = 6 messages per rank (faces, edges and corners)\n");
-    std::printf("time per exchange: %.1f us (max over ranks, mean of %d)\n", 1e6 * t_max / steps, steps);
+    std::printf(
+        "exchange: 3 pulses x 2 directions = 6 messages per rank (faces, edges and corners)\n");
+    std::printf("time per exchange: %.1f us (max over ranks, mean of %d)\n", 1e6 * t_max / steps,
+                steps);
     std::printf("check: %lld wrong cells of %lld -> %s\n", static_cast<long long>(wrong_all),
                 static_cast<long long>(m * m * m * size), wrong_all == 0 ? "PASS" : "FAIL");
   }

@@ -110,8 +110,8 @@ int pack_cpu(const Options& o) {
   std::printf("halox-bench pack --device cpu: %s, %s, %s\n", host_name().c_str(),
               cpu_model().c_str(), today().c_str());
   std::printf("GB/s counts bytes read + written; the ceiling is memcpy of the same bytes.\n\n");
-  std::printf("%-34s %10s %10s %10s %10s %8s\n", "shape", "bytes", "time us", "GB/s",
-              "memcpy GB/s", "ratio");
+  std::printf("%-34s %10s %10s %10s %10s %8s\n", "shape", "bytes", "time us", "GB/s", "memcpy GB/s",
+              "ratio");
   std::vector<Row> rows;
   const auto cases = cpu_cases(n);
   std::vector<char> array(static_cast<std::size_t>(cases.front().array_bytes));
@@ -120,10 +120,10 @@ int pack_cpu(const Options& o) {
     const std::int64_t bytes = packed_size(c.type, 1);
     std::vector<char> out(static_cast<std::size_t>(bytes)), copy_src(out.size(), 3),
         copy_dst(out.size());
-    const double t_pack = median_seconds(o.reps, [&] { pack(array.data(), 1, c.type, out.data()); });
-    const double t_copy = median_seconds(o.reps, [&] {
-      std::memcpy(copy_dst.data(), copy_src.data(), copy_dst.size());
-    });
+    const double t_pack =
+        median_seconds(o.reps, [&] { pack(array.data(), 1, c.type, out.data()); });
+    const double t_copy = median_seconds(
+        o.reps, [&] { std::memcpy(copy_dst.data(), copy_src.data(), copy_dst.size()); });
     const double gbs = 2.0 * static_cast<double>(bytes) / t_pack / 1e9;
     const double ceiling = 2.0 * static_cast<double>(bytes) / t_copy / 1e9;
     std::printf("%-34s %10lld %10.1f %10.2f %10.2f %8.3f\n", c.name.c_str(),
@@ -154,7 +154,8 @@ int main(int argc, char** argv) {
 #if HALOX_HAS_CUDA
     return pack_gpu(o.reps, o.quick, o.json);
 #else
-    std::fprintf(stderr, "halox-bench: this build has no CUDA (configure with HALOX_ENABLE_CUDA=ON)\n");
+    std::fprintf(stderr,
+                 "halox-bench: this build has no CUDA (configure with HALOX_ENABLE_CUDA=ON)\n");
     return 2;
 #endif
   } catch (const halox::Error& e) {

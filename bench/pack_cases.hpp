@@ -14,9 +14,9 @@
 namespace halox::bench {
 
 struct PackCase {
-  std::string name;     // e.g. "x-face w1 256^3 double"
-  std::string family;   // "halo" or "bandwidth"
-  Datatype type;        // committed
+  std::string name;              // e.g. "x-face w1 256^3 double"
+  std::string family;            // "halo" or "bandwidth"
+  Datatype type;                 // committed
   std::int64_t array_bytes = 0;  // bytes of the source array the type addresses
 };
 
@@ -60,7 +60,9 @@ inline Datatype gather_type(std::int64_t entries, std::int64_t array_elems, bool
   return t;
 }
 
-inline std::string elem_name(const Datatype& e) { return e.size() == 4 ? "float" : "double"; }
+inline std::string elem_name(const Datatype& e) {
+  return e.size() == 4 ? "float" : "double";
+}
 
 /// The CPU benchmark set (issue: foundation): faces of 256^3 doubles, a 10% random gather.
 inline std::vector<PackCase> cpu_cases(std::int64_t n) {

@@ -46,8 +46,14 @@ inline double median(std::vector<double> v) {
 struct Row {
   std::vector<std::pair<std::string, std::string>> text;
   std::vector<std::pair<std::string, double>> numbers;
-  Row& set(const std::string& k, const std::string& v) { text.emplace_back(k, v); return *this; }
-  Row& set(const std::string& k, double v) { numbers.emplace_back(k, v); return *this; }
+  Row& set(const std::string& k, const std::string& v) {
+    text.emplace_back(k, v);
+    return *this;
+  }
+  Row& set(const std::string& k, double v) {
+    numbers.emplace_back(k, v);
+    return *this;
+  }
 };
 
 inline std::string json_escape(const std::string& s) {

@@ -1,0 +1,376 @@
+// GPU pack and unpack driven by the canonical form.
+//
+// One kernel family handles every shape: the packed stream is cut into words of W bytes
+// (16 when every offset, stride, block length and both pointers allow it, narrower
+// otherwise); thread g moves word g, so the writes to the packed side are fully coalesced
+// and the reads are as coalesced as the type allows. A type that is one strided block (the
+// common case: faces, vectors, subarrays) passes its descriptor as a kernel argument; other
+// types read a small table of pieces and find theirs by binary search. Index math is 32-bit
+// whenever the sizes allow, because 64-bit division costs more than the memory access.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../datatype/node.hpp"
+#include "halox/pack.hpp"
+#include "halox/pack_gpu.hpp"
+
+namespace halox {
+
+namespace {
+
+void check_cuda(cudaError_t rc, const char* call) {
+  if (rc != cudaSuccess) {
+    throw BackendError(std::string("CUDA call failed: ") + call + ": " + cudaGetErrorString(rc));
+  }
+}
+#define HALOX_CUDA_CHECK(call) check_cuda((call), #call)
+
+struct DeviceDesc {
+  std::int64_t offset = 0;              // memory offset of the first run
+  std::int64_t packed_offset = 0;       // bytes
+  const std::int64_t* index = nullptr;  // run offsets of an index piece (device memory)
+  std::int64_t block_bytes = 0;
+  std::int64_t first_word = 0;     // in units of the launch's word size, filled at launch
+  std::int64_t words_per_run = 0;  // likewise
+  int ndims = 0;
+  std::int64_t count[kMaxStridedDims] = {};
+  std::int64_t stride[kMaxStridedDims] = {};
+};
+
+// Everything about a (type, count) pair that does not depend on the pointers.
+struct Plan {
+  std::vector<DeviceDesc> host_descs;  // word fields in bytes (scaled at launch)
+  std::int64_t bytes = 0;
+  std::int64_t structural_align = 16;  // gcd of offsets, strides, block lengths (capped 16)
+  bool contiguous = false;
+  std::int64_t contiguous_offset = 0;
+  bool fits_32bit = true;
+  std::vector<std::shared_ptr<void>> device_index;    // owned index arrays
+  std::map<int, std::shared_ptr<void>> device_descs;  // per word size
+  std::mutex mutex;
+};
+
+std::int64_t gcd_align(std::int64_t a, std::int64_t v) {
+  return std::gcd(a, v < 0 ? -v : v);
+}
+
+std::shared_ptr<void> device_copy(const void* data, std::size_t bytes) {
+  void* p = nullptr;
+  HALOX_CUDA_CHECK(cudaMalloc(&p, bytes));
+  HALOX_CUDA_CHECK(cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
+  auto plan = std::make_shared<Plan>();
+  const CanonicalForm form = repeat_canonical(type.canonical(), count, type.extent());
+  plan->bytes = form.size;
+  if (form.is_contiguous()) {
+    // pack/unpack become one cudaMemcpyAsync; accumulate still uses the kernel below.
+    plan->contiguous = true;
+    plan->contiguous_offset = form.pieces[0].strided.offset;
+  }
+  std::int64_t align = 16;
+  for (const auto& piece : form.pieces) {
+    DeviceDesc d;
+    d.packed_offset = piece.packed_offset;
+    align = gcd_align(align, piece.packed_offset);
+    if (piece.is_index) {
+      d.block_bytes = piece.index.block_bytes;
+      d.ndims = 1;
+      d.count[0] = static_cast<std::int64_t>(piece.index.offsets.size());
+      for (std::int64_t o : piece.index.offsets) align = gcd_align(align, o);
+      auto dev = device_copy(piece.index.offsets.data(),
+                             piece.index.offsets.size() * sizeof(std::int64_t));
+      d.index = static_cast<const std::int64_t*>(dev.get());
+      plan->device_index.push_back(dev);
+    } else {
+      const StridedBlock& s = piece.strided;
+      d.offset = s.offset;
+      d.block_bytes = s.block_bytes;
+      d.ndims = s.ndims;
+      align = gcd_align(align, s.offset);
+      for (int k = 0; k < s.ndims; ++k) {
+        d.count[k] = s.count[k];
+        d.stride[k] = s.stride[k];
+        align = gcd_align(align, s.stride[k]);
+      }
+    }
+    align = gcd_align(align, d.block_bytes);
+    plan->host_descs.push_back(d);
+  }
+  plan->structural_align = align;
+  plan->fits_32bit = form.size < (std::int64_t{1} << 31);
+  return plan;
+}
+
+std::shared_ptr<Plan> plan_for(const Datatype& type, std::int64_t count) {
+  // Cached per (type node, count); the node is kept alive by the key's shared pointer.
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, std::int64_t>,
+                  std::pair<std::shared_ptr<const Datatype::Node>, std::shared_ptr<Plan>>>
+      cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(static_cast<const void*>(type.node().get()), count);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.second;
+  auto plan = make_plan(type, count);
+  cache.emplace(key, std::make_pair(type.node(), plan));
+  return plan;
+}
+
+enum class Op { pack, unpack, accumulate_f32, accumulate_f64 };
+
+template <int W>
+struct WordOf;
+template <>
+struct WordOf<16> {
+  using type = uint4;
+};
+template <>
+struct WordOf<8> {
+  using type = uint2;
+};
+template <>
+struct WordOf<4> {
+  using type = unsigned;
+};
+template <>
+struct WordOf<2> {
+  using type = unsigned short;
+};
+template <>
+struct WordOf<1> {
+  using type = unsigned char;
+};
+
+template <class T, int W>
+__device__ __forceinline__ void add_word(char* dst, const char* src) {
+#pragma unroll
+  for (int i = 0; i < W / static_cast<int>(sizeof(T)); ++i) {
+    reinterpret_cast<T*>(dst)[i] += reinterpret_cast<const T*>(src)[i];
+  }
+}
+
+template <int W, Op OP, class I>
+__device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const char* src,
+                                          char* dst) {
+  using Word = typename WordOf<W>::type;
+  const I wpr = static_cast<I>(d.words_per_run);
+  const I run = local / wpr;
+  const I w = local - run * wpr;
+  std::int64_t mem;
+  if (d.index != nullptr) {
+    mem = __ldg(d.index + run);
+  } else {
+    mem = d.offset;
+    I rest = run;
+    for (int k = 0; k < d.ndims; ++k) {
+      const I c = static_cast<I>(d.count[k]);
+      const I q = rest / c;
+      mem += static_cast<std::int64_t>(rest - q * c) * d.stride[k];
+      rest = q;
+    }
+  }
+  mem += static_cast<std::int64_t>(w) * W;
+  const std::int64_t packed = d.packed_offset + static_cast<std::int64_t>(run) * d.block_bytes +
+                              static_cast<std::int64_t>(w) * W;
+  if constexpr (OP == Op::pack) {
+    *reinterpret_cast<Word*>(dst + packed) = *reinterpret_cast<const Word*>(src + mem);
+  } else if constexpr (OP == Op::unpack) {
+    *reinterpret_cast<Word*>(dst + mem) = *reinterpret_cast<const Word*>(src + packed);
+  } else if constexpr (OP == Op::accumulate_f32) {
+    add_word<float, W>(dst + mem, src + packed);
+  } else {
+    add_word<double, W>(dst + mem, src + packed);
+  }
+}
+
+// One strided or index piece, its descriptor in the kernel's parameters.
+template <int W, Op OP, class I>
+__global__ void __launch_bounds__(256)
+    single_piece_kernel(DeviceDesc d, I words, const char* src, char* dst) {
+  for (I g = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < words;
+       g += static_cast<I>(gridDim.x) * blockDim.x) {
+    move_word<W, OP, I>(d, g, src, dst);
+  }
+}
+
+// Many pieces: each thread finds its piece by binary search over first_word.
+template <int W, Op OP, class I>
+__global__ void __launch_bounds__(256)
+    multi_piece_kernel(const DeviceDesc* descs, int n, I words, const char* src, char* dst) {
+  for (I g = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < words;
+       g += static_cast<I>(gridDim.x) * blockDim.x) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (descs[mid].first_word <= static_cast<std::int64_t>(g))
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const DeviceDesc& d = descs[lo];
+    move_word<W, OP, I>(d, g - static_cast<I>(d.first_word), src, dst);
+  }
+}
+
+int grid_for(std::int64_t words) {
+  static int max_blocks = [] {
+    int device = 0, sms = 0, per_sm = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device);
+    return std::max(1, sms * per_sm / 256);
+  }();
+  return static_cast<int>(std::min<std::int64_t>((words + 255) / 256, max_blocks * 4));
+}
+
+template <int W, Op OP, class I>
+void launch(Plan& plan, const char* src, char* dst, cudaStream_t stream) {
+  std::vector<DeviceDesc> descs = plan.host_descs;
+  std::int64_t first = 0;
+  for (auto& d : descs) {
+    d.words_per_run = d.block_bytes / W;
+    d.first_word = first;
+    std::int64_t runs = 1;
+    for (int k = 0; k < d.ndims; ++k) runs *= d.count[k];
+    first += runs * d.words_per_run;
+  }
+  const std::int64_t words = first;
+  if (words == 0) return;
+  const int grid = grid_for(words);
+  if (descs.size() == 1) {
+    single_piece_kernel<W, OP, I>
+        <<<grid, 256, 0, stream>>>(descs[0], static_cast<I>(words), src, dst);
+  } else {
+    const DeviceDesc* table = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(plan.mutex);
+      auto& slot = plan.device_descs[W];
+      if (!slot) slot = device_copy(descs.data(), descs.size() * sizeof(DeviceDesc));
+      table = static_cast<const DeviceDesc*>(slot.get());
+    }
+    multi_piece_kernel<W, OP, I><<<grid, 256, 0, stream>>>(table, static_cast<int>(descs.size()),
+                                                           static_cast<I>(words), src, dst);
+  }
+  HALOX_CUDA_CHECK(cudaGetLastError());
+}
+
+template <Op OP>
+void dispatch(Plan& plan, const char* src, char* dst, int word, cudaStream_t stream) {
+  const bool small = plan.fits_32bit;
+  switch (word) {
+    case 16:
+      small ? launch<16, OP, unsigned>(plan, src, dst, stream)
+            : launch<16, OP, std::int64_t>(plan, src, dst, stream);
+      break;
+    case 8:
+      small ? launch<8, OP, unsigned>(plan, src, dst, stream)
+            : launch<8, OP, std::int64_t>(plan, src, dst, stream);
+      break;
+    case 4:
+      small ? launch<4, OP, unsigned>(plan, src, dst, stream)
+            : launch<4, OP, std::int64_t>(plan, src, dst, stream);
+      break;
+    case 2:
+      small ? launch<2, OP, unsigned>(plan, src, dst, stream)
+            : launch<2, OP, std::int64_t>(plan, src, dst, stream);
+      break;
+    default:
+      small ? launch<1, OP, unsigned>(plan, src, dst, stream)
+            : launch<1, OP, std::int64_t>(plan, src, dst, stream);
+      break;
+  }
+}
+
+int word_size(const Plan& plan, const void* a, const void* b, int min_word) {
+  std::int64_t align = plan.structural_align;
+  align = gcd_align(align, static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(a) & 15));
+  align = gcd_align(align, static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(b) & 15));
+  int word = 16;
+  while (word > 1 && align % word != 0) word /= 2;
+  return word >= min_word ? word : 0;
+}
+
+void run(Op op, const void* in, void* out, std::int64_t count, const Datatype& type,
+         cudaStream_t stream, const char* where) {
+  if (count < 0) {
+    throw DatatypeError(std::string("halox::") + where + ": count = " + std::to_string(count) +
+                        " must be >= 0");
+  }
+  type.canonical();  // throws when not committed
+  if (op != Op::pack && type.overlaps(count)) {
+    throw DatatypeError(std::string("halox::") + where + ": the " + type.combiner_name() +
+                        " type addresses some bytes twice; unpacking into it is undefined");
+  }
+  int element = 1;
+  if (op == Op::accumulate_f32 || op == Op::accumulate_f64) {
+    element = op == Op::accumulate_f32 ? 4 : 8;
+  }
+  Plan& plan = *plan_for(type, count);
+  if (plan.bytes == 0) return;
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  if (plan.contiguous && (op == Op::pack || op == Op::unpack)) {
+    const std::int64_t off = plan.contiguous_offset;
+    HALOX_CUDA_CHECK(
+        cudaMemcpyAsync(op == Op::pack ? dst : dst + off, op == Op::pack ? src + off : src,
+                        static_cast<std::size_t>(plan.bytes), cudaMemcpyDefault, stream));
+    return;
+  }
+  const int word = word_size(plan, in, out, element);
+  if (word == 0) {
+    throw DatatypeError(std::string("halox::") + where + ": the elements are not aligned to " +
+                        std::to_string(element) + " bytes");
+  }
+  switch (op) {
+    case Op::pack: dispatch<Op::pack>(plan, src, dst, word, stream); break;
+    case Op::unpack: dispatch<Op::unpack>(plan, src, dst, word, stream); break;
+    case Op::accumulate_f32: dispatch<Op::accumulate_f32>(plan, src, dst, word, stream); break;
+    case Op::accumulate_f64: dispatch<Op::accumulate_f64>(plan, src, dst, word, stream); break;
+  }
+}
+
+}  // namespace
+
+void pack_async(const void* in, std::int64_t count, const Datatype& type, void* out,
+                GpuStream stream) {
+  run(Op::pack, in, out, count, type, stream, "pack_async");
+}
+
+void unpack_async(const void* in, void* out, std::int64_t count, const Datatype& type,
+                  GpuStream stream) {
+  run(Op::unpack, in, out, count, type, stream, "unpack_async");
+}
+
+void unpack_accumulate_async(const void* in, void* out, std::int64_t count, const Datatype& type,
+                             GpuStream stream) {
+  BasicKind kind{};
+  if (!type.homogeneous(&kind) || (kind != BasicKind::float32 && kind != BasicKind::float64)) {
+    throw DatatypeError("halox::unpack_accumulate_async: the " + type.combiner_name() +
+                        " type must hold only MPI_FLOAT or only MPI_DOUBLE elements");
+  }
+  run(kind == BasicKind::float32 ? Op::accumulate_f32 : Op::accumulate_f64, in, out, count, type,
+      stream, "unpack_accumulate_async");
+}
+
+GpuPackShape gpu_pack_shape(const void* in, std::int64_t count, const Datatype& type,
+                            const void* out) {
+  Plan& plan = *plan_for(type, count);
+  GpuPackShape shape;
+  shape.memcpy_path = plan.contiguous;
+  shape.pieces = static_cast<int>(plan.host_descs.size());
+  shape.word_bytes = word_size(plan, in, out, 1);
+  shape.words = shape.word_bytes ? plan.bytes / shape.word_bytes : 0;
+  return shape;
+}
+
+}  // namespace halox

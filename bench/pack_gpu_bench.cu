@@ -1,0 +1,301 @@
+// halox-bench pack --device gpu: halox's GPU pack against the floor of each shape (one empty
+// kernel + bytes / copy ceiling, both measured in this run) and against what a user would
+// otherwise write (cudaMemcpy2DAsync, a naive one-thread-per-element kernel).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <random>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "halox/pack.hpp"
+#include "halox/pack_gpu.hpp"
+#include "pack_cases.hpp"
+#include "pack_gpu_bench.hpp"
+#include "report.hpp"
+
+namespace halox::bench {
+
+namespace {
+
+void check(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
+}
+#define CK(call) check((call), #call)
+
+__global__ void empty_kernel() {}
+
+__global__ void copy_kernel(const float4* __restrict__ in, float4* __restrict__ out, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    out[i] = in[i];
+  }
+}
+
+// What a user would write for a face: one thread per element, (z, y, x) from the index.
+template <class T>
+__global__ void naive_face_kernel(const T* __restrict__ a, T* __restrict__ out, long nz, long ny,
+                                  long nx, long z0, long y0, long x0, long sz, long sy, long sx) {
+  const long total = sz * sy * sx;
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total; i += long(gridDim.x) * blockDim.x) {
+    const long x = i % sx, y = (i / sx) % sy, z = i / (sx * sy);
+    out[i] = a[((z0 + z) * ny + (y0 + y)) * nx + (x0 + x)];
+  }
+  (void)nz;
+}
+
+// A gather by an index map (the naive kernel for index shapes).
+__global__ void naive_gather_kernel(const float* __restrict__ a, const long* __restrict__ idx,
+                                    float* __restrict__ out, long n) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x) {
+    const long j = idx[i];
+    out[3 * i] = a[3 * j];
+    out[3 * i + 1] = a[3 * j + 1];
+    out[3 * i + 2] = a[3 * j + 2];
+  }
+}
+
+struct Shape {
+  std::string name, family, kind;  // kind: face / d3q19 / gather
+  Datatype type;
+  std::int64_t array_bytes = 0;
+  // face geometry (for the naive kernel and cudaMemcpy2D)
+  long dims[3] = {0, 0, 0}, start[3] = {0, 0, 0}, sub[3] = {0, 0, 0};
+  int elem = 4;
+  std::vector<long> gather_index;  // gather: element indices
+};
+
+Shape face(const std::string& family, long nz, long ny, long nx, int axis, long w, int elem) {
+  Shape s;
+  s.family = family;
+  s.kind = "face";
+  s.elem = elem;
+  s.dims[0] = nz; s.dims[1] = ny; s.dims[2] = nx;
+  for (int d = 0; d < 3; ++d) { s.sub[d] = s.dims[d]; s.start[d] = 0; }
+  const int c = 2 - axis;
+  s.sub[c] = w;
+  s.start[c] = w;
+  const Datatype e = elem == 4 ? Datatype::of<float>() : Datatype::of<double>();
+  const std::vector<std::int64_t> sizes{nz, ny, nx}, sub{s.sub[0], s.sub[1], s.sub[2]},
+      start{s.start[0], s.start[1], s.start[2]};
+  s.type = Datatype::subarray(sizes, sub, start, Order::c, e).commit();
+  s.array_bytes = nz * ny * nx * elem;
+  const char* axes = "xyz";
+  s.name = std::string(1, axes[axis]) + "-face w" + std::to_string(w) + " " + std::to_string(nz) +
+           "x" + std::to_string(ny) + "x" + std::to_string(nx) + " " + (elem == 4 ? "float" : "double");
+  return s;
+}
+
+Shape d3q19(const std::string& family, long nz, long ny, long nx) {
+  Shape s;
+  s.family = family;
+  s.kind = "d3q19";
+  const Datatype e = Datatype::of<float>();
+  const std::vector<std::int64_t> sizes{nz, ny, nx}, sub{nz, ny, 1}, start{0, 0, 1};
+  const Datatype f = Datatype::subarray(sizes, sub, start, Order::c, e).commit();
+  std::vector<std::int64_t> lengths(5, 1), disps;
+  for (std::int64_t q : {1, 7, 9, 11, 13}) disps.push_back(q * nz * ny * nx * 4);
+  s.type = Datatype::hindexed(lengths, disps, f).commit();
+  s.array_bytes = 19 * nz * ny * nx * 4;
+  s.name = "d3q19 5-of-19 x-face " + std::to_string(nz) + "x" + std::to_string(ny) + "x" + std::to_string(nx) + " float";
+  return s;
+}
+
+Shape gather(const std::string& family, long entries, bool sorted) {
+  Shape s;
+  s.family = family;
+  s.kind = "gather";
+  const Datatype float3 = Datatype::contiguous(3, Datatype::of<float>()).commit();
+  const long array = entries * 4;
+  std::mt19937_64 rng(1234 + entries);
+  std::vector<long> idx(static_cast<std::size_t>(array));
+  std::iota(idx.begin(), idx.end(), 0L);
+  std::shuffle(idx.begin(), idx.end(), rng);
+  idx.resize(static_cast<std::size_t>(entries));
+  if (sorted) std::sort(idx.begin(), idx.end());
+  std::vector<std::int64_t> disps(idx.begin(), idx.end());
+  for (auto& d : disps) d *= 12;
+  s.type = Datatype::hindexed_block(1, disps, float3).commit();
+  s.gather_index = std::move(idx);
+  s.array_bytes = array * 12;
+  s.name = "gather float3 " + std::to_string(entries) + (sorted ? " sorted" : " random");
+  return s;
+}
+
+std::vector<Shape> shapes(bool quick) {
+  std::vector<Shape> v;
+  const std::vector<long> edges = quick ? std::vector<long>{256} : std::vector<long>{256, 512};
+  for (long n : edges)
+    for (int elem : {4, 8})
+      for (int axis = 0; axis < 3; ++axis)
+        for (long w : {1L, 2L}) v.push_back(face("halo", n, n, n, axis, w, elem));
+  v.push_back(d3q19("halo", 256, 256, 256));
+  for (long entries : {65536L, 1048576L})
+    for (bool sorted : {true, false}) v.push_back(gather("halo", entries, sorted));
+  if (quick) return v;
+  // Bandwidth-sized: the same kinds scaled until at least 256 MB move per pack.
+  v.push_back(face("bandwidth", 8192, 8192, 8, 0, 1, 4));
+  v.push_back(face("bandwidth", 8192, 4096, 8, 0, 2, 4));
+  v.push_back(face("bandwidth", 16384, 8, 4096, 1, 1, 4));
+  v.push_back(face("bandwidth", 4, 8192, 8192, 2, 1, 4));
+  v.push_back(d3q19("bandwidth", 4096, 4096, 4));
+  v.push_back(gather("bandwidth", 22369622, true));
+  v.push_back(gather("bandwidth", 22369622, false));
+  return v;
+}
+
+template <class F>
+double median_event_us(int reps, cudaStream_t stream, F&& f) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  f();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    CK(cudaEventRecord(a, stream));
+    f();
+    CK(cudaEventRecord(b, stream));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1e3);
+  }
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return median(t);
+}
+
+}  // namespace
+
+int pack_gpu(int reps, bool quick, const std::string& json) {
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  cudaStream_t stream;
+  CK(cudaStreamCreate(&stream));
+  const int halo_reps = quick ? 5 : std::max(reps, 51);
+  const int bw_reps = quick ? 3 : std::max(reps / 2, 11);
+
+  // Ceilings, measured now: an empty kernel, and a float4 copy kernel on 1 GiB.
+  const double t_empty = median_event_us(halo_reps, stream, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
+  const std::size_t copy_bytes = quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
+  void *ca = nullptr, *cb = nullptr;
+  CK(cudaMalloc(&ca, copy_bytes));
+  CK(cudaMalloc(&cb, copy_bytes));
+  CK(cudaMemset(ca, 1, copy_bytes));
+  const double t_copy = median_event_us(bw_reps, stream, [&] {
+    copy_kernel<<<prop.multiProcessorCount * 8, 256, 0, stream>>>(static_cast<const float4*>(ca),
+                                                                   static_cast<float4*>(cb), copy_bytes / 16);
+  });
+  const double t_memcpy = median_event_us(bw_reps, stream, [&] {
+    cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice, stream);
+  });
+  CK(cudaFree(ca));
+  CK(cudaFree(cb));
+  const double ceiling = 2.0 * copy_bytes / (t_copy * 1e-6) / 1e9;  // GB/s, read + write
+  const double memcpy_gbs = 2.0 * copy_bytes / (t_memcpy * 1e-6) / 1e9;
+
+  std::printf("halox-bench pack --device gpu: %s, %d SMs, driver %d, runtime %d, %s\n", prop.name,
+              prop.multiProcessorCount, driver, runtime, today().c_str());
+  std::printf("ceilings measured now: empty kernel %.2f us; copy kernel %.0f GB/s; cudaMemcpy D2D %.0f GB/s (read+write, %zu MiB)\n",
+              t_empty, ceiling, memcpy_gbs, copy_bytes >> 20);
+  std::printf("floor = empty kernel + bytes / copy ceiling; 'x floor' = time / floor (goal <= 1.25 halo-sized)\n\n");
+  std::printf("%-38s %-9s %11s %9s %8s %8s %7s %9s %9s %9s %8s\n", "shape", "family", "bytes", "time us",
+              "GB/s", "floor us", "xfloor", "%ceiling", "sync us", "2D us", "naive us");
+
+  std::vector<Row> rows;
+  for (Shape& s : shapes(quick)) {
+    const std::int64_t bytes = packed_size(s.type, 1);
+    void *src = nullptr, *dst = nullptr;
+    CK(cudaMalloc(&src, static_cast<std::size_t>(s.array_bytes)));
+    CK(cudaMalloc(&dst, static_cast<std::size_t>(bytes)));
+    CK(cudaMemset(src, 0x3C, static_cast<std::size_t>(s.array_bytes)));
+    const int r = s.family == "halo" ? halo_reps : bw_reps;
+    const double t = median_event_us(r, stream, [&] { pack_async(src, 1, s.type, dst, stream); });
+    // Synchronous latency, as MPI_Pack would be used: host clock around pack + synchronize.
+    std::vector<double> sync;
+    for (int k = 0; k < r; ++k) {
+      const auto h0 = std::chrono::steady_clock::now();
+      pack_async(src, 1, s.type, dst, stream);
+      CK(cudaStreamSynchronize(stream));
+      sync.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
+    }
+    const double t_sync = median(sync);
+    double t_2d = -1, t_naive = -1;
+    const CanonicalForm& form = s.type.canonical();
+    if (s.kind == "face" && form.is_single_strided() && form.pieces[0].strided.ndims <= 1) {
+      const StridedBlock& b = form.pieces[0].strided;
+      const std::size_t height = b.ndims == 0 ? 1 : static_cast<std::size_t>(b.count[0]);
+      const std::size_t pitch = b.ndims == 0 ? static_cast<std::size_t>(b.block_bytes) : static_cast<std::size_t>(b.stride[0]);
+      t_2d = median_event_us(r, stream, [&] {
+        cudaMemcpy2DAsync(dst, static_cast<std::size_t>(b.block_bytes), static_cast<char*>(src) + b.offset, pitch,
+                          static_cast<std::size_t>(b.block_bytes), height, cudaMemcpyDeviceToDevice, stream);
+      });
+    }
+    const int grid = prop.multiProcessorCount * 8;
+    if (s.kind == "face") {
+      t_naive = median_event_us(r, stream, [&] {
+        if (s.elem == 4) {
+          naive_face_kernel<float><<<grid, 256, 0, stream>>>(static_cast<const float*>(src), static_cast<float*>(dst), s.dims[0], s.dims[1], s.dims[2], s.start[0], s.start[1], s.start[2], s.sub[0], s.sub[1], s.sub[2]);
+        } else {
+          naive_face_kernel<double><<<grid, 256, 0, stream>>>(static_cast<const double*>(src), static_cast<double*>(dst), s.dims[0], s.dims[1], s.dims[2], s.start[0], s.start[1], s.start[2], s.sub[0], s.sub[1], s.sub[2]);
+        }
+      });
+    } else if (s.kind == "gather") {
+      long* d_idx = nullptr;
+      CK(cudaMalloc(&d_idx, s.gather_index.size() * sizeof(long)));
+      CK(cudaMemcpy(d_idx, s.gather_index.data(), s.gather_index.size() * sizeof(long), cudaMemcpyHostToDevice));
+      t_naive = median_event_us(r, stream, [&] {
+        naive_gather_kernel<<<grid, 256, 0, stream>>>(static_cast<const float*>(src), d_idx, static_cast<float*>(dst),
+                                                      static_cast<long>(s.gather_index.size()));
+      });
+      CK(cudaFree(d_idx));
+    }
+    CK(cudaGetLastError());
+    const double gbs = 2.0 * bytes / (t * 1e-6) / 1e9;
+    const double floor_us = t_empty + 2.0 * bytes / (ceiling * 1e9) * 1e6;
+    const GpuPackShape shape = gpu_pack_shape(src, 1, s.type, dst);
+    std::printf("%-38s %-9s %11lld %9.2f %8.0f %8.2f %7.2f %8.1f%% %9.2f %9.2f %9.2f\n", s.name.c_str(),
+                s.family.c_str(), static_cast<long long>(bytes), t, gbs, floor_us, t / floor_us,
+                100.0 * gbs / ceiling, t_sync, t_2d, t_naive);
+    std::fflush(stdout);
+    rows.push_back(Row()
+                       .set("shape", s.name)
+                       .set("family", s.family)
+                       .set("kind", s.kind)
+                       .set("canonical", form.describe().substr(0, 200))
+                       .set("bytes", static_cast<double>(bytes))
+                       .set("time_us", t)
+                       .set("gbps", gbs)
+                       .set("floor_us", floor_us)
+                       .set("x_floor", t / floor_us)
+                       .set("fraction_of_copy_ceiling", gbs / ceiling)
+                       .set("sync_latency_us", t_sync)
+                       .set("memcpy2d_us", t_2d)
+                       .set("naive_us", t_naive)
+                       .set("word_bytes", shape.word_bytes)
+                       .set("pieces", shape.pieces));
+    CK(cudaFree(src));
+    CK(cudaFree(dst));
+  }
+  if (!json.empty()) {
+    write_json(json, "pack --device gpu",
+               {{"gpu", prop.name}, {"host", host_name()}, {"driver", std::to_string(driver)},
+                {"runtime", std::to_string(runtime)},
+                {"empty_kernel_us", std::to_string(t_empty)},
+                {"copy_ceiling_gbps", std::to_string(ceiling)},
+                {"memcpy_d2d_gbps", std::to_string(memcpy_gbs)}},
+               rows);
+    std::printf("\nwrote %s\n", json.c_str());
+  }
+  CK(cudaStreamDestroy(stream));
+  return 0;
+}
+
+}  // namespace halox::bench

@@ -1,0 +1,44 @@
+// halox: pack and unpack of GPU memory by CUDA kernels driven by the canonical form
+// (available when halox is built with HALOX_ENABLE_CUDA). Host-only header.
+//
+// All functions are asynchronous on `stream` and never synchronise the host. The device
+// copy of a type's canonical form and its launch shape are computed on first use of a
+// (type, count) pair and cached. `out` of pack_async may be any device-accessible pointer,
+// including a peer GPU's buffer (direct stores) or mapped pinned host memory.
+#pragma once
+
+#include <cstdint>
+
+#include "halox/datatype.hpp"
+
+struct CUstream_st;
+
+namespace halox {
+
+/// The CUDA stream type, without including CUDA headers (same as cudaStream_t).
+using GpuStream = CUstream_st*;
+
+/// Packs `count` instances of `type` at `in` (device memory) into `out`.
+void pack_async(const void* in, std::int64_t count, const Datatype& type, void* out,
+                GpuStream stream);
+
+/// Scatters packed bytes from `in` into `out` (device memory). Throws DatatypeError when
+/// the type writes some byte twice.
+void unpack_async(const void* in, void* out, std::int64_t count, const Datatype& type,
+                  GpuStream stream);
+
+/// Like unpack_async but adds into `out` (homogeneous float32 or float64 types only).
+void unpack_accumulate_async(const void* in, void* out, std::int64_t count, const Datatype& type,
+                             GpuStream stream);
+
+/// Launch shape halox chose for a (type, count) pair, for benchmarks and diagnostics.
+struct GpuPackShape {
+  int word_bytes = 0;        ///< bytes each thread moves per access (16, 8, 4, 2 or 1)
+  std::int64_t words = 0;    ///< total words
+  int pieces = 0;            ///< canonical pieces (1: the single-descriptor fast path)
+  bool memcpy_path = false;  ///< contiguous: a cudaMemcpyAsync
+};
+GpuPackShape gpu_pack_shape(const void* in, std::int64_t count, const Datatype& type,
+                            const void* out);
+
+}  // namespace halox

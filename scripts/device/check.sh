@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU-machine suite, in one run: configure and build halox with the CUDA, NCCL and
+# NVSHMEM found there, run the gpu-labelled tests, compute-sanitizer, and the GPU benchmarks;
+# logs and JSON go to OUTDIR. Needs .deps/googletest (carried; see docs/gpu-workflow.md).
+#   scripts/device/check.sh OUTDIR [--quick]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:?usage: check.sh OUTDIR [--quick]}
+quick=${2:-}
+mkdir -p "$out"
+export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0   # never NVLink multicast on this machine
+log() { echo "== $*" | tee -a "$out/summary.txt"; }
+
+log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader), $(date -u +%F), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+[ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
+cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
+  -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$out/configure.log"; exit 1; }
+grep "halox:" "$out/configure.log" | tee -a "$out/summary.txt"
+cmake --build build/gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { log "build FAILED"; tail -40 "$out/build.log"; exit 1; }
+log "build ok"
+
+log "gpu tests"
+(cd build/gpu && ctest -L gpu --output-on-failure) > "$out/gpu-tests.log" 2>&1
+rc=$?; tail -5 "$out/gpu-tests.log" | tee -a "$out/summary.txt"; grep -h "seed\|GPU:" "$out/gpu-tests.log" | tee -a "$out/summary.txt"
+[ $rc -eq 0 ] && log "gpu tests PASSED" || log "gpu tests FAILED"
+
+for tool in memcheck racecheck; do
+  HALOX_GPU_PROPERTY_COUNT=200 compute-sanitizer --tool $tool --error-exitcode 9 \
+    build/gpu/tests/gpu/test_pack_gpu > "$out/sanitizer-$tool.log" 2>&1
+  log "compute-sanitizer $tool: rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0 hazards' "$out/sanitizer-$tool.log") clean summaries) $(grep 'SUMMARY' "$out/sanitizer-$tool.log" | tail -1)"
+done
+
+log "benchmark: halox-bench pack --device gpu $quick"
+build/gpu/bench/halox-bench pack --device gpu $quick --json "$out/pack-gpu.json" 2>&1 | tee "$out/pack-gpu.txt"
+log "done"
