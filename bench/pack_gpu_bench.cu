@@ -23,13 +23,15 @@ namespace halox::bench {
 namespace {
 
 void check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
+  if (rc != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
 }
 #define CK(call) check((call), #call)
 
 __global__ void empty_kernel() {}
 
-__global__ void copy_kernel(const float4* __restrict__ in, float4* __restrict__ out, std::size_t n) {
+__global__ void copy_kernel(const float4* __restrict__ in, float4* __restrict__ out,
+                            std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
     out[i] = in[i];
@@ -41,7 +43,8 @@ template <class T>
 __global__ void naive_face_kernel(const T* __restrict__ a, T* __restrict__ out, long nz, long ny,
                                   long nx, long z0, long y0, long x0, long sz, long sy, long sx) {
   const long total = sz * sy * sx;
-  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total; i += long(gridDim.x) * blockDim.x) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total;
+       i += long(gridDim.x) * blockDim.x) {
     const long x = i % sx, y = (i / sx) % sy, z = i / (sx * sy);
     out[i] = a[((z0 + z) * ny + (y0 + y)) * nx + (x0 + x)];
   }
@@ -51,7 +54,8 @@ __global__ void naive_face_kernel(const T* __restrict__ a, T* __restrict__ out, 
 // A gather by an index map (the naive kernel for index shapes).
 __global__ void naive_gather_kernel(const float* __restrict__ a, const long* __restrict__ idx,
                                     float* __restrict__ out, long n) {
-  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
+       i += long(gridDim.x) * blockDim.x) {
     const long j = idx[i];
     out[3 * i] = a[3 * j];
     out[3 * i + 1] = a[3 * j + 1];
@@ -74,8 +78,13 @@ Shape face(const std::string& family, long nz, long ny, long nx, int axis, long 
   s.family = family;
   s.kind = "face";
   s.elem = elem;
-  s.dims[0] = nz; s.dims[1] = ny; s.dims[2] = nx;
-  for (int d = 0; d < 3; ++d) { s.sub[d] = s.dims[d]; s.start[d] = 0; }
+  s.dims[0] = nz;
+  s.dims[1] = ny;
+  s.dims[2] = nx;
+  for (int d = 0; d < 3; ++d) {
+    s.sub[d] = s.dims[d];
+    s.start[d] = 0;
+  }
   const int c = 2 - axis;
   s.sub[c] = w;
   s.start[c] = w;
@@ -86,7 +95,8 @@ Shape face(const std::string& family, long nz, long ny, long nx, int axis, long 
   s.array_bytes = nz * ny * nx * elem;
   const char* axes = "xyz";
   s.name = std::string(1, axes[axis]) + "-face w" + std::to_string(w) + " " + std::to_string(nz) +
-           "x" + std::to_string(ny) + "x" + std::to_string(nx) + " " + (elem == 4 ? "float" : "double");
+           "x" + std::to_string(ny) + "x" + std::to_string(nx) + " " +
+           (elem == 4 ? "float" : "double");
   return s;
 }
 
@@ -101,7 +111,8 @@ Shape d3q19(const std::string& family, long nz, long ny, long nx) {
   for (std::int64_t q : {1, 7, 9, 11, 13}) disps.push_back(q * nz * ny * nx * 4);
   s.type = Datatype::hindexed(lengths, disps, f).commit();
   s.array_bytes = 19 * nz * ny * nx * 4;
-  s.name = "d3q19 5-of-19 x-face " + std::to_string(nz) + "x" + std::to_string(ny) + "x" + std::to_string(nx) + " float";
+  s.name = "d3q19 5-of-19 x-face " + std::to_string(nz) + "x" + std::to_string(ny) + "x" +
+           std::to_string(nx) + " float";
   return s;
 }
 
@@ -183,15 +194,16 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
   const int bw_reps = quick ? 3 : std::max(reps / 2, 11);
 
   // Ceilings, measured now: an empty kernel, and a float4 copy kernel on 1 GiB.
-  const double t_empty = median_event_us(halo_reps, stream, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
+  const double t_empty =
+      median_event_us(halo_reps, stream, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
   const std::size_t copy_bytes = quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
   void *ca = nullptr, *cb = nullptr;
   CK(cudaMalloc(&ca, copy_bytes));
   CK(cudaMalloc(&cb, copy_bytes));
   CK(cudaMemset(ca, 1, copy_bytes));
   const double t_copy = median_event_us(bw_reps, stream, [&] {
-    copy_kernel<<<prop.multiProcessorCount * 8, 256, 0, stream>>>(static_cast<const float4*>(ca),
-                                                                   static_cast<float4*>(cb), copy_bytes / 16);
+    copy_kernel<<<prop.multiProcessorCount * 8, 256, 0, stream>>>(
+        static_cast<const float4*>(ca), static_cast<float4*>(cb), copy_bytes / 16);
   });
   const double t_memcpy = median_event_us(bw_reps, stream, [&] {
     cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice, stream);
@@ -203,11 +215,15 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
 
   std::printf("halox-bench pack --device gpu: %s, %d SMs, driver %d, runtime %d, %s\n", prop.name,
               prop.multiProcessorCount, driver, runtime, today().c_str());
-  std::printf("ceilings measured now: empty kernel %.2f us; copy kernel %.0f GB/s; cudaMemcpy D2D %.0f GB/s (read+write, %zu MiB)\n",
-              t_empty, ceiling, memcpy_gbs, copy_bytes >> 20);
-  std::printf("floor = empty kernel + bytes / copy ceiling; 'x floor' = time / floor (goal <= 1.25 halo-sized)\n\n");
-  std::printf("%-38s %-9s %11s %9s %8s %8s %7s %9s %9s %9s %8s\n", "shape", "family", "bytes", "time us",
-              "GB/s", "floor us", "xfloor", "%ceiling", "sync us", "2D us", "naive us");
+  std::printf(
+      "ceilings measured now: empty kernel %.2f us; copy kernel %.0f GB/s; cudaMemcpy D2D %.0f "
+      "GB/s (read+write, %zu MiB)\n",
+      t_empty, ceiling, memcpy_gbs, copy_bytes >> 20);
+  std::printf(
+      "floor = empty kernel + bytes / copy ceiling; 'x floor' = time / floor (goal <= 1.25 "
+      "halo-sized)\n\n");
+  std::printf("%-38s %-9s %11s %9s %8s %8s %7s %9s %9s %9s %8s\n", "shape", "family", "bytes",
+              "time us", "GB/s", "floor us", "xfloor", "%ceiling", "sync us", "2D us", "naive us");
 
   std::vector<Row> rows;
   for (Shape& s : shapes(quick)) {
@@ -224,7 +240,8 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
       const auto h0 = std::chrono::steady_clock::now();
       pack_async(src, 1, s.type, dst, stream);
       CK(cudaStreamSynchronize(stream));
-      sync.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
+      sync.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
     }
     const double t_sync = median(sync);
     double t_2d = -1, t_naive = -1;
@@ -232,27 +249,35 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
     if (s.kind == "face" && form.is_single_strided() && form.pieces[0].strided.ndims <= 1) {
       const StridedBlock& b = form.pieces[0].strided;
       const std::size_t height = b.ndims == 0 ? 1 : static_cast<std::size_t>(b.count[0]);
-      const std::size_t pitch = b.ndims == 0 ? static_cast<std::size_t>(b.block_bytes) : static_cast<std::size_t>(b.stride[0]);
+      const std::size_t pitch = b.ndims == 0 ? static_cast<std::size_t>(b.block_bytes)
+                                             : static_cast<std::size_t>(b.stride[0]);
       t_2d = median_event_us(r, stream, [&] {
-        cudaMemcpy2DAsync(dst, static_cast<std::size_t>(b.block_bytes), static_cast<char*>(src) + b.offset, pitch,
-                          static_cast<std::size_t>(b.block_bytes), height, cudaMemcpyDeviceToDevice, stream);
+        cudaMemcpy2DAsync(
+            dst, static_cast<std::size_t>(b.block_bytes), static_cast<char*>(src) + b.offset, pitch,
+            static_cast<std::size_t>(b.block_bytes), height, cudaMemcpyDeviceToDevice, stream);
       });
     }
     const int grid = prop.multiProcessorCount * 8;
     if (s.kind == "face") {
       t_naive = median_event_us(r, stream, [&] {
         if (s.elem == 4) {
-          naive_face_kernel<float><<<grid, 256, 0, stream>>>(static_cast<const float*>(src), static_cast<float*>(dst), s.dims[0], s.dims[1], s.dims[2], s.start[0], s.start[1], s.start[2], s.sub[0], s.sub[1], s.sub[2]);
+          naive_face_kernel<float><<<grid, 256, 0, stream>>>(
+              static_cast<const float*>(src), static_cast<float*>(dst), s.dims[0], s.dims[1],
+              s.dims[2], s.start[0], s.start[1], s.start[2], s.sub[0], s.sub[1], s.sub[2]);
         } else {
-          naive_face_kernel<double><<<grid, 256, 0, stream>>>(static_cast<const double*>(src), static_cast<double*>(dst), s.dims[0], s.dims[1], s.dims[2], s.start[0], s.start[1], s.start[2], s.sub[0], s.sub[1], s.sub[2]);
+          naive_face_kernel<double><<<grid, 256, 0, stream>>>(
+              static_cast<const double*>(src), static_cast<double*>(dst), s.dims[0], s.dims[1],
+              s.dims[2], s.start[0], s.start[1], s.start[2], s.sub[0], s.sub[1], s.sub[2]);
         }
       });
     } else if (s.kind == "gather") {
       long* d_idx = nullptr;
       CK(cudaMalloc(&d_idx, s.gather_index.size() * sizeof(long)));
-      CK(cudaMemcpy(d_idx, s.gather_index.data(), s.gather_index.size() * sizeof(long), cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(d_idx, s.gather_index.data(), s.gather_index.size() * sizeof(long),
+                    cudaMemcpyHostToDevice));
       t_naive = median_event_us(r, stream, [&] {
-        naive_gather_kernel<<<grid, 256, 0, stream>>>(static_cast<const float*>(src), d_idx, static_cast<float*>(dst),
+        naive_gather_kernel<<<grid, 256, 0, stream>>>(static_cast<const float*>(src), d_idx,
+                                                      static_cast<float*>(dst),
                                                       static_cast<long>(s.gather_index.size()));
       });
       CK(cudaFree(d_idx));
@@ -261,9 +286,9 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
     const double gbs = 2.0 * bytes / (t * 1e-6) / 1e9;
     const double floor_us = t_empty + 2.0 * bytes / (ceiling * 1e9) * 1e6;
     const GpuPackShape shape = gpu_pack_shape(src, 1, s.type, dst);
-    std::printf("%-38s %-9s %11lld %9.2f %8.0f %8.2f %7.2f %8.1f%% %9.2f %9.2f %9.2f\n", s.name.c_str(),
-                s.family.c_str(), static_cast<long long>(bytes), t, gbs, floor_us, t / floor_us,
-                100.0 * gbs / ceiling, t_sync, t_2d, t_naive);
+    std::printf("%-38s %-9s %11lld %9.2f %8.0f %8.2f %7.2f %8.1f%% %9.2f %9.2f %9.2f\n",
+                s.name.c_str(), s.family.c_str(), static_cast<long long>(bytes), t, gbs, floor_us,
+                t / floor_us, 100.0 * gbs / ceiling, t_sync, t_2d, t_naive);
     std::fflush(stdout);
     rows.push_back(Row()
                        .set("shape", s.name)
@@ -286,7 +311,9 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
   }
   if (!json.empty()) {
     write_json(json, "pack --device gpu",
-               {{"gpu", prop.name}, {"host", host_name()}, {"driver", std::to_string(driver)},
+               {{"gpu", prop.name},
+                {"host", host_name()},
+                {"driver", std::to_string(driver)},
                 {"runtime", std::to_string(runtime)},
                 {"empty_kernel_us", std::to_string(t_empty)},
                 {"copy_ceiling_gbps", std::to_string(ceiling)},

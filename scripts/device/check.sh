@@ -11,7 +11,8 @@ mkdir -p "$out"
 export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0   # never NVLink multicast on this machine
 log() { echo "== $*" | tee -a "$out/summary.txt"; }
 
-log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader), $(date -u +%F), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+commit=${HALOX_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader), $(date -u +%F), commit $commit"
 nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null || true)
 [ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
@@ -21,8 +22,8 @@ cmake --build build/gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { log "build FA
 log "build ok"
 
 log "gpu tests"
-(cd build/gpu && ctest -L gpu --output-on-failure) > "$out/gpu-tests.log" 2>&1
-rc=$?; tail -5 "$out/gpu-tests.log" | tee -a "$out/summary.txt"; grep -h "seed\|GPU:" "$out/gpu-tests.log" | tee -a "$out/summary.txt"
+(cd build/gpu && ctest -L gpu --output-on-failure -V) > "$out/gpu-tests.log" 2>&1
+rc=$?; grep -h "seed\|GPU:\|tests passed\|FAILED" "$out/gpu-tests.log" | tee -a "$out/summary.txt"
 [ $rc -eq 0 ] && log "gpu tests PASSED" || log "gpu tests FAILED"
 
 for tool in memcheck racecheck; do

@@ -42,7 +42,35 @@ struct DeviceDesc {
   int ndims = 0;
   std::int64_t count[kMaxStridedDims] = {};
   std::int64_t stride[kMaxStridedDims] = {};
+  // Division by the run length ([0]) and the counts ([1..]) as multiply-high and shift
+  // (for 32-bit index math): a hardware divide would cost more than the word it moves.
+  unsigned div_mul[kMaxStridedDims + 1] = {};
+  unsigned div_shr[kMaxStridedDims + 1] = {};
 };
+
+// Magic numbers for n / d with n < 2^31 (Granlund-Montgomery, as CUTLASS's FastDivmod).
+void fast_divisor(std::int64_t d, unsigned& mul, unsigned& shr) {
+  if (d <= 1) {
+    mul = 0;
+    shr = 0;
+    return;
+  }
+  unsigned log2 = 0;
+  while ((std::int64_t{1} << log2) < d) ++log2;  // ceil(log2(d))
+  const unsigned p = 31 + log2;
+  mul = static_cast<unsigned>(((std::uint64_t{1} << p) + static_cast<std::uint64_t>(d) - 1) /
+                              static_cast<std::uint64_t>(d));
+  shr = p - 32;
+}
+
+template <class I>
+__device__ __forceinline__ I divide(I n, std::int64_t d, unsigned mul, unsigned shr) {
+  if constexpr (sizeof(I) == 4) {
+    return d == 1 ? n : (__umulhi(n, mul) >> shr);
+  } else {
+    return n / static_cast<I>(d);
+  }
+}
 
 // Everything about a (type, count) pair that does not depend on the pointers.
 struct Plan {
@@ -164,7 +192,7 @@ __device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const ch
                                           char* dst) {
   using Word = typename WordOf<W>::type;
   const I wpr = static_cast<I>(d.words_per_run);
-  const I run = local / wpr;
+  const I run = divide<I>(local, d.words_per_run, d.div_mul[0], d.div_shr[0]);
   const I w = local - run * wpr;
   std::int64_t mem;
   if (d.index != nullptr) {
@@ -174,7 +202,7 @@ __device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const ch
     I rest = run;
     for (int k = 0; k < d.ndims; ++k) {
       const I c = static_cast<I>(d.count[k]);
-      const I q = rest / c;
+      const I q = divide<I>(rest, d.count[k], d.div_mul[k + 1], d.div_shr[k + 1]);
       mem += static_cast<std::int64_t>(rest - q * c) * d.stride[k];
       rest = q;
     }
@@ -240,6 +268,8 @@ void launch(Plan& plan, const char* src, char* dst, cudaStream_t stream) {
   for (auto& d : descs) {
     d.words_per_run = d.block_bytes / W;
     d.first_word = first;
+    fast_divisor(d.words_per_run, d.div_mul[0], d.div_shr[0]);
+    for (int k = 0; k < d.ndims; ++k) fast_divisor(d.count[k], d.div_mul[k + 1], d.div_shr[k + 1]);
     std::int64_t runs = 1;
     for (int k = 0; k < d.ndims; ++k) runs *= d.count[k];
     first += runs * d.words_per_run;

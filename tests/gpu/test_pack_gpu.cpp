@@ -62,8 +62,10 @@ TEST(GpuPack, RandomTypesMatchCpuByteForByte) {
     CUDA_OK(cudaStreamSynchronize(stream));
     CUDA_OK(cudaMemcpy(got.data(), d_out.get(), got.size(), cudaMemcpyDeviceToHost));
     ASSERT_EQ(std::memcmp(got.data(), expected.data(), expected.size()), 0)
-        << what << "\n" << t.canonical().describe();
-    for (std::size_t k = expected.size(); k < got.size(); ++k) ASSERT_EQ(got[k], 0xA5) << "wrote past the end: " << what;
+        << what << "\n"
+        << t.canonical().describe();
+    for (std::size_t k = expected.size(); k < got.size(); ++k)
+      ASSERT_EQ(got[k], 0xA5) << "wrote past the end: " << what;
     ++tested;
 
     if (t.overlaps(count)) continue;
@@ -90,8 +92,11 @@ TEST(GpuPack, RandomTypesMatchCpuByteForByte) {
       auto fill = [&](std::vector<unsigned char>& v) {
         for (std::size_t k = 0; k + elem <= v.size(); k += elem) {
           const double x = static_cast<double>(gen.uniform(-1000, 1000)) / 8.0;
-          if (elem == 4) { const float f = static_cast<float>(x); std::memcpy(&v[k], &f, 4); }
-          else std::memcpy(&v[k], &x, 8);
+          if (elem == 4) {
+            const float f = static_cast<float>(x);
+            std::memcpy(&v[k], &f, 4);
+          } else
+            std::memcpy(&v[k], &x, 8);
         }
       };
       fill(base);
