@@ -15,6 +15,7 @@ namespace {
 using Pieces = std::vector<CanonicalPiece>;
 
 constexpr std::int64_t kMaxIrregularRuns = std::int64_t{1} << 24;
+constexpr std::int64_t kMaxStridedPieces = std::int64_t{1} << 20;
 
 CanonicalPiece contiguous_piece(std::int64_t offset, std::int64_t bytes) {
   CanonicalPiece piece;
@@ -202,11 +203,16 @@ Pieces repeat(const Pieces& pieces, std::int64_t count, std::int64_t stride) {
   }
   // Irregular repetition is expanded; refuse types that would expand without bound rather
   // than exhausting memory at commit.
-  std::int64_t units = 0;
+  std::int64_t runs = 0, strided = 0;
   for (const auto& piece : pieces) {
-    units += piece.is_index ? static_cast<std::int64_t>(piece.index.offsets.size()) : 1;
+    if (piece.is_index) {
+      runs += static_cast<std::int64_t>(piece.index.offsets.size());
+    } else {
+      ++strided;
+    }
   }
-  if (units > kMaxIrregularRuns / count) {
+  // A strided piece costs ~200 bytes, an index entry 8: bound both.
+  if (runs > kMaxIrregularRuns / count || strided > kMaxStridedPieces / count) {
     throw DatatypeError(
         "halox::Datatype::commit: the type expands to more than " +
         std::to_string(kMaxIrregularRuns) +
