@@ -1,9 +1,8 @@
+// Datatype constructors and MPI attributes (size, bounds, true bounds, alignment).
 #include <algorithm>
 #include <cstdint>
-#include <complex>
 #include <cstddef>
 #include <numeric>
-#include <sstream>
 
 #include "node.hpp"
 
