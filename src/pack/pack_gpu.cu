@@ -80,8 +80,13 @@ struct Plan {
   bool contiguous = false;
   std::int64_t contiguous_offset = 0;
   bool fits_32bit = true;
-  std::vector<std::shared_ptr<void>> device_index;    // owned index arrays
-  std::map<int, std::shared_ptr<void>> device_descs;  // per word size
+  std::vector<std::shared_ptr<void>> device_index;  // owned index arrays
+  struct Launch {
+    std::vector<DeviceDesc> descs;  // word fields filled for this word size
+    std::int64_t words = 0;
+    std::shared_ptr<void> table;  // device copy of descs when there are several
+  };
+  std::map<int, Launch> launches;  // per word size
   std::mutex mutex;
 };
 
@@ -261,63 +266,62 @@ int grid_for(std::int64_t words) {
   return static_cast<int>(std::min<std::int64_t>((words + 255) / 256, max_blocks * 4));
 }
 
-template <int W, Op OP, class I>
-void launch(Plan& plan, const char* src, char* dst, cudaStream_t stream) {
-  std::vector<DeviceDesc> descs = plan.host_descs;
-  std::int64_t first = 0;
-  for (auto& d : descs) {
-    d.words_per_run = d.block_bytes / W;
-    d.first_word = first;
+// The descriptors for one word size, computed once per plan: words per run, first word
+// and the division magic numbers do not change between calls, so no call repeats them.
+const Plan::Launch& launch_for(Plan& plan, int word) {
+  std::lock_guard<std::mutex> lock(plan.mutex);
+  auto found = plan.launches.find(word);
+  if (found != plan.launches.end()) return found->second;
+  Plan::Launch launch;
+  launch.descs = plan.host_descs;
+  for (auto& d : launch.descs) {
+    d.words_per_run = d.block_bytes / word;
+    d.first_word = launch.words;
     fast_divisor(d.words_per_run, d.div_mul[0], d.div_shr[0]);
     for (int k = 0; k < d.ndims; ++k) fast_divisor(d.count[k], d.div_mul[k + 1], d.div_shr[k + 1]);
     std::int64_t runs = 1;
     for (int k = 0; k < d.ndims; ++k) runs *= d.count[k];
-    first += runs * d.words_per_run;
+    launch.words += runs * d.words_per_run;
   }
-  const std::int64_t words = first;
-  if (words == 0) return;
-  const int grid = grid_for(words);
-  if (descs.size() == 1) {
+  if (launch.descs.size() > 1) {
+    launch.table = device_copy(launch.descs.data(), launch.descs.size() * sizeof(DeviceDesc));
+  }
+  return plan.launches.emplace(word, std::move(launch)).first->second;
+}
+
+template <int W, Op OP, class I>
+void launch_kernel(const Plan::Launch& launch, const char* src, char* dst, cudaStream_t stream) {
+  if (launch.words == 0) return;
+  const int grid = grid_for(launch.words);
+  if (launch.descs.size() == 1) {
     single_piece_kernel<W, OP, I>
-        <<<grid, 256, 0, stream>>>(descs[0], static_cast<I>(words), src, dst);
+        <<<grid, 256, 0, stream>>>(launch.descs[0], static_cast<I>(launch.words), src, dst);
   } else {
-    const DeviceDesc* table = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(plan.mutex);
-      auto& slot = plan.device_descs[W];
-      if (!slot) slot = device_copy(descs.data(), descs.size() * sizeof(DeviceDesc));
-      table = static_cast<const DeviceDesc*>(slot.get());
-    }
-    multi_piece_kernel<W, OP, I><<<grid, 256, 0, stream>>>(table, static_cast<int>(descs.size()),
-                                                           static_cast<I>(words), src, dst);
+    multi_piece_kernel<W, OP, I><<<grid, 256, 0, stream>>>(
+        static_cast<const DeviceDesc*>(launch.table.get()), static_cast<int>(launch.descs.size()),
+        static_cast<I>(launch.words), src, dst);
   }
   HALOX_CUDA_CHECK(cudaGetLastError());
 }
 
+template <int W, Op OP>
+void launch_word(Plan& plan, const char* src, char* dst, cudaStream_t stream) {
+  const Plan::Launch& launch = launch_for(plan, W);
+  if (plan.fits_32bit) {
+    launch_kernel<W, OP, unsigned>(launch, src, dst, stream);
+  } else {
+    launch_kernel<W, OP, std::int64_t>(launch, src, dst, stream);
+  }
+}
+
 template <Op OP>
 void dispatch(Plan& plan, const char* src, char* dst, int word, cudaStream_t stream) {
-  const bool small = plan.fits_32bit;
   switch (word) {
-    case 16:
-      small ? launch<16, OP, unsigned>(plan, src, dst, stream)
-            : launch<16, OP, std::int64_t>(plan, src, dst, stream);
-      break;
-    case 8:
-      small ? launch<8, OP, unsigned>(plan, src, dst, stream)
-            : launch<8, OP, std::int64_t>(plan, src, dst, stream);
-      break;
-    case 4:
-      small ? launch<4, OP, unsigned>(plan, src, dst, stream)
-            : launch<4, OP, std::int64_t>(plan, src, dst, stream);
-      break;
-    case 2:
-      small ? launch<2, OP, unsigned>(plan, src, dst, stream)
-            : launch<2, OP, std::int64_t>(plan, src, dst, stream);
-      break;
-    default:
-      small ? launch<1, OP, unsigned>(plan, src, dst, stream)
-            : launch<1, OP, std::int64_t>(plan, src, dst, stream);
-      break;
+    case 16: launch_word<16, OP>(plan, src, dst, stream); break;
+    case 8: launch_word<8, OP>(plan, src, dst, stream); break;
+    case 4: launch_word<4, OP>(plan, src, dst, stream); break;
+    case 2: launch_word<2, OP>(plan, src, dst, stream); break;
+    default: launch_word<1, OP>(plan, src, dst, stream); break;
   }
 }
 
