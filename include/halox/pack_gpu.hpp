@@ -32,6 +32,16 @@ void unpack_accumulate_async(const void* in, void* out, std::int64_t count, cons
                              GpuStream stream);
 
 /// Launch shape halox chose for a (type, count) pair, for benchmarks and diagnostics.
+/// Packs bytes [packed_offset, packed_offset + bytes) of the packed stream (as halox::pack
+/// with packed_offset and max_bytes): `out` receives byte packed_offset at out[0]. The range
+/// must not split an element. Used by the chunked pipeline.
+void pack_range_async(const void* in, std::int64_t count, const Datatype& type, void* out,
+                      std::int64_t packed_offset, std::int64_t bytes, GpuStream stream);
+
+/// Unpacks bytes [packed_offset, packed_offset + bytes) of the packed stream, read from in[0].
+void unpack_range_async(const void* in, void* out, std::int64_t count, const Datatype& type,
+                        std::int64_t packed_offset, std::int64_t bytes, GpuStream stream);
+
 struct GpuPackShape {
   int word_bytes = 0;        ///< bytes each thread moves per access (16, 8, 4, 2 or 1)
   std::int64_t words = 0;    ///< total words

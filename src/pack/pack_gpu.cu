@@ -229,8 +229,8 @@ __device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const ch
 // One strided or index piece, its descriptor in the kernel's parameters.
 template <int W, Op OP, class I>
 __global__ void __launch_bounds__(256)
-    single_piece_kernel(DeviceDesc d, I words, const char* src, char* dst) {
-  for (I g = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < words;
+    single_piece_kernel(DeviceDesc d, I first, I end, const char* src, char* dst) {
+  for (I g = first + static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < end;
        g += static_cast<I>(gridDim.x) * blockDim.x) {
     move_word<W, OP, I>(d, g, src, dst);
   }
@@ -239,8 +239,8 @@ __global__ void __launch_bounds__(256)
 // Many pieces: each thread finds its piece by binary search over first_word.
 template <int W, Op OP, class I>
 __global__ void __launch_bounds__(256)
-    multi_piece_kernel(const DeviceDesc* descs, int n, I words, const char* src, char* dst) {
-  for (I g = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < words;
+    multi_piece_kernel(const DeviceDesc* descs, int n, I first, I end, const char* src, char* dst) {
+  for (I g = first + static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < end;
        g += static_cast<I>(gridDim.x) * blockDim.x) {
     int lo = 0, hi = n - 1;
     while (lo < hi) {
@@ -289,44 +289,53 @@ const Plan::Launch& launch_for(Plan& plan, int word) {
   return plan.launches.emplace(word, std::move(launch)).first->second;
 }
 
+// Packed bytes [begin, end) of the stream; both are multiples of the word size.
+struct Range {
+  std::int64_t begin = 0, end = 0;
+};
+
 template <int W, Op OP, class I>
-void launch_kernel(const Plan::Launch& launch, const char* src, char* dst, cudaStream_t stream) {
-  if (launch.words == 0) return;
-  const int grid = grid_for(launch.words);
+void launch_kernel(const Plan::Launch& launch, Range range, const char* src, char* dst,
+                   cudaStream_t stream) {
+  const std::int64_t first = range.begin / W, end = range.end / W;
+  if (end <= first) return;
+  const int grid = grid_for(end - first);
   if (launch.descs.size() == 1) {
-    single_piece_kernel<W, OP, I>
-        <<<grid, 256, 0, stream>>>(launch.descs[0], static_cast<I>(launch.words), src, dst);
+    single_piece_kernel<W, OP, I><<<grid, 256, 0, stream>>>(launch.descs[0], static_cast<I>(first),
+                                                            static_cast<I>(end), src, dst);
   } else {
     multi_piece_kernel<W, OP, I><<<grid, 256, 0, stream>>>(
         static_cast<const DeviceDesc*>(launch.table.get()), static_cast<int>(launch.descs.size()),
-        static_cast<I>(launch.words), src, dst);
+        static_cast<I>(first), static_cast<I>(end), src, dst);
   }
   HALOX_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int W, Op OP>
-void launch_word(Plan& plan, const char* src, char* dst, cudaStream_t stream) {
+void launch_word(Plan& plan, Range range, const char* src, char* dst, cudaStream_t stream) {
   const Plan::Launch& launch = launch_for(plan, W);
   if (plan.fits_32bit) {
-    launch_kernel<W, OP, unsigned>(launch, src, dst, stream);
+    launch_kernel<W, OP, unsigned>(launch, range, src, dst, stream);
   } else {
-    launch_kernel<W, OP, std::int64_t>(launch, src, dst, stream);
+    launch_kernel<W, OP, std::int64_t>(launch, range, src, dst, stream);
   }
 }
 
 template <Op OP>
-void dispatch(Plan& plan, const char* src, char* dst, int word, cudaStream_t stream) {
+void dispatch(Plan& plan, Range range, const char* src, char* dst, int word, cudaStream_t stream) {
   switch (word) {
-    case 16: launch_word<16, OP>(plan, src, dst, stream); break;
-    case 8: launch_word<8, OP>(plan, src, dst, stream); break;
-    case 4: launch_word<4, OP>(plan, src, dst, stream); break;
-    case 2: launch_word<2, OP>(plan, src, dst, stream); break;
-    default: launch_word<1, OP>(plan, src, dst, stream); break;
+    case 16: launch_word<16, OP>(plan, range, src, dst, stream); break;
+    case 8: launch_word<8, OP>(plan, range, src, dst, stream); break;
+    case 4: launch_word<4, OP>(plan, range, src, dst, stream); break;
+    case 2: launch_word<2, OP>(plan, range, src, dst, stream); break;
+    default: launch_word<1, OP>(plan, range, src, dst, stream); break;
   }
 }
 
-int word_size(const Plan& plan, const void* a, const void* b, int min_word) {
+int word_size(const Plan& plan, const void* a, const void* b, int min_word, Range range = {}) {
   std::int64_t align = plan.structural_align;
+  align = gcd_align(align, range.begin);
+  align = gcd_align(align, range.end);
   align = gcd_align(align, static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(a) & 15));
   align = gcd_align(align, static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(b) & 15));
   int word = 16;
@@ -335,7 +344,8 @@ int word_size(const Plan& plan, const void* a, const void* b, int min_word) {
 }
 
 void run(Op op, const void* in, void* out, std::int64_t count, const Datatype& type,
-         cudaStream_t stream, const char* where) {
+         cudaStream_t stream, const char* where, std::int64_t packed_offset = 0,
+         std::int64_t max_bytes = kAllBytes) {
   if (count < 0) {
     throw DatatypeError(std::string("halox::") + where + ": count = " + std::to_string(count) +
                         " must be >= 0");
@@ -350,26 +360,47 @@ void run(Op op, const void* in, void* out, std::int64_t count, const Datatype& t
     element = op == Op::accumulate_f32 ? 4 : 8;
   }
   Plan& plan = *plan_for(type, count);
-  if (plan.bytes == 0) return;
+  if (packed_offset < 0 || max_bytes < 0) {
+    throw DatatypeError(std::string("halox::") + where + ": negative packed range");
+  }
+  Range range{std::min(packed_offset, plan.bytes),
+              std::min(plan.bytes, packed_offset + std::min(max_bytes, plan.bytes))};
+  if (range.end <= range.begin) return;
+  // The packed side pointer addresses byte range.begin; the kernels index the whole stream.
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
+  if (op == Op::pack) {
+    dst -= range.begin;
+  } else {
+    src -= range.begin;
+  }
   if (plan.contiguous && (op == Op::pack || op == Op::unpack)) {
-    const std::int64_t off = plan.contiguous_offset;
-    HALOX_CUDA_CHECK(
-        cudaMemcpyAsync(op == Op::pack ? dst : dst + off, op == Op::pack ? src + off : src,
-                        static_cast<std::size_t>(plan.bytes), cudaMemcpyDefault, stream));
+    const std::int64_t off = plan.contiguous_offset + range.begin;
+    HALOX_CUDA_CHECK(cudaMemcpyAsync(op == Op::pack ? dst + range.begin : dst + off,
+                                     op == Op::pack ? src + off : src + range.begin,
+                                     static_cast<std::size_t>(range.end - range.begin),
+                                     cudaMemcpyDefault, stream));
     return;
   }
-  const int word = word_size(plan, in, out, element);
+  if (range.begin % element != 0 || range.end % element != 0) {
+    throw DatatypeError(std::string("halox::") + where + ": the packed range [" +
+                        std::to_string(range.begin) + ", " + std::to_string(range.end) +
+                        ") splits an element");
+  }
+  const int word = word_size(plan, in, out, element, range);
   if (word == 0) {
     throw DatatypeError(std::string("halox::") + where + ": the elements are not aligned to " +
                         std::to_string(element) + " bytes");
   }
   switch (op) {
-    case Op::pack: dispatch<Op::pack>(plan, src, dst, word, stream); break;
-    case Op::unpack: dispatch<Op::unpack>(plan, src, dst, word, stream); break;
-    case Op::accumulate_f32: dispatch<Op::accumulate_f32>(plan, src, dst, word, stream); break;
-    case Op::accumulate_f64: dispatch<Op::accumulate_f64>(plan, src, dst, word, stream); break;
+    case Op::pack: dispatch<Op::pack>(plan, range, src, dst, word, stream); break;
+    case Op::unpack: dispatch<Op::unpack>(plan, range, src, dst, word, stream); break;
+    case Op::accumulate_f32:
+      dispatch<Op::accumulate_f32>(plan, range, src, dst, word, stream);
+      break;
+    case Op::accumulate_f64:
+      dispatch<Op::accumulate_f64>(plan, range, src, dst, word, stream);
+      break;
   }
 }
 
@@ -383,6 +414,16 @@ void pack_async(const void* in, std::int64_t count, const Datatype& type, void* 
 void unpack_async(const void* in, void* out, std::int64_t count, const Datatype& type,
                   GpuStream stream) {
   run(Op::unpack, in, out, count, type, stream, "unpack_async");
+}
+
+void pack_range_async(const void* in, std::int64_t count, const Datatype& type, void* out,
+                      std::int64_t packed_offset, std::int64_t bytes, GpuStream stream) {
+  run(Op::pack, in, out, count, type, stream, "pack_range_async", packed_offset, bytes);
+}
+
+void unpack_range_async(const void* in, void* out, std::int64_t count, const Datatype& type,
+                        std::int64_t packed_offset, std::int64_t bytes, GpuStream stream) {
+  run(Op::unpack, in, out, count, type, stream, "unpack_range_async", packed_offset, bytes);
 }
 
 void unpack_accumulate_async(const void* in, void* out, std::int64_t count, const Datatype& type,

@@ -1,0 +1,102 @@
+// halox: halo exchanges. An exchange runs a plan over a transport; the transport is chosen
+// by name at run time and the application code stays the same.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "halox/datatype.hpp"
+#include "halox/pack_gpu.hpp"
+#include "halox/plan.hpp"
+#include "halox/topology.hpp"
+
+namespace halox {
+
+/// How the bytes of a pulse travel.
+///  - host:       host memory, MPI on host buffers (CPU codes, CI).
+///  - staged:     GPU pack -> stream synchronise -> copy to pinned host -> MPI -> copy up ->
+///                GPU unpack, pulse by pulse (the baseline of seeds 000 and 002: two
+///                host-blocking waits per pulse).
+///  - pipelined:  the same stages cut into chunks that overlap (seed 002); the chunk size
+///                comes from the tuning file that halox-tune writes.
+///  - mpi-direct: device buffers handed to a CUDA-aware MPI (refused when MPI is not).
+enum class TransportKind { host, staged, pipelined, mpi_direct };
+
+std::string to_string(TransportKind kind);
+/// "host", "staged", "pipelined" or "mpi-direct"; anything else throws halox::Error listing
+/// the accepted names.
+TransportKind parse_transport(const std::string& name);
+/// Whether this build and this MPI library can run the transport; when not, `why` says why.
+bool transport_available(TransportKind kind, std::string* why = nullptr);
+
+struct ExchangeOptions {
+  /// Used for device buffers; host buffers always travel through the host transport.
+  TransportKind transport = TransportKind::host;
+  /// Pipelined chunk size in bytes; 0 takes it from the tuning file (see tuning.hpp).
+  std::int64_t chunk_bytes = 0;
+};
+
+/// Counters since construction (or reset_stats()).
+struct ExchangeStats {
+  std::int64_t exchanges = 0;
+  std::int64_t host_waits = 0;  ///< host-blocking calls: stream/event synchronise, MPI_Wait*
+  std::int64_t messages = 0;    ///< messages to other ranks (a chunk counts as one)
+  std::int64_t bytes_sent = 0;  ///< bytes to other ranks
+};
+
+class Transport;
+
+/// The grid halo of a field laid out as the plan describes (x fastest, halo on each side).
+class GridExchange {
+ public:
+  /// Collective. The plan must come from build_grid_plan (or be validated).
+  GridExchange(const Topology& topology, GridPlan plan, ExchangeOptions options = {});
+  ~GridExchange();
+  GridExchange(const GridExchange&) = delete;
+  GridExchange& operator=(const GridExchange&) = delete;
+
+  /// Fills the halo of `field` (host or device memory). Device fields: ordered on `stream`
+  /// (the call may still block the host, as the staged transports do); host fields: done on
+  /// return.
+  void exchange(void* field, GpuStream stream = nullptr);
+
+  const GridPlan& plan() const;
+  const ExchangeStats& stats() const;
+  void reset_stats();
+  /// The transport a device field uses ("host" for host fields).
+  std::string transport_name(const void* field) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+/// The particle halo: coordinates forward (with the periodic shifts), forces back (added).
+/// Each item is three reals (x, y, z), float or double.
+class ParticleExchange {
+ public:
+  ParticleExchange(const Topology& topology, const ParticlePlan& plan, BasicKind real,
+                   ExchangeOptions options = {});
+  ~ParticleExchange();
+  ParticleExchange(const ParticleExchange&) = delete;
+  ParticleExchange& operator=(const ParticleExchange&) = delete;
+
+  /// Replaces the plan after a neighbour search (buffers grow, never shrink).
+  void set_plan(const ParticlePlan& plan);
+  /// Coordinates: fills items [home_count, total_count) of `xyz` from the peers.
+  void forward(void* xyz, GpuStream stream = nullptr);
+  /// Forces: sends the forces on items [home_count, total_count) back to their owners, in
+  /// reverse pulse order, and adds them there (so forwarded items are accumulated first).
+  void reverse(void* forces, GpuStream stream = nullptr);
+
+  const ParticlePlan& plan() const;
+  const ExchangeStats& stats() const;
+  void reset_stats();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace halox

@@ -1,0 +1,138 @@
+// halox: halo plans. A plan is pure data: which items go to which neighbour in which pulse,
+// built once per neighbour search (particles) or once per run (grids), and used by every
+// transport. Pulses run Z, then Y, then X; later pulses forward what earlier ones received,
+// so 3 pulse pairs fill faces, edges and corners (6 messages instead of 26).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "halox/datatype.hpp"
+#include "halox/topology.hpp"
+
+namespace halox {
+
+/// A periodic simulation box [0, length) per axis, split evenly over the rank grid.
+struct Box {
+  std::array<double, 3> length = {1.0, 1.0, 1.0};
+};
+
+/// The part of the box a rank owns: [lo, hi) per axis.
+struct Domain {
+  std::array<double, 3> lo{}, hi{};
+};
+Domain domain_of(const Topology& topology, const Box& box, int rank);
+
+/// One message of a plan seen from this rank: it sends to `send_rank` and receives from
+/// `recv_rank` (-1 when there is none: the edge of a non-periodic axis). Pulses with the same
+/// `stage` do not depend on each other and may run concurrently.
+struct PulseHeader {
+  int axis = Z;
+  int direction = -1;  ///< -1: sends to the lower neighbour, receives from the upper one
+  int index = 0;       ///< k-th pulse along this axis and direction
+  int stage = 0;
+  int send_rank = -1;
+  int recv_rank = -1;
+  /// Message sizes: bytes for grid pulses, items for particle pulses.
+  std::int64_t send_size = 0;
+  std::int64_t recv_size = 0;
+  /// "pulse 3 (y-, 2nd)" for error messages.
+  std::string name(int number) const;
+};
+
+/// A particle pulse (GROMACS's scheme): gather `send_index` items (each `item` of the
+/// exchanged array, e.g. 3 coordinates), add `shift` when the message crosses the periodic
+/// boundary, and receive `recv_count` items appended at `recv_offset`.
+struct ParticlePulse {
+  PulseHeader header;
+  std::vector<std::int32_t> send_index;
+  /// send_index[first_forwarded..] are items received by earlier pulses (index >=
+  /// dependency_offset); the ones before are home items and can be sent at once.
+  std::int64_t first_forwarded = 0;
+  std::int64_t dependency_offset = 0;
+  std::int64_t recv_offset = 0;
+  std::int64_t recv_count = 0;
+  std::array<double, 3> shift{};  ///< added to the coordinates this rank sends
+};
+
+/// The particle halo of one rank: home items [0, home_count), then each pulse's received
+/// items in pulse order up to total_count.
+///
+/// Shell: each rank imports the atoms within `cutoff` above its upper faces only (the
+/// region [lo, hi + cutoff) per axis, GROMACS's eighth shell). A pair is computed by the one
+/// rank that owns the corner of the pair's bounding box nearest the origin (owns_pair()),
+/// which holds both atoms; the forces on imported atoms go back in the reverse pulses. Half
+/// the import volume and half the pair work of a full shell, at the price of the reverse
+/// (force) communication, which the GPU-initiated transports make cheap.
+struct ParticlePlan {
+  Box box;
+  double cutoff = 0;
+  Domain domain;
+  std::int64_t home_count = 0;
+  std::int64_t total_count = 0;
+  std::vector<ParticlePulse> pulses;
+  /// Pulses per axis (the cutoff over the domain width, rounded up).
+  std::array<int, 3> pulses_per_axis{};
+  /// Which pulse delivered item `i` (-1 for home items).
+  int pulse_of(std::int64_t i) const;
+  /// Whether this rank computes the pair at positions a and b (in its local frame, as the
+  /// halo exchange delivers them): it owns their component-wise minimum.
+  bool owns_pair(const double* a, const double* b) const;
+};
+
+/// A grid pulse: the face `send_type` of the field goes to send_rank, `recv_type` is filled
+/// from recv_rank (both describe one instance at the field's base address).
+struct GridPulse {
+  PulseHeader header;
+  Datatype send_type;
+  Datatype recv_type;
+};
+
+/// A 3D field of `element`s with `interior` cells per axis and `halo` ghost layers on each
+/// side, x fastest: extent = interior + 2 * halo. Six pulses: (z-, z+), (y-, y+), (x-, x+);
+/// the y pulses carry the z halo and the x pulses carry both, so edges and corners arrive.
+struct GridPlan {
+  std::array<std::int64_t, 3> interior{};
+  int halo = 1;
+  Datatype element;
+  std::array<std::int64_t, 3> extent{};
+  std::vector<GridPulse> pulses;
+};
+
+/// Builds the grid plan for this rank (pure: no communication). Throws halox::Error for
+/// non-positive sizes or a halo wider than the interior.
+GridPlan make_grid_plan(const Topology& topology, std::array<std::int64_t, 3> interior, int halo,
+                        const Datatype& element);
+
+#if HALOX_HAS_MPI
+/// Collective over the topology's communicator: checks that every pulse's send size equals
+/// the matching receive size of its peer. On a mismatch every rank throws halox::Error
+/// naming the two ranks, the pulse and both sizes.
+void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pulses);
+
+/// Collective: builds the particle plan of this rank. `xyz` holds the home atoms'
+/// coordinates (x, y, z interleaved, inside this rank's domain) and is extended with the
+/// received halo coordinates. Throws halox::Error (on every rank) for a cutoff that is not
+/// positive or not shorter than half the box, or a home atom outside the domain.
+ParticlePlan build_particle_plan(const Topology& topology, const Box& box, double cutoff,
+                                 std::vector<double>& xyz);
+
+/// Collective: the grid plan, validated.
+GridPlan build_grid_plan(const Topology& topology, std::array<std::int64_t, 3> interior, int halo,
+                         const Datatype& element);
+
+/// Collective: moves atoms that left this rank's domain to the neighbour that owns them now
+/// (Z, then Y, then X, one domain per axis at most), wrapping periodic coordinates.
+/// `data` holds `stride` doubles per atom, the first three its position. Atoms that moved
+/// further than one domain are an error naming the rank and the atom's position.
+void migrate_particles(const Topology& topology, const Box& box, std::vector<double>& data,
+                       int stride);
+#endif
+
+/// The headers of a plan's pulses (for validation and transports).
+std::vector<PulseHeader> headers(const ParticlePlan& plan);
+std::vector<PulseHeader> headers(const GridPlan& plan);
+
+}  // namespace halox

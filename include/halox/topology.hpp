@@ -1,0 +1,64 @@
+// halox: a Cartesian grid of ranks.
+#pragma once
+
+#include <array>
+#include <string>
+
+#include "halox/config.hpp"
+
+#if HALOX_HAS_MPI
+#include <mpi.h>
+#endif
+
+namespace halox {
+
+/// Axes of the rank grid and of the simulation box. Pulses run Z, then Y, then X.
+enum Axis : int { X = 0, Y = 1, Z = 2 };
+
+/// A Cartesian grid of ranks, 1D to 3D (any dimension may be 1), periodic or not per axis.
+/// Rank r has coordinates (x, y, z) with r = x + dims[X] * (y + dims[Y] * z).
+class Topology {
+ public:
+  /// A grid of dims[X] x dims[Y] x dims[Z] ranks seen from `rank`. Throws halox::Error
+  /// when a dimension is not positive or the rank is outside the grid.
+  Topology(std::array<int, 3> dims, std::array<bool, 3> periodic, int rank);
+
+#if HALOX_HAS_MPI
+  /// The grid over every rank of `comm`. Dimensions given as 0 are chosen by
+  /// MPI_Dims_create; a product that differs from the communicator size is an error that
+  /// names both. The communicator is kept (not duplicated) for the plans and transports.
+  static Topology from_mpi(MPI_Comm comm, std::array<int, 3> dims = {0, 0, 0},
+                           std::array<bool, 3> periodic = {true, true, true});
+  /// The communicator this topology was built from (MPI_COMM_NULL when built without one).
+  MPI_Comm comm() const { return m_comm; }
+#endif
+
+  int rank() const { return m_rank; }
+  int size() const { return m_dims[0] * m_dims[1] * m_dims[2]; }
+  const std::array<int, 3>& dims() const { return m_dims; }
+  const std::array<bool, 3>& periodic() const { return m_periodic; }
+  /// This rank's coordinates.
+  std::array<int, 3> coords() const { return coords_of(m_rank); }
+  std::array<int, 3> coords_of(int rank) const;
+  /// The rank at `coords`, wrapping periodic axes; -1 when off a non-periodic edge.
+  int rank_of(std::array<int, 3> coords) const;
+  /// The neighbour of `rank` one step along `axis` in `direction` (-1 or +1); -1 when none.
+  int neighbor(int rank, int axis, int direction) const;
+  int neighbor(int axis, int direction) const { return neighbor(m_rank, axis, direction); }
+  /// "2x2x1 periodic xyz" style description.
+  std::string describe() const;
+
+ private:
+  std::array<int, 3> m_dims;
+  std::array<bool, 3> m_periodic;
+  int m_rank;
+#if HALOX_HAS_MPI
+  MPI_Comm m_comm = MPI_COMM_NULL;
+#endif
+};
+
+/// Parses "2x2x1" (or "4", "2x3") into rank-grid dimensions; missing trailing ones are 1.
+/// Throws halox::Error naming the text when it is not that form or a value is not positive.
+std::array<int, 3> parse_dims(const std::string& text);
+
+}  // namespace halox

@@ -1,0 +1,349 @@
+// The device transports built on MPI: staged, pipelined and mpi-direct.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "halox/error.hpp"
+#include "halox/mpi.hpp"
+#include "transport.hpp"
+#include "tuning_file.hpp"
+
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support
+#endif
+
+namespace halox::detail {
+
+namespace {
+
+void check_cuda(cudaError_t rc, const char* call) {
+  if (rc != cudaSuccess) {
+    throw BackendError(std::string("CUDA call failed: ") + call + ": " + cudaGetErrorString(rc));
+  }
+}
+#define HALOX_CUDA_CHECK(call) check_cuda((call), #call)
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : m_ptr(o.m_ptr), m_size(o.m_size) { o.m_ptr = nullptr; }
+  ~DeviceBuffer() { cudaFree(m_ptr); }
+  char* at_least(std::int64_t n) {
+    if (n > m_size) {
+      cudaFree(m_ptr);
+      m_ptr = nullptr;
+      HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, static_cast<std::size_t>(n)));
+      m_size = n;
+    }
+    return static_cast<char*>(m_ptr);
+  }
+  char* get() const { return static_cast<char*>(m_ptr); }
+
+ private:
+  void* m_ptr = nullptr;
+  std::int64_t m_size = 0;
+};
+
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer(PinnedBuffer&& o) noexcept : m_ptr(o.m_ptr), m_size(o.m_size) { o.m_ptr = nullptr; }
+  ~PinnedBuffer() { cudaFreeHost(m_ptr); }
+  char* at_least(std::int64_t n) {
+    if (n > m_size) {
+      cudaFreeHost(m_ptr);
+      m_ptr = nullptr;
+      HALOX_CUDA_CHECK(cudaMallocHost(&m_ptr, static_cast<std::size_t>(n)));
+      m_size = n;
+    }
+    return static_cast<char*>(m_ptr);
+  }
+  char* get() const { return static_cast<char*>(m_ptr); }
+
+ private:
+  void* m_ptr = nullptr;
+  std::int64_t m_size = 0;
+};
+
+bool remote(int peer, int rank) { return peer >= 0 && peer != rank; }
+
+// Buffers per op, grown on demand: device send/receive and their pinned host mirrors.
+struct OpBuffers {
+  DeviceBuffer dev_send, dev_recv;
+  PinnedBuffer host_send, host_recv;
+};
+
+class StagedTransport final : public Transport {
+ public:
+  StagedTransport(MPI_Comm comm, int rank, bool direct)
+      : m_comm(comm), m_rank(rank), m_direct(direct) {}
+  std::string name() const override { return m_direct ? "mpi-direct" : "staged"; }
+
+  void run(const std::vector<Op>& ops, void* field, GpuStream stream,
+           ExchangeStats& stats) override {
+    if (m_buffers.size() < ops.size()) m_buffers.resize(ops.size());
+    for (int stage = 0; stage < stage_count(ops); ++stage) {
+      bool any_remote = false;
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = ops[i];
+        if (op.stage != stage) continue;
+        any_remote |= remote(op.send_rank, m_rank) || remote(op.recv_rank, m_rank);
+        if (op.send_rank < 0) continue;
+        OpBuffers& b = m_buffers[i];
+        op.pack(field, b.dev_send.at_least(op.send_bytes), 0, op.send_bytes, stream);
+        if (remote(op.send_rank, m_rank) && !m_direct) {
+          HALOX_CUDA_CHECK(cudaMemcpyAsync(b.host_send.at_least(op.send_bytes), b.dev_send.get(),
+                                           static_cast<std::size_t>(op.send_bytes),
+                                           cudaMemcpyDeviceToHost, stream));
+        }
+      }
+      std::vector<MPI_Request> requests;
+      if (any_remote) {
+        // Wait 1: the packed data (and the previous stage's copies up) are complete.
+        HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+        stats.host_waits += 1;
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+          const Op& op = ops[i];
+          if (op.stage != stage) continue;
+          OpBuffers& b = m_buffers[i];
+          MPI_Request r;
+          if (remote(op.recv_rank, m_rank)) {
+            char* in = m_direct ? b.dev_recv.at_least(op.recv_bytes)
+                                : b.host_recv.at_least(op.recv_bytes);
+            HALOX_MPI_CHECK(MPI_Irecv(in, static_cast<int>(op.recv_bytes), MPI_BYTE, op.recv_rank,
+                                      op.tag, m_comm, &r));
+            requests.push_back(r);
+          }
+          if (remote(op.send_rank, m_rank)) {
+            const char* out = m_direct ? b.dev_send.get() : b.host_send.get();
+            HALOX_MPI_CHECK(MPI_Isend(out, static_cast<int>(op.send_bytes), MPI_BYTE,
+                                      op.send_rank, op.tag, m_comm, &r));
+            requests.push_back(r);
+            stats.messages += 1;
+            stats.bytes_sent += op.send_bytes;
+          }
+        }
+        // Wait 2: the messages have arrived.
+        HALOX_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
+                                    MPI_STATUSES_IGNORE));
+        stats.host_waits += 1;
+      }
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = ops[i];
+        if (op.stage != stage || op.recv_rank < 0) continue;
+        OpBuffers& b = m_buffers[i];
+        const char* in = b.dev_send.get();  // a message to myself never leaves the device
+        if (remote(op.recv_rank, m_rank)) {
+          in = b.dev_recv.at_least(op.recv_bytes);
+          if (!m_direct) {
+            HALOX_CUDA_CHECK(cudaMemcpyAsync(b.dev_recv.get(), b.host_recv.get(),
+                                             static_cast<std::size_t>(op.recv_bytes),
+                                             cudaMemcpyHostToDevice, stream));
+          }
+        }
+        op.unpack(field, in, 0, op.recv_bytes, stream);
+      }
+    }
+    stats.exchanges += 1;
+  }
+
+ private:
+  MPI_Comm m_comm;
+  int m_rank;
+  bool m_direct;
+  std::vector<OpBuffers> m_buffers;
+};
+
+// Seed 002's pipeline: chunk c of a message is packed (caller's stream), copied down (copy-out
+// stream), sent as soon as its copy completes, and on the receiver copied up and unpacked
+// (copy-in stream) as soon as it arrives, so the stages of different chunks overlap.
+class PipelinedTransport final : public Transport {
+ public:
+  PipelinedTransport(MPI_Comm comm, int rank, std::int64_t chunk_bytes)
+      : m_comm(comm), m_rank(rank), m_chunk(chunk_bytes) {
+    HALOX_CUDA_CHECK(cudaStreamCreateWithFlags(&m_copy_out, cudaStreamNonBlocking));
+    HALOX_CUDA_CHECK(cudaStreamCreateWithFlags(&m_copy_in, cudaStreamNonBlocking));
+  }
+  ~PipelinedTransport() override {
+    for (cudaEvent_t e : m_events) cudaEventDestroy(e);
+    cudaStreamDestroy(m_copy_out);
+    cudaStreamDestroy(m_copy_in);
+  }
+  std::string name() const override {
+    return "pipelined (" + std::to_string(m_chunk / 1024) + " KiB chunks)";
+  }
+
+  void run(const std::vector<Op>& ops, void* field, GpuStream stream,
+           ExchangeStats& stats) override {
+    if (m_buffers.size() < ops.size()) m_buffers.resize(ops.size());
+    for (int stage = 0; stage < stage_count(ops); ++stage) run_stage(ops, stage, field, stream, stats);
+    stats.exchanges += 1;
+  }
+
+ private:
+  struct Chunk {
+    std::size_t op;
+    std::int64_t offset, bytes;
+    cudaEvent_t copied = nullptr;  // send side: the chunk is in pinned memory
+    MPI_Request request = MPI_REQUEST_NULL;
+    bool done = false;
+  };
+
+  cudaEvent_t event(std::size_t i) {
+    while (m_events.size() <= i) {
+      cudaEvent_t e;
+      HALOX_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      m_events.push_back(e);
+    }
+    return m_events[i];
+  }
+
+  std::int64_t chunk_for(const Op& op) const {
+    return std::max(op.granule, m_chunk / op.granule * op.granule);
+  }
+
+  void run_stage(const std::vector<Op>& ops, int stage, void* field, GpuStream stream,
+                 ExchangeStats& stats) {
+    std::size_t events = 0;
+    // The copy-in stream unpacks into the field: it must follow the caller's earlier work.
+    cudaEvent_t start = event(events++);
+    HALOX_CUDA_CHECK(cudaEventRecord(start, stream));
+    HALOX_CUDA_CHECK(cudaStreamWaitEvent(m_copy_in, start, 0));
+    std::vector<Chunk> sends, recvs;
+    bool any_remote = false;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      if (op.stage == stage) any_remote |= remote(op.send_rank, m_rank) || remote(op.recv_rank, m_rank);
+    }
+    if (any_remote) {
+      // The previous exchange's copies up read the pinned receive buffers we now reuse.
+      HALOX_CUDA_CHECK(cudaStreamSynchronize(m_copy_in));
+      stats.host_waits += 1;
+    }
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      if (op.stage != stage || !remote(op.recv_rank, m_rank)) continue;
+      OpBuffers& b = m_buffers[i];
+      b.dev_recv.at_least(op.recv_bytes);
+      char* in = b.host_recv.at_least(op.recv_bytes);
+      const std::int64_t chunk = chunk_for(op);
+      for (std::int64_t off = 0; off < op.recv_bytes; off += chunk) {
+        Chunk c{i, off, std::min(chunk, op.recv_bytes - off)};
+        HALOX_MPI_CHECK(MPI_Irecv(in + off, static_cast<int>(c.bytes), MPI_BYTE, op.recv_rank,
+                                  op.tag, m_comm, &c.request));
+        recvs.push_back(c);
+      }
+    }
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      if (op.stage != stage || op.send_rank < 0) continue;
+      OpBuffers& b = m_buffers[i];
+      char* dev = b.dev_send.at_least(op.send_bytes);
+      if (!remote(op.send_rank, m_rank)) {
+        op.pack(field, dev, 0, op.send_bytes, stream);
+        continue;
+      }
+      char* host = b.host_send.at_least(op.send_bytes);
+      const std::int64_t chunk = chunk_for(op);
+      for (std::int64_t off = 0; off < op.send_bytes; off += chunk) {
+        Chunk c{i, off, std::min(chunk, op.send_bytes - off)};
+        op.pack(field, dev + off, off, c.bytes, stream);
+        cudaEvent_t packed = event(events++);
+        HALOX_CUDA_CHECK(cudaEventRecord(packed, stream));
+        HALOX_CUDA_CHECK(cudaStreamWaitEvent(m_copy_out, packed, 0));
+        HALOX_CUDA_CHECK(cudaMemcpyAsync(host + off, dev + off, static_cast<std::size_t>(c.bytes),
+                                         cudaMemcpyDeviceToHost, m_copy_out));
+        c.copied = event(events++);
+        HALOX_CUDA_CHECK(cudaEventRecord(c.copied, m_copy_out));
+        sends.push_back(c);
+      }
+    }
+    // Messages to myself: unpack from the device send buffer, after its pack.
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      if (op.stage == stage && op.recv_rank >= 0 && !remote(op.recv_rank, m_rank)) {
+        op.unpack(field, m_buffers[i].dev_send.get(), 0, op.recv_bytes, stream);
+      }
+    }
+    // Progress: post each send when its copy down is done, unpack each chunk on arrival.
+    std::size_t next_send = 0, received = 0;
+    if (!sends.empty() || !recvs.empty()) stats.host_waits += 1;
+    while (next_send < sends.size() || received < recvs.size()) {
+      while (next_send < sends.size()) {
+        Chunk& c = sends[next_send];
+        const cudaError_t q = cudaEventQuery(c.copied);
+        if (q == cudaErrorNotReady) break;
+        HALOX_CUDA_CHECK(q);
+        const Op& op = ops[c.op];
+        HALOX_MPI_CHECK(MPI_Isend(m_buffers[c.op].host_send.get() + c.offset,
+                                  static_cast<int>(c.bytes), MPI_BYTE, op.send_rank, op.tag,
+                                  m_comm, &c.request));
+        stats.messages += 1;
+        stats.bytes_sent += c.bytes;
+        ++next_send;
+      }
+      for (Chunk& c : recvs) {
+        if (c.done) continue;
+        int flag = 0;
+        HALOX_MPI_CHECK(MPI_Test(&c.request, &flag, MPI_STATUS_IGNORE));
+        if (!flag) continue;
+        c.done = true;
+        ++received;
+        const Op& op = ops[c.op];
+        OpBuffers& b = m_buffers[c.op];
+        HALOX_CUDA_CHECK(cudaMemcpyAsync(b.dev_recv.get() + c.offset, b.host_recv.get() + c.offset,
+                                         static_cast<std::size_t>(c.bytes), cudaMemcpyHostToDevice,
+                                         m_copy_in));
+        op.unpack(field, b.dev_recv.get() + c.offset, c.offset, c.bytes, m_copy_in);
+      }
+    }
+    std::vector<MPI_Request> pending;
+    for (Chunk& c : sends) pending.push_back(c.request);
+    HALOX_MPI_CHECK(
+        MPI_Waitall(static_cast<int>(pending.size()), pending.data(), MPI_STATUSES_IGNORE));
+    // The caller's stream continues after the last unpack.
+    cudaEvent_t end = event(events++);
+    HALOX_CUDA_CHECK(cudaEventRecord(end, m_copy_in));
+    HALOX_CUDA_CHECK(cudaStreamWaitEvent(stream, end, 0));
+  }
+
+  MPI_Comm m_comm;
+  int m_rank;
+  std::int64_t m_chunk;
+  cudaStream_t m_copy_out = nullptr, m_copy_in = nullptr;
+  std::vector<cudaEvent_t> m_events;
+  std::vector<OpBuffers> m_buffers;
+};
+
+}  // namespace
+
+bool mpi_is_cuda_aware() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm comm, int rank,
+                                                 std::int64_t chunk_bytes) {
+  switch (kind) {
+    case TransportKind::staged: return std::make_unique<StagedTransport>(comm, rank, false);
+    case TransportKind::mpi_direct:
+      if (!mpi_is_cuda_aware()) {
+        throw Error(
+            "halox: the mpi-direct transport needs a CUDA-aware MPI, and this one says it is "
+            "not (MPIX_Query_cuda_support); use staged or pipelined");
+      }
+      return std::make_unique<StagedTransport>(comm, rank, true);
+    case TransportKind::pipelined:
+      return std::make_unique<PipelinedTransport>(
+          comm, rank, chunk_bytes > 0 ? chunk_bytes : tuned_chunk_bytes());
+    case TransportKind::host: break;
+  }
+  throw Error("halox: the host transport cannot move device memory");
+}
+
+}  // namespace halox::detail

@@ -1,0 +1,318 @@
+#include <cstring>
+#include <map>
+
+#include "halox/error.hpp"
+#include "halox/exchange.hpp"
+#include "halox/pack.hpp"
+#include "transport.hpp"
+#if HALOX_HAS_CUDA
+#include "device_kernels.hpp"
+#endif
+
+namespace halox {
+
+std::string to_string(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::host: return "host";
+    case TransportKind::staged: return "staged";
+    case TransportKind::pipelined: return "pipelined";
+    case TransportKind::mpi_direct: return "mpi-direct";
+  }
+  return "?";
+}
+
+TransportKind parse_transport(const std::string& name) {
+  for (auto kind : {TransportKind::host, TransportKind::staged, TransportKind::pipelined,
+                    TransportKind::mpi_direct}) {
+    if (name == to_string(kind)) return kind;
+  }
+  throw Error("halox: unknown transport '" + name +
+              "' (choose host, staged, pipelined or mpi-direct)");
+}
+
+namespace detail {
+bool mpi_is_cuda_aware();
+}
+
+bool transport_available(TransportKind kind, std::string* why) {
+  auto no = [&](const char* reason) {
+    if (why) *why = reason;
+    return false;
+  };
+  if (kind == TransportKind::host) return true;
+#if HALOX_HAS_CUDA
+  if (kind == TransportKind::mpi_direct && !detail::mpi_is_cuda_aware()) {
+    return no("this MPI library is not CUDA-aware (MPIX_Query_cuda_support)");
+  }
+  return true;
+#else
+  return no("halox was built without CUDA");
+#endif
+}
+
+namespace {
+
+using detail::Op;
+
+// Which transport a buffer takes; asked once per buffer and cached.
+class TransportChooser {
+ public:
+  TransportChooser(const Topology& topology, ExchangeOptions options)
+      : m_comm(topology.comm()), m_rank(topology.rank()), m_options(options) {
+    m_host = detail::make_host_transport(m_comm, m_rank);
+  }
+
+  bool on_device(const void* field) {
+#if HALOX_HAS_CUDA
+    auto it = m_kind.find(field);
+    if (it == m_kind.end()) it = m_kind.emplace(field, detail::is_device_memory(field)).first;
+    return it->second;
+#else
+    (void)field;
+    return false;
+#endif
+  }
+
+  detail::Transport& for_field(const void* field) {
+    if (!on_device(field)) return *m_host;
+    if (!m_device) {
+      if (m_options.transport == TransportKind::host) {
+        throw Error("halox: the field at " + address(field) +
+                    " is in device memory; the host transport moves host memory only (choose "
+                    "staged, pipelined or mpi-direct)");
+      }
+      m_device = detail::make_device_transport(m_options.transport, m_comm, m_rank,
+                                               m_options.chunk_bytes);
+    }
+    return *m_device;
+  }
+
+  std::string name(const void* field) { return for_field(field).name(); }
+
+ private:
+  static std::string address(const void* p) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%p", p);
+    return text;
+  }
+  MPI_Comm m_comm;
+  int m_rank;
+  ExchangeOptions m_options;
+  std::unique_ptr<detail::Transport> m_host, m_device;
+  std::map<const void*, bool> m_kind;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Grid
+
+struct GridExchange::Impl {
+  Impl(const Topology& t, GridPlan p, ExchangeOptions o)
+      : topology(t), plan(std::move(p)), chooser(t, o) {
+    for (std::size_t i = 0; i < plan.pulses.size(); ++i) {
+      const GridPulse& pulse = plan.pulses[i];
+      Op op;
+      op.stage = pulse.header.stage;
+      op.send_rank = pulse.header.send_rank;
+      op.recv_rank = pulse.header.recv_rank;
+      op.tag = 500 + static_cast<int>(i);
+      op.send_bytes = pulse.header.send_size;
+      op.recv_bytes = pulse.header.recv_size;
+      op.granule = 16;
+      op.name = pulse.header.name(static_cast<int>(i));
+      Op host = op, device = op;
+      const Datatype send = pulse.send_type, recv = pulse.recv_type;
+      host.pack = [send](const void* field, void* out, std::int64_t offset, std::int64_t bytes,
+                         GpuStream) { halox::pack(field, 1, send, out, offset, bytes); };
+      host.unpack = [recv](void* field, const void* in, std::int64_t offset, std::int64_t bytes,
+                           GpuStream) { halox::unpack(in, field, 1, recv, offset, bytes); };
+#if HALOX_HAS_CUDA
+      device.pack = [send](const void* field, void* out, std::int64_t offset, std::int64_t bytes,
+                           GpuStream stream) {
+        pack_range_async(field, 1, send, out, offset, bytes, stream);
+      };
+      device.unpack = [recv](void* field, const void* in, std::int64_t offset, std::int64_t bytes,
+                             GpuStream stream) {
+        unpack_range_async(in, field, 1, recv, offset, bytes, stream);
+      };
+#endif
+      host_ops.push_back(std::move(host));
+      device_ops.push_back(std::move(device));
+    }
+  }
+  Topology topology;
+  GridPlan plan;
+  TransportChooser chooser;
+  std::vector<Op> host_ops, device_ops;
+  ExchangeStats stats;
+};
+
+GridExchange::GridExchange(const Topology& topology, GridPlan plan, ExchangeOptions options)
+    : m_impl(std::make_unique<Impl>(topology, std::move(plan), options)) {}
+GridExchange::~GridExchange() = default;
+
+void GridExchange::exchange(void* field, GpuStream stream) {
+  const bool device = m_impl->chooser.on_device(field);
+  m_impl->chooser.for_field(field).run(device ? m_impl->device_ops : m_impl->host_ops, field,
+                                       stream, m_impl->stats);
+}
+const GridPlan& GridExchange::plan() const { return m_impl->plan; }
+const ExchangeStats& GridExchange::stats() const { return m_impl->stats; }
+void GridExchange::reset_stats() { m_impl->stats = {}; }
+std::string GridExchange::transport_name(const void* field) const {
+  return m_impl->chooser.name(field);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Particles
+
+namespace {
+
+template <class Real>
+void gather_shift(const void* x, const std::int32_t* index, std::int64_t n,
+                  const std::array<double, 3>& shift, void* out) {
+  const Real* in = static_cast<const Real*>(x);
+  Real* o = static_cast<Real*>(out);
+  for (std::int64_t k = 0; k < n; ++k) {
+    for (int a = 0; a < 3; ++a) o[3 * k + a] = in[3 * index[k] + a] + static_cast<Real>(shift[a]);
+  }
+}
+
+template <class Real>
+void scatter_add(void* f, const std::int32_t* index, std::int64_t n, const void* in) {
+  Real* out = static_cast<Real*>(f);
+  const Real* i = static_cast<const Real*>(in);
+  for (std::int64_t k = 0; k < n; ++k) {
+    for (int a = 0; a < 3; ++a) out[3 * index[k] + a] += i[3 * k + a];
+  }
+}
+
+}  // namespace
+
+struct ParticleExchange::Impl {
+  Impl(const Topology& t, BasicKind r, ExchangeOptions o) : topology(t), real(r), chooser(t, o) {
+    if (real != BasicKind::float32 && real != BasicKind::float64) {
+      throw Error("halox::ParticleExchange: coordinates must be float32 or float64");
+    }
+    item = 3 * (real == BasicKind::float32 ? 4 : 8);
+  }
+
+  void build(const ParticlePlan& p) {
+    plan = p;
+    device_index.clear();
+    device_index_ready = false;
+    for (auto* ops : {&forward_host, &forward_device, &reverse_host, &reverse_device}) ops->clear();
+    const int n = static_cast<int>(plan.pulses.size());
+    for (int i = 0; i < n; ++i) {
+      const ParticlePulse& pulse = plan.pulses[i];
+      const std::int64_t item_bytes = item;
+      const std::int64_t recv_at = pulse.recv_offset * item;
+      // Forward: gather + shift on the sender; the receiver's items land at recv_offset.
+      Op fwd;
+      fwd.stage = i;
+      fwd.send_rank = pulse.header.send_rank;
+      fwd.recv_rank = pulse.header.recv_rank;
+      fwd.tag = 1000 + i;
+      fwd.send_bytes = static_cast<std::int64_t>(pulse.send_index.size()) * item;
+      fwd.recv_bytes = pulse.recv_count * item;
+      fwd.granule = item;
+      fwd.name = pulse.header.name(i) + " forward";
+      // Reverse: the forces on my received items go back to their sender and are added to
+      // its send_index items; reverse pulse order so forwarded forces are summed first.
+      Op rev = fwd;
+      rev.stage = n - 1 - i;
+      rev.send_rank = pulse.header.recv_rank;
+      rev.recv_rank = pulse.header.send_rank;
+      rev.tag = 2000 + i;
+      std::swap(rev.send_bytes, rev.recv_bytes);
+      rev.name = pulse.header.name(i) + " reverse";
+      const std::int32_t* index = pulse.send_index.data();
+      const auto shift = pulse.shift;
+      const BasicKind r = real;
+      Op fh = fwd, rh = rev;
+      fh.pack = [=](const void* x, void* out, std::int64_t off, std::int64_t bytes, GpuStream) {
+        (r == BasicKind::float32 ? gather_shift<float> : gather_shift<double>)(
+            x, index + off / item_bytes, bytes / item_bytes, shift, out);
+      };
+      fh.unpack = [=](void* x, const void* in, std::int64_t off, std::int64_t bytes, GpuStream) {
+        std::memcpy(static_cast<char*>(x) + recv_at + off, in, static_cast<std::size_t>(bytes));
+      };
+      rh.pack = [=](const void* f, void* out, std::int64_t off, std::int64_t bytes, GpuStream) {
+        std::memcpy(out, static_cast<const char*>(f) + recv_at + off,
+                    static_cast<std::size_t>(bytes));
+      };
+      rh.unpack = [=](void* f, const void* in, std::int64_t off, std::int64_t bytes, GpuStream) {
+        (r == BasicKind::float32 ? scatter_add<float> : scatter_add<double>)(
+            f, index + off / item_bytes, bytes / item_bytes, in);
+      };
+      forward_host.push_back(std::move(fh));
+      reverse_host.push_back(std::move(rh));
+#if HALOX_HAS_CUDA
+      Op fd = fwd, rd = rev;
+      const std::size_t slot = static_cast<std::size_t>(i);
+      auto* self = this;
+      fd.pack = [=](const void* x, void* out, std::int64_t off, std::int64_t bytes, GpuStream s) {
+        detail::gather_shift_async(r, x, self->device_index[slot].get(), off / item_bytes,
+                                   bytes / item_bytes, shift, out, s);
+      };
+      fd.unpack = [=](void* x, const void* in, std::int64_t off, std::int64_t bytes, GpuStream s) {
+        detail::copy_async(static_cast<char*>(x) + recv_at + off, in, bytes, s);
+      };
+      rd.pack = [=](const void* f, void* out, std::int64_t off, std::int64_t bytes, GpuStream s) {
+        detail::copy_async(out, static_cast<const char*>(f) + recv_at + off, bytes, s);
+      };
+      rd.unpack = [=](void* f, const void* in, std::int64_t off, std::int64_t bytes, GpuStream s) {
+        detail::scatter_add_async(r, f, self->device_index[slot].get(), off / item_bytes,
+                                  bytes / item_bytes, in, s);
+      };
+      forward_device.push_back(std::move(fd));
+      reverse_device.push_back(std::move(rd));
+#endif
+    }
+  }
+
+  void prepare_device() {
+#if HALOX_HAS_CUDA
+    if (device_index_ready) return;
+    for (const auto& pulse : plan.pulses) device_index.push_back(detail::upload_index(pulse.send_index));
+    device_index_ready = true;
+#endif
+  }
+
+  void run(std::vector<Op>& host_ops, std::vector<Op>& device_ops, void* field,
+           GpuStream stream) {
+    const bool device = chooser.on_device(field);
+    if (device) prepare_device();
+    chooser.for_field(field).run(device ? device_ops : host_ops, field, stream, stats);
+  }
+
+  Topology topology;
+  BasicKind real;
+  std::int64_t item = 0;
+  TransportChooser chooser;
+  ParticlePlan plan;
+  std::vector<Op> forward_host, forward_device, reverse_host, reverse_device;
+  std::vector<std::shared_ptr<const std::int32_t>> device_index;
+  bool device_index_ready = false;
+  ExchangeStats stats;
+};
+
+ParticleExchange::ParticleExchange(const Topology& topology, const ParticlePlan& plan,
+                                   BasicKind real, ExchangeOptions options)
+    : m_impl(std::make_unique<Impl>(topology, real, options)) {
+  m_impl->build(plan);
+}
+ParticleExchange::~ParticleExchange() = default;
+void ParticleExchange::set_plan(const ParticlePlan& plan) { m_impl->build(plan); }
+void ParticleExchange::forward(void* xyz, GpuStream stream) {
+  m_impl->run(m_impl->forward_host, m_impl->forward_device, xyz, stream);
+}
+void ParticleExchange::reverse(void* forces, GpuStream stream) {
+  m_impl->run(m_impl->reverse_host, m_impl->reverse_device, forces, stream);
+}
+const ParticlePlan& ParticleExchange::plan() const { return m_impl->plan; }
+const ExchangeStats& ParticleExchange::stats() const { return m_impl->stats; }
+void ParticleExchange::reset_stats() { m_impl->stats = {}; }
+
+}  // namespace halox

@@ -1,0 +1,78 @@
+// host: CPU arrays, MPI on host memory. Per stage: post the receives, pack, send, copy the
+// messages a rank sends to itself, wait, unpack.
+#include <algorithm>
+
+#include "halox/mpi.hpp"
+#include "transport.hpp"
+
+namespace halox::detail {
+
+int stage_count(const std::vector<Op>& ops) {
+  int n = 0;
+  for (const auto& op : ops) n = std::max(n, op.stage + 1);
+  return n;
+}
+
+namespace {
+
+class HostTransport final : public Transport {
+ public:
+  HostTransport(MPI_Comm comm, int rank) : m_comm(comm), m_rank(rank) {}
+  std::string name() const override { return "host"; }
+
+  void run(const std::vector<Op>& ops, void* field, GpuStream stream,
+           ExchangeStats& stats) override {
+    m_send.resize(ops.size());
+    m_recv.resize(ops.size());
+    for (int stage = 0; stage < stage_count(ops); ++stage) {
+      std::vector<MPI_Request> requests;
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = ops[i];
+        if (op.stage != stage || op.recv_rank < 0 || op.recv_rank == m_rank) continue;
+        MPI_Request r;
+        HALOX_MPI_CHECK(MPI_Irecv(m_recv[i].at_least(op.recv_bytes), static_cast<int>(op.recv_bytes),
+                                  MPI_BYTE, op.recv_rank, op.tag, m_comm, &r));
+        requests.push_back(r);
+      }
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = ops[i];
+        if (op.stage != stage || op.send_rank < 0) continue;
+        char* out = m_send[i].at_least(op.send_bytes);
+        op.pack(field, out, 0, op.send_bytes, stream);
+        if (op.send_rank == m_rank) continue;
+        MPI_Request r;
+        HALOX_MPI_CHECK(MPI_Isend(out, static_cast<int>(op.send_bytes), MPI_BYTE, op.send_rank,
+                                  op.tag, m_comm, &r));
+        requests.push_back(r);
+        stats.messages += 1;
+        stats.bytes_sent += op.send_bytes;
+      }
+      if (!requests.empty()) {
+        HALOX_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
+                                    MPI_STATUSES_IGNORE));
+        stats.host_waits += 1;
+      }
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = ops[i];
+        if (op.stage != stage || op.recv_rank < 0) continue;
+        // A message to myself is unpacked straight from its send buffer.
+        const char* in = op.recv_rank == m_rank ? m_send[i].bytes.data() : m_recv[i].bytes.data();
+        op.unpack(field, in, 0, op.recv_bytes, stream);
+      }
+    }
+    stats.exchanges += 1;
+  }
+
+ private:
+  MPI_Comm m_comm;
+  int m_rank;
+  std::vector<HostBuffer> m_send, m_recv;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_host_transport(MPI_Comm comm, int rank) {
+  return std::make_unique<HostTransport>(comm, rank);
+}
+
+}  // namespace halox::detail

@@ -1,0 +1,52 @@
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <sstream>
+
+#include "halox/error.hpp"
+#include "halox/tuning.hpp"
+
+namespace halox {
+
+std::string tuning_file_path() {
+  if (const char* file = std::getenv("HALOX_TUNING_FILE")) return file;
+  if (const char* xdg = std::getenv("XDG_CONFIG_HOME")) return std::string(xdg) + "/halox/tuning.json";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.config/halox/tuning.json";
+}
+
+std::int64_t tuned_chunk_bytes() {
+  static std::once_flag once;
+  static std::int64_t chunk = kDefaultChunkBytes;
+  std::call_once(once, [] {
+    const std::string path = tuning_file_path();
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::smatch m;
+    const std::string s = text.str();
+    if (in && std::regex_search(s, m, std::regex("\"chunk_bytes\"\\s*:\\s*([0-9]+)"))) {
+      chunk = std::max<std::int64_t>(16, std::stoll(m[1]));
+    } else {
+      std::fprintf(stderr,
+                   "halox: no tuning file at %s; the pipelined transport uses %lld KiB chunks "
+                   "(run halox-tune to measure the best size on this machine)\n",
+                   path.c_str(), static_cast<long long>(kDefaultChunkBytes / 1024));
+    }
+  });
+  return chunk;
+}
+
+void write_tuning_file(const std::string& json) {
+  const std::filesystem::path path = tuning_file_path();
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  std::ofstream out(path);
+  out << json;
+  if (!out) throw Error("halox: cannot write the tuning file " + path.string());
+}
+
+}  // namespace halox

@@ -1,0 +1,257 @@
+// The collective parts of the plans: validation, the particle plan builder (which moves the
+// halo coordinates while it decides what to send, as GROMACS's setup does) and migration.
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "collective.hpp"
+#include "halox/error.hpp"
+#include "halox/mpi.hpp"
+#include "halox/plan.hpp"
+
+namespace halox {
+
+namespace detail {
+
+void raise_if_any(MPI_Comm comm, const std::string& error) {
+  int rank = 0, size = 0;
+  HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
+  int mine = error.empty() ? size : rank, first = size;
+  HALOX_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == size) return;
+  int length = static_cast<int>(error.size());
+  HALOX_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first, comm));
+  std::string message = error;
+  message.resize(static_cast<std::size_t>(length));
+  HALOX_MPI_CHECK(MPI_Bcast(message.data(), length, MPI_CHAR, first, comm));
+  throw Error(rank == first ? message : "rank " + std::to_string(first) + ": " + message);
+}
+
+}  // namespace detail
+
+namespace {
+
+int peer(int rank) { return rank < 0 ? MPI_PROC_NULL : rank; }
+
+MPI_Comm comm_of(const Topology& topology, const char* where) {
+  if (topology.comm() == MPI_COMM_NULL) {
+    throw Error(std::string("halox::") + where +
+                ": the topology has no communicator (build it with Topology::from_mpi)");
+  }
+  return topology.comm();
+}
+
+// Sends `out` to send_rank and receives from recv_rank (sizes first), appending to `in`.
+void shift_doubles(MPI_Comm comm, int send_rank, int recv_rank, int tag,
+                   const std::vector<double>& out, std::vector<double>& in) {
+  long long send_count = static_cast<long long>(out.size()), recv_count = 0;
+  HALOX_MPI_CHECK(MPI_Sendrecv(&send_count, 1, MPI_LONG_LONG, peer(send_rank), tag, &recv_count,
+                               1, MPI_LONG_LONG, peer(recv_rank), tag, comm, MPI_STATUS_IGNORE));
+  const std::size_t at = in.size();
+  in.resize(at + static_cast<std::size_t>(recv_count));
+  HALOX_MPI_CHECK(MPI_Sendrecv(out.data(), static_cast<int>(send_count), MPI_DOUBLE,
+                               peer(send_rank), tag + 1, in.data() + at,
+                               static_cast<int>(recv_count), MPI_DOUBLE, peer(recv_rank), tag + 1,
+                               comm, MPI_STATUS_IGNORE));
+}
+
+}  // namespace
+
+void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pulses) {
+  MPI_Comm comm = comm_of(topology, "validate_plan");
+  // Different pulse counts would leave some messages unmatched: check that first.
+  int n = static_cast<int>(pulses.size()), lo = 0, hi = 0;
+  HALOX_MPI_CHECK(MPI_Allreduce(&n, &lo, 1, MPI_INT, MPI_MIN, comm));
+  HALOX_MPI_CHECK(MPI_Allreduce(&n, &hi, 1, MPI_INT, MPI_MAX, comm));
+  std::string error;
+  if (lo != hi) {
+    error = "halox::validate_plan: the ranks' plans have between " + std::to_string(lo) +
+            " and " + std::to_string(hi) + " pulses (this rank: " + std::to_string(n) + ")";
+    detail::raise_if_any(comm, error);
+  }
+  std::vector<long long> sent(pulses.size()), seen(pulses.size(), -1);
+  std::vector<MPI_Request> requests;
+  for (std::size_t p = 0; p < pulses.size(); ++p) {
+    const int tag = 7000 + static_cast<int>(p);
+    sent[p] = pulses[p].send_size;
+    MPI_Request r;
+    HALOX_MPI_CHECK(MPI_Irecv(&seen[p], 1, MPI_LONG_LONG, peer(pulses[p].recv_rank), tag, comm, &r));
+    requests.push_back(r);
+    HALOX_MPI_CHECK(MPI_Isend(&sent[p], 1, MPI_LONG_LONG, peer(pulses[p].send_rank), tag, comm, &r));
+    requests.push_back(r);
+  }
+  HALOX_MPI_CHECK(
+      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+  for (std::size_t p = 0; p < pulses.size() && error.empty(); ++p) {
+    if (pulses[p].recv_rank >= 0 && seen[p] != pulses[p].recv_size) {
+      error = "halox::validate_plan: " + pulses[p].name(static_cast<int>(p)) + ": rank " +
+              std::to_string(pulses[p].recv_rank) + " sends " + std::to_string(seen[p]) +
+              " but rank " + std::to_string(topology.rank()) + " expects " +
+              std::to_string(pulses[p].recv_size);
+    }
+  }
+  detail::raise_if_any(comm, error);
+}
+
+ParticlePlan build_particle_plan(const Topology& topology, const Box& box, double cutoff,
+                                 std::vector<double>& xyz) {
+  MPI_Comm comm = comm_of(topology, "build_particle_plan");
+  ParticlePlan plan;
+  plan.box = box;
+  plan.cutoff = cutoff;
+  plan.domain = domain_of(topology, box, topology.rank());
+  plan.home_count = static_cast<std::int64_t>(xyz.size() / 3);
+  std::string error;
+  if (xyz.size() % 3 != 0) error = "halox::build_particle_plan: xyz holds no whole atoms";
+  for (int a = 0; a < 3 && error.empty(); ++a) {
+    if (!(cutoff > 0) || !(cutoff < 0.5 * box.length[a])) {
+      error = "halox::build_particle_plan: the cutoff " + std::to_string(cutoff) +
+              " must be positive and shorter than half the box (" +
+              std::to_string(box.length[a]) + " along " + "xyz"[a] + ")";
+    }
+  }
+  for (std::int64_t i = 0; i < plan.home_count && error.empty(); ++i) {
+    for (int a = 0; a < 3; ++a) {
+      const double v = xyz[3 * i + a];
+      if (!(v >= plan.domain.lo[a] && v < plan.domain.hi[a])) {
+        std::ostringstream s;
+        s << "halox::build_particle_plan: home atom " << i << " of rank " << topology.rank()
+          << " is at " << "xyz"[a] << " = " << v << ", outside its domain [" << plan.domain.lo[a]
+          << ", " << plan.domain.hi[a] << ") (migrate_particles first)";
+        error = s.str();
+        break;
+      }
+    }
+  }
+  detail::raise_if_any(comm, error);
+
+  const auto coords = topology.coords();
+  std::int64_t total = plan.home_count;
+  int number = 0;
+  for (int axis : {Z, Y, X}) {
+    const int dims = topology.dims()[axis];
+    const double width = box.length[axis] / dims;
+    int pulses = 0;
+    if (dims == 1) {
+      pulses = topology.periodic()[axis] ? 1 : 0;
+    } else {
+      pulses = static_cast<int>(std::ceil(cutoff / width));
+    }
+    plan.pulses_per_axis[axis] = pulses;
+    std::int64_t candidates_begin = 0, candidates_end = total;
+    for (int k = 0; k < pulses; ++k, ++number) {
+      ParticlePulse pulse;
+      PulseHeader& h = pulse.header;
+      h.axis = axis;
+      h.direction = -1;
+      h.index = k;
+      h.stage = number;
+      h.send_rank = topology.neighbor(axis, -1);
+      h.recv_rank = topology.neighbor(axis, +1);
+      pulse.dependency_offset = plan.home_count;
+      // Crossing the lower periodic edge: the receiver sees these atoms one box up.
+      if (coords[axis] == 0 && h.send_rank >= 0) pulse.shift[axis] = box.length[axis];
+      std::vector<double> out;
+      if (h.send_rank >= 0) {
+        const double reach = plan.domain.lo[axis] + cutoff;
+        for (std::int64_t i = candidates_begin; i < candidates_end; ++i) {
+          if (xyz[3 * i + axis] < reach) {
+            pulse.send_index.push_back(static_cast<std::int32_t>(i));
+            for (int a = 0; a < 3; ++a) out.push_back(xyz[3 * i + a] + pulse.shift[a]);
+          }
+        }
+      }
+      pulse.first_forwarded = static_cast<std::int64_t>(
+          std::lower_bound(pulse.send_index.begin(), pulse.send_index.end(),
+                           static_cast<std::int32_t>(plan.home_count)) -
+          pulse.send_index.begin());
+      shift_doubles(comm, h.send_rank, h.recv_rank, 100 + 2 * number, out, xyz);
+      pulse.recv_offset = total;
+      pulse.recv_count = static_cast<std::int64_t>(xyz.size() / 3) - total;
+      total += pulse.recv_count;
+      h.send_size = static_cast<std::int64_t>(pulse.send_index.size());
+      h.recv_size = pulse.recv_count;
+      candidates_begin = pulse.recv_offset;
+      candidates_end = total;
+      plan.pulses.push_back(std::move(pulse));
+    }
+  }
+  plan.total_count = total;
+  if (total > INT32_MAX) {
+    throw Error("halox::build_particle_plan: " + std::to_string(total) +
+                " local atoms exceed the 32-bit index maps");
+  }
+  validate_plan(topology, headers(plan));
+  return plan;
+}
+
+GridPlan build_grid_plan(const Topology& topology, std::array<std::int64_t, 3> interior, int halo,
+                         const Datatype& element) {
+  std::string error;
+  GridPlan plan;
+  try {
+    plan = make_grid_plan(topology, interior, halo, element);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  detail::raise_if_any(comm_of(topology, "build_grid_plan"), error);
+  validate_plan(topology, headers(plan));
+  return plan;
+}
+
+void migrate_particles(const Topology& topology, const Box& box, std::vector<double>& data,
+                       int stride) {
+  MPI_Comm comm = comm_of(topology, "migrate_particles");
+  const Domain domain = domain_of(topology, box, topology.rank());
+  std::string error;
+  for (int axis : {Z, Y, X}) {
+    const double length = box.length[axis];
+    auto wrap = [&](double v) {
+      if (!topology.periodic()[axis]) return v;
+      v = std::fmod(v, length);
+      if (v < 0) v += length;
+      return v < length ? v : std::nextafter(length, 0.0);  // -1e-17 + L rounds to L
+    };
+    std::vector<double> keep, down, up;
+    const std::size_t n = data.size() / static_cast<std::size_t>(stride);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double* atom = data.data() + i * stride;
+      std::vector<double>* to = &keep;
+      if (topology.dims()[axis] > 1) {
+        if (atom[axis] < domain.lo[axis]) to = &down;
+        else if (atom[axis] >= domain.hi[axis]) to = &up;
+      }
+      const std::size_t at = to->size();
+      to->insert(to->end(), atom, atom + stride);
+      (*to)[at + axis] = wrap((*to)[at + axis]);
+      if (to != &keep && topology.neighbor(axis, to == &down ? -1 : +1) < 0 && error.empty()) {
+        std::ostringstream s;
+        s << "halox::migrate_particles: rank " << topology.rank() << ": an atom at "
+          << "xyz"[axis] << " = " << atom[axis] << " left the non-periodic box";
+        error = s.str();
+      }
+    }
+    std::vector<double> arrived;
+    const int tag = 300 + 4 * axis;
+    shift_doubles(comm, topology.neighbor(axis, -1), topology.neighbor(axis, +1), tag, down,
+                  arrived);
+    shift_doubles(comm, topology.neighbor(axis, +1), topology.neighbor(axis, -1), tag + 2, up,
+                  arrived);
+    for (std::size_t i = 0; i < arrived.size(); i += stride) {
+      const double v = arrived[i + axis];
+      if (!(v >= domain.lo[axis] && v < domain.hi[axis]) && error.empty()) {
+        std::ostringstream s;
+        s << "halox::migrate_particles: rank " << topology.rank() << " received an atom at "
+          << "xyz"[axis] << " = " << v << ", outside its domain [" << domain.lo[axis] << ", "
+          << domain.hi[axis] << "): it moved more than one domain since the last migration";
+        error = s.str();
+      }
+    }
+    keep.insert(keep.end(), arrived.begin(), arrived.end());
+    data.swap(keep);
+  }
+  detail::raise_if_any(comm, error);
+}
+
+}  // namespace halox

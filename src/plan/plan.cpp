@@ -1,0 +1,113 @@
+#include <algorithm>
+#include <string>
+
+#include "halox/error.hpp"
+#include "halox/pack.hpp"
+#include "halox/plan.hpp"
+
+namespace halox {
+
+namespace {
+const char* axis_name(int axis) { return axis == X ? "x" : axis == Y ? "y" : "z"; }
+}  // namespace
+
+std::string PulseHeader::name(int number) const {
+  return "pulse " + std::to_string(number) + " (" + axis_name(axis) + (direction < 0 ? "-" : "+") +
+         " #" + std::to_string(index) + ")";
+}
+
+Domain domain_of(const Topology& topology, const Box& box, int rank) {
+  const auto c = topology.coords_of(rank);
+  Domain d;
+  for (int a = 0; a < 3; ++a) {
+    const double width = box.length[a] / topology.dims()[a];
+    d.lo[a] = c[a] * width;
+    // The last domain ends exactly at the box edge, whatever the rounding of c * width.
+    d.hi[a] = c[a] + 1 == topology.dims()[a] ? box.length[a] : (c[a] + 1) * width;
+  }
+  return d;
+}
+
+int ParticlePlan::pulse_of(std::int64_t i) const {
+  if (i < home_count) return -1;
+  for (std::size_t p = 0; p < pulses.size(); ++p) {
+    if (i < pulses[p].recv_offset + pulses[p].recv_count) return static_cast<int>(p);
+  }
+  return -1;
+}
+
+bool ParticlePlan::owns_pair(const double* a, const double* b) const {
+  for (int k = 0; k < 3; ++k) {
+    const double m = std::min(a[k], b[k]);
+    if (m < domain.lo[k] || m >= domain.hi[k]) return false;
+  }
+  return true;
+}
+
+GridPlan make_grid_plan(const Topology& topology, std::array<std::int64_t, 3> interior, int halo,
+                        const Datatype& element) {
+  if (halo < 1) throw Error("halox::make_grid_plan: halo width " + std::to_string(halo) + " < 1");
+  for (int a = 0; a < 3; ++a) {
+    if (interior[a] < halo) {
+      throw Error("halox::make_grid_plan: rank " + std::to_string(topology.rank()) + " has " +
+                  std::to_string(interior[a]) + " interior cells along " + axis_name(a) +
+                  ", fewer than the halo width " + std::to_string(halo));
+    }
+  }
+  GridPlan plan;
+  plan.interior = interior;
+  plan.halo = halo;
+  plan.element = element;
+  for (int a = 0; a < 3; ++a) plan.extent[a] = interior[a] + 2 * halo;
+  const std::int64_t h = halo;
+  int stage = 0;
+  for (int axis : {Z, Y, X}) {
+    for (int direction : {-1, +1}) {
+      // Axes already exchanged contribute their full extent (that is how edges and corners
+      // are forwarded); the others only their interior.
+      std::array<std::int64_t, 3> sub{}, send_start{}, recv_start{};
+      for (int a = 0; a < 3; ++a) {
+        const bool done = a > axis;  // Z (2) runs first, then Y (1), then X (0)
+        sub[a] = done ? plan.extent[a] : interior[a];
+        send_start[a] = recv_start[a] = done ? 0 : h;
+      }
+      sub[axis] = h;
+      // direction -1: my lowest interior layers go down; my upper halo comes from above.
+      send_start[axis] = direction < 0 ? h : interior[axis];
+      recv_start[axis] = direction < 0 ? interior[axis] + h : 0;
+      // Subarray sizes are slowest-first in C order: (z, y, x).
+      const std::int64_t sizes[3] = {plan.extent[2], plan.extent[1], plan.extent[0]};
+      const std::int64_t subs[3] = {sub[2], sub[1], sub[0]};
+      const std::int64_t s0[3] = {send_start[2], send_start[1], send_start[0]};
+      const std::int64_t r0[3] = {recv_start[2], recv_start[1], recv_start[0]};
+      GridPulse pulse;
+      pulse.send_type = Datatype::subarray(sizes, subs, s0, Order::c, element).commit();
+      pulse.recv_type = Datatype::subarray(sizes, subs, r0, Order::c, element).commit();
+      PulseHeader& hd = pulse.header;
+      hd.axis = axis;
+      hd.direction = direction;
+      hd.stage = stage;
+      hd.send_rank = topology.neighbor(axis, direction);
+      hd.recv_rank = topology.neighbor(axis, -direction);
+      hd.send_size = hd.send_rank < 0 ? 0 : packed_size(pulse.send_type, 1);
+      hd.recv_size = hd.recv_rank < 0 ? 0 : packed_size(pulse.recv_type, 1);
+      plan.pulses.push_back(std::move(pulse));
+    }
+    ++stage;
+  }
+  return plan;
+}
+
+std::vector<PulseHeader> headers(const ParticlePlan& plan) {
+  std::vector<PulseHeader> out;
+  for (const auto& p : plan.pulses) out.push_back(p.header);
+  return out;
+}
+
+std::vector<PulseHeader> headers(const GridPlan& plan) {
+  std::vector<PulseHeader> out;
+  for (const auto& p : plan.pulses) out.push_back(p.header);
+  return out;
+}
+
+}  // namespace halox

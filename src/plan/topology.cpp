@@ -1,0 +1,117 @@
+#include "halox/topology.hpp"
+
+#include <sstream>
+
+#include "halox/error.hpp"
+#if HALOX_HAS_MPI
+#include "halox/mpi.hpp"
+#endif
+
+namespace halox {
+
+Topology::Topology(std::array<int, 3> dims, std::array<bool, 3> periodic, int rank)
+    : m_dims(dims), m_periodic(periodic), m_rank(rank) {
+  for (int a = 0; a < 3; ++a) {
+    if (dims[a] <= 0) {
+      throw Error("halox::Topology: dimension " + std::to_string(a) + " is " +
+                  std::to_string(dims[a]) + "; every dimension must be >= 1");
+    }
+  }
+  if (rank < 0 || rank >= size()) {
+    throw Error("halox::Topology: rank " + std::to_string(rank) + " is outside the " +
+                describe() + " grid of " + std::to_string(size()) + " ranks");
+  }
+}
+
+#if HALOX_HAS_MPI
+Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims,
+                            std::array<bool, 3> periodic) {
+  int size = 0, rank = 0;
+  HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
+  HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  int given = 1;
+  bool any_free = false;
+  for (int d : dims) {
+    if (d < 0) throw Error("halox::Topology::from_mpi: negative dimension " + std::to_string(d));
+    if (d == 0) any_free = true;
+    else given *= d;
+  }
+  if (any_free) {
+    if (size % given != 0) {
+      throw Error("halox::Topology::from_mpi: the fixed dimensions (product " +
+                  std::to_string(given) + ") do not divide the " + std::to_string(size) +
+                  " ranks of the communicator");
+    }
+    // MPI_Dims_create orders from slowest to fastest varying; ours is x fastest, so reverse.
+    int mpi_dims[3] = {dims[2], dims[1], dims[0]};
+    HALOX_MPI_CHECK(MPI_Dims_create(size, 3, mpi_dims));
+    dims = {mpi_dims[2], mpi_dims[1], mpi_dims[0]};
+  }
+  if (dims[0] * dims[1] * dims[2] != size) {
+    throw Error("halox::Topology::from_mpi: a rank grid of " + std::to_string(dims[0]) + "x" +
+                std::to_string(dims[1]) + "x" + std::to_string(dims[2]) + " = " +
+                std::to_string(dims[0] * dims[1] * dims[2]) +
+                " ranks does not match the communicator's " + std::to_string(size) + " ranks");
+  }
+  Topology topology(dims, periodic, rank);
+  topology.m_comm = comm;
+  return topology;
+}
+#endif
+
+std::array<int, 3> Topology::coords_of(int rank) const {
+  return {rank % m_dims[0], (rank / m_dims[0]) % m_dims[1], rank / (m_dims[0] * m_dims[1])};
+}
+
+int Topology::rank_of(std::array<int, 3> c) const {
+  for (int a = 0; a < 3; ++a) {
+    if (c[a] < 0 || c[a] >= m_dims[a]) {
+      if (!m_periodic[a]) return -1;
+      c[a] = ((c[a] % m_dims[a]) + m_dims[a]) % m_dims[a];
+    }
+  }
+  return c[0] + m_dims[0] * (c[1] + m_dims[1] * c[2]);
+}
+
+int Topology::neighbor(int rank, int axis, int direction) const {
+  auto c = coords_of(rank);
+  c[axis] += direction;
+  return rank_of(c);
+}
+
+std::string Topology::describe() const {
+  std::ostringstream s;
+  s << m_dims[0] << 'x' << m_dims[1] << 'x' << m_dims[2];
+  const char* names = "xyz";
+  std::string periodic;
+  for (int a = 0; a < 3; ++a) {
+    if (m_periodic[a]) periodic += names[a];
+  }
+  s << (periodic.empty() ? " non-periodic" : " periodic " + periodic);
+  return s.str();
+}
+
+std::array<int, 3> parse_dims(const std::string& text) {
+  std::array<int, 3> dims = {1, 1, 1};
+  std::size_t pos = 0;
+  for (int a = 0; a < 3 && pos <= text.size(); ++a) {
+    const std::size_t end = text.find('x', pos);
+    const std::string part = text.substr(pos, end == std::string::npos ? end : end - pos);
+    std::size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != part.size() || part.empty() || value <= 0) {
+      throw Error("halox: rank grid '" + text + "' is not of the form NxMxK with positive values");
+    }
+    dims[a] = value;
+    if (end == std::string::npos) return dims;
+    pos = end + 1;
+  }
+  throw Error("halox: rank grid '" + text + "' has more than three dimensions");
+}
+
+}  // namespace halox

@@ -1,0 +1,319 @@
+// Grid and particle halos on real MPI ranks, checked against independent references: the
+// grid halo against the global field's analytic values, the particle halo against a
+// brute-force search over every periodic image of a random global particle set.
+//
+// HALOX_TEST_TRANSPORT=staged|pipelined|mpi-direct runs the same checks on device memory
+// (the GPU machine does); the default is host.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "../common/seed.hpp"
+#include "halox/error.hpp"
+#include "halox/exchange.hpp"
+#include "halox/plan.hpp"
+#if HALOX_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
+
+using namespace halox;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+TransportKind test_transport() {
+  const char* env = std::getenv("HALOX_TEST_TRANSPORT");
+  return env ? parse_transport(env) : TransportKind::host;
+}
+
+// Runs `exchange(ptr, stream)` on a copy of `data` in the memory the transport moves, and
+// copies the result back.
+template <class T, class F>
+void run_on(std::vector<T>& data, F&& exchange) {
+  if (test_transport() == TransportKind::host) {
+    exchange(static_cast<void*>(data.data()), nullptr);
+    return;
+  }
+#if HALOX_HAS_CUDA
+  void* dev = nullptr;
+  const std::size_t bytes = data.size() * sizeof(T);
+  ASSERT_EQ(cudaMalloc(&dev, bytes), cudaSuccess);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dev, data.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  exchange(dev, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(data.data(), dev, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaStreamDestroy(stream);
+  cudaFree(dev);
+#else
+  FAIL() << "device transports need a CUDA build";
+#endif
+}
+
+// Every rank-grid shape for the current number of ranks.
+std::vector<std::array<int, 3>> grid_shapes() {
+  const int n = world_size();
+  std::vector<std::array<int, 3>> shapes;
+  for (int x = 1; x <= n; ++x) {
+    for (int y = 1; x * y <= n; ++y) {
+      if (n % (x * y) == 0) shapes.push_back({x, y, n / (x * y)});
+    }
+  }
+  return shapes;
+}
+
+// --- grid -------------------------------------------------------------------------------
+
+// The global field's value at a global cell (wrapped on periodic axes) and component.
+double global_value(std::int64_t x, std::int64_t y, std::int64_t z, int c) {
+  return 1.0 + x + 1000.0 * y + 1.0e6 * z + 0.25 * c;
+}
+
+void check_grid(std::array<int, 3> dims, std::array<bool, 3> periodic,
+                std::array<std::int64_t, 3> interior, int halo, int components) {
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD, dims, periodic);
+  const Datatype element = Datatype::contiguous(components, Datatype::of<double>()).commit();
+  GridPlan plan = build_grid_plan(topology, interior, halo, element);
+  const auto e = plan.extent;
+  const auto c = topology.coords();
+  const double poison = -12345.0;
+  std::vector<double> field(static_cast<std::size_t>(e[0] * e[1] * e[2] * components), poison);
+  auto at = [&](std::int64_t x, std::int64_t y, std::int64_t z, int k) -> double& {
+    return field[static_cast<std::size_t>(((z * e[1] + y) * e[0] + x) * components + k)];
+  };
+  std::array<std::int64_t, 3> global{};
+  for (int a = 0; a < 3; ++a) global[a] = interior[a] * dims[a];
+  for (std::int64_t z = halo; z < interior[2] + halo; ++z)
+    for (std::int64_t y = halo; y < interior[1] + halo; ++y)
+      for (std::int64_t x = halo; x < interior[0] + halo; ++x)
+        for (int k = 0; k < components; ++k)
+          at(x, y, z, k) = global_value(c[0] * interior[0] + x - halo,
+                                        c[1] * interior[1] + y - halo,
+                                        c[2] * interior[2] + z - halo, k);
+  GridExchange exchange(topology, plan, ExchangeOptions{test_transport(), 4096});
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    run_on(field, [&](void* p, GpuStream s) { exchange.exchange(p, s); });
+  }
+  std::int64_t wrong = 0;
+  for (std::int64_t z = 0; z < e[2]; ++z)
+    for (std::int64_t y = 0; y < e[1]; ++y)
+      for (std::int64_t x = 0; x < e[0]; ++x) {
+        std::array<std::int64_t, 3> g = {c[0] * interior[0] + x - halo,
+                                         c[1] * interior[1] + y - halo,
+                                         c[2] * interior[2] + z - halo};
+        bool outside = false;  // beyond a non-periodic edge: the halo stays untouched
+        for (int a = 0; a < 3; ++a) {
+          if (g[a] < 0 || g[a] >= global[a]) {
+            if (periodic[a]) g[a] = (g[a] + global[a]) % global[a];
+            else outside = true;
+          }
+        }
+        for (int k = 0; k < components; ++k) {
+          const double want = outside ? poison : global_value(g[0], g[1], g[2], k);
+          if (at(x, y, z, k) != want && ++wrong <= 5) {
+            ADD_FAILURE() << "rank " << topology.rank() << " cell (" << x << "," << y << "," << z
+                          << ") component " << k << ": " << at(x, y, z, k) << " != " << want;
+          }
+        }
+      }
+  EXPECT_EQ(wrong, 0) << topology.describe() << " halo " << halo;
+  EXPECT_EQ(exchange.stats().exchanges, 2);
+}
+
+TEST(GridHalo, EveryRankGridShapePeriodic) {
+  for (auto dims : grid_shapes()) check_grid(dims, {true, true, true}, {6, 5, 4}, 2, 3);
+}
+
+TEST(GridHalo, NonPeriodicEdgesStayUntouched) {
+  for (auto dims : grid_shapes()) check_grid(dims, {false, true, false}, {4, 4, 5}, 1, 1);
+}
+
+TEST(GridHalo, MismatchedPlansAreCaughtWhenBuilt) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {world_size(), 1, 1});
+  // Rank 1 has one more cell along y: its x faces do not match its neighbours'.
+  const std::int64_t ny = world_rank() == 1 ? 7 : 6;
+  try {
+    build_grid_plan(topology, {4, ny, 4}, 1, Datatype::of<float>().commit());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("pulse"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 1"), std::string::npos) << m;
+  }
+}
+
+// --- particles ----------------------------------------------------------------------------
+
+struct World {
+  Box box{{10.0, 9.0, 8.0}};
+  std::vector<double> xyz;  // every particle, same on every rank
+};
+
+World make_world(std::uint64_t seed, int n) {
+  World w;
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < n; ++i) {
+    for (int a = 0; a < 3; ++a) {
+      w.xyz.push_back(std::uniform_real_distribution<double>(0, w.box.length[a])(rng));
+    }
+  }
+  return w;
+}
+
+// Images of global particle `i` inside [lo, hi + cutoff) of a domain (shifts of 0 or +L).
+int images_in(const World& w, const Domain& d, double cutoff, int i,
+              std::vector<std::array<double, 3>>* out = nullptr) {
+  int found = 0;
+  for (int sx = 0; sx < 2; ++sx)
+    for (int sy = 0; sy < 2; ++sy)
+      for (int sz = 0; sz < 2; ++sz) {
+        const int s[3] = {sx, sy, sz};
+        std::array<double, 3> p{};
+        bool inside = true;
+        for (int a = 0; a < 3; ++a) {
+          p[a] = w.xyz[3 * i + a] + s[a] * w.box.length[a];
+          inside &= p[a] >= d.lo[a] && p[a] < d.hi[a] + cutoff;
+        }
+        if (inside) {
+          ++found;
+          if (out) out->push_back(p);
+        }
+      }
+  return found;
+}
+
+void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed) {
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD, dims);
+  const World w = make_world(seed, 900);
+  const Domain mine = domain_of(topology, w.box, topology.rank());
+  std::vector<double> xyz;
+  std::vector<int> home_ids;
+  const int n = static_cast<int>(w.xyz.size() / 3);
+  for (int i = 0; i < n; ++i) {
+    bool in = true;
+    for (int a = 0; a < 3; ++a) in &= w.xyz[3 * i + a] >= mine.lo[a] && w.xyz[3 * i + a] < mine.hi[a];
+    if (in) {
+      home_ids.push_back(i);
+      xyz.insert(xyz.end(), &w.xyz[3 * i], &w.xyz[3 * i + 3]);
+    }
+  }
+  ParticlePlan plan = build_particle_plan(topology, w.box, cutoff, xyz);
+  const std::string where = topology.describe() + " cutoff " + std::to_string(cutoff);
+
+  // 1. The local set is exactly the images of all particles in [lo, hi + cutoff).
+  std::vector<std::array<double, 3>> want, got;
+  for (int i = 0; i < n; ++i) images_in(w, mine, cutoff, i, &want);
+  for (std::int64_t i = 0; i < plan.total_count; ++i) got.push_back({xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2]});
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  ASSERT_EQ(got.size(), want.size()) << where;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    for (int a = 0; a < 3; ++a) ASSERT_NEAR(got[k][a], want[k][a], 1e-12) << where;
+  }
+  for (const auto& p : plan.pulses) {
+    for (std::int64_t k = 0; k < static_cast<std::int64_t>(p.send_index.size()); ++k) {
+      EXPECT_EQ(p.send_index[k] >= plan.home_count, k >= p.first_forwarded) << where;
+    }
+  }
+
+  // 2. Forward moves the same coordinates the plan saw (float and double), poisoned halo.
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    std::vector<double> x(xyz.size(), -777.0);
+    std::copy(xyz.begin(), xyz.begin() + 3 * plan.home_count, x.begin());
+    ParticleExchange exchange(topology, plan, BasicKind::float64, {test_transport(), 96});
+    run_on(x, [&](void* p, GpuStream s) { exchange.forward(p, s); });
+    EXPECT_EQ(x, xyz) << where;
+    std::vector<float> xf(xyz.size(), -777.0f), ref(xyz.size());
+    for (std::size_t k = 0; k < xyz.size(); ++k) {
+      if (k < static_cast<std::size_t>(3 * plan.home_count)) xf[k] = static_cast<float>(xyz[k]);
+      ref[k] = static_cast<float>(xyz[k]);
+    }
+    ParticleExchange exchange_f(topology, plan, BasicKind::float32, {test_transport(), 96});
+    run_on(xf, [&](void* p, GpuStream s) { exchange_f.forward(p, s); });
+    for (std::size_t k = 0; k < xyz.size(); ++k) ASSERT_NEAR(xf[k], ref[k], 2e-5 * std::abs(ref[k]) + 1e-6);
+  }
+
+  // 3. Reverse: every copy of atom i carries force (1, 2, 3) * (i + 1); after the reverse
+  // exchange each home atom holds that times the number of copies over all ranks.
+  std::map<std::array<double, 3>, int> id_of;
+  for (int i = 0; i < n; ++i) {
+    std::vector<std::array<double, 3>> images;
+    Domain everything{{0, 0, 0}, w.box.length};
+    images_in(w, everything, w.box.length[0], i, &images);
+    for (auto& p : images) id_of[p] = i;
+  }
+  std::vector<double> f(xyz.size());
+  for (std::int64_t k = 0; k < plan.total_count; ++k) {
+    auto found = id_of.find({xyz[3 * k], xyz[3 * k + 1], xyz[3 * k + 2]});
+    ASSERT_NE(found, id_of.end());
+    for (int a = 0; a < 3; ++a) f[3 * k + a] = (a + 1) * (found->second + 1.0);
+  }
+  ParticleExchange exchange(topology, plan, BasicKind::float64, {test_transport(), 96});
+  run_on(f, [&](void* p, GpuStream s) { exchange.reverse(p, s); });
+  for (std::size_t h = 0; h < home_ids.size(); ++h) {
+    int copies = 0;
+    for (int r = 0; r < topology.size(); ++r) {
+      copies += images_in(w, domain_of(topology, w.box, r), cutoff, home_ids[h]);
+    }
+    for (int a = 0; a < 3; ++a) {
+      ASSERT_EQ(f[3 * h + a], copies * (a + 1) * (home_ids[h] + 1.0)) << where << " atom " << home_ids[h];
+    }
+  }
+
+  // 4. Pair ownership: over all ranks, every pair within the cutoff is owned exactly once.
+  long long owned = 0, expected = 0;
+  for (std::int64_t i = 0; i < plan.total_count; ++i)
+    for (std::int64_t j = i + 1; j < plan.total_count; ++j) {
+      double r2 = 0;
+      for (int a = 0; a < 3; ++a) r2 += (xyz[3 * i + a] - xyz[3 * j + a]) * (xyz[3 * i + a] - xyz[3 * j + a]);
+      if (r2 < cutoff * cutoff && plan.owns_pair(&xyz[3 * i], &xyz[3 * j])) ++owned;
+    }
+  long long total = 0;
+  MPI_Allreduce(&owned, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  for (int i = 0; i < n; ++i)
+    for (int j = i + 1; j < n; ++j) {
+      double r2 = 0;
+      for (int a = 0; a < 3; ++a) {
+        double d = w.xyz[3 * i + a] - w.xyz[3 * j + a];
+        d -= w.box.length[a] * std::round(d / w.box.length[a]);
+        r2 += d * d;
+      }
+      if (r2 < cutoff * cutoff) ++expected;
+    }
+  EXPECT_EQ(total, expected) << where;
+}
+
+TEST(ParticleHalo, EveryRankGridShapeOneAndTwoPulses) {
+  const std::uint64_t seed = halox::testing::test_seed("ParticleHalo", 0);
+  for (auto dims : grid_shapes()) {
+    check_particles(dims, 2.6, seed);  // 2 or more pulses along axes split 4 or more ways
+    check_particles(dims, 1.2, seed + 1);
+  }
+}
+
+TEST(ParticleHalo, BadCutoffIsRefusedOnEveryRank) {
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD);
+  std::vector<double> xyz;
+  EXPECT_THROW(build_particle_plan(topology, Box{{10, 10, 3}}, 2.0, xyz), Error);
+  EXPECT_THROW(build_particle_plan(topology, Box{{10, 10, 10}}, -1.0, xyz), Error);
+}
+
+}  // namespace

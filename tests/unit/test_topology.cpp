@@ -1,0 +1,55 @@
+#include <gtest/gtest.h>
+
+#include "halox/error.hpp"
+#include "halox/plan.hpp"
+#include "halox/topology.hpp"
+
+using namespace halox;
+
+TEST(Topology, RankCoordinatesRoundTrip) {
+  Topology t({3, 2, 4}, {true, false, true}, 5);
+  EXPECT_EQ(t.size(), 24);
+  for (int r = 0; r < t.size(); ++r) EXPECT_EQ(t.rank_of(t.coords_of(r)), r);
+  EXPECT_EQ(t.coords_of(5), (std::array<int, 3>{2, 1, 0}));
+}
+
+TEST(Topology, NeighboursWrapOnlyOnPeriodicAxes) {
+  Topology t({3, 2, 4}, {true, false, true}, 0);
+  EXPECT_EQ(t.neighbor(X, -1), t.rank_of({2, 0, 0}));
+  EXPECT_EQ(t.neighbor(Y, -1), -1);
+  EXPECT_EQ(t.neighbor(Y, +1), t.rank_of({0, 1, 0}));
+  EXPECT_EQ(t.neighbor(Z, -1), t.rank_of({0, 0, 3}));
+  Topology one({1, 1, 1}, {true, true, true}, 0);
+  EXPECT_EQ(one.neighbor(X, +1), 0);
+}
+
+TEST(Topology, BadInputIsRefused) {
+  EXPECT_THROW(Topology({0, 1, 1}, {true, true, true}, 0), Error);
+  EXPECT_THROW(Topology({2, 1, 1}, {true, true, true}, 2), Error);
+  EXPECT_EQ(parse_dims("2x3"), (std::array<int, 3>{2, 3, 1}));
+  EXPECT_EQ(parse_dims("4"), (std::array<int, 3>{4, 1, 1}));
+  EXPECT_THROW(parse_dims("2x0x1"), Error);
+  EXPECT_THROW(parse_dims("2xx1"), Error);
+  EXPECT_THROW(parse_dims("1x1x1x1"), Error);
+}
+
+TEST(GridPlan, SixPulsesWithForwardedEdges) {
+  Topology t({2, 2, 2}, {true, true, true}, 0);
+  GridPlan plan = make_grid_plan(t, {8, 6, 4}, 2, Datatype::of<float>().commit());
+  ASSERT_EQ(plan.pulses.size(), 6u);
+  // z faces: interior x * interior y * halo; y faces carry the z halo; x faces carry both.
+  EXPECT_EQ(plan.pulses[0].header.send_size, 8 * 6 * 2 * 4);
+  EXPECT_EQ(plan.pulses[2].header.send_size, 8 * 2 * (4 + 4) * 4);
+  EXPECT_EQ(plan.pulses[4].header.send_size, 2 * (6 + 4) * (4 + 4) * 4);
+  EXPECT_EQ(plan.pulses[0].header.axis, Z);
+  EXPECT_EQ(plan.pulses[5].header.axis, X);
+  EXPECT_THROW(make_grid_plan(t, {8, 1, 4}, 2, Datatype::of<float>().commit()), Error);
+}
+
+TEST(Domain, SplitsTheBoxEvenlyAndEndsAtTheEdge) {
+  Topology t({3, 1, 1}, {true, true, true}, 2);
+  Box box{{10.0, 5.0, 5.0}};
+  Domain d = domain_of(t, box, 2);
+  EXPECT_DOUBLE_EQ(d.lo[0], 20.0 / 3);
+  EXPECT_EQ(d.hi[0], 10.0);
+}
