@@ -30,21 +30,35 @@ class Topology {
   static Topology from_mpi(MPI_Comm comm, std::array<int, 3> dims = {0, 0, 0},
                            std::array<bool, 3> periodic = {true, true, true});
   /// The communicator this topology was built from (MPI_COMM_NULL when built without one).
-  MPI_Comm comm() const { return m_comm; }
+  MPI_Comm comm() const {
+    return m_comm;
+  }
 #endif
 
-  int rank() const { return m_rank; }
-  int size() const { return m_dims[0] * m_dims[1] * m_dims[2]; }
-  const std::array<int, 3>& dims() const { return m_dims; }
-  const std::array<bool, 3>& periodic() const { return m_periodic; }
+  int rank() const {
+    return m_rank;
+  }
+  int size() const {
+    return m_dims[0] * m_dims[1] * m_dims[2];
+  }
+  const std::array<int, 3>& dims() const {
+    return m_dims;
+  }
+  const std::array<bool, 3>& periodic() const {
+    return m_periodic;
+  }
   /// This rank's coordinates.
-  std::array<int, 3> coords() const { return coords_of(m_rank); }
+  std::array<int, 3> coords() const {
+    return coords_of(m_rank);
+  }
   std::array<int, 3> coords_of(int rank) const;
   /// The rank at `coords`, wrapping periodic axes; -1 when off a non-periodic edge.
   int rank_of(std::array<int, 3> coords) const;
   /// The neighbour of `rank` one step along `axis` in `direction` (-1 or +1); -1 when none.
   int neighbor(int rank, int axis, int direction) const;
-  int neighbor(int axis, int direction) const { return neighbor(m_rank, axis, direction); }
+  int neighbor(int axis, int direction) const {
+    return neighbor(m_rank, axis, direction);
+  }
   /// "2x2x1 periodic xyz" style description.
   std::string describe() const;
 

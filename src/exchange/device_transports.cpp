@@ -67,7 +67,9 @@ class PinnedBuffer {
   std::int64_t m_size = 0;
 };
 
-bool remote(int peer, int rank) { return peer >= 0 && peer != rank; }
+bool remote(int peer, int rank) {
+  return peer >= 0 && peer != rank;
+}
 
 // Buffers per op, grown on demand: device send/receive and their pinned host mirrors.
 struct OpBuffers {
@@ -110,24 +112,24 @@ class StagedTransport final : public Transport {
           OpBuffers& b = m_buffers[i];
           MPI_Request r;
           if (remote(op.recv_rank, m_rank)) {
-            char* in = m_direct ? b.dev_recv.at_least(op.recv_bytes)
-                                : b.host_recv.at_least(op.recv_bytes);
+            char* in =
+                m_direct ? b.dev_recv.at_least(op.recv_bytes) : b.host_recv.at_least(op.recv_bytes);
             HALOX_MPI_CHECK(MPI_Irecv(in, static_cast<int>(op.recv_bytes), MPI_BYTE, op.recv_rank,
                                       op.tag, m_comm, &r));
             requests.push_back(r);
           }
           if (remote(op.send_rank, m_rank)) {
             const char* out = m_direct ? b.dev_send.get() : b.host_send.get();
-            HALOX_MPI_CHECK(MPI_Isend(out, static_cast<int>(op.send_bytes), MPI_BYTE,
-                                      op.send_rank, op.tag, m_comm, &r));
+            HALOX_MPI_CHECK(MPI_Isend(out, static_cast<int>(op.send_bytes), MPI_BYTE, op.send_rank,
+                                      op.tag, m_comm, &r));
             requests.push_back(r);
             stats.messages += 1;
             stats.bytes_sent += op.send_bytes;
           }
         }
         // Wait 2: the messages have arrived.
-        HALOX_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
-                                    MPI_STATUSES_IGNORE));
+        HALOX_MPI_CHECK(
+            MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
         stats.host_waits += 1;
       }
       for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -178,7 +180,8 @@ class PipelinedTransport final : public Transport {
   void run(const std::vector<Op>& ops, void* field, GpuStream stream,
            ExchangeStats& stats) override {
     if (m_buffers.size() < ops.size()) m_buffers.resize(ops.size());
-    for (int stage = 0; stage < stage_count(ops); ++stage) run_stage(ops, stage, field, stream, stats);
+    for (int stage = 0; stage < stage_count(ops); ++stage)
+      run_stage(ops, stage, field, stream, stats);
     stats.exchanges += 1;
   }
 
@@ -215,7 +218,8 @@ class PipelinedTransport final : public Transport {
     bool any_remote = false;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
-      if (op.stage == stage) any_remote |= remote(op.send_rank, m_rank) || remote(op.recv_rank, m_rank);
+      if (op.stage == stage)
+        any_remote |= remote(op.send_rank, m_rank) || remote(op.recv_rank, m_rank);
     }
     if (any_remote) {
       // The previous exchange's copies up read the pinned receive buffers we now reuse.
@@ -278,8 +282,8 @@ class PipelinedTransport final : public Transport {
         HALOX_CUDA_CHECK(q);
         const Op& op = ops[c.op];
         HALOX_MPI_CHECK(MPI_Isend(m_buffers[c.op].host_send.get() + c.offset,
-                                  static_cast<int>(c.bytes), MPI_BYTE, op.send_rank, op.tag,
-                                  m_comm, &c.request));
+                                  static_cast<int>(c.bytes), MPI_BYTE, op.send_rank, op.tag, m_comm,
+                                  &c.request));
         stats.messages += 1;
         stats.bytes_sent += c.bytes;
         ++next_send;

@@ -81,13 +81,15 @@ class TransportChooser {
                     " is in device memory; the host transport moves host memory only (choose "
                     "staged, pipelined or mpi-direct)");
       }
-      m_device = detail::make_device_transport(m_options.transport, m_comm, m_rank,
-                                               m_options.chunk_bytes);
+      m_device =
+          detail::make_device_transport(m_options.transport, m_comm, m_rank, m_options.chunk_bytes);
     }
     return *m_device;
   }
 
-  std::string name(const void* field) { return for_field(field).name(); }
+  std::string name(const void* field) {
+    return for_field(field).name();
+  }
 
  private:
   static std::string address(const void* p) {
@@ -157,9 +159,15 @@ void GridExchange::exchange(void* field, GpuStream stream) {
   m_impl->chooser.for_field(field).run(device ? m_impl->device_ops : m_impl->host_ops, field,
                                        stream, m_impl->stats);
 }
-const GridPlan& GridExchange::plan() const { return m_impl->plan; }
-const ExchangeStats& GridExchange::stats() const { return m_impl->stats; }
-void GridExchange::reset_stats() { m_impl->stats = {}; }
+const GridPlan& GridExchange::plan() const {
+  return m_impl->plan;
+}
+const ExchangeStats& GridExchange::stats() const {
+  return m_impl->stats;
+}
+void GridExchange::reset_stats() {
+  m_impl->stats = {};
+}
 std::string GridExchange::transport_name(const void* field) const {
   return m_impl->chooser.name(field);
 }
@@ -232,8 +240,9 @@ struct ParticleExchange::Impl {
       const BasicKind r = real;
       Op fh = fwd, rh = rev;
       fh.pack = [=](const void* x, void* out, std::int64_t off, std::int64_t bytes, GpuStream) {
-        (r == BasicKind::float32 ? gather_shift<float> : gather_shift<double>)(
-            x, index + off / item_bytes, bytes / item_bytes, shift, out);
+        (r == BasicKind::float32
+             ? gather_shift<float>
+             : gather_shift<double>)(x, index + off / item_bytes, bytes / item_bytes, shift, out);
       };
       fh.unpack = [=](void* x, const void* in, std::int64_t off, std::int64_t bytes, GpuStream) {
         std::memcpy(static_cast<char*>(x) + recv_at + off, in, static_cast<std::size_t>(bytes));
@@ -243,8 +252,9 @@ struct ParticleExchange::Impl {
                     static_cast<std::size_t>(bytes));
       };
       rh.unpack = [=](void* f, const void* in, std::int64_t off, std::int64_t bytes, GpuStream) {
-        (r == BasicKind::float32 ? scatter_add<float> : scatter_add<double>)(
-            f, index + off / item_bytes, bytes / item_bytes, in);
+        (r == BasicKind::float32
+             ? scatter_add<float>
+             : scatter_add<double>)(f, index + off / item_bytes, bytes / item_bytes, in);
       };
       forward_host.push_back(std::move(fh));
       reverse_host.push_back(std::move(rh));
@@ -275,13 +285,13 @@ struct ParticleExchange::Impl {
   void prepare_device() {
 #if HALOX_HAS_CUDA
     if (device_index_ready) return;
-    for (const auto& pulse : plan.pulses) device_index.push_back(detail::upload_index(pulse.send_index));
+    for (const auto& pulse : plan.pulses)
+      device_index.push_back(detail::upload_index(pulse.send_index));
     device_index_ready = true;
 #endif
   }
 
-  void run(std::vector<Op>& host_ops, std::vector<Op>& device_ops, void* field,
-           GpuStream stream) {
+  void run(std::vector<Op>& host_ops, std::vector<Op>& device_ops, void* field, GpuStream stream) {
     const bool device = chooser.on_device(field);
     if (device) prepare_device();
     chooser.for_field(field).run(device ? device_ops : host_ops, field, stream, stats);
@@ -304,15 +314,23 @@ ParticleExchange::ParticleExchange(const Topology& topology, const ParticlePlan&
   m_impl->build(plan);
 }
 ParticleExchange::~ParticleExchange() = default;
-void ParticleExchange::set_plan(const ParticlePlan& plan) { m_impl->build(plan); }
+void ParticleExchange::set_plan(const ParticlePlan& plan) {
+  m_impl->build(plan);
+}
 void ParticleExchange::forward(void* xyz, GpuStream stream) {
   m_impl->run(m_impl->forward_host, m_impl->forward_device, xyz, stream);
 }
 void ParticleExchange::reverse(void* forces, GpuStream stream) {
   m_impl->run(m_impl->reverse_host, m_impl->reverse_device, forces, stream);
 }
-const ParticlePlan& ParticleExchange::plan() const { return m_impl->plan; }
-const ExchangeStats& ParticleExchange::stats() const { return m_impl->stats; }
-void ParticleExchange::reset_stats() { m_impl->stats = {}; }
+const ParticlePlan& ParticleExchange::plan() const {
+  return m_impl->plan;
+}
+const ExchangeStats& ParticleExchange::stats() const {
+  return m_impl->stats;
+}
+void ParticleExchange::reset_stats() {
+  m_impl->stats = {};
+}
 
 }  // namespace halox

@@ -30,8 +30,9 @@ class HostTransport final : public Transport {
         const Op& op = ops[i];
         if (op.stage != stage || op.recv_rank < 0 || op.recv_rank == m_rank) continue;
         MPI_Request r;
-        HALOX_MPI_CHECK(MPI_Irecv(m_recv[i].at_least(op.recv_bytes), static_cast<int>(op.recv_bytes),
-                                  MPI_BYTE, op.recv_rank, op.tag, m_comm, &r));
+        HALOX_MPI_CHECK(MPI_Irecv(m_recv[i].at_least(op.recv_bytes),
+                                  static_cast<int>(op.recv_bytes), MPI_BYTE, op.recv_rank, op.tag,
+                                  m_comm, &r));
         requests.push_back(r);
       }
       for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -48,8 +49,8 @@ class HostTransport final : public Transport {
         stats.bytes_sent += op.send_bytes;
       }
       if (!requests.empty()) {
-        HALOX_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
-                                    MPI_STATUSES_IGNORE));
+        HALOX_MPI_CHECK(
+            MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
         stats.host_waits += 1;
       }
       for (std::size_t i = 0; i < ops.size(); ++i) {

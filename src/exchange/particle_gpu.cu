@@ -37,7 +37,9 @@ __global__ void scatter_add_kernel(Real* f, const std::int32_t* index, int n, co
   }
 }
 
-int blocks_for(std::int64_t n) { return static_cast<int>(std::min<std::int64_t>((n + 255) / 256, 4096)); }
+int blocks_for(std::int64_t n) {
+  return static_cast<int>(std::min<std::int64_t>((n + 255) / 256, 4096));
+}
 
 }  // namespace
 
@@ -52,8 +54,8 @@ bool is_device_memory(const void* p) {
 
 void copy_async(void* dst, const void* src, std::int64_t bytes, GpuStream stream) {
   if (bytes > 0) {
-    HALOX_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(bytes), cudaMemcpyDefault,
-                                     stream));
+    HALOX_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, static_cast<std::size_t>(bytes), cudaMemcpyDefault, stream));
   }
 }
 
@@ -92,9 +94,9 @@ void scatter_add_async(BasicKind real, void* f, const std::int32_t* index, std::
     scatter_add_kernel<float><<<blocks_for(n), 256, 0, stream>>>(
         static_cast<float*>(f), index + first, static_cast<int>(n), static_cast<const float*>(in));
   } else {
-    scatter_add_kernel<double><<<blocks_for(n), 256, 0, stream>>>(
-        static_cast<double*>(f), index + first, static_cast<int>(n),
-        static_cast<const double*>(in));
+    scatter_add_kernel<double>
+        <<<blocks_for(n), 256, 0, stream>>>(static_cast<double*>(f), index + first,
+                                            static_cast<int>(n), static_cast<const double*>(in));
   }
   HALOX_CUDA_CHECK(cudaGetLastError());
 }

@@ -13,7 +13,8 @@ namespace halox {
 
 std::string tuning_file_path() {
   if (const char* file = std::getenv("HALOX_TUNING_FILE")) return file;
-  if (const char* xdg = std::getenv("XDG_CONFIG_HOME")) return std::string(xdg) + "/halox/tuning.json";
+  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"))
+    return std::string(xdg) + "/halox/tuning.json";
   const char* home = std::getenv("HOME");
   return std::string(home ? home : ".") + "/.config/halox/tuning.json";
 }

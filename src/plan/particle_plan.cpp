@@ -32,7 +32,9 @@ void raise_if_any(MPI_Comm comm, const std::string& error) {
 
 namespace {
 
-int peer(int rank) { return rank < 0 ? MPI_PROC_NULL : rank; }
+int peer(int rank) {
+  return rank < 0 ? MPI_PROC_NULL : rank;
+}
 
 MPI_Comm comm_of(const Topology& topology, const char* where) {
   if (topology.comm() == MPI_COMM_NULL) {
@@ -46,8 +48,8 @@ MPI_Comm comm_of(const Topology& topology, const char* where) {
 void shift_doubles(MPI_Comm comm, int send_rank, int recv_rank, int tag,
                    const std::vector<double>& out, std::vector<double>& in) {
   long long send_count = static_cast<long long>(out.size()), recv_count = 0;
-  HALOX_MPI_CHECK(MPI_Sendrecv(&send_count, 1, MPI_LONG_LONG, peer(send_rank), tag, &recv_count,
-                               1, MPI_LONG_LONG, peer(recv_rank), tag, comm, MPI_STATUS_IGNORE));
+  HALOX_MPI_CHECK(MPI_Sendrecv(&send_count, 1, MPI_LONG_LONG, peer(send_rank), tag, &recv_count, 1,
+                               MPI_LONG_LONG, peer(recv_rank), tag, comm, MPI_STATUS_IGNORE));
   const std::size_t at = in.size();
   in.resize(at + static_cast<std::size_t>(recv_count));
   HALOX_MPI_CHECK(MPI_Sendrecv(out.data(), static_cast<int>(send_count), MPI_DOUBLE,
@@ -66,8 +68,8 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
   HALOX_MPI_CHECK(MPI_Allreduce(&n, &hi, 1, MPI_INT, MPI_MAX, comm));
   std::string error;
   if (lo != hi) {
-    error = "halox::validate_plan: the ranks' plans have between " + std::to_string(lo) +
-            " and " + std::to_string(hi) + " pulses (this rank: " + std::to_string(n) + ")";
+    error = "halox::validate_plan: the ranks' plans have between " + std::to_string(lo) + " and " +
+            std::to_string(hi) + " pulses (this rank: " + std::to_string(n) + ")";
     detail::raise_if_any(comm, error);
   }
   std::vector<long long> sent(pulses.size()), seen(pulses.size(), -1);
@@ -76,9 +78,11 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
     const int tag = 7000 + static_cast<int>(p);
     sent[p] = pulses[p].send_size;
     MPI_Request r;
-    HALOX_MPI_CHECK(MPI_Irecv(&seen[p], 1, MPI_LONG_LONG, peer(pulses[p].recv_rank), tag, comm, &r));
+    HALOX_MPI_CHECK(
+        MPI_Irecv(&seen[p], 1, MPI_LONG_LONG, peer(pulses[p].recv_rank), tag, comm, &r));
     requests.push_back(r);
-    HALOX_MPI_CHECK(MPI_Isend(&sent[p], 1, MPI_LONG_LONG, peer(pulses[p].send_rank), tag, comm, &r));
+    HALOX_MPI_CHECK(
+        MPI_Isend(&sent[p], 1, MPI_LONG_LONG, peer(pulses[p].send_rank), tag, comm, &r));
     requests.push_back(r);
   }
   HALOX_MPI_CHECK(
@@ -107,8 +111,8 @@ ParticlePlan build_particle_plan(const Topology& topology, const Box& box, doubl
   for (int a = 0; a < 3 && error.empty(); ++a) {
     if (!(cutoff > 0) || !(cutoff < 0.5 * box.length[a])) {
       error = "halox::build_particle_plan: the cutoff " + std::to_string(cutoff) +
-              " must be positive and shorter than half the box (" +
-              std::to_string(box.length[a]) + " along " + "xyz"[a] + ")";
+              " must be positive and shorter than half the box (" + std::to_string(box.length[a]) +
+              " along " + "xyz"[a] + ")";
     }
   }
   for (std::int64_t i = 0; i < plan.home_count && error.empty(); ++i) {
@@ -117,8 +121,9 @@ ParticlePlan build_particle_plan(const Topology& topology, const Box& box, doubl
       if (!(v >= plan.domain.lo[a] && v < plan.domain.hi[a])) {
         std::ostringstream s;
         s << "halox::build_particle_plan: home atom " << i << " of rank " << topology.rank()
-          << " is at " << "xyz"[a] << " = " << v << ", outside its domain [" << plan.domain.lo[a]
-          << ", " << plan.domain.hi[a] << ") (migrate_particles first)";
+          << " is at "
+          << "xyz"[a] << " = " << v << ", outside its domain [" << plan.domain.lo[a] << ", "
+          << plan.domain.hi[a] << ") (migrate_particles first)";
         error = s.str();
         break;
       }
@@ -219,8 +224,10 @@ void migrate_particles(const Topology& topology, const Box& box, std::vector<dou
       const double* atom = data.data() + i * stride;
       std::vector<double>* to = &keep;
       if (topology.dims()[axis] > 1) {
-        if (atom[axis] < domain.lo[axis]) to = &down;
-        else if (atom[axis] >= domain.hi[axis]) to = &up;
+        if (atom[axis] < domain.lo[axis])
+          to = &down;
+        else if (atom[axis] >= domain.hi[axis])
+          to = &up;
       }
       const std::size_t at = to->size();
       to->insert(to->end(), atom, atom + stride);

@@ -8,7 +8,9 @@
 namespace halox {
 
 namespace {
-const char* axis_name(int axis) { return axis == X ? "x" : axis == Y ? "y" : "z"; }
+const char* axis_name(int axis) {
+  return axis == X ? "x" : axis == Y ? "y" : "z";
+}
 }  // namespace
 
 std::string PulseHeader::name(int number) const {

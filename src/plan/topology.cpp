@@ -18,14 +18,13 @@ Topology::Topology(std::array<int, 3> dims, std::array<bool, 3> periodic, int ra
     }
   }
   if (rank < 0 || rank >= size()) {
-    throw Error("halox::Topology: rank " + std::to_string(rank) + " is outside the " +
-                describe() + " grid of " + std::to_string(size()) + " ranks");
+    throw Error("halox::Topology: rank " + std::to_string(rank) + " is outside the " + describe() +
+                " grid of " + std::to_string(size()) + " ranks");
   }
 }
 
 #if HALOX_HAS_MPI
-Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims,
-                            std::array<bool, 3> periodic) {
+Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims, std::array<bool, 3> periodic) {
   int size = 0, rank = 0;
   HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
   HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -33,8 +32,10 @@ Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims,
   bool any_free = false;
   for (int d : dims) {
     if (d < 0) throw Error("halox::Topology::from_mpi: negative dimension " + std::to_string(d));
-    if (d == 0) any_free = true;
-    else given *= d;
+    if (d == 0)
+      any_free = true;
+    else
+      given *= d;
   }
   if (any_free) {
     if (size % given != 0) {

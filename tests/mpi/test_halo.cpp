@@ -104,9 +104,9 @@ void check_grid(std::array<int, 3> dims, std::array<bool, 3> periodic,
     for (std::int64_t y = halo; y < interior[1] + halo; ++y)
       for (std::int64_t x = halo; x < interior[0] + halo; ++x)
         for (int k = 0; k < components; ++k)
-          at(x, y, z, k) = global_value(c[0] * interior[0] + x - halo,
-                                        c[1] * interior[1] + y - halo,
-                                        c[2] * interior[2] + z - halo, k);
+          at(x, y, z, k) =
+              global_value(c[0] * interior[0] + x - halo, c[1] * interior[1] + y - halo,
+                           c[2] * interior[2] + z - halo, k);
   GridExchange exchange(topology, plan, ExchangeOptions{test_transport(), 4096});
   for (int repeat = 0; repeat < 2; ++repeat) {
     run_on(field, [&](void* p, GpuStream s) { exchange.exchange(p, s); });
@@ -121,8 +121,10 @@ void check_grid(std::array<int, 3> dims, std::array<bool, 3> periodic,
         bool outside = false;  // beyond a non-periodic edge: the halo stays untouched
         for (int a = 0; a < 3; ++a) {
           if (g[a] < 0 || g[a] >= global[a]) {
-            if (periodic[a]) g[a] = (g[a] + global[a]) % global[a];
-            else outside = true;
+            if (periodic[a])
+              g[a] = (g[a] + global[a]) % global[a];
+            else
+              outside = true;
           }
         }
         for (int k = 0; k < components; ++k) {
@@ -209,7 +211,8 @@ void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed)
   const int n = static_cast<int>(w.xyz.size() / 3);
   for (int i = 0; i < n; ++i) {
     bool in = true;
-    for (int a = 0; a < 3; ++a) in &= w.xyz[3 * i + a] >= mine.lo[a] && w.xyz[3 * i + a] < mine.hi[a];
+    for (int a = 0; a < 3; ++a)
+      in &= w.xyz[3 * i + a] >= mine.lo[a] && w.xyz[3 * i + a] < mine.hi[a];
     if (in) {
       home_ids.push_back(i);
       xyz.insert(xyz.end(), &w.xyz[3 * i], &w.xyz[3 * i + 3]);
@@ -221,7 +224,8 @@ void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed)
   // 1. The local set is exactly the images of all particles in [lo, hi + cutoff).
   std::vector<std::array<double, 3>> want, got;
   for (int i = 0; i < n; ++i) images_in(w, mine, cutoff, i, &want);
-  for (std::int64_t i = 0; i < plan.total_count; ++i) got.push_back({xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2]});
+  for (std::int64_t i = 0; i < plan.total_count; ++i)
+    got.push_back({xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2]});
   std::sort(want.begin(), want.end());
   std::sort(got.begin(), got.end());
   ASSERT_EQ(got.size(), want.size()) << where;
@@ -248,7 +252,8 @@ void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed)
     }
     ParticleExchange exchange_f(topology, plan, BasicKind::float32, {test_transport(), 96});
     run_on(xf, [&](void* p, GpuStream s) { exchange_f.forward(p, s); });
-    for (std::size_t k = 0; k < xyz.size(); ++k) ASSERT_NEAR(xf[k], ref[k], 2e-5 * std::abs(ref[k]) + 1e-6);
+    for (std::size_t k = 0; k < xyz.size(); ++k)
+      ASSERT_NEAR(xf[k], ref[k], 2e-5 * std::abs(ref[k]) + 1e-6);
   }
 
   // 3. Reverse: every copy of atom i carries force (1, 2, 3) * (i + 1); after the reverse
@@ -274,7 +279,8 @@ void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed)
       copies += images_in(w, domain_of(topology, w.box, r), cutoff, home_ids[h]);
     }
     for (int a = 0; a < 3; ++a) {
-      ASSERT_EQ(f[3 * h + a], copies * (a + 1) * (home_ids[h] + 1.0)) << where << " atom " << home_ids[h];
+      ASSERT_EQ(f[3 * h + a], copies * (a + 1) * (home_ids[h] + 1.0))
+          << where << " atom " << home_ids[h];
     }
   }
 
@@ -283,7 +289,8 @@ void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed)
   for (std::int64_t i = 0; i < plan.total_count; ++i)
     for (std::int64_t j = i + 1; j < plan.total_count; ++j) {
       double r2 = 0;
-      for (int a = 0; a < 3; ++a) r2 += (xyz[3 * i + a] - xyz[3 * j + a]) * (xyz[3 * i + a] - xyz[3 * j + a]);
+      for (int a = 0; a < 3; ++a)
+        r2 += (xyz[3 * i + a] - xyz[3 * j + a]) * (xyz[3 * i + a] - xyz[3 * j + a]);
       if (r2 < cutoff * cutoff && plan.owns_pair(&xyz[3 * i], &xyz[3 * j])) ++owned;
     }
   long long total = 0;

@@ -1,0 +1,51 @@
+// halox-md's back ends: the driver (halox_md.cpp) owns the decomposition and the neighbour
+// search on the host; a back end owns the per-step arrays and runs the per-atom physics.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "halox/exchange.hpp"
+
+namespace halox::md {
+
+struct Sums {
+  double energy = 0;  // potential energy
+  double virial = 0;  // sum over pairs of r . F
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual BasicKind real() const = 0;
+  /// After a neighbour search: all local coordinates (home then halo), home velocities and
+  /// the CSR neighbour list over all local atoms.
+  virtual void load(const std::vector<double>& x, const std::vector<double>& v,
+                    std::int64_t home, const std::vector<std::int32_t>& offsets,
+                    const std::vector<std::int32_t>& neighbors) = 0;
+  virtual void half_kick(double dt) = 0;
+  virtual void drift(double dt) = 0;
+  virtual void halo_forward(ParticleExchange& exchange) = 0;
+  /// Forces on every local atom from the list (queued on the GPU).
+  virtual void forces(double cutoff) = 0;
+  /// This rank's energy and virial from the last forces() call (waits for it).
+  virtual Sums last_sums() = 0;
+  virtual void halo_reverse(ParticleExchange& exchange) = 0;
+  /// Sum of v^2 over home atoms.
+  virtual double velocity_squared() = 0;
+  /// Home coordinates and velocities back on the host (neighbour search, output).
+  virtual void fetch(std::vector<double>& x, std::vector<double>& v) = 0;
+  virtual void fetch_forces(std::vector<double>& f) = 0;
+  /// Waits for queued work (phase timing).
+  virtual void synchronize() = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+/// Throws halox::Error when halox-md was built without CUDA or no GPU is visible.
+std::unique_ptr<Backend> make_gpu_backend(bool single_precision);
+bool gpu_present();
+
+}  // namespace halox::md

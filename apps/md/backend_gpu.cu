@@ -1,0 +1,212 @@
+// The CUDA back end: the same per-atom functions as the CPU (lj.hpp), one thread per atom,
+// everything on one stream; the halo exchange runs on that stream with device pointers.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "backend.hpp"
+#include "halox/error.hpp"
+#include "lj.hpp"
+
+namespace halox::md {
+
+namespace {
+
+void check(cudaError_t rc, const char* call) {
+  if (rc != cudaSuccess) {
+    throw BackendError(std::string("halox-md: ") + call + ": " + cudaGetErrorString(rc));
+  }
+}
+#define MD_CUDA(call) check((call), #call)
+
+template <class T>
+class DeviceArray {
+ public:
+  ~DeviceArray() { cudaFree(m_ptr); }
+  T* get() const { return m_ptr; }
+  void resize(std::size_t n) {
+    if (n > m_capacity) {
+      cudaFree(m_ptr);
+      m_ptr = nullptr;
+      MD_CUDA(cudaMalloc(&m_ptr, std::max<std::size_t>(n, 1) * sizeof(T)));
+      m_capacity = n;
+    }
+  }
+
+ private:
+  T* m_ptr = nullptr;
+  std::size_t m_capacity = 0;
+};
+
+__device__ __forceinline__ double block_sum(double value) {
+  __shared__ double partial[32];
+  for (int o = 16; o > 0; o /= 2) value += __shfl_down_sync(0xffffffffu, value, o);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x / 32] = value;
+  __syncthreads();
+  value = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.0;
+  if (threadIdx.x < 32) {
+    for (int o = 16; o > 0; o /= 2) value += __shfl_down_sync(0xffffffffu, value, o);
+  }
+  return value;
+}
+
+template <class Real>
+__global__ void force_kernel(const Real* x, NeighborList list, Real cutoff2, Real shift,
+                             Real* f, double* sums) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  Real e = 0, w = 0;
+  if (i < list.atoms) force_on_atom<Real>(i, x, list, cutoff2, shift, f, e, w);
+  const double se = block_sum(e);
+  __syncthreads();
+  const double sw = block_sum(w);
+  if (threadIdx.x == 0) {
+    atomicAdd(&sums[0], se);
+    atomicAdd(&sums[1], sw);
+  }
+}
+
+template <class Real>
+__global__ void kick_kernel(std::int64_t n, Real half_dt, const Real* f, Real* v) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) kick<Real>(i, half_dt, f, v);
+}
+
+template <class Real>
+__global__ void drift_kernel(std::int64_t n, Real dt, const Real* v, Real* x) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) drift<Real>(i, dt, v, x);
+}
+
+template <class Real>
+__global__ void square_kernel(std::int64_t n, const Real* v, double* sum) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  double s = 0;
+  if (i < n) s = double(v[i]) * double(v[i]);
+  s = block_sum(s);
+  if (threadIdx.x == 0) atomicAdd(sum, s);
+}
+
+int blocks(std::int64_t n) { return static_cast<int>((std::max<std::int64_t>(n, 1) + 255) / 256); }
+
+template <class Real>
+class GpuBackend final : public Backend {
+ public:
+  GpuBackend() {
+    MD_CUDA(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
+    m_sums.resize(3);
+    MD_CUDA(cudaMallocHost(&m_host_sums, 3 * sizeof(double)));
+  }
+  ~GpuBackend() override {
+    cudaStreamDestroy(m_stream);
+    cudaFreeHost(m_host_sums);
+  }
+  std::string name() const override {
+    return sizeof(Real) == 8 ? "gpu (double)" : "gpu (float)";
+  }
+  BasicKind real() const override {
+    return sizeof(Real) == 8 ? BasicKind::float64 : BasicKind::float32;
+  }
+
+  void load(const std::vector<double>& x, const std::vector<double>& v, std::int64_t home,
+            const std::vector<std::int32_t>& offsets,
+            const std::vector<std::int32_t>& neighbors) override {
+    m_home = home;
+    m_atoms = static_cast<std::int64_t>(offsets.size()) - 1;
+    upload(m_x, x);
+    upload(m_v, v);
+    m_f.resize(x.size());
+    MD_CUDA(cudaMemsetAsync(m_f.get(), 0, x.size() * sizeof(Real), m_stream));
+    m_offsets.resize(offsets.size());
+    m_neighbors.resize(neighbors.size());
+    MD_CUDA(cudaMemcpyAsync(m_offsets.get(), offsets.data(), offsets.size() * 4,
+                            cudaMemcpyHostToDevice, m_stream));
+    MD_CUDA(cudaMemcpyAsync(m_neighbors.get(), neighbors.data(), neighbors.size() * 4,
+                            cudaMemcpyHostToDevice, m_stream));
+    MD_CUDA(cudaStreamSynchronize(m_stream));  // the host vectors may go away
+  }
+  void half_kick(double dt) override {
+    kick_kernel<Real><<<blocks(m_home), 256, 0, m_stream>>>(m_home, Real(0.5 * dt), m_f.get(),
+                                                            m_v.get());
+    MD_CUDA(cudaGetLastError());
+  }
+  void drift(double dt) override {
+    drift_kernel<Real><<<blocks(m_home), 256, 0, m_stream>>>(m_home, Real(dt), m_v.get(),
+                                                             m_x.get());
+    MD_CUDA(cudaGetLastError());
+  }
+  void halo_forward(ParticleExchange& exchange) override { exchange.forward(m_x.get(), m_stream); }
+  void forces(double cutoff) override {
+    MD_CUDA(cudaMemsetAsync(m_sums.get(), 0, 2 * sizeof(double), m_stream));
+    NeighborList list{m_atoms, m_offsets.get(), m_neighbors.get()};
+    force_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), list,
+                                                              Real(cutoff * cutoff),
+                                                              Real(lj_energy_shift(cutoff)), m_f.get(),
+                                                              m_sums.get());
+    MD_CUDA(cudaGetLastError());
+    // The sums are read after the step's last kernel (synchronize or velocity_squared).
+    MD_CUDA(cudaMemcpyAsync(m_host_sums, m_sums.get(), 2 * sizeof(double), cudaMemcpyDeviceToHost,
+                            m_stream));
+  }
+  Sums last_sums() override {
+    synchronize();
+    return {m_host_sums[0], m_host_sums[1]};
+  }
+  void halo_reverse(ParticleExchange& exchange) override { exchange.reverse(m_f.get(), m_stream); }
+  double velocity_squared() override {
+    MD_CUDA(cudaMemsetAsync(m_sums.get() + 2, 0, sizeof(double), m_stream));
+    square_kernel<Real><<<blocks(3 * m_home), 256, 0, m_stream>>>(3 * m_home, m_v.get(),
+                                                                   m_sums.get() + 2);
+    MD_CUDA(cudaMemcpyAsync(m_host_sums + 2, m_sums.get() + 2, sizeof(double),
+                            cudaMemcpyDeviceToHost, m_stream));
+    synchronize();
+    return m_host_sums[2];
+  }
+  void fetch(std::vector<double>& x, std::vector<double>& v) override {
+    download(m_x, 3 * m_home, x);
+    download(m_v, 3 * m_home, v);
+  }
+  void fetch_forces(std::vector<double>& f) override { download(m_f, 3 * m_home, f); }
+  void synchronize() override { MD_CUDA(cudaStreamSynchronize(m_stream)); }
+
+ private:
+  void upload(DeviceArray<Real>& to, const std::vector<double>& from) {
+    std::vector<Real> converted(from.begin(), from.end());
+    to.resize(converted.size());
+    MD_CUDA(cudaMemcpyAsync(to.get(), converted.data(), converted.size() * sizeof(Real),
+                            cudaMemcpyHostToDevice, m_stream));
+    MD_CUDA(cudaStreamSynchronize(m_stream));
+  }
+  void download(const DeviceArray<Real>& from, std::int64_t n, std::vector<double>& to) {
+    std::vector<Real> host(static_cast<std::size_t>(n));
+    MD_CUDA(cudaMemcpyAsync(host.data(), from.get(), host.size() * sizeof(Real),
+                            cudaMemcpyDeviceToHost, m_stream));
+    synchronize();
+    to.assign(host.begin(), host.end());
+  }
+
+  cudaStream_t m_stream = nullptr;
+  DeviceArray<Real> m_x, m_v, m_f;
+  DeviceArray<std::int32_t> m_offsets, m_neighbors;
+  DeviceArray<double> m_sums;
+  double* m_host_sums = nullptr;
+  std::int64_t m_home = 0, m_atoms = 0;
+};
+
+}  // namespace
+
+bool gpu_present() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+std::unique_ptr<Backend> make_gpu_backend(bool single_precision) {
+  if (!gpu_present()) throw Error("halox-md: --device gpu, but no CUDA device is visible");
+  if (single_precision) return std::make_unique<GpuBackend<float>>();
+  return std::make_unique<GpuBackend<double>>();
+}
+
+}  // namespace halox::md

@@ -1,0 +1,103 @@
+// halox-md's simulation: a Lennard-Jones fluid in reduced units on any rank grid, written
+// once against halox's public API; the back end (CPU or GPU) and the halo transport are
+// chosen at run time.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "halox/exchange.hpp"
+#include "halox/plan.hpp"
+#include "halox/topology.hpp"
+
+namespace halox::md {
+
+struct Config {
+  int cells = 8;              ///< fcc unit cells per box edge (4 atoms each)
+  double density = 0.8442;    ///< reduced number density
+  double temperature = 1.44;  ///< initial reduced temperature
+  double cutoff = 2.5;
+  double skin = 0.6;
+  double dt = 0.005;
+  int nstlist = 10;  ///< neighbour search (and migration, plan rebuild) every N steps
+  std::array<int, 3> ranks = {0, 0, 0};  ///< 0: chosen by MPI_Dims_create
+  std::string device = "auto";           ///< auto | cpu | gpu
+  bool single_precision = false;         ///< GPU only
+  TransportKind transport = TransportKind::host;
+  bool transport_given = false;  ///< otherwise host on the CPU, staged on the GPU
+  std::int64_t chunk_bytes = 0;
+  std::uint64_t seed = 2026;
+  double jitter = 0.02;  ///< random lattice displacement, in lattice constants (< 0.25)
+};
+
+/// Throws halox::Error with a clear message for bad input, before any work.
+void validate(const Config& config, int ranks);
+
+struct Thermo {
+  std::int64_t step = 0;
+  double temperature = 0, potential = 0, total = 0, pressure = 0;  // energies per atom
+};
+
+/// Seconds per phase on this rank.
+struct Timers {
+  double force = 0, halo_forward = 0, halo_reverse = 0, integrate = 0, search = 0;
+  double total() const { return force + halo_forward + halo_reverse + integrate + search; }
+};
+
+class Simulation {
+ public:
+  /// Collective: builds the lattice, velocities, the first plan and the step-0 forces.
+  Simulation(MPI_Comm comm, const Config& config);
+  /// One velocity Verlet step (collective at neighbour-search steps).
+  void step();
+  /// Collective.
+  Thermo thermo();
+  /// Collective: (atom id, force) of every atom, on rank 0 (empty elsewhere), sorted by id.
+  std::vector<std::pair<std::int64_t, std::array<double, 3>>> gather_forces();
+
+  const Config& config() const { return m_config; }
+  const Topology& topology() const { return m_topology; }
+  std::int64_t atoms() const { return m_atoms; }
+  std::int64_t home_atoms() const { return static_cast<std::int64_t>(m_id.size()); }
+  std::int64_t halo_atoms() const { return m_plan.total_count - m_plan.home_count; }
+  const ParticlePlan& plan() const { return m_plan; }
+  std::int64_t steps() const { return m_step; }
+  Timers& timers() { return m_timers; }
+  const ExchangeStats& exchange_stats() const { return m_exchange->stats(); }
+  ParticleExchange& exchange() { return *m_exchange; }
+  Backend& backend() { return *m_backend; }
+  std::string transport_name() const;
+  /// Searches at which twice the largest displacement since the previous one exceeded the
+  /// skin (a pair may have entered the cutoff unseen).
+  std::int64_t list_violations() const { return m_violations; }
+  /// The largest displacement of any atom between two searches.
+  double max_displacement() const { return m_max_displacement; }
+  double box_length() const { return m_box.length[0]; }
+
+ private:
+  void neighbor_search(bool first);
+
+  MPI_Comm m_comm;
+  Config m_config;
+  Topology m_topology;
+  Box m_box;
+  std::int64_t m_atoms = 0;
+  std::vector<double> m_x, m_v;     // home atoms (host copy at searches)
+  std::vector<double> m_x_search;   // positions at the last search
+  std::vector<std::int64_t> m_id;   // home atom ids
+  ParticlePlan m_plan;
+  std::unique_ptr<Backend> m_backend;
+  std::unique_ptr<ParticleExchange> m_exchange;
+  Timers m_timers;
+  std::int64_t m_step = 0;
+  std::int64_t m_violations = 0;
+  double m_max_displacement = 0;
+};
+
+}  // namespace halox::md
