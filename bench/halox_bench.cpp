@@ -2,6 +2,7 @@
 // measured against (measured in the same run) and the ratio to it.
 //
 //   halox-bench pack [--device cpu|gpu] [--n 256] [--reps 21] [--json FILE] [--quick]
+//   mpiexec -n N halox-bench halo --app md [--transports ...] [--json FILE] [--quick]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,9 @@
 #include <vector>
 
 #include "halox/config.hpp"
+#if HALOX_HAS_MPI
+#include <mpi.h>
+#endif
 #include "halox/pack.hpp"
 #include "pack_cases.hpp"
 #include "report.hpp"
@@ -34,6 +38,7 @@ struct Options {
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: halox-bench pack [options]\n"
+               "       mpiexec -n N halox-bench halo --app md [options]  (see halo --help)\n"
                "  Packs halo-shaped datatypes and reports GB/s against the copy ceiling\n"
                "  measured in the same run.\n"
                "options:\n"
@@ -147,7 +152,30 @@ int pack_cpu(const Options& o) {
 
 }  // namespace
 
+#if HALOX_HAS_MPI
+namespace halox::bench {
+int halo_main(int argc, char** argv);
+}
+
+// `halox-bench halo` runs under mpiexec; the other modes need no MPI.
+int halo_command(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rc = 0;
+  try {
+    rc = halox::bench::halo_main(argc - 1, argv + 1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  MPI_Finalize();
+  return rc;
+}
+#endif
+
 int main(int argc, char** argv) {
+#if HALOX_HAS_MPI
+  if (argc > 1 && std::string(argv[1]) == "halo") return halo_command(argc, argv);
+#endif
   const Options o = parse(argc, argv);
   try {
     if (o.device == "cpu") return pack_cpu(o);

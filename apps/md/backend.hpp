@@ -23,8 +23,8 @@ class Backend {
   virtual BasicKind real() const = 0;
   /// After a neighbour search: all local coordinates (home then halo), home velocities and
   /// the CSR neighbour list over all local atoms.
-  virtual void load(const std::vector<double>& x, const std::vector<double>& v,
-                    std::int64_t home, const std::vector<std::int32_t>& offsets,
+  virtual void load(const std::vector<double>& x, const std::vector<double>& v, std::int64_t home,
+                    const std::vector<std::int32_t>& offsets,
                     const std::vector<std::int32_t>& neighbors) = 0;
   virtual void half_kick(double dt) = 0;
   virtual void drift(double dt) = 0;

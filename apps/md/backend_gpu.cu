@@ -51,8 +51,8 @@ __device__ __forceinline__ double block_sum(double value) {
 }
 
 template <class Real>
-__global__ void force_kernel(const Real* x, NeighborList list, Real cutoff2, Real shift,
-                             Real* f, double* sums) {
+__global__ void force_kernel(const Real* x, NeighborList list, Real cutoff2, Real shift, Real* f,
+                             double* sums) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   Real e = 0, w = 0;
   if (i < list.atoms) force_on_atom<Real>(i, x, list, cutoff2, shift, f, e, w);
@@ -86,7 +86,9 @@ __global__ void square_kernel(std::int64_t n, const Real* v, double* sum) {
   if (threadIdx.x == 0) atomicAdd(sum, s);
 }
 
-int blocks(std::int64_t n) { return static_cast<int>((std::max<std::int64_t>(n, 1) + 255) / 256); }
+int blocks(std::int64_t n) {
+  return static_cast<int>((std::max<std::int64_t>(n, 1) + 255) / 256);
+}
 
 template <class Real>
 class GpuBackend final : public Backend {
@@ -100,9 +102,7 @@ class GpuBackend final : public Backend {
     cudaStreamDestroy(m_stream);
     cudaFreeHost(m_host_sums);
   }
-  std::string name() const override {
-    return sizeof(Real) == 8 ? "gpu (double)" : "gpu (float)";
-  }
+  std::string name() const override { return sizeof(Real) == 8 ? "gpu (double)" : "gpu (float)"; }
   BasicKind real() const override {
     return sizeof(Real) == 8 ? BasicKind::float64 : BasicKind::float32;
   }
@@ -125,23 +125,22 @@ class GpuBackend final : public Backend {
     MD_CUDA(cudaStreamSynchronize(m_stream));  // the host vectors may go away
   }
   void half_kick(double dt) override {
-    kick_kernel<Real><<<blocks(m_home), 256, 0, m_stream>>>(m_home, Real(0.5 * dt), m_f.get(),
-                                                            m_v.get());
+    kick_kernel<Real>
+        <<<blocks(m_home), 256, 0, m_stream>>>(m_home, Real(0.5 * dt), m_f.get(), m_v.get());
     MD_CUDA(cudaGetLastError());
   }
   void drift(double dt) override {
-    drift_kernel<Real><<<blocks(m_home), 256, 0, m_stream>>>(m_home, Real(dt), m_v.get(),
-                                                             m_x.get());
+    drift_kernel<Real>
+        <<<blocks(m_home), 256, 0, m_stream>>>(m_home, Real(dt), m_v.get(), m_x.get());
     MD_CUDA(cudaGetLastError());
   }
   void halo_forward(ParticleExchange& exchange) override { exchange.forward(m_x.get(), m_stream); }
   void forces(double cutoff) override {
     MD_CUDA(cudaMemsetAsync(m_sums.get(), 0, 2 * sizeof(double), m_stream));
     NeighborList list{m_atoms, m_offsets.get(), m_neighbors.get()};
-    force_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), list,
-                                                              Real(cutoff * cutoff),
-                                                              Real(lj_energy_shift(cutoff)), m_f.get(),
-                                                              m_sums.get());
+    force_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(
+        m_x.get(), list, Real(cutoff * cutoff), Real(lj_energy_shift(cutoff)), m_f.get(),
+        m_sums.get());
     MD_CUDA(cudaGetLastError());
     // The sums are read after the step's last kernel (synchronize or velocity_squared).
     MD_CUDA(cudaMemcpyAsync(m_host_sums, m_sums.get(), 2 * sizeof(double), cudaMemcpyDeviceToHost,
@@ -154,8 +153,8 @@ class GpuBackend final : public Backend {
   void halo_reverse(ParticleExchange& exchange) override { exchange.reverse(m_f.get(), m_stream); }
   double velocity_squared() override {
     MD_CUDA(cudaMemsetAsync(m_sums.get() + 2, 0, sizeof(double), m_stream));
-    square_kernel<Real><<<blocks(3 * m_home), 256, 0, m_stream>>>(3 * m_home, m_v.get(),
-                                                                   m_sums.get() + 2);
+    square_kernel<Real>
+        <<<blocks(3 * m_home), 256, 0, m_stream>>>(3 * m_home, m_v.get(), m_sums.get() + 2);
     MD_CUDA(cudaMemcpyAsync(m_host_sums + 2, m_sums.get() + 2, sizeof(double),
                             cudaMemcpyDeviceToHost, m_stream));
     synchronize();

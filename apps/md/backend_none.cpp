@@ -4,7 +4,9 @@
 
 namespace halox::md {
 
-bool gpu_present() { return false; }
+bool gpu_present() {
+  return false;
+}
 
 std::unique_ptr<Backend> make_gpu_backend(bool) {
   throw Error("halox-md: --device gpu, but halox was built without CUDA");

@@ -25,7 +25,8 @@ struct Cli {
 };
 
 void usage(FILE* out) {
-  std::fprintf(out,
+  std::fprintf(
+      out,
       "usage: mpiexec -n N halox-md [options]\n"
       "  Lennard-Jones fluid (reduced units) on an fcc lattice, velocity Verlet NVE, Verlet\n"
       "  lists from cell lists, periodic box split over a rank grid; the particle halo runs\n"
@@ -67,37 +68,57 @@ Cli parse(int argc, char** argv) {
       const std::string v = value();
       char* end = nullptr;
       const double d = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0') throw Error("halox-md: " + a + ": '" + v + "' is not a number");
+      if (end == v.c_str() || *end != '\0')
+        throw Error("halox-md: " + a + ": '" + v + "' is not a number");
       return d;
     };
     if (a == "--help" || a == "-h") {
       usage(stdout);
       std::exit(0);
-    } else if (a == "--cells") c.cells = static_cast<int>(number());
-    else if (a == "--density") c.density = number();
-    else if (a == "--temperature") c.temperature = number();
-    else if (a == "--cutoff") c.cutoff = number();
-    else if (a == "--skin") c.skin = number();
-    else if (a == "--dt") c.dt = number();
-    else if (a == "--steps") cli.steps = static_cast<int>(number());
-    else if (a == "--nstlist") c.nstlist = static_cast<int>(number());
-    else if (a == "--thermo") cli.thermo_every = static_cast<int>(number());
-    else if (a == "--ranks") c.ranks = parse_dims(value());
-    else if (a == "--device") c.device = value();
+    } else if (a == "--cells")
+      c.cells = static_cast<int>(number());
+    else if (a == "--density")
+      c.density = number();
+    else if (a == "--temperature")
+      c.temperature = number();
+    else if (a == "--cutoff")
+      c.cutoff = number();
+    else if (a == "--skin")
+      c.skin = number();
+    else if (a == "--dt")
+      c.dt = number();
+    else if (a == "--steps")
+      cli.steps = static_cast<int>(number());
+    else if (a == "--nstlist")
+      c.nstlist = static_cast<int>(number());
+    else if (a == "--thermo")
+      cli.thermo_every = static_cast<int>(number());
+    else if (a == "--ranks")
+      c.ranks = parse_dims(value());
+    else if (a == "--device")
+      c.device = value();
     else if (a == "--precision") {
       const std::string p = value();
-      if (p != "double" && p != "float") throw Error("halox-md: --precision must be double or float");
+      if (p != "double" && p != "float")
+        throw Error("halox-md: --precision must be double or float");
       c.single_precision = p == "float";
     } else if (a == "--transport") {
       c.transport = parse_transport(value());
       c.transport_given = true;
-    } else if (a == "--chunk") c.chunk_bytes = static_cast<std::int64_t>(number());
-    else if (a == "--seed") c.seed = static_cast<std::uint64_t>(number());
-    else if (a == "--jitter") c.jitter = number();
-    else if (a == "--json") cli.json = value();
-    else if (a == "--dump-forces") cli.dump_forces = value();
-    else if (a == "--quiet") cli.quiet = true;
-    else throw Error("halox-md: unknown option " + a + " (see --help)");
+    } else if (a == "--chunk")
+      c.chunk_bytes = static_cast<std::int64_t>(number());
+    else if (a == "--seed")
+      c.seed = static_cast<std::uint64_t>(number());
+    else if (a == "--jitter")
+      c.jitter = number();
+    else if (a == "--json")
+      cli.json = value();
+    else if (a == "--dump-forces")
+      cli.dump_forces = value();
+    else if (a == "--quiet")
+      cli.quiet = true;
+    else
+      throw Error("halox-md: unknown option " + a + " (see --help)");
   }
   if (cli.steps < 0) throw Error("halox-md: --steps must be >= 0");
   return cli;
@@ -121,8 +142,8 @@ int run(int argc, char** argv) {
                 sim.topology().describe().c_str(), c.cutoff, c.skin, c.dt,
                 sim.transport_name().c_str());
     const auto& p = sim.plan().pulses_per_axis;
-    std::printf("halo: %d/%d/%d pulses in x/y/z; rank 0 has %lld home and %lld halo atoms\n",
-                p[0], p[1], p[2], static_cast<long long>(sim.home_atoms()),
+    std::printf("halo: %d/%d/%d pulses in x/y/z; rank 0 has %lld home and %lld halo atoms\n", p[0],
+                p[1], p[2], static_cast<long long>(sim.home_atoms()),
                 static_cast<long long>(sim.halo_atoms()));
   }
   if (!cli.dump_forces.empty()) {
@@ -158,7 +179,8 @@ int run(int argc, char** argv) {
     sim.step();
     if ((cli.thermo_every > 0 && s % cli.thermo_every == 0) || s == cli.steps) report();
   }
-  const double loop = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
+  const double loop =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
 
   // Timing: the slowest rank's time per phase.
   Timers t = sim.timers();
@@ -171,23 +193,27 @@ int run(int argc, char** argv) {
   const double drift = thermo.size() > 1 ? (thermo.back().total - thermo.front().total) /
                                                std::abs(thermo.front().total)
                                          : 0.0;
-  const char* names[5] = {"force", "halo forward", "halo reverse", "integration", "neighbour search"};
+  const char* names[5] = {"force", "halo forward", "halo reverse", "integration",
+                          "neighbour search"};
   const char* keys[5] = {"force", "halo_forward", "halo_reverse", "integrate", "search"};
   std::printf("\ntiming (slowest rank, %d steps):\n", cli.steps);
   std::printf("  %-18s %12s %10s %8s\n", "phase", "seconds", "us/step", "share");
   for (int k = 0; k < 5; ++k) {
     std::printf("  %-18s %12.6f %10.2f %7.1f%%\n", names[k], worst[k],
-                cli.steps ? 1e6 * worst[k] / cli.steps : 0.0, worst[5] > 0 ? 100 * worst[k] / worst[5] : 0.0);
+                cli.steps ? 1e6 * worst[k] / cli.steps : 0.0,
+                worst[5] > 0 ? 100 * worst[k] / worst[5] : 0.0);
   }
   std::printf("  %-18s %12.6f\n", "loop", worst[5]);
   std::printf("steps per second: %.2f; host-blocking waits per step (rank 0): %.2f\n",
               worst[5] > 0 ? cli.steps / worst[5] : 0.0, exchanges_per_step);
   std::printf("relative total energy drift over %d steps: %.3e\n", cli.steps, drift);
-  std::printf("largest displacement between searches: %.4f (skin %.4f)\n",
-              sim.max_displacement(), c.skin);
+  std::printf("largest displacement between searches: %.4f (skin %.4f)\n", sim.max_displacement(),
+              c.skin);
   if (violations > 0) {
-    std::printf("warning: at %lld searches two atoms may have moved more than the skin together; "
-                "pairs may have been missed (lower --nstlist or raise --skin)\n", violations);
+    std::printf(
+        "warning: at %lld searches two atoms may have moved more than the skin together; "
+        "pairs may have been missed (lower --nstlist or raise --skin)\n",
+        violations);
   }
   if (!cli.json.empty()) {
     std::ofstream j(cli.json);
@@ -200,16 +226,16 @@ int run(int argc, char** argv) {
       << ", \"steps\": " << cli.steps << "},\n  \"thermo\": [";
     for (std::size_t k = 0; k < thermo.size(); ++k) {
       const Thermo& h = thermo[k];
-      j << (k ? ",\n    " : "\n    ") << "{\"step\": " << h.step << ", \"temperature\": "
-        << h.temperature << ", \"potential\": " << h.potential << ", \"total\": " << h.total
-        << ", \"pressure\": " << h.pressure << "}";
+      j << (k ? ",\n    " : "\n    ") << "{\"step\": " << h.step
+        << ", \"temperature\": " << h.temperature << ", \"potential\": " << h.potential
+        << ", \"total\": " << h.total << ", \"pressure\": " << h.pressure << "}";
     }
     j << "\n  ],\n  \"timing_seconds\": {";
     for (int k = 0; k < 5; ++k) j << "\"" << keys[k] << "\": " << worst[k] << ", ";
-    j << "\"loop\": " << worst[5] << "},\n  \"steps_per_second\": "
-      << (worst[5] > 0 ? cli.steps / worst[5] : 0.0) << ",\n  \"host_waits_per_step\": "
-      << exchanges_per_step << ",\n  \"energy_drift\": " << drift
-      << ",\n  \"list_violations\": " << violations
+    j << "\"loop\": " << worst[5]
+      << "},\n  \"steps_per_second\": " << (worst[5] > 0 ? cli.steps / worst[5] : 0.0)
+      << ",\n  \"host_waits_per_step\": " << exchanges_per_step
+      << ",\n  \"energy_drift\": " << drift << ",\n  \"list_violations\": " << violations
       << ",\n  \"max_displacement\": " << sim.max_displacement() << ",\n  \"wall_seconds\": "
       << std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count()
       << "\n}\n";

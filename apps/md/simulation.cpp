@@ -17,7 +17,9 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-double lattice_constant(double density) { return std::cbrt(4.0 / density); }
+double lattice_constant(double density) {
+  return std::cbrt(4.0 / density);
+}
 
 // A reproducible normal deviate per (seed, atom, component): the initial velocities do not
 // depend on the decomposition.
@@ -56,8 +58,8 @@ void validate(const Config& c, int ranks) {
       << "); use more --cells";
     fail(s.str());
   }
-  const int given = (c.ranks[0] ? c.ranks[0] : 1) * (c.ranks[1] ? c.ranks[1] : 1) *
-                    (c.ranks[2] ? c.ranks[2] : 1);
+  const int given =
+      (c.ranks[0] ? c.ranks[0] : 1) * (c.ranks[1] ? c.ranks[1] : 1) * (c.ranks[2] ? c.ranks[2] : 1);
   const bool all_given = c.ranks[0] && c.ranks[1] && c.ranks[2];
   if ((all_given && given != ranks) || (!all_given && ranks % given != 0)) {
     fail("the rank grid " + std::to_string(c.ranks[0]) + "x" + std::to_string(c.ranks[1]) + "x" +
@@ -66,6 +68,14 @@ void validate(const Config& c, int ranks) {
   }
   if (c.device != "auto" && c.device != "cpu" && c.device != "gpu") {
     fail("--device must be auto, cpu or gpu (got " + c.device + ")");
+  }
+  if (c.transport_given && c.device == "cpu" && c.transport != TransportKind::host) {
+    fail("the CPU back end keeps its arrays in host memory: use --transport host (" +
+         to_string(c.transport) + " moves device memory)");
+  }
+  std::string why;
+  if (c.transport_given && c.device != "cpu" && !transport_available(c.transport, &why)) {
+    fail("the " + to_string(c.transport) + " transport is not available: " + why);
   }
 }
 
@@ -196,7 +206,8 @@ void Simulation::neighbor_search(bool first) {
   for (int c = 0; c < ncells; ++c) head[c + 1] += head[c];
   {
     std::vector<std::int32_t> fill(head.begin(), head.end() - 1);
-    for (std::int64_t i = 0; i < total; ++i) members[fill[cell[i]]++] = static_cast<std::int32_t>(i);
+    for (std::int64_t i = 0; i < total; ++i)
+      members[fill[cell[i]]++] = static_cast<std::int32_t>(i);
   }
   std::vector<std::int32_t> offsets(total + 1, 0), neighbors;
   const double rlist2 = rlist * rlist;

@@ -88,9 +88,9 @@ class Simulation {
   Topology m_topology;
   Box m_box;
   std::int64_t m_atoms = 0;
-  std::vector<double> m_x, m_v;     // home atoms (host copy at searches)
-  std::vector<double> m_x_search;   // positions at the last search
-  std::vector<std::int64_t> m_id;   // home atom ids
+  std::vector<double> m_x, m_v;    // home atoms (host copy at searches)
+  std::vector<double> m_x_search;  // positions at the last search
+  std::vector<std::int64_t> m_id;  // home atom ids
   ParticlePlan m_plan;
   std::unique_ptr<Backend> m_backend;
   std::unique_ptr<ParticleExchange> m_exchange;

@@ -34,4 +34,20 @@ done
 
 log "benchmark: halox-bench pack --device gpu $quick"
 build/gpu/bench/halox-bench pack --device gpu $quick --json "$out/pack-gpu.json" 2>&1 | tee "$out/pack-gpu.txt"
+
+# MPI runs: two processes share the one GPU (more than two per GPU fail there).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi() { local np=$1; shift; timeout 300 mpirun -n "$np" --oversubscribe "$@"; }
+export HALOX_TUNING_FILE="$out/tuning.json"
+log "halox-tune (2 ranks)"
+mpi 2 build/gpu/bench/halox-tune 2>&1 | tee "$out/tune.txt"
+
+for np in 1 2; do
+  log "halox-md on the GPU, $np rank(s)"
+  mpi $np build/gpu/apps/md/halox-md --device gpu --cells 20 --steps 500 --thermo 100 \
+    --json "$out/md-gpu-np$np.json" 2>&1 | tee "$out/md-gpu-np$np.txt"
+  log "benchmark: halox-bench halo --app md, $np rank(s) $quick"
+  mpi $np build/gpu/bench/halox-bench halo --app md --device gpu $quick \
+    --json "$out/halo-md-gpu-np$np.json" 2>&1 | tee "$out/halo-md-gpu-np$np.txt"
+done
 log "done"

@@ -192,7 +192,9 @@ __device__ __forceinline__ void add_word(char* dst, const char* src) {
   }
 }
 
-template <int W, Op OP, class I>
+// DEPTH >= 0: the strided nesting depth is known at compile time (the loop unrolls and the
+// descriptor's unused dimensions are never read); -1: read it from the descriptor.
+template <int W, Op OP, class I, int DEPTH>
 __device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const char* src,
                                           char* dst) {
   using Word = typename WordOf<W>::type;
@@ -200,12 +202,14 @@ __device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const ch
   const I run = divide<I>(local, d.words_per_run, d.div_mul[0], d.div_shr[0]);
   const I w = local - run * wpr;
   std::int64_t mem;
-  if (d.index != nullptr) {
+  if (DEPTH < 0 && d.index != nullptr) {
     mem = __ldg(d.index + run);
   } else {
     mem = d.offset;
     I rest = run;
-    for (int k = 0; k < d.ndims; ++k) {
+#pragma unroll
+    for (int k = 0; k < (DEPTH >= 0 ? DEPTH : kMaxStridedDims); ++k) {
+      if (DEPTH < 0 && k >= d.ndims) break;
       const I c = static_cast<I>(d.count[k]);
       const I q = divide<I>(rest, d.count[k], d.div_mul[k + 1], d.div_shr[k + 1]);
       mem += static_cast<std::int64_t>(rest - q * c) * d.stride[k];
@@ -227,12 +231,12 @@ __device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const ch
 }
 
 // One strided or index piece, its descriptor in the kernel's parameters.
-template <int W, Op OP, class I>
+template <int W, Op OP, class I, int DEPTH>
 __global__ void __launch_bounds__(256)
     single_piece_kernel(DeviceDesc d, I first, I end, const char* src, char* dst) {
   for (I g = first + static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < end;
        g += static_cast<I>(gridDim.x) * blockDim.x) {
-    move_word<W, OP, I>(d, g, src, dst);
+    move_word<W, OP, I, DEPTH>(d, g, src, dst);
   }
 }
 
@@ -251,7 +255,7 @@ __global__ void __launch_bounds__(256)
         hi = mid - 1;
     }
     const DeviceDesc& d = descs[lo];
-    move_word<W, OP, I>(d, g - static_cast<I>(d.first_word), src, dst);
+    move_word<W, OP, I, -1>(d, g - static_cast<I>(d.first_word), src, dst);
   }
 }
 
@@ -301,8 +305,15 @@ void launch_kernel(const Plan::Launch& launch, Range range, const char* src, cha
   if (end <= first) return;
   const int grid = grid_for(end - first);
   if (launch.descs.size() == 1) {
-    single_piece_kernel<W, OP, I><<<grid, 256, 0, stream>>>(launch.descs[0], static_cast<I>(first),
-                                                            static_cast<I>(end), src, dst);
+    const DeviceDesc& d = launch.descs[0];
+    const I f = static_cast<I>(first), e = static_cast<I>(end);
+    // Depth-specialised kernels for the common strided shapes (vectors, 2D and 3D faces).
+    switch (d.index != nullptr ? -1 : d.ndims) {
+      case 1: single_piece_kernel<W, OP, I, 1><<<grid, 256, 0, stream>>>(d, f, e, src, dst); break;
+      case 2: single_piece_kernel<W, OP, I, 2><<<grid, 256, 0, stream>>>(d, f, e, src, dst); break;
+      case 3: single_piece_kernel<W, OP, I, 3><<<grid, 256, 0, stream>>>(d, f, e, src, dst); break;
+      default: single_piece_kernel<W, OP, I, -1><<<grid, 256, 0, stream>>>(d, f, e, src, dst);
+    }
   } else {
     multi_piece_kernel<W, OP, I><<<grid, 256, 0, stream>>>(
         static_cast<const DeviceDesc*>(launch.table.get()), static_cast<int>(launch.descs.size()),

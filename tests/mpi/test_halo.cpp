@@ -324,3 +324,27 @@ TEST(ParticleHalo, BadCutoffIsRefusedOnEveryRank) {
 }
 
 }  // namespace
+
+#if HALOX_HAS_CUDA
+namespace {
+TEST(Transports, MpiDirectIsRefusedUnlessMpiIsCudaAware) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no GPU";
+  std::string why;
+  if (transport_available(TransportKind::mpi_direct, &why)) GTEST_SKIP() << "MPI is CUDA-aware";
+  EXPECT_NE(why.find("CUDA-aware"), std::string::npos) << why;
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD);
+  GridPlan plan = build_grid_plan(topology, {4, 4, 4}, 1, Datatype::of<float>().commit());
+  GridExchange exchange(topology, plan, {TransportKind::mpi_direct, 0});
+  void* field = nullptr;
+  ASSERT_EQ(cudaMalloc(&field, 6 * 6 * 6 * 4), cudaSuccess);
+  try {
+    exchange.exchange(field);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA-aware"), std::string::npos) << e.what();
+  }
+  cudaFree(field);
+}
+}  // namespace
+#endif

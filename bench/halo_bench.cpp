@@ -1,0 +1,179 @@
+// halox-bench halo --app md: the per-step cost of the MD particle halo (coordinates forward
+// + forces back) for each transport, rank count and atoms per rank, measured inside the real
+// mini-app (apps/md) so the halo sees the application's sizes and dependencies.
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "halox/config.hpp"
+#include "halox/error.hpp"
+#include "report.hpp"
+#include "simulation.hpp"
+
+namespace halox::bench {
+
+namespace {
+
+struct HaloOptions {
+  std::string app = "md", device = "auto", json;
+  std::vector<std::string> transports;
+  std::vector<long> atoms_per_rank = {2000, 20000, 200000};
+  int steps = 200;
+  bool quick = false;
+};
+
+void halo_usage(FILE* out) {
+  std::fprintf(
+      out,
+      "usage: mpiexec -n N halox-bench halo --app md [options]\n"
+      "  Runs halox-md and reports the particle halo's time per step (forward + reverse),\n"
+      "  its share of the step and the host-blocking waits, per transport and size.\n"
+      "options:\n"
+      "  --transports A,B      default: host on the CPU; staged,pipelined on the GPU\n"
+      "  --atoms-per-rank A,B  default 2000,20000,200000\n"
+      "  --steps N             timed steps per case (default 200, after 20 warm-up steps)\n"
+      "  --device D            auto | cpu | gpu (default auto)\n"
+      "  --quick               2000 and 20000 atoms per rank, 50 steps\n"
+      "  --json FILE           also write the rows as JSON\n");
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+HaloOptions parse_halo(int argc, char** argv) {
+  HaloOptions o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw Error("halox-bench halo: " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      halo_usage(stdout);
+      std::exit(0);
+    } else if (a == "--app")
+      o.app = value();
+    else if (a == "--transports")
+      o.transports = split(value());
+    else if (a == "--atoms-per-rank") {
+      o.atoms_per_rank.clear();
+      for (const auto& v : split(value())) o.atoms_per_rank.push_back(std::atol(v.c_str()));
+    } else if (a == "--steps")
+      o.steps = std::atoi(value().c_str());
+    else if (a == "--device")
+      o.device = value();
+    else if (a == "--json")
+      o.json = value();
+    else if (a == "--quick")
+      o.quick = true;
+    else
+      throw Error("halox-bench halo: unknown option " + a + " (see --help)");
+  }
+  if (o.app != "md") throw Error("halox-bench halo: --app must be md (lbm comes with halox-lbm)");
+  if (o.quick) {
+    o.atoms_per_rank = {2000, 20000};
+    o.steps = std::min(o.steps, 50);
+  }
+  if (o.steps < 1) throw Error("halox-bench halo: --steps must be >= 1");
+  return o;
+}
+
+}  // namespace
+
+int halo_main(int argc, char** argv) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const HaloOptions o = parse_halo(argc, argv);
+  const bool gpu = o.device == "gpu" || (o.device == "auto" && md::gpu_present());
+  std::vector<std::string> transports = o.transports;
+  if (transports.empty()) {
+    transports =
+        gpu ? std::vector<std::string>{"staged", "pipelined"} : std::vector<std::string>{"host"};
+  }
+  if (rank == 0) {
+    std::printf("halox-bench halo --app md: %d ranks, %s, %s, %s\n", size, gpu ? "GPU" : "CPU",
+                host_name().c_str(), today().c_str());
+    std::printf(
+        "halo = coordinates forward + forces reverse per step (slowest rank, %d steps "
+        "after 20 warm-up)\n\n",
+        o.steps);
+    std::printf("%-12s %9s %10s %11s %11s %11s %9s %8s %9s\n", "transport", "atoms/rk",
+                "halo atoms", "forward us", "reverse us", "halo us", "step us", "share",
+                "waits/st");
+  }
+  std::vector<Row> rows;
+  for (long apr : o.atoms_per_rank) {
+    for (const auto& name : transports) {
+      md::Config c;
+      c.device = gpu ? "gpu" : "cpu";
+      c.transport = parse_transport(name);
+      c.transport_given = true;
+      c.cells = std::max(4, static_cast<int>(std::lround(std::cbrt(double(apr) * size / 4.0))));
+      c.nstlist = 20;  // the halo between searches is what is measured
+      std::string why;
+      if (!transport_available(c.transport, &why) || (!gpu && c.transport != TransportKind::host)) {
+        if (rank == 0)
+          std::printf("%-12s skipped: %s\n", name.c_str(), gpu ? why.c_str() : "needs a GPU");
+        continue;
+      }
+      md::Simulation sim(MPI_COMM_WORLD, c);
+      for (int s = 0; s < 20; ++s) sim.step();
+      sim.timers() = {};
+      sim.exchange().reset_stats();
+      for (int s = 0; s < o.steps; ++s) sim.step();
+      const md::Timers& t = sim.timers();
+      double mine[3] = {t.halo_forward, t.halo_reverse, t.total()}, worst[3];
+      MPI_Reduce(mine, worst, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      // Searches rebuild the halo with the plan; the forward figure covers the other steps.
+      const int searches = o.steps / c.nstlist;
+      const double fwd = 1e6 * worst[0] / (o.steps - searches), rev = 1e6 * worst[1] / o.steps;
+      const double step = 1e6 * worst[2] / o.steps;
+      const double waits = double(sim.exchange_stats().host_waits) / (2 * o.steps - searches);
+      if (rank == 0) {
+        std::printf("%-12s %9lld %10lld %11.2f %11.2f %11.2f %9.2f %7.1f%% %9.2f\n", name.c_str(),
+                    static_cast<long long>(sim.home_atoms()),
+                    static_cast<long long>(sim.halo_atoms()), fwd, rev, fwd + rev, step,
+                    100 * (fwd + rev) / step, waits * 2);
+        std::fflush(stdout);
+        rows.push_back(Row()
+                           .set("transport", name)
+                           .set("backend", sim.backend().name())
+                           .set("ranks", sim.topology().describe())
+                           .set("atoms", double(sim.atoms()))
+                           .set("atoms_per_rank", double(apr))
+                           .set("halo_atoms_rank0", double(sim.halo_atoms()))
+                           .set("forward_us", fwd)
+                           .set("reverse_us", rev)
+                           .set("halo_us", fwd + rev)
+                           .set("step_us", step)
+                           .set("halo_share", (fwd + rev) / step)
+                           .set("host_waits_per_step", waits * 2));
+      }
+    }
+  }
+  if (rank == 0 && !o.json.empty()) {
+    write_json(o.json, "halo --app md",
+               {{"host", host_name()},
+                {"cpu", cpu_model()},
+                {"halox", HALOX_VERSION},
+                {"ranks", std::to_string(size)}},
+               rows);
+    std::printf("\nwrote %s\n", o.json.c_str());
+  }
+  return 0;
+}
+
+}  // namespace halox::bench

@@ -1,0 +1,173 @@
+// halox-tune: sweeps the pipelined transport's chunk size (4 KiB .. 1 MiB) on this machine,
+// fits seed 002's model T(N) = (N/n + 2) * T_block(n) with T_block(n) = a + n / B, and writes
+// the best chunk to the tuning file the pipelined transport reads.
+//
+//   mpiexec -n 2 halox-tune [--message BYTES] [--reps R] [--dry-run]
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "halox/error.hpp"
+#include "halox/exchange.hpp"
+#include "halox/tuning.hpp"
+#include "report.hpp"
+
+namespace {
+
+using namespace halox;
+
+struct Point {
+  std::int64_t chunk;
+  double seconds;
+};
+
+void usage(FILE* out) {
+  std::fprintf(
+      out,
+      "usage: mpiexec -n 2 halox-tune [options]\n"
+      "  Measures one GPU-to-GPU message of --message bytes through the pipelined transport\n"
+      "  for chunk sizes 4 KiB..1 MiB, prints the fit of T(N) = (N/n + 2) T_block(n), and\n"
+      "  writes the fastest chunk size to the tuning file (%s).\n"
+      "options:\n"
+      "  --message BYTES  message size (default 4194304)\n"
+      "  --reps R         timed exchanges per chunk size, median reported (default 30)\n"
+      "  --dry-run        print, do not write the tuning file\n"
+      "  --help           this text\n",
+      tuning_file_path().c_str());
+}
+
+int tune(int argc, char** argv) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::int64_t message = 4 << 20;
+  int reps = 30;
+  bool dry = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      if (rank == 0) usage(stdout);
+      return 0;
+    } else if (a == "--message" && i + 1 < argc)
+      message = std::atoll(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (a == "--dry-run")
+      dry = true;
+    else
+      throw Error("halox-tune: unknown option " + a + " (see --help)");
+  }
+  if (size != 2) throw Error("halox-tune: run it on 2 ranks (mpiexec -n 2 halox-tune)");
+  if (message < 4096 || reps < 1) throw Error("halox-tune: --message >= 4096 and --reps >= 1");
+  // A field whose z face is the message: two ranks along z, each sends one face.
+  const std::int64_t nx = 1024, ny = std::max<std::int64_t>(1, message / (nx * 4));
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {1, 1, 2}, {false, false, false});
+  GridPlan plan = build_grid_plan(topology, {nx, ny, 2}, 1, Datatype::of<float>().commit());
+  const std::int64_t bytes = (nx + 2) * (ny + 2) * 4 * 4;
+  void* field = nullptr;
+  if (cudaMalloc(&field, static_cast<std::size_t>(bytes)) != cudaSuccess ||
+      cudaMemset(field, 1, static_cast<std::size_t>(bytes)) != cudaSuccess) {
+    throw Error("halox-tune: cannot allocate the device field (is a GPU visible?)");
+  }
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  const std::int64_t face = nx * ny * 4;
+  auto measure = [&](TransportKind kind, std::int64_t chunk) {
+    GridExchange exchange(topology, plan, ExchangeOptions{kind, chunk});
+    std::vector<double> t;
+    for (int r = 0; r < reps + 3; ++r) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const auto start = std::chrono::steady_clock::now();
+      exchange.exchange(field, stream);
+      cudaStreamSynchronize(stream);
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      double worst = 0;
+      MPI_Allreduce(&s, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      if (r >= 3) t.push_back(worst);
+    }
+    return bench::median(t);
+  };
+  const double staged = measure(TransportKind::staged, 0);
+  std::vector<Point> points;
+  for (std::int64_t n = 4096; n <= (1 << 20); n *= 2)
+    points.push_back({n, measure(TransportKind::pipelined, n)});
+  // Least squares of T_block(n) = T / (N/n + 2) against n.
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& p : points) {
+    const double blocks = std::ceil(double(face) / p.chunk);
+    const double y = p.seconds / (blocks + 2), x = double(p.chunk);
+    sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
+  const double m = double(points.size());
+  const double slope = (m * sxy - sx * sy) / (m * sxx - sx * sx);
+  const double latency = (sy - slope * sx) / m;
+  const auto best =
+      *std::min_element(points.begin(), points.end(),
+                        [](const Point& a, const Point& b) { return a.seconds < b.seconds; });
+  if (rank != 0) return 0;
+  std::printf("halox-tune: %s, %s; message %lld bytes (one z face each way), %d reps\n",
+              bench::host_name().c_str(), bench::today().c_str(), static_cast<long long>(face),
+              reps);
+  std::printf("staged (one block): %.1f us\n\n", staged * 1e6);
+  std::printf("%10s %8s %12s %14s %14s\n", "chunk", "blocks", "T(N) us", "T_block us",
+              "model T us");
+  for (const auto& p : points) {
+    const double blocks = std::ceil(double(face) / p.chunk);
+    const double model = (blocks + 2) * (latency + slope * p.chunk);
+    std::printf("%10lld %8.0f %12.1f %14.2f %14.1f%s\n", static_cast<long long>(p.chunk), blocks,
+                p.seconds * 1e6, p.seconds / (blocks + 2) * 1e6, model * 1e6,
+                p.chunk == best.chunk ? "  <- best" : "");
+  }
+  const double bandwidth = slope > 0 ? 1.0 / slope : 0;
+  // The model's optimum: d/dn [(N/n + 2)(a + n/B)] = 0  ->  n* = sqrt(N a B / 2).
+  const double n_star =
+      slope > 0 && latency > 0 ? std::sqrt(double(face) * latency * bandwidth / 2) : 0;
+  std::printf("\nfit: T_block(n) = %.2f us + n / (%.2f GB/s); model optimum n* = %.0f bytes\n",
+              latency * 1e6, bandwidth / 1e9, n_star);
+  std::printf("best measured chunk: %lld bytes (%.1f us, %.2fx staged)\n",
+              static_cast<long long>(best.chunk), best.seconds * 1e6, staged / best.seconds);
+  std::ostringstream json;
+  json << "{\n  \"chunk_bytes\": " << best.chunk << ",\n  \"message_bytes\": " << face
+       << ",\n  \"date\": \"" << bench::today() << "\",\n  \"host\": \"" << bench::host_name()
+       << "\",\n  \"staged_us\": " << staged * 1e6
+       << ",\n  \"fit\": {\"block_latency_us\": " << latency * 1e6
+       << ", \"block_gbps\": " << bandwidth / 1e9 << ", \"model_optimum_bytes\": " << n_star
+       << "},\n  \"points\": [";
+  for (std::size_t k = 0; k < points.size(); ++k) {
+    json << (k ? ", " : "") << "{\"chunk\": " << points[k].chunk
+         << ", \"us\": " << points[k].seconds * 1e6 << "}";
+  }
+  json << "]\n}\n";
+  if (!dry) {
+    write_tuning_file(json.str());
+    std::printf("wrote %s\n", tuning_file_path().c_str());
+  } else {
+    std::printf("%s", json.str().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rc = 0;
+  try {
+    rc = tune(argc, argv);
+  } catch (const std::exception& e) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
+    rc = 2;
+  }
+  MPI_Finalize();
+  return rc;
+}
