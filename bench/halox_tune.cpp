@@ -130,8 +130,13 @@ int tune(int argc, char** argv) {
   // The model's optimum: d/dn [(N/n + 2)(a + n/B)] = 0  ->  n* = sqrt(N a B / 2).
   const double n_star =
       slope > 0 && latency > 0 ? std::sqrt(double(face) * latency * bandwidth / 2) : 0;
-  std::printf("\nfit: T_block(n) = %.2f us + n / (%.2f GB/s); model optimum n* = %.0f bytes\n",
-              latency * 1e6, bandwidth / 1e9, n_star);
+  if (slope > 0) {
+    std::printf("\nfit: T_block(n) = %.2f us + n / (%.2f GB/s); model optimum n* = %.0f bytes\n",
+                latency * 1e6, bandwidth / 1e9, n_star);
+  } else {
+    std::printf("\nfit: T_block(n) = %.2f us, no size term: the per-chunk cost dominates, so "
+                "the largest chunk wins\n", latency * 1e6);
+  }
   std::printf("best measured chunk: %lld bytes (%.1f us, %.2fx staged)\n",
               static_cast<long long>(best.chunk), best.seconds * 1e6, staged / best.seconds);
   std::ostringstream json;

@@ -35,8 +35,12 @@ done
 log "benchmark: halox-bench pack --device gpu $quick"
 build/gpu/bench/halox-bench pack --device gpu $quick --json "$out/pack-gpu.json" 2>&1 | tee "$out/pack-gpu.txt"
 
-# MPI runs: two processes share the one GPU (more than two per GPU fail there).
+# MPI runs: two processes share the one GPU (more than two per GPU fail there), under MPS:
+# without it the two contexts time-slice the GPU and every hand-over costs hundreds of us.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/halox-mps CUDA_MPS_LOG_DIRECTORY=/tmp/halox-mps-log
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+nvidia-cuda-mps-control -d && log "MPS started" || log "MPS did not start"
 mpi() { local np=$1; shift; timeout 300 mpirun -n "$np" --oversubscribe "$@"; }
 export HALOX_TUNING_FILE="$out/tuning.json"
 log "halox-tune (2 ranks)"
@@ -50,4 +54,7 @@ for np in 1 2; do
   mpi $np build/gpu/bench/halox-bench halo --app md --device gpu $quick \
     --json "$out/halo-md-gpu-np$np.json" 2>&1 | tee "$out/halo-md-gpu-np$np.txt"
 done
+echo quit | nvidia-cuda-mps-control 2>/dev/null
 log "done"
+# One archive: the device tool brings back only a few files per run.
+tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && echo "archive: $out.tgz"
