@@ -123,6 +123,7 @@ int halo_main(int argc, char** argv) {
       c.transport_given = true;
       c.cells = std::max(4, static_cast<int>(std::lround(std::cbrt(double(apr) * size / 4.0))));
       c.nstlist = 20;  // the halo between searches is what is measured
+      c.barrier_before_halo = true;
       std::string why;
       if (!transport_available(c.transport, &why) || (!gpu && c.transport != TransportKind::host)) {
         if (rank == 0)

@@ -134,8 +134,10 @@ int tune(int argc, char** argv) {
     std::printf("\nfit: T_block(n) = %.2f us + n / (%.2f GB/s); model optimum n* = %.0f bytes\n",
                 latency * 1e6, bandwidth / 1e9, n_star);
   } else {
-    std::printf("\nfit: T_block(n) = %.2f us, no size term: the per-chunk cost dominates, so "
-                "the largest chunk wins\n", latency * 1e6);
+    std::printf(
+        "\nfit: T_block(n) = %.2f us, no size term: the per-chunk cost dominates, so "
+        "the largest chunk wins\n",
+        latency * 1e6);
   }
   std::printf("best measured chunk: %lld bytes (%.1f us, %.2fx staged)\n",
               static_cast<long long>(best.chunk), best.seconds * 1e6, staged / best.seconds);

@@ -248,6 +248,10 @@ void Simulation::neighbor_search(bool first) {
 void Simulation::step() {
   const double dt = m_config.dt;
   auto timed = [&](double& slot, auto&& work) {
+    if (m_config.barrier_before_halo &&
+        (&slot == &m_timers.halo_forward || &slot == &m_timers.halo_reverse)) {
+      HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+    }
     const auto start = Clock::now();
     work();
     m_backend->synchronize();

@@ -33,7 +33,10 @@ struct Config {
   bool transport_given = false;  ///< otherwise host on the CPU, staged on the GPU
   std::int64_t chunk_bytes = 0;
   std::uint64_t seed = 2026;
-  double jitter = 0.02;  ///< random lattice displacement, in lattice constants (< 0.25)
+  double jitter = 0.02;
+  /// Benchmarks: an (untimed) MPI_Barrier before each halo phase, so its time is the
+  /// exchange itself and not the wait for a rank still busy with its forces or search.
+  bool barrier_before_halo = false;  ///< random lattice displacement, in lattice constants (< 0.25)
 };
 
 /// Throws halox::Error with a clear message for bad input, before any work.
