@@ -21,11 +21,13 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual BasicKind real() const = 0;
-  /// After a neighbour search: all local coordinates (home then halo), home velocities and
-  /// the CSR neighbour list over all local atoms.
-  virtual void load(const std::vector<double>& x, const std::vector<double>& v, std::int64_t home,
-                    const std::vector<std::int32_t>& offsets,
-                    const std::vector<std::int32_t>& neighbors) = 0;
+  /// After a neighbour search: all local coordinates (home then halo, as the plan built
+  /// them) and home velocities; the back end builds its neighbour list (pairs within
+  /// `rlist` that this rank owns, see plan.hpp) where its arrays live.
+  virtual void load(const std::vector<double>& x, const std::vector<double>& v,
+                    const ParticlePlan& plan, double rlist) = 0;
+  /// Entries in the neighbour list (each owned pair counts twice).
+  virtual std::int64_t list_entries() const = 0;
   virtual void half_kick(double dt) = 0;
   virtual void drift(double dt) = 0;
   virtual void halo_forward(ParticleExchange& exchange) = 0;
@@ -42,6 +44,10 @@ class Backend {
   /// Waits for queued work (phase timing).
   virtual void synchronize() = 0;
 };
+
+/// The cell grid of a neighbour search for `plan` with list radius `rlist`.
+struct CellGrid;
+CellGrid make_cell_grid(const ParticlePlan& plan, double rlist);
 
 std::unique_ptr<Backend> make_cpu_backend();
 /// Throws halox::Error when halox-md was built without CUDA or no GPU is visible.

@@ -12,15 +12,35 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu (double)"; }
   BasicKind real() const override { return BasicKind::float64; }
 
-  void load(const std::vector<double>& x, const std::vector<double>& v, std::int64_t home,
-            const std::vector<std::int32_t>& offsets,
-            const std::vector<std::int32_t>& neighbors) override {
+  void load(const std::vector<double>& x, const std::vector<double>& v, const ParticlePlan& plan,
+            double rlist) override {
     m_x = x;
     m_v = v;
-    m_home = home;
+    m_home = plan.home_count;
     m_f.assign(x.size(), 0.0);
-    m_offsets = offsets;
-    m_neighbors = neighbors;
+    // Counting sort of the atoms by cell, then the rows in the shared visiting order.
+    const CellGrid grid = make_cell_grid(plan, rlist);
+    const std::int64_t total = plan.total_count;
+    const int ncells = grid.cells[0] * grid.cells[1] * grid.cells[2];
+    std::vector<std::int32_t> start(ncells + 1, 0), members(total), cell(total);
+    for (std::int64_t i = 0; i < total; ++i) {
+      cell[i] = grid.cell_of(&m_x[3 * i]);
+      ++start[cell[i] + 1];
+    }
+    for (int c = 0; c < ncells; ++c) start[c + 1] += start[c];
+    std::vector<std::int32_t> fill(start.begin(), start.end() - 1);
+    for (std::int64_t i = 0; i < total; ++i)
+      members[fill[cell[i]]++] = static_cast<std::int32_t>(i);
+    m_offsets.assign(total + 1, 0);
+    m_neighbors.clear();
+    for (std::int64_t i = 0; i < total; ++i) {
+      for_each_listed(i, m_x.data(), grid, start.data(), members.data(),
+                      [&](std::int32_t j) { m_neighbors.push_back(j); });
+      m_offsets[i + 1] = static_cast<std::int32_t>(m_neighbors.size());
+    }
+  }
+  std::int64_t list_entries() const override {
+    return static_cast<std::int64_t>(m_neighbors.size());
   }
   void half_kick(double dt) override {
     for (std::int64_t i = 0; i < m_home; ++i) kick(i, 0.5 * dt, m_f.data(), m_v.data());
@@ -66,6 +86,20 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+CellGrid make_cell_grid(const ParticlePlan& plan, double rlist) {
+  CellGrid g{};
+  for (int d = 0; d < 3; ++d) {
+    g.lo[d] = plan.domain.lo[d];
+    const double extent = plan.domain.hi[d] + rlist - g.lo[d];
+    g.cells[d] = std::max(1, static_cast<int>(extent / rlist));
+    g.size[d] = extent / g.cells[d];
+    g.owner_lo[d] = plan.domain.lo[d];
+    g.owner_hi[d] = plan.domain.hi[d];
+  }
+  g.rlist2 = rlist * rlist;
+  return g;
+}
 
 std::unique_ptr<Backend> make_cpu_backend() {
   return std::make_unique<CpuBackend>();

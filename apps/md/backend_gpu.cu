@@ -1,6 +1,11 @@
 // The CUDA back end: the same per-atom functions as the CPU (lj.hpp), one thread per atom,
 // everything on one stream; the halo exchange runs on that stream with device pointers.
 #include <cuda_runtime.h>
+#include <thrust/binary_search.h>
+#include <thrust/execution_policy.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/scan.h>
+#include <thrust/sort.h>
 
 #include <string>
 
@@ -86,6 +91,39 @@ __global__ void square_kernel(std::int64_t n, const Real* v, double* sum) {
   if (threadIdx.x == 0) atomicAdd(sum, s);
 }
 
+// Neighbour search on the GPU, in the same visiting order as the CPU (lj.hpp), so both
+// back ends sum every force in the same order.
+template <class Real>
+__global__ void cell_kernel(const Real* x, std::int64_t n, CellGrid grid, std::int32_t* cell,
+                            std::int32_t* order) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    cell[i] = grid.cell_of(x + 3 * i);
+    order[i] = static_cast<std::int32_t>(i);
+  }
+}
+
+template <class Real>
+__global__ void count_kernel(const Real* x, std::int64_t n, CellGrid grid,
+                             const std::int32_t* start, const std::int32_t* members,
+                             std::int32_t* counts) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  std::int32_t c = 0;
+  for_each_listed(i, x, grid, start, members, [&](std::int32_t) { ++c; });
+  counts[i] = c;
+}
+
+template <class Real>
+__global__ void fill_kernel(const Real* x, std::int64_t n, CellGrid grid, const std::int32_t* start,
+                            const std::int32_t* members, const std::int32_t* offsets,
+                            std::int32_t* neighbors) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  std::int32_t at = offsets[i];
+  for_each_listed(i, x, grid, start, members, [&](std::int32_t j) { neighbors[at++] = j; });
+}
+
 int blocks(std::int64_t n) {
   return static_cast<int>((std::max<std::int64_t>(n, 1) + 255) / 256);
 }
@@ -107,23 +145,47 @@ class GpuBackend final : public Backend {
     return sizeof(Real) == 8 ? BasicKind::float64 : BasicKind::float32;
   }
 
-  void load(const std::vector<double>& x, const std::vector<double>& v, std::int64_t home,
-            const std::vector<std::int32_t>& offsets,
-            const std::vector<std::int32_t>& neighbors) override {
-    m_home = home;
-    m_atoms = static_cast<std::int64_t>(offsets.size()) - 1;
+  void load(const std::vector<double>& x, const std::vector<double>& v, const ParticlePlan& plan,
+            double rlist) override {
+    m_home = plan.home_count;
+    m_atoms = plan.total_count;
     upload(m_x, x);
     upload(m_v, v);
     m_f.resize(x.size());
     MD_CUDA(cudaMemsetAsync(m_f.get(), 0, x.size() * sizeof(Real), m_stream));
-    m_offsets.resize(offsets.size());
-    m_neighbors.resize(neighbors.size());
-    MD_CUDA(cudaMemcpyAsync(m_offsets.get(), offsets.data(), offsets.size() * 4,
-                            cudaMemcpyHostToDevice, m_stream));
-    MD_CUDA(cudaMemcpyAsync(m_neighbors.get(), neighbors.data(), neighbors.size() * 4,
-                            cudaMemcpyHostToDevice, m_stream));
-    MD_CUDA(cudaStreamSynchronize(m_stream));  // the host vectors may go away
+    // Cells: sort atom indices by cell (stable: by index within a cell), find each cell's
+    // start, count each row, scan, fill.
+    const CellGrid grid = make_cell_grid(plan, rlist);
+    const int ncells = grid.cells[0] * grid.cells[1] * grid.cells[2];
+    const std::size_t n = static_cast<std::size_t>(m_atoms);
+    m_cell.resize(n);
+    m_members.resize(n);
+    m_start.resize(ncells + 1);
+    m_offsets.resize(n + 1);
+    const auto policy = thrust::cuda::par.on(m_stream);
+    cell_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_atoms, grid, m_cell.get(),
+                                                             m_members.get());
+    MD_CUDA(cudaGetLastError());
+    thrust::stable_sort_by_key(policy, m_cell.get(), m_cell.get() + n, m_members.get());
+    thrust::lower_bound(policy, m_cell.get(), m_cell.get() + n, thrust::counting_iterator<int>(0),
+                        thrust::counting_iterator<int>(ncells + 1), m_start.get());
+    MD_CUDA(cudaMemsetAsync(m_offsets.get() + n, 0, sizeof(std::int32_t), m_stream));
+    count_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(
+        m_x.get(), m_atoms, grid, m_start.get(), m_members.get(), m_offsets.get());
+    MD_CUDA(cudaGetLastError());
+    thrust::exclusive_scan(policy, m_offsets.get(), m_offsets.get() + n + 1, m_offsets.get());
+    std::int32_t entries = 0;
+    MD_CUDA(cudaMemcpyAsync(&entries, m_offsets.get() + n, sizeof entries, cudaMemcpyDeviceToHost,
+                            m_stream));
+    synchronize();
+    m_entries = entries;
+    m_neighbors.resize(static_cast<std::size_t>(entries));
+    fill_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_atoms, grid,
+                                                             m_start.get(), m_members.get(),
+                                                             m_offsets.get(), m_neighbors.get());
+    MD_CUDA(cudaGetLastError());
   }
+  std::int64_t list_entries() const override { return m_entries; }
   void half_kick(double dt) override {
     kick_kernel<Real>
         <<<blocks(m_home), 256, 0, m_stream>>>(m_home, Real(0.5 * dt), m_f.get(), m_v.get());
@@ -185,7 +247,8 @@ class GpuBackend final : public Backend {
 
   cudaStream_t m_stream = nullptr;
   DeviceArray<Real> m_x, m_v, m_f;
-  DeviceArray<std::int32_t> m_offsets, m_neighbors;
+  DeviceArray<std::int32_t> m_offsets, m_neighbors, m_cell, m_members, m_start;
+  std::int64_t m_entries = 0;
   DeviceArray<double> m_sums;
   double* m_host_sums = nullptr;
   std::int64_t m_home = 0, m_atoms = 0;

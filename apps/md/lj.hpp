@@ -20,6 +20,63 @@ struct NeighborList {
   const std::int32_t* neighbors = nullptr;
 };
 
+/// The cell grid of a neighbour search over a rank's local region [lo, hi + rlist): cells at
+/// least rlist wide, so a pair within rlist lies in neighbouring cells (no periodic wrap:
+/// the halo holds explicit images). `owner_lo/hi` is the home domain: a pair belongs to this
+/// rank when the component-wise minimum of its two positions lies inside it (plan.hpp).
+struct CellGrid {
+  double lo[3], size[3], owner_lo[3], owner_hi[3];
+  int cells[3];
+  double rlist2;
+
+  template <class Real>
+  HALOX_MD_HD int cell_along(const Real* p, int d) const {
+    int c = static_cast<int>((double(p[d]) - lo[d]) / size[d]);
+    return c < 0 ? 0 : (c >= cells[d] ? cells[d] - 1 : c);
+  }
+  template <class Real>
+  HALOX_MD_HD int cell_of(const Real* p) const {
+    return cell_along(p, 0) + cells[0] * (cell_along(p, 1) + cells[1] * cell_along(p, 2));
+  }
+  /// Whether (p, q) goes into the list: within rlist and owned by this rank.
+  template <class Real>
+  HALOX_MD_HD bool listed(const Real* p, const Real* q) const {
+    const Real dx = p[0] - q[0], dy = p[1] - q[1], dz = p[2] - q[2];
+    if (!(double(dx * dx + dy * dy + dz * dz) < rlist2)) return false;
+    for (int d = 0; d < 3; ++d) {
+      const double m = double(p[d] < q[d] ? p[d] : q[d]);
+      if (m < owner_lo[d] || m >= owner_hi[d]) return false;
+    }
+    return true;
+  }
+};
+
+/// Visits the neighbours of atom i (cells sorted so cell c's atoms are
+/// members[start[c] .. start[c + 1])) in a fixed order: the same list on CPU and GPU.
+template <class Real, class Visit>
+HALOX_MD_HD void for_each_listed(std::int64_t i, const Real* x, const CellGrid& grid,
+                                 const std::int32_t* start, const std::int32_t* members,
+                                 Visit&& visit) {
+  const Real* p = x + 3 * i;
+  const int c[3] = {grid.cell_along(p, 0), grid.cell_along(p, 1), grid.cell_along(p, 2)};
+  for (int dz = -1; dz <= 1; ++dz) {
+    for (int dy = -1; dy <= 1; ++dy) {
+      for (int dx = -1; dx <= 1; ++dx) {
+        const int n[3] = {c[0] + dx, c[1] + dy, c[2] + dz};
+        if (n[0] < 0 || n[1] < 0 || n[2] < 0 || n[0] >= grid.cells[0] || n[1] >= grid.cells[1] ||
+            n[2] >= grid.cells[2]) {
+          continue;
+        }
+        const int id = n[0] + grid.cells[0] * (n[1] + grid.cells[1] * n[2]);
+        for (std::int32_t k = start[id]; k < start[id + 1]; ++k) {
+          const std::int32_t j = members[k];
+          if (j != i && grid.listed(p, x + 3 * static_cast<std::int64_t>(j))) visit(j);
+        }
+      }
+    }
+  }
+}
+
 /// Force on atom i from its row, and half the energy and virial of its pairs (each pair is
 /// in two rows). Pairs beyond the cutoff (the list holds cutoff + skin) contribute nothing.
 /// Reduced units (epsilon = sigma = mass = 1). The forces are plain truncated LJ; the energy

@@ -179,62 +179,11 @@ void Simulation::neighbor_search(bool first) {
   }
   m_x_search = m_x;
 
-  // The plan (and with it the halo coordinates), then the neighbour list over all local
-  // atoms with cell lists on [lo, hi + rlist).
+  // The plan (and with it the halo coordinates); the back end builds the neighbour list.
   const double rlist = m_config.cutoff + m_config.skin;
   std::vector<double> xyz = m_x;
   m_plan = build_particle_plan(m_topology, m_box, rlist, xyz);
-  const std::int64_t total = m_plan.total_count;
-  std::array<int, 3> cells{};
-  std::array<double, 3> size{}, lo = m_plan.domain.lo;
-  for (int d = 0; d < 3; ++d) {
-    const double extent = m_plan.domain.hi[d] + rlist - lo[d];
-    cells[d] = std::max(1, static_cast<int>(extent / rlist));
-    size[d] = extent / cells[d];
-  }
-  auto cell_of = [&](const double* p, int d) {
-    return std::clamp(static_cast<int>((p[d] - lo[d]) / size[d]), 0, cells[d] - 1);
-  };
-  const int ncells = cells[0] * cells[1] * cells[2];
-  std::vector<std::int32_t> head(ncells + 1, 0), members(total);
-  std::vector<int> cell(total);
-  for (std::int64_t i = 0; i < total; ++i) {
-    const double* p = &xyz[3 * i];
-    cell[i] = cell_of(p, 0) + cells[0] * (cell_of(p, 1) + cells[1] * cell_of(p, 2));
-    ++head[cell[i] + 1];
-  }
-  for (int c = 0; c < ncells; ++c) head[c + 1] += head[c];
-  {
-    std::vector<std::int32_t> fill(head.begin(), head.end() - 1);
-    for (std::int64_t i = 0; i < total; ++i)
-      members[fill[cell[i]]++] = static_cast<std::int32_t>(i);
-  }
-  std::vector<std::int32_t> offsets(total + 1, 0), neighbors;
-  const double rlist2 = rlist * rlist;
-  for (std::int64_t i = 0; i < total; ++i) {
-    const double* p = &xyz[3 * i];
-    const int c[3] = {cell_of(p, 0), cell_of(p, 1), cell_of(p, 2)};
-    for (int dz = -1; dz <= 1; ++dz)
-      for (int dy = -1; dy <= 1; ++dy)
-        for (int dx = -1; dx <= 1; ++dx) {
-          const int n[3] = {c[0] + dx, c[1] + dy, c[2] + dz};
-          if (n[0] < 0 || n[1] < 0 || n[2] < 0 || n[0] >= cells[0] || n[1] >= cells[1] ||
-              n[2] >= cells[2]) {
-            continue;
-          }
-          const int id = n[0] + cells[0] * (n[1] + cells[1] * n[2]);
-          for (std::int32_t k = head[id]; k < head[id + 1]; ++k) {
-            const std::int32_t j = members[k];
-            if (j == i) continue;
-            const double* q = &xyz[3 * j];
-            const double r2 = (p[0] - q[0]) * (p[0] - q[0]) + (p[1] - q[1]) * (p[1] - q[1]) +
-                              (p[2] - q[2]) * (p[2] - q[2]);
-            if (r2 < rlist2 && m_plan.owns_pair(p, q)) neighbors.push_back(j);
-          }
-        }
-    offsets[i + 1] = static_cast<std::int32_t>(neighbors.size());
-  }
-  m_backend->load(xyz, m_v, m_plan.home_count, offsets, neighbors);
+  m_backend->load(xyz, m_v, m_plan, rlist);
   if (!m_exchange) {
     m_exchange = std::make_unique<ParticleExchange>(
         m_topology, m_plan, m_backend->real(),
