@@ -33,10 +33,9 @@ void check_cuda(cudaError_t rc, const char* call) {
 #define HALOX_CUDA_CHECK(call) check_cuda((call), #call)
 
 struct DeviceDesc {
-  std::int64_t offset = 0;                // memory offset of the first run
-  std::int64_t packed_offset = 0;         // bytes
-  const std::int64_t* index = nullptr;    // run offsets of an index piece (device memory)
-  const std::int32_t* index32 = nullptr;  // the same as 32-bit offsets, when they fit
+  std::int64_t offset = 0;              // memory offset of the first run
+  std::int64_t packed_offset = 0;       // bytes
+  const std::int64_t* index = nullptr;  // run offsets of an index piece (device memory)
   std::int64_t block_bytes = 0;
   std::int64_t first_word = 0;     // in units of the launch's word size, filled at launch
   std::int64_t words_per_run = 0;  // likewise
@@ -125,15 +124,6 @@ std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
                              piece.index.offsets.size() * sizeof(std::int64_t));
       d.index = static_cast<const std::int64_t*>(dev.get());
       plan->device_index.push_back(dev);
-      // Half the index traffic of a gather when the offsets fit in 32 bits (almost always).
-      bool fits = true;
-      for (std::int64_t o : piece.index.offsets) fits &= o >= INT32_MIN && o <= INT32_MAX;
-      if (fits) {
-        std::vector<std::int32_t> narrow(piece.index.offsets.begin(), piece.index.offsets.end());
-        auto dev32 = device_copy(narrow.data(), narrow.size() * sizeof(std::int32_t));
-        d.index32 = static_cast<const std::int32_t*>(dev32.get());
-        plan->device_index.push_back(dev32);
-      }
     } else {
       const StridedBlock& s = piece.strided;
       d.offset = s.offset;
@@ -250,36 +240,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// An index piece with short runs (gathers of float3, a few words each): one thread per run
-// loads its offset once and moves the run's words, instead of one index load per word.
-template <int W, Op OP, class I>
-__global__ void __launch_bounds__(256)
-    index_run_kernel(DeviceDesc d, I first, I end, const char* src, char* dst) {
-  using Word = typename WordOf<W>::type;
-  const I wpr = static_cast<I>(d.words_per_run);
-  const I first_run = first / wpr, end_run = (end + wpr - 1) / wpr;
-  for (I run = first_run + static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; run < end_run;
-       run += static_cast<I>(gridDim.x) * blockDim.x) {
-    const std::int64_t mem = __ldg(d.index32 + run);
-    const I w0 = run * wpr < first ? first - run * wpr : 0;
-    const I w1 = run * wpr + wpr > end ? end - run * wpr : wpr;
-    for (I w = w0; w < w1; ++w) {
-      const std::int64_t at = mem + static_cast<std::int64_t>(w) * W;
-      const std::int64_t packed = d.packed_offset + static_cast<std::int64_t>(run) * d.block_bytes +
-                                  static_cast<std::int64_t>(w) * W;
-      if constexpr (OP == Op::pack) {
-        *reinterpret_cast<Word*>(dst + packed) = *reinterpret_cast<const Word*>(src + at);
-      } else if constexpr (OP == Op::unpack) {
-        *reinterpret_cast<Word*>(dst + at) = *reinterpret_cast<const Word*>(src + packed);
-      } else if constexpr (OP == Op::accumulate_f32) {
-        add_word<float, W>(dst + at, src + packed);
-      } else {
-        add_word<double, W>(dst + at, src + packed);
-      }
-    }
-  }
-}
-
 // Many pieces: each thread finds its piece by binary search over first_word.
 template <int W, Op OP, class I>
 __global__ void __launch_bounds__(256)
@@ -348,12 +308,6 @@ void launch_kernel(const Plan::Launch& launch, Range range, const char* src, cha
     const DeviceDesc& d = launch.descs[0];
     const I f = static_cast<I>(first), e = static_cast<I>(end);
     // Depth-specialised kernels for the common strided shapes (vectors, 2D and 3D faces).
-    if (d.index32 != nullptr && d.words_per_run <= 8 && d.words_per_run > 1) {
-      const int runs = grid_for((end - first + d.words_per_run - 1) / d.words_per_run);
-      index_run_kernel<W, OP, I><<<runs, 256, 0, stream>>>(d, f, e, src, dst);
-      HALOX_CUDA_CHECK(cudaGetLastError());
-      return;
-    }
     switch (d.index != nullptr ? -1 : d.ndims) {
       case 1: single_piece_kernel<W, OP, I, 1><<<grid, 256, 0, stream>>>(d, f, e, src, dst); break;
       case 2: single_piece_kernel<W, OP, I, 2><<<grid, 256, 0, stream>>>(d, f, e, src, dst); break;
