@@ -131,6 +131,13 @@ void migrate_particles(const Topology& topology, const Box& box, std::vector<dou
                        int stride);
 #endif
 
+/// The particle plans of every rank of `topology`'s grid, built in one process (the local
+/// engine: several ranks sharing one process). xyz[r] holds rank r's home coordinates and
+/// is extended with its halo, as build_particle_plan does. Throws halox::Error for bad input.
+std::vector<ParticlePlan> build_local_particle_plans(const Topology& topology, const Box& box,
+                                                     double cutoff,
+                                                     std::vector<std::vector<double>>& xyz);
+
 /// The headers of a plan's pulses (for validation and transports).
 std::vector<PulseHeader> headers(const ParticlePlan& plan);
 std::vector<PulseHeader> headers(const GridPlan& plan);

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "collective.hpp"
+#include "particle_builder.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "halox/plan.hpp"
@@ -101,94 +102,19 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
 ParticlePlan build_particle_plan(const Topology& topology, const Box& box, double cutoff,
                                  std::vector<double>& xyz) {
   MPI_Comm comm = comm_of(topology, "build_particle_plan");
-  ParticlePlan plan;
-  plan.box = box;
-  plan.cutoff = cutoff;
-  plan.domain = domain_of(topology, box, topology.rank());
-  plan.home_count = static_cast<std::int64_t>(xyz.size() / 3);
-  std::string error;
-  if (xyz.size() % 3 != 0) error = "halox::build_particle_plan: xyz holds no whole atoms";
-  for (int a = 0; a < 3 && error.empty(); ++a) {
-    if (!(cutoff > 0) || !(cutoff < 0.5 * box.length[a])) {
-      error = "halox::build_particle_plan: the cutoff " + std::to_string(cutoff) +
-              " must be positive and shorter than half the box (" + std::to_string(box.length[a]) +
-              " along " + "xyz"[a] + ")";
-    }
-  }
-  for (std::int64_t i = 0; i < plan.home_count && error.empty(); ++i) {
-    for (int a = 0; a < 3; ++a) {
-      const double v = xyz[3 * i + a];
-      if (!(v >= plan.domain.lo[a] && v < plan.domain.hi[a])) {
-        std::ostringstream s;
-        s << "halox::build_particle_plan: home atom " << i << " of rank " << topology.rank()
-          << " is at "
-          << "xyz"[a] << " = " << v << ", outside its domain [" << plan.domain.lo[a] << ", "
-          << plan.domain.hi[a] << ") (migrate_particles first)";
-        error = s.str();
-        break;
-      }
-    }
-  }
-  detail::raise_if_any(comm, error);
-
-  const auto coords = topology.coords();
-  std::int64_t total = plan.home_count;
-  int number = 0;
-  for (int axis : {Z, Y, X}) {
-    const int dims = topology.dims()[axis];
-    const double width = box.length[axis] / dims;
-    int pulses = 0;
-    if (dims == 1) {
-      pulses = topology.periodic()[axis] ? 1 : 0;
-    } else {
-      pulses = static_cast<int>(std::ceil(cutoff / width));
-    }
-    plan.pulses_per_axis[axis] = pulses;
-    std::int64_t candidates_begin = 0, candidates_end = total;
-    for (int k = 0; k < pulses; ++k, ++number) {
-      ParticlePulse pulse;
-      PulseHeader& h = pulse.header;
-      h.axis = axis;
-      h.direction = -1;
-      h.index = k;
-      h.stage = number;
-      h.send_rank = topology.neighbor(axis, -1);
-      h.recv_rank = topology.neighbor(axis, +1);
-      pulse.dependency_offset = plan.home_count;
-      // Crossing the lower periodic edge: the receiver sees these atoms one box up.
-      if (coords[axis] == 0 && h.send_rank >= 0) pulse.shift[axis] = box.length[axis];
-      std::vector<double> out;
-      if (h.send_rank >= 0) {
-        const double reach = plan.domain.lo[axis] + cutoff;
-        for (std::int64_t i = candidates_begin; i < candidates_end; ++i) {
-          if (xyz[3 * i + axis] < reach) {
-            pulse.send_index.push_back(static_cast<std::int32_t>(i));
-            for (int a = 0; a < 3; ++a) out.push_back(xyz[3 * i + a] + pulse.shift[a]);
-          }
-        }
-      }
-      pulse.first_forwarded = static_cast<std::int64_t>(
-          std::lower_bound(pulse.send_index.begin(), pulse.send_index.end(),
-                           static_cast<std::int32_t>(plan.home_count)) -
-          pulse.send_index.begin());
-      shift_doubles(comm, h.send_rank, h.recv_rank, 100 + 2 * number, out, xyz);
-      pulse.recv_offset = total;
-      pulse.recv_count = static_cast<std::int64_t>(xyz.size() / 3) - total;
-      total += pulse.recv_count;
-      h.send_size = static_cast<std::int64_t>(pulse.send_index.size());
-      h.recv_size = pulse.recv_count;
-      candidates_begin = pulse.recv_offset;
-      candidates_end = total;
-      plan.pulses.push_back(std::move(pulse));
-    }
-  }
-  plan.total_count = total;
-  if (total > INT32_MAX) {
-    throw Error("halox::build_particle_plan: " + std::to_string(total) +
-                " local atoms exceed the 32-bit index maps");
-  }
-  validate_plan(topology, headers(plan));
-  return plan;
+  detail::raise_if_any(comm, detail::check_particle_input(topology, box, cutoff, xyz));
+  std::vector<detail::BuilderRank> ranks(1);
+  ranks[0].topology = &topology;
+  ranks[0].xyz = &xyz;
+  detail::build_particle_plans(box, cutoff, ranks,
+                               [&](int number, const std::vector<std::vector<double>>& out,
+                                   std::vector<std::vector<double>>& in) {
+                                 const PulseHeader& h = ranks[0].plan.pulses.back().header;
+                                 shift_doubles(comm, h.send_rank, h.recv_rank, 100 + 2 * number,
+                                               out[0], in[0]);
+                               });
+  validate_plan(topology, headers(ranks[0].plan));
+  return std::move(ranks[0].plan);
 }
 
 GridPlan build_grid_plan(const Topology& topology, std::array<std::int64_t, 3> interior, int halo,

@@ -1,0 +1,37 @@
+// Plans for every rank of a grid in one process (the local engine): no MPI.
+#include "halox/plan.hpp"
+#include "particle_builder.hpp"
+
+namespace halox {
+
+std::vector<ParticlePlan> build_local_particle_plans(const Topology& topology, const Box& box,
+                                                     double cutoff,
+                                                     std::vector<std::vector<double>>& xyz) {
+  const int size = topology.size();
+  if (static_cast<int>(xyz.size()) != size) {
+    throw Error("halox::build_local_particle_plans: " + std::to_string(xyz.size()) +
+                " coordinate sets for a grid of " + std::to_string(size) + " ranks");
+  }
+  std::vector<Topology> views;
+  for (int r = 0; r < size; ++r) views.emplace_back(topology.dims(), topology.periodic(), r);
+  std::vector<detail::BuilderRank> ranks(size);
+  for (int r = 0; r < size; ++r) {
+    const std::string error = detail::check_particle_input(views[r], box, cutoff, xyz[r]);
+    if (!error.empty()) throw Error(error);
+    ranks[r].topology = &views[r];
+    ranks[r].xyz = &xyz[r];
+  }
+  detail::build_particle_plans(box, cutoff, ranks,
+                               [&](int, const std::vector<std::vector<double>>& out,
+                                   std::vector<std::vector<double>>& in) {
+                                 for (int r = 0; r < size; ++r) {
+                                   const int from = ranks[r].plan.pulses.back().header.recv_rank;
+                                   if (from >= 0) in[r] = out[from];
+                                 }
+                               });
+  std::vector<ParticlePlan> plans;
+  for (auto& r : ranks) plans.push_back(std::move(r.plan));
+  return plans;
+}
+
+}  // namespace halox

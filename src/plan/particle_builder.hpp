@@ -1,0 +1,134 @@
+// The particle plan builder, shared by the MPI build (one rank per process) and the local
+// build (every rank of a grid in one process): the same pulse logic, only the transfer of
+// the selected coordinates differs.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "halox/error.hpp"
+#include "halox/plan.hpp"
+
+namespace halox::detail {
+
+/// Empty when the inputs of one rank are valid, else the message.
+inline std::string check_particle_input(const Topology& topology, const Box& box, double cutoff,
+                                        const std::vector<double>& xyz) {
+  if (xyz.size() % 3 != 0) return "halox::build_particle_plan: xyz holds no whole atoms";
+  for (int a = 0; a < 3; ++a) {
+    if (!(cutoff > 0) || !(cutoff < 0.5 * box.length[a])) {
+      return "halox::build_particle_plan: the cutoff " + std::to_string(cutoff) +
+             " must be positive and shorter than half the box (" + std::to_string(box.length[a]) +
+             " along " + "xyz"[a] + ")";
+    }
+  }
+  const Domain domain = domain_of(topology, box, topology.rank());
+  for (std::size_t i = 0; i < xyz.size() / 3; ++i) {
+    for (int a = 0; a < 3; ++a) {
+      const double v = xyz[3 * i + a];
+      if (!(v >= domain.lo[a] && v < domain.hi[a])) {
+        std::ostringstream s;
+        s << "halox::build_particle_plan: home atom " << i << " of rank " << topology.rank()
+          << " is at " << "xyz"[a] << " = " << v << ", outside its domain [" << domain.lo[a]
+          << ", " << domain.hi[a] << ") (migrate_particles first)";
+        return s.str();
+      }
+    }
+  }
+  return {};
+}
+
+struct BuilderRank {
+  const Topology* topology = nullptr;  // seen from this rank
+  std::vector<double>* xyz = nullptr;  // home coordinates in, all local coordinates out
+  ParticlePlan plan;
+};
+
+/// Builds every given rank's plan in lockstep. transfer(number, out, in) must deliver, for
+/// each rank k, the coordinates that rank k's recv_rank selected (out[...] of that rank)
+/// appended to in[k].
+template <class Transfer>
+void build_particle_plans(const Box& box, double cutoff, std::vector<BuilderRank>& ranks,
+                          Transfer&& transfer) {
+  const std::size_t n = ranks.size();
+  std::vector<std::int64_t> total(n), begin(n), end(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    ParticlePlan& plan = ranks[k].plan;
+    plan.box = box;
+    plan.cutoff = cutoff;
+    plan.domain = domain_of(*ranks[k].topology, box, ranks[k].topology->rank());
+    plan.home_count = static_cast<std::int64_t>(ranks[k].xyz->size() / 3);
+    total[k] = plan.home_count;
+  }
+  const Topology& shape = *ranks[0].topology;
+  int number = 0;
+  for (int axis : {Z, Y, X}) {
+    const int dims = shape.dims()[axis];
+    const double width = box.length[axis] / dims;
+    const int pulses = dims == 1 ? (shape.periodic()[axis] ? 1 : 0)
+                                 : static_cast<int>(std::ceil(cutoff / width));
+    for (std::size_t k = 0; k < n; ++k) {
+      ranks[k].plan.pulses_per_axis[axis] = pulses;
+      begin[k] = 0;
+      end[k] = total[k];
+    }
+    for (int p = 0; p < pulses; ++p, ++number) {
+      std::vector<std::vector<double>> out(n), in(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        const Topology& t = *ranks[k].topology;
+        ParticlePlan& plan = ranks[k].plan;
+        const std::vector<double>& xyz = *ranks[k].xyz;
+        ParticlePulse pulse;
+        PulseHeader& h = pulse.header;
+        h.axis = axis;
+        h.direction = -1;
+        h.index = p;
+        h.stage = number;
+        h.send_rank = t.neighbor(axis, -1);
+        h.recv_rank = t.neighbor(axis, +1);
+        pulse.dependency_offset = plan.home_count;
+        // Crossing the lower periodic edge: the receiver sees these atoms one box up.
+        if (t.coords()[axis] == 0 && h.send_rank >= 0) pulse.shift[axis] = box.length[axis];
+        if (h.send_rank >= 0) {
+          const double reach = plan.domain.lo[axis] + cutoff;
+          for (std::int64_t i = begin[k]; i < end[k]; ++i) {
+            if (xyz[3 * i + axis] < reach) {
+              pulse.send_index.push_back(static_cast<std::int32_t>(i));
+              for (int a = 0; a < 3; ++a) out[k].push_back(xyz[3 * i + a] + pulse.shift[a]);
+            }
+          }
+        }
+        pulse.first_forwarded = static_cast<std::int64_t>(
+            std::lower_bound(pulse.send_index.begin(), pulse.send_index.end(),
+                             static_cast<std::int32_t>(plan.home_count)) -
+            pulse.send_index.begin());
+        h.send_size = static_cast<std::int64_t>(pulse.send_index.size());
+        plan.pulses.push_back(std::move(pulse));
+      }
+      transfer(number, out, in);
+      for (std::size_t k = 0; k < n; ++k) {
+        ParticlePulse& pulse = ranks[k].plan.pulses.back();
+        std::vector<double>& xyz = *ranks[k].xyz;
+        xyz.insert(xyz.end(), in[k].begin(), in[k].end());
+        pulse.recv_offset = total[k];
+        pulse.recv_count = static_cast<std::int64_t>(in[k].size() / 3);
+        pulse.header.recv_size = pulse.recv_count;
+        total[k] += pulse.recv_count;
+        begin[k] = pulse.recv_offset;
+        end[k] = total[k];
+      }
+    }
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    ranks[k].plan.total_count = total[k];
+    if (total[k] > INT32_MAX) {
+      throw Error("halox::build_particle_plan: " + std::to_string(total[k]) +
+                  " local atoms exceed the 32-bit index maps");
+    }
+  }
+}
+
+}  // namespace halox::detail
