@@ -39,6 +39,7 @@ void usage(FILE* out) {
   std::fprintf(out,
                "usage: halox-bench pack [options]\n"
                "       mpiexec -n N halox-bench halo --app md [options]  (see halo --help)\n"
+               "       halox-bench halo-local [options]  (ranks in one process; see --help)\n"
                "  Packs halo-shaped datatypes and reports GB/s against the copy ceiling\n"
                "  measured in the same run.\n"
                "options:\n"
@@ -172,7 +173,23 @@ int halo_command(int argc, char** argv) {
 }
 #endif
 
+#if HALOX_HAS_CUDA
+namespace halox::bench {
+int local_halo_main(int argc, char** argv);
+}
+#endif
+
 int main(int argc, char** argv) {
+#if HALOX_HAS_CUDA
+  if (argc > 1 && std::string(argv[1]) == "halo-local") {
+    try {
+      return halox::bench::local_halo_main(argc - 1, argv + 1);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 2;
+    }
+  }
+#endif
 #if HALOX_HAS_MPI
   if (argc > 1 && std::string(argv[1]) == "halo") return halo_command(argc, argv);
 #endif

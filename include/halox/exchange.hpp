@@ -21,7 +21,11 @@ namespace halox {
 ///  - pipelined:  the same stages cut into chunks that overlap (seed 002); the chunk size
 ///                comes from the tuning file that halox-tune writes.
 ///  - mpi-direct: device buffers handed to a CUDA-aware MPI (refused when MPI is not).
-enum class TransportKind { host, staged, pipelined, mpi_direct };
+///  - ipc-pulse, ipc-fused: GPU-initiated (gpu_halo.hpp): ranks of one node map each
+///                other's buffers with CUDA IPC; fused kernels store straight into them,
+///                one kernel per pulse or one for all pulses; no host waits. Particle
+///                halos only for now.
+enum class TransportKind { host, staged, pipelined, mpi_direct, ipc_pulse, ipc_fused };
 
 std::string to_string(TransportKind kind);
 /// "host", "staged", "pipelined" or "mpi-direct"; anything else throws halox::Error listing
@@ -35,6 +39,10 @@ struct ExchangeOptions {
   TransportKind transport = TransportKind::host;
   /// Pipelined chunk size in bytes; 0 takes it from the tuning file (see tuning.hpp).
   std::int64_t chunk_bytes = 0;
+  /// GPU-initiated transports: device-side wait time-out in seconds and the start-up
+  /// self-test of every link.
+  double timeout_seconds = 5.0;
+  bool self_test = true;
 };
 
 /// Counters since construction (or reset_stats()).

@@ -21,19 +21,11 @@ grep "halox:" "$out/configure.log" | tee -a "$out/summary.txt"
 cmake --build build/gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { log "build FAILED"; tail -40 "$out/build.log"; exit 1; }
 log "build ok"
 
-log "gpu tests"
-(cd build/gpu && ctest -L gpu --output-on-failure -V) > "$out/gpu-tests.log" 2>&1
-rc=$?; grep -h "seed\|GPU:\|tests passed\|FAILED" "$out/gpu-tests.log" | tee -a "$out/summary.txt"
-[ $rc -eq 0 ] && log "gpu tests PASSED" || log "gpu tests FAILED"
-
 for tool in memcheck racecheck; do
   HALOX_GPU_PROPERTY_COUNT=200 compute-sanitizer --tool $tool --error-exitcode 9 \
     build/gpu/tests/gpu/test_pack_gpu > "$out/sanitizer-$tool.log" 2>&1
   log "compute-sanitizer $tool: rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0 hazards' "$out/sanitizer-$tool.log") clean summaries) $(grep 'SUMMARY' "$out/sanitizer-$tool.log" | tail -1)"
 done
-
-log "benchmark: halox-bench pack --device gpu $quick"
-build/gpu/bench/halox-bench pack --device gpu $quick --json "$out/pack-gpu.json" 2>&1 | tee "$out/pack-gpu.txt"
 
 # MPI runs: two processes share the one GPU (more than two per GPU fail there), under MPS:
 # without it the two contexts time-slice the GPU and every hand-over costs hundreds of us.
@@ -41,7 +33,18 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/halox-mps CUDA_MPS_LOG_DIRECTORY=/tmp/halox-mps-log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 nvidia-cuda-mps-control -d && log "MPS started" || log "MPS did not start"
-mpi() { local np=$1; shift; timeout 300 mpirun -n "$np" --oversubscribe "$@"; }
+
+log "gpu tests"
+(cd build/gpu && ctest -L gpu --output-on-failure -V --timeout 150) > "$out/gpu-tests.log" 2>&1
+rc=$?; grep -h "seed\|GPU:\|tests passed\|FAILED" "$out/gpu-tests.log" | tee -a "$out/summary.txt"
+[ $rc -eq 0 ] && log "gpu tests PASSED" || log "gpu tests FAILED"
+
+log "benchmark: halox-bench pack --device gpu $quick"
+build/gpu/bench/halox-bench pack --device gpu $quick --json "$out/pack-gpu.json" 2>&1 | tee "$out/pack-gpu.txt"
+log "benchmark: halox-bench halo-local (ranks in one process)"
+build/gpu/bench/halox-bench halo-local --json "$out/halo-local.json" 2>&1 | tee "$out/halo-local.txt"
+
+mpi() { local np=$1; shift; timeout 150 mpirun -n "$np" --oversubscribe "$@"; }
 export HALOX_TUNING_FILE="$out/tuning.json"
 log "halox-tune (2 ranks)"
 mpi 2 build/gpu/bench/halox-tune 2>&1 | tee "$out/tune.txt"

@@ -345,7 +345,9 @@ std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm co
     case TransportKind::pipelined:
       return std::make_unique<PipelinedTransport>(
           comm, rank, chunk_bytes > 0 ? chunk_bytes : tuned_chunk_bytes());
-    case TransportKind::host: break;
+    case TransportKind::host:
+    case TransportKind::ipc_pulse:
+    case TransportKind::ipc_fused: break;
   }
   throw Error("halox: the host transport cannot move device memory");
 }

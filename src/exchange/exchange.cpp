@@ -6,6 +6,7 @@
 #include "halox/pack.hpp"
 #include "transport.hpp"
 #if HALOX_HAS_CUDA
+#include "../gpu_halo/ipc_halo.hpp"
 #include "device_kernels.hpp"
 #endif
 
@@ -17,17 +18,20 @@ std::string to_string(TransportKind kind) {
     case TransportKind::staged: return "staged";
     case TransportKind::pipelined: return "pipelined";
     case TransportKind::mpi_direct: return "mpi-direct";
+    case TransportKind::ipc_pulse: return "ipc-pulse";
+    case TransportKind::ipc_fused: return "ipc-fused";
   }
   return "?";
 }
 
 TransportKind parse_transport(const std::string& name) {
-  for (auto kind : {TransportKind::host, TransportKind::staged, TransportKind::pipelined,
-                    TransportKind::mpi_direct}) {
+  for (auto kind :
+       {TransportKind::host, TransportKind::staged, TransportKind::pipelined,
+        TransportKind::mpi_direct, TransportKind::ipc_pulse, TransportKind::ipc_fused}) {
     if (name == to_string(kind)) return kind;
   }
   throw Error("halox: unknown transport '" + name +
-              "' (choose host, staged, pipelined or mpi-direct)");
+              "' (choose host, staged, pipelined, mpi-direct, ipc-pulse or ipc-fused)");
 }
 
 namespace detail {
@@ -48,6 +52,10 @@ bool transport_available(TransportKind kind, std::string* why) {
 #else
   return no("halox was built without CUDA");
 #endif
+}
+
+bool gpu_initiated(TransportKind kind) {
+  return kind == TransportKind::ipc_pulse || kind == TransportKind::ipc_fused;
 }
 
 namespace {
@@ -76,6 +84,10 @@ class TransportChooser {
   detail::Transport& for_field(const void* field) {
     if (!on_device(field)) return *m_host;
     if (!m_device) {
+      if (gpu_initiated(m_options.transport)) {
+        throw Error("halox: the " + to_string(m_options.transport) +
+                    " transport moves particle halos only (grid halos: staged or pipelined)");
+      }
       if (m_options.transport == TransportKind::host) {
         throw Error("halox: the field at " + address(field) +
                     " is in device memory; the host transport moves host memory only (choose "
@@ -199,7 +211,8 @@ void scatter_add(void* f, const std::int32_t* index, std::int64_t n, const void*
 }  // namespace
 
 struct ParticleExchange::Impl {
-  Impl(const Topology& t, BasicKind r, ExchangeOptions o) : topology(t), real(r), chooser(t, o) {
+  Impl(const Topology& t, BasicKind r, ExchangeOptions o)
+      : topology(t), real(r), options(o), chooser(t, o) {
     if (real != BasicKind::float32 && real != BasicKind::float64) {
       throw Error("halox::ParticleExchange: coordinates must be float32 or float64");
     }
@@ -208,6 +221,7 @@ struct ParticleExchange::Impl {
 
   void build(const ParticlePlan& p) {
     plan = p;
+    ipc_ready = false;
     device_index.clear();
     device_index_ready = false;
     for (auto* ops : {&forward_host, &forward_device, &reverse_host, &reverse_device}) ops->clear();
@@ -291,16 +305,53 @@ struct ParticleExchange::Impl {
 #endif
   }
 
-  void run(std::vector<Op>& host_ops, std::vector<Op>& device_ops, void* field, GpuStream stream) {
+  void run(bool forward, void* field, GpuStream stream) {
     const bool device = chooser.on_device(field);
+#if HALOX_HAS_CUDA
+    if (device && gpu_initiated(options.transport)) {
+      // Collective on first use after a new plan: every rank calls forward/reverse together.
+      if (!ipc) {
+        GpuHaloOptions o;
+        o.kernels = options.transport == TransportKind::ipc_fused ? FusedKernels::all_pulses
+                                                                  : FusedKernels::per_pulse;
+        o.timeout_seconds = options.timeout_seconds;
+        o.self_test = options.self_test;
+        ipc = std::make_unique<detail::IpcHalo>(topology.comm(), topology.rank(), real, o);
+      }
+      if (!ipc_ready) {
+        ipc->set_plan(plan);
+        ipc_ready = true;
+      }
+      if (forward)
+        ipc->forward(field, stream);
+      else
+        ipc->reverse(field, stream);
+      stats.exchanges += 1;
+      for (const auto& p : plan.pulses) {
+        const int peer = forward ? p.header.send_rank : p.header.recv_rank;
+        if (peer >= 0 && peer != topology.rank()) {
+          stats.messages += 1;
+          stats.bytes_sent += (forward ? p.header.send_size : p.header.recv_size) * item;
+        }
+      }
+      return;
+    }
+#endif
     if (device) prepare_device();
-    chooser.for_field(field).run(device ? device_ops : host_ops, field, stream, stats);
+    auto& ops = forward ? (device ? forward_device : forward_host)
+                        : (device ? reverse_device : reverse_host);
+    chooser.for_field(field).run(ops, field, stream, stats);
   }
 
   Topology topology;
   BasicKind real;
+  ExchangeOptions options;
   std::int64_t item = 0;
   TransportChooser chooser;
+#if HALOX_HAS_CUDA
+  std::unique_ptr<detail::IpcHalo> ipc;
+#endif
+  bool ipc_ready = false;
   ParticlePlan plan;
   std::vector<Op> forward_host, forward_device, reverse_host, reverse_device;
   std::vector<std::shared_ptr<const std::int32_t>> device_index;
@@ -318,10 +369,10 @@ void ParticleExchange::set_plan(const ParticlePlan& plan) {
   m_impl->build(plan);
 }
 void ParticleExchange::forward(void* xyz, GpuStream stream) {
-  m_impl->run(m_impl->forward_host, m_impl->forward_device, xyz, stream);
+  m_impl->run(true, xyz, stream);
 }
 void ParticleExchange::reverse(void* forces, GpuStream stream) {
-  m_impl->run(m_impl->reverse_host, m_impl->reverse_device, forces, stream);
+  m_impl->run(false, forces, stream);
 }
 const ParticlePlan& ParticleExchange::plan() const {
   return m_impl->plan;

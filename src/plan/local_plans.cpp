@@ -21,14 +21,14 @@ std::vector<ParticlePlan> build_local_particle_plans(const Topology& topology, c
     ranks[r].topology = &views[r];
     ranks[r].xyz = &xyz[r];
   }
-  detail::build_particle_plans(box, cutoff, ranks,
-                               [&](int, const std::vector<std::vector<double>>& out,
-                                   std::vector<std::vector<double>>& in) {
-                                 for (int r = 0; r < size; ++r) {
-                                   const int from = ranks[r].plan.pulses.back().header.recv_rank;
-                                   if (from >= 0) in[r] = out[from];
-                                 }
-                               });
+  detail::build_particle_plans(
+      box, cutoff, ranks,
+      [&](int, const std::vector<std::vector<double>>& out, std::vector<std::vector<double>>& in) {
+        for (int r = 0; r < size; ++r) {
+          const int from = ranks[r].plan.pulses.back().header.recv_rank;
+          if (from >= 0) in[r] = out[from];
+        }
+      });
   std::vector<ParticlePlan> plans;
   for (auto& r : ranks) plans.push_back(std::move(r.plan));
   return plans;

@@ -32,8 +32,9 @@ inline std::string check_particle_input(const Topology& topology, const Box& box
       if (!(v >= domain.lo[a] && v < domain.hi[a])) {
         std::ostringstream s;
         s << "halox::build_particle_plan: home atom " << i << " of rank " << topology.rank()
-          << " is at " << "xyz"[a] << " = " << v << ", outside its domain [" << domain.lo[a]
-          << ", " << domain.hi[a] << ") (migrate_particles first)";
+          << " is at "
+          << "xyz"[a] << " = " << v << ", outside its domain [" << domain.lo[a] << ", "
+          << domain.hi[a] << ") (migrate_particles first)";
         return s.str();
       }
     }
@@ -68,8 +69,8 @@ void build_particle_plans(const Box& box, double cutoff, std::vector<BuilderRank
   for (int axis : {Z, Y, X}) {
     const int dims = shape.dims()[axis];
     const double width = box.length[axis] / dims;
-    const int pulses = dims == 1 ? (shape.periodic()[axis] ? 1 : 0)
-                                 : static_cast<int>(std::ceil(cutoff / width));
+    const int pulses =
+        dims == 1 ? (shape.periodic()[axis] ? 1 : 0) : static_cast<int>(std::ceil(cutoff / width));
     for (std::size_t k = 0; k < n; ++k) {
       ranks[k].plan.pulses_per_axis[axis] = pulses;
       begin[k] = 0;

@@ -1,0 +1,172 @@
+// halox-bench halo-local: the MD particle halo of R ranks sharing one GPU in one process
+// (the local engine), coordinates forward + forces reverse per step, against one empty
+// kernel launch measured in the same run.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "halox/error.hpp"
+#include "halox/gpu_halo.hpp"
+#include "report.hpp"
+
+namespace halox::bench {
+
+namespace {
+
+__global__ void empty_kernel() {}
+
+#define BENCH_CUDA(call)                                                               \
+  do {                                                                                 \
+    const cudaError_t rc_ = (call);                                                    \
+    if (rc_ != cudaSuccess) throw Error(std::string(#call) + ": " + cudaGetErrorString(rc_)); \
+  } while (0)
+
+// Event-timed median over `reps` batches of `inner` calls of f, per call.
+template <class F>
+double per_call_us(cudaStream_t stream, int reps, int inner, F&& f) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < inner; ++i) f();  // warm-up
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    cudaEventRecord(a, stream);
+    for (int i = 0; i < inner; ++i) f();
+    cudaEventRecord(b, stream);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(1e3 * ms / inner);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
+}  // namespace
+
+int local_halo_main(int argc, char** argv) {
+  std::vector<std::string> grids = {"2x2x2", "3x3x3"};
+  long atoms = 32000;
+  double density = 0.8442, cutoff = 2.5, skin = 0.3;
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw Error("halox-bench halo-local: " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: halox-bench halo-local [--ranks 2x2x2,3x3x3] [--atoms 32000] [--json FILE]\n"
+                  "  LJ atoms (fcc, density 0.8442, halo distance cutoff 2.5 + skin 0.3) split over\n"
+                  "  R ranks in one process on one GPU; forward + reverse halo per step through the\n"
+                  "  local engine (per-pulse and all-pulse fused kernels) vs one empty kernel launch.\n");
+      return 0;
+    } else if (a == "--ranks") {
+      grids.clear();
+      std::string list = value();
+      for (std::size_t s = 0, e; s < list.size(); s = e + 1) {
+        e = list.find(',', s);
+        if (e == std::string::npos) e = list.size();
+        grids.push_back(list.substr(s, e - s));
+      }
+    } else if (a == "--atoms") atoms = std::atol(value().c_str());
+    else if (a == "--json") json = value();
+    else throw Error("halox-bench halo-local: unknown option " + a);
+  }
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double launch = per_call_us(stream, 21, 200, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("halox-bench halo-local: %s, %s; one empty kernel launch: %.2f us\n", prop.name,
+              today().c_str(), launch);
+  std::printf("%-8s %8s %10s %10s %-11s %9s %10s %10s %10s %8s\n", "ranks", "atoms", "atoms/rk",
+              "halo/rk", "kernels", "launches", "fwd us", "rev us", "step us", "x launch");
+  std::vector<Row> rows;
+  for (const auto& grid : grids) {
+    const Topology topology(parse_dims(grid), {true, true, true}, 0);
+    // An fcc lattice with small random displacements, cells chosen for ~`atoms` atoms.
+    const int cells = std::max(4, static_cast<int>(std::lround(std::cbrt(atoms / 4.0))));
+    const double a = std::cbrt(4.0 / density), length = cells * a;
+    const Box box{{length, length, length}};
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<double> jitter(-0.02 * a, 0.02 * a);
+    std::vector<std::vector<double>> xyz(topology.size());
+    const double basis[4][3] = {{0, 0, 0}, {0.5, 0.5, 0}, {0.5, 0, 0.5}, {0, 0.5, 0.5}};
+    for (int k = 0; k < cells; ++k)
+      for (int j = 0; j < cells; ++j)
+        for (int i = 0; i < cells; ++i)
+          for (const auto& b : basis) {
+            double p[3] = {(i + b[0]) * a, (j + b[1]) * a, (k + b[2]) * a};
+            std::array<int, 3> c{};
+            for (int d = 0; d < 3; ++d) {
+              p[d] = std::fmod(p[d] + jitter(rng) + length, length);
+              c[d] = std::min(topology.dims()[d] - 1, static_cast<int>(p[d] / (length / topology.dims()[d])));
+            }
+            // Owner by the same rule as domain_of.
+            int owner = topology.rank_of(c);
+            const Domain d = domain_of(topology, box, owner);
+            for (int e = 0; e < 3; ++e) {
+              if (p[e] < d.lo[e]) --c[e];
+              else if (p[e] >= d.hi[e]) ++c[e];
+            }
+            owner = topology.rank_of(c);
+            xyz[owner].insert(xyz[owner].end(), p, p + 3);
+          }
+    const long total_atoms = 4L * cells * cells * cells;
+    std::vector<ParticlePlan> plans = build_local_particle_plans(topology, box, cutoff + skin, xyz);
+    long halo = 0;
+    for (const auto& p : plans) halo += p.total_count - p.home_count;
+    std::vector<void*> x(topology.size()), f(topology.size());
+    for (int r = 0; r < topology.size(); ++r) {
+      std::vector<float> h(xyz[r].begin(), xyz[r].end());
+      BENCH_CUDA(cudaMalloc(&x[r], std::max<std::size_t>(1, h.size()) * 4));
+      BENCH_CUDA(cudaMalloc(&f[r], std::max<std::size_t>(1, h.size()) * 4));
+      BENCH_CUDA(cudaMemcpy(x[r], h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemset(f[r], 0, h.size() * 4));
+    }
+    for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
+      LocalParticleExchange exchange(topology, plans, BasicKind::float32, {kernels, 5.0, true, -1});
+      const double fwd = per_call_us(stream, 11, 100, [&] { exchange.forward(x, stream); });
+      const double rev = per_call_us(stream, 11, 100, [&] { exchange.reverse(f, stream); });
+      const double step = per_call_us(stream, 11, 100, [&] {
+        exchange.forward(x, stream);
+        exchange.reverse(f, stream);
+      });
+      exchange.check();
+      const char* name = kernels == FusedKernels::all_pulses ? "all_pulses" : "per_pulse";
+      std::printf("%-8s %8ld %10ld %10ld %-11s %9d %10.2f %10.2f %10.2f %8.2f\n", grid.c_str(),
+                  total_atoms, total_atoms / topology.size(), halo / topology.size(), name,
+                  2 * exchange.launches_per_exchange(), fwd, rev, step, step / launch);
+      rows.push_back(Row()
+                         .set("ranks", grid)
+                         .set("kernels", name)
+                         .set("atoms", double(total_atoms))
+                         .set("halo_atoms_per_rank", double(halo) / topology.size())
+                         .set("launches_per_step", 2.0 * exchange.launches_per_exchange())
+                         .set("forward_us", fwd)
+                         .set("reverse_us", rev)
+                         .set("step_us", step)
+                         .set("empty_launch_us", launch)
+                         .set("step_over_launch", step / launch));
+    }
+    for (int r = 0; r < topology.size(); ++r) {
+      cudaFree(x[r]);
+      cudaFree(f[r]);
+    }
+  }
+  if (!json.empty()) {
+    write_json(json, "halo-local", {{"gpu", prop.name}, {"host", host_name()}}, rows);
+    std::printf("\nwrote %s\n", json.c_str());
+  }
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+}  // namespace halox::bench

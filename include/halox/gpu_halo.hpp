@@ -1,0 +1,72 @@
+// halox: GPU-initiated particle halo exchange. The fused kernels move the halo with no host
+// involvement: each pulse packs straight into the receiving rank's buffer (a direct store:
+// same GPU, CUDA IPC), signals it with a release store at system scope, and waits for its own
+// data with an acquire load and a time-out. Signals carry a per-exchange counter, so nothing
+// is reset between steps. Two kernel designs (seed 000), one source:
+//  - per_pulse:  one kernel per pulse, stream-ordered;
+//  - all_pulses: one kernel for every pulse; items a pulse forwards (received by an earlier
+//                pulse) wait only for the pulses that deliver them, the others go at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "halox/datatype.hpp"
+#include "halox/error.hpp"
+#include "halox/pack_gpu.hpp"
+#include "halox/plan.hpp"
+#include "halox/topology.hpp"
+
+namespace halox {
+
+enum class FusedKernels { per_pulse, all_pulses };
+
+struct GpuHaloOptions {
+  FusedKernels kernels = FusedKernels::all_pulses;
+  /// Every device-side wait gives up after this long and records who waited for whom.
+  double timeout_seconds = 5.0;
+  /// At set-up (and after each new plan): a small message over every link of the plan in
+  /// both directions, data and signal checked, before any real exchange.
+  bool self_test = true;
+  /// Testing only: this rank's blocks do nothing, as if the rank had stalled.
+  int stall_rank = -1;
+};
+
+/// A device-side wait ran out of time (or the self-test found a broken link).
+class HaloTimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Several ranks of a Cartesian grid in one process, sharing this process's current GPU:
+/// one driver thread, each rank with its own buffers, one launch covering every rank
+/// (kernel launches, not the exchange, would otherwise bound a step of many ranks).
+class LocalParticleExchange {
+ public:
+  /// plans[r] is rank r's plan (build_local_particle_plans); `topology` gives the grid.
+  LocalParticleExchange(const Topology& topology, std::vector<ParticlePlan> plans, BasicKind real,
+                        GpuHaloOptions options = {});
+  ~LocalParticleExchange();
+  LocalParticleExchange(const LocalParticleExchange&) = delete;
+  LocalParticleExchange& operator=(const LocalParticleExchange&) = delete;
+
+  /// New plans after a neighbour search (waits for the device; re-runs the self-test).
+  void set_plans(std::vector<ParticlePlan> plans);
+  /// xyz[r]: rank r's coordinates (device memory, 3 reals per item).
+  void forward(const std::vector<void*>& xyz, GpuStream stream);
+  void reverse(const std::vector<void*>& forces, GpuStream stream);
+  /// Throws HaloTimeoutError when a device-side wait expired (no host synchronisation:
+  /// reads a flag in mapped host memory). forward and reverse call it first.
+  void check() const;
+  const std::vector<ParticlePlan>& plans() const;
+  /// Kernel launches per forward (or reverse) call: 1 for all_pulses.
+  int launches_per_exchange() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace halox

@@ -1,0 +1,659 @@
+// GPU-initiated particle halo: the fused kernels, written once against a small device view
+// of each pulse's channel (direct pointers into the peers' blocks, signal slots), used by
+// the local and the IPC transports.
+//
+// Protocol per pulse and direction, with e = the exchange's counter (never reset):
+//   1. tell my source that my staging area is free    (release store e into its slot)
+//   2. wait until my destination's staging area is free (acquire load >= e, time-out)
+//   3. pack my items straight into the destination's staging area (items received by an
+//      earlier pulse are read from that pulse's staging once its data has arrived)
+//   4. the last block to finish signals the destination (system-scope fences, release)
+//   5. wait for my own data, then unpack it (forward: copy into the coordinates; reverse:
+//      add into the forces of the items I sent).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "device_halo.hpp"
+
+namespace halox::detail {
+
+namespace {
+
+void check_cuda(cudaError_t rc, const char* call) {
+  if (rc != cudaSuccess) {
+    throw BackendError(std::string("CUDA call failed: ") + call + ": " + cudaGetErrorString(rc));
+  }
+}
+#define HALOX_CUDA_CHECK(call) check_cuda((call), #call)
+
+using u64 = unsigned long long;
+
+// Signal slots of one rank, at the start of its shared block. One writer per slot.
+struct Slots {
+  u64 fwd_ready[kMaxPulses];  // written by the rank I send to in forward: its staging is free
+  u64 fwd_data[kMaxPulses];   // written by the rank I receive from: my data has arrived
+  u64 rev_ready[kMaxPulses];
+  u64 rev_data[kMaxPulses];
+  u64 probe_fwd_signal[kMaxPulses];
+  u64 probe_rev_signal[kMaxPulses];
+  u64 probe_fwd[kMaxPulses][4];
+  u64 probe_rev[kMaxPulses][4];
+};
+constexpr long long kSlotsBytes = (sizeof(Slots) + 255) / 256 * 256;
+
+// Counters only this rank's blocks touch.
+struct Counters {
+  u64 fwd_blocks[kMaxPulses];
+  u64 rev_blocks[kMaxPulses];
+  u64 rev_unpacked[kMaxPulses];
+};
+
+enum WaitKind : int { fwd_ready, fwd_data, rev_ready, rev_data, rev_unpack, probe_fwd, probe_rev };
+
+// Written by the first failing wait into mapped host memory, so the host reads it without
+// synchronising. The claim word lives in device memory (device atomics on host memory are
+// not guaranteed); the report's flag is written last.
+struct ErrorRecord {
+  int flag, rank, peer, pulse, kind;
+  u64 seen, expected;
+};
+struct ErrorSink {
+  int* claim;            // device memory
+  ErrorRecord* report;   // mapped pinned host memory
+};
+
+__device__ void report_error(ErrorSink sink, int flag, int rank, int peer, int pulse, int kind, u64 seen,
+                             u64 expected) {
+  if (atomicCAS(sink.claim, 0, 1) != 0) return;
+  volatile ErrorRecord* r = sink.report;
+  r->rank = rank;
+  r->peer = peer;
+  r->pulse = pulse;
+  r->kind = kind;
+  r->seen = seen;
+  r->expected = expected;
+  __threadfence_system();
+  r->flag = flag;
+  __threadfence_system();
+}
+
+struct PulseView {
+  int rank = -1, pulse = 0, send_rank = -1, recv_rank = -1;
+  int n_send = 0, first_forwarded = 0, n_recv = 0, rev_first_forwarded = 0;
+  long long recv_offset = 0;
+  double shift[3] = {0, 0, 0};
+  unsigned fwd_deps = 0, rev_deps = 0;
+  const int* send_index = nullptr;
+  const int* rev_order = nullptr;
+  char* fwd_out = nullptr;
+  u64* fwd_out_data = nullptr;
+  u64* fwd_src_ready = nullptr;
+  const char* fwd_in = nullptr;
+  u64* fwd_in_data = nullptr;
+  u64* fwd_in_ready = nullptr;
+  char* rev_out = nullptr;
+  u64* rev_out_data = nullptr;
+  u64* rev_src_ready = nullptr;
+  const char* rev_in = nullptr;
+  u64* rev_in_data = nullptr;
+  u64* rev_in_ready = nullptr;
+  Slots* mine = nullptr;        // my slots (probes)
+  Slots* dest = nullptr;        // send_rank's slots
+  Slots* source = nullptr;      // recv_rank's slots
+  Counters* counters = nullptr;
+};
+
+// Per local rank: where each pulse's received items start and their staging area, for
+// reading forwarded items.
+struct RankTable {
+  int npulses = 0;
+  long long recv_offset[kMaxPulses + 1] = {};
+  const char* fwd_in[kMaxPulses] = {};
+};
+
+__device__ __forceinline__ u64 now_ns() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void signal_release(u64* slot, u64 value) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(slot), "l"(value) : "memory");
+}
+__device__ __forceinline__ u64 load_acquire(const u64* slot) {
+  u64 v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(slot) : "memory");
+  return v;
+}
+
+// Waits until *slot >= target; on time-out records (rank, peer, pulse, kind, seen) once.
+__device__ bool wait_for(const u64* slot, u64 target, u64 timeout_ns, ErrorSink error, int rank,
+                         int peer, int pulse, int kind) {
+  u64 seen = load_acquire(slot);
+  if (seen >= target) return true;
+  const u64 start = now_ns();
+  while ((seen = load_acquire(slot)) < target) {
+    if (now_ns() - start > timeout_ns) {
+      report_error(error, 1, rank, peer, pulse, kind, seen, target);
+      return false;
+    }
+    __nanosleep(32);
+  }
+  return true;
+}
+
+// One thread waits, the block follows; false when the wait failed.
+__device__ bool block_wait(const u64* slot, u64 target, u64 timeout_ns, ErrorSink error,
+                           int rank, int peer, int pulse, int kind) {
+  __shared__ int ok;
+  __syncthreads();
+  if (threadIdx.x == 0) ok = wait_for(slot, target, timeout_ns, error, rank, peer, pulse, kind);
+  __syncthreads();
+  return ok != 0;
+}
+
+// The last of `blocks` blocks to arrive (per launch) returns true; all blocks' prior stores
+// are visible system-wide before it proceeds.
+__device__ bool last_block(u64* counter, int blocks) {
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    last = (atomicAdd(counter, 1ull) + 1) % static_cast<u64>(blocks) == 0;
+    if (last) __threadfence_system();
+  }
+  __syncthreads();
+  return last != 0;
+}
+
+struct LaunchArgs {
+  const PulseView* views;
+  const RankTable* tables;
+  int npulses;       // pulses per rank
+  int first_pulse;   // per-pulse launches: the pulse (grid.y == 1); all: 0
+  int blocks;        // blocks per (rank, pulse)
+  u64 epoch;         // signal value of this exchange
+  u64 round;         // launches since the counters were zeroed
+  u64 timeout_ns;
+  ErrorSink error;
+  int stall_rank;
+};
+
+template <class Real>
+__device__ __forceinline__ void copy_item(Real* dst, const Real* src, const double* shift) {
+  dst[0] = src[0] + static_cast<Real>(shift[0]);
+  dst[1] = src[1] + static_cast<Real>(shift[1]);
+  dst[2] = src[2] + static_cast<Real>(shift[2]);
+}
+
+template <class Real>
+__global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
+  const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
+  const PulseView& v = a.views[r * a.npulses + p];
+  if (v.rank == a.stall_rank) return;
+  const RankTable& table = a.tables[r];
+  Real* x = xs[r];
+  const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
+  if (v.recv_rank >= 0 && b == 0 && threadIdx.x == 0) signal_release(v.fwd_src_ready, a.epoch);
+  if (v.send_rank >= 0) {
+    if (!block_wait(v.fwd_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.send_rank, p, fwd_ready)) return;
+    Real* out = reinterpret_cast<Real*>(v.fwd_out);
+    for (int k = first; k < v.first_forwarded; k += stride) {
+      copy_item(out + 3 * k, x + 3 * static_cast<long long>(v.send_index[k]), v.shift);
+    }
+    if (v.first_forwarded < v.n_send) {
+      // Forwarded items: wait only for the pulses that deliver them, read their staging.
+      for (int q = 0; q < table.npulses; ++q) {
+        if ((v.fwd_deps >> q & 1u) &&
+            !block_wait(a.views[r * a.npulses + q].fwd_in_data, a.epoch, a.timeout_ns, a.error,
+                        v.rank, a.views[r * a.npulses + q].recv_rank, q, fwd_data)) {
+          return;
+        }
+      }
+      for (int k = v.first_forwarded + first; k < v.n_send; k += stride) {
+        const long long i = v.send_index[k];
+        int q = 0;
+        while (i >= table.recv_offset[q + 1]) ++q;
+        const Real* src = reinterpret_cast<const Real*>(table.fwd_in[q]) + 3 * (i - table.recv_offset[q]);
+        copy_item(out + 3 * k, src, v.shift);
+      }
+    }
+    if (last_block(&v.counters->fwd_blocks[p], a.blocks)) {
+      if (threadIdx.x == 0) signal_release(v.fwd_out_data, a.epoch);
+    }
+  }
+  if (v.recv_rank >= 0) {
+    if (!block_wait(v.fwd_in_data, a.epoch, a.timeout_ns, a.error, v.rank, v.recv_rank, p, fwd_data)) return;
+    const Real* in = reinterpret_cast<const Real*>(v.fwd_in);
+    const double zero[3] = {0, 0, 0};
+    for (int k = first; k < v.n_recv; k += stride) copy_item(x + 3 * (v.recv_offset + k), in + 3 * k, zero);
+  }
+}
+
+template <class Real>
+__global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const* fs) {
+  const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
+  const PulseView& v = a.views[r * a.npulses + p];
+  if (v.rank == a.stall_rank) return;
+  Real* f = fs[r];
+  const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
+  const double zero[3] = {0, 0, 0};
+  // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
+  // items I sent come from send_rank.
+  if (v.send_rank >= 0 && b == 0 && threadIdx.x == 0) signal_release(v.rev_src_ready, a.epoch);
+  if (v.recv_rank >= 0) {
+    if (!block_wait(v.rev_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.recv_rank, p, rev_ready)) return;
+    Real* out = reinterpret_cast<Real*>(v.rev_out);
+    for (int j = first; j < v.rev_first_forwarded; j += stride) {
+      const int k = v.rev_order[j];
+      copy_item(out + 3 * k, f + 3 * (v.recv_offset + k), zero);
+    }
+    if (v.rev_first_forwarded < v.n_recv) {
+      // Items later pulses forwarded: their forces are complete once those pulses' returned
+      // forces have been added here.
+      for (int q = p + 1; q < a.npulses; ++q) {
+        if ((v.rev_deps >> q & 1u) &&
+            !block_wait(&v.counters->rev_unpacked[q], a.round * a.blocks, a.timeout_ns, a.error,
+                        v.rank, a.views[r * a.npulses + q].send_rank, q, rev_unpack)) {
+          return;
+        }
+      }
+      for (int j = v.rev_first_forwarded + first; j < v.n_recv; j += stride) {
+        const int k = v.rev_order[j];
+        copy_item(out + 3 * k, f + 3 * (v.recv_offset + k), zero);
+      }
+    }
+    if (last_block(&v.counters->rev_blocks[p], a.blocks)) {
+      if (threadIdx.x == 0) signal_release(v.rev_out_data, a.epoch);
+    }
+  }
+  if (v.send_rank >= 0) {
+    if (!block_wait(v.rev_in_data, a.epoch, a.timeout_ns, a.error, v.rank, v.send_rank, p, rev_data)) return;
+    const Real* in = reinterpret_cast<const Real*>(v.rev_in);
+    for (int k = first; k < v.n_send; k += stride) {
+      Real* dst = f + 3 * static_cast<long long>(v.send_index[k]);
+      // Atomic: one home atom may get forces from several pulses at once.
+      atomicAdd(dst + 0, in[3 * k + 0]);
+      atomicAdd(dst + 1, in[3 * k + 1]);
+      atomicAdd(dst + 2, in[3 * k + 2]);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(&v.counters->rev_unpacked[p], 1ull);
+  }
+}
+
+// A small message over every link: (magic, sender, pulse, epoch) both directions.
+constexpr u64 kProbeMagic = 0x68616c6f78ull;  // "halox"
+__global__ void probe_kernel(LaunchArgs a) {
+  const int r = blockIdx.z, p = blockIdx.y;
+  const PulseView& v = a.views[r * a.npulses + p];
+  if (threadIdx.x != 0 || v.rank == a.stall_rank) return;
+  auto send = [&](u64* payload, u64* signal) {
+    payload[0] = kProbeMagic;
+    payload[1] = static_cast<u64>(v.rank);
+    payload[2] = static_cast<u64>(p);
+    payload[3] = a.epoch;
+    __threadfence_system();
+    signal_release(signal, a.epoch);
+  };
+  auto receive = [&](const u64* payload, const u64* signal, int from, int kind) {
+    if (!wait_for(signal, a.epoch, a.timeout_ns, a.error, v.rank, from, p, kind)) return;
+    const u64 want[4] = {kProbeMagic, static_cast<u64>(from), static_cast<u64>(p), a.epoch};
+    for (int w = 0; w < 4; ++w) {
+      const u64 got = reinterpret_cast<const volatile u64*>(payload)[w];
+      if (got != want[w]) {
+        report_error(a.error, 2, v.rank, from, p, kind, got, want[w]);
+        return;
+      }
+    }
+  };
+  if (v.send_rank >= 0) send(v.dest->probe_fwd[p], &v.dest->probe_fwd_signal[p]);
+  if (v.recv_rank >= 0) send(v.source->probe_rev[p], &v.source->probe_rev_signal[p]);
+  if (v.recv_rank >= 0) receive(v.mine->probe_fwd[p], &v.mine->probe_fwd_signal[p], v.recv_rank, probe_fwd);
+  if (v.send_rank >= 0) receive(v.mine->probe_rev[p], &v.mine->probe_rev_signal[p], v.send_rank, probe_rev);
+}
+
+const char* kind_name(int kind) {
+  switch (kind) {
+    case fwd_ready: return "forward: the destination's buffer to become free";
+    case fwd_data: return "forward: the halo data";
+    case rev_ready: return "reverse: the destination's buffer to become free";
+    case rev_data: return "reverse: the returned forces";
+    case rev_unpack: return "reverse: a later pulse's forces to be added (local)";
+    case probe_fwd: return "self-test, forward link";
+    case probe_rev: return "self-test, reverse link";
+  }
+  return "?";
+}
+
+template <class T>
+class DeviceArray {
+ public:
+  ~DeviceArray() { cudaFree(m_ptr); }
+  T* get() const { return m_ptr; }
+  void assign(const std::vector<T>& host) {
+    cudaFree(m_ptr);
+    m_ptr = nullptr;
+    if (host.empty()) return;
+    HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, host.size() * sizeof(T)));
+    HALOX_CUDA_CHECK(cudaMemcpy(m_ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+
+ private:
+  T* m_ptr = nullptr;
+};
+
+}  // namespace
+
+struct DeviceHalo::Impl {
+  BasicKind real;
+  GpuHaloOptions options;
+  double share;
+  int item = 0;
+  std::vector<int> ranks;
+  std::vector<const ParticlePlan*> plans;
+  int npulses = 0;
+  std::vector<char*> blocks;  // per local rank: Slots + staging
+  std::vector<PeerBlock> published;
+  std::vector<Counters*> counters;
+  std::vector<std::unique_ptr<DeviceArray<int>>> index_arrays;
+  DeviceArray<PulseView> views;
+  DeviceArray<RankTable> tables;
+  ErrorRecord* error = nullptr;  // mapped pinned memory
+  ErrorRecord* error_device = nullptr;
+  int* claim = nullptr;
+  u64 fwd_epoch = 0, rev_epoch = 0, fwd_round = 0, rev_round = 0, probe_epoch = 0;
+  int grid_blocks = 1;
+  std::int64_t bytes = 0;
+  void* x_table = nullptr;  // device array of per-rank pointers
+  std::vector<void*> last_pointers;
+
+  void release() {
+    for (char* b : blocks) cudaFree(b);
+    for (Counters* c : counters) cudaFree(c);
+    blocks.clear();
+    counters.clear();
+  }
+
+  LaunchArgs args(int first_pulse, u64 epoch, u64 round) const {
+    LaunchArgs a{};
+    a.views = views.get();
+    a.tables = tables.get();
+    a.npulses = npulses;
+    a.first_pulse = first_pulse;
+    a.blocks = grid_blocks;
+    a.epoch = epoch;
+    a.round = round;
+    a.timeout_ns = static_cast<u64>(options.timeout_seconds * 1e9);
+    a.error = ErrorSink{claim, error_device};
+    a.stall_rank = options.stall_rank;
+    return a;
+  }
+
+  void* pointer_table(const std::vector<void*>& p, GpuStream stream) {
+    if (p.size() != ranks.size()) {
+      throw Error("halox: " + std::to_string(p.size()) + " arrays given for " +
+                  std::to_string(ranks.size()) + " local ranks");
+    }
+    if (p != last_pointers) {
+      HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));  // new arrays: once per buffer set
+      HALOX_CUDA_CHECK(cudaMemcpy(x_table, p.data(), p.size() * sizeof(void*), cudaMemcpyHostToDevice));
+      last_pointers = p;
+    }
+    return x_table;
+  }
+
+  template <class Real>
+  void launch(bool forward, const std::vector<void*>& arrays, GpuStream stream) {
+    Real* const* table = static_cast<Real* const*>(pointer_table(arrays, stream));
+    const u64 epoch = forward ? ++fwd_epoch : ++rev_epoch;
+    const u64 round = forward ? ++fwd_round : ++rev_round;
+    const unsigned nranks = static_cast<unsigned>(ranks.size());
+    if (npulses == 0) return;
+    if (options.kernels == FusedKernels::all_pulses) {
+      dim3 grid(grid_blocks, npulses, nranks);
+      if (forward) forward_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch, round), table);
+      else reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch, round), table);
+      HALOX_CUDA_CHECK(cudaGetLastError());
+      return;
+    }
+    dim3 grid(grid_blocks, 1, nranks);
+    for (int k = 0; k < npulses; ++k) {
+      const int p = forward ? k : npulses - 1 - k;
+      if (forward) forward_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch, round), table);
+      else reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch, round), table);
+      HALOX_CUDA_CHECK(cudaGetLastError());
+    }
+  }
+};
+
+DeviceHalo::DeviceHalo(BasicKind real, GpuHaloOptions options, double gpu_share)
+    : m_impl(std::make_unique<Impl>()) {
+  if (real != BasicKind::float32 && real != BasicKind::float64) {
+    throw Error("halox: GPU halo coordinates must be float32 or float64");
+  }
+  m_impl->real = real;
+  m_impl->options = options;
+  m_impl->share = gpu_share;
+  m_impl->item = 3 * (real == BasicKind::float32 ? 4 : 8);
+  HALOX_CUDA_CHECK(cudaHostAlloc(&m_impl->error, sizeof(ErrorRecord), cudaHostAllocMapped));
+  std::memset(m_impl->error, 0, sizeof(ErrorRecord));
+  HALOX_CUDA_CHECK(cudaHostGetDevicePointer(&m_impl->error_device, m_impl->error, 0));
+  HALOX_CUDA_CHECK(cudaMalloc(&m_impl->claim, sizeof(int)));
+  HALOX_CUDA_CHECK(cudaMemset(m_impl->claim, 0, sizeof(int)));
+}
+
+DeviceHalo::~DeviceHalo() {
+  cudaDeviceSynchronize();
+  m_impl->release();
+  cudaFree(m_impl->x_table);
+  cudaFree(m_impl->claim);
+  cudaFreeHost(m_impl->error);
+}
+
+void DeviceHalo::allocate(const std::vector<int>& ranks,
+                          const std::vector<const ParticlePlan*>& plans) {
+  Impl& m = *m_impl;
+  HALOX_CUDA_CHECK(cudaDeviceSynchronize());  // no kernel may still use the old blocks
+  m.release();
+  m.ranks = ranks;
+  m.plans = plans;
+  m.npulses = plans.empty() ? 0 : static_cast<int>(plans[0]->pulses.size());
+  m.published.clear();
+  m.bytes = 0;
+  for (std::size_t k = 0; k < plans.size(); ++k) {
+    const ParticlePlan& plan = *plans[k];
+    if (static_cast<int>(plan.pulses.size()) != m.npulses || m.npulses > kMaxPulses) {
+      throw Error("halox: GPU halo plans need the same number of pulses on every rank, at most " +
+                  std::to_string(kMaxPulses));
+    }
+    PeerBlock pb;
+    long long at = kSlotsBytes;
+    for (int p = 0; p < m.npulses; ++p) {
+      pb.fwd_offset[p] = at;
+      at += (plan.pulses[p].recv_count * m.item + 255) / 256 * 256;
+    }
+    for (int p = 0; p < m.npulses; ++p) {
+      pb.rev_offset[p] = at;
+      at += (static_cast<long long>(plan.pulses[p].send_index.size()) * m.item + 255) / 256 * 256;
+    }
+    char* block = nullptr;
+    HALOX_CUDA_CHECK(cudaMalloc(&block, static_cast<std::size_t>(at)));
+    HALOX_CUDA_CHECK(cudaMemset(block, 0, kSlotsBytes));
+    Counters* c = nullptr;
+    HALOX_CUDA_CHECK(cudaMalloc(&c, sizeof(Counters)));
+    HALOX_CUDA_CHECK(cudaMemset(c, 0, sizeof(Counters)));
+    pb.base = block;
+    m.blocks.push_back(block);
+    m.counters.push_back(c);
+    m.published.push_back(pb);
+    m.bytes += at;
+  }
+  m.fwd_epoch = m.rev_epoch = m.fwd_round = m.rev_round = m.probe_epoch = 0;
+  std::memset(m.error, 0, sizeof(ErrorRecord));
+  HALOX_CUDA_CHECK(cudaMemset(m.claim, 0, sizeof(int)));
+  if (!m.x_table) HALOX_CUDA_CHECK(cudaMalloc(&m.x_table, 4096 * sizeof(void*)));
+  if (ranks.size() > 4096) throw Error("halox: at most 4096 ranks per process");
+  m.last_pointers.clear();
+}
+
+PeerBlock DeviceHalo::block(int k) const { return m_impl->published[k]; }
+
+void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
+  Impl& m = *m_impl;
+  std::vector<PulseView> views;
+  std::vector<RankTable> tables;
+  m.index_arrays.clear();
+  int most_items = 1;
+  for (std::size_t k = 0; k < m.ranks.size(); ++k) {
+    const ParticlePlan& plan = *m.plans[k];
+    const PeerBlock& me = m.published[k];
+    RankTable table;
+    table.npulses = m.npulses;
+    for (int p = 0; p < m.npulses; ++p) {
+      table.recv_offset[p] = plan.pulses[p].recv_offset;
+      table.fwd_in[p] = me.base + me.fwd_offset[p];
+    }
+    table.recv_offset[m.npulses] = plan.total_count;
+    tables.push_back(table);
+    for (int p = 0; p < m.npulses; ++p) {
+      const ParticlePulse& pulse = plan.pulses[p];
+      PulseView v;
+      v.rank = m.ranks[k];
+      v.pulse = p;
+      v.send_rank = pulse.header.send_rank;
+      v.recv_rank = pulse.header.recv_rank;
+      v.n_send = static_cast<int>(pulse.send_index.size());
+      v.first_forwarded = static_cast<int>(pulse.first_forwarded);
+      v.n_recv = static_cast<int>(pulse.recv_count);
+      v.recv_offset = pulse.recv_offset;
+      for (int a = 0; a < 3; ++a) v.shift[a] = pulse.shift[a];
+      most_items = std::max({most_items, v.n_send, v.n_recv});
+      // Forward dependencies: the pulses whose received items this pulse forwards.
+      for (std::int64_t j = pulse.first_forwarded; j < v.n_send; ++j) {
+        const int q = plan.pulse_of(pulse.send_index[j]);
+        if (q >= 0) v.fwd_deps |= 1u << q;
+      }
+      // Reverse: my received items of p that a later pulse forwarded get forces from that
+      // pulse's reverse first; send the others at once.
+      std::vector<char> forwarded(v.n_recv, 0);
+      for (int q = p + 1; q < m.npulses; ++q) {
+        for (std::int32_t i : plan.pulses[q].send_index) {
+          if (i >= pulse.recv_offset && i < pulse.recv_offset + pulse.recv_count) {
+            forwarded[i - pulse.recv_offset] = 1;
+            v.rev_deps |= 1u << q;
+          }
+        }
+      }
+      std::vector<int> order;
+      for (int i = 0; i < v.n_recv; ++i) if (!forwarded[i]) order.push_back(i);
+      v.rev_first_forwarded = static_cast<int>(order.size());
+      for (int i = 0; i < v.n_recv; ++i) if (forwarded[i]) order.push_back(i);
+      auto index = std::make_unique<DeviceArray<int>>();
+      index->assign(std::vector<int>(pulse.send_index.begin(), pulse.send_index.end()));
+      v.send_index = index->get();
+      m.index_arrays.push_back(std::move(index));
+      auto rev = std::make_unique<DeviceArray<int>>();
+      rev->assign(order);
+      v.rev_order = rev->get();
+      m.index_arrays.push_back(std::move(rev));
+      v.mine = reinterpret_cast<Slots*>(me.base);
+      v.counters = m.counters[k];
+      v.fwd_in = me.base + me.fwd_offset[p];
+      v.rev_in = me.base + me.rev_offset[p];
+      v.fwd_in_data = &v.mine->fwd_data[p];
+      v.fwd_in_ready = &v.mine->fwd_ready[p];
+      v.rev_in_data = &v.mine->rev_data[p];
+      v.rev_in_ready = &v.mine->rev_ready[p];
+      if (v.send_rank >= 0) {
+        const PeerBlock dest = block_of(v.send_rank);
+        v.dest = reinterpret_cast<Slots*>(dest.base);
+        v.fwd_out = dest.base + dest.fwd_offset[p];
+        v.fwd_out_data = &v.dest->fwd_data[p];
+        v.rev_src_ready = &v.dest->rev_ready[p];
+      }
+      if (v.recv_rank >= 0) {
+        const PeerBlock source = block_of(v.recv_rank);
+        v.source = reinterpret_cast<Slots*>(source.base);
+        v.rev_out = source.base + source.rev_offset[p];
+        v.rev_out_data = &v.source->rev_data[p];
+        v.fwd_src_ready = &v.source->fwd_ready[p];
+      }
+      views.push_back(v);
+    }
+  }
+  m.views.assign(views);
+  m.tables.assign(tables);
+  // Blocks per (rank, pulse): every spinning block of every rank sharing the GPU must be
+  // resident at once, so the grid is sized from the occupancy calculator.
+  int device = 0, sms = 0, per_sm = 0;
+  HALOX_CUDA_CHECK(cudaGetDevice(&device));
+  HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (m.real == BasicKind::float32) {
+    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reverse_kernel<float>, 256, 0));
+  } else {
+    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reverse_kernel<double>, 256, 0));
+  }
+  const int concurrent = m.options.kernels == FusedKernels::all_pulses ? std::max(1, m.npulses) : 1;
+  const double resident = m.share * sms * per_sm;
+  const int fit = static_cast<int>(resident / (static_cast<double>(m.ranks.size()) * concurrent));
+  if (fit < 1) {
+    throw Error("halox: " + std::to_string(m.ranks.size()) + " ranks x " + std::to_string(concurrent) +
+                " pulses do not fit on the GPU at once (" + std::to_string(static_cast<int>(resident)) +
+                " resident blocks); use per_pulse kernels or fewer ranks per GPU");
+  }
+  m.grid_blocks = std::max(1, std::min({fit, 32, (most_items + 255) / 256}));
+}
+
+void DeviceHalo::self_test() {
+  Impl& m = *m_impl;
+  if (!m.options.self_test || m.npulses == 0) return;
+  const u64 epoch = ++m.probe_epoch;
+  probe_kernel<<<dim3(1, m.npulses, static_cast<unsigned>(m.ranks.size())), 32>>>(m.args(0, epoch, 0));
+  HALOX_CUDA_CHECK(cudaGetLastError());
+  HALOX_CUDA_CHECK(cudaDeviceSynchronize());
+  check();
+}
+
+void DeviceHalo::forward(const std::vector<void*>& x, GpuStream stream) {
+  check();
+  if (m_impl->real == BasicKind::float32) m_impl->launch<float>(true, x, stream);
+  else m_impl->launch<double>(true, x, stream);
+}
+
+void DeviceHalo::reverse(const std::vector<void*>& f, GpuStream stream) {
+  check();
+  if (m_impl->real == BasicKind::float32) m_impl->launch<float>(false, f, stream);
+  else m_impl->launch<double>(false, f, stream);
+}
+
+void DeviceHalo::check() const {
+  const volatile ErrorRecord* e = m_impl->error;
+  if (e->flag == 0) return;
+  std::ostringstream s;
+  if (e->flag == 2) {
+    s << "halox: self-test: rank " << e->rank << " got a wrong probe from rank " << e->peer
+      << " on pulse " << e->pulse << " (" << kind_name(e->kind) << "): word " << e->seen
+      << ", expected " << e->expected;
+  } else {
+    s << "halox: rank " << e->rank << " timed out after " << m_impl->options.timeout_seconds
+      << " s on pulse " << e->pulse << " waiting for rank " << e->peer << " ("
+      << kind_name(e->kind) << "): signal " << e->seen << ", expected " << e->expected
+      << ". The exchange is unusable; is rank " << e->peer << " stalled or its plan different?";
+  }
+  throw HaloTimeoutError(s.str());
+}
+
+int DeviceHalo::launches_per_exchange() const {
+  return m_impl->options.kernels == FusedKernels::all_pulses ? 1 : m_impl->npulses;
+}
+
+std::int64_t DeviceHalo::block_bytes() const { return m_impl->bytes; }
+
+}  // namespace halox::detail

@@ -1,0 +1,55 @@
+// The GPU-initiated particle halo engine shared by the local (ranks in one process) and the
+// IPC (one rank per process) transports. Host-only header; the kernels are in device_halo.cu.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "halox/gpu_halo.hpp"
+
+namespace halox::detail {
+
+constexpr int kMaxPulses = 32;
+
+/// A rank's shared block as another rank sees it: its base address in this process and the
+/// offsets of its per-pulse staging areas (forward: received coordinates; reverse: returned
+/// forces).
+struct PeerBlock {
+  char* base = nullptr;
+  std::array<long long, kMaxPulses> fwd_offset{};
+  std::array<long long, kMaxPulses> rev_offset{};
+};
+
+class DeviceHalo {
+ public:
+  /// `gpu_share`: the fraction of the GPU's resident blocks this process may use (the
+  /// spinning kernels of every rank sharing the GPU must be resident together).
+  DeviceHalo(BasicKind real, GpuHaloOptions options, double gpu_share);
+  ~DeviceHalo();
+  DeviceHalo(const DeviceHalo&) = delete;
+  DeviceHalo& operator=(const DeviceHalo&) = delete;
+
+  /// Allocates and zeroes the blocks of this process's ranks for their plans (waits for the
+  /// device first). ranks[k] is the global rank of plans[k].
+  void allocate(const std::vector<int>& ranks, const std::vector<const ParticlePlan*>& plans);
+  /// The block of local rank k (to publish to peers).
+  PeerBlock block(int k) const;
+  /// Builds the device views; block_of(global rank) must give every neighbour's block.
+  void connect(const std::function<PeerBlock(int)>& block_of);
+  /// Runs the self-test: a probe over every link, both directions. Throws HaloTimeoutError.
+  void self_test();
+  void forward(const std::vector<void*>& x, GpuStream stream);
+  void reverse(const std::vector<void*>& f, GpuStream stream);
+  void check() const;
+  int launches_per_exchange() const;
+  /// Pinned allocations are per process; this counts the device bytes of the blocks.
+  std::int64_t block_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace halox::detail
