@@ -17,6 +17,10 @@
 
 namespace halox::bench {
 
+#if HALOX_HAS_CUDA
+double empty_launch_us();  // local_halo_bench.cu
+#endif
+
 namespace {
 
 struct HaloOptions {
@@ -101,8 +105,8 @@ int halo_main(int argc, char** argv) {
   const bool gpu = o.device == "gpu" || (o.device == "auto" && md::gpu_present());
   std::vector<std::string> transports = o.transports;
   if (transports.empty()) {
-    transports =
-        gpu ? std::vector<std::string>{"staged", "pipelined"} : std::vector<std::string>{"host"};
+    transports = gpu ? std::vector<std::string>{"staged", "pipelined", "ipc-pulse", "ipc-fused"}
+                     : std::vector<std::string>{"host"};
   }
   if (rank == 0) {
     std::printf("halox-bench halo --app md: %d ranks, %s, %s, %s\n", size, gpu ? "GPU" : "CPU",
@@ -111,12 +115,13 @@ int halo_main(int argc, char** argv) {
         "halo = coordinates forward + forces reverse per step (slowest rank, %d steps "
         "after 20 warm-up)\n\n",
         o.steps);
-    std::printf("%-12s %9s %10s %11s %11s %11s %9s %8s %9s\n", "transport", "atoms/rk",
-                "halo atoms", "forward us", "reverse us", "halo us", "step us", "share",
-                "waits/st");
+    std::printf("%-12s %9s %10s %11s %11s %11s %9s %8s %9s %9s %9s\n", "transport", "atoms/rk",
+                "halo atoms", "forward us", "reverse us", "halo us", "step us", "share", "waits/st",
+                "staged/x", "x/launch");
   }
   std::vector<Row> rows;
   for (long apr : o.atoms_per_rank) {
+    double staged_halo = 0;  // the baseline of this size, when it ran first
     for (const auto& name : transports) {
       md::Config c;
       c.device = gpu ? "gpu" : "cpu";
@@ -144,11 +149,14 @@ int halo_main(int argc, char** argv) {
       const double fwd = 1e6 * worst[0] / (o.steps - searches), rev = 1e6 * worst[1] / o.steps;
       const double step = 1e6 * worst[2] / o.steps;
       const double waits = double(sim.exchange_stats().host_waits) / (2 * o.steps - searches);
+      if (name == "staged") staged_halo = fwd + rev;
+      const double vs_staged = staged_halo > 0 ? staged_halo / (fwd + rev) : 0;
+      const double vs_launch = launch > 0 ? (fwd + rev) / launch : 0;
       if (rank == 0) {
-        std::printf("%-12s %9lld %10lld %11.2f %11.2f %11.2f %9.2f %7.1f%% %9.2f\n", name.c_str(),
-                    static_cast<long long>(sim.home_atoms()),
+        std::printf("%-12s %9lld %10lld %11.2f %11.2f %11.2f %9.2f %7.1f%% %9.2f %9.2f %9.2f\n",
+                    name.c_str(), static_cast<long long>(sim.home_atoms()),
                     static_cast<long long>(sim.halo_atoms()), fwd, rev, fwd + rev, step,
-                    100 * (fwd + rev) / step, waits * 2);
+                    100 * (fwd + rev) / step, waits * 2, vs_staged, vs_launch);
         std::fflush(stdout);
         rows.push_back(Row()
                            .set("transport", name)
@@ -162,7 +170,10 @@ int halo_main(int argc, char** argv) {
                            .set("halo_us", fwd + rev)
                            .set("step_us", step)
                            .set("halo_share", (fwd + rev) / step)
-                           .set("host_waits_per_step", waits * 2));
+                           .set("host_waits_per_step", waits * 2)
+                           .set("speedup_vs_staged", vs_staged)
+                           .set("halo_over_empty_launch", vs_launch)
+                           .set("empty_launch_us", launch));
       }
     }
   }

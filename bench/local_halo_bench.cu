@@ -20,9 +20,9 @@ namespace {
 
 __global__ void empty_kernel() {}
 
-#define BENCH_CUDA(call)                                                               \
-  do {                                                                                 \
-    const cudaError_t rc_ = (call);                                                    \
+#define BENCH_CUDA(call)                                                                      \
+  do {                                                                                        \
+    const cudaError_t rc_ = (call);                                                           \
     if (rc_ != cudaSuccess) throw Error(std::string(#call) + ": " + cudaGetErrorString(rc_)); \
   } while (0)
 
@@ -50,6 +50,14 @@ double per_call_us(cudaStream_t stream, int reps, int inner, F&& f) {
 
 }  // namespace
 
+double empty_launch_us() {
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double t = per_call_us(stream, 21, 200, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
+  cudaStreamDestroy(stream);
+  return t;
+}
+
 int local_halo_main(int argc, char** argv) {
   std::vector<std::string> grids = {"2x2x2", "3x3x3"};
   long atoms = 32000;
@@ -62,10 +70,11 @@ int local_halo_main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--help" || a == "-h") {
-      std::printf("usage: halox-bench halo-local [--ranks 2x2x2,3x3x3] [--atoms 32000] [--json FILE]\n"
-                  "  LJ atoms (fcc, density 0.8442, halo distance cutoff 2.5 + skin 0.3) split over\n"
-                  "  R ranks in one process on one GPU; forward + reverse halo per step through the\n"
-                  "  local engine (per-pulse and all-pulse fused kernels) vs one empty kernel launch.\n");
+      std::printf(
+          "usage: halox-bench halo-local [--ranks 2x2x2,3x3x3] [--atoms 32000] [--json FILE]\n"
+          "  LJ atoms (fcc, density 0.8442, halo distance cutoff 2.5 + skin 0.3) split over\n"
+          "  R ranks in one process on one GPU; forward + reverse halo per step through the\n"
+          "  local engine (per-pulse and all-pulse fused kernels) vs one empty kernel launch.\n");
       return 0;
     } else if (a == "--ranks") {
       grids.clear();
@@ -75,9 +84,12 @@ int local_halo_main(int argc, char** argv) {
         if (e == std::string::npos) e = list.size();
         grids.push_back(list.substr(s, e - s));
       }
-    } else if (a == "--atoms") atoms = std::atol(value().c_str());
-    else if (a == "--json") json = value();
-    else throw Error("halox-bench halo-local: unknown option " + a);
+    } else if (a == "--atoms")
+      atoms = std::atol(value().c_str());
+    else if (a == "--json")
+      json = value();
+    else
+      throw Error("halox-bench halo-local: unknown option " + a);
   }
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -107,14 +119,17 @@ int local_halo_main(int argc, char** argv) {
             std::array<int, 3> c{};
             for (int d = 0; d < 3; ++d) {
               p[d] = std::fmod(p[d] + jitter(rng) + length, length);
-              c[d] = std::min(topology.dims()[d] - 1, static_cast<int>(p[d] / (length / topology.dims()[d])));
+              c[d] = std::min(topology.dims()[d] - 1,
+                              static_cast<int>(p[d] / (length / topology.dims()[d])));
             }
             // Owner by the same rule as domain_of.
             int owner = topology.rank_of(c);
             const Domain d = domain_of(topology, box, owner);
             for (int e = 0; e < 3; ++e) {
-              if (p[e] < d.lo[e]) --c[e];
-              else if (p[e] >= d.hi[e]) ++c[e];
+              if (p[e] < d.lo[e])
+                --c[e];
+              else if (p[e] >= d.hi[e])
+                ++c[e];
             }
             owner = topology.rank_of(c);
             xyz[owner].insert(xyz[owner].end(), p, p + 3);

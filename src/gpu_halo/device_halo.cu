@@ -62,12 +62,12 @@ struct ErrorRecord {
   u64 seen, expected;
 };
 struct ErrorSink {
-  int* claim;            // device memory
-  ErrorRecord* report;   // mapped pinned host memory
+  int* claim;           // device memory
+  ErrorRecord* report;  // mapped pinned host memory
 };
 
-__device__ void report_error(ErrorSink sink, int flag, int rank, int peer, int pulse, int kind, u64 seen,
-                             u64 expected) {
+__device__ void report_error(ErrorSink sink, int flag, int rank, int peer, int pulse, int kind,
+                             u64 seen, u64 expected) {
   if (atomicCAS(sink.claim, 0, 1) != 0) return;
   volatile ErrorRecord* r = sink.report;
   r->rank = rank;
@@ -101,9 +101,9 @@ struct PulseView {
   const char* rev_in = nullptr;
   u64* rev_in_data = nullptr;
   u64* rev_in_ready = nullptr;
-  Slots* mine = nullptr;        // my slots (probes)
-  Slots* dest = nullptr;        // send_rank's slots
-  Slots* source = nullptr;      // recv_rank's slots
+  Slots* mine = nullptr;    // my slots (probes)
+  Slots* dest = nullptr;    // send_rank's slots
+  Slots* source = nullptr;  // recv_rank's slots
   Counters* counters = nullptr;
 };
 
@@ -120,22 +120,38 @@ __device__ __forceinline__ u64 now_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-__device__ __forceinline__ void signal_release(u64* slot, u64 value) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(slot), "l"(value) : "memory");
+// Scope: gpu when every peer shares this GPU (ranks in one process, or processes under MPS
+// on one device), system otherwise (peers on other GPUs); system-scope fences cost more.
+__device__ __forceinline__ void signal_release(u64* slot, u64 value, bool sys) {
+  if (sys) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(slot), "l"(value) : "memory");
+  } else {
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(slot), "l"(value) : "memory");
+  }
 }
-__device__ __forceinline__ u64 load_acquire(const u64* slot) {
+__device__ __forceinline__ u64 load_acquire(const u64* slot, bool sys) {
   u64 v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(slot) : "memory");
+  if (sys) {
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(slot) : "memory");
+  } else {
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(slot) : "memory");
+  }
   return v;
+}
+__device__ __forceinline__ void fence(bool sys) {
+  if (sys)
+    __threadfence_system();
+  else
+    __threadfence();
 }
 
 // Waits until *slot >= target; on time-out records (rank, peer, pulse, kind, seen) once.
 __device__ bool wait_for(const u64* slot, u64 target, u64 timeout_ns, ErrorSink error, int rank,
-                         int peer, int pulse, int kind) {
-  u64 seen = load_acquire(slot);
+                         int peer, int pulse, int kind, bool sys) {
+  u64 seen = load_acquire(slot, sys);
   if (seen >= target) return true;
   const u64 start = now_ns();
-  while ((seen = load_acquire(slot)) < target) {
+  while ((seen = load_acquire(slot, sys)) < target) {
     if (now_ns() - start > timeout_ns) {
       report_error(error, 1, rank, peer, pulse, kind, seen, target);
       return false;
@@ -146,24 +162,25 @@ __device__ bool wait_for(const u64* slot, u64 target, u64 timeout_ns, ErrorSink 
 }
 
 // One thread waits, the block follows; false when the wait failed.
-__device__ bool block_wait(const u64* slot, u64 target, u64 timeout_ns, ErrorSink error,
-                           int rank, int peer, int pulse, int kind) {
+__device__ bool block_wait(const u64* slot, u64 target, u64 timeout_ns, ErrorSink error, int rank,
+                           int peer, int pulse, int kind, bool sys) {
   __shared__ int ok;
   __syncthreads();
-  if (threadIdx.x == 0) ok = wait_for(slot, target, timeout_ns, error, rank, peer, pulse, kind);
+  if (threadIdx.x == 0)
+    ok = wait_for(slot, target, timeout_ns, error, rank, peer, pulse, kind, sys);
   __syncthreads();
   return ok != 0;
 }
 
 // The last of `blocks` blocks to arrive (per launch) returns true; all blocks' prior stores
 // are visible system-wide before it proceeds.
-__device__ bool last_block(u64* counter, int blocks) {
+__device__ bool last_block(u64* counter, int blocks, bool sys) {
   __shared__ int last;
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence_system();
+    fence(sys);
     last = (atomicAdd(counter, 1ull) + 1) % static_cast<u64>(blocks) == 0;
-    if (last) __threadfence_system();
+    if (last) fence(sys);
   }
   __syncthreads();
   return last != 0;
@@ -172,14 +189,15 @@ __device__ bool last_block(u64* counter, int blocks) {
 struct LaunchArgs {
   const PulseView* views;
   const RankTable* tables;
-  int npulses;       // pulses per rank
-  int first_pulse;   // per-pulse launches: the pulse (grid.y == 1); all: 0
-  int blocks;        // blocks per (rank, pulse)
-  u64 epoch;         // signal value of this exchange
-  u64 round;         // launches since the counters were zeroed
+  int npulses;      // pulses per rank
+  int first_pulse;  // per-pulse launches: the pulse (grid.y == 1); all: 0
+  int blocks;       // blocks per (rank, pulse)
+  u64 epoch;        // signal value of this exchange
+  u64 round;        // launches since the counters were zeroed
   u64 timeout_ns;
   ErrorSink error;
   int stall_rank;
+  int system_scope;
 };
 
 template <class Real>
@@ -197,9 +215,12 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
   const RankTable& table = a.tables[r];
   Real* x = xs[r];
   const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
-  if (v.recv_rank >= 0 && b == 0 && threadIdx.x == 0) signal_release(v.fwd_src_ready, a.epoch);
+  if (v.recv_rank >= 0 && b == 0 && threadIdx.x == 0)
+    signal_release(v.fwd_src_ready, a.epoch, a.system_scope);
   if (v.send_rank >= 0) {
-    if (!block_wait(v.fwd_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.send_rank, p, fwd_ready)) return;
+    if (!block_wait(v.fwd_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.send_rank, p,
+                    fwd_ready, a.system_scope))
+      return;
     Real* out = reinterpret_cast<Real*>(v.fwd_out);
     for (int k = first; k < v.first_forwarded; k += stride) {
       copy_item(out + 3 * k, x + 3 * static_cast<long long>(v.send_index[k]), v.shift);
@@ -209,7 +230,8 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
       for (int q = 0; q < table.npulses; ++q) {
         if ((v.fwd_deps >> q & 1u) &&
             !block_wait(a.views[r * a.npulses + q].fwd_in_data, a.epoch, a.timeout_ns, a.error,
-                        v.rank, a.views[r * a.npulses + q].recv_rank, q, fwd_data)) {
+                        v.rank, a.views[r * a.npulses + q].recv_rank, q, fwd_data,
+                        a.system_scope)) {
           return;
         }
       }
@@ -217,19 +239,23 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
         const long long i = v.send_index[k];
         int q = 0;
         while (i >= table.recv_offset[q + 1]) ++q;
-        const Real* src = reinterpret_cast<const Real*>(table.fwd_in[q]) + 3 * (i - table.recv_offset[q]);
+        const Real* src =
+            reinterpret_cast<const Real*>(table.fwd_in[q]) + 3 * (i - table.recv_offset[q]);
         copy_item(out + 3 * k, src, v.shift);
       }
     }
-    if (last_block(&v.counters->fwd_blocks[p], a.blocks)) {
-      if (threadIdx.x == 0) signal_release(v.fwd_out_data, a.epoch);
+    if (last_block(&v.counters->fwd_blocks[p], a.blocks, a.system_scope)) {
+      if (threadIdx.x == 0) signal_release(v.fwd_out_data, a.epoch, a.system_scope);
     }
   }
   if (v.recv_rank >= 0) {
-    if (!block_wait(v.fwd_in_data, a.epoch, a.timeout_ns, a.error, v.rank, v.recv_rank, p, fwd_data)) return;
+    if (!block_wait(v.fwd_in_data, a.epoch, a.timeout_ns, a.error, v.rank, v.recv_rank, p, fwd_data,
+                    a.system_scope))
+      return;
     const Real* in = reinterpret_cast<const Real*>(v.fwd_in);
     const double zero[3] = {0, 0, 0};
-    for (int k = first; k < v.n_recv; k += stride) copy_item(x + 3 * (v.recv_offset + k), in + 3 * k, zero);
+    for (int k = first; k < v.n_recv; k += stride)
+      copy_item(x + 3 * (v.recv_offset + k), in + 3 * k, zero);
   }
 }
 
@@ -243,9 +269,12 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
   const double zero[3] = {0, 0, 0};
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
-  if (v.send_rank >= 0 && b == 0 && threadIdx.x == 0) signal_release(v.rev_src_ready, a.epoch);
+  if (v.send_rank >= 0 && b == 0 && threadIdx.x == 0)
+    signal_release(v.rev_src_ready, a.epoch, a.system_scope);
   if (v.recv_rank >= 0) {
-    if (!block_wait(v.rev_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.recv_rank, p, rev_ready)) return;
+    if (!block_wait(v.rev_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.recv_rank, p,
+                    rev_ready, a.system_scope))
+      return;
     Real* out = reinterpret_cast<Real*>(v.rev_out);
     for (int j = first; j < v.rev_first_forwarded; j += stride) {
       const int k = v.rev_order[j];
@@ -257,7 +286,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
       for (int q = p + 1; q < a.npulses; ++q) {
         if ((v.rev_deps >> q & 1u) &&
             !block_wait(&v.counters->rev_unpacked[q], a.round * a.blocks, a.timeout_ns, a.error,
-                        v.rank, a.views[r * a.npulses + q].send_rank, q, rev_unpack)) {
+                        v.rank, a.views[r * a.npulses + q].send_rank, q, rev_unpack, false)) {
           return;
         }
       }
@@ -266,12 +295,14 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
         copy_item(out + 3 * k, f + 3 * (v.recv_offset + k), zero);
       }
     }
-    if (last_block(&v.counters->rev_blocks[p], a.blocks)) {
-      if (threadIdx.x == 0) signal_release(v.rev_out_data, a.epoch);
+    if (last_block(&v.counters->rev_blocks[p], a.blocks, a.system_scope)) {
+      if (threadIdx.x == 0) signal_release(v.rev_out_data, a.epoch, a.system_scope);
     }
   }
   if (v.send_rank >= 0) {
-    if (!block_wait(v.rev_in_data, a.epoch, a.timeout_ns, a.error, v.rank, v.send_rank, p, rev_data)) return;
+    if (!block_wait(v.rev_in_data, a.epoch, a.timeout_ns, a.error, v.rank, v.send_rank, p, rev_data,
+                    a.system_scope))
+      return;
     const Real* in = reinterpret_cast<const Real*>(v.rev_in);
     for (int k = first; k < v.n_send; k += stride) {
       Real* dst = f + 3 * static_cast<long long>(v.send_index[k]);
@@ -300,10 +331,10 @@ __global__ void probe_kernel(LaunchArgs a) {
     payload[2] = static_cast<u64>(p);
     payload[3] = a.epoch;
     __threadfence_system();
-    signal_release(signal, a.epoch);
+    signal_release(signal, a.epoch, true);
   };
   auto receive = [&](const u64* payload, const u64* signal, int from, int kind) {
-    if (!wait_for(signal, a.epoch, a.timeout_ns, a.error, v.rank, from, p, kind)) return;
+    if (!wait_for(signal, a.epoch, a.timeout_ns, a.error, v.rank, from, p, kind, true)) return;
     const u64 want[4] = {kProbeMagic, static_cast<u64>(from), static_cast<u64>(p), a.epoch};
     for (int w = 0; w < 4; ++w) {
       const u64 got = reinterpret_cast<const volatile u64*>(payload)[w];
@@ -315,8 +346,10 @@ __global__ void probe_kernel(LaunchArgs a) {
   };
   if (v.send_rank >= 0) send(v.dest->probe_fwd[p], &v.dest->probe_fwd_signal[p]);
   if (v.recv_rank >= 0) send(v.source->probe_rev[p], &v.source->probe_rev_signal[p]);
-  if (v.recv_rank >= 0) receive(v.mine->probe_fwd[p], &v.mine->probe_fwd_signal[p], v.recv_rank, probe_fwd);
-  if (v.send_rank >= 0) receive(v.mine->probe_rev[p], &v.mine->probe_rev_signal[p], v.send_rank, probe_rev);
+  if (v.recv_rank >= 0)
+    receive(v.mine->probe_fwd[p], &v.mine->probe_fwd_signal[p], v.recv_rank, probe_fwd);
+  if (v.send_rank >= 0)
+    receive(v.mine->probe_rev[p], &v.mine->probe_rev_signal[p], v.send_rank, probe_rev);
 }
 
 const char* kind_name(int kind) {
@@ -342,7 +375,8 @@ class DeviceArray {
     m_ptr = nullptr;
     if (host.empty()) return;
     HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, host.size() * sizeof(T)));
-    HALOX_CUDA_CHECK(cudaMemcpy(m_ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    HALOX_CUDA_CHECK(
+        cudaMemcpy(m_ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
   }
 
  private:
@@ -370,9 +404,10 @@ struct DeviceHalo::Impl {
   int* claim = nullptr;
   u64 fwd_epoch = 0, rev_epoch = 0, fwd_round = 0, rev_round = 0, probe_epoch = 0;
   int grid_blocks = 1;
+  bool system_scope = true;
   std::int64_t bytes = 0;
   void* x_table = nullptr;  // device array of per-rank pointers
-  std::vector<void*> last_pointers;
+  std::vector<void*> last_x, last_f;
 
   void release() {
     for (char* b : blocks) cudaFree(b);
@@ -393,41 +428,51 @@ struct DeviceHalo::Impl {
     a.timeout_ns = static_cast<u64>(options.timeout_seconds * 1e9);
     a.error = ErrorSink{claim, error_device};
     a.stall_rank = options.stall_rank;
+    a.system_scope = system_scope ? 1 : 0;
     return a;
   }
 
-  void* pointer_table(const std::vector<void*>& p, GpuStream stream) {
+  // The per-rank array pointers live in device memory; forward (coordinates) and reverse
+  // (forces) keep their own table, so alternating them never re-uploads (nor waits).
+  void* pointer_table(bool forward, const std::vector<void*>& p, GpuStream stream) {
     if (p.size() != ranks.size()) {
       throw Error("halox: " + std::to_string(p.size()) + " arrays given for " +
                   std::to_string(ranks.size()) + " local ranks");
     }
-    if (p != last_pointers) {
+    std::vector<void*>& last = forward ? last_x : last_f;
+    void** table = static_cast<void**>(x_table) + (forward ? 0 : 4096);
+    if (p != last) {
       HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));  // new arrays: once per buffer set
-      HALOX_CUDA_CHECK(cudaMemcpy(x_table, p.data(), p.size() * sizeof(void*), cudaMemcpyHostToDevice));
-      last_pointers = p;
+      HALOX_CUDA_CHECK(
+          cudaMemcpy(table, p.data(), p.size() * sizeof(void*), cudaMemcpyHostToDevice));
+      last = p;
     }
-    return x_table;
+    return table;
   }
 
   template <class Real>
   void launch(bool forward, const std::vector<void*>& arrays, GpuStream stream) {
-    Real* const* table = static_cast<Real* const*>(pointer_table(arrays, stream));
+    Real* const* table = static_cast<Real* const*>(pointer_table(forward, arrays, stream));
     const u64 epoch = forward ? ++fwd_epoch : ++rev_epoch;
     const u64 round = forward ? ++fwd_round : ++rev_round;
     const unsigned nranks = static_cast<unsigned>(ranks.size());
     if (npulses == 0) return;
     if (options.kernels == FusedKernels::all_pulses) {
       dim3 grid(grid_blocks, npulses, nranks);
-      if (forward) forward_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch, round), table);
-      else reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch, round), table);
+      if (forward)
+        forward_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch, round), table);
+      else
+        reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch, round), table);
       HALOX_CUDA_CHECK(cudaGetLastError());
       return;
     }
     dim3 grid(grid_blocks, 1, nranks);
     for (int k = 0; k < npulses; ++k) {
       const int p = forward ? k : npulses - 1 - k;
-      if (forward) forward_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch, round), table);
-      else reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch, round), table);
+      if (forward)
+        forward_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch, round), table);
+      else
+        reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch, round), table);
       HALOX_CUDA_CHECK(cudaGetLastError());
     }
   }
@@ -498,12 +543,19 @@ void DeviceHalo::allocate(const std::vector<int>& ranks,
   m.fwd_epoch = m.rev_epoch = m.fwd_round = m.rev_round = m.probe_epoch = 0;
   std::memset(m.error, 0, sizeof(ErrorRecord));
   HALOX_CUDA_CHECK(cudaMemset(m.claim, 0, sizeof(int)));
-  if (!m.x_table) HALOX_CUDA_CHECK(cudaMalloc(&m.x_table, 4096 * sizeof(void*)));
+  if (!m.x_table) HALOX_CUDA_CHECK(cudaMalloc(&m.x_table, 2 * 4096 * sizeof(void*)));
   if (ranks.size() > 4096) throw Error("halox: at most 4096 ranks per process");
-  m.last_pointers.clear();
+  m.last_x.clear();
+  m.last_f.clear();
 }
 
-PeerBlock DeviceHalo::block(int k) const { return m_impl->published[k]; }
+PeerBlock DeviceHalo::block(int k) const {
+  return m_impl->published[k];
+}
+
+void DeviceHalo::set_system_scope(bool system) {
+  m_impl->system_scope = system;
+}
 
 void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   Impl& m = *m_impl;
@@ -552,9 +604,11 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
         }
       }
       std::vector<int> order;
-      for (int i = 0; i < v.n_recv; ++i) if (!forwarded[i]) order.push_back(i);
+      for (int i = 0; i < v.n_recv; ++i)
+        if (!forwarded[i]) order.push_back(i);
       v.rev_first_forwarded = static_cast<int>(order.size());
-      for (int i = 0; i < v.n_recv; ++i) if (forwarded[i]) order.push_back(i);
+      for (int i = 0; i < v.n_recv; ++i)
+        if (forwarded[i]) order.push_back(i);
       auto index = std::make_unique<DeviceArray<int>>();
       index->assign(std::vector<int>(pulse.send_index.begin(), pulse.send_index.end()));
       v.send_index = index->get();
@@ -596,16 +650,19 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   HALOX_CUDA_CHECK(cudaGetDevice(&device));
   HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   if (m.real == BasicKind::float32) {
-    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reverse_kernel<float>, 256, 0));
+    HALOX_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reverse_kernel<float>, 256, 0));
   } else {
-    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reverse_kernel<double>, 256, 0));
+    HALOX_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reverse_kernel<double>, 256, 0));
   }
   const int concurrent = m.options.kernels == FusedKernels::all_pulses ? std::max(1, m.npulses) : 1;
   const double resident = m.share * sms * per_sm;
   const int fit = static_cast<int>(resident / (static_cast<double>(m.ranks.size()) * concurrent));
   if (fit < 1) {
-    throw Error("halox: " + std::to_string(m.ranks.size()) + " ranks x " + std::to_string(concurrent) +
-                " pulses do not fit on the GPU at once (" + std::to_string(static_cast<int>(resident)) +
+    throw Error("halox: " + std::to_string(m.ranks.size()) + " ranks x " +
+                std::to_string(concurrent) + " pulses do not fit on the GPU at once (" +
+                std::to_string(static_cast<int>(resident)) +
                 " resident blocks); use per_pulse kernels or fewer ranks per GPU");
   }
   m.grid_blocks = std::max(1, std::min({fit, 32, (most_items + 255) / 256}));
@@ -615,7 +672,8 @@ void DeviceHalo::self_test() {
   Impl& m = *m_impl;
   if (!m.options.self_test || m.npulses == 0) return;
   const u64 epoch = ++m.probe_epoch;
-  probe_kernel<<<dim3(1, m.npulses, static_cast<unsigned>(m.ranks.size())), 32>>>(m.args(0, epoch, 0));
+  probe_kernel<<<dim3(1, m.npulses, static_cast<unsigned>(m.ranks.size())), 32>>>(
+      m.args(0, epoch, 0));
   HALOX_CUDA_CHECK(cudaGetLastError());
   HALOX_CUDA_CHECK(cudaDeviceSynchronize());
   check();
@@ -623,14 +681,18 @@ void DeviceHalo::self_test() {
 
 void DeviceHalo::forward(const std::vector<void*>& x, GpuStream stream) {
   check();
-  if (m_impl->real == BasicKind::float32) m_impl->launch<float>(true, x, stream);
-  else m_impl->launch<double>(true, x, stream);
+  if (m_impl->real == BasicKind::float32)
+    m_impl->launch<float>(true, x, stream);
+  else
+    m_impl->launch<double>(true, x, stream);
 }
 
 void DeviceHalo::reverse(const std::vector<void*>& f, GpuStream stream) {
   check();
-  if (m_impl->real == BasicKind::float32) m_impl->launch<float>(false, f, stream);
-  else m_impl->launch<double>(false, f, stream);
+  if (m_impl->real == BasicKind::float32)
+    m_impl->launch<float>(false, f, stream);
+  else
+    m_impl->launch<double>(false, f, stream);
 }
 
 void DeviceHalo::check() const {
@@ -643,8 +705,8 @@ void DeviceHalo::check() const {
       << ", expected " << e->expected;
   } else {
     s << "halox: rank " << e->rank << " timed out after " << m_impl->options.timeout_seconds
-      << " s on pulse " << e->pulse << " waiting for rank " << e->peer << " ("
-      << kind_name(e->kind) << "): signal " << e->seen << ", expected " << e->expected
+      << " s on pulse " << e->pulse << " waiting for rank " << e->peer << " (" << kind_name(e->kind)
+      << "): signal " << e->seen << ", expected " << e->expected
       << ". The exchange is unusable; is rank " << e->peer << " stalled or its plan different?";
   }
   throw HaloTimeoutError(s.str());
@@ -654,6 +716,8 @@ int DeviceHalo::launches_per_exchange() const {
   return m_impl->options.kernels == FusedKernels::all_pulses ? 1 : m_impl->npulses;
 }
 
-std::int64_t DeviceHalo::block_bytes() const { return m_impl->bytes; }
+std::int64_t DeviceHalo::block_bytes() const {
+  return m_impl->bytes;
+}
 
 }  // namespace halox::detail

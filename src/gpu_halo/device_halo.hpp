@@ -36,6 +36,9 @@ class DeviceHalo {
   void allocate(const std::vector<int>& ranks, const std::vector<const ParticlePlan*>& plans);
   /// The block of local rank k (to publish to peers).
   PeerBlock block(int k) const;
+  /// Signals and fences at system scope (a peer on another GPU) or GPU scope (every peer
+  /// on this GPU: cheaper). Default: system.
+  void set_system_scope(bool system);
   /// Builds the device views; block_of(global rank) must give every neighbour's block.
   void connect(const std::function<PeerBlock(int)>& block_of);
   /// Runs the self-test: a probe over every link, both directions. Throws HaloTimeoutError.

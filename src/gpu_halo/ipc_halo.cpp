@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -21,6 +22,7 @@ void check_cuda(cudaError_t rc, const char* call) {
 
 struct BlockInfo {
   cudaIpcMemHandle_t handle;
+  char uuid[16];  // the GPU: peers on this GPU need only GPU-scope signals
   long long fwd[kMaxPulses];
   long long rev[kMaxPulses];
 };
@@ -44,10 +46,13 @@ double gpu_share(MPI_Comm comm) {
 }  // namespace
 
 IpcHalo::IpcHalo(MPI_Comm comm, int rank, BasicKind real, GpuHaloOptions options)
-    : m_comm(comm), m_rank(rank),
+    : m_comm(comm),
+      m_rank(rank),
       m_halo(std::make_unique<DeviceHalo>(real, options, gpu_share(comm))) {}
 
-IpcHalo::~IpcHalo() { close_peers(); }
+IpcHalo::~IpcHalo() {
+  close_peers();
+}
 
 void IpcHalo::close_peers() {
   for (auto& [rank, block] : m_peers) cudaIpcCloseMemHandle(block.base);
@@ -70,6 +75,11 @@ void IpcHalo::set_plan(const ParticlePlan& plan) {
   const PeerBlock mine = m_halo->block(0);
   BlockInfo out{};
   HALOX_CUDA_CHECK(cudaIpcGetMemHandle(&out.handle, mine.base));
+  int device = 0;
+  HALOX_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  HALOX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  std::memcpy(out.uuid, &prop.uuid, sizeof out.uuid);
   for (int p = 0; p < kMaxPulses; ++p) {
     out.fwd[p] = mine.fwd_offset[p];
     out.rev[p] = mine.rev_offset[p];
@@ -84,13 +94,15 @@ void IpcHalo::set_plan(const ParticlePlan& plan) {
     HALOX_MPI_CHECK(MPI_Isend(&out, sizeof(BlockInfo), MPI_BYTE, n, 9100, m_comm, &r));
     requests.push_back(r);
   }
-  HALOX_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+  HALOX_MPI_CHECK(
+      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
   std::string error;
   k = 0;
   for (int n : neighbours) {
     PeerBlock block;
     void* base = nullptr;
-    const cudaError_t rc = cudaIpcOpenMemHandle(&base, in[k].handle, cudaIpcMemLazyEnablePeerAccess);
+    const cudaError_t rc =
+        cudaIpcOpenMemHandle(&base, in[k].handle, cudaIpcMemLazyEnablePeerAccess);
     if (rc != cudaSuccess && error.empty()) {
       error = "halox: rank " + std::to_string(m_rank) + " cannot map rank " + std::to_string(n) +
               "'s buffers with CUDA IPC (" + cudaGetErrorString(rc) +
@@ -106,6 +118,9 @@ void IpcHalo::set_plan(const ParticlePlan& plan) {
     ++k;
   }
   raise_if_any(m_comm, error);
+  bool same_gpu = true;
+  for (const auto& info : in) same_gpu &= std::memcmp(info.uuid, out.uuid, sizeof out.uuid) == 0;
+  m_halo->set_system_scope(!same_gpu);
   m_halo->connect([&](int rank) { return rank == m_rank ? mine : m_peers.at(rank); });
   HALOX_MPI_CHECK(MPI_Barrier(m_comm));
   std::string self_test;

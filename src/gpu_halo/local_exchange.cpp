@@ -23,6 +23,7 @@ struct LocalParticleExchange::Impl {
       pointers.push_back(&plans[r]);
     }
     halo.allocate(ranks, pointers);
+    halo.set_system_scope(false);  // every rank on this GPU
     // Matching sizes, as validate_plan checks across processes.
     for (int r = 0; r < topology.size(); ++r) {
       for (std::size_t p = 0; p < plans[r].pulses.size(); ++p) {
@@ -58,8 +59,12 @@ void LocalParticleExchange::forward(const std::vector<void*>& xyz, GpuStream str
 void LocalParticleExchange::reverse(const std::vector<void*>& forces, GpuStream stream) {
   m_impl->halo.reverse(forces, stream);
 }
-void LocalParticleExchange::check() const { m_impl->halo.check(); }
-const std::vector<ParticlePlan>& LocalParticleExchange::plans() const { return m_impl->plans; }
+void LocalParticleExchange::check() const {
+  m_impl->halo.check();
+}
+const std::vector<ParticlePlan>& LocalParticleExchange::plans() const {
+  return m_impl->plans;
+}
 int LocalParticleExchange::launches_per_exchange() const {
   return m_impl->halo.launches_per_exchange();
 }

@@ -24,8 +24,8 @@ struct HaloCase {
   Topology topology;
   World world;
   double cutoff;
-  std::vector<std::vector<int>> ids;          // home ids per rank
-  std::vector<std::vector<double>> xyz;       // all local coordinates per rank (plan's view)
+  std::vector<std::vector<int>> ids;     // home ids per rank
+  std::vector<std::vector<double>> xyz;  // all local coordinates per rank (plan's view)
   std::vector<ParticlePlan> plans;
 };
 
@@ -66,7 +66,8 @@ void check_local(std::array<int, 3> dims, double cutoff, FusedKernels kernels, s
   const std::string where = s.topology.describe() + " cutoff " + std::to_string(cutoff) +
                             (kernels == FusedKernels::all_pulses ? " all_pulses" : " per_pulse") +
                             (sizeof(Real) == 4 ? " float" : " double");
-  LocalParticleExchange exchange(s.topology, s.plans, sizeof(Real) == 4 ? BasicKind::float32 : BasicKind::float64,
+  LocalParticleExchange exchange(s.topology, s.plans,
+                                 sizeof(Real) == 4 ? BasicKind::float32 : BasicKind::float64,
                                  {kernels, 5.0, true, -1});
   // Forward: home coordinates in, halo poisoned; after the exchange all equal the plan's view.
   std::vector<std::vector<double>> start(n);
@@ -85,7 +86,8 @@ void check_local(std::array<int, 3> dims, double cutoff, FusedKernels kernels, s
   for (int r = 0; r < n; ++r) {
     const auto got = download(x[r], s.xyz[r].size());
     for (std::size_t k = 0; k < got.size(); ++k) {
-      ASSERT_NEAR(got[k], s.xyz[r][k], tol * (1 + std::abs(s.xyz[r][k]))) << where << " rank " << r << " value " << k;
+      ASSERT_NEAR(got[k], s.xyz[r][k], tol * (1 + std::abs(s.xyz[r][k])))
+          << where << " rank " << r << " value " << k;
     }
   }
   // Reverse: each copy of particle i carries (1, 2, 3) * (i + 1); each home atom ends with
@@ -106,10 +108,12 @@ void check_local(std::array<int, 3> dims, double cutoff, FusedKernels kernels, s
     const auto got = download(f[r], 3 * s.plans[r].home_count);
     for (std::size_t h = 0; h < s.ids[r].size(); ++h) {
       int copies = 0;
-      for (int q = 0; q < n; ++q) copies += images_in(s.world, domain_of(s.topology, s.world.box, q), cutoff, s.ids[r][h]);
+      for (int q = 0; q < n; ++q)
+        copies += images_in(s.world, domain_of(s.topology, s.world.box, q), cutoff, s.ids[r][h]);
       for (int a = 0; a < 3; ++a) {
         const double want = copies * (a + 1) * (s.ids[r][h] + 1.0);
-        ASSERT_NEAR(got[3 * h + a], want, sizeof(Real) == 4 ? 1e-6 * want : 0.0) << where << " rank " << r;
+        ASSERT_NEAR(got[3 * h + a], want, sizeof(Real) == 4 ? 1e-6 * want : 0.0)
+            << where << " rank " << r;
       }
     }
   }
@@ -130,7 +134,7 @@ TEST(LocalEngine, EightRanksOneAndTwoPulses) {
 TEST(LocalEngine, TwentySevenRanks) {
   const auto seed = test_seed("LocalEngine.TwentySeven");
   for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
-    check_local<double>({3, 3, 3}, 2.4, kernels, seed);   // 1 pulse per axis
+    check_local<double>({3, 3, 3}, 2.4, kernels, seed);      // 1 pulse per axis
     check_local<double>({3, 3, 3}, 3.5, kernels, seed + 1);  // 2 pulses per axis
   }
 }
@@ -138,25 +142,31 @@ TEST(LocalEngine, TwentySevenRanks) {
 // --- hammer -------------------------------------------------------------------------------
 
 // Home coordinates = start + step * 0.5 (exact in double); halo poisoned with NaN.
-__global__ void set_step(double* x, const double* start, long long home, long long total, long long step) {
-  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < 3 * total; k += gridDim.x * blockDim.x) {
+__global__ void set_step(double* x, const double* start, long long home, long long total,
+                         long long step) {
+  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < 3 * total;
+       k += gridDim.x * blockDim.x) {
     x[k] = k < 3 * home ? start[k] + 0.5 * step : nan("");
   }
 }
 __global__ void check_step(const double* x, const double* start, long long total, long long step,
                            unsigned long long* wrong) {
-  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < 3 * total; k += gridDim.x * blockDim.x) {
-    if (!(fabs(x[k] - (start[k] + 0.5 * step)) <= 1e-9 * (1 + fabs(start[k])))) atomicAdd(wrong, 1ull);
+  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < 3 * total;
+       k += gridDim.x * blockDim.x) {
+    if (!(fabs(x[k] - (start[k] + 0.5 * step)) <= 1e-9 * (1 + fabs(start[k]))))
+      atomicAdd(wrong, 1ull);
   }
 }
 __global__ void set_forces(double* f, long long total, long long step) {
-  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < 3 * total; k += gridDim.x * blockDim.x) {
+  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < 3 * total;
+       k += gridDim.x * blockDim.x) {
     f[k] = 1.0 + (step % 7);
   }
 }
 __global__ void check_forces(const double* f, const int* copies, long long home, long long step,
                              unsigned long long* wrong) {
-  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < 3 * home; k += gridDim.x * blockDim.x) {
+  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < 3 * home;
+       k += gridDim.x * blockDim.x) {
     if (f[k] != copies[k / 3] * (1.0 + (step % 7))) atomicAdd(wrong, 1ull);
   }
 }
@@ -166,14 +176,16 @@ TEST(LocalEngine, TenThousandExchangesCheckedItemByItem) {
   HaloCase s = make_setup({2, 2, 2}, 2.4, seed, 2000);
   const int n = s.topology.size();
   LocalParticleExchange exchange(s.topology, s.plans, BasicKind::float64);
-  std::vector<double*> start = upload<double>(s.xyz), x = upload<double>(s.xyz), f = upload<double>(s.xyz);
+  std::vector<double*> start = upload<double>(s.xyz), x = upload<double>(s.xyz),
+                       f = upload<double>(s.xyz);
   std::vector<std::vector<double>> copies_host(n);
   std::vector<int*> copies(n);
   for (int r = 0; r < n; ++r) {
     std::vector<int> c;
     for (int id : s.ids[r]) {
       int k = 0;
-      for (int q = 0; q < n; ++q) k += images_in(s.world, domain_of(s.topology, s.world.box, q), s.cutoff, id);
+      for (int q = 0; q < n; ++q)
+        k += images_in(s.world, domain_of(s.topology, s.world.box, q), s.cutoff, id);
       c.push_back(k);
     }
     cudaMalloc(&copies[r], std::max<std::size_t>(1, c.size()) * sizeof(int));
@@ -188,7 +200,8 @@ TEST(LocalEngine, TenThousandExchangesCheckedItemByItem) {
   const long long steps = halox::testing::env_count("HALOX_HAMMER_STEPS", 10000);
   for (long long step = 1; step <= steps; ++step) {
     for (int r = 0; r < n; ++r) {
-      set_step<<<64, 256, 0, stream>>>(x[r], start[r], s.plans[r].home_count, s.plans[r].total_count, step);
+      set_step<<<64, 256, 0, stream>>>(x[r], start[r], s.plans[r].home_count,
+                                       s.plans[r].total_count, step);
       set_forces<<<64, 256, 0, stream>>>(f[r], s.plans[r].total_count, step);
     }
     exchange.forward(xp, stream);
@@ -205,7 +218,8 @@ TEST(LocalEngine, TenThousandExchangesCheckedItemByItem) {
   CUDA_OK(cudaMemcpy(bad, wrong, sizeof bad, cudaMemcpyDeviceToHost));
   EXPECT_EQ(bad[0], 0u) << "wrong coordinates over " << steps << " exchanges";
   EXPECT_EQ(bad[1], 0u) << "wrong forces over " << steps << " exchanges";
-  std::printf("GPU: %lld forward + reverse exchanges of 8 local ranks, every item checked\n", steps);
+  std::printf("GPU: %lld forward + reverse exchanges of 8 local ranks, every item checked\n",
+              steps);
 }
 
 TEST(LocalEngine, AStalledRankBecomesAnErrorNamingIt) {
@@ -213,14 +227,16 @@ TEST(LocalEngine, AStalledRankBecomesAnErrorNamingIt) {
   HaloCase s = make_setup({2, 2, 2}, 2.4, seed, 2000);
   // The self-test catches it at set-up...
   try {
-    LocalParticleExchange broken(s.topology, s.plans, BasicKind::float64, {FusedKernels::all_pulses, 0.2, true, 3});
+    LocalParticleExchange broken(s.topology, s.plans, BasicKind::float64,
+                                 {FusedKernels::all_pulses, 0.2, true, 3});
     ADD_FAILURE() << "no error";
   } catch (const HaloTimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 3"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("self-test"), std::string::npos) << e.what();
   }
   // ...and without it, the first exchange times out instead of hanging.
-  LocalParticleExchange exchange(s.topology, s.plans, BasicKind::float64, {FusedKernels::all_pulses, 0.2, false, 3});
+  LocalParticleExchange exchange(s.topology, s.plans, BasicKind::float64,
+                                 {FusedKernels::all_pulses, 0.2, false, 3});
   std::vector<double*> x = upload<double>(s.xyz);
   exchange.forward(std::vector<void*>(x.begin(), x.end()), nullptr);
   CUDA_OK(cudaDeviceSynchronize());
