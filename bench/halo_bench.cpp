@@ -108,12 +108,18 @@ int halo_main(int argc, char** argv) {
     transports = gpu ? std::vector<std::string>{"staged", "pipelined", "ipc-pulse", "ipc-fused"}
                      : std::vector<std::string>{"host"};
   }
+  double launch = 0;
+#if HALOX_HAS_CUDA
+  if (gpu) launch = empty_launch_us();
+#endif
   if (rank == 0) {
     std::printf("halox-bench halo --app md: %d ranks, %s, %s, %s\n", size, gpu ? "GPU" : "CPU",
                 host_name().c_str(), today().c_str());
+    if (gpu) std::printf("one empty kernel launch (measured now): %.2f us\n", launch);
     std::printf(
-        "halo = coordinates forward + forces reverse per step (slowest rank, %d steps "
-        "after 20 warm-up)\n\n",
+        "halo = coordinates forward + forces reverse per step (slowest rank, %d steps after 20\n"
+        "warm-up; an untimed barrier before each halo phase keeps load imbalance out of it);\n"
+        "step = the whole step including the neighbour search\n\n",
         o.steps);
     std::printf("%-12s %9s %10s %11s %11s %11s %9s %8s %9s %9s %9s\n", "transport", "atoms/rk",
                 "halo atoms", "forward us", "reverse us", "halo us", "step us", "share", "waits/st",
