@@ -105,7 +105,9 @@ int halo_main(int argc, char** argv) {
   const bool gpu = o.device == "gpu" || (o.device == "auto" && md::gpu_present());
   std::vector<std::string> transports = o.transports;
   if (transports.empty()) {
-    transports = gpu ? std::vector<std::string>{"staged", "pipelined", "ipc-pulse", "ipc-fused"}
+    transports = gpu ? std::vector<std::string>{"staged",       "pipelined",      "ipc-pulse",
+                                                "ipc-fused",    "nvshmem-stream", "nvshmem-pulse",
+                                                "nvshmem-fused"}
                      : std::vector<std::string>{"host"};
   }
   double launch = 0;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "halox/datatype.hpp"
 #include "halox/pack_gpu.hpp"
@@ -21,13 +22,29 @@ namespace halox {
 ///  - pipelined:  the same stages cut into chunks that overlap (seed 002); the chunk size
 ///                comes from the tuning file that halox-tune writes.
 ///  - mpi-direct: device buffers handed to a CUDA-aware MPI (refused when MPI is not).
-///  - ipc-pulse, ipc-fused: GPU-initiated (gpu_halo.hpp): ranks of one node map each
-///                other's buffers with CUDA IPC; fused kernels store straight into them,
-///                one kernel per pulse or one for all pulses; no host waits. Particle
-///                halos only for now.
-enum class TransportKind { host, staged, pipelined, mpi_direct, ipc_pulse, ipc_fused };
+///  - nccl:       grouped ncclSend/ncclRecv per stage on the stream (one GPU per rank).
+///  - nvshmem-stream: NVSHMEM stream-triggered put-with-signal and signal waits on the
+///                stream (no kernel changes, no host waits).
+///  - ipc-pulse, ipc-fused, nvshmem-pulse, nvshmem-fused: GPU-initiated (gpu_halo.hpp):
+///                the neighbours' buffers are mapped (CUDA IPC, or NVSHMEM's symmetric heap
+///                and nvshmem_ptr); fused kernels store straight into them, one kernel per
+///                pulse or one for all pulses; no host waits. Particle halos.
+enum class TransportKind {
+  host,
+  staged,
+  pipelined,
+  mpi_direct,
+  nccl,
+  nvshmem_stream,
+  ipc_pulse,
+  ipc_fused,
+  nvshmem_pulse,
+  nvshmem_fused
+};
 
 std::string to_string(TransportKind kind);
+/// Every transport kind, in the order above.
+std::vector<TransportKind> all_transports();
 /// "host", "staged", "pipelined" or "mpi-direct"; anything else throws halox::Error listing
 /// the accepted names.
 TransportKind parse_transport(const std::string& name);

@@ -44,7 +44,8 @@ build/gpu/bench/halox-bench pack --device gpu $quick --json "$out/pack-gpu.json"
 log "benchmark: halox-bench halo-local (ranks in one process)"
 build/gpu/bench/halox-bench halo-local --json "$out/halo-local.json" 2>&1 | tee "$out/halo-local.txt"
 
-mpi() { local np=$1; shift; timeout 150 mpirun -n "$np" --oversubscribe "$@"; }
+# NVSHMEM with two PEs on one GPU starts only when each MPS client is limited to half of it.
+mpi() { local np=$1; shift; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 150 mpirun -n "$np" --oversubscribe "$@"; }
 export HALOX_TUNING_FILE="$out/tuning.json"
 log "halox-tune (2 ranks)"
 mpi 2 build/gpu/bench/halox-tune 2>&1 | tee "$out/tune.txt"

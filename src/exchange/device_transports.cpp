@@ -345,9 +345,23 @@ std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm co
     case TransportKind::pipelined:
       return std::make_unique<PipelinedTransport>(
           comm, rank, chunk_bytes > 0 ? chunk_bytes : tuned_chunk_bytes());
+    case TransportKind::nccl:
+#if HALOX_HAS_NCCL
+      return make_nccl_transport(comm, rank);
+#else
+      throw Error("halox: the nccl transport needs a build with NCCL (HALOX_ENABLE_NCCL=ON)");
+#endif
+    case TransportKind::nvshmem_stream:
+#if HALOX_HAS_NVSHMEM
+      return make_nvshmem_stream_transport(comm, rank);
+#else
+      throw Error("halox: the nvshmem-stream transport needs a build with NVSHMEM");
+#endif
     case TransportKind::host:
     case TransportKind::ipc_pulse:
-    case TransportKind::ipc_fused: break;
+    case TransportKind::ipc_fused:
+    case TransportKind::nvshmem_pulse:
+    case TransportKind::nvshmem_fused: break;
   }
   throw Error("halox: the host transport cannot move device memory");
 }

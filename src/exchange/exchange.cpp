@@ -6,7 +6,7 @@
 #include "halox/pack.hpp"
 #include "transport.hpp"
 #if HALOX_HAS_CUDA
-#include "../gpu_halo/ipc_halo.hpp"
+#include "../gpu_halo/peer_halo.hpp"
 #include "device_kernels.hpp"
 #endif
 
@@ -18,20 +18,23 @@ std::string to_string(TransportKind kind) {
     case TransportKind::staged: return "staged";
     case TransportKind::pipelined: return "pipelined";
     case TransportKind::mpi_direct: return "mpi-direct";
+    case TransportKind::nccl: return "nccl";
+    case TransportKind::nvshmem_stream: return "nvshmem-stream";
     case TransportKind::ipc_pulse: return "ipc-pulse";
     case TransportKind::ipc_fused: return "ipc-fused";
+    case TransportKind::nvshmem_pulse: return "nvshmem-pulse";
+    case TransportKind::nvshmem_fused: return "nvshmem-fused";
   }
   return "?";
 }
 
 TransportKind parse_transport(const std::string& name) {
-  for (auto kind :
-       {TransportKind::host, TransportKind::staged, TransportKind::pipelined,
-        TransportKind::mpi_direct, TransportKind::ipc_pulse, TransportKind::ipc_fused}) {
+  std::string names;
+  for (auto kind : all_transports()) {
     if (name == to_string(kind)) return kind;
+    names += (names.empty() ? "" : ", ") + to_string(kind);
   }
-  throw Error("halox: unknown transport '" + name +
-              "' (choose host, staged, pipelined, mpi-direct, ipc-pulse or ipc-fused)");
+  throw Error("halox: unknown transport '" + name + "' (choose " + names + ")");
 }
 
 namespace detail {
@@ -48,14 +51,28 @@ bool transport_available(TransportKind kind, std::string* why) {
   if (kind == TransportKind::mpi_direct && !detail::mpi_is_cuda_aware()) {
     return no("this MPI library is not CUDA-aware (MPIX_Query_cuda_support)");
   }
+  if (kind == TransportKind::nccl && !HALOX_HAS_NCCL) return no("halox was built without NCCL");
+  if ((kind == TransportKind::nvshmem_stream || kind == TransportKind::nvshmem_pulse ||
+       kind == TransportKind::nvshmem_fused) &&
+      !HALOX_HAS_NVSHMEM) {
+    return no("halox was built without NVSHMEM");
+  }
   return true;
 #else
   return no("halox was built without CUDA");
 #endif
 }
 
+std::vector<TransportKind> all_transports() {
+  return {TransportKind::host,         TransportKind::staged,    TransportKind::pipelined,
+          TransportKind::mpi_direct,   TransportKind::nccl,      TransportKind::nvshmem_stream,
+          TransportKind::ipc_pulse,    TransportKind::ipc_fused, TransportKind::nvshmem_pulse,
+          TransportKind::nvshmem_fused};
+}
+
 bool gpu_initiated(TransportKind kind) {
-  return kind == TransportKind::ipc_pulse || kind == TransportKind::ipc_fused;
+  return kind == TransportKind::ipc_pulse || kind == TransportKind::ipc_fused ||
+         kind == TransportKind::nvshmem_pulse || kind == TransportKind::nvshmem_fused;
 }
 
 namespace {
@@ -312,11 +329,17 @@ struct ParticleExchange::Impl {
       // Collective on first use after a new plan: every rank calls forward/reverse together.
       if (!ipc) {
         GpuHaloOptions o;
-        o.kernels = options.transport == TransportKind::ipc_fused ? FusedKernels::all_pulses
-                                                                  : FusedKernels::per_pulse;
+        const TransportKind t = options.transport;
+        o.kernels = t == TransportKind::ipc_fused || t == TransportKind::nvshmem_fused
+                        ? FusedKernels::all_pulses
+                        : FusedKernels::per_pulse;
         o.timeout_seconds = options.timeout_seconds;
         o.self_test = options.self_test;
-        ipc = std::make_unique<detail::IpcHalo>(topology.comm(), topology.rank(), real, o);
+        const auto mapping = t == TransportKind::ipc_fused || t == TransportKind::ipc_pulse
+                                 ? detail::Mapping::ipc
+                                 : detail::Mapping::nvshmem;
+        ipc =
+            std::make_unique<detail::PeerHalo>(topology.comm(), topology.rank(), mapping, real, o);
       }
       if (!ipc_ready) {
         ipc->set_plan(plan);
@@ -349,7 +372,7 @@ struct ParticleExchange::Impl {
   std::int64_t item = 0;
   TransportChooser chooser;
 #if HALOX_HAS_CUDA
-  std::unique_ptr<detail::IpcHalo> ipc;
+  std::unique_ptr<detail::PeerHalo> ipc;
 #endif
   bool ipc_ready = false;
   ParticlePlan plan;

@@ -50,6 +50,9 @@ std::unique_ptr<Transport> make_host_transport(MPI_Comm comm, int rank);
 std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm comm, int rank,
                                                  std::int64_t chunk_bytes);
 
+std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, int rank);
+std::unique_ptr<Transport> make_nvshmem_stream_transport(MPI_Comm comm, int rank);
+
 /// Number of stages (the highest stage + 1).
 int stage_count(const std::vector<Op>& ops);
 

@@ -409,8 +409,15 @@ struct DeviceHalo::Impl {
   void* x_table = nullptr;  // device array of per-rank pointers
   std::vector<void*> last_x, last_f;
 
+  std::function<char*(std::int64_t)> allocate_block = [](std::int64_t n) {
+    char* p = nullptr;
+    HALOX_CUDA_CHECK(cudaMalloc(&p, static_cast<std::size_t>(n)));
+    return p;
+  };
+  std::function<void(char*)> free_block = [](char* p) { cudaFree(p); };
+
   void release() {
-    for (char* b : blocks) cudaFree(b);
+    for (char* b : blocks) free_block(b);
     for (Counters* c : counters) cudaFree(c);
     blocks.clear();
     counters.clear();
@@ -528,8 +535,7 @@ void DeviceHalo::allocate(const std::vector<int>& ranks,
       pb.rev_offset[p] = at;
       at += (static_cast<long long>(plan.pulses[p].send_index.size()) * m.item + 255) / 256 * 256;
     }
-    char* block = nullptr;
-    HALOX_CUDA_CHECK(cudaMalloc(&block, static_cast<std::size_t>(at)));
+    char* block = m.allocate_block(at);
     HALOX_CUDA_CHECK(cudaMemset(block, 0, kSlotsBytes));
     Counters* c = nullptr;
     HALOX_CUDA_CHECK(cudaMalloc(&c, sizeof(Counters)));
@@ -555,6 +561,12 @@ PeerBlock DeviceHalo::block(int k) const {
 
 void DeviceHalo::set_system_scope(bool system) {
   m_impl->system_scope = system;
+}
+
+void DeviceHalo::set_allocator(std::function<char*(std::int64_t)> allocate,
+                               std::function<void(char*)> free) {
+  m_impl->allocate_block = std::move(allocate);
+  m_impl->free_block = std::move(free);
 }
 
 void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {

@@ -31,6 +31,9 @@ class DeviceHalo {
   DeviceHalo(const DeviceHalo&) = delete;
   DeviceHalo& operator=(const DeviceHalo&) = delete;
 
+  /// Where the shared blocks come from: cudaMalloc by default; NVSHMEM gives symmetric ones.
+  /// The allocator is called once per local rank with that rank's size, in rank order.
+  void set_allocator(std::function<char*(std::int64_t)> allocate, std::function<void(char*)> free);
   /// Allocates and zeroes the blocks of this process's ranks for their plans (waits for the
   /// device first). ranks[k] is the global rank of plans[k].
   void allocate(const std::vector<int>& ranks, const std::vector<const ParticlePlan*>& plans);

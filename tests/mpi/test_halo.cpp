@@ -141,7 +141,8 @@ void check_grid(std::array<int, 3> dims, std::array<bool, 3> periodic,
 
 bool grid_transport() {
   const TransportKind t = test_transport();
-  return t != TransportKind::ipc_pulse && t != TransportKind::ipc_fused;
+  return t != TransportKind::ipc_pulse && t != TransportKind::ipc_fused &&
+         t != TransportKind::nvshmem_pulse && t != TransportKind::nvshmem_fused;
 }
 
 TEST(GridHalo, EveryRankGridShapePeriodic) {

@@ -1,0 +1,118 @@
+// nccl: grouped ncclSend/ncclRecv per stage on the caller's stream (CPU-launched, no host
+// waits), the stream-ordered comparison point of seed 003. NCCL needs one GPU per rank.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <string>
+
+#include "halox/error.hpp"
+#include "halox/mpi.hpp"
+#include "transport.hpp"
+
+namespace halox::detail {
+
+namespace {
+
+void check_nccl(ncclResult_t rc, const char* call) {
+  if (rc != ncclSuccess) {
+    throw BackendError(std::string("NCCL call failed: ") + call + ": " + ncclGetErrorString(rc));
+  }
+}
+#define HALOX_NCCL_CHECK(call) check_nccl((call), #call)
+
+void check_cuda(cudaError_t rc, const char* call) {
+  if (rc != cudaSuccess) {
+    throw BackendError(std::string("CUDA call failed: ") + call + ": " + cudaGetErrorString(rc));
+  }
+}
+#define HALOX_CUDA_CHECK(call) check_cuda((call), #call)
+
+struct Buffer {
+  void* ptr = nullptr;
+  std::int64_t size = 0;
+  char* at_least(std::int64_t n) {
+    if (n > size) {
+      cudaFree(ptr);
+      ptr = nullptr;
+      HALOX_CUDA_CHECK(cudaMalloc(&ptr, static_cast<std::size_t>(n)));
+      size = n;
+    }
+    return static_cast<char*>(ptr);
+  }
+};
+
+class NcclTransport final : public Transport {
+ public:
+  NcclTransport(MPI_Comm comm, int rank) : m_rank(rank) {
+    int size = 0;
+    HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
+    ncclUniqueId id{};
+    if (rank == 0) HALOX_NCCL_CHECK(ncclGetUniqueId(&id));
+    HALOX_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
+    const ncclResult_t rc = ncclCommInitRank(&m_comm, size, id, rank);
+    if (rc != ncclSuccess) {
+      throw BackendError(std::string("halox: the nccl transport could not start (") +
+                         ncclGetErrorString(rc) +
+                         "); NCCL needs one GPU per rank, so it runs on machines with several GPUs");
+    }
+  }
+  ~NcclTransport() override {
+    ncclCommDestroy(m_comm);
+    for (auto& b : m_send) cudaFree(b.ptr);
+    for (auto& b : m_recv) cudaFree(b.ptr);
+  }
+  std::string name() const override { return "nccl"; }
+
+  void run(const std::vector<Op>& ops, void* field, GpuStream stream,
+           ExchangeStats& stats) override {
+    if (m_send.size() < ops.size()) {
+      m_send.resize(ops.size());
+      m_recv.resize(ops.size());
+    }
+    for (int stage = 0; stage < stage_count(ops); ++stage) {
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = ops[i];
+        if (op.stage == stage && op.send_rank >= 0) {
+          op.pack(field, m_send[i].at_least(op.send_bytes), 0, op.send_bytes, stream);
+        }
+      }
+      HALOX_NCCL_CHECK(ncclGroupStart());
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = ops[i];
+        if (op.stage != stage) continue;
+        if (op.send_rank >= 0 && op.send_rank != m_rank) {
+          HALOX_NCCL_CHECK(ncclSend(m_send[i].ptr, static_cast<std::size_t>(op.send_bytes), ncclUint8,
+                                    op.send_rank, m_comm, stream));
+          stats.messages += 1;
+          stats.bytes_sent += op.send_bytes;
+        }
+        if (op.recv_rank >= 0 && op.recv_rank != m_rank) {
+          HALOX_NCCL_CHECK(ncclRecv(m_recv[i].at_least(op.recv_bytes),
+                                    static_cast<std::size_t>(op.recv_bytes), ncclUint8, op.recv_rank,
+                                    m_comm, stream));
+        }
+      }
+      HALOX_NCCL_CHECK(ncclGroupEnd());
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = ops[i];
+        if (op.stage != stage || op.recv_rank < 0) continue;
+        const char* in = static_cast<const char*>(op.recv_rank == m_rank ? m_send[i].ptr : m_recv[i].ptr);
+        op.unpack(field, in, 0, op.recv_bytes, stream);
+      }
+    }
+    stats.exchanges += 1;
+  }
+
+ private:
+  int m_rank;
+  ncclComm_t m_comm = nullptr;
+  std::vector<Buffer> m_send, m_recv;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, int rank) {
+  return std::make_unique<NcclTransport>(comm, rank);
+}
+
+}  // namespace halox::detail

@@ -1,0 +1,70 @@
+#include "nvshmem_runtime.hpp"
+
+#include <nvshmem_host.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "halox/error.hpp"
+#include "halox/mpi.hpp"
+
+namespace halox::detail {
+
+namespace {
+bool g_initialised = false;
+int g_pes = 0;
+}  // namespace
+
+void ensure_nvshmem(MPI_Comm comm, std::int64_t heap_bytes_hint) {
+  int rank = 0, size = 0;
+  HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (g_initialised) {
+    if (size != g_pes) {
+      throw Error("halox: NVSHMEM was started with " + std::to_string(g_pes) +
+                  " PEs; this communicator has " + std::to_string(size) + " ranks");
+    }
+    return;
+  }
+  // The heap from the plan, not NVSHMEM's default of a gigabyte per PE: four times the first
+  // exchange's need (later plans may grow), at least 32 MiB; every PE must agree.
+  long long want = std::max<long long>(32ll << 20, 4 * heap_bytes_hint), agreed = 0;
+  HALOX_MPI_CHECK(MPI_Allreduce(&want, &agreed, 1, MPI_LONG_LONG, MPI_MAX, comm));
+  agreed = (agreed + (1 << 20) - 1) / (1 << 20) * (1 << 20);
+  setenv("NVSHMEM_SYMMETRIC_SIZE", std::to_string(agreed).c_str(), /*overwrite=*/0);
+  setenv("NVSHMEM_DISABLE_NVLS", "1", 1);  // never NVLink multicast on these machines
+  nvshmemx_uniqueid_t id = NVSHMEMX_UNIQUEID_INITIALIZER;
+  if (rank == 0 && nvshmemx_get_uniqueid(&id) != 0) {
+    throw BackendError("halox: nvshmemx_get_uniqueid failed");
+  }
+  HALOX_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
+  nvshmemx_init_attr_t attr = NVSHMEMX_INIT_ATTR_INITIALIZER;
+  if (nvshmemx_set_attr_uniqueid_args(rank, size, &id, &attr) != 0 ||
+      nvshmemx_hostlib_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID, &attr) != 0) {
+    throw BackendError("halox: NVSHMEM initialisation failed on rank " + std::to_string(rank) +
+                       " (several PEs on one GPU need MPS)");
+  }
+  if (nvshmem_my_pe() != rank || nvshmem_n_pes() != size) {
+    throw BackendError("halox: NVSHMEM PE numbering differs from the MPI ranks");
+  }
+  g_initialised = true;
+  g_pes = size;
+  std::atexit([] { nvshmemx_hostlib_finalize(); });
+}
+
+void* symmetric_alloc(std::int64_t bytes) {
+  void* p = nvshmem_malloc(static_cast<std::size_t>(bytes));
+  if (!p && bytes > 0) {
+    throw BackendError("halox: nvshmem_malloc of " + std::to_string(bytes) +
+                       " bytes failed (raise NVSHMEM_SYMMETRIC_SIZE)");
+  }
+  return p;
+}
+
+void symmetric_free(void* p) {
+  if (p) nvshmem_free(p);
+}
+
+void* symmetric_peer_pointer(void* p, int pe) { return nvshmem_ptr(p, pe); }
+
+}  // namespace halox::detail

@@ -1,0 +1,141 @@
+// nvshmem-stream: NVSHMEM's stream-triggered operations, no kernel changes (seed 000's
+// first step): per message, on the caller's stream, wait until the receiver has consumed
+// the previous exchange (its "ready" signal), pack into the symmetric send area, put with
+// signal into the receiver's symmetric area; the receiver waits for the signal on its
+// stream, unpacks, and signals "ready" back. No host waits.
+#include <cuda_runtime.h>
+#include <nvshmem_host.h>
+
+#include <string>
+
+#include "halox/error.hpp"
+#include "halox/mpi.hpp"
+#include "nvshmem_runtime.hpp"
+#include "transport.hpp"
+
+namespace halox::detail {
+
+namespace {
+
+void cuda_ok(cudaError_t rc, const char* call) {
+  if (rc != cudaSuccess) throw BackendError(std::string(call) + ": " + cudaGetErrorString(rc));
+}
+#define HALOX_CUDA_OK(call) cuda_ok((call), #call)
+
+class NvshmemStreamTransport final : public Transport {
+ public:
+  NvshmemStreamTransport(MPI_Comm comm, int rank) : m_comm(comm), m_rank(rank) {}
+  ~NvshmemStreamTransport() override {
+    cudaDeviceSynchronize();
+    symmetric_free(m_base);
+  }
+  std::string name() const override { return "nvshmem-stream"; }
+
+  void run(const std::vector<Op>& ops, void* field, GpuStream stream,
+           ExchangeStats& stats) override {
+    if (!m_base || layout_changed(ops)) setup(ops);
+    const std::uint64_t epoch = ++m_epoch;
+    char* base = static_cast<char*>(m_base);
+    for (int stage = 0; stage < stage_count(ops); ++stage) {
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = ops[i];
+        if (op.stage != stage || op.send_rank < 0) continue;
+        char* out = base + m_send_offset[i];
+        const bool remote = op.send_rank != m_rank;
+        if (remote) {
+          nvshmemx_signal_wait_until_on_stream(ready_slot(i), NVSHMEM_CMP_GE, epoch - 1, stream);
+        }
+        op.pack(field, out, 0, op.send_bytes, stream);
+        if (remote) {
+          nvshmemx_putmem_signal_on_stream(base + m_peer_recv_offset[i], out,
+                                           static_cast<std::size_t>(op.send_bytes), data_slot(i),
+                                           epoch, NVSHMEM_SIGNAL_SET, op.send_rank, stream);
+          stats.messages += 1;
+          stats.bytes_sent += op.send_bytes;
+        }
+      }
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = ops[i];
+        if (op.stage != stage || op.recv_rank < 0) continue;
+        if (op.recv_rank == m_rank) {
+          op.unpack(field, base + m_send_offset[i], 0, op.recv_bytes, stream);
+          continue;
+        }
+        nvshmemx_signal_wait_until_on_stream(data_slot(i), NVSHMEM_CMP_GE, epoch, stream);
+        op.unpack(field, base + m_recv_offset[i], 0, op.recv_bytes, stream);
+        nvshmemx_signal_op_on_stream(ready_slot(i), epoch, NVSHMEM_SIGNAL_SET, op.recv_rank, stream);
+      }
+    }
+    stats.exchanges += 1;
+  }
+
+ private:
+  // Slot i: [data, ready] at the start of the symmetric area, the same offset on every PE.
+  std::uint64_t* data_slot(std::size_t i) const { return static_cast<std::uint64_t*>(m_base) + 2 * i; }
+  std::uint64_t* ready_slot(std::size_t i) const { return static_cast<std::uint64_t*>(m_base) + 2 * i + 1; }
+
+  bool layout_changed(const std::vector<Op>& ops) const {
+    if (ops.size() != m_sizes.size()) return true;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (m_sizes[i] != std::make_pair(ops[i].send_bytes, ops[i].recv_bytes)) return true;
+    }
+    return false;
+  }
+
+  // Collective (every rank runs its first exchange together): a symmetric area of the
+  // largest size any rank needs, then each sender learns where its receiver's area is.
+  void setup(const std::vector<Op>& ops) {
+    auto round = [](std::int64_t n) { return (n + 255) / 256 * 256; };
+    std::int64_t at = round(static_cast<std::int64_t>(ops.size()) * 16);
+    m_sizes.clear();
+    m_send_offset.assign(ops.size(), 0);
+    m_recv_offset.assign(ops.size(), 0);
+    m_peer_recv_offset.assign(ops.size(), 0);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      m_sizes.emplace_back(ops[i].send_bytes, ops[i].recv_bytes);
+      m_recv_offset[i] = at;
+      at += round(ops[i].recv_bytes);
+      m_send_offset[i] = at;
+      at += round(ops[i].send_bytes);
+    }
+    ensure_nvshmem(m_comm, at);
+    long long need = at, most = 0;
+    HALOX_MPI_CHECK(MPI_Allreduce(&need, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
+    HALOX_CUDA_OK(cudaDeviceSynchronize());
+    symmetric_free(m_base);
+    m_base = symmetric_alloc(most);
+    HALOX_CUDA_OK(cudaMemset(m_base, 0, static_cast<std::size_t>(ops.size()) * 16));
+    m_epoch = 0;
+    std::vector<MPI_Request> requests;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      MPI_Request r;
+      if (ops[i].send_rank >= 0) {
+        HALOX_MPI_CHECK(MPI_Irecv(&m_peer_recv_offset[i], 1, MPI_LONG_LONG, ops[i].send_rank,
+                                  9200 + static_cast<int>(i), m_comm, &r));
+        requests.push_back(r);
+      }
+      if (ops[i].recv_rank >= 0) {
+        HALOX_MPI_CHECK(MPI_Isend(&m_recv_offset[i], 1, MPI_LONG_LONG, ops[i].recv_rank,
+                                  9200 + static_cast<int>(i), m_comm, &r));
+        requests.push_back(r);
+      }
+    }
+    HALOX_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+    HALOX_MPI_CHECK(MPI_Barrier(m_comm));  // every area zeroed before anyone signals into it
+  }
+
+  MPI_Comm m_comm;
+  int m_rank;
+  void* m_base = nullptr;
+  std::uint64_t m_epoch = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> m_sizes;
+  std::vector<long long> m_send_offset, m_recv_offset, m_peer_recv_offset;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_nvshmem_stream_transport(MPI_Comm comm, int rank) {
+  return std::make_unique<NvshmemStreamTransport>(comm, rank);
+}
+
+}  // namespace halox::detail

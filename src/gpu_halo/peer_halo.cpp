@@ -1,0 +1,166 @@
+#include "peer_halo.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "../exchange/nvshmem_runtime_stub.hpp"
+#include "../plan/collective.hpp"
+#include "halox/mpi.hpp"
+
+namespace halox::detail {
+
+namespace {
+
+void check_cuda(cudaError_t rc, const char* call) {
+  if (rc != cudaSuccess) {
+    throw BackendError(std::string("CUDA call failed: ") + call + ": " + cudaGetErrorString(rc));
+  }
+}
+#define HALOX_CUDA_CHECK(call) check_cuda((call), #call)
+
+// What a rank tells its neighbours about its block.
+struct BlockInfo {
+  cudaIpcMemHandle_t handle;  // ipc only
+  char uuid[16];              // its GPU: peers on one GPU need only GPU-scope signals
+  long long fwd[kMaxPulses];
+  long long rev[kMaxPulses];
+};
+
+// How many processes of this node use my GPU: their spinning kernels share it.
+double gpu_share(MPI_Comm comm) {
+  MPI_Comm node;
+  HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int device = 0, size = 0;
+  HALOX_CUDA_CHECK(cudaGetDevice(&device));
+  HALOX_MPI_CHECK(MPI_Comm_size(node, &size));
+  std::vector<int> devices(size);
+  HALOX_MPI_CHECK(MPI_Allgather(&device, 1, MPI_INT, devices.data(), 1, MPI_INT, node));
+  MPI_Comm_free(&node);
+  int same = 0;
+  for (int d : devices) same += d == device;
+  return 1.0 / std::max(1, same);
+}
+
+}  // namespace
+
+PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real, GpuHaloOptions options)
+    : m_comm(comm),
+      m_rank(rank),
+      m_mapping(mapping),
+      m_halo(std::make_unique<DeviceHalo>(real, options, gpu_share(comm))) {
+  if (mapping == Mapping::nvshmem) {
+    // Symmetric blocks: every PE allocates the largest size any PE needs (collective).
+    m_halo->set_allocator(
+        [this](std::int64_t bytes) {
+          long long need = bytes, most = 0;
+          HALOX_MPI_CHECK(MPI_Allreduce(&need, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
+          ensure_nvshmem(m_comm, most);
+          return static_cast<char*>(symmetric_alloc(most));
+        },
+        [](char* p) { symmetric_free(p); });
+  }
+}
+
+PeerHalo::~PeerHalo() {
+  unmap_peers();
+}
+
+void PeerHalo::unmap_peers() {
+  if (m_mapping == Mapping::ipc) {
+    for (auto& [rank, block] : m_peers) cudaIpcCloseMemHandle(block.base);
+  }
+  m_peers.clear();
+}
+
+void PeerHalo::set_plan(const ParticlePlan& plan) {
+  // Nobody may still write into a block about to be freed, and nobody may signal into a new
+  // block before its owner zeroed it: barriers around the swap.
+  HALOX_CUDA_CHECK(cudaDeviceSynchronize());
+  unmap_peers();
+  HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+  m_halo->allocate({m_rank}, {&plan});
+  std::set<int> neighbours;
+  for (const auto& p : plan.pulses) {
+    for (int n : {p.header.send_rank, p.header.recv_rank}) {
+      if (n >= 0 && n != m_rank) neighbours.insert(n);
+    }
+  }
+  const PeerBlock mine = m_halo->block(0);
+  BlockInfo out{};
+  if (m_mapping == Mapping::ipc) HALOX_CUDA_CHECK(cudaIpcGetMemHandle(&out.handle, mine.base));
+  int device = 0;
+  HALOX_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  HALOX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  std::memcpy(out.uuid, &prop.uuid, sizeof out.uuid);
+  for (int p = 0; p < kMaxPulses; ++p) {
+    out.fwd[p] = mine.fwd_offset[p];
+    out.rev[p] = mine.rev_offset[p];
+  }
+  std::vector<BlockInfo> in(neighbours.size());
+  std::vector<MPI_Request> requests;
+  std::size_t k = 0;
+  for (int n : neighbours) {
+    MPI_Request r;
+    HALOX_MPI_CHECK(MPI_Irecv(&in[k++], sizeof(BlockInfo), MPI_BYTE, n, 9100, m_comm, &r));
+    requests.push_back(r);
+    HALOX_MPI_CHECK(MPI_Isend(&out, sizeof(BlockInfo), MPI_BYTE, n, 9100, m_comm, &r));
+    requests.push_back(r);
+  }
+  HALOX_MPI_CHECK(
+      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+  std::string error;
+  bool same_gpu = true;
+  k = 0;
+  for (int n : neighbours) {
+    same_gpu &= std::memcmp(in[k].uuid, out.uuid, sizeof out.uuid) == 0;
+    void* base = nullptr;
+    if (m_mapping == Mapping::ipc) {
+      const cudaError_t rc =
+          cudaIpcOpenMemHandle(&base, in[k].handle, cudaIpcMemLazyEnablePeerAccess);
+      if (rc != cudaSuccess) {
+        cudaGetLastError();
+        base = nullptr;
+        if (error.empty()) {
+          error = "halox: rank " + std::to_string(m_rank) + " cannot map rank " +
+                  std::to_string(n) + "'s buffers with CUDA IPC (" + cudaGetErrorString(rc) +
+                  "); the ipc transports need the ranks on one node (and MPS for one GPU)";
+        }
+      }
+    } else {
+      base = symmetric_peer_pointer(mine.base, n);  // symmetric: my address names theirs
+      if (!base && error.empty()) {
+        error = "halox: rank " + std::to_string(m_rank) + ": rank " + std::to_string(n) +
+                " is not load/store reachable through NVSHMEM (nvshmem_ptr is null); the "
+                "nvshmem fused transports need peers on one node (put-with-signal peers: "
+                "use nvshmem-stream)";
+      }
+    }
+    if (base) {
+      PeerBlock block;
+      block.base = static_cast<char*>(base);
+      for (int p = 0; p < kMaxPulses; ++p) {
+        block.fwd_offset[p] = in[k].fwd[p];
+        block.rev_offset[p] = in[k].rev[p];
+      }
+      m_peers[n] = block;
+    }
+    ++k;
+  }
+  raise_if_any(m_comm, error);
+  m_halo->set_system_scope(!same_gpu);
+  m_halo->connect([&](int rank) { return rank == m_rank ? mine : m_peers.at(rank); });
+  HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+  std::string self_test;
+  try {
+    m_halo->self_test();
+  } catch (const Error& e) {
+    self_test = e.what();
+  }
+  raise_if_any(m_comm, self_test);
+}
+
+}  // namespace halox::detail
