@@ -57,6 +57,10 @@ for np in 1 2; do
   log "benchmark: halox-bench halo --app md, $np rank(s) $quick"
   mpi $np build/gpu/bench/halox-bench halo --app md --device gpu $quick \
     --json "$out/halo-md-gpu-np$np.json" 2>&1 | tee "$out/halo-md-gpu-np$np.txt"
+  log "benchmark: halox-bench halo --app md, NVSHMEM transports (own run), $np rank(s) $quick"
+  mpi $np build/gpu/bench/halox-bench halo --app md --device gpu $quick \
+    --transports staged,nvshmem-stream,nvshmem-pulse,nvshmem-fused \
+    --json "$out/halo-md-nvshmem-np$np.json" 2>&1 | tee "$out/halo-md-nvshmem-np$np.txt"
 done
 echo quit | nvidia-cuda-mps-control 2>/dev/null
 log "done"
