@@ -40,6 +40,7 @@ void usage(FILE* out) {
                "usage: halox-bench pack [options]\n"
                "       mpiexec -n N halox-bench halo --app md [options]  (see halo --help)\n"
                "       halox-bench halo-local [options]  (ranks in one process; see --help)\n"
+               "       mpiexec -n 2 halox-bench pingpong [options]  (see pingpong --help)\n"
                "  Packs halo-shaped datatypes and reports GB/s against the copy ceiling\n"
                "  measured in the same run.\n"
                "options:\n"
@@ -156,14 +157,16 @@ int pack_cpu(const Options& o) {
 #if HALOX_HAS_MPI
 namespace halox::bench {
 int halo_main(int argc, char** argv);
-}
+int pingpong_main(int argc, char** argv);
+}  // namespace halox::bench
 
 // `halox-bench halo` runs under mpiexec; the other modes need no MPI.
-int halo_command(int argc, char** argv) {
+// `halox-bench halo` and `pingpong` run under mpiexec; the other modes need no MPI.
+int mpi_command(int (*command)(int, char**), int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rc = 0;
   try {
-    rc = halox::bench::halo_main(argc - 1, argv + 1);
+    rc = command(argc - 1, argv + 1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     MPI_Abort(MPI_COMM_WORLD, 2);
@@ -191,7 +194,14 @@ int main(int argc, char** argv) {
   }
 #endif
 #if HALOX_HAS_MPI
-  if (argc > 1 && std::string(argv[1]) == "halo") return halo_command(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "halo") {
+    return mpi_command(halox::bench::halo_main, argc, argv);
+  }
+#if HALOX_HAS_CUDA
+  if (argc > 1 && std::string(argv[1]) == "pingpong") {
+    return mpi_command(halox::bench::pingpong_main, argc, argv);
+  }
+#endif
 #endif
   const Options o = parse(argc, argv);
   try {

@@ -80,13 +80,13 @@ int tune(int argc, char** argv) {
   cudaStream_t stream;
   cudaStreamCreate(&stream);
   const std::int64_t face = nx * ny * 4;
-  auto measure = [&](TransportKind kind, std::int64_t chunk) {
-    GridExchange exchange(topology, plan, ExchangeOptions{kind, chunk});
+  auto measure_on = [&](const GridPlan& on, void* data, TransportKind kind, std::int64_t chunk) {
+    GridExchange exchange(topology, on, ExchangeOptions{kind, chunk});
     std::vector<double> t;
     for (int r = 0; r < reps + 3; ++r) {
       MPI_Barrier(MPI_COMM_WORLD);
       const auto start = std::chrono::steady_clock::now();
-      exchange.exchange(field, stream);
+      exchange.exchange(data, stream);
       cudaStreamSynchronize(stream);
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       double worst = 0;
@@ -94,6 +94,9 @@ int tune(int argc, char** argv) {
       if (r >= 3) t.push_back(worst);
     }
     return bench::median(t);
+  };
+  auto measure = [&](TransportKind kind, std::int64_t chunk) {
+    return measure_on(plan, field, kind, chunk);
   };
   const double staged = measure(TransportKind::staged, 0);
   std::vector<Point> points;
@@ -112,6 +115,28 @@ int tune(int argc, char** argv) {
   const auto best =
       *std::min_element(points.begin(), points.end(),
                         [](const Point& a, const Point& b) { return a.seconds < b.seconds; });
+  // The crossover the automatic transport choice uses: the smallest message from which the
+  // pipeline (best chunk) beats the staged exchange on this machine.
+  struct Crossing {
+    std::int64_t bytes;
+    double staged, pipelined;
+  };
+  std::vector<Crossing> crossings;
+  std::int64_t pipelined_from = 0;
+  for (std::int64_t n = 16384; n <= (16 << 20); n *= 4) {
+    const std::int64_t rows = std::max<std::int64_t>(1, n / (nx * 4));
+    GridPlan sized = build_grid_plan(topology, {nx, rows, 2}, 1, Datatype::of<float>().commit());
+    void* data = nullptr;
+    const std::size_t data_bytes = static_cast<std::size_t>((nx + 2) * (rows + 2) * 4 * 4);
+    if (cudaMalloc(&data, data_bytes) != cudaSuccess) throw Error("halox-tune: cudaMalloc failed");
+    cudaMemset(data, 1, data_bytes);
+    const Crossing c{nx * rows * 4, measure_on(sized, data, TransportKind::staged, 0),
+                     measure_on(sized, data, TransportKind::pipelined, best.chunk)};
+    cudaFree(data);
+    crossings.push_back(c);
+    if (!pipelined_from && c.pipelined < c.staged) pipelined_from = c.bytes;
+  }
+  if (!pipelined_from) pipelined_from = 2 * crossings.back().bytes;  // never within the sweep
   if (rank != 0) return 0;
   std::printf("halox-tune: %s, %s; message %lld bytes (one z face each way), %d reps\n",
               bench::host_name().c_str(), bench::today().c_str(), static_cast<long long>(face),
@@ -141,8 +166,16 @@ int tune(int argc, char** argv) {
   }
   std::printf("best measured chunk: %lld bytes (%.1f us, %.2fx staged)\n",
               static_cast<long long>(best.chunk), best.seconds * 1e6, staged / best.seconds);
+  std::printf("\n%12s %12s %14s\n", "message", "staged us", "pipelined us");
+  for (const auto& c : crossings) {
+    std::printf("%12lld %12.1f %14.1f\n", static_cast<long long>(c.bytes), c.staged * 1e6,
+                c.pipelined * 1e6);
+  }
+  std::printf("pipelining wins from %lld bytes (the automatic choice's threshold)\n",
+              static_cast<long long>(pipelined_from));
   std::ostringstream json;
-  json << "{\n  \"chunk_bytes\": " << best.chunk << ",\n  \"message_bytes\": " << face
+  json << "{\n  \"chunk_bytes\": " << best.chunk
+       << ",\n  \"pipelined_from_bytes\": " << pipelined_from << ",\n  \"message_bytes\": " << face
        << ",\n  \"date\": \"" << bench::today() << "\",\n  \"host\": \"" << bench::host_name()
        << "\",\n  \"staged_us\": " << staged * 1e6
        << ",\n  \"fit\": {\"block_latency_us\": " << latency * 1e6

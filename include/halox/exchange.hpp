@@ -29,6 +29,13 @@ namespace halox {
 ///                the neighbours' buffers are mapped (CUDA IPC, or NVSHMEM's symmetric heap
 ///                and nvshmem_ptr); fused kernels store straight into them, one kernel per
 ///                pulse or one for all pulses; no host waits. Particle halos.
+///  - auto:       decided collectively at the first exchange of device memory, and printed
+///                (rank 0) with the reason: every neighbour on this node -> direct stores
+///                (ipc-fused for particles); otherwise NVSHMEM put-with-signal
+///                (nvshmem-stream) when built in; otherwise staged below and pipelined above
+///                the message size where halox-tune measured pipelining to win (the
+///                "pipelined_from_bytes" of the tuning file). One choice per exchange, made
+///                for its slowest link class.
 enum class TransportKind {
   host,
   staged,
@@ -39,7 +46,8 @@ enum class TransportKind {
   ipc_pulse,
   ipc_fused,
   nvshmem_pulse,
-  nvshmem_fused
+  nvshmem_fused,
+  automatic  ///< "auto": chosen when the exchange first runs, see below
 };
 
 std::string to_string(TransportKind kind);

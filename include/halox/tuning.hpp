@@ -18,6 +18,10 @@ constexpr std::int64_t kDefaultChunkBytes = 256 * 1024;
 /// stderr saying the machine is not tuned).
 std::int64_t tuned_chunk_bytes();
 
+/// The message size from which pipelining beat the staged transport in halox-tune's sweep
+/// (the tuning file's "pipelined_from_bytes"), or 1 MiB when the machine is not tuned.
+std::int64_t tuned_pipelined_from_bytes();
+
 /// Writes `json` (a complete JSON object with a "chunk_bytes" member) to tuning_file_path(),
 /// creating its folder. Throws halox::Error when it cannot.
 void write_tuning_file(const std::string& json);

@@ -50,6 +50,12 @@ export HALOX_TUNING_FILE="$out/tuning.json"
 log "halox-tune (2 ranks)"
 mpi 2 build/gpu/bench/halox-tune 2>&1 | tee "$out/tune.txt"
 
+log "benchmark: halox-bench pingpong (2 ranks)"
+mpi 2 build/gpu/bench/halox-bench pingpong --json "$out/pingpong.json" 2>&1 | tee "$out/pingpong.txt"
+log "benchmark: halox-bench pingpong, NVSHMEM transports (own run)"
+mpi 2 build/gpu/bench/halox-bench pingpong --transports nvshmem-stream,nvshmem-fused \
+  --json "$out/pingpong-nvshmem.json" 2>&1 | tee "$out/pingpong-nvshmem.txt"
+
 for np in 1 2; do
   log "halox-md on the GPU, $np rank(s)"
   mpi $np build/gpu/apps/md/halox-md --device gpu --cells 20 --steps 500 --thermo 100 \

@@ -1,9 +1,13 @@
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
+#include "halox/mpi.hpp"
 #include "halox/pack.hpp"
+#include "halox/tuning.hpp"
 #include "transport.hpp"
 #if HALOX_HAS_CUDA
 #include "../gpu_halo/peer_halo.hpp"
@@ -24,6 +28,7 @@ std::string to_string(TransportKind kind) {
     case TransportKind::ipc_fused: return "ipc-fused";
     case TransportKind::nvshmem_pulse: return "nvshmem-pulse";
     case TransportKind::nvshmem_fused: return "nvshmem-fused";
+    case TransportKind::automatic: return "auto";
   }
   return "?";
 }
@@ -46,7 +51,7 @@ bool transport_available(TransportKind kind, std::string* why) {
     if (why) *why = reason;
     return false;
   };
-  if (kind == TransportKind::host) return true;
+  if (kind == TransportKind::host || kind == TransportKind::automatic) return true;
 #if HALOX_HAS_CUDA
   if (kind == TransportKind::mpi_direct && !detail::mpi_is_cuda_aware()) {
     return no("this MPI library is not CUDA-aware (MPIX_Query_cuda_support)");
@@ -64,10 +69,10 @@ bool transport_available(TransportKind kind, std::string* why) {
 }
 
 std::vector<TransportKind> all_transports() {
-  return {TransportKind::host,         TransportKind::staged,    TransportKind::pipelined,
-          TransportKind::mpi_direct,   TransportKind::nccl,      TransportKind::nvshmem_stream,
-          TransportKind::ipc_pulse,    TransportKind::ipc_fused, TransportKind::nvshmem_pulse,
-          TransportKind::nvshmem_fused};
+  return {TransportKind::host,          TransportKind::staged,    TransportKind::pipelined,
+          TransportKind::mpi_direct,    TransportKind::nccl,      TransportKind::nvshmem_stream,
+          TransportKind::ipc_pulse,     TransportKind::ipc_fused, TransportKind::nvshmem_pulse,
+          TransportKind::nvshmem_fused, TransportKind::automatic};
 }
 
 bool gpu_initiated(TransportKind kind) {
@@ -98,9 +103,21 @@ class TransportChooser {
 #endif
   }
 
+  /// Collective, once: replaces "auto" by a concrete kind for device buffers.
+  TransportKind resolve(const std::vector<PulseHeader>& pulses, std::int64_t item_bytes,
+                        bool particle) {
+    if (m_options.transport == TransportKind::automatic) {
+      m_options.transport = choose_automatically(pulses, item_bytes, particle);
+    }
+    return m_options.transport;
+  }
+
   detail::Transport& for_field(const void* field) {
     if (!on_device(field)) return *m_host;
     if (!m_device) {
+      if (m_options.transport == TransportKind::automatic) {
+        throw Error("halox: internal: the auto transport was not resolved");
+      }
       if (gpu_initiated(m_options.transport)) {
         throw Error("halox: the " + to_string(m_options.transport) +
                     " transport moves particle halos only (grid halos: staged or pipelined)");
@@ -118,6 +135,61 @@ class TransportChooser {
 
   std::string name(const void* field) {
     return for_field(field).name();
+  }
+
+  TransportKind choose_automatically(const std::vector<PulseHeader>& pulses,
+                                     std::int64_t item_bytes, bool particle) {
+    // Which ranks share my node (and can map my memory)?
+    MPI_Comm node;
+    HALOX_MPI_CHECK(
+        MPI_Comm_split_type(m_comm, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, &node));
+    MPI_Group world_group, node_group;
+    HALOX_MPI_CHECK(MPI_Comm_group(m_comm, &world_group));
+    HALOX_MPI_CHECK(MPI_Comm_group(node, &node_group));
+    int node_size = 0;
+    HALOX_MPI_CHECK(MPI_Comm_size(node, &node_size));
+    std::vector<int> node_ranks(node_size), world_ranks(node_size);
+    for (int i = 0; i < node_size; ++i) node_ranks[i] = i;
+    HALOX_MPI_CHECK(MPI_Group_translate_ranks(node_group, node_size, node_ranks.data(), world_group,
+                                              world_ranks.data()));
+    MPI_Group_free(&node_group);
+    MPI_Group_free(&world_group);
+    MPI_Comm_free(&node);
+    int local = 1;
+    long long largest = 0;
+    for (const auto& p : pulses) {
+      for (int n : {p.send_rank, p.recv_rank}) {
+        if (n >= 0 && std::find(world_ranks.begin(), world_ranks.end(), n) == world_ranks.end())
+          local = 0;
+      }
+      largest = std::max<long long>(largest, std::max(p.send_size, p.recv_size) * item_bytes);
+    }
+    int all_local = 0;
+    long long most = 0;
+    HALOX_MPI_CHECK(MPI_Allreduce(&local, &all_local, 1, MPI_INT, MPI_MIN, m_comm));
+    HALOX_MPI_CHECK(MPI_Allreduce(&largest, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
+    TransportKind kind;
+    std::string why;
+    if (particle && all_local) {
+      kind = TransportKind::ipc_fused;
+      why =
+          "every neighbour is on this node: one fused kernel stores straight into their "
+          "buffers (CUDA IPC), no host waits";
+    } else if (HALOX_HAS_NVSHMEM) {
+      kind = TransportKind::nvshmem_stream;
+      why = std::string(all_local ? "grid halo" : "neighbours on other nodes") +
+            ": NVSHMEM put-with-signal on the stream, no host waits";
+    } else {
+      const std::int64_t from = tuned_pipelined_from_bytes();
+      kind = most >= from ? TransportKind::pipelined : TransportKind::staged;
+      why = "largest message " + std::to_string(most) + " bytes " + (most >= from ? ">=" : "<") +
+            " the measured pipelining crossover of " + std::to_string(from) + " bytes";
+    }
+    if (m_rank == 0) {
+      std::printf("halox: transport auto -> %s (%s)\n", to_string(kind).c_str(), why.c_str());
+      std::fflush(stdout);
+    }
+    return kind;
   }
 
  private:
@@ -185,6 +257,7 @@ GridExchange::~GridExchange() = default;
 
 void GridExchange::exchange(void* field, GpuStream stream) {
   const bool device = m_impl->chooser.on_device(field);
+  if (device) m_impl->chooser.resolve(headers(m_impl->plan), 1, false);
   m_impl->chooser.for_field(field).run(device ? m_impl->device_ops : m_impl->host_ops, field,
                                        stream, m_impl->stats);
 }
@@ -324,6 +397,7 @@ struct ParticleExchange::Impl {
 
   void run(bool forward, void* field, GpuStream stream) {
     const bool device = chooser.on_device(field);
+    if (device) options.transport = chooser.resolve(headers(plan), item, true);
 #if HALOX_HAS_CUDA
     if (device && gpu_initiated(options.transport)) {
       // Collective on first use after a new plan: every rank calls forward/reverse together.

@@ -51,9 +51,9 @@ class NcclTransport final : public Transport {
     HALOX_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
     const ncclResult_t rc = ncclCommInitRank(&m_comm, size, id, rank);
     if (rc != ncclSuccess) {
-      throw BackendError(std::string("halox: the nccl transport could not start (") +
-                         ncclGetErrorString(rc) +
-                         "); NCCL needs one GPU per rank, so it runs on machines with several GPUs");
+      throw BackendError(
+          std::string("halox: the nccl transport could not start (") + ncclGetErrorString(rc) +
+          "); NCCL needs one GPU per rank, so it runs on machines with several GPUs");
     }
   }
   ~NcclTransport() override {
@@ -81,22 +81,23 @@ class NcclTransport final : public Transport {
         const Op& op = ops[i];
         if (op.stage != stage) continue;
         if (op.send_rank >= 0 && op.send_rank != m_rank) {
-          HALOX_NCCL_CHECK(ncclSend(m_send[i].ptr, static_cast<std::size_t>(op.send_bytes), ncclUint8,
-                                    op.send_rank, m_comm, stream));
+          HALOX_NCCL_CHECK(ncclSend(m_send[i].ptr, static_cast<std::size_t>(op.send_bytes),
+                                    ncclUint8, op.send_rank, m_comm, stream));
           stats.messages += 1;
           stats.bytes_sent += op.send_bytes;
         }
         if (op.recv_rank >= 0 && op.recv_rank != m_rank) {
           HALOX_NCCL_CHECK(ncclRecv(m_recv[i].at_least(op.recv_bytes),
-                                    static_cast<std::size_t>(op.recv_bytes), ncclUint8, op.recv_rank,
-                                    m_comm, stream));
+                                    static_cast<std::size_t>(op.recv_bytes), ncclUint8,
+                                    op.recv_rank, m_comm, stream));
         }
       }
       HALOX_NCCL_CHECK(ncclGroupEnd());
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
         if (op.stage != stage || op.recv_rank < 0) continue;
-        const char* in = static_cast<const char*>(op.recv_rank == m_rank ? m_send[i].ptr : m_recv[i].ptr);
+        const char* in =
+            static_cast<const char*>(op.recv_rank == m_rank ? m_send[i].ptr : m_recv[i].ptr);
         op.unpack(field, in, 0, op.recv_bytes, stream);
       }
     }

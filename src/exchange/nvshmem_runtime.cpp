@@ -65,6 +65,8 @@ void symmetric_free(void* p) {
   if (p) nvshmem_free(p);
 }
 
-void* symmetric_peer_pointer(void* p, int pe) { return nvshmem_ptr(p, pe); }
+void* symmetric_peer_pointer(void* p, int pe) {
+  return nvshmem_ptr(p, pe);
+}
 
 }  // namespace halox::detail

@@ -16,9 +16,15 @@ namespace halox::detail {
 [[noreturn]] inline void no_nvshmem() {
   throw Error("halox: this build has no NVSHMEM (configure with HALOX_ENABLE_NVSHMEM=ON)");
 }
-inline void ensure_nvshmem(MPI_Comm, std::int64_t) { no_nvshmem(); }
-inline void* symmetric_alloc(std::int64_t) { no_nvshmem(); }
+inline void ensure_nvshmem(MPI_Comm, std::int64_t) {
+  no_nvshmem();
+}
+inline void* symmetric_alloc(std::int64_t) {
+  no_nvshmem();
+}
 inline void symmetric_free(void*) {}
-inline void* symmetric_peer_pointer(void*, int) { no_nvshmem(); }
+inline void* symmetric_peer_pointer(void*, int) {
+  no_nvshmem();
+}
 }  // namespace halox::detail
 #endif

@@ -63,7 +63,8 @@ class NvshmemStreamTransport final : public Transport {
         }
         nvshmemx_signal_wait_until_on_stream(data_slot(i), NVSHMEM_CMP_GE, epoch, stream);
         op.unpack(field, base + m_recv_offset[i], 0, op.recv_bytes, stream);
-        nvshmemx_signal_op_on_stream(ready_slot(i), epoch, NVSHMEM_SIGNAL_SET, op.recv_rank, stream);
+        nvshmemx_signal_op_on_stream(ready_slot(i), epoch, NVSHMEM_SIGNAL_SET, op.recv_rank,
+                                     stream);
       }
     }
     stats.exchanges += 1;
@@ -71,8 +72,12 @@ class NvshmemStreamTransport final : public Transport {
 
  private:
   // Slot i: [data, ready] at the start of the symmetric area, the same offset on every PE.
-  std::uint64_t* data_slot(std::size_t i) const { return static_cast<std::uint64_t*>(m_base) + 2 * i; }
-  std::uint64_t* ready_slot(std::size_t i) const { return static_cast<std::uint64_t*>(m_base) + 2 * i + 1; }
+  std::uint64_t* data_slot(std::size_t i) const {
+    return static_cast<std::uint64_t*>(m_base) + 2 * i;
+  }
+  std::uint64_t* ready_slot(std::size_t i) const {
+    return static_cast<std::uint64_t*>(m_base) + 2 * i + 1;
+  }
 
   bool layout_changed(const std::vector<Op>& ops) const {
     if (ops.size() != m_sizes.size()) return true;
@@ -120,7 +125,8 @@ class NvshmemStreamTransport final : public Transport {
         requests.push_back(r);
       }
     }
-    HALOX_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+    HALOX_MPI_CHECK(
+        MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
     HALOX_MPI_CHECK(MPI_Barrier(m_comm));  // every area zeroed before anyone signals into it
   }
 

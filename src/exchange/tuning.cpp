@@ -41,6 +41,21 @@ std::int64_t tuned_chunk_bytes() {
   return chunk;
 }
 
+std::int64_t tuned_pipelined_from_bytes() {
+  static const std::int64_t value = [] {
+    std::ifstream in(tuning_file_path());
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string s = text.str();
+    std::smatch m;
+    if (in && std::regex_search(s, m, std::regex("\"pipelined_from_bytes\"\\s*:\\s*([0-9]+)"))) {
+      return static_cast<std::int64_t>(std::stoll(m[1]));
+    }
+    return std::int64_t{1} << 20;
+  }();
+  return value;
+}
+
 void write_tuning_file(const std::string& json) {
   const std::filesystem::path path = tuning_file_path();
   std::error_code ec;

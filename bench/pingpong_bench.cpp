@@ -1,0 +1,179 @@
+// halox-bench pingpong: two ranks exchange N bytes (1 B .. 4 MiB) through each transport, in
+// the columns of osu_latency and osu_bw. Each iteration is one halo exchange in which both
+// ranks send N bytes to each other at once (the halo's pattern), so "latency" is the time
+// per exchange and "bandwidth" the bytes one rank sends per second. Grid transports move an
+// N-byte face; particle-only transports move N/12 items of 3 floats (sizes from 12 B).
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "halox/error.hpp"
+#include "halox/exchange.hpp"
+#include "report.hpp"
+
+namespace halox::bench {
+
+namespace {
+
+bool particle_only(TransportKind t) {
+  return t == TransportKind::ipc_pulse || t == TransportKind::ipc_fused ||
+         t == TransportKind::nvshmem_pulse || t == TransportKind::nvshmem_fused;
+}
+
+struct Result {
+  double us = 0;
+  std::int64_t bytes = 0;
+};
+
+// Time per exchange: `reps` exchanges back to back, the stream drained at the end.
+template <class F>
+double time_exchanges(int reps, cudaStream_t stream, F&& exchange) {
+  for (int i = 0; i < 5; ++i) exchange();
+  cudaStreamSynchronize(stream);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double start = MPI_Wtime();
+  for (int i = 0; i < reps; ++i) exchange();
+  cudaStreamSynchronize(stream);
+  double t = (MPI_Wtime() - start) / reps, worst = 0;
+  MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return worst * 1e6;
+}
+
+Result grid_exchange(TransportKind kind, std::int64_t bytes, int reps, cudaStream_t stream) {
+  // Two ranks along z; the z face of a 1x1x1 interior of N-byte cells is the message.
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {1, 1, 2}, {false, false, false});
+  const Datatype cell = Datatype::contiguous(bytes, Datatype::of<char>()).commit();
+  GridPlan plan = build_grid_plan(topology, {1, 1, 1}, 1, cell);
+  GridExchange exchange(topology, plan, {kind});
+  const std::size_t field_bytes = static_cast<std::size_t>(27 * bytes);
+  void* field = nullptr;
+  std::vector<char> host;
+  if (kind == TransportKind::host) {
+    host.assign(field_bytes, 1);
+    field = host.data();
+  } else {
+    cudaMalloc(&field, field_bytes);
+    cudaMemset(field, 1, field_bytes);
+  }
+  Result r{time_exchanges(reps, stream, [&] { exchange.exchange(field, stream); }), bytes};
+  if (kind != TransportKind::host) cudaFree(field);
+  return r;
+}
+
+Result particle_exchange(TransportKind kind, std::int64_t bytes, int reps, cudaStream_t stream) {
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {1, 1, 2}, {false, false, true});
+  const Box box{{10.0, 10.0, 10.0}};
+  const std::int64_t items = std::max<std::int64_t>(1, bytes / 12);
+  const Domain d = domain_of(topology, box, topology.rank());
+  std::mt19937_64 rng(11 + topology.rank());
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<double> xyz;
+  for (std::int64_t i = 0; i < items; ++i) {  // all within reach of the lower neighbour
+    xyz.push_back(10.0 * u(rng));
+    xyz.push_back(10.0 * u(rng));
+    xyz.push_back(d.lo[2] + 1.5 * u(rng));
+  }
+  ParticlePlan plan = build_particle_plan(topology, box, 2.0, xyz);
+  ParticleExchange exchange(topology, plan, BasicKind::float32, {kind});
+  std::vector<float> x(xyz.begin(), xyz.end());
+  void* device = nullptr;
+  cudaMalloc(&device, x.size() * sizeof(float));
+  cudaMemcpy(device, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice);
+  Result r{time_exchanges(reps, stream, [&] { exchange.forward(device, stream); }), items * 12};
+  cudaFree(device);
+  return r;
+}
+
+}  // namespace
+
+int pingpong_main(int argc, char** argv) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<std::string> names = {"host", "staged", "pipelined", "ipc-pulse", "ipc-fused"};
+  std::int64_t max_bytes = 4 << 20;
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw Error("halox-bench pingpong: " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      if (rank == 0) {
+        std::printf(
+            "usage: mpiexec -n 2 halox-bench pingpong [--transports A,B] [--max-bytes N] [--json F]\n"
+            "  Latency and bandwidth of an N-byte exchange (both ranks send at once), 1 B .. 4 MiB,\n"
+            "  per transport, beside cudaMemcpy device-to-device of the same size (same run).\n"
+            "  default transports: host,staged,pipelined,ipc-pulse,ipc-fused (NVSHMEM and NCCL by\n"
+            "  name: nvshmem-stream, nvshmem-pulse, nvshmem-fused, nccl, mpi-direct)\n");
+      }
+      return 0;
+    } else if (a == "--transports") {
+      names.clear();
+      std::stringstream in(value());
+      for (std::string t; std::getline(in, t, ',');) names.push_back(t);
+    } else if (a == "--max-bytes") max_bytes = std::atoll(value().c_str());
+    else if (a == "--json") json = value();
+    else throw Error("halox-bench pingpong: unknown option " + a);
+  }
+  if (size != 2) throw Error("halox-bench pingpong: run it on 2 ranks");
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  std::vector<Row> rows;
+  if (rank == 0) {
+    std::printf("halox-bench pingpong: 2 ranks, %s, %s\n", host_name().c_str(), today().c_str());
+    std::printf("one exchange = both ranks send N bytes to each other at once\n");
+  }
+  for (const auto& name : names) {
+    const TransportKind kind = parse_transport(name);
+    std::string why;
+    if (!transport_available(kind, &why)) {
+      if (rank == 0) std::printf("\n# %s: skipped (%s)\n", name.c_str(), why.c_str());
+      continue;
+    }
+    if (rank == 0) {
+      std::printf("\n# %s\n%12s %14s %14s %16s\n", name.c_str(), "# Size", "Latency (us)",
+                  "Bandwidth (MB/s)", "D2D memcpy (us)");
+    }
+    for (std::int64_t bytes = particle_only(kind) ? 12 : 1; bytes <= max_bytes; bytes *= 2) {
+      const int reps = bytes <= 65536 ? 200 : 20;
+      const Result r = particle_only(kind) ? particle_exchange(kind, bytes, reps, stream)
+                                           : grid_exchange(kind, bytes, reps, stream);
+      // The same bytes through cudaMemcpyAsync device to device, same run.
+      void *a = nullptr, *b = nullptr;
+      cudaMalloc(&a, r.bytes);
+      cudaMalloc(&b, r.bytes);
+      const double copy = time_exchanges(reps, stream, [&] {
+        cudaMemcpyAsync(b, a, r.bytes, cudaMemcpyDeviceToDevice, stream);
+      });
+      cudaFree(a);
+      cudaFree(b);
+      if (rank == 0) {
+        const double mbs = r.bytes / r.us;  // bytes per us = MB/s
+        std::printf("%12lld %14.2f %14.2f %16.2f\n", static_cast<long long>(r.bytes), r.us, mbs, copy);
+        std::fflush(stdout);
+        rows.push_back(Row()
+                           .set("transport", name)
+                           .set("bytes", double(r.bytes))
+                           .set("latency_us", r.us)
+                           .set("bandwidth_mbs", mbs)
+                           .set("memcpy_d2d_us", copy));
+      }
+    }
+  }
+  if (rank == 0 && !json.empty()) {
+    write_json(json, "pingpong", {{"host", host_name()}, {"halox", HALOX_VERSION}}, rows);
+    std::printf("\nwrote %s\n", json.c_str());
+  }
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+}  // namespace halox::bench
