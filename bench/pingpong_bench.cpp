@@ -108,8 +108,10 @@ int pingpong_main(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       if (rank == 0) {
         std::printf(
-            "usage: mpiexec -n 2 halox-bench pingpong [--transports A,B] [--max-bytes N] [--json F]\n"
-            "  Latency and bandwidth of an N-byte exchange (both ranks send at once), 1 B .. 4 MiB,\n"
+            "usage: mpiexec -n 2 halox-bench pingpong [--transports A,B] [--max-bytes N] [--json "
+            "F]\n"
+            "  Latency and bandwidth of an N-byte exchange (both ranks send at once), 1 B .. 4 "
+            "MiB,\n"
             "  per transport, beside cudaMemcpy device-to-device of the same size (same run).\n"
             "  default transports: host,staged,pipelined,ipc-pulse,ipc-fused (NVSHMEM and NCCL by\n"
             "  name: nvshmem-stream, nvshmem-pulse, nvshmem-fused, nccl, mpi-direct)\n");
@@ -119,9 +121,12 @@ int pingpong_main(int argc, char** argv) {
       names.clear();
       std::stringstream in(value());
       for (std::string t; std::getline(in, t, ',');) names.push_back(t);
-    } else if (a == "--max-bytes") max_bytes = std::atoll(value().c_str());
-    else if (a == "--json") json = value();
-    else throw Error("halox-bench pingpong: unknown option " + a);
+    } else if (a == "--max-bytes")
+      max_bytes = std::atoll(value().c_str());
+    else if (a == "--json")
+      json = value();
+    else
+      throw Error("halox-bench pingpong: unknown option " + a);
   }
   if (size != 2) throw Error("halox-bench pingpong: run it on 2 ranks");
   cudaStream_t stream;
@@ -150,14 +155,14 @@ int pingpong_main(int argc, char** argv) {
       void *a = nullptr, *b = nullptr;
       cudaMalloc(&a, r.bytes);
       cudaMalloc(&b, r.bytes);
-      const double copy = time_exchanges(reps, stream, [&] {
-        cudaMemcpyAsync(b, a, r.bytes, cudaMemcpyDeviceToDevice, stream);
-      });
+      const double copy = time_exchanges(
+          reps, stream, [&] { cudaMemcpyAsync(b, a, r.bytes, cudaMemcpyDeviceToDevice, stream); });
       cudaFree(a);
       cudaFree(b);
       if (rank == 0) {
         const double mbs = r.bytes / r.us;  // bytes per us = MB/s
-        std::printf("%12lld %14.2f %14.2f %16.2f\n", static_cast<long long>(r.bytes), r.us, mbs, copy);
+        std::printf("%12lld %14.2f %14.2f %16.2f\n", static_cast<long long>(r.bytes), r.us, mbs,
+                    copy);
         std::fflush(stdout);
         rows.push_back(Row()
                            .set("transport", name)

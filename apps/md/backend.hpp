@@ -2,7 +2,9 @@
 // search on the host; a back end owns the per-step arrays and runs the per-atom physics.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,8 +43,17 @@ class Backend {
   /// Home coordinates and velocities back on the host (neighbour search, output).
   virtual void fetch(std::vector<double>& x, std::vector<double>& v) = 0;
   virtual void fetch_forces(std::vector<double>& f) = 0;
-  /// Waits for queued work (phase timing).
+  /// Waits for queued work.
   virtual void synchronize() = 0;
+  /// Runs `work` and returns its seconds: host clock on the CPU; on the GPU the span between
+  /// events recorded around it on the back end's stream (a transport's host-side waits fall
+  /// inside that span, the host's own synchronisation latency does not). Waits at the end.
+  virtual double timed(const std::function<void()>& work) {
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
 };
 
 /// The cell grid of a neighbour search for `plan` with list radius `rlist`.

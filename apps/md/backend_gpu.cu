@@ -137,6 +137,10 @@ class GpuBackend final : public Backend {
     MD_CUDA(cudaMallocHost(&m_host_sums, 3 * sizeof(double)));
   }
   ~GpuBackend() override {
+    if (m_event_start) {
+      cudaEventDestroy(m_event_start);
+      cudaEventDestroy(m_event_stop);
+    }
     cudaStreamDestroy(m_stream);
     cudaFreeHost(m_host_sums);
   }
@@ -228,6 +232,19 @@ class GpuBackend final : public Backend {
   }
   void fetch_forces(std::vector<double>& f) override { download(m_f, 3 * m_home, f); }
   void synchronize() override { MD_CUDA(cudaStreamSynchronize(m_stream)); }
+  double timed(const std::function<void()>& work) override {
+    if (!m_event_start) {
+      MD_CUDA(cudaEventCreate(&m_event_start));
+      MD_CUDA(cudaEventCreate(&m_event_stop));
+    }
+    MD_CUDA(cudaEventRecord(m_event_start, m_stream));
+    work();
+    MD_CUDA(cudaEventRecord(m_event_stop, m_stream));
+    MD_CUDA(cudaEventSynchronize(m_event_stop));
+    float ms = 0;
+    MD_CUDA(cudaEventElapsedTime(&ms, m_event_start, m_event_stop));
+    return 1e-3 * ms;
+  }
 
  private:
   void upload(DeviceArray<Real>& to, const std::vector<double>& from) {
@@ -246,6 +263,7 @@ class GpuBackend final : public Backend {
   }
 
   cudaStream_t m_stream = nullptr;
+  cudaEvent_t m_event_start = nullptr, m_event_stop = nullptr;
   DeviceArray<Real> m_x, m_v, m_f;
   DeviceArray<std::int32_t> m_offsets, m_neighbors, m_cell, m_members, m_start;
   std::int64_t m_entries = 0;

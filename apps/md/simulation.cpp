@@ -201,10 +201,7 @@ void Simulation::step() {
         (&slot == &m_timers.halo_forward || &slot == &m_timers.halo_reverse)) {
       HALOX_MPI_CHECK(MPI_Barrier(m_comm));
     }
-    const auto start = Clock::now();
-    work();
-    m_backend->synchronize();
-    slot += seconds_since(start);
+    slot += m_backend->timed(work);
   };
   timed(m_timers.integrate, [&] {
     m_backend->half_kick(dt);

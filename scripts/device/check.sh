@@ -45,7 +45,8 @@ log "benchmark: halox-bench halo-local (ranks in one process)"
 build/gpu/bench/halox-bench halo-local --json "$out/halo-local.json" 2>&1 | tee "$out/halo-local.txt"
 
 # NVSHMEM with two PEs on one GPU starts only when each MPS client is limited to half of it.
-mpi() { local np=$1; shift; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 150 mpirun -n "$np" --oversubscribe "$@"; }
+# --bind-to none: NVSHMEM's proxy thread must not share the one core MPI binds a rank to.
+mpi() { local np=$1; shift; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 150 mpirun -n "$np" --oversubscribe --bind-to none "$@"; }
 export HALOX_TUNING_FILE="$out/tuning.json"
 log "halox-tune (2 ranks)"
 mpi 2 build/gpu/bench/halox-tune 2>&1 | tee "$out/tune.txt"
