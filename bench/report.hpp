@@ -87,7 +87,7 @@ inline void write_json(const std::string& path, const std::string& benchmark,
     }
     for (const auto& [k, v] : rows[i].numbers) {
       std::ostringstream num;
-      num.precision(6);
+      num.precision(10);
       num << v;
       out << (f ? "" : ", ") << "\"" << k << "\": " << num.str();
       f = false;
