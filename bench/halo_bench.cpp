@@ -12,6 +12,7 @@
 
 #include "halox/config.hpp"
 #include "halox/error.hpp"
+#include "halox/trace.hpp"
 #include "report.hpp"
 #include "simulation.hpp"
 
@@ -24,7 +25,7 @@ double empty_launch_us();  // local_halo_bench.cu
 namespace {
 
 struct HaloOptions {
-  std::string app = "md", device = "auto", json;
+  std::string app = "md", device = "auto", json, trace;
   std::vector<std::string> transports;
   std::vector<long> atoms_per_rank = {2000, 20000, 200000};
   int steps = 200;
@@ -45,7 +46,8 @@ void halo_usage(FILE* out) {
       "  --steps N             timed steps per case (default 200, after 20 warm-up steps)\n"
       "  --device D            auto | cpu | gpu (default auto)\n"
       "  --quick               2000 and 20000 atoms per rank, 50 steps\n"
-      "  --json FILE           also write the rows as JSON\n");
+      "  --json FILE           also write the rows as JSON\n"
+      "  --trace FILE          Chrome trace JSON of the last case (all ranks)\n");
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -82,6 +84,8 @@ HaloOptions parse_halo(int argc, char** argv) {
       o.device = value();
     else if (a == "--json")
       o.json = value();
+    else if (a == "--trace")
+      o.trace = value();
     else if (a == "--quick")
       o.quick = true;
     else
@@ -145,6 +149,8 @@ int halo_main(int argc, char** argv) {
           std::printf("%-12s skipped: %s\n", name.c_str(), gpu ? why.c_str() : "needs a GPU");
         continue;
       }
+      if (!o.trace.empty()) trace::enable();
+      trace::clear();  // the file keeps the last case only
       md::Simulation sim(MPI_COMM_WORLD, c);
       for (int s = 0; s < 20; ++s) sim.step();
       sim.timers() = {};
@@ -185,6 +191,10 @@ int halo_main(int argc, char** argv) {
                            .set("empty_launch_us", launch));
       }
     }
+  }
+  if (!o.trace.empty()) {
+    trace::write(MPI_COMM_WORLD, o.trace);
+    if (rank == 0) std::printf("wrote trace %s (the last case)\n", o.trace.c_str());
   }
   if (rank == 0 && !o.json.empty()) {
     write_json(o.json, "halo --app md",

@@ -12,6 +12,7 @@
 
 #include "halox/error.hpp"
 #include "halox/gpu_halo.hpp"
+#include "halox/trace.hpp"
 #include "report.hpp"
 
 namespace halox::bench {
@@ -62,7 +63,7 @@ int local_halo_main(int argc, char** argv) {
   std::vector<std::string> grids = {"2x2x2", "3x3x3"};
   long atoms = 32000;
   double density = 0.8442, cutoff = 2.5, skin = 0.3;
-  std::string json;
+  std::string json, trace_file;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -72,6 +73,7 @@ int local_halo_main(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::printf(
           "usage: halox-bench halo-local [--ranks 2x2x2,3x3x3] [--atoms 32000] [--json FILE]\n"
+          "                             [--trace FILE]\n"
           "  LJ atoms (fcc, density 0.8442, halo distance cutoff 2.5 + skin 0.3) split over\n"
           "  R ranks in one process on one GPU; forward + reverse halo per step through the\n"
           "  local engine (per-pulse and all-pulse fused kernels) vs one empty kernel launch.\n");
@@ -88,6 +90,8 @@ int local_halo_main(int argc, char** argv) {
       atoms = std::atol(value().c_str());
     else if (a == "--json")
       json = value();
+    else if (a == "--trace")
+      trace_file = value();
     else
       throw Error("halox-bench halo-local: unknown option " + a);
   }
@@ -156,6 +160,21 @@ int local_halo_main(int argc, char** argv) {
       });
       exchange.check();
       const char* name = kernels == FusedKernels::all_pulses ? "all_pulses" : "per_pulse";
+      if (!trace_file.empty() && kernels == FusedKernels::all_pulses && grid == grids.front()) {
+        // Tracing overhead in the same run, then one traced step into the file.
+        trace::enable();
+        const double traced = per_call_us(stream, 11, 100, [&] {
+          exchange.forward(x, stream);
+          exchange.reverse(f, stream);
+        });
+        trace::clear();
+        exchange.forward(x, stream);
+        exchange.reverse(f, stream);
+        trace::write(trace_file);
+        trace::disable();
+        std::printf("tracing: step %.2f us with the log on vs %.2f us off (%+.1f%%); wrote %s\n",
+                    traced, step, 100 * (traced / step - 1), trace_file.c_str());
+      }
       std::printf("%-8s %8ld %10ld %10ld %-11s %9d %10.2f %10.2f %10.2f %8.2f\n", grid.c_str(),
                   total_atoms, total_atoms / topology.size(), halo / topology.size(), name,
                   2 * exchange.launches_per_exchange(), fwd, rev, step, step / launch);

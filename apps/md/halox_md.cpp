@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "halox/error.hpp"
+#include "halox/trace.hpp"
 #include "simulation.hpp"
 
 namespace {
@@ -20,7 +21,7 @@ struct Cli {
   Config config;
   int steps = 100;
   int thermo_every = 10;
-  std::string json, dump_forces;
+  std::string json, dump_forces, trace;
   bool quiet = false;
 };
 
@@ -53,6 +54,7 @@ void usage(FILE* out) {
       "  --json FILE         write thermo, timings and configuration as JSON\n"
       "  --dump-forces FILE  write 'id fx fy fz' of every atom at step 0\n"
       "  --quiet             no thermo table\n"
+      "  --trace FILE        Chrome trace JSON (Perfetto) of the last 4 steps, all ranks\n"
       "  --help              this text\n");
 }
 
@@ -118,6 +120,8 @@ Cli parse(int argc, char** argv) {
       cli.dump_forces = value();
     else if (a == "--quiet")
       cli.quiet = true;
+    else if (a == "--trace")
+      cli.trace = value();
     else
       throw Error("halox-md: unknown option " + a + " (see --help)");
   }
@@ -176,12 +180,18 @@ int run(int argc, char** argv) {
   sim.timers() = {};
   sim.exchange().reset_stats();
   const auto loop_start = std::chrono::steady_clock::now();
+  if (!cli.trace.empty()) trace::enable();
   for (int s = 1; s <= cli.steps; ++s) {
+    if (!cli.trace.empty() && s == std::max(1, cli.steps - 3)) trace::clear();
     sim.step();
     if ((cli.thermo_every > 0 && s % cli.thermo_every == 0) || s == cli.steps) report();
   }
   const double loop =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
+  if (!cli.trace.empty()) {
+    trace::write(MPI_COMM_WORLD, cli.trace);
+    if (rank == 0) std::printf("wrote trace %s (the last steps, every rank)\n", cli.trace.c_str());
+  }
 
   // Timing: the slowest rank's time per phase.
   Timers t = sim.timers();

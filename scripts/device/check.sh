@@ -42,7 +42,14 @@ rc=$?; grep -h "seed\|GPU:\|tests passed\|FAILED" "$out/gpu-tests.log" | tee -a 
 log "benchmark: halox-bench pack --device gpu $quick"
 build/gpu/bench/halox-bench pack --device gpu $quick --json "$out/pack-gpu.json" 2>&1 | tee "$out/pack-gpu.txt"
 log "benchmark: halox-bench halo-local (ranks in one process)"
-build/gpu/bench/halox-bench halo-local --json "$out/halo-local.json" 2>&1 | tee "$out/halo-local.txt"
+build/gpu/bench/halox-bench halo-local --json "$out/halo-local.json" --trace "$out/trace-local.json" \
+  2>&1 | tee "$out/halo-local.txt"
+log "tracing compiled out: the same benchmark from a build with HALOX_ENABLE_TRACING=OFF"
+cmake -S . -B build/gpu-notrace -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_TRACING=OFF \
+  -DHALOX_BUILD_TESTS=OFF > "$out/configure-notrace.log" 2>&1 &&
+  cmake --build build/gpu-notrace -j "$(nproc)" --target halox-bench > "$out/build-notrace.log" 2>&1 &&
+  build/gpu-notrace/bench/halox-bench halo-local --ranks 2x2x2 --json "$out/halo-local-notrace.json" \
+    2>&1 | tee "$out/halo-local-notrace.txt"
 
 # NVSHMEM with two PEs on one GPU starts only when each MPS client is limited to half of it.
 # --bind-to none: NVSHMEM's proxy thread must not share the one core MPI binds a rank to.

@@ -5,6 +5,7 @@
 
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
+#include "halox/trace.hpp"
 #include "transport.hpp"
 #include "tuning_file.hpp"
 
@@ -104,7 +105,10 @@ class StagedTransport final : public Transport {
       std::vector<MPI_Request> requests;
       if (any_remote) {
         // Wait 1: the packed data (and the previous stage's copies up) are complete.
-        HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+        {
+          trace::Scope scope("wait: stream (packed)", m_rank);
+          HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+        }
         stats.host_waits += 1;
         for (std::size_t i = 0; i < ops.size(); ++i) {
           const Op& op = ops[i];
@@ -128,8 +132,11 @@ class StagedTransport final : public Transport {
           }
         }
         // Wait 2: the messages have arrived.
-        HALOX_MPI_CHECK(
-            MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+        {
+          trace::Scope scope("wait: MPI", m_rank);
+          HALOX_MPI_CHECK(
+              MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+        }
         stats.host_waits += 1;
       }
       for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -272,6 +279,7 @@ class PipelinedTransport final : public Transport {
       }
     }
     // Progress: post each send when its copy down is done, unpack each chunk on arrival.
+    trace::Scope progress("pipeline progress", m_rank);
     std::size_t next_send = 0, received = 0;
     if (!sends.empty() || !recvs.empty()) stats.host_waits += 1;
     while (next_send < sends.size() || received < recvs.size()) {

@@ -7,6 +7,7 @@
 #include "halox/exchange.hpp"
 #include "halox/mpi.hpp"
 #include "halox/pack.hpp"
+#include "halox/trace.hpp"
 #include "halox/tuning.hpp"
 #include "transport.hpp"
 #if HALOX_HAS_CUDA
@@ -256,6 +257,7 @@ GridExchange::GridExchange(const Topology& topology, GridPlan plan, ExchangeOpti
 GridExchange::~GridExchange() = default;
 
 void GridExchange::exchange(void* field, GpuStream stream) {
+  trace::Scope scope("grid exchange", m_impl->topology.rank());
   const bool device = m_impl->chooser.on_device(field);
   if (device) m_impl->chooser.resolve(headers(m_impl->plan), 1, false);
   m_impl->chooser.for_field(field).run(device ? m_impl->device_ops : m_impl->host_ops, field,
@@ -396,6 +398,7 @@ struct ParticleExchange::Impl {
   }
 
   void run(bool forward, void* field, GpuStream stream) {
+    trace::Scope scope(forward ? "halo forward" : "halo reverse", topology.rank());
     const bool device = chooser.on_device(field);
     if (device) options.transport = chooser.resolve(headers(plan), item, true);
 #if HALOX_HAS_CUDA

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "halox/mpi.hpp"
+#include "halox/trace.hpp"
 #include "transport.hpp"
 
 namespace halox::detail {
@@ -49,6 +50,7 @@ class HostTransport final : public Transport {
         stats.bytes_sent += op.send_bytes;
       }
       if (!requests.empty()) {
+        trace::Scope scope("wait: MPI", m_rank);
         HALOX_MPI_CHECK(
             MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
         stats.host_waits += 1;

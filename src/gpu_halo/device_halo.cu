@@ -17,7 +17,10 @@
 #include <sstream>
 #include <string>
 
+#include "../trace/device_trace.hpp"
 #include "device_halo.hpp"
+#include "halox/config.hpp"
+#include "halox/trace.hpp"
 
 namespace halox::detail {
 
@@ -178,6 +181,8 @@ __device__ bool last_block(u64* counter, int blocks, bool sys) {
   __shared__ int last;
   __syncthreads();
   if (threadIdx.x == 0) {
+    // Each block fences its stores before counting itself; the last one fences again
+    // (acquiring the others' stores through the counter) before its release signal.
     fence(sys);
     last = (atomicAdd(counter, 1ull) + 1) % static_cast<u64>(blocks) == 0;
     if (last) fence(sys);
@@ -198,7 +203,26 @@ struct LaunchArgs {
   ErrorSink error;
   int stall_rank;
   int system_scope;
+  DeviceTrace trace;  // null when tracing is off
 };
+
+// One record per block (thread 0): the event log of halox/trace.hpp.
+__device__ __forceinline__ void record(const LaunchArgs& a, int rank, int pulse, int event,
+                                       int direction) {
+#if HALOX_HAS_TRACING
+  if (a.trace.records == nullptr || threadIdx.x != 0) return;
+  const u64 i = atomicAdd(a.trace.count, 1ull) % a.trace.capacity;
+  DeviceRecord& r = a.trace.records[i];
+  r.t = now_ns();
+  r.rank = rank;
+  r.pulse = static_cast<short>(pulse);
+  r.event = static_cast<unsigned char>(event);
+  r.direction = static_cast<unsigned char>(direction);
+  r.block = static_cast<int>(blockIdx.x);
+#else
+  (void)a, (void)rank, (void)pulse, (void)event, (void)direction;
+#endif
+}
 
 template <class Real>
 __device__ __forceinline__ void copy_item(Real* dst, const Real* src, const double* shift) {
@@ -215,26 +239,31 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
   const RankTable& table = a.tables[r];
   Real* x = xs[r];
   const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
-  if (v.recv_rank >= 0 && b == 0 && threadIdx.x == 0)
-    signal_release(v.fwd_src_ready, a.epoch, a.system_scope);
+  const bool sys = a.system_scope != 0;
+  if (v.recv_rank >= 0 && b == 0 && threadIdx.x == 0) signal_release(v.fwd_src_ready, a.epoch, sys);
   if (v.send_rank >= 0) {
+    record(a, v.rank, p, trace_ready_begin, 0);
     if (!block_wait(v.fwd_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.send_rank, p,
-                    fwd_ready, a.system_scope))
+                    fwd_ready, sys)) {
       return;
+    }
+    record(a, v.rank, p, trace_ready_end, 0);
+    record(a, v.rank, p, trace_pack_begin, 0);
     Real* out = reinterpret_cast<Real*>(v.fwd_out);
     for (int k = first; k < v.first_forwarded; k += stride) {
       copy_item(out + 3 * k, x + 3 * static_cast<long long>(v.send_index[k]), v.shift);
     }
     if (v.first_forwarded < v.n_send) {
       // Forwarded items: wait only for the pulses that deliver them, read their staging.
+      record(a, v.rank, p, trace_deps_begin, 0);
       for (int q = 0; q < table.npulses; ++q) {
-        if ((v.fwd_deps >> q & 1u) &&
-            !block_wait(a.views[r * a.npulses + q].fwd_in_data, a.epoch, a.timeout_ns, a.error,
-                        v.rank, a.views[r * a.npulses + q].recv_rank, q, fwd_data,
-                        a.system_scope)) {
+        const PulseView& from = a.views[r * a.npulses + q];
+        if ((v.fwd_deps >> q & 1u) && !block_wait(from.fwd_in_data, a.epoch, a.timeout_ns, a.error,
+                                                  v.rank, from.recv_rank, q, fwd_data, sys)) {
           return;
         }
       }
+      record(a, v.rank, p, trace_deps_end, 0);
       for (int k = v.first_forwarded + first; k < v.n_send; k += stride) {
         const long long i = v.send_index[k];
         int q = 0;
@@ -244,18 +273,26 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
         copy_item(out + 3 * k, src, v.shift);
       }
     }
-    if (last_block(&v.counters->fwd_blocks[p], a.blocks, a.system_scope)) {
-      if (threadIdx.x == 0) signal_release(v.fwd_out_data, a.epoch, a.system_scope);
+    record(a, v.rank, p, trace_pack_end, 0);
+    if (last_block(&v.counters->fwd_blocks[p], a.blocks, sys) && threadIdx.x == 0) {
+      signal_release(v.fwd_out_data, a.epoch, sys);
+      record(a, v.rank, p, trace_signal, 0);
     }
   }
   if (v.recv_rank >= 0) {
+    record(a, v.rank, p, trace_data_begin, 0);
     if (!block_wait(v.fwd_in_data, a.epoch, a.timeout_ns, a.error, v.rank, v.recv_rank, p, fwd_data,
-                    a.system_scope))
+                    sys)) {
       return;
+    }
+    record(a, v.rank, p, trace_data_end, 0);
+    record(a, v.rank, p, trace_unpack_begin, 0);
     const Real* in = reinterpret_cast<const Real*>(v.fwd_in);
     const double zero[3] = {0, 0, 0};
-    for (int k = first; k < v.n_recv; k += stride)
+    for (int k = first; k < v.n_recv; k += stride) {
       copy_item(x + 3 * (v.recv_offset + k), in + 3 * k, zero);
+    }
+    record(a, v.rank, p, trace_unpack_end, 0);
   }
 }
 
@@ -267,14 +304,18 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
   Real* f = fs[r];
   const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
   const double zero[3] = {0, 0, 0};
+  const bool sys = a.system_scope != 0;
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
-  if (v.send_rank >= 0 && b == 0 && threadIdx.x == 0)
-    signal_release(v.rev_src_ready, a.epoch, a.system_scope);
+  if (v.send_rank >= 0 && b == 0 && threadIdx.x == 0) signal_release(v.rev_src_ready, a.epoch, sys);
   if (v.recv_rank >= 0) {
+    record(a, v.rank, p, trace_ready_begin, 1);
     if (!block_wait(v.rev_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.recv_rank, p,
-                    rev_ready, a.system_scope))
+                    rev_ready, sys)) {
       return;
+    }
+    record(a, v.rank, p, trace_ready_end, 1);
+    record(a, v.rank, p, trace_pack_begin, 1);
     Real* out = reinterpret_cast<Real*>(v.rev_out);
     for (int j = first; j < v.rev_first_forwarded; j += stride) {
       const int k = v.rev_order[j];
@@ -283,6 +324,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     if (v.rev_first_forwarded < v.n_recv) {
       // Items later pulses forwarded: their forces are complete once those pulses' returned
       // forces have been added here.
+      record(a, v.rank, p, trace_deps_begin, 1);
       for (int q = p + 1; q < a.npulses; ++q) {
         if ((v.rev_deps >> q & 1u) &&
             !block_wait(&v.counters->rev_unpacked[q], a.round * a.blocks, a.timeout_ns, a.error,
@@ -290,19 +332,26 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
           return;
         }
       }
+      record(a, v.rank, p, trace_deps_end, 1);
       for (int j = v.rev_first_forwarded + first; j < v.n_recv; j += stride) {
         const int k = v.rev_order[j];
         copy_item(out + 3 * k, f + 3 * (v.recv_offset + k), zero);
       }
     }
-    if (last_block(&v.counters->rev_blocks[p], a.blocks, a.system_scope)) {
-      if (threadIdx.x == 0) signal_release(v.rev_out_data, a.epoch, a.system_scope);
+    record(a, v.rank, p, trace_pack_end, 1);
+    if (last_block(&v.counters->rev_blocks[p], a.blocks, sys) && threadIdx.x == 0) {
+      signal_release(v.rev_out_data, a.epoch, sys);
+      record(a, v.rank, p, trace_signal, 1);
     }
   }
   if (v.send_rank >= 0) {
+    record(a, v.rank, p, trace_data_begin, 1);
     if (!block_wait(v.rev_in_data, a.epoch, a.timeout_ns, a.error, v.rank, v.send_rank, p, rev_data,
-                    a.system_scope))
+                    sys)) {
       return;
+    }
+    record(a, v.rank, p, trace_data_end, 1);
+    record(a, v.rank, p, trace_unpack_begin, 1);
     const Real* in = reinterpret_cast<const Real*>(v.rev_in);
     for (int k = first; k < v.n_send; k += stride) {
       Real* dst = f + 3 * static_cast<long long>(v.send_index[k]);
@@ -311,6 +360,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
       atomicAdd(dst + 1, in[3 * k + 1]);
       atomicAdd(dst + 2, in[3 * k + 2]);
     }
+    record(a, v.rank, p, trace_unpack_end, 1);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -436,6 +486,7 @@ struct DeviceHalo::Impl {
     a.error = ErrorSink{claim, error_device};
     a.stall_rank = options.stall_rank;
     a.system_scope = system_scope ? 1 : 0;
+    a.trace = device_trace();
     return a;
   }
 
@@ -693,6 +744,7 @@ void DeviceHalo::self_test() {
 
 void DeviceHalo::forward(const std::vector<void*>& x, GpuStream stream) {
   check();
+  trace::Scope scope("launch forward", m_impl->ranks.empty() ? 0 : m_impl->ranks[0]);
   if (m_impl->real == BasicKind::float32)
     m_impl->launch<float>(true, x, stream);
   else
@@ -701,6 +753,7 @@ void DeviceHalo::forward(const std::vector<void*>& x, GpuStream stream) {
 
 void DeviceHalo::reverse(const std::vector<void*>& f, GpuStream stream) {
   check();
+  trace::Scope scope("launch reverse", m_impl->ranks.empty() ? 0 : m_impl->ranks[0]);
   if (m_impl->real == BasicKind::float32)
     m_impl->launch<float>(false, f, stream);
   else

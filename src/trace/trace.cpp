@@ -1,0 +1,315 @@
+#include "halox/trace.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+
+#include "device_trace.hpp"
+#include "halox/error.hpp"
+#if HALOX_HAS_CUDA
+#include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
+#endif
+#if HALOX_HAS_MPI
+#include "halox/mpi.hpp"
+#endif
+
+namespace halox {
+
+namespace detail {
+#if HALOX_HAS_CUDA
+// device_trace.cu: reads %globaltimer on the device.
+unsigned long long device_clock_ns();
+#endif
+}  // namespace detail
+
+namespace trace {
+
+namespace {
+
+std::int64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+struct State {
+  std::mutex mutex;
+  bool on = false;
+  bool env_checked = false;
+  std::vector<Event> host;
+  detail::DeviceTrace device;
+  std::int64_t device_offset_ns = 0;  // host realtime - device globaltimer
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+const char* event_name(int e) {
+  switch (e / 2 * 2) {
+    case detail::trace_pack_begin: return "pack + store";
+    case detail::trace_ready_begin: return "wait: peer buffer free";
+    case detail::trace_deps_begin: return "wait: forwarded items";
+    case detail::trace_data_begin: return "wait: data";
+    case detail::trace_unpack_begin: return "unpack";
+  }
+  return "signal";
+}
+
+}  // namespace
+
+void enable(std::size_t device_events) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.env_checked = true;
+  if (s.on) return;
+  s.on = true;
+#if HALOX_HAS_CUDA && HALOX_HAS_TRACING
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+    if (cudaMalloc(&s.device.count, sizeof(unsigned long long)) == cudaSuccess &&
+        cudaMalloc(&s.device.records, device_events * sizeof(detail::DeviceRecord)) ==
+            cudaSuccess) {
+      cudaMemset(s.device.count, 0, sizeof(unsigned long long));
+      s.device.capacity = device_events;
+      // Align the device's globaltimer with the host's realtime clock (midpoint of a probe).
+      const std::int64_t before = now_ns();
+      const unsigned long long device = detail::device_clock_ns();
+      const std::int64_t after = now_ns();
+      s.device_offset_ns = (before + after) / 2 - static_cast<std::int64_t>(device);
+    } else {
+      cudaGetLastError();
+      s.device = {};
+    }
+  } else {
+    cudaGetLastError();
+  }
+#else
+  (void)device_events;
+#endif
+}
+
+void disable() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.on = false;
+  s.env_checked = true;
+}
+
+bool enabled() {
+  State& s = state();
+  if (!s.env_checked) {
+    const char* env = std::getenv("HALOX_TRACE");
+    s.env_checked = true;
+    if (env && std::string(env) != "0") enable();
+  }
+  return s.on;
+}
+
+void clear() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.host.clear();
+#if HALOX_HAS_CUDA
+  if (s.device.count) {
+    cudaDeviceSynchronize();
+    cudaMemset(s.device.count, 0, sizeof(unsigned long long));
+  }
+#endif
+}
+
+Scope::Scope(const char* name, int rank) : m_name(name), m_rank(rank), m_begin(0), m_on(enabled()) {
+  if (!m_on) return;
+#if HALOX_HAS_CUDA
+  nvtxRangePushA(name);
+#endif
+  m_begin = now_ns();
+}
+
+Scope::~Scope() {
+  if (!m_on) return;
+  const std::int64_t end = now_ns();
+#if HALOX_HAS_CUDA
+  nvtxRangePop();
+#endif
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.host.push_back({m_name, m_rank, "host", m_begin, end});
+}
+
+std::vector<Event> collect() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::vector<Event> out = s.host;
+#if HALOX_HAS_CUDA
+  if (s.device.count) {
+    cudaDeviceSynchronize();
+    unsigned long long count = 0;
+    cudaMemcpy(&count, s.device.count, sizeof count, cudaMemcpyDeviceToHost);
+    const unsigned long long n = std::min(count, s.device.capacity);
+    std::vector<detail::DeviceRecord> records(n);
+    cudaMemcpy(records.data(), s.device.records, n * sizeof(detail::DeviceRecord),
+               cudaMemcpyDeviceToHost);
+    std::sort(records.begin(), records.end(),
+              [](const auto& a, const auto& b) { return a.t < b.t; });
+    // Pair each begin with the next end of the same (rank, direction, pulse, block, kind).
+    std::map<std::tuple<int, int, int, int, int>, unsigned long long> open;
+    for (const auto& r : records) {
+      const std::string track = std::string(r.direction ? "gpu reverse" : "gpu forward") +
+                                " pulse " + std::to_string(r.pulse) + " block " +
+                                std::to_string(r.block);
+      const std::int64_t t = static_cast<std::int64_t>(r.t) + s.device_offset_ns;
+      if (r.event == detail::trace_signal) {
+        out.push_back({"signal sent", r.rank, track, t, t});
+        continue;
+      }
+      const auto key =
+          std::make_tuple(r.rank, int(r.direction), int(r.pulse), r.block, r.event / 2);
+      if (r.event % 2 == 0) {
+        open[key] = r.t;
+      } else if (auto it = open.find(key); it != open.end()) {
+        out.push_back({event_name(r.event), r.rank, track,
+                       static_cast<std::int64_t>(it->second) + s.device_offset_ns, t});
+        open.erase(it);
+      }
+    }
+  }
+#endif
+  return out;
+}
+
+std::string to_chrome_json(const std::vector<Event>& events) {
+  std::vector<Event> sorted = events;
+  std::sort(sorted.begin(), sorted.end(), [](const Event& a, const Event& b) {
+    return std::tie(a.rank, a.track, a.begin_ns, a.end_ns) <
+           std::tie(b.rank, b.track, b.begin_ns, b.end_ns);
+  });
+  std::int64_t origin = 0;
+  for (const auto& e : sorted) origin = origin ? std::min(origin, e.begin_ns) : e.begin_ns;
+  std::map<std::pair<int, std::string>, int> tids;
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(3);
+  out << "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n";
+  bool first = true;
+  auto comma = [&] {
+    if (!first) out << ",\n";
+    first = false;
+  };
+  for (const auto& e : sorted) {
+    auto key = std::make_pair(e.rank, e.track);
+    auto it = tids.find(key);
+    if (it == tids.end()) {
+      const int tid = static_cast<int>(tids.size()) + 1;
+      it = tids.emplace(key, tid).first;
+      comma();
+      out << "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " << e.rank
+          << ", \"tid\": " << tid << ", \"args\": {\"name\": \"" << e.track << "\"}}";
+    }
+    comma();
+    const double ts = (e.begin_ns - origin) / 1e3, dur = (e.end_ns - e.begin_ns) / 1e3;
+    if (e.end_ns == e.begin_ns) {
+      out << "{\"ph\": \"i\", \"s\": \"t\", \"name\": \"" << e.name << "\", \"pid\": " << e.rank
+          << ", \"tid\": " << it->second << ", \"ts\": " << ts << "}";
+    } else {
+      out << "{\"ph\": \"X\", \"name\": \"" << e.name << "\", \"pid\": " << e.rank
+          << ", \"tid\": " << it->second << ", \"ts\": " << ts << ", \"dur\": " << dur << "}";
+    }
+  }
+  std::map<int, bool> ranks;
+  for (const auto& e : sorted) ranks[e.rank] = true;
+  for (const auto& [rank, unused] : ranks) {
+    comma();
+    out << "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " << rank
+        << ", \"args\": {\"name\": \"rank " << rank << "\"}}";
+  }
+  out << "\n]}\n";
+  return out.str();
+}
+
+void write(const std::string& path) {
+  std::ofstream out(path);
+  out << to_chrome_json(collect());
+  if (!out) throw Error("halox::trace::write: cannot write " + path);
+}
+
+#if HALOX_HAS_MPI
+void write(MPI_Comm comm, const std::string& path) {
+  int rank = 0, size = 1;
+  HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
+  // Clock offsets to rank 0 from a ping per rank (zero on one node, where the clocks agree).
+  std::int64_t offset = 0;
+  for (int r = 1; r < size; ++r) {
+    if (rank == 0) {
+      const std::int64_t sent = now_ns();
+      std::int64_t theirs = 0;
+      HALOX_MPI_CHECK(MPI_Send(&sent, 1, MPI_INT64_T, r, 8800, comm));
+      HALOX_MPI_CHECK(MPI_Recv(&theirs, 1, MPI_INT64_T, r, 8801, comm, MPI_STATUS_IGNORE));
+      const std::int64_t back = now_ns(), off = theirs - (sent + back) / 2;
+      HALOX_MPI_CHECK(MPI_Send(&off, 1, MPI_INT64_T, r, 8802, comm));
+    } else if (rank == r) {
+      std::int64_t sent = 0;
+      HALOX_MPI_CHECK(MPI_Recv(&sent, 1, MPI_INT64_T, 0, 8800, comm, MPI_STATUS_IGNORE));
+      const std::int64_t mine = now_ns();
+      HALOX_MPI_CHECK(MPI_Send(&mine, 1, MPI_INT64_T, 0, 8801, comm));
+      HALOX_MPI_CHECK(MPI_Recv(&offset, 1, MPI_INT64_T, 0, 8802, comm, MPI_STATUS_IGNORE));
+    }
+  }
+  std::ostringstream lines;
+  for (const auto& e : collect()) {
+    lines << e.rank << '\t' << e.track << '\t' << e.name << '\t' << e.begin_ns - offset << '\t'
+          << e.end_ns - offset << '\n';
+  }
+  const std::string mine = lines.str();
+  int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(size), displs(size);
+  HALOX_MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[r] = total;
+    total += lengths[r];
+  }
+  std::string all(rank == 0 ? total : 0, '\0');
+  HALOX_MPI_CHECK(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(),
+                              displs.data(), MPI_CHAR, 0, comm));
+  if (rank != 0) return;
+  std::vector<Event> events;
+  std::istringstream in(all);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    Event e;
+    std::string r, b, t;
+    std::getline(f, r, '\t');
+    std::getline(f, e.track, '\t');
+    std::getline(f, e.name, '\t');
+    std::getline(f, b, '\t');
+    std::getline(f, t, '\t');
+    e.rank = std::stoi(r);
+    e.begin_ns = std::stoll(b);
+    e.end_ns = std::stoll(t);
+    events.push_back(e);
+  }
+  std::ofstream out(path);
+  out << to_chrome_json(events);
+  if (!out) throw Error("halox::trace::write: cannot write " + path);
+}
+#endif
+
+}  // namespace trace
+
+namespace detail {
+DeviceTrace device_trace() {
+  return trace::enabled() ? trace::state().device : DeviceTrace{};
+}
+}  // namespace detail
+
+}  // namespace halox
