@@ -24,6 +24,15 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
+# matplotlib for scripts/plot (PyPI; Debian's package when pip may not install).
+if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
+  echo "setup: installing matplotlib"
+  python3 -m pip install -q matplotlib >/dev/null 2>&1 || {
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-matplotlib >/dev/null
+  }
+fi
+
 # NVSHMEM headers and libraries come from PyPI, pinned to the GPU machine's version.
 if have nvcc && [ -z "${NVSHMEM_HOME:-}" ] &&
    ! python3 -c 'import nvidia.nvshmem' >/dev/null 2>&1; then
