@@ -55,6 +55,8 @@ cmake -S . -B build/gpu-notrace -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENAB
 # --bind-to none: NVSHMEM's proxy thread must not share the one core MPI binds a rank to.
 mpi() { local np=$1; shift; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 150 mpirun -n "$np" --oversubscribe --bind-to none "$@"; }
 export HALOX_TUNING_FILE="$out/tuning.json"
+log "halox-info (2 ranks)"
+mpi 2 build/gpu/apps/halox-info --json "$out/info.json" 2>&1 | tee "$out/info.txt"
 log "halox-tune (2 ranks)"
 mpi 2 build/gpu/bench/halox-tune 2>&1 | tee "$out/tune.txt"
 
