@@ -83,17 +83,19 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       if (rank == 0) {
-        std::printf("usage: [mpiexec -n N] halox-info [--json FILE]\n"
-                    "  Prints what this machine and job can do: versions, GPUs and peer access,\n"
-                    "  the transports available per rank pair and the automatic choice, the\n"
-                    "  tuning file, MPS. Works without a GPU.\n");
+        std::printf(
+            "usage: [mpiexec -n N] halox-info [--json FILE]\n"
+            "  Prints what this machine and job can do: versions, GPUs and peer access,\n"
+            "  the transports available per rank pair and the automatic choice, the\n"
+            "  tuning file, MPS. Works without a GPU.\n");
       }
       MPI_Finalize();
       return 0;
     } else if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
     } else {
-      if (rank == 0) std::fprintf(stderr, "halox-info: unknown argument %s (see --help)\n", a.c_str());
+      if (rank == 0)
+        std::fprintf(stderr, "halox-info: unknown argument %s (see --help)\n", a.c_str());
       MPI_Finalize();
       return 2;
     }
@@ -116,9 +118,8 @@ int main(int argc, char** argv) {
   if (mpi.find('\n') != std::string::npos) mpi = mpi.substr(0, mpi.find('\n'));
   put("MPI", mpi + " (" + std::to_string(size) + " ranks)");
   std::string why;
-  put("MPI CUDA-aware", halox::transport_available(halox::TransportKind::mpi_direct, &why)
-                            ? "yes"
-                            : "no: " + why);
+  put("MPI CUDA-aware",
+      halox::transport_available(halox::TransportKind::mpi_direct, &why) ? "yes" : "no: " + why);
   int gpus = 0;
   std::string gpu_note;
 #if HALOX_HAS_CUDA
@@ -126,7 +127,8 @@ int main(int argc, char** argv) {
   cudaRuntimeGetVersion(&runtime);
   const cudaError_t driver_rc = cudaDriverGetVersion(&driver);
   put("CUDA runtime", version_text(runtime));
-  put("CUDA driver", driver_rc == cudaSuccess && driver ? version_text(driver) : "none (no driver)");
+  put("CUDA driver",
+      driver_rc == cudaSuccess && driver ? version_text(driver) : "none (no driver)");
   const cudaError_t rc = cudaGetDeviceCount(&gpus);
   if (rc != cudaSuccess) {
     gpu_note = std::string("no GPU visible: ") + cudaGetErrorString(rc);
@@ -158,9 +160,8 @@ int main(int argc, char** argv) {
   for (int d = 0; d < gpus; ++d) {
     cudaDeviceProp p{};
     cudaGetDeviceProperties(&p, d);
-    const std::string line = std::string(p.name) + ", " +
-                             std::to_string(p.totalGlobalMem >> 20) + " MiB, " +
-                             std::to_string(p.multiProcessorCount) + " SMs, sm_" +
+    const std::string line = std::string(p.name) + ", " + std::to_string(p.totalGlobalMem >> 20) +
+                             " MiB, " + std::to_string(p.multiProcessorCount) + " SMs, sm_" +
                              std::to_string(p.major) + std::to_string(p.minor);
     table.emplace_back("GPU " + std::to_string(d), line);
     gpu_json << (d ? ", " : "") << Json::quote(line);
@@ -194,7 +195,8 @@ int main(int argc, char** argv) {
   std::string available, missing;
   for (auto kind : halox::all_transports()) {
     std::string reason;
-    if (gpus == 0 && kind != halox::TransportKind::host && kind != halox::TransportKind::automatic) {
+    if (gpus == 0 && kind != halox::TransportKind::host &&
+        kind != halox::TransportKind::automatic) {
       missing += (missing.empty() ? "" : "; ") + halox::to_string(kind) + ": " + gpu_note;
     } else if (halox::transport_available(kind, &reason)) {
       available += (available.empty() ? "" : " ") + halox::to_string(kind);
@@ -228,21 +230,23 @@ int main(int argc, char** argv) {
         choice += HALOX_HAS_NVSHMEM ? "nvshmem-stream" : "staged/pipelined by size";
         if (devices[a] == devices[b]) choice += "; one GPU: needs MPS, no nccl";
       } else {
-        choice = HALOX_HAS_NVSHMEM ? "nvshmem-stream (put-with-signal)" : "staged/pipelined by size";
+        choice =
+            HALOX_HAS_NVSHMEM ? "nvshmem-stream (put-with-signal)" : "staged/pipelined by size";
       }
       table.emplace_back("ranks " + std::to_string(a) + "-" + std::to_string(b), choice);
       pairs << (pairs.tellp() > 1 ? ", " : "") << "{\"a\": " << a << ", \"b\": " << b
-            << ", \"same_node\": " << (same_node ? "true" : "false") << ", \"auto\": "
-            << Json::quote(choice) << "}";
+            << ", \"same_node\": " << (same_node ? "true" : "false")
+            << ", \"auto\": " << Json::quote(choice) << "}";
     }
   }
   pairs << "]";
   j.raw("rank_pairs", pairs.str());
   // Tuning file and MPS.
   const std::string tuning = read_tuning();
-  put("tuning file", halox::tuning_file_path() + (tuning.empty() ? " (absent: run halox-tune)" : ""));
-  put("pipelined chunk", std::to_string(halox::tuned_chunk_bytes()) + " bytes" +
-                             (tuning.empty() ? " (default)" : ""));
+  put("tuning file",
+      halox::tuning_file_path() + (tuning.empty() ? " (absent: run halox-tune)" : ""));
+  put("pipelined chunk",
+      std::to_string(halox::tuned_chunk_bytes()) + " bytes" + (tuning.empty() ? " (default)" : ""));
   put("pipelining crossover", std::to_string(halox::tuned_pipelined_from_bytes()) + " bytes" +
                                   (tuning.empty() ? " (default)" : ""));
   const char* pipe = std::getenv("CUDA_MPS_PIPE_DIRECTORY");

@@ -24,8 +24,8 @@ namespace halox {
 
 namespace detail {
 #if HALOX_HAS_CUDA
-// device_trace.cu: reads %globaltimer on the device.
-unsigned long long device_clock_ns();
+// device_clock.cu: host realtime minus the device's %globaltimer.
+std::int64_t device_clock_offset_ns();
 #endif
 }  // namespace detail
 
@@ -80,11 +80,8 @@ void enable(std::size_t device_events) {
             cudaSuccess) {
       cudaMemset(s.device.count, 0, sizeof(unsigned long long));
       s.device.capacity = device_events;
-      // Align the device's globaltimer with the host's realtime clock (midpoint of a probe).
-      const std::int64_t before = now_ns();
-      const unsigned long long device = detail::device_clock_ns();
-      const std::int64_t after = now_ns();
-      s.device_offset_ns = (before + after) / 2 - static_cast<std::int64_t>(device);
+      // Align the device's globaltimer with the host's realtime clock.
+      s.device_offset_ns = detail::device_clock_offset_ns();
     } else {
       cudaGetLastError();
       s.device = {};
