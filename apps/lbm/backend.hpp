@@ -1,0 +1,52 @@
+// halox-lbm's back ends: the same per-cell functions (lattice.hpp) over host arrays or
+// device arrays, float or double. Fields are SoA planes with one halo layer.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "halox/datatype.hpp"
+#include "halox/pack_gpu.hpp"
+#include "lattice.hpp"
+
+namespace halox::lbm {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual BasicKind real() const = 0;
+  virtual bool on_device() const = 0;
+  /// Allocates two copies of f (and of g when multiphase) and phi for an interior of n.
+  virtual void allocate(std::array<int, 3> n, bool multiphase) = 0;
+  /// Sets every interior cell's populations (double, interleaved per cell: 19 f then 7 g).
+  virtual void upload(const std::vector<double>& cells) = 0;
+  /// The current copies of every interior cell: rho, ux, uy, uz, phi (double).
+  virtual std::vector<double> download_moments() = 0;
+  /// Device or host base pointers of the current copies (what the exchanges move).
+  virtual void* f() = 0;
+  virtual void* g() = 0;
+  virtual void* phi() = 0;
+  virtual void bgk_step(double omega) = 0;    // fused pull-stream-collide into the next copy
+  virtual void stream() = 0;                  // multiphase: pull f and g, phi
+  virtual void collide(const Params& p) = 0;  // multiphase: after the phi exchange
+  virtual void swap() = 0;
+  virtual GpuStream stream_handle() = 0;
+  virtual void synchronize() = 0;
+  /// The "default" communication variant's hand-written pack: the cells of the box
+  /// [lo, hi) (halo coordinates) of the planes `planes` of field 0 (f), 1 (g) or 2 (phi), in
+  /// plane-major order, into `out` (device memory for the GPU back end) / back from `in`.
+  virtual void pack_box(int field, std::array<int, 3> lo, std::array<int, 3> hi,
+                        const std::vector<int>& planes, void* out) = 0;
+  virtual void unpack_box(int field, std::array<int, 3> lo, std::array<int, 3> hi,
+                          const std::vector<int>& planes, const void* in) = 0;
+  /// Bytes of lattice arrays allocated.
+  virtual std::int64_t bytes() const = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(bool single);
+std::unique_ptr<Backend> make_gpu_backend(bool single);  // throws without CUDA / GPU
+
+}  // namespace halox::lbm

@@ -1,0 +1,125 @@
+#include <utility>
+
+#include "backend.hpp"
+
+namespace halox::lbm {
+
+namespace {
+
+template <class Real>
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return sizeof(Real) == 4 ? "cpu (float)" : "cpu (double)"; }
+  BasicKind real() const override {
+    return sizeof(Real) == 4 ? BasicKind::float32 : BasicKind::float64;
+  }
+  bool on_device() const override { return false; }
+
+  void allocate(std::array<int, 3> n, bool multiphase) override {
+    m_f.nx = n[0];
+    m_f.ny = n[1];
+    m_f.nz = n[2];
+    m_multiphase = multiphase;
+    const std::size_t plane = static_cast<std::size_t>(m_f.plane());
+    m_a.assign(Q * plane, Real(0));
+    m_b.assign(Q * plane, Real(0));
+    m_ga.assign(multiphase ? QG * plane : 0, Real(0));
+    m_gb.assign(multiphase ? QG * plane : 0, Real(0));
+    m_phi.assign(plane, Real(0));
+    point();
+  }
+  void upload(const std::vector<double>& cells) override {
+    const long long plane = m_f.plane();
+    std::size_t k = 0;
+    for (int z = 1; z <= m_f.nz; ++z)
+      for (int y = 1; y <= m_f.ny; ++y)
+        for (int x = 1; x <= m_f.nx; ++x) {
+          const long long c = m_f.at(x, y, z);
+          for (int q = 0; q < Q; ++q) m_f.f[q * plane + c] = static_cast<Real>(cells[k++]);
+          for (int q = 0; q < QG; ++q) {
+            const Real v = static_cast<Real>(cells[k++]);
+            if (m_multiphase) m_f.g[q * plane + c] = v;
+          }
+        }
+  }
+  std::vector<double> download_moments() override {
+    std::vector<double> out;
+    Fields<Real> F = m_f;
+    if (!m_multiphase) F.g = nullptr;
+    for (int z = 1; z <= m_f.nz; ++z)
+      for (int y = 1; y <= m_f.ny; ++y)
+        for (int x = 1; x <= m_f.nx; ++x) {
+          Real rho, ux, uy, uz, phi;
+          moments(F, m_f.at(x, y, z), rho, ux, uy, uz, phi);
+          for (Real v : {rho, ux, uy, uz, phi}) out.push_back(v);
+        }
+    return out;
+  }
+  void* f() override { return m_f.f; }
+  void* g() override { return m_f.g; }
+  void* phi() override { return m_f.phi; }
+  void bgk_step(double omega) override {
+    for (int z = 1; z <= m_f.nz; ++z)
+      for (int y = 1; y <= m_f.ny; ++y)
+        for (int x = 1; x <= m_f.nx; ++x) bgk_cell<Real>(m_f, x, y, z, static_cast<Real>(omega));
+  }
+  void stream() override {
+    for (int z = 1; z <= m_f.nz; ++z)
+      for (int y = 1; y <= m_f.ny; ++y)
+        for (int x = 1; x <= m_f.nx; ++x) stream_cell<Real>(m_f, x, y, z);
+  }
+  void collide(const Params& p) override {
+    for (int z = 1; z <= m_f.nz; ++z)
+      for (int y = 1; y <= m_f.ny; ++y)
+        for (int x = 1; x <= m_f.nx; ++x) collide_cell<Real>(m_f, x, y, z, p);
+  }
+  void swap() override {
+    std::swap(m_f.f, m_f.f_next);
+    std::swap(m_f.g, m_f.g_next);
+  }
+  void pack_box(int field, std::array<int, 3> lo, std::array<int, 3> hi,
+                const std::vector<int>& planes, void* out) override {
+    Real* o = static_cast<Real*>(out);
+    const Real* base = field == 0 ? m_f.f : field == 1 ? m_f.g : m_f.phi;
+    for (int q : planes)
+      for (int z = lo[2]; z < hi[2]; ++z)
+        for (int y = lo[1]; y < hi[1]; ++y)
+          for (int x = lo[0]; x < hi[0]; ++x) *o++ = base[q * m_f.plane() + m_f.at(x, y, z)];
+  }
+  void unpack_box(int field, std::array<int, 3> lo, std::array<int, 3> hi,
+                  const std::vector<int>& planes, const void* in) override {
+    const Real* i = static_cast<const Real*>(in);
+    Real* base = field == 0 ? m_f.f : field == 1 ? m_f.g : m_f.phi;
+    for (int q : planes)
+      for (int z = lo[2]; z < hi[2]; ++z)
+        for (int y = lo[1]; y < hi[1]; ++y)
+          for (int x = lo[0]; x < hi[0]; ++x) base[q * m_f.plane() + m_f.at(x, y, z)] = *i++;
+  }
+  GpuStream stream_handle() override { return nullptr; }
+  void synchronize() override {}
+  std::int64_t bytes() const override {
+    return static_cast<std::int64_t>(
+        (m_a.size() + m_b.size() + m_ga.size() + m_gb.size() + m_phi.size()) * sizeof(Real));
+  }
+
+ private:
+  void point() {
+    m_f.f = m_a.data();
+    m_f.f_next = m_b.data();
+    m_f.g = m_multiphase ? m_ga.data() : nullptr;
+    m_f.g_next = m_multiphase ? m_gb.data() : nullptr;
+    m_f.phi = m_phi.data();
+  }
+  Fields<Real> m_f;
+  bool m_multiphase = false;
+  std::vector<Real> m_a, m_b, m_ga, m_gb, m_phi;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(bool single) {
+  if (single) return std::make_unique<CpuBackend<float>>();
+  return std::make_unique<CpuBackend<double>>();
+}
+
+}  // namespace halox::lbm

@@ -1,0 +1,197 @@
+// The lattice Boltzmann physics of halox-lbm, written once for the CPU and GPU back ends:
+// D3Q19 BGK with Guo forcing for momentum, D3Q7 for the order parameter of the free-energy
+// binary fluid (lattice units, c_s^2 = 1/3 for D3Q19, 1/4 for D3Q7).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define LBM_HD __host__ __device__ __forceinline__
+#define LBM_UNROLL _Pragma("unroll")
+#else
+#define LBM_HD inline
+#define LBM_UNROLL
+#endif
+
+namespace halox::lbm {
+
+constexpr int Q = 19;
+constexpr int QG = 7;
+
+// D3Q19 velocities: rest, 6 faces, 12 edges; D3Q7 is the first seven. Functions with local
+// constant tables, so the same code reads them on the host and the device (loops over q are
+// unrolled and the tables fold away).
+LBM_HD int ex(int q) {
+  constexpr int t[Q] = {0, 1, -1, 0, 0, 0, 0, 1, -1, 1, -1, 1, -1, 1, -1, 0, 0, 0, 0};
+  return t[q];
+}
+LBM_HD int ey(int q) {
+  constexpr int t[Q] = {0, 0, 0, 1, -1, 0, 0, 1, -1, -1, 1, 0, 0, 0, 0, 1, -1, 1, -1};
+  return t[q];
+}
+LBM_HD int ez(int q) {
+  constexpr int t[Q] = {0, 0, 0, 0, 0, 1, -1, 0, 0, 0, 0, 1, -1, -1, 1, 1, -1, -1, 1};
+  return t[q];
+}
+
+template <class Real>
+LBM_HD Real weight19(int q) {
+  return q == 0 ? Real(1) / 3 : (q < 7 ? Real(1) / 18 : Real(1) / 36);
+}
+
+/// Model parameters (lattice units).
+struct Params {
+  double tau = 0.8;       // momentum relaxation time (viscosity (tau - 1/2) / 3)
+  double tau_g = 1.0;     // order-parameter relaxation time
+  double A = 0.04;        // bulk free-energy coefficient
+  double kappa = 0.04;    // interface stiffness
+  double mobility = 0.5;  // Gamma in the D3Q7 equilibrium
+  bool multiphase = true;
+};
+
+/// A rank's fields: SoA with one halo layer, x fastest; extent = interior + 2.
+template <class Real>
+struct Fields {
+  int nx = 0, ny = 0, nz = 0;  // interior
+  Real* f = nullptr;           // Q planes (read copy)
+  Real* f_next = nullptr;      // Q planes (write copy)
+  Real* g = nullptr;           // QG planes
+  Real* g_next = nullptr;
+  Real* phi = nullptr;  // one plane
+  LBM_HD long long ex() const { return nx + 2; }
+  LBM_HD long long plane() const { return (long long)(nx + 2) * (ny + 2) * (nz + 2); }
+  LBM_HD long long at(int x, int y, int z) const {
+    return ((long long)z * (ny + 2) + y) * (nx + 2) + x;
+  }
+};
+
+template <class Real>
+LBM_HD Real equilibrium(int q, Real rho, Real ux, Real uy, Real uz) {
+  const Real eu = ex(q) * ux + ey(q) * uy + ez(q) * uz;
+  const Real uu = ux * ux + uy * uy + uz * uz;
+  return weight19<Real>(q) * rho * (Real(1) + Real(3) * eu + Real(4.5) * eu * eu - Real(1.5) * uu);
+}
+
+/// Single-phase BGK, fused pull-stream + collide for interior cell (x, y, z) (halo-based
+/// coordinates, 1..n): reads f at x - e_q, writes f_next at x. The bandwidth kernel.
+template <class Real>
+LBM_HD void bgk_cell(const Fields<Real>& F, int x, int y, int z, Real omega) {
+  const long long c = F.at(x, y, z), plane = F.plane();
+  Real fq[Q];
+  Real rho = 0, jx = 0, jy = 0, jz = 0;
+  LBM_UNROLL
+  for (int q = 0; q < Q; ++q) {
+    fq[q] = F.f[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))];
+    rho += fq[q];
+    jx += fq[q] * ex(q);
+    jy += fq[q] * ey(q);
+    jz += fq[q] * ez(q);
+  }
+  const Real ux = jx / rho, uy = jy / rho, uz = jz / rho;
+  LBM_UNROLL
+  for (int q = 0; q < Q; ++q) {
+    F.f_next[q * plane + c] = fq[q] - omega * (fq[q] - equilibrium<Real>(q, rho, ux, uy, uz));
+  }
+}
+
+/// Multiphase pass 1: pull-stream f and g into the next copies and compute phi there.
+template <class Real>
+LBM_HD void stream_cell(const Fields<Real>& F, int x, int y, int z) {
+  const long long c = F.at(x, y, z), plane = F.plane();
+  LBM_UNROLL
+  for (int q = 0; q < Q; ++q) {
+    F.f_next[q * plane + c] = F.f[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))];
+  }
+  Real phi = 0;
+  LBM_UNROLL
+  for (int q = 0; q < QG; ++q) {
+    const Real v = F.g[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))];
+    F.g_next[q * plane + c] = v;
+    phi += v;
+  }
+  F.phi[c] = phi;
+}
+
+/// Multiphase pass 2 (after the phi halo exchange): chemical potential, force mu grad(phi)
+/// (Guo forcing), collide f and g in place in the next copies.
+template <class Real>
+LBM_HD void collide_cell(const Fields<Real>& F, int x, int y, int z, const Params& p) {
+  const long long c = F.at(x, y, z), plane = F.plane();
+  const Real phi = F.phi[c];
+  Real gx = 0, gy = 0, gz = 0, lap = 0;
+  LBM_UNROLL
+  for (int q = 1; q < Q; ++q) {
+    const Real n = F.phi[F.at(x + ex(q), y + ey(q), z + ez(q))];
+    const Real w = weight19<Real>(q);
+    gx += w * ex(q) * n;
+    gy += w * ey(q) * n;
+    gz += w * ez(q) * n;
+    lap += w * (n - phi);
+  }
+  gx *= Real(3);
+  gy *= Real(3);
+  gz *= Real(3);
+  lap *= Real(6);
+  const Real mu = Real(p.A) * (phi * phi * phi - phi) - Real(p.kappa) * lap;
+  const Real Fx = mu * gx, Fy = mu * gy, Fz = mu * gz;
+  Real fq[Q], rho = 0, jx = 0, jy = 0, jz = 0;
+  LBM_UNROLL
+  for (int q = 0; q < Q; ++q) {
+    fq[q] = F.f_next[q * plane + c];
+    rho += fq[q];
+    jx += fq[q] * ex(q);
+    jy += fq[q] * ey(q);
+    jz += fq[q] * ez(q);
+  }
+  const Real ux = (jx + Real(0.5) * Fx) / rho, uy = (jy + Real(0.5) * Fy) / rho,
+             uz = (jz + Real(0.5) * Fz) / rho;
+  const Real omega = Real(1) / Real(p.tau), pre = Real(1) - Real(0.5) * omega;
+  LBM_UNROLL
+  for (int q = 0; q < Q; ++q) {
+    const Real eu = ex(q) * ux + ey(q) * uy + ez(q) * uz;
+    const Real force = weight19<Real>(q) * ((Real(3) * (ex(q) - ux) + Real(9) * eu * ex(q)) * Fx +
+                                            (Real(3) * (ey(q) - uy) + Real(9) * eu * ey(q)) * Fy +
+                                            (Real(3) * (ez(q) - uz) + Real(9) * eu * ez(q)) * Fz);
+    F.f_next[q * plane + c] =
+        fq[q] - omega * (fq[q] - equilibrium<Real>(q, rho, ux, uy, uz)) + pre * force;
+  }
+  // D3Q7 order parameter: g_eq_i = (Gamma mu + phi e_i.u) / 2 (w = 1/8, c_s^2 = 1/4), the
+  // rest population takes the remainder so that sum g = phi exactly.
+  const Real omega_g = Real(1) / Real(p.tau_g);
+  Real rest = phi;
+  LBM_UNROLL
+  for (int q = 1; q < QG; ++q) {
+    const Real eq =
+        Real(0.5) * (Real(p.mobility) * mu + phi * (ex(q) * ux + ey(q) * uy + ez(q) * uz));
+    rest -= eq;
+    Real& gq = F.g_next[q * plane + c];
+    gq = gq - omega_g * (gq - eq);
+  }
+  Real& g0 = F.g_next[c];
+  g0 = g0 - omega_g * (g0 - rest);
+}
+
+/// Density, velocity (with half the force when multiphase: computed from f only here) and
+/// phi of a cell from the current copies (diagnostics and output).
+template <class Real>
+LBM_HD void moments(const Fields<Real>& F, long long c, Real& rho, Real& ux, Real& uy, Real& uz,
+                    Real& phi) {
+  const long long plane = F.plane();
+  rho = ux = uy = uz = phi = 0;
+  LBM_UNROLL
+  for (int q = 0; q < Q; ++q) {
+    const Real v = F.f[q * plane + c];
+    rho += v;
+    ux += v * ex(q);
+    uy += v * ey(q);
+    uz += v * ez(q);
+  }
+  ux /= rho;
+  uy /= rho;
+  uz /= rho;
+  if (F.g) {
+    for (int q = 0; q < QG; ++q) phi += F.g[q * plane + c];
+  }
+}
+
+}  // namespace halox::lbm
