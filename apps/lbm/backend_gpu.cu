@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <algorithm>
 #include <utility>
 
 #include "backend.hpp"
@@ -172,6 +173,34 @@ class GpuBackend final : public Backend {
   void unpack_box(int field, std::array<int, 3> lo, std::array<int, 3> hi,
                   const std::vector<int>& planes, const void* in) override {
     box<false>(field, lo, hi, planes, static_cast<Real*>(const_cast<void*>(in)));
+  }
+  double copy_ceiling_gbs() override {
+    const std::size_t bytes = std::size_t(1) << 30;
+    void *a = nullptr, *b = nullptr;
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      cudaFree(a);
+      return 0;
+    }
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, m_stream);  // warm-up
+    float best = 1e30f;
+    for (int i = 0; i < 5; ++i) {
+      cudaEventRecord(start, m_stream);
+      cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, m_stream);
+      cudaEventRecord(stop, m_stream);
+      cudaEventSynchronize(stop);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, start, stop);
+      best = std::min(best, ms);
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * bytes / (best * 1e-3) / 1e9;
   }
   GpuStream stream_handle() override { return m_stream; }
   void synchronize() override { LBM_CUDA(cudaStreamSynchronize(m_stream)); }

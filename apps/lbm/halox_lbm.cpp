@@ -571,6 +571,15 @@ int run(int argc, char** argv) {
   double worst[2] = {0, 0}, mine[2] = {lbm.time_exchange(), lbm.time_compute()};
   MPI_Reduce(mine, worst, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   const double mlups = cli.steps ? cells * double(cli.steps) / seconds / 1e6 : 0;
+  // The bandwidth bound: bytes each cell update moves (counted below) against the copy
+  // ceiling measured now. BGK: 19 populations read + written. Multiphase (two passes):
+  // stream reads and writes f (19) and g (7) and writes phi; collide reads and writes f and g
+  // and reads phi: 106 values.
+  const double real_bytes = lbm.backend().real() == BasicKind::float32 ? 4 : 8;
+  const double cell_bytes = (cli.model == "bgk" ? 38 : 106) * real_bytes;
+  const double ceiling = lbm.backend().copy_ceiling_gbs();
+  // One GPU's bound: on the one-GPU machine every rank shares it.
+  const double bound = ceiling > 0 ? ceiling * 1e9 / cell_bytes / 1e6 : 0;
   int rc = 0;
   std::string checks;
   // Taylor-Green: the velocity amplitude (square root of the kinetic energy) decays as
@@ -601,6 +610,12 @@ int run(int argc, char** argv) {
         "compute %.3f s)\n",
         cli.steps, seconds, mlups, 100 * worst[0] / std::max(1e-12, worst[0] + worst[1]), worst[0],
         worst[1]);
+    if (bound > 0) {
+      std::printf(
+          "bandwidth bound: %.0f bytes per cell update, copy ceiling %.0f GB/s (measured now) -> "
+          "%.0f MLUPS; this run: %.1f%% of it\n",
+          cell_bytes, ceiling, bound, 100 * mlups / bound);
+    }
     std::printf("conservation: fluid mass %.3e, phase A %.3e, phase B %.3e (relative change)\n",
                 std::abs(last[0] - first[0]) / first[0],
                 cli.model == "multiphase" ? std::abs(last[1] - first[1]) / first[1] : 0.0,
@@ -672,6 +687,9 @@ int run(int argc, char** argv) {
       << ",\n  \"exchange_seconds\": " << worst[0] << ",\n  \"compute_seconds\": " << worst[1]
       << ",\n  \"bytes_per_cell\": "
       << double(lbm.backend().bytes()) / (double(lbm.local()[0]) * lbm.local()[1] * lbm.local()[2])
+      << ",\n  \"bytes_per_cell_update\": " << cell_bytes
+      << ",\n  \"copy_ceiling_gbs\": " << ceiling << ",\n  \"bound_mlups\": " << bound
+      << ",\n  \"fraction_of_bound\": " << (bound > 0 ? mlups / bound : 0)
       << ",\n  \"mass_change\": " << mass_error << ",\n  \"taylor_green_error\": " << tg_error
       << "\n}\n";
   }

@@ -66,6 +66,20 @@ log "benchmark: halox-bench pingpong, NVSHMEM transports (own run)"
 mpi 2 build/gpu/bench/halox-bench pingpong --transports nvshmem-stream,nvshmem-fused \
   --json "$out/pingpong-nvshmem.json" 2>&1 | tee "$out/pingpong-nvshmem.txt"
 
+log "halox-lbm: D3Q19 BGK and multiphase throughput on one GPU"
+build/gpu/apps/lbm/halox-lbm --model bgk --grid 256x256x256 --steps 300 --device gpu \
+  --json "$out/lbm-bgk.json" 2>&1 | tee "$out/lbm-bgk.txt"
+build/gpu/apps/lbm/halox-lbm --model multiphase --grid 256x256x256 --steps 200 --device gpu \
+  --json "$out/lbm-multiphase.json" 2>&1 | tee "$out/lbm-multiphase.txt"
+build/gpu/apps/lbm/halox-lbm --init spinodal --grid 256x256x64 --steps 3000 --device gpu \
+  --report 1000 --slice "$out/lbm-spinodal.pgm" 2>&1 | tail -3
+log "halox-lbm variants: 2 ranks on the one GPU, 128^3 per rank"
+for v in "--comm default" "--comm datatype --transport staged" "--comm datatype --transport nvshmem-stream"; do
+  name=$(echo "$v" | tr -d ' -' | sed 's/commdatatypetransport//; s/comm//')
+  mpi 2 build/gpu/apps/lbm/halox-lbm --grid 256x128x128 --ranks 2x1x1 --steps 100 --device gpu $v \
+    --json "$out/lbm-variant-$name.json" 2>&1 | grep -E "MLUPS;|halox-lbm:" | tee -a "$out/lbm-variants.txt"
+done
+
 for np in 1 2; do
   log "halox-md on the GPU, $np rank(s)"
   mpi $np build/gpu/apps/md/halox-md --device gpu --cells 20 --steps 500 --thermo 100 \
