@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "../common/cuda_check.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"
@@ -17,56 +18,40 @@ namespace halox::detail {
 
 namespace {
 
-void check_cuda(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) {
-    throw BackendError(std::string("CUDA call failed: ") + call + ": " + cudaGetErrorString(rc));
+// A buffer that only grows, from cudaMalloc (device) or cudaMallocHost (pinned host).
+template <cudaError_t (*Allocate)(void**, std::size_t), cudaError_t (*Free)(void*)>
+class GrowingBuffer {
+ public:
+  GrowingBuffer() = default;
+  GrowingBuffer(const GrowingBuffer&) = delete;
+  GrowingBuffer(GrowingBuffer&& o) noexcept : m_ptr(o.m_ptr), m_size(o.m_size) {
+    o.m_ptr = nullptr;
   }
+  ~GrowingBuffer() { Free(m_ptr); }
+  char* at_least(std::int64_t n) {
+    if (n > m_size) {
+      Free(m_ptr);
+      m_ptr = nullptr;
+      HALOX_CUDA_CHECK(Allocate(&m_ptr, static_cast<std::size_t>(n)));
+      m_size = n;
+    }
+    return static_cast<char*>(m_ptr);
+  }
+  char* get() const { return static_cast<char*>(m_ptr); }
+
+ private:
+  void* m_ptr = nullptr;
+  std::int64_t m_size = 0;
+};
+
+cudaError_t device_alloc(void** p, std::size_t n) {
+  return cudaMalloc(p, n);
 }
-#define HALOX_CUDA_CHECK(call) check_cuda((call), #call)
-
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : m_ptr(o.m_ptr), m_size(o.m_size) { o.m_ptr = nullptr; }
-  ~DeviceBuffer() { cudaFree(m_ptr); }
-  char* at_least(std::int64_t n) {
-    if (n > m_size) {
-      cudaFree(m_ptr);
-      m_ptr = nullptr;
-      HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, static_cast<std::size_t>(n)));
-      m_size = n;
-    }
-    return static_cast<char*>(m_ptr);
-  }
-  char* get() const { return static_cast<char*>(m_ptr); }
-
- private:
-  void* m_ptr = nullptr;
-  std::int64_t m_size = 0;
-};
-
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& o) noexcept : m_ptr(o.m_ptr), m_size(o.m_size) { o.m_ptr = nullptr; }
-  ~PinnedBuffer() { cudaFreeHost(m_ptr); }
-  char* at_least(std::int64_t n) {
-    if (n > m_size) {
-      cudaFreeHost(m_ptr);
-      m_ptr = nullptr;
-      HALOX_CUDA_CHECK(cudaMallocHost(&m_ptr, static_cast<std::size_t>(n)));
-      m_size = n;
-    }
-    return static_cast<char*>(m_ptr);
-  }
-  char* get() const { return static_cast<char*>(m_ptr); }
-
- private:
-  void* m_ptr = nullptr;
-  std::int64_t m_size = 0;
-};
+cudaError_t pinned_alloc(void** p, std::size_t n) {
+  return cudaMallocHost(p, n);
+}
+using DeviceBuffer = GrowingBuffer<device_alloc, cudaFree>;
+using PinnedBuffer = GrowingBuffer<pinned_alloc, cudaFreeHost>;
 
 bool remote(int peer, int rank) {
   return peer >= 0 && peer != rank;

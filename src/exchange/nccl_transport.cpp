@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "../common/cuda_check.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "transport.hpp"
@@ -19,13 +20,6 @@ void check_nccl(ncclResult_t rc, const char* call) {
   }
 }
 #define HALOX_NCCL_CHECK(call) check_nccl((call), #call)
-
-void check_cuda(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) {
-    throw BackendError(std::string("CUDA call failed: ") + call + ": " + cudaGetErrorString(rc));
-  }
-}
-#define HALOX_CUDA_CHECK(call) check_cuda((call), #call)
 
 struct Buffer {
   void* ptr = nullptr;

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "../common/cuda_check.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "nvshmem_runtime.hpp"
@@ -16,11 +17,6 @@
 namespace halox::detail {
 
 namespace {
-
-void cuda_ok(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) throw BackendError(std::string(call) + ": " + cudaGetErrorString(rc));
-}
-#define HALOX_CUDA_OK(call) cuda_ok((call), #call)
 
 class NvshmemStreamTransport final : public Transport {
  public:
@@ -106,10 +102,10 @@ class NvshmemStreamTransport final : public Transport {
     ensure_nvshmem(m_comm, at);
     long long need = at, most = 0;
     HALOX_MPI_CHECK(MPI_Allreduce(&need, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
-    HALOX_CUDA_OK(cudaDeviceSynchronize());
+    HALOX_CUDA_CHECK(cudaDeviceSynchronize());
     symmetric_free(m_base);
     m_base = symmetric_alloc(most);
-    HALOX_CUDA_OK(cudaMemset(m_base, 0, static_cast<std::size_t>(ops.size()) * 16));
+    HALOX_CUDA_CHECK(cudaMemset(m_base, 0, static_cast<std::size_t>(ops.size()) * 16));
     m_epoch = 0;
     std::vector<MPI_Request> requests;
     for (std::size_t i = 0; i < ops.size(); ++i) {

@@ -2,19 +2,13 @@
 
 #include <string>
 
+#include "../common/cuda_check.hpp"
 #include "device_kernels.hpp"
 #include "halox/error.hpp"
 
 namespace halox::detail {
 
 namespace {
-
-void check_cuda(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) {
-    throw BackendError(std::string("CUDA call failed: ") + call + ": " + cudaGetErrorString(rc));
-  }
-}
-#define HALOX_CUDA_CHECK(call) check_cuda((call), #call)
 
 template <class Real>
 __global__ void gather_shift_kernel(const Real* x, const std::int32_t* index, int n, Real sx,

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 
+#include "../common/cuda_check.hpp"
 #include "../trace/device_trace.hpp"
 #include "device_halo.hpp"
 #include "halox/config.hpp"
@@ -25,13 +26,6 @@
 namespace halox::detail {
 
 namespace {
-
-void check_cuda(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) {
-    throw BackendError(std::string("CUDA call failed: ") + call + ": " + cudaGetErrorString(rc));
-  }
-}
-#define HALOX_CUDA_CHECK(call) check_cuda((call), #call)
 
 using u64 = unsigned long long;
 

@@ -1,3 +1,4 @@
+#include "../common/cuda_check.hpp"
 #include "peer_halo.hpp"
 
 #include <cuda_runtime.h>
@@ -13,13 +14,6 @@
 namespace halox::detail {
 
 namespace {
-
-void check_cuda(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) {
-    throw BackendError(std::string("CUDA call failed: ") + call + ": " + cudaGetErrorString(rc));
-  }
-}
-#define HALOX_CUDA_CHECK(call) check_cuda((call), #call)
 
 // What a rank tells its neighbours about its block.
 struct BlockInfo {

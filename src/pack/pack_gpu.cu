@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "../common/cuda_check.hpp"
 #include "../datatype/node.hpp"
 #include "halox/pack.hpp"
 #include "halox/pack_gpu.hpp"
@@ -24,13 +25,6 @@
 namespace halox {
 
 namespace {
-
-void check_cuda(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) {
-    throw BackendError(std::string("CUDA call failed: ") + call + ": " + cudaGetErrorString(rc));
-  }
-}
-#define HALOX_CUDA_CHECK(call) check_cuda((call), #call)
 
 struct DeviceDesc {
   std::int64_t offset = 0;              // memory offset of the first run
