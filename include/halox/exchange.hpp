@@ -47,14 +47,14 @@ enum class TransportKind {
   ipc_fused,
   nvshmem_pulse,
   nvshmem_fused,
-  automatic  ///< "auto": chosen when the exchange first runs, see below
+  automatic  ///< "auto": chosen when the exchange first runs, see above
 };
 
 std::string to_string(TransportKind kind);
 /// Every transport kind, in the order above.
 std::vector<TransportKind> all_transports();
-/// "host", "staged", "pipelined" or "mpi-direct"; anything else throws halox::Error listing
-/// the accepted names.
+/// The name to_string gives ("host", "ipc-fused", "auto", ...); anything else throws
+/// halox::Error listing the accepted names.
 TransportKind parse_transport(const std::string& name);
 /// Whether this build and this MPI library can run the transport; when not, `why` says why.
 bool transport_available(TransportKind kind, std::string* why = nullptr);
