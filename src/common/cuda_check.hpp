@@ -18,7 +18,7 @@ inline void check_cuda(cudaError_t rc, const char* call) {
 
 }  // namespace halox::detail
 
-#define HALOX_CUDA_CHECK(call)                         \
-  do {                                                 \
-    ::halox::detail::check_cuda((call), #call);        \
+#define HALOX_CUDA_CHECK(call)                  \
+  do {                                          \
+    ::halox::detail::check_cuda((call), #call); \
   } while (0)
