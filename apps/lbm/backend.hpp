@@ -13,6 +13,16 @@
 
 namespace halox::lbm {
 
+/// A box of interior cells [lo, hi) in halo coordinates (interior cells are 1..n).
+struct Region {
+  std::array<int, 3> lo{}, hi{};
+  long long cells() const {
+    long long n = 1;
+    for (int a = 0; a < 3; ++a) n *= hi[a] > lo[a] ? hi[a] - lo[a] : 0;
+    return n;
+  }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -29,9 +39,16 @@ class Backend {
   virtual void* f() = 0;
   virtual void* g() = 0;
   virtual void* phi() = 0;
-  virtual void bgk_step(double omega) = 0;    // fused pull-stream-collide into the next copy
-  virtual void stream() = 0;                  // multiphase: pull f and g, phi
-  virtual void collide(const Params& p) = 0;  // multiphase: after the phi exchange
+  /// The cell updates, over a region; `side`: on a second stream (GPU), for the overlap
+  /// variant, between fork() and join().
+  virtual void bgk_step(double omega, const Region& r,
+                        bool side = false) = 0;                 // fused pull + collide
+  virtual void stream(const Region& r, bool side = false) = 0;  // multiphase: pull f, g; phi
+  virtual void collide(const Params& p, const Region& r,
+                       bool side = false) = 0;  // after phi's halo
+  /// Side stream waits for the work queued so far; join: the main stream waits for the side.
+  virtual void fork() {}
+  virtual void join() {}
   virtual void swap() = 0;
   virtual GpuStream stream_handle() = 0;
   virtual void synchronize() = 0;

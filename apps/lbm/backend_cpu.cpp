@@ -58,20 +58,20 @@ class CpuBackend final : public Backend {
   void* f() override { return m_f.f; }
   void* g() override { return m_f.g; }
   void* phi() override { return m_f.phi; }
-  void bgk_step(double omega) override {
-    for (int z = 1; z <= m_f.nz; ++z)
-      for (int y = 1; y <= m_f.ny; ++y)
-        for (int x = 1; x <= m_f.nx; ++x) bgk_cell<Real>(m_f, x, y, z, static_cast<Real>(omega));
+  template <class Op>
+  void each(const Region& r, Op op) {
+    for (int z = r.lo[2]; z < r.hi[2]; ++z)
+      for (int y = r.lo[1]; y < r.hi[1]; ++y)
+        for (int x = r.lo[0]; x < r.hi[0]; ++x) op(x, y, z);
   }
-  void stream() override {
-    for (int z = 1; z <= m_f.nz; ++z)
-      for (int y = 1; y <= m_f.ny; ++y)
-        for (int x = 1; x <= m_f.nx; ++x) stream_cell<Real>(m_f, x, y, z);
+  void bgk_step(double omega, const Region& r, bool) override {
+    each(r, [&](int x, int y, int z) { bgk_cell<Real>(m_f, x, y, z, static_cast<Real>(omega)); });
   }
-  void collide(const Params& p) override {
-    for (int z = 1; z <= m_f.nz; ++z)
-      for (int y = 1; y <= m_f.ny; ++y)
-        for (int x = 1; x <= m_f.nx; ++x) collide_cell<Real>(m_f, x, y, z, p);
+  void stream(const Region& r, bool) override {
+    each(r, [&](int x, int y, int z) { stream_cell<Real>(m_f, x, y, z); });
+  }
+  void collide(const Params& p, const Region& r, bool) override {
+    each(r, [&](int x, int y, int z) { collide_cell<Real>(m_f, x, y, z, p); });
   }
   void swap() override {
     std::swap(m_f.f, m_f.f_next);

@@ -19,14 +19,19 @@ void check(cudaError_t rc, const char* call) {
 }
 #define LBM_CUDA(call) check((call), #call)
 
+// One thread per cell of a region [lo, lo + n), x fastest.
+struct Box3 {
+  int lo[3], n[3];
+};
 template <class Real, class Op>
-__global__ void __launch_bounds__(256) cell_kernel(Fields<Real> F, Op op) {
-  const long long cells = (long long)F.nx * F.ny * F.nz;
+__global__ void __launch_bounds__(256) cell_kernel(Fields<Real> F, Box3 b, Op op) {
+  const long long cells = (long long)b.n[0] * b.n[1] * b.n[2];
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= cells) return;
-  const int x = static_cast<int>(i % F.nx) + 1;
-  const long long rest = i / F.nx;
-  const int y = static_cast<int>(rest % F.ny) + 1, z = static_cast<int>(rest / F.ny) + 1;
+  const int x = static_cast<int>(i % b.n[0]) + b.lo[0];
+  const long long rest = i / b.n[0];
+  const int y = static_cast<int>(rest % b.n[1]) + b.lo[1],
+            z = static_cast<int>(rest / b.n[1]) + b.lo[2];
   op(F, x, y, z);
 }
 
@@ -106,6 +111,11 @@ class GpuBackend final : public Backend {
   GpuBackend() { LBM_CUDA(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking)); }
   ~GpuBackend() override {
     release();
+    if (m_side) {
+      cudaStreamDestroy(m_side);
+      cudaEventDestroy(m_fork);
+      cudaEventDestroy(m_join);
+    }
     cudaStreamDestroy(m_stream);
   }
   std::string name() const override { return sizeof(Real) == 4 ? "gpu (float)" : "gpu (double)"; }
@@ -148,7 +158,7 @@ class GpuBackend final : public Backend {
     LBM_CUDA(cudaMalloc(&d, 5 * cells * sizeof(double)));
     Fields<Real> F = m_f;
     if (!m_multiphase) F.g = nullptr;
-    launch(F, Moments<Real>{d});
+    launch(F, Moments<Real>{d}, Region{{1, 1, 1}, {F.nx + 1, F.ny + 1, F.nz + 1}}, false);
     std::vector<double> out(5 * cells);
     LBM_CUDA(cudaMemcpyAsync(out.data(), d, out.size() * sizeof(double), cudaMemcpyDeviceToHost,
                              m_stream));
@@ -159,9 +169,22 @@ class GpuBackend final : public Backend {
   void* f() override { return m_f.f; }
   void* g() override { return m_f.g; }
   void* phi() override { return m_f.phi; }
-  void bgk_step(double omega) override { run(Bgk<Real>{static_cast<Real>(omega)}); }
-  void stream() override { run(Stream<Real>{}); }
-  void collide(const Params& p) override { run(Collide<Real>{p}); }
+  void bgk_step(double omega, const Region& r, bool side) override {
+    launch(m_f, Bgk<Real>{static_cast<Real>(omega)}, r, side);
+  }
+  void stream(const Region& r, bool side) override { launch(m_f, Stream<Real>{}, r, side); }
+  void collide(const Params& p, const Region& r, bool side) override {
+    launch(m_f, Collide<Real>{p}, r, side);
+  }
+  void fork() override {
+    ensure_side();
+    LBM_CUDA(cudaEventRecord(m_fork, m_stream));
+    LBM_CUDA(cudaStreamWaitEvent(m_side, m_fork, 0));
+  }
+  void join() override {
+    LBM_CUDA(cudaEventRecord(m_join, m_side));
+    LBM_CUDA(cudaStreamWaitEvent(m_stream, m_join, 0));
+  }
   void swap() override {
     std::swap(m_f.f, m_f.f_next);
     std::swap(m_f.g, m_f.g_next);
@@ -209,13 +232,28 @@ class GpuBackend final : public Backend {
  private:
   template <class Op>
   void run(Op op) {
-    launch(m_f, op);
+    launch(m_f, op, Region{{1, 1, 1}, {m_f.nx + 1, m_f.ny + 1, m_f.nz + 1}}, false);
   }
   template <class Op>
-  void launch(const Fields<Real>& F, Op op) {
-    const long long cells = (long long)F.nx * F.ny * F.nz;
-    cell_kernel<Real, Op><<<static_cast<unsigned>((cells + 255) / 256), 256, 0, m_stream>>>(F, op);
+  void launch(const Fields<Real>& F, Op op, const Region& r, bool side) {
+    const long long cells = r.cells();
+    if (cells == 0) return;
+    Box3 b{};
+    for (int a = 0; a < 3; ++a) {
+      b.lo[a] = r.lo[a];
+      b.n[a] = r.hi[a] - r.lo[a];
+    }
+    if (side) ensure_side();
+    cell_kernel<Real, Op>
+        <<<static_cast<unsigned>((cells + 255) / 256), 256, 0, side ? m_side : m_stream>>>(F, b,
+                                                                                           op);
     LBM_CUDA(cudaGetLastError());
+  }
+  void ensure_side() {
+    if (m_side) return;
+    LBM_CUDA(cudaStreamCreateWithFlags(&m_side, cudaStreamNonBlocking));
+    LBM_CUDA(cudaEventCreateWithFlags(&m_fork, cudaEventDisableTiming));
+    LBM_CUDA(cudaEventCreateWithFlags(&m_join, cudaEventDisableTiming));
   }
   template <bool PACK>
   void box(int field, std::array<int, 3> lo, std::array<int, 3> hi, const std::vector<int>& planes,
@@ -242,6 +280,8 @@ class GpuBackend final : public Backend {
     m_bytes = 0;
   }
   cudaStream_t m_stream = nullptr;
+  cudaStream_t m_side = nullptr;  // the overlap variant's interior stream
+  cudaEvent_t m_fork = nullptr, m_join = nullptr;
   Fields<Real> m_f;
   bool m_multiphase = false;
   std::int64_t m_bytes = 0;
