@@ -64,7 +64,8 @@ void usage(FILE* out) {
       "  --precision P      float (default) | double\n"
       "  --comm V           datatype (halox datatypes describe the faces, halox packs and moves\n"
       "                     them, default) | default (hand-written pack kernels + host copies +\n"
-      "                     MPI) | overlap (datatype, inner cells updated while the halo moves)\n"
+      "                     MPI) | contig (the hand-written pack, moved by a halox transport) |\n"
+      "                     overlap (datatype, inner cells updated while the halo moves)\n"
       "  --transport T      for --comm datatype: host | staged | pipelined | nvshmem-stream | nccl "
       "|\n"
       "                     auto ... (default: host on the CPU, staged on the GPU)\n"
@@ -164,8 +165,8 @@ Cli parse(int argc, char** argv) {
   const bool ok_init = c.model == "bgk" ? (c.init == "taylor-green" || c.init == "uniform")
                                         : (c.init == "droplet" || c.init == "spinodal");
   if (!ok_init) throw Error("halox-lbm: --init " + c.init + " does not fit --model " + c.model);
-  if (c.comm != "datatype" && c.comm != "default" && c.comm != "overlap") {
-    throw Error("halox-lbm: --comm must be datatype, default or overlap");
+  if (c.comm != "datatype" && c.comm != "default" && c.comm != "overlap" && c.comm != "contig") {
+    throw Error("halox-lbm: --comm must be datatype, contig, default or overlap");
   }
   if (!(c.params.tau > 0.5)) throw Error("halox-lbm: --tau must exceed 0.5 (unstable otherwise)");
   if (!(c.params.tau_g > 0.5))
@@ -199,7 +200,35 @@ struct FieldHalo {
   std::vector<std::vector<int>> planes;  // per pulse
   GridPlan plan;                         // per-pulse types covering the crossing planes
   std::unique_ptr<GridExchange> exchange;
+  // The contig variant: per axis, a contiguous buffer [send -, send +, recv -, recv +] and an
+  // exchange of its byte ranges.
+  struct Stage {
+    std::unique_ptr<GridExchange> exchange;
+    std::array<std::int64_t, 2> bytes{};
+    char* buffer = nullptr;
+    std::vector<char> host;
+  };
+  std::array<Stage, 3> stages;
 };
+
+// The cells a pulse sends and receives (halo coordinates, [lo, hi)).
+struct FaceBoxes {
+  std::array<int, 3> send_lo{}, send_hi{}, recv_lo{}, recv_hi{};
+};
+FaceBoxes face_boxes(const PulseHeader& hd, const std::array<int, 3>& n) {
+  FaceBoxes b;
+  for (int a = 0; a < 3; ++a) {
+    const bool done = a > hd.axis;  // axes exchanged earlier carry their halo along
+    b.send_lo[a] = b.recv_lo[a] = done ? 0 : 1;
+    b.send_hi[a] = b.recv_hi[a] = done ? n[a] + 2 : n[a] + 1;
+  }
+  const int a = hd.axis;
+  b.send_lo[a] = hd.direction < 0 ? 1 : n[a];
+  b.send_hi[a] = b.send_lo[a] + 1;
+  b.recv_lo[a] = hd.direction < 0 ? n[a] + 1 : 0;
+  b.recv_hi[a] = b.recv_lo[a] + 1;
+  return b;
+}
 
 class Lbm {
  public:
@@ -467,7 +496,7 @@ class Lbm {
       pulse.header.recv_size *= factor;
       h.planes.push_back(planes);
     }
-    if (m_cli.comm != "default") {  // datatype and overlap: halox describes, packs and moves
+    if (m_cli.comm == "datatype" || m_cli.comm == "overlap") {  // halox describes, packs, moves
       h.exchange = std::make_unique<GridExchange>(m_topology, h.plan, ExchangeOptions{m_transport});
     }
     return h;
@@ -478,11 +507,80 @@ class Lbm {
   }
 
   void exchange(FieldHalo& h) {
-    if (h.exchange) {
+    if (m_cli.comm == "contig") {
+      exchange_contiguous(h);
+    } else if (h.exchange) {
       h.exchange->exchange(base(h), m_backend->stream_handle());
-      return;
+    } else {
+      exchange_by_hand(h);
     }
-    exchange_by_hand(h);
+  }
+
+  // The contig variant: the hand-written pack into contiguous buffers of the default
+  // variant, moved by a halox transport (one exchange per axis, since each axis forwards
+  // what the previous one unpacked).
+  void exchange_contiguous(FieldHalo& h) {
+    for (int s = 0; s < 3; ++s) {
+      FieldHalo::Stage& st = h.stages[s];
+      const std::size_t p0 = 2 * static_cast<std::size_t>(s);
+      if (!st.exchange) {
+        GridPlan plan = h.plan;
+        plan.pulses = {h.plan.pulses[p0], h.plan.pulses[p0 + 1]};
+        std::array<std::int64_t, 4> offset{};
+        for (int k = 0; k < 2; ++k) {
+          const FaceBoxes fb = face_boxes(plan.pulses[k].header, m_n);
+          std::int64_t cells = static_cast<std::int64_t>(h.planes[p0 + k].size());
+          for (int a = 0; a < 3; ++a) cells *= fb.send_hi[a] - fb.send_lo[a];
+          st.bytes[k] = cells * m_real_bytes;
+        }
+        offset = {0, st.bytes[0], st.bytes[0] + st.bytes[1], 2 * st.bytes[0] + st.bytes[1]};
+        const std::int64_t at = 2 * (st.bytes[0] + st.bytes[1]);
+        const Datatype byte = Datatype::of<char>().commit();
+        // Bytes [off, off + len) of the buffer.
+        auto range = [&](std::int64_t off, std::int64_t len) {
+          return Datatype::struct_(std::span<const std::int64_t>(&len, 1),
+                                   std::span<const std::int64_t>(&off, 1),
+                                   std::span<const Datatype>(&byte, 1))
+              .commit();
+        };
+        for (int k = 0; k < 2; ++k) {
+          plan.pulses[k].send_type = range(offset[k], st.bytes[k]);
+          plan.pulses[k].recv_type = range(offset[2 + k], st.bytes[k]);
+          plan.pulses[k].header.send_size = plan.pulses[k].header.send_rank >= 0 ? st.bytes[k] : 0;
+          plan.pulses[k].header.recv_size = plan.pulses[k].header.recv_rank >= 0 ? st.bytes[k] : 0;
+        }
+#if HALOX_HAS_CUDA
+        if (m_backend->on_device()) {
+          void* p = nullptr;
+          if (cudaMalloc(&p, static_cast<std::size_t>(std::max<std::int64_t>(at, 1))) !=
+              cudaSuccess) {
+            throw Error("halox-lbm: cudaMalloc of the contig buffers failed");
+          }
+          st.buffer = static_cast<char*>(p);
+        } else
+#endif
+        {
+          st.host.resize(static_cast<std::size_t>(std::max<std::int64_t>(at, 1)));
+          st.buffer = st.host.data();
+        }
+        st.exchange =
+            std::make_unique<GridExchange>(m_topology, plan, ExchangeOptions{m_transport});
+      }
+      const std::int64_t recv_base = st.bytes[0] + st.bytes[1];
+      for (int k = 0; k < 2; ++k) {
+        const FaceBoxes fb = face_boxes(h.plan.pulses[p0 + k].header, m_n);
+        m_backend->pack_box(h.field, fb.send_lo, fb.send_hi, h.planes[p0 + k],
+                            st.buffer + (k ? st.bytes[0] : 0));
+      }
+      st.exchange->exchange(st.buffer, m_backend->stream_handle());
+      for (int k = 0; k < 2; ++k) {
+        const PulseHeader& hd = h.plan.pulses[p0 + k].header;
+        if (hd.recv_rank < 0) continue;
+        const FaceBoxes fb = face_boxes(hd, m_n);
+        m_backend->unpack_box(h.field, fb.recv_lo, fb.recv_hi, h.planes[p0 + k],
+                              st.buffer + recv_base + (k ? st.bytes[0] : 0));
+      }
+    }
   }
 
   // The "default" variant, as the seed's application does it: hand-written pack kernels into
@@ -491,17 +589,8 @@ class Lbm {
     MPI_Comm comm = m_topology.comm();
     for (std::size_t p = 0; p < h.plan.pulses.size(); ++p) {
       const PulseHeader& hd = h.plan.pulses[p].header;
-      std::array<int, 3> slo{}, shi{}, rlo{}, rhi{};
-      for (int a = 0; a < 3; ++a) {
-        const bool done = a > hd.axis;  // axes exchanged earlier carry their halo along
-        slo[a] = rlo[a] = done ? 0 : 1;
-        shi[a] = rhi[a] = done ? m_n[a] + 2 : m_n[a] + 1;
-      }
-      const int a = hd.axis;
-      slo[a] = hd.direction < 0 ? 1 : m_n[a];
-      shi[a] = slo[a] + 1;
-      rlo[a] = hd.direction < 0 ? m_n[a] + 1 : 0;
-      rhi[a] = rlo[a] + 1;
+      const FaceBoxes fb = face_boxes(hd, m_n);
+      const auto &slo = fb.send_lo, &shi = fb.send_hi, &rlo = fb.recv_lo, &rhi = fb.recv_hi;
       std::int64_t cells = static_cast<std::int64_t>(h.planes[p].size());
       for (int k = 0; k < 3; ++k) cells *= shi[k] - slo[k];
       const std::size_t bytes = static_cast<std::size_t>(cells * m_real_bytes);
