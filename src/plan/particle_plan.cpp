@@ -102,6 +102,21 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
 ParticlePlan build_particle_plan(const Topology& topology, const Box& box, double cutoff,
                                  std::vector<double>& xyz) {
   MPI_Comm comm = comm_of(topology, "build_particle_plan");
+  // Every rank must build with the same box and cutoff, or their pulse counts differ and the
+  // builder's messages would not match: compare first.
+  const double mine[4] = {cutoff, box.length[0], box.length[1], box.length[2]};
+  double lo[4], hi[4];
+  HALOX_MPI_CHECK(MPI_Allreduce(mine, lo, 4, MPI_DOUBLE, MPI_MIN, comm));
+  HALOX_MPI_CHECK(MPI_Allreduce(mine, hi, 4, MPI_DOUBLE, MPI_MAX, comm));
+  std::string mismatch;
+  for (int k = 0; k < 4 && mismatch.empty(); ++k) {
+    if (lo[k] != hi[k]) {
+      mismatch = std::string("halox::build_particle_plan: the ranks disagree on the ") +
+                 (k == 0 ? "cutoff" : "box length") + " (from " + std::to_string(lo[k]) + " to " +
+                 std::to_string(hi[k]) + ")";
+    }
+  }
+  detail::raise_if_any(comm, mismatch);
   detail::raise_if_any(comm, detail::check_particle_input(topology, box, cutoff, xyz));
   std::vector<detail::BuilderRank> ranks(1);
   ranks[0].topology = &topology;

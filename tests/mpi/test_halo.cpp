@@ -324,6 +324,18 @@ TEST(ParticleHalo, EveryRankGridShapeOneAndTwoPulses) {
   }
 }
 
+TEST(ParticleHalo, RanksThatDisagreeOnTheCutoffAreCaughtNotHung) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {world_size(), 1, 1});
+  std::vector<double> xyz;
+  try {
+    build_particle_plan(topology, Box{{10, 10, 10}}, world_rank() == 1 ? 1.2 : 2.6, xyz);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("disagree on the cutoff"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ParticleHalo, BadCutoffIsRefusedOnEveryRank) {
   Topology topology = Topology::from_mpi(MPI_COMM_WORLD);
   std::vector<double> xyz;
