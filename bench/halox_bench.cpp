@@ -13,6 +13,8 @@
 #include "halox/config.hpp"
 #if HALOX_HAS_MPI
 #include <mpi.h>
+
+#include "halox/mpi.hpp"
 #endif
 #include "halox/pack.hpp"
 #include "pack_cases.hpp"
@@ -164,6 +166,7 @@ int pingpong_main(int argc, char** argv);
 // `halox-bench halo` and `pingpong` run under mpiexec; the other modes need no MPI.
 int mpi_command(int (*command)(int, char**), int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  halox::select_device(MPI_COMM_WORLD);  // one GPU per rank on multi-GPU nodes
   int rc = 0;
   try {
     rc = command(argc - 1, argv + 1);

@@ -17,6 +17,7 @@
 
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
+#include "halox/mpi.hpp"
 #include "halox/tuning.hpp"
 #include "report.hpp"
 
@@ -199,6 +200,7 @@ int tune(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  halox::select_device(MPI_COMM_WORLD);
   int rc = 0;
   try {
     rc = tune(argc, argv);

@@ -90,6 +90,39 @@ Result particle_exchange(TransportKind kind, std::int64_t bytes, int reps, cudaS
   return r;
 }
 
+// The peer-copy ceiling between the two ranks' GPUs (NVLink on multi-GPU nodes), measured by
+// rank 0 with cudaMemcpyPeerAsync; 0 when both ranks share a GPU or the peer is not visible.
+double peer_copy_gbs(int my_device, int peer_device) {
+  if (my_device < 0 || peer_device < 0 || my_device == peer_device) return 0;
+  int access = 0;
+  cudaDeviceCanAccessPeer(&access, my_device, peer_device);
+  if (!access) return 0;
+  cudaDeviceEnablePeerAccess(peer_device, 0);
+  cudaGetLastError();  // already enabled is fine
+  const std::size_t bytes = std::size_t(256) << 20;
+  void *mine = nullptr, *theirs = nullptr;
+  cudaMalloc(&mine, bytes);
+  cudaSetDevice(peer_device);
+  cudaMalloc(&theirs, bytes);
+  cudaSetDevice(my_device);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaMemcpyPeerAsync(theirs, peer_device, mine, my_device, bytes, nullptr);
+  cudaEventRecord(a, nullptr);
+  for (int i = 0; i < 5; ++i)
+    cudaMemcpyPeerAsync(theirs, peer_device, mine, my_device, bytes, nullptr);
+  cudaEventRecord(b, nullptr);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaFree(mine);
+  cudaSetDevice(peer_device);
+  cudaFree(theirs);
+  cudaSetDevice(my_device);
+  return ms > 0 ? 5.0 * bytes / (ms * 1e-3) / 1e9 : 0;
+}
+
 }  // namespace
 
 int pingpong_main(int argc, char** argv) {
@@ -132,9 +165,21 @@ int pingpong_main(int argc, char** argv) {
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   std::vector<Row> rows;
+  int device = -1;
+  cudaGetDevice(&device);
+  int devices[2] = {-1, -1};
+  MPI_Allgather(&device, 1, MPI_INT, devices, 1, MPI_INT, MPI_COMM_WORLD);
+  const double peer = rank == 0 ? peer_copy_gbs(devices[0], devices[1]) : 0;
   if (rank == 0) {
     std::printf("halox-bench pingpong: 2 ranks, %s, %s\n", host_name().c_str(), today().c_str());
     std::printf("one exchange = both ranks send N bytes to each other at once\n");
+    if (peer > 0) {
+      std::printf(
+          "peer copy GPU %d -> GPU %d (measured now): %.1f GB/s, the ceiling of one direction\n",
+          devices[0], devices[1], peer);
+    } else {
+      std::printf("both ranks on GPU %d (no peer copy ceiling; MPS shares the GPU)\n", devices[0]);
+    }
   }
   for (const auto& name : names) {
     const TransportKind kind = parse_transport(name);
@@ -174,7 +219,10 @@ int pingpong_main(int argc, char** argv) {
     }
   }
   if (rank == 0 && !json.empty()) {
-    write_json(json, "pingpong", {{"host", host_name()}, {"halox", HALOX_VERSION}}, rows);
+    write_json(
+        json, "pingpong",
+        {{"host", host_name()}, {"halox", HALOX_VERSION}, {"peer_copy_gbs", std::to_string(peer)}},
+        rows);
     std::printf("\nwrote %s\n", json.c_str());
   }
   cudaStreamDestroy(stream);

@@ -17,6 +17,7 @@
 
 #include "halox/config.hpp"
 #include "halox/exchange.hpp"
+#include "halox/mpi.hpp"
 #include "halox/tuning.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
@@ -75,6 +76,7 @@ std::string read_tuning() {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  const int selected = halox::select_device(MPI_COMM_WORLD);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -118,6 +120,8 @@ int main(int argc, char** argv) {
   if (mpi.find('\n') != std::string::npos) mpi = mpi.substr(0, mpi.find('\n'));
   put("MPI", mpi + " (" + std::to_string(size) + " ranks)");
   std::string why;
+  put("GPU of rank 0",
+      selected < 0 ? "none" : std::to_string(selected) + " (node-local rank mod GPUs)");
   put("MPI CUDA-aware",
       halox::transport_available(halox::TransportKind::mpi_direct, &why) ? "yes" : "no: " + why);
   int gpus = 0;

@@ -658,6 +658,7 @@ int run(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const Cli cli = parse(argc, argv);
+  if (cli.device != "cpu") select_device(MPI_COMM_WORLD);  // one GPU per rank
   for (int a = 0; a < 3; ++a) {
     if (cli.grid[a] <= 0) throw Error("halox-lbm: grid sizes must be positive");
   }

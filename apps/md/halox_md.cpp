@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "halox/error.hpp"
+#include "halox/mpi.hpp"
 #include "halox/trace.hpp"
 #include "simulation.hpp"
 
@@ -137,6 +138,7 @@ int run(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const Cli cli = parse(argc, argv);
   validate(cli.config, size);
+  if (cli.config.device != "cpu") select_device(MPI_COMM_WORLD);  // one GPU per rank
   g_input_checked = true;
   const auto wall_start = std::chrono::steady_clock::now();
   Simulation sim(MPI_COMM_WORLD, cli.config);

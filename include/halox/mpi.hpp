@@ -29,4 +29,10 @@ namespace detail {
 /// Throws DatatypeError for types halox cannot represent (Fortran-only named types).
 Datatype from_mpi(MPI_Datatype type);
 
+/// One GPU per rank on multi-GPU nodes: makes GPU (node-local rank mod GPUs visible) current
+/// for this process and returns its index; -1 when halox has no CUDA or no GPU is visible.
+/// Ranks beyond the GPU count share GPUs round-robin (more than one process per GPU needs
+/// MPS). Call it once after MPI_Init, before any CUDA work; HALOX_DEVICE=<n> overrides.
+int select_device(MPI_Comm comm);
+
 }  // namespace halox

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "halox/mpi.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -10,6 +12,7 @@
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  halox::select_device(MPI_COMM_WORLD);  // one GPU per rank where there are several
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

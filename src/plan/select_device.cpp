@@ -1,0 +1,36 @@
+#include <cstdlib>
+
+#include "halox/config.hpp"
+#include "halox/mpi.hpp"
+#if HALOX_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace halox {
+
+int select_device(MPI_Comm comm) {
+#if HALOX_HAS_CUDA
+  MPI_Comm node;
+  HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int local = 0;
+  HALOX_MPI_CHECK(MPI_Comm_rank(node, &local));
+  MPI_Comm_free(&node);
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return -1;
+  }
+  int device = local % count;
+  if (const char* forced = std::getenv("HALOX_DEVICE")) device = std::atoi(forced) % count;
+  if (cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return device;
+#else
+  (void)comm;
+  return -1;
+#endif
+}
+
+}  // namespace halox
