@@ -3,6 +3,9 @@
 # NVSHMEM found there, run the gpu-labelled tests, compute-sanitizer, and the GPU benchmarks;
 # logs and JSON go to OUTDIR. Needs .deps/googletest (carried; see docs/gpu-workflow.md).
 #   scripts/device/check.sh OUTDIR [--quick]
+# HALOX_CHECK_PARTS picks sections (default: all of: sanitizer tests pack local notrace info
+# tune pingpong lbm md); HALOX_CHECK_SECONDS (default 480) is the time after which remaining
+# sections are skipped, so that the results are always packed before the device's limit.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: check.sh OUTDIR [--quick]}
@@ -10,6 +13,12 @@ quick=${2:-}
 mkdir -p "$out"
 export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0   # never NVLink multicast on this machine
 log() { echo "== $*" | tee -a "$out/summary.txt"; }
+parts=" ${HALOX_CHECK_PARTS:-sanitizer tests pack local notrace info tune pingpong lbm md} "
+deadline=${HALOX_CHECK_SECONDS:-480}
+want() {
+  [[ "$parts" == *" $1 "* ]] || return 1
+  if [ "$SECONDS" -ge "$deadline" ]; then log "skipped $1: ${SECONDS}s used of ${deadline}s"; return 1; fi
+}
 
 commit=${HALOX_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader), $(date -u +%F), commit $commit"
@@ -21,7 +30,7 @@ grep "halox:" "$out/configure.log" | tee -a "$out/summary.txt"
 cmake --build build/gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { log "build FAILED"; tail -40 "$out/build.log"; exit 1; }
 log "build ok"
 
-for tool in memcheck racecheck; do
+want sanitizer && for tool in memcheck racecheck; do
   HALOX_GPU_PROPERTY_COUNT=200 compute-sanitizer --tool $tool --error-exitcode 9 \
     build/gpu/tests/gpu/test_pack_gpu > "$out/sanitizer-$tool.log" 2>&1
   log "compute-sanitizer $tool: rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0 hazards' "$out/sanitizer-$tool.log") clean summaries) $(grep 'SUMMARY' "$out/sanitizer-$tool.log" | tail -1)"
@@ -34,17 +43,19 @@ export CUDA_MPS_PIPE_DIRECTORY=/tmp/halox-mps CUDA_MPS_LOG_DIRECTORY=/tmp/halox-
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 nvidia-cuda-mps-control -d && log "MPS started" || log "MPS did not start"
 
+want tests && {
 log "gpu tests"
 (cd build/gpu && ctest -L '^gpu$' --output-on-failure -V --timeout 150) > "$out/gpu-tests.log" 2>&1
 rc=$?; grep -h "seed\|GPU:\|tests passed\|FAILED" "$out/gpu-tests.log" | tee -a "$out/summary.txt"
 [ $rc -eq 0 ] && log "gpu tests PASSED" || log "gpu tests FAILED"
+}
 
-log "benchmark: halox-bench pack --device gpu $quick"
+want pack && log "benchmark: halox-bench pack --device gpu $quick" &&
 build/gpu/bench/halox-bench pack --device gpu $quick --json "$out/pack-gpu.json" 2>&1 | tee "$out/pack-gpu.txt"
-log "benchmark: halox-bench halo-local (ranks in one process)"
+want local && log "benchmark: halox-bench halo-local (ranks in one process)" &&
 build/gpu/bench/halox-bench halo-local --json "$out/halo-local.json" --trace "$out/trace-local.json" \
   2>&1 | tee "$out/halo-local.txt"
-log "tracing compiled out: the same benchmark from a build with HALOX_ENABLE_TRACING=OFF"
+want notrace && log "tracing compiled out: the same benchmark from a build with HALOX_ENABLE_TRACING=OFF" &&
 cmake -S . -B build/gpu-notrace -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_TRACING=OFF \
   -DHALOX_BUILD_TESTS=OFF > "$out/configure-notrace.log" 2>&1 &&
   cmake --build build/gpu-notrace -j "$(nproc)" --target halox-bench > "$out/build-notrace.log" 2>&1 &&
@@ -55,17 +66,20 @@ cmake -S . -B build/gpu-notrace -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENAB
 # --bind-to none: NVSHMEM's proxy thread must not share the one core MPI binds a rank to.
 mpi() { local np=$1; shift; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 150 mpirun -n "$np" --oversubscribe --bind-to none "$@"; }
 export HALOX_TUNING_FILE="$out/tuning.json"
-log "halox-info (2 ranks)"
+want info && log "halox-info (2 ranks)" &&
 mpi 2 build/gpu/apps/halox-info --json "$out/info.json" 2>&1 | tee "$out/info.txt"
-log "halox-tune (2 ranks)"
+want tune && log "halox-tune (2 ranks)" &&
 mpi 2 build/gpu/bench/halox-tune 2>&1 | tee "$out/tune.txt"
 
+want pingpong && {
 log "benchmark: halox-bench pingpong (2 ranks)"
 mpi 2 build/gpu/bench/halox-bench pingpong --json "$out/pingpong.json" 2>&1 | tee "$out/pingpong.txt"
 log "benchmark: halox-bench pingpong, NVSHMEM transports (own run)"
 mpi 2 build/gpu/bench/halox-bench pingpong --transports nvshmem-stream,nvshmem-fused \
   --json "$out/pingpong-nvshmem.json" 2>&1 | tee "$out/pingpong-nvshmem.txt"
+}
 
+want lbm && {
 log "halox-lbm: D3Q19 BGK and multiphase throughput on one GPU"
 build/gpu/apps/lbm/halox-lbm --model bgk --grid 256x256x256 --steps 300 --device gpu \
   --json "$out/lbm-bgk.json" 2>&1 | tee "$out/lbm-bgk.txt"
@@ -82,8 +96,9 @@ for v in "--comm default" "--comm contig --transport staged" "--comm datatype --
     build/gpu/apps/lbm/halox-lbm --grid 256x128x128 --ranks 2x1x1 --steps 100 --device gpu $v \
     --json "$out/lbm-variant-$name.json" 2>&1 | grep -E "MLUPS;|halox-lbm:" | tee -a "$out/lbm-variants.txt"
 done
+}
 
-for np in 1 2; do
+want md && for np in 1 2; do
   log "halox-md on the GPU, $np rank(s)"
   mpi $np build/gpu/apps/md/halox-md --device gpu --cells 20 --steps 500 --thermo 100 \
     --json "$out/md-gpu-np$np.json" 2>&1 | tee "$out/md-gpu-np$np.txt"
