@@ -104,11 +104,12 @@ class TransportChooser {
 #endif
   }
 
-  /// Collective, once: replaces "auto" by a concrete kind for device buffers.
-  TransportKind resolve(const std::vector<PulseHeader>& pulses, std::int64_t item_bytes,
-                        bool particle) {
+  /// Collective, once: replaces "auto" by a concrete kind for device buffers. The plan's
+  /// headers are only built while the choice is still open, not on every exchange.
+  template <class Plan>
+  TransportKind resolve(const Plan& plan, std::int64_t item_bytes, bool particle) {
     if (m_options.transport == TransportKind::automatic) {
-      m_options.transport = choose_automatically(pulses, item_bytes, particle);
+      m_options.transport = choose_automatically(headers(plan), item_bytes, particle);
     }
     return m_options.transport;
   }
@@ -259,7 +260,7 @@ GridExchange::~GridExchange() = default;
 void GridExchange::exchange(void* field, GpuStream stream) {
   trace::Scope scope("grid exchange", m_impl->topology.rank());
   const bool device = m_impl->chooser.on_device(field);
-  if (device) m_impl->chooser.resolve(headers(m_impl->plan), 1, false);
+  if (device) m_impl->chooser.resolve(m_impl->plan, 1, false);
   m_impl->chooser.for_field(field).run(device ? m_impl->device_ops : m_impl->host_ops, field,
                                        stream, m_impl->stats);
 }
@@ -400,7 +401,7 @@ struct ParticleExchange::Impl {
   void run(bool forward, void* field, GpuStream stream) {
     trace::Scope scope(forward ? "halo forward" : "halo reverse", topology.rank());
     const bool device = chooser.on_device(field);
-    if (device) options.transport = chooser.resolve(headers(plan), item, true);
+    if (device) options.transport = chooser.resolve(plan, item, true);
 #if HALOX_HAS_CUDA
     if (device && gpu_initiated(options.transport)) {
       // Collective on first use after a new plan: every rank calls forward/reverse together.
