@@ -58,7 +58,6 @@ struct Fields {
   Real* g = nullptr;           // QG planes
   Real* g_next = nullptr;
   Real* phi = nullptr;  // one plane
-  LBM_HD long long ex() const { return nx + 2; }
   LBM_HD long long plane() const { return (long long)(nx + 2) * (ny + 2) * (nz + 2); }
   LBM_HD long long at(int x, int y, int z) const {
     return ((long long)z * (ny + 2) + y) * (nx + 2) + x;

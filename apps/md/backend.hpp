@@ -28,8 +28,6 @@ class Backend {
   /// `rlist` that this rank owns, see plan.hpp) where its arrays live.
   virtual void load(const std::vector<double>& x, const std::vector<double>& v,
                     const ParticlePlan& plan, double rlist) = 0;
-  /// Entries in the neighbour list (each owned pair counts twice).
-  virtual std::int64_t list_entries() const = 0;
   virtual void half_kick(double dt) = 0;
   virtual void drift(double dt) = 0;
   virtual void halo_forward(ParticleExchange& exchange) = 0;

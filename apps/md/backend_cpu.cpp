@@ -39,9 +39,6 @@ class CpuBackend final : public Backend {
       m_offsets[i + 1] = static_cast<std::int32_t>(m_neighbors.size());
     }
   }
-  std::int64_t list_entries() const override {
-    return static_cast<std::int64_t>(m_neighbors.size());
-  }
   void half_kick(double dt) override {
     for (std::int64_t i = 0; i < m_home; ++i) kick(i, 0.5 * dt, m_f.data(), m_v.data());
   }

@@ -182,14 +182,12 @@ class GpuBackend final : public Backend {
     MD_CUDA(cudaMemcpyAsync(&entries, m_offsets.get() + n, sizeof entries, cudaMemcpyDeviceToHost,
                             m_stream));
     synchronize();
-    m_entries = entries;
     m_neighbors.resize(static_cast<std::size_t>(entries));
     fill_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_atoms, grid,
                                                              m_start.get(), m_members.get(),
                                                              m_offsets.get(), m_neighbors.get());
     MD_CUDA(cudaGetLastError());
   }
-  std::int64_t list_entries() const override { return m_entries; }
   void half_kick(double dt) override {
     kick_kernel<Real>
         <<<blocks(m_home), 256, 0, m_stream>>>(m_home, Real(0.5 * dt), m_f.get(), m_v.get());
@@ -266,7 +264,6 @@ class GpuBackend final : public Backend {
   cudaEvent_t m_event_start = nullptr, m_event_stop = nullptr;
   DeviceArray<Real> m_x, m_v, m_f;
   DeviceArray<std::int32_t> m_offsets, m_neighbors, m_cell, m_members, m_start;
-  std::int64_t m_entries = 0;
   DeviceArray<double> m_sums;
   double* m_host_sums = nullptr;
   std::int64_t m_home = 0, m_atoms = 0;

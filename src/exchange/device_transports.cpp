@@ -8,7 +8,7 @@
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"
 #include "transport.hpp"
-#include "tuning_file.hpp"
+#include "halox/tuning.hpp"
 
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>  // Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support

@@ -449,7 +449,6 @@ struct DeviceHalo::Impl {
   u64 fwd_epoch = 0, rev_epoch = 0, fwd_round = 0, rev_round = 0, probe_epoch = 0;
   int grid_blocks = 1;
   bool system_scope = true;
-  std::int64_t bytes = 0;
   void* x_table = nullptr;  // device array of per-rank pointers
   std::vector<void*> last_x, last_f;
 
@@ -563,7 +562,6 @@ void DeviceHalo::allocate(const std::vector<int>& ranks,
   m.plans = plans;
   m.npulses = plans.empty() ? 0 : static_cast<int>(plans[0]->pulses.size());
   m.published.clear();
-  m.bytes = 0;
   for (std::size_t k = 0; k < plans.size(); ++k) {
     const ParticlePlan& plan = *plans[k];
     if (static_cast<int>(plan.pulses.size()) != m.npulses || m.npulses > kMaxPulses) {
@@ -589,7 +587,6 @@ void DeviceHalo::allocate(const std::vector<int>& ranks,
     m.blocks.push_back(block);
     m.counters.push_back(c);
     m.published.push_back(pb);
-    m.bytes += at;
   }
   m.fwd_epoch = m.rev_epoch = m.fwd_round = m.rev_round = m.probe_epoch = 0;
   std::memset(m.error, 0, sizeof(ErrorRecord));
@@ -773,10 +770,6 @@ void DeviceHalo::check() const {
 
 int DeviceHalo::launches_per_exchange() const {
   return m_impl->options.kernels == FusedKernels::all_pulses ? 1 : m_impl->npulses;
-}
-
-std::int64_t DeviceHalo::block_bytes() const {
-  return m_impl->bytes;
 }
 
 }  // namespace halox::detail

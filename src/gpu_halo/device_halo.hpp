@@ -50,8 +50,6 @@ class DeviceHalo {
   void reverse(const std::vector<void*>& f, GpuStream stream);
   void check() const;
   int launches_per_exchange() const;
-  /// Pinned allocations are per process; this counts the device bytes of the blocks.
-  std::int64_t block_bytes() const;
 
  private:
   struct Impl;
