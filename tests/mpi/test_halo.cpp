@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "../common/particle_world.hpp"
 #include "../common/seed.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
@@ -23,6 +24,11 @@
 #endif
 
 using namespace halox;
+using halox::testing::home_of;
+using halox::testing::image_ids;
+using halox::testing::images_in;
+using halox::testing::make_world;
+using halox::testing::World;
 
 namespace {
 
@@ -172,60 +178,14 @@ TEST(GridHalo, MismatchedPlansAreCaughtWhenBuilt) {
 
 // --- particles ----------------------------------------------------------------------------
 
-struct World {
-  Box box{{10.0, 9.0, 8.0}};
-  std::vector<double> xyz;  // every particle, same on every rank
-};
-
-World make_world(std::uint64_t seed, int n) {
-  World w;
-  std::mt19937_64 rng(seed);
-  for (int i = 0; i < n; ++i) {
-    for (int a = 0; a < 3; ++a) {
-      w.xyz.push_back(std::uniform_real_distribution<double>(0, w.box.length[a])(rng));
-    }
-  }
-  return w;
-}
-
-// Images of global particle `i` inside [lo, hi + cutoff) of a domain (shifts of 0 or +L).
-int images_in(const World& w, const Domain& d, double cutoff, int i,
-              std::vector<std::array<double, 3>>* out = nullptr) {
-  int found = 0;
-  for (int sx = 0; sx < 2; ++sx)
-    for (int sy = 0; sy < 2; ++sy)
-      for (int sz = 0; sz < 2; ++sz) {
-        const int s[3] = {sx, sy, sz};
-        std::array<double, 3> p{};
-        bool inside = true;
-        for (int a = 0; a < 3; ++a) {
-          p[a] = w.xyz[3 * i + a] + s[a] * w.box.length[a];
-          inside &= p[a] >= d.lo[a] && p[a] < d.hi[a] + cutoff;
-        }
-        if (inside) {
-          ++found;
-          if (out) out->push_back(p);
-        }
-      }
-  return found;
-}
-
 void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed) {
   Topology topology = Topology::from_mpi(MPI_COMM_WORLD, dims);
   const World w = make_world(seed, 900);
   const Domain mine = domain_of(topology, w.box, topology.rank());
   std::vector<double> xyz;
   std::vector<int> home_ids;
-  const int n = static_cast<int>(w.xyz.size() / 3);
-  for (int i = 0; i < n; ++i) {
-    bool in = true;
-    for (int a = 0; a < 3; ++a)
-      in &= w.xyz[3 * i + a] >= mine.lo[a] && w.xyz[3 * i + a] < mine.hi[a];
-    if (in) {
-      home_ids.push_back(i);
-      xyz.insert(xyz.end(), &w.xyz[3 * i], &w.xyz[3 * i + 3]);
-    }
-  }
+  const int n = w.size();
+  home_of(w, topology, topology.rank(), home_ids, xyz);
   ParticlePlan plan = build_particle_plan(topology, w.box, cutoff, xyz);
   const std::string where = topology.describe() + " cutoff " + std::to_string(cutoff);
 
@@ -266,13 +226,7 @@ void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed)
 
   // 3. Reverse: every copy of atom i carries force (1, 2, 3) * (i + 1); after the reverse
   // exchange each home atom holds that times the number of copies over all ranks.
-  std::map<std::array<double, 3>, int> id_of;
-  for (int i = 0; i < n; ++i) {
-    std::vector<std::array<double, 3>> images;
-    Domain everything{{0, 0, 0}, w.box.length};
-    images_in(w, everything, w.box.length[0], i, &images);
-    for (auto& p : images) id_of[p] = i;
-  }
+  const auto id_of = image_ids(w);
   std::vector<double> f(xyz.size());
   for (std::int64_t k = 0; k < plan.total_count; ++k) {
     auto found = id_of.find({xyz[3 * k], xyz[3 * k + 1], xyz[3 * k + 2]});
