@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "../common/mpi_main.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
 #include "halox/mpi.hpp"
@@ -845,22 +846,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rc = 0;
-  try {
-    rc = run(argc, argv);
-  } catch (const std::exception& e) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (!g_input_checked) {
-      if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
-      rc = 2;
-    } else {
-      std::fprintf(stderr, "halox-lbm: rank %d: %s\n", rank, e.what());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 3);
-    }
-  }
-  MPI_Finalize();
-  return rc;
+  return halox::apps::mpi_main("halox-lbm", argc, argv, run, g_input_checked);
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/mpi_main.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"
@@ -259,24 +260,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rc = 0;
-  try {
-    rc = run(argc, argv);
-  } catch (const std::exception& e) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (!g_input_checked) {
-      // Input errors are found identically on every rank: print once, exit cleanly.
-      if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
-      rc = 2;
-    } else {
-      // A failure during the run may be on this rank only: the others would wait forever.
-      std::fprintf(stderr, "halox-md: rank %d: %s\n", rank, e.what());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 3);
-    }
-  }
-  MPI_Finalize();
-  return rc;
+  return halox::apps::mpi_main("halox-md", argc, argv, run, g_input_checked);
 }
