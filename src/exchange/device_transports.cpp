@@ -87,7 +87,8 @@ class StagedTransport final : public Transport {
                                            cudaMemcpyDeviceToHost, stream));
         }
       }
-      std::vector<MPI_Request> requests;
+      std::vector<MPI_Request>& requests = m_requests;  // reused: no allocation per exchange
+      requests.clear();
       if (any_remote) {
         // Wait 1: the packed data (and the previous stage's copies up) are complete.
         {
@@ -148,6 +149,7 @@ class StagedTransport final : public Transport {
   int m_rank;
   bool m_direct;
   std::vector<OpBuffers> m_buffers;
+  std::vector<MPI_Request> m_requests;
 };
 
 // Seed 002's pipeline: chunk c of a message is packed (caller's stream), copied down (copy-out
@@ -206,7 +208,11 @@ class PipelinedTransport final : public Transport {
     cudaEvent_t start = event(events++);
     HALOX_CUDA_CHECK(cudaEventRecord(start, stream));
     HALOX_CUDA_CHECK(cudaStreamWaitEvent(m_copy_in, start, 0));
-    std::vector<Chunk> sends, recvs;
+    // Reused between exchanges: no allocation on the exchange path once warm.
+    std::vector<Chunk>& sends = m_sends;
+    std::vector<Chunk>& recvs = m_recvs;
+    sends.clear();
+    recvs.clear();
     bool any_remote = false;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
@@ -296,7 +302,8 @@ class PipelinedTransport final : public Transport {
         op.unpack(field, b.dev_recv.get() + c.offset, c.offset, c.bytes, m_copy_in);
       }
     }
-    std::vector<MPI_Request> pending;
+    std::vector<MPI_Request>& pending = m_pending;
+    pending.clear();
     for (Chunk& c : sends) pending.push_back(c.request);
     HALOX_MPI_CHECK(
         MPI_Waitall(static_cast<int>(pending.size()), pending.data(), MPI_STATUSES_IGNORE));
@@ -312,6 +319,8 @@ class PipelinedTransport final : public Transport {
   cudaStream_t m_copy_out = nullptr, m_copy_in = nullptr;
   std::vector<cudaEvent_t> m_events;
   std::vector<OpBuffers> m_buffers;
+  std::vector<Chunk> m_sends, m_recvs;
+  std::vector<MPI_Request> m_pending;
 };
 
 }  // namespace

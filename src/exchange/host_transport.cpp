@@ -26,7 +26,8 @@ class HostTransport final : public Transport {
     m_send.resize(ops.size());
     m_recv.resize(ops.size());
     for (int stage = 0; stage < stage_count(ops); ++stage) {
-      std::vector<MPI_Request> requests;
+      std::vector<MPI_Request>& requests = m_requests;  // reused: no allocation per exchange
+      requests.clear();
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
         if (op.stage != stage || op.recv_rank < 0 || op.recv_rank == m_rank) continue;
@@ -70,6 +71,7 @@ class HostTransport final : public Transport {
   MPI_Comm m_comm;
   int m_rank;
   std::vector<HostBuffer> m_send, m_recv;
+  std::vector<MPI_Request> m_requests;
 };
 
 }  // namespace
