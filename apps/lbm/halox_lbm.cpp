@@ -408,6 +408,21 @@ class Lbm {
     return out;
   }
 
+  ~Lbm() {
+#if HALOX_HAS_CUDA
+    // The default and contig variants' device buffers.
+    cudaFree(m_device_send);
+    cudaFree(m_device_recv);
+    if (m_backend && m_backend->on_device()) {
+      for (FieldHalo* h : {&m_f, &m_g, &m_phi}) {
+        for (auto& st : h->stages) cudaFree(st.buffer);
+      }
+    }
+#endif
+  }
+  Lbm(const Lbm&) = delete;
+  Lbm& operator=(const Lbm&) = delete;
+
   const Topology& topology() const {
     return m_topology;
   }
