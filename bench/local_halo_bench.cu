@@ -1,6 +1,6 @@
-// halox-bench halo-local: the MD particle halo of R ranks sharing one GPU in one process
-// (the local engine), coordinates forward + forces reverse per step, against one empty
-// kernel launch measured in the same run.
+// halox-bench halo-local: the MD particle halo of R ranks in one process (the local engine)
+// on one GPU or spread over several, coordinates forward + forces reverse per step, against
+// one empty kernel launch measured in the same run.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -49,6 +49,31 @@ double per_call_us(cudaStream_t stream, int reps, int inner, F&& f) {
   return median(t);
 }
 
+// The same over several GPUs, one stream each: every GPU starts after an event on the first
+// and the first waits for the others' ends, so the time is that of the slowest GPU.
+template <class F>
+double per_call_us(const std::vector<int>& devices, const std::vector<cudaStream_t>& streams,
+                   int reps, int inner, F&& f) {
+  if (streams.size() == 1) return per_call_us(streams[0], reps, inner, f);
+  std::vector<cudaEvent_t> marks(streams.size());  // on each stream's own GPU
+  for (std::size_t k = 0; k < streams.size(); ++k) {
+    cudaSetDevice(devices[k]);
+    cudaEventCreateWithFlags(&marks[k], cudaEventDisableTiming);
+  }
+  cudaSetDevice(devices[0]);
+  const double t = per_call_us(streams[0], reps, 1, [&] {
+    cudaEventRecord(marks[0], streams[0]);
+    for (std::size_t k = 1; k < streams.size(); ++k) cudaStreamWaitEvent(streams[k], marks[0]);
+    for (int i = 0; i < inner; ++i) f();
+    for (std::size_t k = 1; k < streams.size(); ++k) {
+      cudaEventRecord(marks[k], streams[k]);
+      cudaStreamWaitEvent(streams[0], marks[k]);
+    }
+  });
+  for (auto e : marks) cudaEventDestroy(e);
+  return t / inner;
+}
+
 }  // namespace
 
 double empty_launch_us() {
@@ -64,6 +89,7 @@ int local_halo_main(int argc, char** argv) {
   long atoms = 32000;
   double density = 0.8442, cutoff = 2.5, skin = 0.3;
   std::string json, trace_file;
+  int gpus = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -72,11 +98,12 @@ int local_halo_main(int argc, char** argv) {
     };
     if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: halox-bench halo-local [--ranks 2x2x2,3x3x3] [--atoms 32000] [--json FILE]\n"
-          "                             [--trace FILE]\n"
+          "usage: halox-bench halo-local [--ranks 2x2x2,3x3x3] [--atoms 32000] [--gpus 1]\n"
+          "                             [--json FILE] [--trace FILE]\n"
           "  LJ atoms (fcc, density 0.8442, halo distance cutoff 2.5 + skin 0.3) split over\n"
-          "  R ranks in one process on one GPU; forward + reverse halo per step through the\n"
-          "  local engine (per-pulse and all-pulse fused kernels) vs one empty kernel launch.\n");
+          "  R ranks in one process on one GPU (or spread over --gpus GPUs, consecutive ranks\n"
+          "  sharing one); forward + reverse halo per step through the local engine (per-pulse\n"
+          "  and all-pulse fused kernels) vs one empty kernel launch.\n");
       return 0;
     } else if (a == "--ranks") {
       grids.clear();
@@ -88,6 +115,8 @@ int local_halo_main(int argc, char** argv) {
       }
     } else if (a == "--atoms")
       atoms = std::atol(value().c_str());
+    else if (a == "--gpus")
+      gpus = std::atoi(value().c_str());
     else if (a == "--json")
       json = value();
     else if (a == "--trace")
@@ -95,13 +124,29 @@ int local_halo_main(int argc, char** argv) {
     else
       throw Error("halox-bench halo-local: unknown option " + a);
   }
-  cudaStream_t stream;
-  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int visible = 0;
+  BENCH_CUDA(cudaGetDeviceCount(&visible));
+  if (gpus < 1 || gpus > visible) {
+    throw Error("halox-bench halo-local: --gpus " + std::to_string(gpus) + ", but " +
+                std::to_string(visible) + " GPU(s) are visible");
+  }
+  // One stream per GPU; GPU 0's is the one the empty launch is timed on.
+  std::vector<int> devices;
+  std::vector<cudaStream_t> streams;
+  for (int d = 0; d < gpus; ++d) {
+    BENCH_CUDA(cudaSetDevice(d));
+    cudaStream_t s = nullptr;
+    BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    devices.push_back(d);
+    streams.push_back(s);
+  }
+  BENCH_CUDA(cudaSetDevice(0));
+  cudaStream_t stream = streams[0];
   const double launch = per_call_us(stream, 21, 200, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  std::printf("halox-bench halo-local: %s, %s; one empty kernel launch: %.2f us\n", prop.name,
-              today().c_str(), launch);
+  std::printf("halox-bench halo-local: %d x %s, %s; one empty kernel launch: %.2f us\n", gpus,
+              prop.name, today().c_str(), launch);
   std::printf("%-8s %8s %10s %10s %-11s %9s %10s %10s %10s %8s\n", "ranks", "atoms", "atoms/rk",
               "halo/rk", "kernels", "launches", "fwd us", "rev us", "step us", "x launch");
   std::vector<Row> rows;
@@ -142,34 +187,41 @@ int local_halo_main(int argc, char** argv) {
     std::vector<ParticlePlan> plans = build_local_particle_plans(topology, box, cutoff + skin, xyz);
     long halo = 0;
     for (const auto& p : plans) halo += p.total_count - p.home_count;
+    const std::vector<int> device_of =
+        LocalParticleExchange::spread_over_gpus(topology.size(), gpus);
     std::vector<void*> x(topology.size()), f(topology.size());
     for (int r = 0; r < topology.size(); ++r) {
+      BENCH_CUDA(cudaSetDevice(device_of[r]));
       std::vector<float> h(xyz[r].begin(), xyz[r].end());
       BENCH_CUDA(cudaMalloc(&x[r], std::max<std::size_t>(1, h.size()) * 4));
       BENCH_CUDA(cudaMalloc(&f[r], std::max<std::size_t>(1, h.size()) * 4));
       BENCH_CUDA(cudaMemcpy(x[r], h.data(), h.size() * 4, cudaMemcpyHostToDevice));
       BENCH_CUDA(cudaMemset(f[r], 0, h.size() * 4));
     }
+    BENCH_CUDA(cudaSetDevice(0));
+    auto time = [&](auto&& f) { return per_call_us(devices, streams, 11, 100, f); };
     for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
-      LocalParticleExchange exchange(topology, plans, BasicKind::float32, {kernels, 5.0, true, -1});
-      const double fwd = per_call_us(stream, 11, 100, [&] { exchange.forward(x, stream); });
-      const double rev = per_call_us(stream, 11, 100, [&] { exchange.reverse(f, stream); });
-      const double step = per_call_us(stream, 11, 100, [&] {
-        exchange.forward(x, stream);
-        exchange.reverse(f, stream);
+      LocalParticleExchange exchange(topology, plans, BasicKind::float32, {kernels, 5.0, true, -1},
+                                     device_of);
+      const double fwd = time([&] { exchange.forward(x, streams); });
+      const double rev = time([&] { exchange.reverse(f, streams); });
+      const double step = time([&] {
+        exchange.forward(x, streams);
+        exchange.reverse(f, streams);
       });
       exchange.check();
       const char* name = kernels == FusedKernels::all_pulses ? "all_pulses" : "per_pulse";
       if (!trace_file.empty() && kernels == FusedKernels::all_pulses && grid == grids.front()) {
         // Tracing overhead in the same run, then one traced step into the file.
         trace::enable();
-        const double traced = per_call_us(stream, 11, 100, [&] {
-          exchange.forward(x, stream);
-          exchange.reverse(f, stream);
+        const double traced = time([&] {
+          exchange.forward(x, streams);
+          exchange.reverse(f, streams);
         });
+        for (auto s : streams) BENCH_CUDA(cudaStreamSynchronize(s));
         trace::clear();
-        exchange.forward(x, stream);
-        exchange.reverse(f, stream);
+        exchange.forward(x, streams);
+        exchange.reverse(f, streams);
         trace::write(trace_file);
         trace::disable();
         std::printf("tracing: step %.2f us with the log on vs %.2f us off (%+.1f%%); wrote %s\n",
@@ -181,6 +233,7 @@ int local_halo_main(int argc, char** argv) {
       rows.push_back(Row()
                          .set("ranks", grid)
                          .set("kernels", name)
+                         .set("gpus", double(gpus))
                          .set("atoms", double(total_atoms))
                          .set("halo_atoms_per_rank", double(halo) / topology.size())
                          .set("launches_per_step", 2.0 * exchange.launches_per_exchange())
@@ -199,7 +252,7 @@ int local_halo_main(int argc, char** argv) {
     write_json(json, "halo-local", {{"gpu", prop.name}, {"host", host_name()}}, rows);
     std::printf("\nwrote %s\n", json.c_str());
   }
-  cudaStreamDestroy(stream);
+  for (auto s : streams) cudaStreamDestroy(s);
   return 0;
 }
 

@@ -19,20 +19,18 @@ void check(cudaError_t rc, const char* call) {
 }
 #define LBM_CUDA(call) check((call), #call)
 
-// One thread per cell of a region [lo, lo + n), x fastest.
+// One thread per cell of a region [lo, lo + n): a 2D block of x-rows (x fastest, coalesced),
+// grid over (x blocks, y rows, z planes), so no thread divides a 64-bit cell number (such
+// divisions cost more than the cell's arithmetic in a bandwidth-bound kernel).
 struct Box3 {
   int lo[3], n[3];
 };
 template <class Real, class Op>
 __global__ void __launch_bounds__(256) cell_kernel(Fields<Real> F, Box3 b, Op op) {
-  const long long cells = (long long)b.n[0] * b.n[1] * b.n[2];
-  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= cells) return;
-  const int x = static_cast<int>(i % b.n[0]) + b.lo[0];
-  const long long rest = i / b.n[0];
-  const int y = static_cast<int>(rest % b.n[1]) + b.lo[1],
-            z = static_cast<int>(rest / b.n[1]) + b.lo[2];
-  op(F, x, y, z);
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int j = blockIdx.y * blockDim.y + threadIdx.y;
+  if (i >= b.n[0] || j >= b.n[1]) return;
+  op(F, i + b.lo[0], j + b.lo[1], static_cast<int>(blockIdx.z) + b.lo[2]);
 }
 
 template <class Real>
@@ -244,9 +242,11 @@ class GpuBackend final : public Backend {
       b.n[a] = r.hi[a] - r.lo[a];
     }
     if (side) ensure_side();
-    cell_kernel<Real, Op>
-        <<<static_cast<unsigned>((cells + 255) / 256), 256, 0, side ? m_side : m_stream>>>(F, b,
-                                                                                           op);
+    // 256 threads: whole rows of up to 256 cells, several short rows per block.
+    const unsigned bx = std::min(256u, (static_cast<unsigned>(b.n[0]) + 31u) / 32u * 32u);
+    const dim3 block(bx, 256u / bx);
+    const dim3 grid((b.n[0] + block.x - 1) / block.x, (b.n[1] + block.y - 1) / block.y, b.n[2]);
+    cell_kernel<Real, Op><<<grid, block, 0, side ? m_side : m_stream>>>(F, b, op);
     LBM_CUDA(cudaGetLastError());
   }
   void ensure_side() {

@@ -34,6 +34,17 @@ LBM_HD int ez(int q) {
   return t[q];
 }
 
+/// A read of a field that no thread writes during the kernel (the read copy): through the
+/// read-only data cache on the GPU.
+template <class Real>
+LBM_HD Real read_only(const Real* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+
 template <class Real>
 LBM_HD Real weight19(int q) {
   return q == 0 ? Real(1) / 3 : (q < 7 ? Real(1) / 18 : Real(1) / 36);
@@ -80,7 +91,7 @@ LBM_HD void bgk_cell(const Fields<Real>& F, int x, int y, int z, Real omega) {
   Real rho = 0, jx = 0, jy = 0, jz = 0;
   LBM_UNROLL
   for (int q = 0; q < Q; ++q) {
-    fq[q] = F.f[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))];
+    fq[q] = read_only(&F.f[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
     rho += fq[q];
     jx += fq[q] * ex(q);
     jy += fq[q] * ey(q);
@@ -99,12 +110,12 @@ LBM_HD void stream_cell(const Fields<Real>& F, int x, int y, int z) {
   const long long c = F.at(x, y, z), plane = F.plane();
   LBM_UNROLL
   for (int q = 0; q < Q; ++q) {
-    F.f_next[q * plane + c] = F.f[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))];
+    F.f_next[q * plane + c] = read_only(&F.f[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
   }
   Real phi = 0;
   LBM_UNROLL
   for (int q = 0; q < QG; ++q) {
-    const Real v = F.g[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))];
+    const Real v = read_only(&F.g[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
     F.g_next[q * plane + c] = v;
     phi += v;
   }

@@ -40,28 +40,39 @@ class HaloTimeoutError : public Error {
   using Error::Error;
 };
 
-/// Several ranks of a Cartesian grid in one process, sharing this process's current GPU:
-/// one driver thread, each rank with its own buffers, one launch covering every rank
-/// (kernel launches, not the exchange, would otherwise bound a step of many ranks).
+/// Several ranks of a Cartesian grid in one process: one driver thread, each rank with its
+/// own buffers, one launch per GPU covering every rank on it (kernel launches, not the
+/// exchange, would otherwise bound a step of many ranks). By default every rank is on this
+/// process's current GPU; `device_of_rank` spreads them over several GPUs (peer access is
+/// enabled between them, signals and fences then work at system scope).
 class LocalParticleExchange {
  public:
   /// plans[r] is rank r's plan (build_local_particle_plans); `topology` gives the grid.
   LocalParticleExchange(const Topology& topology, std::vector<ParticlePlan> plans, BasicKind real,
-                        GpuHaloOptions options = {});
+                        GpuHaloOptions options = {}, std::vector<int> device_of_rank = {});
   ~LocalParticleExchange();
   LocalParticleExchange(const LocalParticleExchange&) = delete;
   LocalParticleExchange& operator=(const LocalParticleExchange&) = delete;
 
+  /// Rank r on GPU r * gpus / ranks: consecutive ranks (neighbours along x) share a GPU.
+  static std::vector<int> spread_over_gpus(int ranks, int gpus);
+  /// The GPUs in use, in the order `forward`/`reverse` take one stream each.
+  const std::vector<int>& devices() const;
+
   /// New plans after a neighbour search (waits for the device; re-runs the self-test).
   void set_plans(std::vector<ParticlePlan> plans);
   /// xyz[r]: rank r's coordinates (device memory, 3 reals per item).
+  /// Rank r's arrays live on its GPU. One stream per GPU of devices() (or one stream when
+  /// every rank is on one GPU); each GPU's launch is ordered on its stream.
   void forward(const std::vector<void*>& xyz, GpuStream stream);
   void reverse(const std::vector<void*>& forces, GpuStream stream);
+  void forward(const std::vector<void*>& xyz, const std::vector<GpuStream>& streams);
+  void reverse(const std::vector<void*>& forces, const std::vector<GpuStream>& streams);
   /// Throws HaloTimeoutError when a device-side wait expired (no host synchronisation:
   /// reads a flag in mapped host memory). forward and reverse call it first.
   void check() const;
   const std::vector<ParticlePlan>& plans() const;
-  /// Kernel launches per forward (or reverse) call: 1 for all_pulses.
+  /// Kernel launches per forward (or reverse) call and GPU: 1 for all_pulses.
   int launches_per_exchange() const;
 
  private:

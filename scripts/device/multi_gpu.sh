@@ -2,6 +2,8 @@
 # The multi-GPU suite (issue 8), for the nvidia-h200-x2/-x4/-x8 kinds: one rank per GPU (no
 # MPS). Builds if scripts/device/check.sh has not. Writes logs and JSON to OUTDIR and, always
 # (sections after HALOX_MULTI_SECONDS, default 420, are skipped), the archive OUTDIR.tgz.
+# HALOX_MULTI_PARTS picks sections (default all: info tests pingpong local variants scaling);
+# HALOX_MULTI_TESTS is a ctest -R filter for the tests section.
 #   scripts/device/multi_gpu.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,7 +13,9 @@ export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0   # never NVLink multicast
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 deadline=${HALOX_MULTI_SECONDS:-420}
 log() { echo "== $*" | tee -a "$out/summary.txt"; }
+parts=" ${HALOX_MULTI_PARTS:-info tests pingpong local variants scaling} "
 in_time() {
+  [[ "$parts" == *" ${1%% *} "* ]] || return 1
   if [ "$SECONDS" -ge "$deadline" ]; then log "skipped $1: ${SECONDS}s used of ${deadline}s"; return 1; fi
 }
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
@@ -31,13 +35,27 @@ lbm=build/gpu/apps/lbm/halox-lbm
 in_time info && { log "halox-info ($gpus ranks)"
   mpi "$gpus" build/gpu/apps/halox-info --json "$out/info.json" 2>&1 | tee "$out/info.txt"; }
 in_time tests && { log "tests: gpu and multigpu labels (one rank per GPU, no MPS)"
-  (cd build/gpu && ctest -L 'gpu|multigpu' --output-on-failure -V --timeout 120) > "$out/tests.log" 2>&1
+  (cd build/gpu && ctest -L 'gpu|multigpu' -R "${HALOX_MULTI_TESTS:-.}" --output-on-failure -V \
+    --timeout 120) > "$out/tests.log" 2>&1
   grep -h "tests passed\|Failed\|FAILED\|Total Test" "$out/tests.log" | tee -a "$out/summary.txt"; }
 in_time pingpong && { log "pingpong between GPU 0 and GPU 1, every transport"
   mpi 2 build/gpu/bench/halox-bench pingpong --transports host,staged,pipelined,nccl,ipc-pulse,ipc-fused \
     --json "$out/pingpong.json" 2>&1 | tee "$out/pingpong.txt"
   mpi 2 build/gpu/bench/halox-bench pingpong --transports nvshmem-stream,nvshmem-pulse,nvshmem-fused \
     --json "$out/pingpong-nvshmem.json" 2>&1 | tee "$out/pingpong-nvshmem.txt"; }
+in_time local && for g in 1 $gpus; do
+  log "local engine: 8 and 27 ranks in one process over $g GPU(s)"
+  build/gpu/bench/halox-bench halo-local --gpus $g --json "$out/halo-local-gpus$g.json" 2>&1 |
+    tee "$out/halo-local-gpus$g.txt"
+done
+in_time variants && for v in "--comm default" "--comm contig --transport staged" \
+    "--comm datatype --transport staged" "--comm overlap --transport staged" \
+    "--comm datatype --transport nccl" "--comm overlap --transport nccl"; do
+  name=$(echo "$v" | sed 's/--comm //; s/ --transport /-/')
+  log "LBM multiphase variant $name, 2 GPUs, 128^3 per GPU"
+  mpi 2 $lbm --grid 256x128x128 --ranks 2x1x1 --steps 100 --device gpu $v \
+    --json "$out/lbm-variant-$name.json" 2>&1 | grep -E "MLUPS;" | tee -a "$out/summary.txt"
+done
 for np in 1 2 4 8; do
   [ "$np" -gt "$gpus" ] && break
   in_time "scaling np$np" || break
@@ -56,14 +74,6 @@ for np in 1 2 4 8; do
     mpi "$np" $lbm --model bgk --grid $((256 * np))x256x256 --ranks ${np}x1x1 --steps 200 --device gpu \
       --transport $t --json "$out/lbm-weak-$t-np$np.json" 2>&1 | grep -E "MLUPS;|bound" | tee -a "$out/summary.txt"
   done
-done
-in_time "lbm variants" && for v in "--comm default" "--comm contig --transport staged" \
-    "--comm datatype --transport staged" "--comm overlap --transport staged" \
-    "--comm datatype --transport nccl" "--comm overlap --transport nccl"; do
-  name=$(echo "$v" | sed 's/--comm //; s/ --transport /-/')
-  log "LBM multiphase variant $name, 2 GPUs, 128^3 per GPU"
-  mpi 2 $lbm --grid 256x128x128 --ranks 2x1x1 --steps 100 --device gpu $v \
-    --json "$out/lbm-variant-$name.json" 2>&1 | grep -E "MLUPS;" | tee -a "$out/summary.txt"
 done
 log "done after ${SECONDS}s"
 tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && echo "archive: $out.tgz"

@@ -719,16 +719,26 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
                 std::to_string(static_cast<int>(resident)) +
                 " resident blocks); use per_pulse kernels or fewer ranks per GPU");
   }
-  m.grid_blocks = std::max(1, std::min({fit, 32, (most_items + 255) / 256}));
+  // Up to 128 blocks: large halos to a GPU across NVLink need many stores in flight.
+  m.grid_blocks = std::max(1, std::min({fit, 128, (most_items + 255) / 256}));
 }
 
 void DeviceHalo::self_test() {
+  launch_self_test();
+  finish_self_test();
+}
+
+void DeviceHalo::launch_self_test() {
   Impl& m = *m_impl;
   if (!m.options.self_test || m.npulses == 0) return;
   const u64 epoch = ++m.probe_epoch;
   probe_kernel<<<dim3(1, m.npulses, static_cast<unsigned>(m.ranks.size())), 32>>>(
       m.args(0, epoch, 0));
   HALOX_CUDA_CHECK(cudaGetLastError());
+}
+
+void DeviceHalo::finish_self_test() {
+  if (!m_impl->options.self_test || m_impl->npulses == 0) return;
   HALOX_CUDA_CHECK(cudaDeviceSynchronize());
   check();
 }

@@ -46,6 +46,10 @@ class DeviceHalo {
   void connect(const std::function<PeerBlock(int)>& block_of);
   /// Runs the self-test: a probe over every link, both directions. Throws HaloTimeoutError.
   void self_test();
+  /// The same in two halves, for engines on several GPUs whose probes wait on each other:
+  /// launch every GPU's probes first, then wait for each (on the current GPU).
+  void launch_self_test();
+  void finish_self_test();
   void forward(const std::vector<void*>& x, GpuStream stream);
   void reverse(const std::vector<void*>& f, GpuStream stream);
   void check() const;

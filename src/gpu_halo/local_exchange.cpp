@@ -1,14 +1,102 @@
-// The local engine: every rank of a grid in this process, on the current GPU.
+// The local engine: every rank of a grid in this process, on one GPU or spread over several
+// (one DeviceHalo per GPU holding that GPU's ranks; blocks on other GPUs are reached through
+// peer access, i.e. the same direct stores over NVLink).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+
+#include "../common/cuda_check.hpp"
 #include "device_halo.hpp"
 
 namespace halox {
 
+namespace {
+
+// Makes `device` current for a scope and restores the caller's GPU afterwards.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    HALOX_CUDA_CHECK(cudaGetDevice(&m_saved));
+    HALOX_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() { cudaSetDevice(m_saved); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int m_saved = 0;
+};
+
+}  // namespace
+
 struct LocalParticleExchange::Impl {
-  Impl(const Topology& t, BasicKind real, GpuHaloOptions o)
-      : topology(t), halo(real, o, /*gpu_share=*/1.0) {}
+  // The ranks of one GPU and their engine.
+  struct Group {
+    int device = 0;
+    std::vector<int> ranks;  // global ranks, ascending
+    std::unique_ptr<detail::DeviceHalo> halo;
+  };
+
+  Impl(const Topology& t, BasicKind real, GpuHaloOptions o, std::vector<int> device_of_rank)
+      : topology(t), device_of(std::move(device_of_rank)) {
+    int current = 0, count = 0;
+    HALOX_CUDA_CHECK(cudaGetDevice(&current));
+    HALOX_CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (device_of.empty()) device_of.assign(topology.size(), current);
+    if (static_cast<int>(device_of.size()) != topology.size()) {
+      throw Error("halox::LocalParticleExchange: " + std::to_string(device_of.size()) +
+                  " devices given for " + std::to_string(topology.size()) + " ranks");
+    }
+    std::map<int, int> group_of_device;
+    for (int r = 0; r < topology.size(); ++r) {
+      const int d = device_of[r];
+      if (d < 0 || d >= count) {
+        throw Error("halox::LocalParticleExchange: rank " + std::to_string(r) + " on GPU " +
+                    std::to_string(d) + ", but this process sees " + std::to_string(count) +
+                    " GPU(s)");
+      }
+      if (!group_of_device.count(d)) {
+        group_of_device[d] = static_cast<int>(groups.size());
+        groups.push_back(Group{d, {}, nullptr});
+        devices.push_back(d);
+      }
+      groups[group_of_device[d]].ranks.push_back(r);
+    }
+    for (Group& g : groups) {
+      DeviceScope on(g.device);
+      g.halo = std::make_unique<detail::DeviceHalo>(real, o, /*gpu_share=*/1.0);
+      for (const Group& other : groups) {
+        if (other.device == g.device) continue;
+        int can = 0;
+        HALOX_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, g.device, other.device));
+        if (!can) {
+          throw Error("halox::LocalParticleExchange: GPU " + std::to_string(g.device) +
+                      " cannot access GPU " + std::to_string(other.device) +
+                      " directly (no peer access); run one process per GPU instead");
+        }
+        const cudaError_t rc = cudaDeviceEnablePeerAccess(other.device, 0);
+        if (rc == cudaErrorPeerAccessAlreadyEnabled) {
+          cudaGetLastError();  // already on (an earlier engine): clear the recorded error
+        } else {
+          HALOX_CUDA_CHECK(rc);
+        }
+      }
+    }
+  }
+
+  ~Impl() {
+    for (Group& g : groups) {
+      DeviceScope on(g.device);
+      g.halo.reset();  // its destructor waits for and frees on its own GPU
+    }
+  }
+
   Topology topology;
+  std::vector<int> device_of;
+  std::vector<int> devices;
+  std::vector<Group> groups;
   std::vector<ParticlePlan> plans;
-  detail::DeviceHalo halo;
 
   void install(std::vector<ParticlePlan> p) {
     if (static_cast<int>(p.size()) != topology.size()) {
@@ -16,57 +104,132 @@ struct LocalParticleExchange::Impl {
                   " plans for a grid of " + std::to_string(topology.size()) + " ranks");
     }
     plans = std::move(p);
-    std::vector<int> ranks;
-    std::vector<const ParticlePlan*> pointers;
-    for (int r = 0; r < topology.size(); ++r) {
-      ranks.push_back(r);
-      pointers.push_back(&plans[r]);
-    }
-    halo.allocate(ranks, pointers);
-    halo.set_system_scope(false);  // every rank on this GPU
     // Matching sizes, as validate_plan checks across processes.
     for (int r = 0; r < topology.size(); ++r) {
-      for (std::size_t p = 0; p < plans[r].pulses.size(); ++p) {
-        const PulseHeader& h = plans[r].pulses[p].header;
+      for (std::size_t q = 0; q < plans[r].pulses.size(); ++q) {
+        const PulseHeader& h = plans[r].pulses[q].header;
         if (h.send_rank < 0) continue;
-        const PulseHeader& peer = plans[h.send_rank].pulses[p].header;
+        const PulseHeader& peer = plans[h.send_rank].pulses[q].header;
         if (peer.recv_size != h.send_size) {
-          throw Error("halox::LocalParticleExchange: " + h.name(static_cast<int>(p)) + ": rank " +
+          throw Error("halox::LocalParticleExchange: " + h.name(static_cast<int>(q)) + ": rank " +
                       std::to_string(r) + " sends " + std::to_string(h.send_size) +
                       " items but rank " + std::to_string(h.send_rank) + " expects " +
                       std::to_string(peer.recv_size));
         }
       }
     }
-    halo.connect([&](int rank) { return halo.block(rank); });
-    halo.self_test();
+    std::vector<int> index_in_group(topology.size());
+    for (Group& g : groups) {
+      DeviceScope on(g.device);
+      std::vector<const ParticlePlan*> pointers;
+      for (std::size_t k = 0; k < g.ranks.size(); ++k) {
+        pointers.push_back(&plans[g.ranks[k]]);
+        index_in_group[g.ranks[k]] = static_cast<int>(k);
+      }
+      g.halo->allocate(g.ranks, pointers);
+      g.halo->set_system_scope(groups.size() > 1);  // GPU scope when every rank shares one
+    }
+    auto block_of = [&](int rank) {
+      for (const Group& g : groups) {
+        if (g.device == device_of[rank]) return g.halo->block(index_in_group[rank]);
+      }
+      return detail::PeerBlock{};
+    };
+    for (Group& g : groups) {
+      DeviceScope on(g.device);
+      g.halo->connect(block_of);
+    }
+    // Every GPU's probes are in flight before any is waited for: they wait on each other.
+    for (Group& g : groups) {
+      DeviceScope on(g.device);
+      g.halo->launch_self_test();
+    }
+    for (Group& g : groups) {
+      DeviceScope on(g.device);
+      g.halo->finish_self_test();
+    }
+  }
+
+  template <class Method>
+  void run(const std::vector<void*>& arrays, const std::vector<GpuStream>& streams, Method method) {
+    if (arrays.size() != device_of.size()) {
+      throw Error("halox::LocalParticleExchange: " + std::to_string(arrays.size()) +
+                  " arrays given for " + std::to_string(device_of.size()) + " ranks");
+    }
+    if (streams.size() != groups.size()) {
+      throw Error("halox::LocalParticleExchange: " + std::to_string(streams.size()) +
+                  " streams given for " + std::to_string(groups.size()) +
+                  " GPUs (one per GPU of devices())");
+    }
+    check();
+    for (std::size_t k = 0; k < groups.size(); ++k) {
+      Group& g = groups[k];
+      std::vector<void*> mine;
+      for (int r : g.ranks) mine.push_back(arrays[r]);
+      DeviceScope on(g.device);
+      (g.halo.get()->*method)(mine, streams[k]);
+    }
+  }
+
+  void check() const {
+    for (const Group& g : groups) g.halo->check();
+  }
+
+  // A stream belongs to one GPU: several GPUs take one stream each, or the default stream.
+  std::vector<GpuStream> one_stream(GpuStream stream) const {
+    if (groups.size() > 1 && stream != nullptr) {
+      throw Error("halox::LocalParticleExchange: the ranks are on " +
+                  std::to_string(groups.size()) + " GPUs; pass one stream per GPU of devices()");
+    }
+    return std::vector<GpuStream>(groups.size(), stream);
   }
 };
 
 LocalParticleExchange::LocalParticleExchange(const Topology& topology,
                                              std::vector<ParticlePlan> plans, BasicKind real,
-                                             GpuHaloOptions options)
-    : m_impl(std::make_unique<Impl>(topology, real, options)) {
+                                             GpuHaloOptions options,
+                                             std::vector<int> device_of_rank)
+    : m_impl(std::make_unique<Impl>(topology, real, options, std::move(device_of_rank))) {
   m_impl->install(std::move(plans));
 }
 LocalParticleExchange::~LocalParticleExchange() = default;
+
+std::vector<int> LocalParticleExchange::spread_over_gpus(int ranks, int gpus) {
+  if (ranks < 1 || gpus < 1)
+    throw Error("halox::LocalParticleExchange: ranks and GPUs must be >= 1");
+  std::vector<int> out(ranks);
+  for (int r = 0; r < ranks; ++r)
+    out[r] = static_cast<int>(static_cast<long long>(r) * gpus / ranks);
+  return out;
+}
+const std::vector<int>& LocalParticleExchange::devices() const {
+  return m_impl->devices;
+}
 void LocalParticleExchange::set_plans(std::vector<ParticlePlan> plans) {
   m_impl->install(std::move(plans));
 }
 void LocalParticleExchange::forward(const std::vector<void*>& xyz, GpuStream stream) {
-  m_impl->halo.forward(xyz, stream);
+  forward(xyz, m_impl->one_stream(stream));
 }
 void LocalParticleExchange::reverse(const std::vector<void*>& forces, GpuStream stream) {
-  m_impl->halo.reverse(forces, stream);
+  reverse(forces, m_impl->one_stream(stream));
+}
+void LocalParticleExchange::forward(const std::vector<void*>& xyz,
+                                    const std::vector<GpuStream>& streams) {
+  m_impl->run(xyz, streams, &detail::DeviceHalo::forward);
+}
+void LocalParticleExchange::reverse(const std::vector<void*>& forces,
+                                    const std::vector<GpuStream>& streams) {
+  m_impl->run(forces, streams, &detail::DeviceHalo::reverse);
 }
 void LocalParticleExchange::check() const {
-  m_impl->halo.check();
+  m_impl->check();
 }
 const std::vector<ParticlePlan>& LocalParticleExchange::plans() const {
   return m_impl->plans;
 }
 int LocalParticleExchange::launches_per_exchange() const {
-  return m_impl->halo.launches_per_exchange();
+  return m_impl->groups.front().halo->launches_per_exchange();
 }
 
 }  // namespace halox

@@ -1,10 +1,11 @@
-// The local engine (every rank in one process on the one GPU): fused per-pulse and
-// all-pulse kernels against brute-force references, 8 and 27 ranks, float and double; a
-// hammer of 10,000 exchanges with changing data checked item by item on the device; a
-// stalled rank that must become a time-out error naming it, not a hang.
+// The local engine (every rank in one process, on one GPU or spread over every visible GPU):
+// fused per-pulse and all-pulse kernels against brute-force references, 8 and 27 ranks,
+// float and double; a hammer of 10,000 exchanges with changing data checked item by item on
+// the device; a stalled rank that must become a time-out error naming it, not a hang.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -39,18 +40,49 @@ HaloCase make_setup(std::array<int, 3> dims, double cutoff, std::uint64_t seed, 
   return s;
 }
 
+// Rank r's array on GPU device_of[r] (the current GPU when device_of is empty).
 template <class Real>
-std::vector<Real*> upload(const std::vector<std::vector<double>>& host) {
+std::vector<Real*> upload(const std::vector<std::vector<double>>& host,
+                          const std::vector<int>& device_of = {}) {
   std::vector<Real*> out;
-  for (const auto& h : host) {
+  for (std::size_t r = 0; r < host.size(); ++r) {
+    const auto& h = host[r];
+    if (!device_of.empty()) cudaSetDevice(device_of[r]);
     std::vector<Real> converted(h.begin(), h.end());
     Real* d = nullptr;
     cudaMalloc(&d, std::max<std::size_t>(1, converted.size()) * sizeof(Real));
     cudaMemcpy(d, converted.data(), converted.size() * sizeof(Real), cudaMemcpyHostToDevice);
     out.push_back(d);
   }
+  if (!device_of.empty()) cudaSetDevice(0);
   return out;
 }
+
+int visible_gpus() {
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  return n;
+}
+
+// One stream per GPU the exchange uses, in its devices() order.
+struct Streams {
+  explicit Streams(const std::vector<int>& devices) {
+    for (int d : devices) {
+      cudaSetDevice(d);
+      cudaStream_t s = nullptr;
+      cudaStreamCreate(&s);
+      streams.push_back(s);
+    }
+    cudaSetDevice(0);
+  }
+  ~Streams() {
+    for (auto s : streams) cudaStreamDestroy(s);
+  }
+  void synchronize() const {
+    for (auto s : streams) cudaStreamSynchronize(s);
+  }
+  std::vector<GpuStream> streams;
+};
 
 template <class Real>
 std::vector<double> download(const Real* d, std::size_t n) {
@@ -59,28 +91,32 @@ std::vector<double> download(const Real* d, std::size_t n) {
   return std::vector<double>(h.begin(), h.end());
 }
 
+// gpus > 0: the ranks spread over that many GPUs (one stream each), else all on GPU 0.
 template <class Real>
-void check_local(std::array<int, 3> dims, double cutoff, FusedKernels kernels, std::uint64_t seed) {
+void check_local(std::array<int, 3> dims, double cutoff, FusedKernels kernels, std::uint64_t seed,
+                 int gpus = 0) {
   HaloCase s = make_setup(dims, cutoff, seed, 3000);
   const int n = s.topology.size();
   const std::string where = s.topology.describe() + " cutoff " + std::to_string(cutoff) +
                             (kernels == FusedKernels::all_pulses ? " all_pulses" : " per_pulse") +
-                            (sizeof(Real) == 4 ? " float" : " double");
+                            (sizeof(Real) == 4 ? " float" : " double") + " on " +
+                            std::to_string(std::max(gpus, 1)) + " GPU(s)";
+  const std::vector<int> device_of =
+      gpus > 0 ? LocalParticleExchange::spread_over_gpus(n, gpus) : std::vector<int>{};
   LocalParticleExchange exchange(s.topology, s.plans,
                                  sizeof(Real) == 4 ? BasicKind::float32 : BasicKind::float64,
-                                 {kernels, 5.0, true, -1});
+                                 {kernels, 5.0, true, -1}, device_of);
+  const Streams streams(exchange.devices());
   // Forward: home coordinates in, halo poisoned; after the exchange all equal the plan's view.
   std::vector<std::vector<double>> start(n);
   for (int r = 0; r < n; ++r) {
     start[r] = s.xyz[r];
     for (std::size_t k = 3 * s.plans[r].home_count; k < start[r].size(); ++k) start[r][k] = -777.0;
   }
-  std::vector<Real*> x = upload<Real>(start);
+  std::vector<Real*> x = upload<Real>(start, device_of);
   std::vector<void*> xp(x.begin(), x.end());
-  cudaStream_t stream;
-  CUDA_OK(cudaStreamCreate(&stream));
-  for (int repeat = 0; repeat < 3; ++repeat) exchange.forward(xp, stream);
-  CUDA_OK(cudaStreamSynchronize(stream));
+  for (int repeat = 0; repeat < 3; ++repeat) exchange.forward(xp, streams.streams);
+  streams.synchronize();
   exchange.check();
   const double tol = sizeof(Real) == 4 ? 1e-5 : 0.0;
   for (int r = 0; r < n; ++r) {
@@ -100,9 +136,9 @@ void check_local(std::array<int, 3> dims, double cutoff, FusedKernels kernels, s
       for (int a = 0; a < 3; ++a) forces[r].push_back((a + 1) * (id + 1.0));
     }
   }
-  std::vector<Real*> f = upload<Real>(forces);
-  exchange.reverse(std::vector<void*>(f.begin(), f.end()), stream);
-  CUDA_OK(cudaStreamSynchronize(stream));
+  std::vector<Real*> f = upload<Real>(forces, device_of);
+  exchange.reverse(std::vector<void*>(f.begin(), f.end()), streams.streams);
+  streams.synchronize();
   exchange.check();
   for (int r = 0; r < n; ++r) {
     const auto got = download(f[r], 3 * s.plans[r].home_count);
@@ -119,7 +155,6 @@ void check_local(std::array<int, 3> dims, double cutoff, FusedKernels kernels, s
   }
   for (auto* p : x) cudaFree(p);
   for (auto* p : f) cudaFree(p);
-  cudaStreamDestroy(stream);
 }
 
 TEST(LocalEngine, EightRanksOneAndTwoPulses) {
@@ -171,15 +206,18 @@ __global__ void check_forces(const double* f, const int* copies, long long home,
   }
 }
 
-TEST(LocalEngine, TenThousandExchangesCheckedItemByItem) {
-  const auto seed = test_seed("LocalEngine.Hammer");
+// `steps` forward + reverse exchanges of 8 ranks on `gpus` GPUs, every item of every
+// exchange checked on the device: data must be visible before its signal.
+void hammer(std::uint64_t seed, int gpus, long long steps) {
   HaloCase s = make_setup({2, 2, 2}, 2.4, seed, 2000);
   const int n = s.topology.size();
-  LocalParticleExchange exchange(s.topology, s.plans, BasicKind::float64);
-  std::vector<double*> start = upload<double>(s.xyz), x = upload<double>(s.xyz),
-                       f = upload<double>(s.xyz);
-  std::vector<std::vector<double>> copies_host(n);
+  const std::vector<int> device_of = LocalParticleExchange::spread_over_gpus(n, gpus);
+  LocalParticleExchange exchange(s.topology, s.plans, BasicKind::float64, {}, device_of);
+  const Streams streams(exchange.devices());
+  std::vector<double*> start = upload<double>(s.xyz, device_of),
+                       x = upload<double>(s.xyz, device_of), f = upload<double>(s.xyz, device_of);
   std::vector<int*> copies(n);
+  std::vector<unsigned long long*> wrong(n);
   for (int r = 0; r < n; ++r) {
     std::vector<int> c;
     for (int id : s.ids[r]) {
@@ -188,38 +226,77 @@ TEST(LocalEngine, TenThousandExchangesCheckedItemByItem) {
         k += images_in(s.world, domain_of(s.topology, s.world.box, q), s.cutoff, id);
       c.push_back(k);
     }
+    CUDA_OK(cudaSetDevice(device_of[r]));
     cudaMalloc(&copies[r], std::max<std::size_t>(1, c.size()) * sizeof(int));
     cudaMemcpy(copies[r], c.data(), c.size() * sizeof(int), cudaMemcpyHostToDevice);
+    CUDA_OK(cudaMalloc(&wrong[r], 2 * sizeof(unsigned long long)));
+    CUDA_OK(cudaMemset(wrong[r], 0, 2 * sizeof(unsigned long long)));
   }
-  unsigned long long* wrong = nullptr;
-  CUDA_OK(cudaMalloc(&wrong, 2 * sizeof(unsigned long long)));
-  CUDA_OK(cudaMemset(wrong, 0, 2 * sizeof(unsigned long long)));
-  cudaStream_t stream;
-  CUDA_OK(cudaStreamCreate(&stream));
+  // Rank r's kernels go on the stream of its GPU.
+  std::vector<cudaStream_t> stream_of(n);
+  for (int r = 0; r < n; ++r) {
+    const auto at = std::find(exchange.devices().begin(), exchange.devices().end(), device_of[r]);
+    stream_of[r] = streams.streams[at - exchange.devices().begin()];
+  }
   const std::vector<void*> xp(x.begin(), x.end()), fp(f.begin(), f.end());
-  const long long steps = halox::testing::env_count("HALOX_HAMMER_STEPS", 10000);
   for (long long step = 1; step <= steps; ++step) {
     for (int r = 0; r < n; ++r) {
-      set_step<<<64, 256, 0, stream>>>(x[r], start[r], s.plans[r].home_count,
-                                       s.plans[r].total_count, step);
-      set_forces<<<64, 256, 0, stream>>>(f[r], s.plans[r].total_count, step);
+      CUDA_OK(cudaSetDevice(device_of[r]));
+      set_step<<<64, 256, 0, stream_of[r]>>>(x[r], start[r], s.plans[r].home_count,
+                                             s.plans[r].total_count, step);
+      set_forces<<<64, 256, 0, stream_of[r]>>>(f[r], s.plans[r].total_count, step);
     }
-    exchange.forward(xp, stream);
-    exchange.reverse(fp, stream);
+    exchange.forward(xp, streams.streams);
+    exchange.reverse(fp, streams.streams);
     for (int r = 0; r < n; ++r) {
-      check_step<<<64, 256, 0, stream>>>(x[r], start[r], s.plans[r].total_count, step, wrong);
-      check_forces<<<64, 256, 0, stream>>>(f[r], copies[r], s.plans[r].home_count, step, wrong + 1);
+      CUDA_OK(cudaSetDevice(device_of[r]));
+      check_step<<<64, 256, 0, stream_of[r]>>>(x[r], start[r], s.plans[r].total_count, step,
+                                               wrong[r]);
+      check_forces<<<64, 256, 0, stream_of[r]>>>(f[r], copies[r], s.plans[r].home_count, step,
+                                                 wrong[r] + 1);
     }
-    if (step % 1000 == 0) CUDA_OK(cudaStreamSynchronize(stream));
+    if (step % 1000 == 0) streams.synchronize();
   }
-  CUDA_OK(cudaStreamSynchronize(stream));
+  streams.synchronize();
+  CUDA_OK(cudaSetDevice(0));
   exchange.check();
-  unsigned long long bad[2];
-  CUDA_OK(cudaMemcpy(bad, wrong, sizeof bad, cudaMemcpyDeviceToHost));
-  EXPECT_EQ(bad[0], 0u) << "wrong coordinates over " << steps << " exchanges";
-  EXPECT_EQ(bad[1], 0u) << "wrong forces over " << steps << " exchanges";
-  std::printf("GPU: %lld forward + reverse exchanges of 8 local ranks, every item checked\n",
-              steps);
+  unsigned long long bad[2] = {0, 0};
+  for (int r = 0; r < n; ++r) {
+    unsigned long long b[2];
+    CUDA_OK(cudaMemcpy(b, wrong[r], sizeof b, cudaMemcpyDeviceToHost));
+    bad[0] += b[0];
+    bad[1] += b[1];
+  }
+  EXPECT_EQ(bad[0], 0u) << "wrong coordinates over " << steps << " exchanges on " << gpus
+                        << " GPU(s)";
+  EXPECT_EQ(bad[1], 0u) << "wrong forces over " << steps << " exchanges on " << gpus << " GPU(s)";
+  std::printf(
+      "GPU: %lld forward + reverse exchanges of 8 local ranks on %d GPU(s), every item "
+      "checked\n",
+      steps, gpus);
+  for (auto* p : start) cudaFree(p);
+  for (auto* p : x) cudaFree(p);
+  for (auto* p : f) cudaFree(p);
+  for (auto* p : copies) cudaFree(p);
+  for (auto* p : wrong) cudaFree(p);
+}
+
+TEST(LocalEngine, TenThousandExchangesCheckedItemByItem) {
+  hammer(test_seed("LocalEngine.Hammer"), 1,
+         halox::testing::env_count("HALOX_HAMMER_STEPS", 10000));
+}
+
+// Every visible GPU driven from this process (one GPU: the explicit-device path on it).
+TEST(LocalEngine, RanksSpreadOverEveryGpu) {
+  const auto seed = test_seed("LocalEngine.AllGpus");
+  const int gpus = visible_gpus();
+  std::printf("GPU: local engine over %d GPU(s)\n", gpus);
+  for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
+    check_local<double>({2, 2, 2}, 2.4, kernels, seed, gpus);
+    check_local<float>({4, 2, 1}, 2.6, kernels, seed + 1, gpus);  // two pulses along x
+    check_local<double>({3, 3, 3}, 3.5, kernels, seed + 2, gpus);
+  }
+  hammer(seed + 3, gpus, halox::testing::env_count("HALOX_HAMMER_STEPS", 10000) / 5);
 }
 
 TEST(LocalEngine, AStalledRankBecomesAnErrorNamingIt) {
