@@ -2,7 +2,8 @@
 # The multi-GPU suite (issue 8), for the nvidia-h200-x2/-x4/-x8 kinds: one rank per GPU (no
 # MPS). Builds if scripts/device/check.sh has not. Writes logs and JSON to OUTDIR and, always
 # (sections after HALOX_MULTI_SECONDS, default 420, are skipped), the archive OUTDIR.tgz.
-# HALOX_MULTI_PARTS picks sections (default all: info tests pingpong local variants scaling);
+# HALOX_MULTI_PARTS picks sections (default all: info tests pingpong local variants scaling
+# diagnose);
 # HALOX_MULTI_TESTS is a ctest -R filter for the tests section.
 #   scripts/device/multi_gpu.sh OUTDIR
 set -uo pipefail
@@ -13,7 +14,7 @@ export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0   # never NVLink multicast
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 deadline=${HALOX_MULTI_SECONDS:-420}
 log() { echo "== $*" | tee -a "$out/summary.txt"; }
-parts=" ${HALOX_MULTI_PARTS:-info tests pingpong local variants scaling} "
+parts=" ${HALOX_MULTI_PARTS:-info tests pingpong local variants scaling diagnose} "
 in_time() {
   [[ "$parts" == *" ${1%% *} "* ]] || return 1
   if [ "$SECONDS" -ge "$deadline" ]; then log "skipped $1: ${SECONDS}s used of ${deadline}s"; return 1; fi
@@ -76,5 +77,26 @@ for np in 1 2 4 8; do
       --transport $t --json "$out/lbm-weak-$t-np$np.json" 2>&1 | grep -E "MLUPS;|bound" | tee -a "$out/summary.txt"
   done
 done
+# Two things seen and not understood (docs/PERFORMANCE.md): nccl's LBM exchange with nothing
+# to send, and ipc-fused's slow reverse next to nvshmem-fused's. Traces (and an nsys summary
+# where nsys exists) of each, against the transport that behaves.
+in_time diagnose && {
+  log "diagnostics: LBM BGK 128^3 on 1 rank, staged vs nccl (traced)"
+  for t in staged nccl; do
+    mpi 1 $lbm --model bgk --grid 128x128x128 --steps 50 --device gpu --transport $t \
+      --trace "$out/trace-lbm-$t.json" 2>&1 | grep -E "MLUPS;" | tee -a "$out/summary.txt"
+  done
+  if command -v nsys > /dev/null; then
+    timeout 120 nsys profile -o "$out/lbm-nccl" --stats=true -t cuda,nvtx,osrt --force-overwrite true \
+      $lbm --model bgk --grid 128x128x128 --steps 50 --device gpu --transport nccl > "$out/nsys-lbm-nccl.txt" 2>&1
+    rm -f "$out"/*.nsys-rep "$out"/*.sqlite
+    log "nsys summary of the nccl run: nsys-lbm-nccl.txt"
+  fi
+  log "diagnostics: MD halo on 2 GPUs, ipc-fused vs nvshmem-fused (traced)"
+  for t in ipc-fused nvshmem-fused; do
+    mpi 2 build/gpu/bench/halox-bench halo --app md --device gpu --atoms-per-rank 100000 --steps 50 \
+      --transports $t --trace "$out/trace-md-$t.json" 2>&1 | grep -E "^$t" | tee -a "$out/summary.txt"
+  done
+}
 log "done after ${SECONDS}s"
 tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && echo "archive: $out.tgz"
