@@ -53,6 +53,7 @@ State& state() {
   return s;
 }
 
+#if HALOX_HAS_CUDA  // device records exist only in CUDA builds
 const char* event_name(int e) {
   switch (e / 2 * 2) {
     case detail::trace_pack_begin: return "pack + store";
@@ -63,6 +64,7 @@ const char* event_name(int e) {
   }
   return "signal";
 }
+#endif
 
 }  // namespace
 
