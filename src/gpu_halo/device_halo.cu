@@ -437,7 +437,8 @@ struct DeviceHalo::Impl {
   std::vector<int> ranks;
   std::vector<const ParticlePlan*> plans;
   int npulses = 0;
-  std::vector<char*> blocks;  // per local rank: Slots + staging
+  std::vector<char*> blocks;        // per local rank: Slots + staging
+  std::vector<long long> capacity;  // bytes of each block
   std::vector<PeerBlock> published;
   std::vector<Counters*> counters;
   std::vector<std::unique_ptr<DeviceArray<int>>> index_arrays;
@@ -464,6 +465,7 @@ struct DeviceHalo::Impl {
     for (Counters* c : counters) cudaFree(c);
     blocks.clear();
     counters.clear();
+    capacity.clear();
   }
 
   LaunchArgs args(int first_pulse, u64 epoch, u64 round) const {
@@ -553,40 +555,74 @@ DeviceHalo::~DeviceHalo() {
   cudaFreeHost(m_impl->error);
 }
 
-void DeviceHalo::allocate(const std::vector<int>& ranks,
-                          const std::vector<const ParticlePlan*>& plans) {
+namespace {
+
+// A rank's block: Slots, then the forward staging of every pulse, then the reverse staging.
+PeerBlock layout(const ParticlePlan& plan, int npulses, int item, long long& bytes) {
+  PeerBlock pb;
+  long long at = kSlotsBytes;
+  for (int p = 0; p < npulses; ++p) {
+    pb.fwd_offset[p] = at;
+    at += (plan.pulses[p].recv_count * item + 255) / 256 * 256;
+  }
+  for (int p = 0; p < npulses; ++p) {
+    pb.rev_offset[p] = at;
+    at += (static_cast<long long>(plan.pulses[p].send_index.size()) * item + 255) / 256 * 256;
+  }
+  bytes = at;
+  return pb;
+}
+
+}  // namespace
+
+bool DeviceHalo::fits(const std::vector<const ParticlePlan*>& plans) const {
+  const Impl& m = *m_impl;
+  if (m.blocks.size() != plans.size()) return false;
+  for (std::size_t k = 0; k < plans.size(); ++k) {
+    const int npulses = static_cast<int>(plans[k]->pulses.size());
+    if (npulses != m.npulses) return false;
+    long long bytes = 0;
+    layout(*plans[k], npulses, m.item, bytes);
+    if (bytes > m.capacity[k]) return false;
+  }
+  return true;
+}
+
+bool DeviceHalo::allocate(const std::vector<int>& ranks,
+                          const std::vector<const ParticlePlan*>& plans, bool keep_if_fits) {
   Impl& m = *m_impl;
   HALOX_CUDA_CHECK(cudaDeviceSynchronize());  // no kernel may still use the old blocks
-  m.release();
+  // A new plan after a neighbour search usually fits the blocks of the last one: keeping
+  // them keeps their addresses, so peers need not map them again (CUDA IPC: milliseconds).
+  const bool keep = keep_if_fits && ranks == m.ranks && fits(plans);
+  if (!keep) m.release();
   m.ranks = ranks;
   m.plans = plans;
   m.npulses = plans.empty() ? 0 : static_cast<int>(plans[0]->pulses.size());
-  m.published.clear();
+  m.published.resize(plans.size());
   for (std::size_t k = 0; k < plans.size(); ++k) {
     const ParticlePlan& plan = *plans[k];
     if (static_cast<int>(plan.pulses.size()) != m.npulses || m.npulses > kMaxPulses) {
       throw Error("halox: GPU halo plans need the same number of pulses on every rank, at most " +
                   std::to_string(kMaxPulses));
     }
-    PeerBlock pb;
-    long long at = kSlotsBytes;
-    for (int p = 0; p < m.npulses; ++p) {
-      pb.fwd_offset[p] = at;
-      at += (plan.pulses[p].recv_count * m.item + 255) / 256 * 256;
+    long long bytes = 0;
+    PeerBlock pb = layout(plan, m.npulses, m.item, bytes);
+    if (!keep) {
+      // A quarter of headroom: the halo of a later plan may grow a little.
+      const long long capacity = bytes + bytes / 4;
+      char* block = m.allocate_block(capacity);
+      Counters* c = nullptr;
+      HALOX_CUDA_CHECK(cudaMalloc(&c, sizeof(Counters)));
+      m.blocks.push_back(block);
+      m.counters.push_back(c);
+      m.capacity.push_back(capacity);
     }
-    for (int p = 0; p < m.npulses; ++p) {
-      pb.rev_offset[p] = at;
-      at += (static_cast<long long>(plan.pulses[p].send_index.size()) * m.item + 255) / 256 * 256;
-    }
-    char* block = m.allocate_block(at);
-    HALOX_CUDA_CHECK(cudaMemset(block, 0, kSlotsBytes));
-    Counters* c = nullptr;
-    HALOX_CUDA_CHECK(cudaMalloc(&c, sizeof(Counters)));
-    HALOX_CUDA_CHECK(cudaMemset(c, 0, sizeof(Counters)));
-    pb.base = block;
-    m.blocks.push_back(block);
-    m.counters.push_back(c);
-    m.published.push_back(pb);
+    // Signals restart from epoch 0 with the new plan (every rank re-plans together).
+    HALOX_CUDA_CHECK(cudaMemset(m.blocks[k], 0, kSlotsBytes));
+    HALOX_CUDA_CHECK(cudaMemset(m.counters[k], 0, sizeof(Counters)));
+    pb.base = m.blocks[k];
+    m.published[k] = pb;
   }
   m.fwd_epoch = m.rev_epoch = m.fwd_round = m.rev_round = m.probe_epoch = 0;
   std::memset(m.error, 0, sizeof(ErrorRecord));
@@ -595,6 +631,8 @@ void DeviceHalo::allocate(const std::vector<int>& ranks,
   if (ranks.size() > 4096) throw Error("halox: at most 4096 ranks per process");
   m.last_x.clear();
   m.last_f.clear();
+  HALOX_CUDA_CHECK(cudaDeviceSynchronize());  // zeroed before any peer may signal
+  return keep;
 }
 
 PeerBlock DeviceHalo::block(int k) const {

@@ -35,8 +35,13 @@ class DeviceHalo {
   /// The allocator is called once per local rank with that rank's size, in rank order.
   void set_allocator(std::function<char*(std::int64_t)> allocate, std::function<void(char*)> free);
   /// Allocates and zeroes the blocks of this process's ranks for their plans (waits for the
-  /// device first). ranks[k] is the global rank of plans[k].
-  void allocate(const std::vector<int>& ranks, const std::vector<const ParticlePlan*>& plans);
+  /// device first). ranks[k] is the global rank of plans[k]. keep_if_fits: the current
+  /// blocks stay (same addresses, signals zeroed) when the plans fit them; returns whether
+  /// they stayed. With a collective allocator, every process must pass the same decision.
+  bool allocate(const std::vector<int>& ranks, const std::vector<const ParticlePlan*>& plans,
+                bool keep_if_fits = false);
+  /// Whether these plans fit the current blocks.
+  bool fits(const std::vector<const ParticlePlan*>& plans) const;
   /// The block of local rank k (to publish to peers).
   PeerBlock block(int k) const;
   /// Signals and fences at system scope (a peer on another GPU) or GPU scope (every peer

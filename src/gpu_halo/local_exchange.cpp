@@ -126,7 +126,7 @@ struct LocalParticleExchange::Impl {
         pointers.push_back(&plans[g.ranks[k]]);
         index_in_group[g.ranks[k]] = static_cast<int>(k);
       }
-      g.halo->allocate(g.ranks, pointers);
+      g.halo->allocate(g.ranks, pointers, /*keep_if_fits=*/true);
       g.halo->set_system_scope(groups.size() > 1);  // GPU scope when every rank shares one
     }
     auto block_of = [&](int rank) {

@@ -73,9 +73,14 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
   // Nobody may still write into a block about to be freed, and nobody may signal into a new
   // block before its owner zeroed it: barriers around the swap.
   HALOX_CUDA_CHECK(cudaDeviceSynchronize());
-  unmap_peers();
+  // Every rank's new plan fits its current block (the usual case after a neighbour search):
+  // the blocks stay where they are and the peers' mappings stay valid. Collective, as the
+  // NVSHMEM allocator is.
+  int fits = m_halo->fits({&plan}) ? 1 : 0, all_fit = 0;
+  HALOX_MPI_CHECK(MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_LAND, m_comm));
+  if (!all_fit) unmap_peers();
   HALOX_MPI_CHECK(MPI_Barrier(m_comm));
-  m_halo->allocate({m_rank}, {&plan});
+  const bool kept = m_halo->allocate({m_rank}, {&plan}, all_fit != 0);
   std::set<int> neighbours;
   for (const auto& p : plan.pulses) {
     for (int n : {p.header.send_rank, p.header.recv_rank}) {
@@ -112,7 +117,10 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
   for (int n : neighbours) {
     same_gpu &= std::memcmp(in[k].uuid, out.uuid, sizeof out.uuid) == 0;
     void* base = nullptr;
-    if (m_mapping == Mapping::ipc) {
+    const auto mapped = m_peers.find(n);
+    if (kept && mapped != m_peers.end()) {
+      base = mapped->second.base;  // the peer kept its block too: the mapping holds
+    } else if (m_mapping == Mapping::ipc) {
       const cudaError_t rc =
           cudaIpcOpenMemHandle(&base, in[k].handle, cudaIpcMemLazyEnablePeerAccess);
       if (rc != cudaSuccess) {
