@@ -757,9 +757,10 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
                 std::to_string(static_cast<int>(resident)) +
                 " resident blocks); use per_pulse kernels or fewer ranks per GPU");
   }
-  // Up to 1024 blocks (one item per thread): large halos to a GPU across NVLink need many
-  // stores in flight (32 blocks reached 59 GB/s between two H200s, 128 blocks 75 GB/s).
-  m.grid_blocks = std::max(1, std::min({fit, 1024, (most_items + 255) / 256}));
+  // Up to 128 blocks per pulse: large halos to a GPU across NVLink need many stores in
+  // flight. Measured between two H200s (3 MB pingpong): 32 blocks 59 GB/s, 128 blocks
+  // 75 GB/s, 1024 blocks 57-74 GB/s (no better), so 128.
+  m.grid_blocks = std::max(1, std::min({fit, 128, (most_items + 255) / 256}));
 }
 
 void DeviceHalo::self_test() {
