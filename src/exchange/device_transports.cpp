@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "../common/cuda_check.hpp"
+#include "device_buffer.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"
@@ -17,41 +18,6 @@
 namespace halox::detail {
 
 namespace {
-
-// A buffer that only grows, from cudaMalloc (device) or cudaMallocHost (pinned host).
-template <cudaError_t (*Allocate)(void**, std::size_t), cudaError_t (*Free)(void*)>
-class GrowingBuffer {
- public:
-  GrowingBuffer() = default;
-  GrowingBuffer(const GrowingBuffer&) = delete;
-  GrowingBuffer(GrowingBuffer&& o) noexcept : m_ptr(o.m_ptr), m_size(o.m_size) {
-    o.m_ptr = nullptr;
-  }
-  ~GrowingBuffer() { Free(m_ptr); }
-  char* at_least(std::int64_t n) {
-    if (n > m_size) {
-      Free(m_ptr);
-      m_ptr = nullptr;
-      HALOX_CUDA_CHECK(Allocate(&m_ptr, static_cast<std::size_t>(n)));
-      m_size = n;
-    }
-    return static_cast<char*>(m_ptr);
-  }
-  char* get() const { return static_cast<char*>(m_ptr); }
-
- private:
-  void* m_ptr = nullptr;
-  std::int64_t m_size = 0;
-};
-
-cudaError_t device_alloc(void** p, std::size_t n) {
-  return cudaMalloc(p, n);
-}
-cudaError_t pinned_alloc(void** p, std::size_t n) {
-  return cudaMallocHost(p, n);
-}
-using DeviceBuffer = GrowingBuffer<device_alloc, cudaFree>;
-using PinnedBuffer = GrowingBuffer<pinned_alloc, cudaFreeHost>;
 
 bool remote(int peer, int rank) {
   return peer >= 0 && peer != rank;

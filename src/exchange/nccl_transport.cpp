@@ -6,6 +6,7 @@
 #include <string>
 
 #include "../common/cuda_check.hpp"
+#include "device_buffer.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "transport.hpp"
@@ -20,20 +21,6 @@ void check_nccl(ncclResult_t rc, const char* call) {
   }
 }
 #define HALOX_NCCL_CHECK(call) check_nccl((call), #call)
-
-struct Buffer {
-  void* ptr = nullptr;
-  std::int64_t size = 0;
-  char* at_least(std::int64_t n) {
-    if (n > size) {
-      cudaFree(ptr);
-      ptr = nullptr;
-      HALOX_CUDA_CHECK(cudaMalloc(&ptr, static_cast<std::size_t>(n)));
-      size = n;
-    }
-    return static_cast<char*>(ptr);
-  }
-};
 
 class NcclTransport final : public Transport {
  public:
@@ -50,11 +37,7 @@ class NcclTransport final : public Transport {
           "); NCCL needs one GPU per rank, so it runs on machines with several GPUs");
     }
   }
-  ~NcclTransport() override {
-    ncclCommDestroy(m_comm);
-    for (auto& b : m_send) cudaFree(b.ptr);
-    for (auto& b : m_recv) cudaFree(b.ptr);
-  }
+  ~NcclTransport() override { ncclCommDestroy(m_comm); }
   std::string name() const override { return "nccl"; }
 
   void run(const std::vector<Op>& ops, void* field, GpuStream stream,
@@ -75,7 +58,7 @@ class NcclTransport final : public Transport {
         const Op& op = ops[i];
         if (op.stage != stage) continue;
         if (op.send_rank >= 0 && op.send_rank != m_rank) {
-          HALOX_NCCL_CHECK(ncclSend(m_send[i].ptr, static_cast<std::size_t>(op.send_bytes),
+          HALOX_NCCL_CHECK(ncclSend(m_send[i].get(), static_cast<std::size_t>(op.send_bytes),
                                     ncclUint8, op.send_rank, m_comm, stream));
           stats.messages += 1;
           stats.bytes_sent += op.send_bytes;
@@ -91,7 +74,7 @@ class NcclTransport final : public Transport {
         const Op& op = ops[i];
         if (op.stage != stage || op.recv_rank < 0) continue;
         const char* in =
-            static_cast<const char*>(op.recv_rank == m_rank ? m_send[i].ptr : m_recv[i].ptr);
+            static_cast<const char*>(op.recv_rank == m_rank ? m_send[i].get() : m_recv[i].get());
         op.unpack(field, in, 0, op.recv_bytes, stream);
       }
     }
@@ -101,7 +84,7 @@ class NcclTransport final : public Transport {
  private:
   int m_rank;
   ncclComm_t m_comm = nullptr;
-  std::vector<Buffer> m_send, m_recv;
+  std::vector<DeviceBuffer> m_send, m_recv;
 };
 
 }  // namespace
