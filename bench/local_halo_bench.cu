@@ -13,6 +13,7 @@
 #include "halox/error.hpp"
 #include "halox/gpu_halo.hpp"
 #include "halox/trace.hpp"
+#include "cuda_timing.cuh"
 #include "report.hpp"
 
 namespace halox::bench {
@@ -21,47 +22,19 @@ namespace {
 
 __global__ void empty_kernel() {}
 
-#define BENCH_CUDA(call)                                                                      \
-  do {                                                                                        \
-    const cudaError_t rc_ = (call);                                                           \
-    if (rc_ != cudaSuccess) throw Error(std::string(#call) + ": " + cudaGetErrorString(rc_)); \
-  } while (0)
-
-// Event-timed median over `reps` batches of `inner` calls of f, per call.
+// median_event_us over several GPUs, one stream each: every GPU starts after an event on the
+// first and the first waits for the others' ends, so the time is that of the slowest GPU.
 template <class F>
-double per_call_us(cudaStream_t stream, int reps, int inner, F&& f) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < inner; ++i) f();  // warm-up
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    cudaEventRecord(a, stream);
-    for (int i = 0; i < inner; ++i) f();
-    cudaEventRecord(b, stream);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(1e3 * ms / inner);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return median(t);
-}
-
-// The same over several GPUs, one stream each: every GPU starts after an event on the first
-// and the first waits for the others' ends, so the time is that of the slowest GPU.
-template <class F>
-double per_call_us(const std::vector<int>& devices, const std::vector<cudaStream_t>& streams,
-                   int reps, int inner, F&& f) {
-  if (streams.size() == 1) return per_call_us(streams[0], reps, inner, f);
+double median_over_gpus_us(const std::vector<int>& devices,
+                           const std::vector<cudaStream_t>& streams, int reps, int inner, F&& f) {
+  if (streams.size() == 1) return median_event_us(streams[0], reps, inner, f);
   std::vector<cudaEvent_t> marks(streams.size());  // on each stream's own GPU
   for (std::size_t k = 0; k < streams.size(); ++k) {
     cudaSetDevice(devices[k]);
     cudaEventCreateWithFlags(&marks[k], cudaEventDisableTiming);
   }
   cudaSetDevice(devices[0]);
-  const double t = per_call_us(streams[0], reps, 1, [&] {
+  const double t = median_event_us(streams[0], reps, 1, [&] {
     cudaEventRecord(marks[0], streams[0]);
     for (std::size_t k = 1; k < streams.size(); ++k) cudaStreamWaitEvent(streams[k], marks[0]);
     for (int i = 0; i < inner; ++i) f();
@@ -79,7 +52,7 @@ double per_call_us(const std::vector<int>& devices, const std::vector<cudaStream
 double empty_launch_us() {
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const double t = per_call_us(stream, 21, 200, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
+  const double t = median_event_us(stream, 21, 200, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
   cudaStreamDestroy(stream);
   return t;
 }
@@ -142,7 +115,7 @@ int local_halo_main(int argc, char** argv) {
   }
   BENCH_CUDA(cudaSetDevice(0));
   cudaStream_t stream = streams[0];
-  const double launch = per_call_us(stream, 21, 200, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
+  const double launch = empty_launch_us();
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   std::printf("halox-bench halo-local: %d x %s, %s; one empty kernel launch: %.2f us\n", gpus,
@@ -199,7 +172,7 @@ int local_halo_main(int argc, char** argv) {
       BENCH_CUDA(cudaMemset(f[r], 0, h.size() * 4));
     }
     BENCH_CUDA(cudaSetDevice(0));
-    auto time = [&](auto&& f) { return per_call_us(devices, streams, 11, 100, f); };
+    auto time = [&](auto&& f) { return median_over_gpus_us(devices, streams, 11, 100, f); };
     for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
       LocalParticleExchange exchange(topology, plans, BasicKind::float32, {kernels, 5.0, true, -1},
                                      device_of);

@@ -16,17 +16,12 @@
 #include "halox/pack_gpu.hpp"
 #include "pack_cases.hpp"
 #include "pack_gpu_bench.hpp"
+#include "cuda_timing.cuh"
 #include "report.hpp"
 
 namespace halox::bench {
 
 namespace {
-
-void check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
-}
-#define CK(call) check((call), #call)
 
 __global__ void empty_kernel() {}
 
@@ -159,57 +154,36 @@ std::vector<Shape> shapes(bool quick) {
   return v;
 }
 
-template <class F>
-double median_event_us(int reps, cudaStream_t stream, F&& f) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  f();
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(a, stream));
-    f();
-    CK(cudaEventRecord(b, stream));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1e3);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return median(t);
-}
-
 }  // namespace
 
 int pack_gpu(int reps, bool quick, const std::string& json) {
   cudaDeviceProp prop{};
-  CK(cudaGetDeviceProperties(&prop, 0));
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
   cudaStream_t stream;
-  CK(cudaStreamCreate(&stream));
+  BENCH_CUDA(cudaStreamCreate(&stream));
   const int halo_reps = quick ? 5 : std::max(reps, 51);
   const int bw_reps = quick ? 3 : std::max(reps / 2, 11);
 
   // Ceilings, measured now: an empty kernel, and a float4 copy kernel on 1 GiB.
   const double t_empty =
-      median_event_us(halo_reps, stream, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
+      median_event_us(stream, halo_reps, 1, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
   const std::size_t copy_bytes = quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
   void *ca = nullptr, *cb = nullptr;
-  CK(cudaMalloc(&ca, copy_bytes));
-  CK(cudaMalloc(&cb, copy_bytes));
-  CK(cudaMemset(ca, 1, copy_bytes));
-  const double t_copy = median_event_us(bw_reps, stream, [&] {
+  BENCH_CUDA(cudaMalloc(&ca, copy_bytes));
+  BENCH_CUDA(cudaMalloc(&cb, copy_bytes));
+  BENCH_CUDA(cudaMemset(ca, 1, copy_bytes));
+  const double t_copy = median_event_us(stream, bw_reps, 1, [&] {
     copy_kernel<<<prop.multiProcessorCount * 8, 256, 0, stream>>>(
         static_cast<const float4*>(ca), static_cast<float4*>(cb), copy_bytes / 16);
   });
-  const double t_memcpy = median_event_us(bw_reps, stream, [&] {
+  const double t_memcpy = median_event_us(stream, bw_reps, 1, [&] {
     cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice, stream);
   });
-  CK(cudaFree(ca));
-  CK(cudaFree(cb));
+  BENCH_CUDA(cudaFree(ca));
+  BENCH_CUDA(cudaFree(cb));
   const double ceiling = 2.0 * copy_bytes / (t_copy * 1e-6) / 1e9;  // GB/s, read + write
   const double memcpy_gbs = 2.0 * copy_bytes / (t_memcpy * 1e-6) / 1e9;
 
@@ -229,17 +203,18 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
   for (Shape& s : shapes(quick)) {
     const std::int64_t bytes = packed_size(s.type, 1);
     void *src = nullptr, *dst = nullptr;
-    CK(cudaMalloc(&src, static_cast<std::size_t>(s.array_bytes)));
-    CK(cudaMalloc(&dst, static_cast<std::size_t>(bytes)));
-    CK(cudaMemset(src, 0x3C, static_cast<std::size_t>(s.array_bytes)));
+    BENCH_CUDA(cudaMalloc(&src, static_cast<std::size_t>(s.array_bytes)));
+    BENCH_CUDA(cudaMalloc(&dst, static_cast<std::size_t>(bytes)));
+    BENCH_CUDA(cudaMemset(src, 0x3C, static_cast<std::size_t>(s.array_bytes)));
     const int r = s.family == "halo" ? halo_reps : bw_reps;
-    const double t = median_event_us(r, stream, [&] { pack_async(src, 1, s.type, dst, stream); });
+    const double t =
+        median_event_us(stream, r, 1, [&] { pack_async(src, 1, s.type, dst, stream); });
     // Synchronous latency, as MPI_Pack would be used: host clock around pack + synchronize.
     std::vector<double> sync;
     for (int k = 0; k < r; ++k) {
       const auto h0 = std::chrono::steady_clock::now();
       pack_async(src, 1, s.type, dst, stream);
-      CK(cudaStreamSynchronize(stream));
+      BENCH_CUDA(cudaStreamSynchronize(stream));
       sync.push_back(
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
     }
@@ -251,7 +226,7 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
       const std::size_t height = b.ndims == 0 ? 1 : static_cast<std::size_t>(b.count[0]);
       const std::size_t pitch = b.ndims == 0 ? static_cast<std::size_t>(b.block_bytes)
                                              : static_cast<std::size_t>(b.stride[0]);
-      t_2d = median_event_us(r, stream, [&] {
+      t_2d = median_event_us(stream, r, 1, [&] {
         cudaMemcpy2DAsync(
             dst, static_cast<std::size_t>(b.block_bytes), static_cast<char*>(src) + b.offset, pitch,
             static_cast<std::size_t>(b.block_bytes), height, cudaMemcpyDeviceToDevice, stream);
@@ -259,7 +234,7 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
     }
     const int grid = prop.multiProcessorCount * 8;
     if (s.kind == "face") {
-      t_naive = median_event_us(r, stream, [&] {
+      t_naive = median_event_us(stream, r, 1, [&] {
         if (s.elem == 4) {
           naive_face_kernel<float><<<grid, 256, 0, stream>>>(
               static_cast<const float*>(src), static_cast<float*>(dst), s.dims[0], s.dims[1],
@@ -272,17 +247,17 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
       });
     } else if (s.kind == "gather") {
       long* d_idx = nullptr;
-      CK(cudaMalloc(&d_idx, s.gather_index.size() * sizeof(long)));
-      CK(cudaMemcpy(d_idx, s.gather_index.data(), s.gather_index.size() * sizeof(long),
-                    cudaMemcpyHostToDevice));
-      t_naive = median_event_us(r, stream, [&] {
+      BENCH_CUDA(cudaMalloc(&d_idx, s.gather_index.size() * sizeof(long)));
+      BENCH_CUDA(cudaMemcpy(d_idx, s.gather_index.data(), s.gather_index.size() * sizeof(long),
+                            cudaMemcpyHostToDevice));
+      t_naive = median_event_us(stream, r, 1, [&] {
         naive_gather_kernel<<<grid, 256, 0, stream>>>(static_cast<const float*>(src), d_idx,
                                                       static_cast<float*>(dst),
                                                       static_cast<long>(s.gather_index.size()));
       });
-      CK(cudaFree(d_idx));
+      BENCH_CUDA(cudaFree(d_idx));
     }
-    CK(cudaGetLastError());
+    BENCH_CUDA(cudaGetLastError());
     const double gbs = 2.0 * bytes / (t * 1e-6) / 1e9;
     const double floor_us = t_empty + 2.0 * bytes / (ceiling * 1e9) * 1e6;
     const GpuPackShape shape = gpu_pack_shape(src, 1, s.type, dst);
@@ -306,8 +281,8 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
                        .set("naive_us", t_naive)
                        .set("word_bytes", shape.word_bytes)
                        .set("pieces", shape.pieces));
-    CK(cudaFree(src));
-    CK(cudaFree(dst));
+    BENCH_CUDA(cudaFree(src));
+    BENCH_CUDA(cudaFree(dst));
   }
   if (!json.empty()) {
     write_json(json, "pack --device gpu",
@@ -321,7 +296,7 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
                rows);
     std::printf("\nwrote %s\n", json.c_str());
   }
-  CK(cudaStreamDestroy(stream));
+  BENCH_CUDA(cudaStreamDestroy(stream));
   return 0;
 }
 

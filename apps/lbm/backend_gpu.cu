@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "../common/cuda_check.hpp"
 #include "backend.hpp"
 #include "halox/error.hpp"
 
@@ -13,11 +14,7 @@ namespace halox::lbm {
 
 namespace {
 
-void check(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess)
-    throw BackendError(std::string("halox-lbm: ") + call + ": " + cudaGetErrorString(rc));
-}
-#define LBM_CUDA(call) check((call), #call)
+#define LBM_CUDA(call) HALOX_APP_CUDA("halox-lbm: ", call)
 
 // One thread per cell of a region [lo, lo + n): a 2D block of x-rows (x fastest, coalesced),
 // grid over (x blocks, y rows, z planes), so no thread divides a 64-bit cell number (such

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "../common/cuda_check.hpp"
 #include "backend.hpp"
 #include "halox/error.hpp"
 #include "lj.hpp"
@@ -17,12 +18,7 @@ namespace halox::md {
 
 namespace {
 
-void check(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) {
-    throw BackendError(std::string("halox-md: ") + call + ": " + cudaGetErrorString(rc));
-  }
-}
-#define MD_CUDA(call) check((call), #call)
+#define MD_CUDA(call) HALOX_APP_CUDA("halox-md: ", call)
 
 template <class T>
 class DeviceArray {
