@@ -36,6 +36,7 @@ struct LocalParticleExchange::Impl {
     int device = 0;
     std::vector<int> ranks;  // global ranks, ascending
     std::unique_ptr<detail::DeviceHalo> halo;
+    std::vector<void*> arrays;  // the ranks' arrays of the current call (reused: no allocation)
   };
 
   Impl(const Topology& t, BasicKind real, GpuHaloOptions o, std::vector<int> device_of_rank)
@@ -58,11 +59,13 @@ struct LocalParticleExchange::Impl {
       }
       if (!group_of_device.count(d)) {
         group_of_device[d] = static_cast<int>(groups.size());
-        groups.push_back(Group{d, {}, nullptr});
+        groups.push_back(Group{d, {}, nullptr, {}});
         devices.push_back(d);
       }
       groups[group_of_device[d]].ranks.push_back(r);
     }
+    for (Group& g : groups) g.arrays.resize(g.ranks.size());
+    single_stream.resize(groups.size());
     for (Group& g : groups) {
       DeviceScope on(g.device);
       g.halo = std::make_unique<detail::DeviceHalo>(real, o, /*gpu_share=*/1.0);
@@ -97,6 +100,7 @@ struct LocalParticleExchange::Impl {
   std::vector<int> devices;
   std::vector<Group> groups;
   std::vector<ParticlePlan> plans;
+  std::vector<GpuStream> single_stream;  // one_stream's result (reused)
 
   void install(std::vector<ParticlePlan> p) {
     if (static_cast<int>(p.size()) != topology.size()) {
@@ -164,10 +168,9 @@ struct LocalParticleExchange::Impl {
     check();
     for (std::size_t k = 0; k < groups.size(); ++k) {
       Group& g = groups[k];
-      std::vector<void*> mine;
-      for (int r : g.ranks) mine.push_back(arrays[r]);
+      for (std::size_t i = 0; i < g.ranks.size(); ++i) g.arrays[i] = arrays[g.ranks[i]];
       DeviceScope on(g.device);
-      (g.halo.get()->*method)(mine, streams[k]);
+      (g.halo.get()->*method)(g.arrays, streams[k]);
     }
   }
 
@@ -176,12 +179,13 @@ struct LocalParticleExchange::Impl {
   }
 
   // A stream belongs to one GPU: several GPUs take one stream each, or the default stream.
-  std::vector<GpuStream> one_stream(GpuStream stream) const {
+  const std::vector<GpuStream>& one_stream(GpuStream stream) {
     if (groups.size() > 1 && stream != nullptr) {
       throw Error("halox::LocalParticleExchange: the ranks are on " +
                   std::to_string(groups.size()) + " GPUs; pass one stream per GPU of devices()");
     }
-    return std::vector<GpuStream>(groups.size(), stream);
+    single_stream.assign(groups.size(), stream);
+    return single_stream;
   }
 };
 
