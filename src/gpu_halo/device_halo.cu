@@ -20,14 +20,13 @@
 #include "../common/cuda_check.hpp"
 #include "../trace/device_trace.hpp"
 #include "device_halo.hpp"
+#include "signals.cuh"
 #include "halox/config.hpp"
 #include "halox/trace.hpp"
 
 namespace halox::detail {
 
 namespace {
-
-using u64 = unsigned long long;
 
 // Signal slots of one rank, at the start of its shared block. One writer per slot.
 struct Slots {
@@ -50,33 +49,6 @@ struct Counters {
 };
 
 enum WaitKind : int { fwd_ready, fwd_data, rev_ready, rev_data, rev_unpack, probe_fwd, probe_rev };
-
-// Written by the first failing wait into mapped host memory, so the host reads it without
-// synchronising. The claim word lives in device memory (device atomics on host memory are
-// not guaranteed); the report's flag is written last.
-struct ErrorRecord {
-  int flag, rank, peer, pulse, kind;
-  u64 seen, expected;
-};
-struct ErrorSink {
-  int* claim;           // device memory
-  ErrorRecord* report;  // mapped pinned host memory
-};
-
-__device__ void report_error(ErrorSink sink, int flag, int rank, int peer, int pulse, int kind,
-                             u64 seen, u64 expected) {
-  if (atomicCAS(sink.claim, 0, 1) != 0) return;
-  volatile ErrorRecord* r = sink.report;
-  r->rank = rank;
-  r->peer = peer;
-  r->pulse = pulse;
-  r->kind = kind;
-  r->seen = seen;
-  r->expected = expected;
-  __threadfence_system();
-  r->flag = flag;
-  __threadfence_system();
-}
 
 struct PulseView {
   int rank = -1, pulse = 0, send_rank = -1, recv_rank = -1;
@@ -111,79 +83,6 @@ struct RankTable {
   long long recv_offset[kMaxPulses + 1] = {};
   const char* fwd_in[kMaxPulses] = {};
 };
-
-__device__ __forceinline__ u64 now_ns() {
-  u64 t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-// Scope: gpu when every peer shares this GPU (ranks in one process, or processes under MPS
-// on one device), system otherwise (peers on other GPUs); system-scope fences cost more.
-__device__ __forceinline__ void signal_release(u64* slot, u64 value, bool sys) {
-  if (sys) {
-    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(slot), "l"(value) : "memory");
-  } else {
-    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(slot), "l"(value) : "memory");
-  }
-}
-__device__ __forceinline__ u64 load_acquire(const u64* slot, bool sys) {
-  u64 v;
-  if (sys) {
-    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(slot) : "memory");
-  } else {
-    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(slot) : "memory");
-  }
-  return v;
-}
-__device__ __forceinline__ void fence(bool sys) {
-  if (sys)
-    __threadfence_system();
-  else
-    __threadfence();
-}
-
-// Waits until *slot >= target; on time-out records (rank, peer, pulse, kind, seen) once.
-__device__ bool wait_for(const u64* slot, u64 target, u64 timeout_ns, ErrorSink error, int rank,
-                         int peer, int pulse, int kind, bool sys) {
-  u64 seen = load_acquire(slot, sys);
-  if (seen >= target) return true;
-  const u64 start = now_ns();
-  while ((seen = load_acquire(slot, sys)) < target) {
-    if (now_ns() - start > timeout_ns) {
-      report_error(error, 1, rank, peer, pulse, kind, seen, target);
-      return false;
-    }
-    __nanosleep(32);
-  }
-  return true;
-}
-
-// One thread waits, the block follows; false when the wait failed.
-__device__ bool block_wait(const u64* slot, u64 target, u64 timeout_ns, ErrorSink error, int rank,
-                           int peer, int pulse, int kind, bool sys) {
-  __shared__ int ok;
-  __syncthreads();
-  if (threadIdx.x == 0)
-    ok = wait_for(slot, target, timeout_ns, error, rank, peer, pulse, kind, sys);
-  __syncthreads();
-  return ok != 0;
-}
-
-// The last of `blocks` blocks to arrive (per launch) returns true; all blocks' prior stores
-// are visible system-wide before it proceeds.
-__device__ bool last_block(u64* counter, int blocks, bool sys) {
-  __shared__ int last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    // Each block fences its stores before counting itself; the last one fences again
-    // (acquiring the others' stores through the counter) before its release signal.
-    fence(sys);
-    last = (atomicAdd(counter, 1ull) + 1) % static_cast<u64>(blocks) == 0;
-    if (last) fence(sys);
-  }
-  __syncthreads();
-  return last != 0;
-}
 
 struct LaunchArgs {
   const PulseView* views;

@@ -19,11 +19,11 @@ namespace {
 struct BlockInfo {
   cudaIpcMemHandle_t handle;  // ipc only
   char uuid[16];              // its GPU: peers on one GPU need only GPU-scope signals
-  long long fwd[kMaxPulses];
-  long long rev[kMaxPulses];
+  BlockOffsets offsets;
 };
 
-// How many processes of this node use my GPU: their spinning kernels share it.
+}  // namespace
+
 double gpu_share(MPI_Comm comm) {
   MPI_Comm node;
   HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
@@ -38,67 +38,24 @@ double gpu_share(MPI_Comm comm) {
   return 1.0 / std::max(1, same);
 }
 
-}  // namespace
-
-PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real, GpuHaloOptions options)
-    : m_comm(comm),
-      m_rank(rank),
-      m_mapping(mapping),
-      m_halo(std::make_unique<DeviceHalo>(real, options, gpu_share(comm))) {
-  if (mapping == Mapping::nvshmem) {
-    // Symmetric blocks: every PE allocates the largest size any PE needs (collective).
-    m_halo->set_allocator(
-        [this](std::int64_t bytes) {
-          long long need = bytes, most = 0;
-          HALOX_MPI_CHECK(MPI_Allreduce(&need, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
-          ensure_nvshmem(m_comm, most);
-          return static_cast<char*>(symmetric_alloc(most));
-        },
-        [](char* p) { symmetric_free(p); });
-  }
-}
-
-PeerHalo::~PeerHalo() {
-  unmap_peers();
-}
-
-void PeerHalo::unmap_peers() {
+void PeerBlocks::unmap() {
   if (m_mapping == Mapping::ipc) {
-    for (auto& [rank, block] : m_peers) cudaIpcCloseMemHandle(block.base);
+    for (auto& [rank, peer] : m_peers) cudaIpcCloseMemHandle(peer.base);
   }
   m_peers.clear();
 }
 
-void PeerHalo::set_plan(const ParticlePlan& plan) {
-  // Nobody may still write into a block about to be freed, and nobody may signal into a new
-  // block before its owner zeroed it: barriers around the swap.
-  HALOX_CUDA_CHECK(cudaDeviceSynchronize());
-  // Every rank's new plan fits its current block (the usual case after a neighbour search):
-  // the blocks stay where they are and the peers' mappings stay valid. Collective, as the
-  // NVSHMEM allocator is.
-  int fits = m_halo->fits({&plan}) ? 1 : 0, all_fit = 0;
-  HALOX_MPI_CHECK(MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_LAND, m_comm));
-  if (!all_fit) unmap_peers();
-  HALOX_MPI_CHECK(MPI_Barrier(m_comm));
-  const bool kept = m_halo->allocate({m_rank}, {&plan}, all_fit != 0);
-  std::set<int> neighbours;
-  for (const auto& p : plan.pulses) {
-    for (int n : {p.header.send_rank, p.header.recv_rank}) {
-      if (n >= 0 && n != m_rank) neighbours.insert(n);
-    }
-  }
-  const PeerBlock mine = m_halo->block(0);
+void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
+                         const std::set<int>& neighbours, bool kept) {
+  if (!kept) unmap();
   BlockInfo out{};
-  if (m_mapping == Mapping::ipc) HALOX_CUDA_CHECK(cudaIpcGetMemHandle(&out.handle, mine.base));
+  if (m_mapping == Mapping::ipc) HALOX_CUDA_CHECK(cudaIpcGetMemHandle(&out.handle, my_base));
   int device = 0;
   HALOX_CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp prop{};
   HALOX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   std::memcpy(out.uuid, &prop.uuid, sizeof out.uuid);
-  for (int p = 0; p < kMaxPulses; ++p) {
-    out.fwd[p] = mine.fwd_offset[p];
-    out.rev[p] = mine.rev_offset[p];
-  }
+  out.offsets = offsets;
   std::vector<BlockInfo> in(neighbours.size());
   std::vector<MPI_Request> requests;
   std::size_t k = 0;
@@ -112,10 +69,10 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
   HALOX_MPI_CHECK(
       MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
   std::string error;
-  bool same_gpu = true;
+  m_same_gpu = true;
   k = 0;
   for (int n : neighbours) {
-    same_gpu &= std::memcmp(in[k].uuid, out.uuid, sizeof out.uuid) == 0;
+    m_same_gpu &= std::memcmp(in[k].uuid, out.uuid, sizeof out.uuid) == 0;
     void* base = nullptr;
     const auto mapped = m_peers.find(n);
     if (kept && mapped != m_peers.end()) {
@@ -133,7 +90,7 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
         }
       }
     } else {
-      base = symmetric_peer_pointer(mine.base, n);  // symmetric: my address names theirs
+      base = symmetric_peer_pointer(my_base, n);  // symmetric: my address names theirs
       if (!base && error.empty()) {
         error = "halox: rank " + std::to_string(m_rank) + ": rank " + std::to_string(n) +
                 " is not load/store reachable through NVSHMEM (nvshmem_ptr is null); the "
@@ -141,20 +98,67 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
                 "use nvshmem-stream)";
       }
     }
-    if (base) {
-      PeerBlock block;
-      block.base = static_cast<char*>(base);
-      for (int p = 0; p < kMaxPulses; ++p) {
-        block.fwd_offset[p] = in[k].fwd[p];
-        block.rev_offset[p] = in[k].rev[p];
-      }
-      m_peers[n] = block;
-    }
+    if (base) m_peers[n] = Peer{static_cast<char*>(base), in[k].offsets};
     ++k;
   }
   raise_if_any(m_comm, error);
-  m_halo->set_system_scope(!same_gpu);
-  m_halo->connect([&](int rank) { return rank == m_rank ? mine : m_peers.at(rank); });
+}
+
+PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real, GpuHaloOptions options)
+    : m_comm(comm),
+      m_rank(rank),
+      m_halo(std::make_unique<DeviceHalo>(real, options, gpu_share(comm))),
+      m_peers(comm, rank, mapping) {
+  if (mapping == Mapping::nvshmem) {
+    // Symmetric blocks: every PE allocates the largest size any PE needs (collective).
+    m_halo->set_allocator(
+        [this](std::int64_t bytes) {
+          long long need = bytes, most = 0;
+          HALOX_MPI_CHECK(MPI_Allreduce(&need, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
+          ensure_nvshmem(m_comm, most);
+          return static_cast<char*>(symmetric_alloc(most));
+        },
+        [](char* p) { symmetric_free(p); });
+  }
+}
+
+void PeerHalo::set_plan(const ParticlePlan& plan) {
+  // Nobody may still write into a block about to be freed, and nobody may signal into a new
+  // block before its owner zeroed it: barriers around the swap.
+  HALOX_CUDA_CHECK(cudaDeviceSynchronize());
+  // Every rank's new plan fits its current block (the usual case after a neighbour search):
+  // the blocks stay where they are and the peers' mappings stay valid. Collective, as the
+  // NVSHMEM allocator is.
+  int fits = m_halo->fits({&plan}) ? 1 : 0, all_fit = 0;
+  HALOX_MPI_CHECK(MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_LAND, m_comm));
+  if (!all_fit) m_peers.unmap();
+  HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+  const bool kept = m_halo->allocate({m_rank}, {&plan}, all_fit != 0);
+  std::set<int> neighbours;
+  for (const auto& p : plan.pulses) {
+    for (int n : {p.header.send_rank, p.header.recv_rank}) {
+      if (n >= 0 && n != m_rank) neighbours.insert(n);
+    }
+  }
+  const PeerBlock mine = m_halo->block(0);
+  BlockOffsets offsets{};
+  for (int p = 0; p < kMaxPulses; ++p) {
+    offsets[p] = mine.fwd_offset[p];
+    offsets[kMaxPulses + p] = mine.rev_offset[p];
+  }
+  m_peers.publish(mine.base, offsets, neighbours, kept);
+  m_halo->set_system_scope(!m_peers.same_gpu());
+  m_halo->connect([&](int rank) {
+    if (rank == m_rank) return mine;
+    PeerBlock block;
+    block.base = m_peers.base(rank);
+    const BlockOffsets& o = m_peers.offsets(rank);
+    for (int p = 0; p < kMaxPulses; ++p) {
+      block.fwd_offset[p] = o[p];
+      block.rev_offset[p] = o[kMaxPulses + p];
+    }
+    return block;
+  });
   HALOX_MPI_CHECK(MPI_Barrier(m_comm));
   std::string self_test;
   try {

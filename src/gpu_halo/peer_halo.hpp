@@ -1,5 +1,5 @@
 // One rank per process, the neighbours' blocks mapped into this process so the fused kernels
-// of device_halo.cu store straight into them:
+// store straight into them:
 //  - ipc:     blocks from cudaMalloc, mapped with CUDA IPC handles sent over MPI;
 //  - nvshmem: blocks from NVSHMEM's symmetric heap, mapped with nvshmem_ptr.
 // Both need load/store-reachable peers (one node: the same GPU under MPS, or NVLink).
@@ -7,8 +7,10 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "device_halo.hpp"
 
@@ -16,10 +18,48 @@ namespace halox::detail {
 
 enum class Mapping { ipc, nvshmem };
 
+/// Up to 2 x kMaxPulses offsets into a block that its neighbours need (staging areas).
+using BlockOffsets = std::array<long long, 2 * kMaxPulses>;
+
+/// The neighbours' blocks of one rank, mapped into this process. Used by the particle
+/// (PeerHalo) and the grid (grid_fused) engines.
+class PeerBlocks {
+ public:
+  PeerBlocks(MPI_Comm comm, int rank, Mapping mapping)
+      : m_comm(comm), m_rank(rank), m_mapping(mapping) {}
+  ~PeerBlocks() { unmap(); }
+  PeerBlocks(const PeerBlocks&) = delete;
+  PeerBlocks& operator=(const PeerBlocks&) = delete;
+  /// Collective: tells every neighbour my block and its offsets, maps theirs. `kept`: every
+  /// rank kept its block since the last call (collective decision), so mappings stay.
+  /// Raises on every rank when some rank cannot map a neighbour.
+  void publish(char* my_base, const BlockOffsets& offsets, const std::set<int>& neighbours,
+               bool kept);
+  void unmap();
+  char* base(int rank) const { return m_peers.at(rank).base; }
+  const BlockOffsets& offsets(int rank) const { return m_peers.at(rank).offsets; }
+  /// Every neighbour is on this process's GPU (GPU-scope signals suffice).
+  bool same_gpu() const { return m_same_gpu; }
+
+ private:
+  struct Peer {
+    char* base = nullptr;
+    BlockOffsets offsets{};
+  };
+  MPI_Comm m_comm;
+  int m_rank;
+  Mapping m_mapping;
+  std::map<int, Peer> m_peers;
+  bool m_same_gpu = true;
+};
+
+/// How much of its GPU this process's spinning kernels may use: 1 / (processes of this node
+/// on the same GPU). Collective.
+double gpu_share(MPI_Comm comm);
+
 class PeerHalo {
  public:
   PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real, GpuHaloOptions options);
-  ~PeerHalo();
   /// Collective over the communicator (every rank calls it with its own plan).
   void set_plan(const ParticlePlan& plan);
   void forward(void* x, GpuStream stream) { m_halo->forward({x}, stream); }
@@ -27,12 +67,10 @@ class PeerHalo {
   void check() const { m_halo->check(); }
 
  private:
-  void unmap_peers();
   MPI_Comm m_comm;
   int m_rank;
-  Mapping m_mapping;
   std::unique_ptr<DeviceHalo> m_halo;
-  std::map<int, PeerBlock> m_peers;  // mapped blocks by rank
+  PeerBlocks m_peers;  // declared after m_halo: unmapped before the blocks are freed
 };
 
 }  // namespace halox::detail

@@ -19,6 +19,7 @@
 
 #include "../common/cuda_check.hpp"
 #include "../datatype/node.hpp"
+#include "pack_device.cuh"
 #include "halox/pack.hpp"
 #include "halox/pack_gpu.hpp"
 
@@ -26,21 +27,10 @@ namespace halox {
 
 namespace {
 
-struct DeviceDesc {
-  std::int64_t offset = 0;              // memory offset of the first run
-  std::int64_t packed_offset = 0;       // bytes
-  const std::int64_t* index = nullptr;  // run offsets of an index piece (device memory)
-  std::int64_t block_bytes = 0;
-  std::int64_t first_word = 0;     // in units of the launch's word size, filled at launch
-  std::int64_t words_per_run = 0;  // likewise
-  int ndims = 0;
-  std::int64_t count[kMaxStridedDims] = {};
-  std::int64_t stride[kMaxStridedDims] = {};
-  // Division by the run length ([0]) and the counts ([1..]) as multiply-high and shift
-  // (for 32-bit index math): a hardware divide would cost more than the word it moves.
-  unsigned div_mul[kMaxStridedDims + 1] = {};
-  unsigned div_shr[kMaxStridedDims + 1] = {};
-};
+using detail::DeviceDesc;
+using detail::divide;
+using detail::move_word;
+using detail::PackOp;
 
 // Magic numbers for n / d with n < 2^31 (Granlund-Montgomery, as CUTLASS's FastDivmod).
 void fast_divisor(std::int64_t d, unsigned& mul, unsigned& shr) {
@@ -55,15 +45,6 @@ void fast_divisor(std::int64_t d, unsigned& mul, unsigned& shr) {
   mul = static_cast<unsigned>(((std::uint64_t{1} << p) + static_cast<std::uint64_t>(d) - 1) /
                               static_cast<std::uint64_t>(d));
   shr = p - 32;
-}
-
-template <class I>
-__device__ __forceinline__ I divide(I n, std::int64_t d, unsigned mul, unsigned shr) {
-  if constexpr (sizeof(I) == 4) {
-    return d == 1 ? n : (__umulhi(n, mul) >> shr);
-  } else {
-    return n / static_cast<I>(d);
-  }
 }
 
 // Everything about a (type, count) pair that does not depend on the pointers.
@@ -153,79 +134,8 @@ std::shared_ptr<Plan> plan_for(const Datatype& type, std::int64_t count) {
   return plan;
 }
 
-enum class Op { pack, unpack, accumulate_f32, accumulate_f64 };
-
-template <int W>
-struct WordOf;
-template <>
-struct WordOf<16> {
-  using type = uint4;
-};
-template <>
-struct WordOf<8> {
-  using type = uint2;
-};
-template <>
-struct WordOf<4> {
-  using type = unsigned;
-};
-template <>
-struct WordOf<2> {
-  using type = unsigned short;
-};
-template <>
-struct WordOf<1> {
-  using type = unsigned char;
-};
-
-template <class T, int W>
-__device__ __forceinline__ void add_word(char* dst, const char* src) {
-#pragma unroll
-  for (int i = 0; i < W / static_cast<int>(sizeof(T)); ++i) {
-    reinterpret_cast<T*>(dst)[i] += reinterpret_cast<const T*>(src)[i];
-  }
-}
-
-// DEPTH >= 0: the strided nesting depth is known at compile time (the loop unrolls and the
-// descriptor's unused dimensions are never read); -1: read it from the descriptor.
-template <int W, Op OP, class I, int DEPTH>
-__device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const char* src,
-                                          char* dst) {
-  using Word = typename WordOf<W>::type;
-  const I wpr = static_cast<I>(d.words_per_run);
-  const I run = divide<I>(local, d.words_per_run, d.div_mul[0], d.div_shr[0]);
-  const I w = local - run * wpr;
-  std::int64_t mem;
-  if (DEPTH < 0 && d.index != nullptr) {
-    mem = __ldg(d.index + run);
-  } else {
-    mem = d.offset;
-    I rest = run;
-#pragma unroll
-    for (int k = 0; k < (DEPTH >= 0 ? DEPTH : kMaxStridedDims); ++k) {
-      if (DEPTH < 0 && k >= d.ndims) break;
-      const I c = static_cast<I>(d.count[k]);
-      const I q = divide<I>(rest, d.count[k], d.div_mul[k + 1], d.div_shr[k + 1]);
-      mem += static_cast<std::int64_t>(rest - q * c) * d.stride[k];
-      rest = q;
-    }
-  }
-  mem += static_cast<std::int64_t>(w) * W;
-  const std::int64_t packed = d.packed_offset + static_cast<std::int64_t>(run) * d.block_bytes +
-                              static_cast<std::int64_t>(w) * W;
-  if constexpr (OP == Op::pack) {
-    *reinterpret_cast<Word*>(dst + packed) = *reinterpret_cast<const Word*>(src + mem);
-  } else if constexpr (OP == Op::unpack) {
-    *reinterpret_cast<Word*>(dst + mem) = *reinterpret_cast<const Word*>(src + packed);
-  } else if constexpr (OP == Op::accumulate_f32) {
-    add_word<float, W>(dst + mem, src + packed);
-  } else {
-    add_word<double, W>(dst + mem, src + packed);
-  }
-}
-
 // One strided or index piece, its descriptor in the kernel's parameters.
-template <int W, Op OP, class I, int DEPTH>
+template <int W, PackOp OP, class I, int DEPTH>
 __global__ void __launch_bounds__(256)
     single_piece_kernel(DeviceDesc d, I first, I end, const char* src, char* dst) {
   for (I g = first + static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < end;
@@ -235,7 +145,7 @@ __global__ void __launch_bounds__(256)
 }
 
 // Many pieces: each thread finds its piece by binary search over first_word.
-template <int W, Op OP, class I>
+template <int W, PackOp OP, class I>
 __global__ void __launch_bounds__(256)
     multi_piece_kernel(const DeviceDesc* descs, int n, I first, I end, const char* src, char* dst) {
   for (I g = first + static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < end;
@@ -292,7 +202,7 @@ struct Range {
   std::int64_t begin = 0, end = 0;
 };
 
-template <int W, Op OP, class I>
+template <int W, PackOp OP, class I>
 void launch_kernel(const Plan::Launch& launch, Range range, const char* src, char* dst,
                    cudaStream_t stream) {
   const std::int64_t first = range.begin / W, end = range.end / W;
@@ -316,7 +226,7 @@ void launch_kernel(const Plan::Launch& launch, Range range, const char* src, cha
   HALOX_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int W, Op OP>
+template <int W, PackOp OP>
 void launch_word(Plan& plan, Range range, const char* src, char* dst, cudaStream_t stream) {
   const Plan::Launch& launch = launch_for(plan, W);
   if (plan.fits_32bit) {
@@ -326,7 +236,7 @@ void launch_word(Plan& plan, Range range, const char* src, char* dst, cudaStream
   }
 }
 
-template <Op OP>
+template <PackOp OP>
 void dispatch(Plan& plan, Range range, const char* src, char* dst, int word, cudaStream_t stream) {
   switch (word) {
     case 16: launch_word<16, OP>(plan, range, src, dst, stream); break;
@@ -348,7 +258,7 @@ int word_size(const Plan& plan, const void* a, const void* b, int min_word, Rang
   return word >= min_word ? word : 0;
 }
 
-void run(Op op, const void* in, void* out, std::int64_t count, const Datatype& type,
+void run(PackOp op, const void* in, void* out, std::int64_t count, const Datatype& type,
          cudaStream_t stream, const char* where, std::int64_t packed_offset = 0,
          std::int64_t max_bytes = kAllBytes) {
   if (count < 0) {
@@ -356,13 +266,13 @@ void run(Op op, const void* in, void* out, std::int64_t count, const Datatype& t
                         " must be >= 0");
   }
   type.canonical();  // throws when not committed
-  if (op != Op::pack && type.overlaps(count)) {
+  if (op != PackOp::pack && type.overlaps(count)) {
     throw DatatypeError(std::string("halox::") + where + ": the " + type.combiner_name() +
                         " type addresses some bytes twice; unpacking into it is undefined");
   }
   int element = 1;
-  if (op == Op::accumulate_f32 || op == Op::accumulate_f64) {
-    element = op == Op::accumulate_f32 ? 4 : 8;
+  if (op == PackOp::accumulate_f32 || op == PackOp::accumulate_f64) {
+    element = op == PackOp::accumulate_f32 ? 4 : 8;
   }
   Plan& plan = *plan_for(type, count);
   if (packed_offset < 0 || max_bytes < 0) {
@@ -374,15 +284,15 @@ void run(Op op, const void* in, void* out, std::int64_t count, const Datatype& t
   // The packed side pointer addresses byte range.begin; the kernels index the whole stream.
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
-  if (op == Op::pack) {
+  if (op == PackOp::pack) {
     dst -= range.begin;
   } else {
     src -= range.begin;
   }
-  if (plan.contiguous && (op == Op::pack || op == Op::unpack)) {
+  if (plan.contiguous && (op == PackOp::pack || op == PackOp::unpack)) {
     const std::int64_t off = plan.contiguous_offset + range.begin;
-    HALOX_CUDA_CHECK(cudaMemcpyAsync(op == Op::pack ? dst + range.begin : dst + off,
-                                     op == Op::pack ? src + off : src + range.begin,
+    HALOX_CUDA_CHECK(cudaMemcpyAsync(op == PackOp::pack ? dst + range.begin : dst + off,
+                                     op == PackOp::pack ? src + off : src + range.begin,
                                      static_cast<std::size_t>(range.end - range.begin),
                                      cudaMemcpyDefault, stream));
     return;
@@ -398,13 +308,13 @@ void run(Op op, const void* in, void* out, std::int64_t count, const Datatype& t
                         std::to_string(element) + " bytes");
   }
   switch (op) {
-    case Op::pack: dispatch<Op::pack>(plan, range, src, dst, word, stream); break;
-    case Op::unpack: dispatch<Op::unpack>(plan, range, src, dst, word, stream); break;
-    case Op::accumulate_f32:
-      dispatch<Op::accumulate_f32>(plan, range, src, dst, word, stream);
+    case PackOp::pack: dispatch<PackOp::pack>(plan, range, src, dst, word, stream); break;
+    case PackOp::unpack: dispatch<PackOp::unpack>(plan, range, src, dst, word, stream); break;
+    case PackOp::accumulate_f32:
+      dispatch<PackOp::accumulate_f32>(plan, range, src, dst, word, stream);
       break;
-    case Op::accumulate_f64:
-      dispatch<Op::accumulate_f64>(plan, range, src, dst, word, stream);
+    case PackOp::accumulate_f64:
+      dispatch<PackOp::accumulate_f64>(plan, range, src, dst, word, stream);
       break;
   }
 }
@@ -413,22 +323,22 @@ void run(Op op, const void* in, void* out, std::int64_t count, const Datatype& t
 
 void pack_async(const void* in, std::int64_t count, const Datatype& type, void* out,
                 GpuStream stream) {
-  run(Op::pack, in, out, count, type, stream, "pack_async");
+  run(PackOp::pack, in, out, count, type, stream, "pack_async");
 }
 
 void unpack_async(const void* in, void* out, std::int64_t count, const Datatype& type,
                   GpuStream stream) {
-  run(Op::unpack, in, out, count, type, stream, "unpack_async");
+  run(PackOp::unpack, in, out, count, type, stream, "unpack_async");
 }
 
 void pack_range_async(const void* in, std::int64_t count, const Datatype& type, void* out,
                       std::int64_t packed_offset, std::int64_t bytes, GpuStream stream) {
-  run(Op::pack, in, out, count, type, stream, "pack_range_async", packed_offset, bytes);
+  run(PackOp::pack, in, out, count, type, stream, "pack_range_async", packed_offset, bytes);
 }
 
 void unpack_range_async(const void* in, void* out, std::int64_t count, const Datatype& type,
                         std::int64_t packed_offset, std::int64_t bytes, GpuStream stream) {
-  run(Op::unpack, in, out, count, type, stream, "unpack_range_async", packed_offset, bytes);
+  run(PackOp::unpack, in, out, count, type, stream, "unpack_range_async", packed_offset, bytes);
 }
 
 void unpack_accumulate_async(const void* in, void* out, std::int64_t count, const Datatype& type,
@@ -438,9 +348,39 @@ void unpack_accumulate_async(const void* in, void* out, std::int64_t count, cons
     throw DatatypeError("halox::unpack_accumulate_async: the " + type.combiner_name() +
                         " type must hold only MPI_FLOAT or only MPI_DOUBLE elements");
   }
-  run(kind == BasicKind::float32 ? Op::accumulate_f32 : Op::accumulate_f64, in, out, count, type,
-      stream, "unpack_accumulate_async");
+  run(kind == BasicKind::float32 ? PackOp::accumulate_f32 : PackOp::accumulate_f64, in, out, count,
+      type, stream, "unpack_accumulate_async");
 }
+
+namespace detail {
+
+int device_pack_word(const Datatype& type, std::int64_t count) {
+  const Plan& plan = *plan_for(type, count);
+  int word = 16;
+  while (word > 1 && plan.structural_align % word != 0) word /= 2;
+  return word;
+}
+
+DevicePackView device_pack_view(const Datatype& type, std::int64_t count, int word) {
+  const std::shared_ptr<Plan> plan = plan_for(type, count);
+  const Plan::Launch& launch = launch_for(*plan, word);
+  DevicePackView view;
+  view.pieces = static_cast<int>(launch.descs.size());
+  view.words = launch.words;
+  if (view.pieces == 0) return view;
+  if (!launch.table) {
+    // One piece: its launches pass the descriptor by value; the fused kernels need a table.
+    std::lock_guard<std::mutex> lock(plan->mutex);
+    auto& mutable_launch = const_cast<Plan::Launch&>(launch);
+    if (!mutable_launch.table) {
+      mutable_launch.table = device_copy(launch.descs.data(), sizeof(DeviceDesc));
+    }
+  }
+  view.descs = static_cast<const DeviceDesc*>(launch.table.get());
+  return view;
+}
+
+}  // namespace detail
 
 GpuPackShape gpu_pack_shape(const void* in, std::int64_t count, const Datatype& type,
                             const void* out) {

@@ -1,0 +1,126 @@
+// The device side of the GPU pack engine, shared with the fused exchange kernels: a canonical
+// piece as a kernel sees it, and the function that moves one word of it between memory and
+// the packed stream. Include only from CUDA sources.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../datatype/node.hpp"
+#include "halox/datatype.hpp"
+
+namespace halox::detail {
+
+struct DeviceDesc {
+  std::int64_t offset = 0;              // memory offset of the first run
+  std::int64_t packed_offset = 0;       // bytes
+  const std::int64_t* index = nullptr;  // run offsets of an index piece (device memory)
+  std::int64_t block_bytes = 0;
+  std::int64_t first_word = 0;     // in units of the launch's word size, filled at launch
+  std::int64_t words_per_run = 0;  // likewise
+  int ndims = 0;
+  std::int64_t count[kMaxStridedDims] = {};
+  std::int64_t stride[kMaxStridedDims] = {};
+  // Division by the run length ([0]) and the counts ([1..]) as multiply-high and shift
+  // (for 32-bit index math): a hardware divide would cost more than the word it moves.
+  unsigned div_mul[kMaxStridedDims + 1] = {};
+  unsigned div_shr[kMaxStridedDims + 1] = {};
+};
+
+/// The device descriptors of (type, count) for one word size: `pieces` descriptors in device
+/// memory (cached with the type's plan, valid while the process lives), `words` in all.
+struct DevicePackView {
+  const DeviceDesc* descs = nullptr;
+  int pieces = 0;
+  std::int64_t words = 0;
+};
+/// The widest word (16, 8, 4, 2, 1 bytes) the type's offsets, strides and block lengths allow.
+int device_pack_word(const Datatype& type, std::int64_t count);
+DevicePackView device_pack_view(const Datatype& type, std::int64_t count, int word);
+
+namespace {
+
+template <class I>
+__device__ __forceinline__ I divide(I n, std::int64_t d, unsigned mul, unsigned shr) {
+  if constexpr (sizeof(I) == 4) {
+    return d == 1 ? n : (__umulhi(n, mul) >> shr);
+  } else {
+    return n / static_cast<I>(d);
+  }
+}
+
+enum class PackOp { pack, unpack, accumulate_f32, accumulate_f64 };
+
+template <int W>
+struct WordOf;
+template <>
+struct WordOf<16> {
+  using type = uint4;
+};
+template <>
+struct WordOf<8> {
+  using type = uint2;
+};
+template <>
+struct WordOf<4> {
+  using type = unsigned;
+};
+template <>
+struct WordOf<2> {
+  using type = unsigned short;
+};
+template <>
+struct WordOf<1> {
+  using type = unsigned char;
+};
+
+template <class T, int W>
+__device__ __forceinline__ void add_word(char* dst, const char* src) {
+#pragma unroll
+  for (int i = 0; i < W / static_cast<int>(sizeof(T)); ++i) {
+    reinterpret_cast<T*>(dst)[i] += reinterpret_cast<const T*>(src)[i];
+  }
+}
+
+// DEPTH >= 0: the strided nesting depth is known at compile time (the loop unrolls and the
+// descriptor's unused dimensions are never read); -1: read it from the descriptor.
+template <int W, PackOp OP, class I, int DEPTH>
+__device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const char* src,
+                                          char* dst) {
+  using Word = typename WordOf<W>::type;
+  const I wpr = static_cast<I>(d.words_per_run);
+  const I run = divide<I>(local, d.words_per_run, d.div_mul[0], d.div_shr[0]);
+  const I w = local - run * wpr;
+  std::int64_t mem;
+  if (DEPTH < 0 && d.index != nullptr) {
+    mem = __ldg(d.index + run);
+  } else {
+    mem = d.offset;
+    I rest = run;
+#pragma unroll
+    for (int k = 0; k < (DEPTH >= 0 ? DEPTH : kMaxStridedDims); ++k) {
+      if (DEPTH < 0 && k >= d.ndims) break;
+      const I c = static_cast<I>(d.count[k]);
+      const I q = divide<I>(rest, d.count[k], d.div_mul[k + 1], d.div_shr[k + 1]);
+      mem += static_cast<std::int64_t>(rest - q * c) * d.stride[k];
+      rest = q;
+    }
+  }
+  mem += static_cast<std::int64_t>(w) * W;
+  const std::int64_t packed = d.packed_offset + static_cast<std::int64_t>(run) * d.block_bytes +
+                              static_cast<std::int64_t>(w) * W;
+  if constexpr (OP == PackOp::pack) {
+    *reinterpret_cast<Word*>(dst + packed) = *reinterpret_cast<const Word*>(src + mem);
+  } else if constexpr (OP == PackOp::unpack) {
+    *reinterpret_cast<Word*>(dst + mem) = *reinterpret_cast<const Word*>(src + packed);
+  } else if constexpr (OP == PackOp::accumulate_f32) {
+    add_word<float, W>(dst + mem, src + packed);
+  } else {
+    add_word<double, W>(dst + mem, src + packed);
+  }
+}
+
+}  // namespace
+
+}  // namespace halox::detail
