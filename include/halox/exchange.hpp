@@ -28,7 +28,9 @@ namespace halox {
 ///  - ipc-pulse, ipc-fused, nvshmem-pulse, nvshmem-fused: GPU-initiated (gpu_halo.hpp):
 ///                the neighbours' buffers are mapped (CUDA IPC, or NVSHMEM's symmetric heap
 ///                and nvshmem_ptr); fused kernels store straight into them, one kernel per
-///                pulse or one for all pulses; no host waits. Particle halos.
+///                pulse or one for all pulses; no host waits. Grid halos: one fused kernel
+///                per stage (pack into the neighbour's staging, signal, wait, unpack) for
+///                all four (compiled, not yet run on a GPU: see docs/gpu-initiated.md).
 ///  - auto:       decided collectively at the first exchange of device memory, and printed
 ///                (rank 0) with the reason: every neighbour on this node -> direct stores
 ///                (ipc-fused for particles); otherwise NVSHMEM put-with-signal

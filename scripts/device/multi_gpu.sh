@@ -51,6 +51,7 @@ in_time local && for g in 1 $gpus; do
 done
 in_time variants && for v in "--comm default" "--comm contig --transport staged" \
     "--comm datatype --transport staged" "--comm overlap --transport staged" \
+    "--comm datatype --transport ipc-fused" "--comm datatype --transport nvshmem-fused" \
     "--comm datatype --transport nvshmem-stream" "--comm overlap --transport nvshmem-stream" \
     "--comm datatype --transport nccl" "--comm overlap --transport nccl"; do
   name=$(echo "$v" | sed 's/--comm //; s/ --transport /-/')
@@ -68,7 +69,7 @@ for np in 1 2 4 8; do
   mpi "$np" build/gpu/bench/halox-bench halo --app md --device gpu --atoms-per-rank $((200000 / np)) \
     --steps 100 --transports nvshmem-stream,nvshmem-fused --json "$out/halo-md-nvshmem-np$np.json" \
     2>&1 | tee "$out/halo-md-nvshmem-np$np.txt"
-  for t in staged nvshmem-stream nccl; do
+  for t in staged nvshmem-stream nccl ipc-fused; do
     log "LBM BGK 256^3 strong scaling, $np GPU(s), datatype over $t"
     mpi "$np" $lbm --model bgk --grid 256x256x256 --steps 200 --device gpu --transport $t \
       --json "$out/lbm-strong-$t-np$np.json" 2>&1 | grep -E "halox-lbm:|MLUPS;|bound" | tee -a "$out/summary.txt"

@@ -11,6 +11,7 @@
 #include "halox/tuning.hpp"
 #include "transport.hpp"
 #if HALOX_HAS_CUDA
+#include "../gpu_halo/grid_fused.hpp"
 #include "../gpu_halo/peer_halo.hpp"
 #include "device_kernels.hpp"
 #endif
@@ -121,8 +122,16 @@ class TransportChooser {
         throw Error("halox: internal: the auto transport was not resolved");
       }
       if (gpu_initiated(m_options.transport)) {
-        throw Error("halox: the " + to_string(m_options.transport) +
-                    " transport moves particle halos only (grid halos: staged or pipelined)");
+#if HALOX_HAS_CUDA
+        // Grid halos: one fused kernel per stage for the pulse and the fused variants alike.
+        const TransportKind t = m_options.transport;
+        const auto mapping = t == TransportKind::ipc_fused || t == TransportKind::ipc_pulse
+                                 ? detail::Mapping::ipc
+                                 : detail::Mapping::nvshmem;
+        m_device = detail::make_grid_fused_transport(m_comm, m_rank, mapping, to_string(t),
+                                                     m_options.timeout_seconds);
+        return *m_device;
+#endif
       }
       if (m_options.transport == TransportKind::host) {
         throw Error("halox: the field at " + address(field) +
@@ -228,6 +237,8 @@ struct GridExchange::Impl {
       op.name = pulse.header.name(static_cast<int>(i));
       Op host = op, device = op;
       const Datatype send = pulse.send_type, recv = pulse.recv_type;
+      device.send_type = send;
+      device.recv_type = recv;
       host.pack = [send](const void* field, void* out, std::int64_t offset, std::int64_t bytes,
                          GpuStream) { halox::pack(field, 1, send, out, offset, bytes); };
       host.unpack = [recv](void* field, const void* in, std::int64_t offset, std::int64_t bytes,

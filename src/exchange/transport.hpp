@@ -33,6 +33,9 @@ struct Op {
   std::string name;          // for error messages
   PackFn pack;
   UnpackFn unpack;
+  // Grid ops: the faces as datatypes (one instance at the field), for the transports that
+  // pack inside their own kernels (grid_fused.cu). Empty for particle ops.
+  Datatype send_type, recv_type;
 };
 
 class Transport {

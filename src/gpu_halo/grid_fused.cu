@@ -1,0 +1,351 @@
+// GPU-initiated grid halo (ipc-* and nvshmem-* transports for GridExchange): one fused kernel
+// per stage packs each face straight into the receiving rank's staging area (a direct store
+// through CUDA IPC or nvshmem_ptr), signals it, waits for its own faces and unpacks them.
+// Stages run in stream order, so the edges and corners that a later stage forwards were
+// unpacked by the earlier one. The pack and unpack are the GPU pack engine's (pack_device.cuh),
+// driven by the plan's datatypes; the signals and time-outs are those of the particle engine.
+//
+// Protocol per op (a plan pulse: one face out, one face in), e = the exchange's counter:
+//   1. tell the rank I receive from that my staging is free   (release e into its ready slot)
+//   2. wait until the rank I send to has freed its staging     (acquire >= e on my ready slot)
+//   3. pack my face into its staging; the last block signals it (release e into its data slot)
+//   4. wait for my own face (acquire >= e on my data slot), unpack it into the field.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <cstring>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../common/cuda_check.hpp"
+#include "../exchange/nvshmem_runtime_stub.hpp"
+#include "../exchange/transport.hpp"
+#include "../pack/pack_device.cuh"
+#include "grid_fused.hpp"
+#include "peer_halo.hpp"
+#include "signals.cuh"
+#include "halox/gpu_halo.hpp"
+#include "halox/mpi.hpp"
+
+namespace halox::detail {
+
+namespace {
+
+constexpr int kMaxGridOps = kMaxPulses;
+
+// Signal slots at the start of a rank's block. One writer per slot.
+struct GridSlots {
+  u64 ready[kMaxGridOps];  // written by the rank I send to: its staging for this op is free
+  u64 data[kMaxGridOps];   // written by the rank I receive from: my face has arrived
+};
+constexpr long long kGridSlotsBytes = (sizeof(GridSlots) + 255) / 256 * 256;
+
+enum GridWaitKind : int { wait_ready = 0, wait_data = 1 };
+
+struct GridOpView {
+  int send_rank = -1, recv_rank = -1;
+  DevicePackView send, recv;
+  char* dest_staging = nullptr;  // the receiver's staging for this op
+  u64* dest_data = nullptr;      // ... and its data slot
+  u64* my_ready = nullptr;       // the receiver frees its staging here (my block)
+  u64* source_ready = nullptr;   // I free my staging there (the sender's block)
+  const char* my_staging = nullptr;
+  u64* my_data = nullptr;
+  u64* blocks_done = nullptr;  // this op's finished pack blocks (local counter)
+};
+
+struct GridArgs {
+  const GridOpView* views;
+  int first_op;  // ops first_op .. first_op + gridDim.y - 1: one stage
+  int rank;
+  u64 epoch;
+  u64 timeout_ns;
+  ErrorSink error;
+  int system_scope;
+};
+
+// The canonical piece word g belongs to (pieces are few; they are ordered by first_word).
+__device__ __forceinline__ const DeviceDesc& piece_of(const DevicePackView& v, long long g) {
+  int lo = 0, hi = v.pieces - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (v.descs[mid].first_word <= g)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return v.descs[lo];
+}
+
+template <int W>
+__global__ void __launch_bounds__(256) grid_stage_kernel(GridArgs a, char* field) {
+  const int op = a.first_op + static_cast<int>(blockIdx.y);
+  const GridOpView& v = a.views[op];
+  const bool sys = a.system_scope != 0;
+  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  if (v.recv_rank >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+    signal_release(v.source_ready, a.epoch, sys);
+  }
+  if (v.send_rank >= 0) {
+    if (!block_wait(v.my_ready, a.epoch, a.timeout_ns, a.error, a.rank, v.send_rank, op, wait_ready,
+                    sys)) {
+      return;
+    }
+    for (long long g = first; g < v.send.words; g += stride) {
+      const DeviceDesc& d = piece_of(v.send, g);
+      move_word<W, PackOp::pack, unsigned, -1>(d, static_cast<unsigned>(g - d.first_word), field,
+                                               v.dest_staging);
+    }
+    if (last_block(v.blocks_done, static_cast<int>(gridDim.x), sys) && threadIdx.x == 0) {
+      signal_release(v.dest_data, a.epoch, sys);
+    }
+  }
+  if (v.recv_rank >= 0) {
+    if (!block_wait(v.my_data, a.epoch, a.timeout_ns, a.error, a.rank, v.recv_rank, op, wait_data,
+                    sys)) {
+      return;
+    }
+    for (long long g = first; g < v.recv.words; g += stride) {
+      const DeviceDesc& d = piece_of(v.recv, g);
+      move_word<W, PackOp::unpack, unsigned, -1>(d, static_cast<unsigned>(g - d.first_word),
+                                                 v.my_staging, field);
+    }
+  }
+}
+
+template <int W>
+int resident_blocks_per_sm() {
+  int per_sm = 0;
+  HALOX_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grid_stage_kernel<W>, 256, 0));
+  return per_sm;
+}
+
+class GridFusedTransport final : public Transport {
+ public:
+  GridFusedTransport(MPI_Comm comm, int rank, Mapping mapping, std::string name,
+                     double timeout_seconds)
+      : m_comm(comm),
+        m_rank(rank),
+        m_mapping(mapping),
+        m_name(std::move(name)),
+        m_peers(comm, rank, mapping),
+        m_timeout_seconds(timeout_seconds) {
+    HALOX_CUDA_CHECK(cudaHostAlloc(&m_error, sizeof(ErrorRecord), cudaHostAllocMapped));
+    std::memset(m_error, 0, sizeof(ErrorRecord));
+    HALOX_CUDA_CHECK(cudaHostGetDevicePointer(&m_error_device, m_error, 0));
+    HALOX_CUDA_CHECK(cudaMalloc(&m_claim, sizeof(int)));
+    HALOX_CUDA_CHECK(cudaMemset(m_claim, 0, sizeof(int)));
+  }
+  ~GridFusedTransport() override {
+    cudaDeviceSynchronize();
+    m_peers.unmap();
+    if (m_block) {
+      if (m_mapping == Mapping::nvshmem)
+        symmetric_free(m_block);
+      else
+        cudaFree(m_block);
+    }
+    cudaFree(m_counters);
+    for (auto& [word, views] : m_views) cudaFree(views);
+    cudaFree(m_claim);
+    cudaFreeHost(m_error);
+  }
+  std::string name() const override { return m_name; }
+
+  void run(const std::vector<Op>& ops, void* field, GpuStream stream,
+           ExchangeStats& stats) override {
+    check(ops);
+    if (!m_ready) set_up(ops);
+    const int word = word_for(field);
+    const GridOpView* views = views_for(word);
+    const u64 epoch = ++m_epoch;
+    GridArgs a{views, 0, m_rank, epoch, static_cast<u64>(m_timeout_seconds * 1e9),
+               ErrorSink{m_claim, m_error_device}, m_same_gpu ? 0 : 1};
+    for (const auto& [first, count] : m_stages) {
+      a.first_op = first;
+      const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(count));
+      char* f = static_cast<char*>(field);
+      switch (word) {
+        case 16: grid_stage_kernel<16><<<grid, 256, 0, stream>>>(a, f); break;
+        case 8: grid_stage_kernel<8><<<grid, 256, 0, stream>>>(a, f); break;
+        default: grid_stage_kernel<4><<<grid, 256, 0, stream>>>(a, f); break;
+      }
+      HALOX_CUDA_CHECK(cudaGetLastError());
+    }
+    for (const Op& op : ops) {
+      if (op.send_rank >= 0 && op.send_rank != m_rank) {
+        stats.messages += 1;
+        stats.bytes_sent += op.send_bytes;
+      }
+    }
+    stats.exchanges += 1;
+  }
+
+ private:
+  // A time-out or a wrong plan becomes an error naming the ranks and the pulse.
+  void check(const std::vector<Op>& ops) const {
+    const volatile ErrorRecord* e = m_error;
+    if (e->flag == 0) return;
+    const std::string pulse = e->pulse >= 0 && e->pulse < static_cast<int>(ops.size())
+                                  ? ops[e->pulse].name
+                                  : "pulse " + std::to_string(e->pulse);
+    std::ostringstream s;
+    s << "halox: " << m_name << ": rank " << e->rank << " timed out after " << m_timeout_seconds
+      << " s on " << pulse << " waiting for rank " << e->peer << " ("
+      << (e->kind == wait_ready ? "its staging to become free" : "the face it sends")
+      << "): signal " << e->seen << ", expected " << e->expected << ". The exchange is unusable; "
+      << "is rank " << e->peer << " stalled or its plan different?";
+    throw HaloTimeoutError(s.str());
+  }
+
+  void set_up(const std::vector<Op>& ops) {
+    if (static_cast<int>(ops.size()) > kMaxGridOps) {
+      throw Error("halox: " + m_name + ": at most " + std::to_string(kMaxGridOps) +
+                  " pulses per grid plan");
+    }
+    // Stages: consecutive ops of one stage each (the plan lists them in stage order).
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].send_rank >= 0 && !ops[i].send_type.committed()) {
+        throw Error("halox: " + m_name + " moves grid halos described by datatypes only");
+      }
+      if (m_stages.empty() || ops[i].stage != ops[i - 1].stage) {
+        if (!m_stages.empty() && ops[i].stage < ops[i - 1].stage) {
+          throw Error("halox: " + m_name + ": the plan's pulses are not in stage order");
+        }
+        m_stages.push_back({static_cast<int>(i), 0});
+      }
+      ++m_stages.back().second;
+    }
+    // My block: slots, then one staging area per op (what that op receives).
+    BlockOffsets offsets{};
+    long long bytes = kGridSlotsBytes;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      offsets[i] = bytes;
+      bytes += (ops[i].recv_bytes + 255) / 256 * 256;
+    }
+    if (m_mapping == Mapping::nvshmem) {
+      long long most = 0;
+      HALOX_MPI_CHECK(MPI_Allreduce(&bytes, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
+      ensure_nvshmem(m_comm, most);
+      m_block = static_cast<char*>(symmetric_alloc(most));
+    } else {
+      HALOX_CUDA_CHECK(cudaMalloc(&m_block, static_cast<std::size_t>(bytes)));
+    }
+    HALOX_CUDA_CHECK(cudaMemset(m_block, 0, kGridSlotsBytes));
+    HALOX_CUDA_CHECK(cudaMalloc(&m_counters, kMaxGridOps * sizeof(u64)));
+    HALOX_CUDA_CHECK(cudaMemset(m_counters, 0, kMaxGridOps * sizeof(u64)));
+    HALOX_CUDA_CHECK(cudaDeviceSynchronize());
+    std::set<int> neighbours;
+    for (const Op& op : ops) {
+      for (int n : {op.send_rank, op.recv_rank}) {
+        if (n >= 0 && n != m_rank) neighbours.insert(n);
+      }
+    }
+    HALOX_MPI_CHECK(MPI_Barrier(m_comm));  // every block zeroed before anyone signals into it
+    m_peers.publish(m_block, offsets, neighbours, false);
+    m_same_gpu = m_peers.same_gpu();
+    auto base_of = [&](int r) { return r == m_rank ? m_block : m_peers.base(r); };
+    auto offsets_of = [&](int r) { return r == m_rank ? offsets : m_peers.offsets(r); };
+    GridSlots* mine = reinterpret_cast<GridSlots*>(m_block);
+    m_host_views.assign(ops.size(), GridOpView{});
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      GridOpView& v = m_host_views[i];
+      v.send_rank = ops[i].send_rank;
+      v.recv_rank = ops[i].recv_rank;
+      v.blocks_done = m_counters + i;
+      if (v.send_rank >= 0) {
+        char* dest = base_of(v.send_rank);
+        v.dest_staging = dest + offsets_of(v.send_rank)[i];
+        v.dest_data = &reinterpret_cast<GridSlots*>(dest)->data[i];
+        v.my_ready = &mine->ready[i];
+      }
+      if (v.recv_rank >= 0) {
+        v.source_ready = &reinterpret_cast<GridSlots*>(base_of(v.recv_rank))->ready[i];
+        v.my_staging = m_block + offsets[i];
+        v.my_data = &mine->data[i];
+      }
+    }
+    m_ops = &ops;
+    // Every block of every op of a stage spins at some point: all must be resident at once,
+    // with the GPU shared by the processes on it.
+    int device = 0, sms = 0;
+    HALOX_CUDA_CHECK(cudaGetDevice(&device));
+    HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int per_sm = std::min({resident_blocks_per_sm<4>(), resident_blocks_per_sm<8>(),
+                                 resident_blocks_per_sm<16>()});
+    int widest = 1;
+    for (const auto& stage : m_stages) widest = std::max(widest, stage.second);
+    const double resident = gpu_share(m_comm) * sms * per_sm;
+    m_blocks = std::max(1, std::min(128, static_cast<int>(resident / widest)));
+    m_ready = true;
+  }
+
+  // The widest word every op's type and the field's address allow.
+  int word_for(const void* field) {
+    int word = 16;
+    for (const Op& op : *m_ops) {
+      if (op.send_rank >= 0) word = std::min(word, device_pack_word(op.send_type, 1));
+      if (op.recv_rank >= 0) word = std::min(word, device_pack_word(op.recv_type, 1));
+    }
+    while (word > 1 && reinterpret_cast<std::uintptr_t>(field) % word != 0) word /= 2;
+    if (word < 4) {
+      throw Error("halox: " + m_name + " needs faces of 4-byte aligned elements (the field at " +
+                  "this address allows " + std::to_string(word) + "-byte words); use staged");
+    }
+    return word;
+  }
+
+  const GridOpView* views_for(int word) {
+    auto found = m_views.find(word);
+    if (found != m_views.end()) return found->second;
+    std::vector<GridOpView> views = m_host_views;
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      const Op& op = (*m_ops)[i];
+      if (op.send_rank >= 0) views[i].send = device_pack_view(op.send_type, 1, word);
+      if (op.recv_rank >= 0) views[i].recv = device_pack_view(op.recv_type, 1, word);
+      if (views[i].send.words >= (1ll << 31) || views[i].recv.words >= (1ll << 31)) {
+        throw Error("halox: " + m_name + ": a face of 2^31 words or more");
+      }
+    }
+    GridOpView* device = nullptr;
+    HALOX_CUDA_CHECK(cudaMalloc(&device, views.size() * sizeof(GridOpView)));
+    HALOX_CUDA_CHECK(cudaMemcpy(device, views.data(), views.size() * sizeof(GridOpView),
+                                cudaMemcpyHostToDevice));
+    m_views[word] = device;
+    return device;
+  }
+
+  MPI_Comm m_comm;
+  int m_rank;
+  Mapping m_mapping;
+  std::string m_name;
+  PeerBlocks m_peers;
+  double m_timeout_seconds;
+  bool m_ready = false, m_same_gpu = true;
+  const std::vector<Op>* m_ops = nullptr;  // the exchange's ops (it owns them and this)
+  std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
+  std::vector<GridOpView> m_host_views;
+  std::map<int, GridOpView*> m_views;  // device copies per word size
+  char* m_block = nullptr;
+  u64* m_counters = nullptr;
+  u64 m_epoch = 0;
+  int m_blocks = 1;
+  ErrorRecord* m_error = nullptr;
+  ErrorRecord* m_error_device = nullptr;
+  int* m_claim = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_grid_fused_transport(MPI_Comm comm, int rank, Mapping mapping,
+                                                     const std::string& name,
+                                                     double timeout_seconds) {
+  return std::make_unique<GridFusedTransport>(comm, rank, mapping, name, timeout_seconds);
+}
+
+}  // namespace halox::detail

@@ -1,0 +1,20 @@
+// GPU-initiated grid halos: the ipc-* and nvshmem-* transports of GridExchange (one fused
+// kernel per stage, direct stores into the neighbours' staging; see grid_fused.cu).
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "../exchange/transport.hpp"
+#include "peer_halo.hpp"
+
+namespace halox::detail {
+
+/// `name` is the transport's name in messages; ops must carry their datatypes.
+std::unique_ptr<Transport> make_grid_fused_transport(MPI_Comm comm, int rank, Mapping mapping,
+                                                     const std::string& name,
+                                                     double timeout_seconds);
+
+}  // namespace halox::detail
