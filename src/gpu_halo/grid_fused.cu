@@ -80,6 +80,17 @@ __device__ __forceinline__ const DeviceDesc& piece_of(const DevicePackView& v, l
   return v.descs[lo];
 }
 
+// Packs (field -> staging) or unpacks (staging -> field) one face, the words spread over
+// the launch's blocks.
+template <int W, PackOp OP>
+__device__ __forceinline__ void move_face(const DevicePackView& v, long long first,
+                                          long long stride, const char* src, char* dst) {
+  for (long long g = first; g < v.words; g += stride) {
+    const DeviceDesc& d = piece_of(v, g);
+    move_word<W, OP, unsigned, -1>(d, static_cast<unsigned>(g - d.first_word), src, dst);
+  }
+}
+
 template <int W>
 __global__ void __launch_bounds__(256) grid_stage_kernel(GridArgs a, char* field) {
   const int op = a.first_op + static_cast<int>(blockIdx.y);
@@ -95,11 +106,7 @@ __global__ void __launch_bounds__(256) grid_stage_kernel(GridArgs a, char* field
                     sys)) {
       return;
     }
-    for (long long g = first; g < v.send.words; g += stride) {
-      const DeviceDesc& d = piece_of(v.send, g);
-      move_word<W, PackOp::pack, unsigned, -1>(d, static_cast<unsigned>(g - d.first_word), field,
-                                               v.dest_staging);
-    }
+    move_face<W, PackOp::pack>(v.send, first, stride, field, v.dest_staging);
     if (last_block(v.blocks_done, static_cast<int>(gridDim.x), sys) && threadIdx.x == 0) {
       signal_release(v.dest_data, a.epoch, sys);
     }
@@ -109,11 +116,7 @@ __global__ void __launch_bounds__(256) grid_stage_kernel(GridArgs a, char* field
                     sys)) {
       return;
     }
-    for (long long g = first; g < v.recv.words; g += stride) {
-      const DeviceDesc& d = piece_of(v.recv, g);
-      move_word<W, PackOp::unpack, unsigned, -1>(d, static_cast<unsigned>(g - d.first_word),
-                                                 v.my_staging, field);
-    }
+    move_face<W, PackOp::unpack>(v.recv, first, stride, v.my_staging, field);
   }
 }
 
@@ -164,8 +167,13 @@ class GridFusedTransport final : public Transport {
     const int word = word_for(field);
     const GridOpView* views = views_for(word);
     const u64 epoch = ++m_epoch;
-    GridArgs a{views, 0, m_rank, epoch, static_cast<u64>(m_timeout_seconds * 1e9),
-               ErrorSink{m_claim, m_error_device}, m_same_gpu ? 0 : 1};
+    GridArgs a{views,
+               0,
+               m_rank,
+               epoch,
+               static_cast<u64>(m_timeout_seconds * 1e9),
+               ErrorSink{m_claim, m_error_device},
+               m_same_gpu ? 0 : 1};
     for (const auto& [first, count] : m_stages) {
       a.first_op = first;
       const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(count));
@@ -276,8 +284,8 @@ class GridFusedTransport final : public Transport {
     int device = 0, sms = 0;
     HALOX_CUDA_CHECK(cudaGetDevice(&device));
     HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const int per_sm = std::min({resident_blocks_per_sm<4>(), resident_blocks_per_sm<8>(),
-                                 resident_blocks_per_sm<16>()});
+    const int per_sm = std::min(
+        {resident_blocks_per_sm<4>(), resident_blocks_per_sm<8>(), resident_blocks_per_sm<16>()});
     int widest = 1;
     for (const auto& stage : m_stages) widest = std::max(widest, stage.second);
     const double resident = gpu_share(m_comm) * sms * per_sm;
@@ -327,7 +335,7 @@ class GridFusedTransport final : public Transport {
   PeerBlocks m_peers;
   double m_timeout_seconds;
   bool m_ready = false, m_same_gpu = true;
-  const std::vector<Op>* m_ops = nullptr;  // the exchange's ops (it owns them and this)
+  const std::vector<Op>* m_ops = nullptr;     // the exchange's ops (it owns them and this)
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
   std::vector<GridOpView> m_host_views;
   std::map<int, GridOpView*> m_views;  // device copies per word size

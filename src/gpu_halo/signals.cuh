@@ -21,8 +21,8 @@ struct ErrorSink {
   ErrorRecord* report;  // mapped pinned host memory
 };
 
-__device__ inline void report_error(ErrorSink sink, int flag, int rank, int peer, int pulse, int kind,
-                             u64 seen, u64 expected) {
+__device__ inline void report_error(ErrorSink sink, int flag, int rank, int peer, int pulse,
+                                    int kind, u64 seen, u64 expected) {
   if (atomicCAS(sink.claim, 0, 1) != 0) return;
   volatile ErrorRecord* r = sink.report;
   r->rank = rank;
