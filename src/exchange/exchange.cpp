@@ -128,8 +128,8 @@ class TransportChooser {
         const auto mapping = t == TransportKind::ipc_fused || t == TransportKind::ipc_pulse
                                  ? detail::Mapping::ipc
                                  : detail::Mapping::nvshmem;
-        m_device = detail::make_grid_fused_transport(m_comm, m_rank, mapping, to_string(t),
-                                                     m_options.timeout_seconds);
+        m_device = detail::make_grid_fused_transport(
+            m_comm, m_rank, mapping, to_string(t), m_options.timeout_seconds, m_options.self_test);
         return *m_device;
 #endif
       }

@@ -23,6 +23,7 @@
 #include "../common/cuda_check.hpp"
 #include "../exchange/nvshmem_runtime_stub.hpp"
 #include "../exchange/transport.hpp"
+#include "../plan/collective.hpp"
 #include "../pack/pack_device.cuh"
 #include "grid_fused.hpp"
 #include "peer_halo.hpp"
@@ -38,12 +39,15 @@ constexpr int kMaxGridOps = kMaxPulses;
 
 // Signal slots at the start of a rank's block. One writer per slot.
 struct GridSlots {
-  u64 ready[kMaxGridOps];  // written by the rank I send to: its staging for this op is free
-  u64 data[kMaxGridOps];   // written by the rank I receive from: my face has arrived
+  u64 ready[kMaxGridOps];         // written by the rank I send to: its staging for this op is free
+  u64 data[kMaxGridOps];          // written by the rank I receive from: my face has arrived
+  u64 probe_signal[kMaxGridOps];  // the self-test's message and signal, per op
+  u64 probe[kMaxGridOps][4];
 };
+constexpr u64 kProbeMagic = 0x68616c6f78ull;  // "halox"
 constexpr long long kGridSlotsBytes = (sizeof(GridSlots) + 255) / 256 * 256;
 
-enum GridWaitKind : int { wait_ready = 0, wait_data = 1 };
+enum GridWaitKind : int { wait_ready = 0, wait_data = 1, wait_probe = 2 };
 
 struct GridOpView {
   int send_rank = -1, recv_rank = -1;
@@ -55,6 +59,8 @@ struct GridOpView {
   const char* my_staging = nullptr;
   u64* my_data = nullptr;
   u64* blocks_done = nullptr;  // this op's finished pack blocks (local counter)
+  GridSlots* dest = nullptr;   // the receiver's slots (self-test)
+  GridSlots* mine = nullptr;
 };
 
 struct GridArgs {
@@ -120,6 +126,37 @@ __global__ void __launch_bounds__(256) grid_stage_kernel(GridArgs a, char* field
   }
 }
 
+// The self-test: over every op's link, (magic, sender, op, epoch) into the receiver's probe
+// slot, then a release signal; each receiver checks what arrived. One thread per op.
+__global__ void grid_probe_kernel(GridArgs a) {
+  const int op = static_cast<int>(blockIdx.x);
+  const GridOpView& v = a.views[op];
+  if (threadIdx.x != 0) return;
+  if (v.send_rank >= 0) {
+    u64* payload = v.dest->probe[op];
+    payload[0] = kProbeMagic;
+    payload[1] = static_cast<u64>(a.rank);
+    payload[2] = static_cast<u64>(op);
+    payload[3] = a.epoch;
+    __threadfence_system();
+    signal_release(&v.dest->probe_signal[op], a.epoch, true);
+  }
+  if (v.recv_rank >= 0) {
+    if (!wait_for(&v.mine->probe_signal[op], a.epoch, a.timeout_ns, a.error, a.rank, v.recv_rank,
+                  op, wait_probe, true)) {
+      return;
+    }
+    const u64 want[4] = {kProbeMagic, static_cast<u64>(v.recv_rank), static_cast<u64>(op), a.epoch};
+    for (int w = 0; w < 4; ++w) {
+      const u64 got = reinterpret_cast<const volatile u64*>(v.mine->probe[op])[w];
+      if (got != want[w]) {
+        report_error(a.error, 2, a.rank, v.recv_rank, op, wait_probe, got, want[w]);
+        return;
+      }
+    }
+  }
+}
+
 template <int W>
 int resident_blocks_per_sm() {
   int per_sm = 0;
@@ -131,13 +168,14 @@ int resident_blocks_per_sm() {
 class GridFusedTransport final : public Transport {
  public:
   GridFusedTransport(MPI_Comm comm, int rank, Mapping mapping, std::string name,
-                     double timeout_seconds)
+                     double timeout_seconds, bool self_test)
       : m_comm(comm),
         m_rank(rank),
         m_mapping(mapping),
         m_name(std::move(name)),
         m_peers(comm, rank, mapping),
-        m_timeout_seconds(timeout_seconds) {
+        m_timeout_seconds(timeout_seconds),
+        m_self_test(self_test) {
     HALOX_CUDA_CHECK(cudaHostAlloc(&m_error, sizeof(ErrorRecord), cudaHostAllocMapped));
     std::memset(m_error, 0, sizeof(ErrorRecord));
     HALOX_CUDA_CHECK(cudaHostGetDevicePointer(&m_error_device, m_error, 0));
@@ -203,6 +241,16 @@ class GridFusedTransport final : public Transport {
                                   ? ops[e->pulse].name
                                   : "pulse " + std::to_string(e->pulse);
     std::ostringstream s;
+    if (e->flag == 2) {
+      s << "halox: " << m_name << ": self-test: rank " << e->rank << " got a wrong probe from rank "
+        << e->peer << " on " << pulse << ": word " << e->seen << ", expected " << e->expected;
+      throw HaloTimeoutError(s.str());
+    }
+    if (e->kind == wait_probe) {
+      s << "halox: " << m_name << ": self-test: rank " << e->rank << " got no probe from rank "
+        << e->peer << " on " << pulse << " within " << m_timeout_seconds << " s";
+      throw HaloTimeoutError(s.str());
+    }
     s << "halox: " << m_name << ": rank " << e->rank << " timed out after " << m_timeout_seconds
       << " s on " << pulse << " waiting for rank " << e->peer << " ("
       << (e->kind == wait_ready ? "its staging to become free" : "the face it sends")
@@ -266,8 +314,10 @@ class GridFusedTransport final : public Transport {
       v.send_rank = ops[i].send_rank;
       v.recv_rank = ops[i].recv_rank;
       v.blocks_done = m_counters + i;
+      v.mine = mine;
       if (v.send_rank >= 0) {
         char* dest = base_of(v.send_rank);
+        v.dest = reinterpret_cast<GridSlots*>(dest);
         v.dest_staging = dest + offsets_of(v.send_rank)[i];
         v.dest_data = &reinterpret_cast<GridSlots*>(dest)->data[i];
         v.my_ready = &mine->ready[i];
@@ -291,6 +341,30 @@ class GridFusedTransport final : public Transport {
     const double resident = gpu_share(m_comm) * sms * per_sm;
     m_blocks = std::max(1, std::min(128, static_cast<int>(resident / widest)));
     m_ready = true;
+    if (m_self_test) self_test(ops);
+  }
+
+  // A small message over every link of the plan before any real exchange; every rank learns
+  // whether any rank found a broken link.
+  void self_test(const std::vector<Op>& ops) {
+    HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+    GridArgs a{views_for(4),
+               0,
+               m_rank,
+               1,
+               static_cast<u64>(m_timeout_seconds * 1e9),
+               ErrorSink{m_claim, m_error_device},
+               1};
+    grid_probe_kernel<<<static_cast<unsigned>(ops.size()), 32>>>(a);
+    HALOX_CUDA_CHECK(cudaGetLastError());
+    HALOX_CUDA_CHECK(cudaDeviceSynchronize());
+    std::string error;
+    try {
+      check(ops);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    raise_if_any(m_comm, error);
   }
 
   // The widest word every op's type and the field's address allow.
@@ -334,6 +408,7 @@ class GridFusedTransport final : public Transport {
   std::string m_name;
   PeerBlocks m_peers;
   double m_timeout_seconds;
+  bool m_self_test;
   bool m_ready = false, m_same_gpu = true;
   const std::vector<Op>* m_ops = nullptr;     // the exchange's ops (it owns them and this)
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
@@ -352,8 +427,9 @@ class GridFusedTransport final : public Transport {
 
 std::unique_ptr<Transport> make_grid_fused_transport(MPI_Comm comm, int rank, Mapping mapping,
                                                      const std::string& name,
-                                                     double timeout_seconds) {
-  return std::make_unique<GridFusedTransport>(comm, rank, mapping, name, timeout_seconds);
+                                                     double timeout_seconds, bool self_test) {
+  return std::make_unique<GridFusedTransport>(comm, rank, mapping, name, timeout_seconds,
+                                              self_test);
 }
 
 }  // namespace halox::detail

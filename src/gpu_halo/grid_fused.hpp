@@ -12,9 +12,10 @@
 
 namespace halox::detail {
 
-/// `name` is the transport's name in messages; ops must carry their datatypes.
+/// `name` is the transport's name in messages; ops must carry their datatypes. Collective
+/// on first use (maps the neighbours' blocks; self-test of every link when `self_test`).
 std::unique_ptr<Transport> make_grid_fused_transport(MPI_Comm comm, int rank, Mapping mapping,
                                                      const std::string& name,
-                                                     double timeout_seconds);
+                                                     double timeout_seconds, bool self_test);
 
 }  // namespace halox::detail
