@@ -31,6 +31,11 @@ class Backend {
   virtual bool on_device() const = 0;
   /// Allocates two copies of f (and of g when multiphase) and phi for an interior of n.
   virtual void allocate(std::array<int, 3> n, bool multiphase) = 0;
+  /// Elements from one row of a plane to the next (>= n[0] + 2), set by allocate().
+  virtual int row_pitch() const = 0;
+  /// Cells along x that share one memory transaction (interior rows start on one): regions
+  /// whose x ends sit on it update whole transactions.
+  virtual int row_alignment() const { return 1; }
   /// Sets every interior cell's populations (double, interleaved per cell: 19 f then 7 g).
   virtual void upload(const std::vector<double>& cells) = 0;
   /// The current copies of every interior cell: rho, ux, uy, uz, phi (double).

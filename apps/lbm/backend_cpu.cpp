@@ -17,6 +17,7 @@ class CpuBackend final : public Backend {
 
   void allocate(std::array<int, 3> n, bool multiphase) override {
     m_f.nx = n[0];
+    m_f.pitch = n[0] + 2;
     m_f.ny = n[1];
     m_f.nz = n[2];
     m_multiphase = multiphase;
@@ -28,6 +29,7 @@ class CpuBackend final : public Backend {
     m_phi.assign(plane, Real(0));
     point();
   }
+  int row_pitch() const override { return m_f.pitch; }
   void upload(const std::vector<double>& cells) override {
     const long long plane = m_f.plane();
     std::size_t k = 0;

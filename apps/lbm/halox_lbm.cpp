@@ -271,7 +271,9 @@ class Lbm {
     const Datatype real = m_backend->real() == BasicKind::float32 ? Datatype::of<float>().commit()
                                                                   : Datatype::of<double>().commit();
     m_real_bytes = m_backend->real() == BasicKind::float32 ? 4 : 8;
-    const GridPlan base = build_grid_plan(m_topology, {m_n[0], m_n[1], m_n[2]}, 1, real);
+    // The back end's rows may be padded (aligned on the GPU): the plan's types follow them.
+    const GridPlan base = build_grid_plan(m_topology, {m_n[0], m_n[1], m_n[2]}, 1, real,
+                                          {m_backend->row_pitch(), m_n[1] + 2, m_n[2] + 2});
     m_f = make_halo(0, base, Q);
     if (cli.params.multiphase) {
       m_g = make_halo(1, base, QG);
@@ -344,18 +346,22 @@ class Lbm {
   Region whole() const {
     return Region{{1, 1, 1}, {m_n[0] + 1, m_n[1] + 1, m_n[2] + 1}};
   }
-  // Cells whose whole stencil lies inside this rank's interior.
+  // Cells whose whole stencil lies inside this rank's interior. Along x its ends sit on the
+  // back end's row alignment (a DRAM sector on the GPU), so that the x slabs of the shell
+  // update whole sectors, not one-cell columns that each cost a sector per cell.
   Region inner_box() const {
-    return Region{{2, 2, 2}, {m_n[0], m_n[1], m_n[2]}};
+    const int w = m_backend->row_alignment();
+    return Region{{1 + w, 2, 2}, {1 + (m_n[0] - 1) / w * w, m_n[1], m_n[2]}};
   }
   // The interior minus the inner box, as disjoint slabs: z ends, then y ends, then x ends.
   std::vector<Region> shell_boxes() const {
+    const Region inner = inner_box();
     std::vector<Region> out;
     std::array<int, 3> lo = {1, 1, 1}, hi = {m_n[0] + 1, m_n[1] + 1, m_n[2] + 1};
     for (int a : {2, 1, 0}) {
       Region low{lo, hi}, high{lo, hi};
-      low.hi[a] = std::min(hi[a], lo[a] + 1);
-      high.lo[a] = std::max(low.hi[a], hi[a] - 1);
+      low.hi[a] = std::clamp(inner.lo[a], lo[a], hi[a]);
+      high.lo[a] = std::max(low.hi[a], std::min(inner.hi[a], hi[a]));
       if (low.cells() > 0) out.push_back(low);
       if (high.cells() > 0) out.push_back(high);
       lo[a] = low.hi[a];
@@ -500,7 +506,7 @@ class Lbm {
     h.field = field;
     h.plan = base;
     const std::int64_t plane_bytes =
-        (std::int64_t)(m_n[0] + 2) * (m_n[1] + 2) * (m_n[2] + 2) * m_real_bytes;
+        (std::int64_t)m_backend->row_pitch() * (m_n[1] + 2) * (m_n[2] + 2) * m_real_bytes;
     for (auto& pulse : h.plan.pulses) {
       std::vector<int> planes;
       if (field == 2) {

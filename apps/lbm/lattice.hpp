@@ -60,18 +60,21 @@ struct Params {
   bool multiphase = true;
 };
 
-/// A rank's fields: SoA with one halo layer, x fastest; extent = interior + 2.
+/// A rank's fields: SoA with one halo layer, x fastest; extent = interior + 2, rows `pitch`
+/// elements apart (>= nx + 2: the GPU pads rows so that each starts its interior on a DRAM
+/// sector, which is what lets the update run near the copy bandwidth).
 template <class Real>
 struct Fields {
   int nx = 0, ny = 0, nz = 0;  // interior
+  int pitch = 0;               // elements from one row to the next
   Real* f = nullptr;           // Q planes (read copy)
   Real* f_next = nullptr;      // Q planes (write copy)
   Real* g = nullptr;           // QG planes
   Real* g_next = nullptr;
   Real* phi = nullptr;  // one plane
-  LBM_HD long long plane() const { return (long long)(nx + 2) * (ny + 2) * (nz + 2); }
+  LBM_HD long long plane() const { return (long long)pitch * (ny + 2) * (nz + 2); }
   LBM_HD long long at(int x, int y, int z) const {
-    return ((long long)z * (ny + 2) + y) * (nx + 2) + x;
+    return ((long long)z * (ny + 2) + y) * pitch + x;
   }
 };
 

@@ -97,14 +97,17 @@ struct GridPlan {
   std::array<std::int64_t, 3> interior{};
   int halo = 1;
   Datatype element;
-  std::array<std::int64_t, 3> extent{};
+  std::array<std::int64_t, 3> extent{};  // the allocated array, padding included
   std::vector<GridPulse> pulses;
 };
 
-/// Builds the grid plan for this rank (pure: no communication). Throws halox::Error for
-/// non-positive sizes or a halo wider than the interior.
+/// Builds the grid plan for this rank (pure: no communication). `allocated` is the array's
+/// extent per axis (x, y, z, in elements) when its rows or planes are padded, e.g. so that
+/// every row starts on a 32-byte DRAM sector; zero (the default) means interior + 2 * halo.
+/// Padding cells are never read or written. Throws halox::Error for non-positive sizes, a
+/// halo wider than the interior, or an allocated extent smaller than interior + 2 * halo.
 GridPlan make_grid_plan(const Topology& topology, std::array<std::int64_t, 3> interior, int halo,
-                        const Datatype& element);
+                        const Datatype& element, std::array<std::int64_t, 3> allocated = {});
 
 #if HALOX_HAS_MPI
 /// Collective over the topology's communicator: checks that every pulse's send size equals
@@ -121,7 +124,7 @@ ParticlePlan build_particle_plan(const Topology& topology, const Box& box, doubl
 
 /// Collective: the grid plan, validated.
 GridPlan build_grid_plan(const Topology& topology, std::array<std::int64_t, 3> interior, int halo,
-                         const Datatype& element);
+                         const Datatype& element, std::array<std::int64_t, 3> allocated = {});
 
 /// Collective: moves atoms that left this rank's domain to the neighbour that owns them now
 /// (Z, then Y, then X, one domain per axis at most), wrapping periodic coordinates.

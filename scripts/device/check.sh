@@ -80,11 +80,19 @@ mpi 2 build/gpu/bench/halox-bench pingpong --transports nvshmem-stream,nvshmem-f
 }
 
 want lbm && {
-log "halox-lbm: D3Q19 BGK and multiphase throughput on one GPU"
+log "halox-lbm: D3Q19 BGK and multiphase throughput on one GPU (one rank, periodic self-halo)"
 build/gpu/apps/lbm/halox-lbm --model bgk --grid 256x256x256 --steps 300 --device gpu \
   --json "$out/lbm-bgk.json" 2>&1 | tee "$out/lbm-bgk.txt"
 build/gpu/apps/lbm/halox-lbm --model multiphase --grid 256x256x256 --steps 200 --device gpu \
   --json "$out/lbm-multiphase.json" 2>&1 | tee "$out/lbm-multiphase.txt"
+for model in bgk multiphase; do
+  for v in "--comm datatype --transport ipc-fused" "--comm overlap --transport staged" \
+           "--comm overlap --transport ipc-fused"; do
+    name=$(echo "$v" | sed 's/--comm //; s/ --transport /-/')
+    build/gpu/apps/lbm/halox-lbm --model $model --grid 256x256x256 --steps 200 --device gpu $v \
+      --json "$out/lbm-$model-$name.json" 2>&1 | grep -E "MLUPS;|of it|halox-lbm:" | tee -a "$out/lbm-one-gpu.txt"
+  done
+done
 build/gpu/apps/lbm/halox-lbm --init spinodal --grid 256x256x64 --steps 3000 --device gpu \
   --report 1000 --slice "$out/lbm-spinodal.pgm" 2>&1 | tail -3
 log "halox-lbm variants: 2 ranks on the one GPU, 128^3 per rank"

@@ -133,11 +133,11 @@ ParticlePlan build_particle_plan(const Topology& topology, const Box& box, doubl
 }
 
 GridPlan build_grid_plan(const Topology& topology, std::array<std::int64_t, 3> interior, int halo,
-                         const Datatype& element) {
+                         const Datatype& element, std::array<std::int64_t, 3> allocated) {
   std::string error;
   GridPlan plan;
   try {
-    plan = make_grid_plan(topology, interior, halo, element);
+    plan = make_grid_plan(topology, interior, halo, element, allocated);
   } catch (const Error& e) {
     error = e.what();
   }

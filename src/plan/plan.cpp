@@ -47,7 +47,7 @@ bool ParticlePlan::owns_pair(const double* a, const double* b) const {
 }
 
 GridPlan make_grid_plan(const Topology& topology, std::array<std::int64_t, 3> interior, int halo,
-                        const Datatype& element) {
+                        const Datatype& element, std::array<std::int64_t, 3> allocated) {
   if (halo < 1) throw Error("halox::make_grid_plan: halo width " + std::to_string(halo) + " < 1");
   for (int a = 0; a < 3; ++a) {
     if (interior[a] < halo) {
@@ -60,7 +60,16 @@ GridPlan make_grid_plan(const Topology& topology, std::array<std::int64_t, 3> in
   plan.interior = interior;
   plan.halo = halo;
   plan.element = element;
-  for (int a = 0; a < 3; ++a) plan.extent[a] = interior[a] + 2 * halo;
+  std::array<std::int64_t, 3> with_halo{};  // interior and halo: what the pulses may touch
+  for (int a = 0; a < 3; ++a) {
+    with_halo[a] = interior[a] + 2 * halo;
+    plan.extent[a] = allocated[a] == 0 ? with_halo[a] : allocated[a];
+    if (plan.extent[a] < with_halo[a]) {
+      throw Error("halox::make_grid_plan: rank " + std::to_string(topology.rank()) + " allocated " +
+                  std::to_string(plan.extent[a]) + " cells along " + axis_name(a) +
+                  ", fewer than interior + 2 * halo = " + std::to_string(with_halo[a]));
+    }
+  }
   const std::int64_t h = halo;
   int stage = 0;
   for (int axis : {Z, Y, X}) {
@@ -70,7 +79,7 @@ GridPlan make_grid_plan(const Topology& topology, std::array<std::int64_t, 3> in
       std::array<std::int64_t, 3> sub{}, send_start{}, recv_start{};
       for (int a = 0; a < 3; ++a) {
         const bool done = a > axis;  // Z (2) runs first, then Y (1), then X (0)
-        sub[a] = done ? plan.extent[a] : interior[a];
+        sub[a] = done ? with_halo[a] : interior[a];
         send_start[a] = recv_start[a] = done ? 0 : h;
       }
       sub[axis] = h;

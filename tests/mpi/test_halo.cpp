@@ -92,11 +92,16 @@ double global_value(std::int64_t x, std::int64_t y, std::int64_t z, int c) {
   return 1.0 + x + 1000.0 * y + 1.0e6 * z + 0.25 * c;
 }
 
+// `padding`: cells allocated beyond interior + 2 * halo per axis (padded rows and planes),
+// which must stay untouched.
 void check_grid(std::array<int, 3> dims, std::array<bool, 3> periodic,
-                std::array<std::int64_t, 3> interior, int halo, int components) {
+                std::array<std::int64_t, 3> interior, int halo, int components,
+                std::array<std::int64_t, 3> padding = {}) {
   Topology topology = Topology::from_mpi(MPI_COMM_WORLD, dims, periodic);
   const Datatype element = Datatype::contiguous(components, Datatype::of<double>()).commit();
-  GridPlan plan = build_grid_plan(topology, interior, halo, element);
+  std::array<std::int64_t, 3> allocated{};
+  for (int a = 0; a < 3; ++a) allocated[a] = interior[a] + 2 * halo + padding[a];
+  GridPlan plan = build_grid_plan(topology, interior, halo, element, allocated);
   const auto e = plan.extent;
   const auto c = topology.coords();
   const double poison = -12345.0;
@@ -124,9 +129,11 @@ void check_grid(std::array<int, 3> dims, std::array<bool, 3> periodic,
         std::array<std::int64_t, 3> g = {c[0] * interior[0] + x - halo,
                                          c[1] * interior[1] + y - halo,
                                          c[2] * interior[2] + z - halo};
-        bool outside = false;  // beyond a non-periodic edge: the halo stays untouched
+        bool outside = false;  // beyond a non-periodic edge or padding: stays untouched
         for (int a = 0; a < 3; ++a) {
-          if (g[a] < 0 || g[a] >= global[a]) {
+          if (std::array<std::int64_t, 3>{x, y, z}[a] >= interior[a] + 2 * halo) {
+            outside = true;
+          } else if (g[a] < 0 || g[a] >= global[a]) {
             if (periodic[a])
               g[a] = (g[a] + global[a]) % global[a];
             else
@@ -148,6 +155,10 @@ void check_grid(std::array<int, 3> dims, std::array<bool, 3> periodic,
 // Every transport moves grid halos, the GPU-initiated ones with one fused kernel per stage.
 TEST(GridHalo, EveryRankGridShapePeriodic) {
   for (auto dims : grid_shapes()) check_grid(dims, {true, true, true}, {6, 5, 4}, 2, 3);
+}
+
+TEST(GridHalo, PaddedRowsAndPlanes) {
+  for (auto dims : grid_shapes()) check_grid(dims, {true, true, true}, {5, 4, 3}, 1, 2, {3, 1, 2});
 }
 
 TEST(GridHalo, NonPeriodicEdgesStayUntouched) {

@@ -46,6 +46,20 @@ TEST(GridPlan, SixPulsesWithForwardedEdges) {
   EXPECT_THROW(make_grid_plan(t, {8, 1, 4}, 2, Datatype::of<float>().commit()), Error);
 }
 
+TEST(GridPlan, PaddedAllocationMovesTheSameCells) {
+  Topology t({2, 2, 2}, {true, true, true}, 0);
+  const Datatype f = Datatype::of<float>().commit();
+  GridPlan dense = make_grid_plan(t, {8, 6, 4}, 2, f);
+  GridPlan padded = make_grid_plan(t, {8, 6, 4}, 2, f, {16, 11, 8});
+  EXPECT_EQ(padded.extent, (std::array<std::int64_t, 3>{16, 11, 8}));
+  for (std::size_t p = 0; p < dense.pulses.size(); ++p) {
+    EXPECT_EQ(padded.pulses[p].header.send_size, dense.pulses[p].header.send_size);
+  }
+  // x face of the padded array: rows 16 elements apart.
+  EXPECT_EQ(padded.pulses[4].send_type.extent(), 16 * 11 * 8 * 4);
+  EXPECT_THROW(make_grid_plan(t, {8, 6, 4}, 2, f, {11, 0, 0}), Error);  // 11 < 8 + 2 * 2
+}
+
 TEST(Domain, SplitsTheBoxEvenlyAndEndsAtTheEdge) {
   Topology t({3, 1, 1}, {true, true, true}, 2);
   Box box{{10.0, 5.0, 5.0}};
