@@ -47,10 +47,10 @@ class Backend {
   /// The cell updates, over a region; `side`: on a second stream (GPU), for the overlap
   /// variant, between fork() and join().
   virtual void bgk_step(double omega, const Region& r,
-                        bool side = false) = 0;                 // fused pull + collide
-  virtual void stream(const Region& r, bool side = false) = 0;  // multiphase: pull f, g; phi
-  virtual void collide(const Params& p, const Region& r,
-                       bool side = false) = 0;  // after phi's halo
+                        bool side = false) = 0;                     // fused pull + collide
+  virtual void update_phi(const Region& r, bool side = false) = 0;  // multiphase: from pulled g
+  virtual void stream_collide(const Params& p, const Region& r,
+                              bool side = false) = 0;  // after phi's halo
   /// Side stream waits for the work queued so far; join: the main stream waits for the side.
   virtual void fork() {}
   virtual void join() {}

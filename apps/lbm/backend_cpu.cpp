@@ -69,11 +69,11 @@ class CpuBackend final : public Backend {
   void bgk_step(double omega, const Region& r, bool) override {
     each(r, [&](int x, int y, int z) { bgk_cell<Real>(m_f, x, y, z, static_cast<Real>(omega)); });
   }
-  void stream(const Region& r, bool) override {
-    each(r, [&](int x, int y, int z) { stream_cell<Real>(m_f, x, y, z); });
+  void update_phi(const Region& r, bool) override {
+    each(r, [&](int x, int y, int z) { phi_cell<Real>(m_f, x, y, z); });
   }
-  void collide(const Params& p, const Region& r, bool) override {
-    each(r, [&](int x, int y, int z) { collide_cell<Real>(m_f, x, y, z, p); });
+  void stream_collide(const Params& p, const Region& r, bool) override {
+    each(r, [&](int x, int y, int z) { stream_collide_cell<Real>(m_f, x, y, z, p); });
   }
   void swap() override {
     std::swap(m_f.f, m_f.f_next);

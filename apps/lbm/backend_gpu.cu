@@ -39,16 +39,16 @@ struct Bgk {
   }
 };
 template <class Real>
-struct Stream {
+struct Phi {
   __device__ void operator()(const Fields<Real>& F, int x, int y, int z) const {
-    stream_cell<Real>(F, x, y, z);
+    phi_cell<Real>(F, x, y, z);
   }
 };
 template <class Real>
-struct Collide {
+struct StreamCollide {
   Params p;
   __device__ void operator()(const Fields<Real>& F, int x, int y, int z) const {
-    collide_cell<Real>(F, x, y, z, p);
+    stream_collide_cell<Real>(F, x, y, z, p);
   }
 };
 template <class Real>
@@ -188,9 +188,9 @@ class GpuBackend final : public Backend {
   void bgk_step(double omega, const Region& r, bool side) override {
     launch(m_f, Bgk<Real>{static_cast<Real>(omega)}, r, side);
   }
-  void stream(const Region& r, bool side) override { launch(m_f, Stream<Real>{}, r, side); }
-  void collide(const Params& p, const Region& r, bool side) override {
-    launch(m_f, Collide<Real>{p}, r, side);
+  void update_phi(const Region& r, bool side) override { launch(m_f, Phi<Real>{}, r, side); }
+  void stream_collide(const Params& p, const Region& r, bool side) override {
+    launch(m_f, StreamCollide<Real>{p}, r, side);
   }
   void fork() override {
     ensure_side();
@@ -260,8 +260,11 @@ class GpuBackend final : public Backend {
       b.n[a] = r.hi[a] - r.lo[a];
     }
     if (side) ensure_side();
-    // 256 threads: whole rows of up to 256 cells, several short rows per block.
-    const unsigned bx = std::min(256u, (static_cast<unsigned>(b.n[0]) + 31u) / 32u * 32u);
+    // 256 threads: whole rows of up to 256 cells, several short rows per block; rows of at
+    // most 16 cells (the overlap shell's x slabs, a sector wide) share warps, so that no
+    // lane idles.
+    const unsigned width = static_cast<unsigned>(b.n[0]), unit = width <= 16 ? 8u : 32u;
+    const unsigned bx = std::min(256u, (width + unit - 1) / unit * unit);
     const dim3 block(bx, 256u / bx);
     const dim3 grid((b.n[0] + block.x - 1) / block.x, (b.n[1] + block.y - 1) / block.y, b.n[2]);
     cell_kernel<Real, Op><<<grid, block, 0, side ? m_side : m_stream>>>(F, b, op);

@@ -107,28 +107,24 @@ LBM_HD void bgk_cell(const Fields<Real>& F, int x, int y, int z, Real omega) {
   }
 }
 
-/// Multiphase pass 1: pull-stream f and g into the next copies and compute phi there.
+/// Multiphase pass 1: the order parameter after streaming, phi = sum of the g pulled into the
+/// cell, which is all that pass 2 needs from its neighbours (reads 7 values, writes 1).
 template <class Real>
-LBM_HD void stream_cell(const Fields<Real>& F, int x, int y, int z) {
+LBM_HD void phi_cell(const Fields<Real>& F, int x, int y, int z) {
   const long long c = F.at(x, y, z), plane = F.plane();
-  LBM_UNROLL
-  for (int q = 0; q < Q; ++q) {
-    F.f_next[q * plane + c] = read_only(&F.f[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
-  }
   Real phi = 0;
   LBM_UNROLL
   for (int q = 0; q < QG; ++q) {
-    const Real v = read_only(&F.g[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
-    F.g_next[q * plane + c] = v;
-    phi += v;
+    phi += read_only(&F.g[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
   }
   F.phi[c] = phi;
 }
 
-/// Multiphase pass 2 (after the phi halo exchange): chemical potential, force mu grad(phi)
-/// (Guo forcing), collide f and g in place in the next copies.
+/// Multiphase pass 2 (after the phi halo exchange), fused like the BGK update: pull-stream f
+/// and g, chemical potential and force mu grad(phi) (Guo forcing), collide, write the next
+/// copies. One read and one write of each population per step, and no second pass over them.
 template <class Real>
-LBM_HD void collide_cell(const Fields<Real>& F, int x, int y, int z, const Params& p) {
+LBM_HD void stream_collide_cell(const Fields<Real>& F, int x, int y, int z, const Params& p) {
   const long long c = F.at(x, y, z), plane = F.plane();
   const Real phi = F.phi[c];
   Real gx = 0, gy = 0, gz = 0, lap = 0;
@@ -150,7 +146,7 @@ LBM_HD void collide_cell(const Fields<Real>& F, int x, int y, int z, const Param
   Real fq[Q], rho = 0, jx = 0, jy = 0, jz = 0;
   LBM_UNROLL
   for (int q = 0; q < Q; ++q) {
-    fq[q] = F.f_next[q * plane + c];
+    fq[q] = read_only(&F.f[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
     rho += fq[q];
     jx += fq[q] * ex(q);
     jy += fq[q] * ey(q);
@@ -177,11 +173,11 @@ LBM_HD void collide_cell(const Fields<Real>& F, int x, int y, int z, const Param
     const Real eq =
         Real(0.5) * (Real(p.mobility) * mu + phi * (ex(q) * ux + ey(q) * uy + ez(q) * uz));
     rest -= eq;
-    Real& gq = F.g_next[q * plane + c];
-    gq = gq - omega_g * (gq - eq);
+    const Real gq = read_only(&F.g[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
+    F.g_next[q * plane + c] = gq - omega_g * (gq - eq);
   }
-  Real& g0 = F.g_next[c];
-  g0 = g0 - omega_g * (g0 - rest);
+  const Real g0 = read_only(&F.g[c]);
+  F.g_next[c] = g0 - omega_g * (g0 - rest);
 }
 
 /// Density, velocity (with half the force when multiphase: computed from f only here) and
