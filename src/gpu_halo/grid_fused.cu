@@ -87,13 +87,34 @@ __device__ __forceinline__ const DeviceDesc& piece_of(const DevicePackView& v, l
 }
 
 // Packs (field -> staging) or unpacks (staging -> field) one face, the words spread over
-// the launch's blocks.
+// the launch's blocks. Each thread reads kBatch words before it writes any, so that kBatch
+// reads are in flight per thread: the launch is capped to stay resident, and a face of
+// scattered 4-byte words (an x face: one DRAM sector per word) is latency-bound otherwise.
+constexpr int kBatch = 4;
 template <int W, PackOp OP>
 __device__ __forceinline__ void move_face(const DevicePackView& v, long long first,
                                           long long stride, const char* src, char* dst) {
-  for (long long g = first; g < v.words; g += stride) {
-    const DeviceDesc& d = piece_of(v, g);
-    move_word<W, OP, unsigned, -1>(d, static_cast<unsigned>(g - d.first_word), src, dst);
+  static_assert(OP == PackOp::pack || OP == PackOp::unpack, "grid faces are copied");
+  using Word = typename WordOf<W>::type;
+  for (long long base = first; base < v.words; base += kBatch * stride) {
+    Word word[kBatch];
+    std::int64_t to[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const long long g = base + k * stride;
+      to[k] = -1;
+      if (g < v.words) {
+        const DeviceDesc& d = piece_of(v, g);
+        std::int64_t mem, packed;
+        word_offsets<W, unsigned, -1>(d, static_cast<unsigned>(g - d.first_word), mem, packed);
+        to[k] = OP == PackOp::pack ? packed : mem;
+        word[k] = *reinterpret_cast<const Word*>(src + (OP == PackOp::pack ? mem : packed));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      if (to[k] >= 0) *reinterpret_cast<Word*>(dst + to[k]) = word[k];
+    }
   }
 }
 
@@ -192,7 +213,7 @@ class GridFusedTransport final : public Transport {
         cudaFree(m_block);
     }
     cudaFree(m_counters);
-    for (auto& [word, views] : m_views) cudaFree(views);
+    for (auto& [key, views] : m_views) cudaFree(views);
     cudaFree(m_claim);
     cudaFreeHost(m_error);
   }
@@ -202,10 +223,8 @@ class GridFusedTransport final : public Transport {
            ExchangeStats& stats) override {
     check(ops);
     if (!m_ready) set_up(ops);
-    const int word = word_for(field);
-    const GridOpView* views = views_for(word);
     const u64 epoch = ++m_epoch;
-    GridArgs a{views,
+    GridArgs a{nullptr,
                0,
                m_rank,
                epoch,
@@ -213,6 +232,10 @@ class GridFusedTransport final : public Transport {
                ErrorSink{m_claim, m_error_device},
                m_same_gpu ? 0 : 1};
     for (const auto& [first, count] : m_stages) {
+      // Each stage moves its faces in the widest words they allow (x faces of a field of
+      // floats: 4 bytes; y and z faces of whole aligned rows: up to 16).
+      const int word = word_for(field, first, count);
+      a.views = views_for(word, first, count);
       a.first_op = first;
       const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(count));
       char* f = static_cast<char*>(field);
@@ -348,7 +371,7 @@ class GridFusedTransport final : public Transport {
   // whether any rank found a broken link.
   void self_test(const std::vector<Op>& ops) {
     HALOX_MPI_CHECK(MPI_Barrier(m_comm));
-    GridArgs a{views_for(4),
+    GridArgs a{views_for(4, 0, 0),
                0,
                m_rank,
                1,
@@ -368,13 +391,13 @@ class GridFusedTransport final : public Transport {
   }
 
   // The widest word every op's type and the field's address allow.
-  int word_for(const void* field) {
+  int word_for(const void* field, int first, int count) {
     int word = 16;
-    for (const Op& op : *m_ops) {
-      if (op.send_rank >= 0) word = std::min(word, device_pack_word(op.send_type, 1));
-      if (op.recv_rank >= 0) word = std::min(word, device_pack_word(op.recv_type, 1));
+    for (int i = first; i < first + count; ++i) {
+      const Op& op = (*m_ops)[i];
+      if (op.send_rank >= 0) word = std::min(word, device_pack_word(op.send_type, 1, field));
+      if (op.recv_rank >= 0) word = std::min(word, device_pack_word(op.recv_type, 1, field));
     }
-    while (word > 1 && reinterpret_cast<std::uintptr_t>(field) % word != 0) word /= 2;
     if (word < 4) {
       throw Error("halox: " + m_name + " needs faces of 4-byte aligned elements (the field at " +
                   "this address allows " + std::to_string(word) + "-byte words); use staged");
@@ -382,11 +405,15 @@ class GridFusedTransport final : public Transport {
     return word;
   }
 
-  const GridOpView* views_for(int word) {
-    auto found = m_views.find(word);
+  // The device views of every op, with the pack descriptors of ops first .. first + count - 1
+  // (one stage) in `word`-byte words; the other ops' descriptors are left empty (a word
+  // their types need not allow). The self-test reads no descriptors.
+  const GridOpView* views_for(int word, int first, int count) {
+    const auto key = std::make_pair(first, word);
+    auto found = m_views.find(key);
     if (found != m_views.end()) return found->second;
     std::vector<GridOpView> views = m_host_views;
-    for (std::size_t i = 0; i < views.size(); ++i) {
+    for (int i = first; i < first + count; ++i) {
       const Op& op = (*m_ops)[i];
       if (op.send_rank >= 0) views[i].send = device_pack_view(op.send_type, 1, word);
       if (op.recv_rank >= 0) views[i].recv = device_pack_view(op.recv_type, 1, word);
@@ -398,7 +425,7 @@ class GridFusedTransport final : public Transport {
     HALOX_CUDA_CHECK(cudaMalloc(&device, views.size() * sizeof(GridOpView)));
     HALOX_CUDA_CHECK(cudaMemcpy(device, views.data(), views.size() * sizeof(GridOpView),
                                 cudaMemcpyHostToDevice));
-    m_views[word] = device;
+    m_views[key] = device;
     return device;
   }
 
@@ -413,7 +440,7 @@ class GridFusedTransport final : public Transport {
   const std::vector<Op>* m_ops = nullptr;     // the exchange's ops (it owns them and this)
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
   std::vector<GridOpView> m_host_views;
-  std::map<int, GridOpView*> m_views;  // device copies per word size
+  std::map<std::pair<int, int>, GridOpView*> m_views;  // device copies per (stage's first op, word)
   char* m_block = nullptr;
   u64* m_counters = nullptr;
   u64 m_epoch = 0;

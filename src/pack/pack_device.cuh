@@ -35,8 +35,9 @@ struct DevicePackView {
   int pieces = 0;
   std::int64_t words = 0;
 };
-/// The widest word (16, 8, 4, 2, 1 bytes) the type's offsets, strides and block lengths allow.
-int device_pack_word(const Datatype& type, std::int64_t count);
+/// The widest word (16, 8, 4, 2, 1 bytes) that the type's offsets, strides and block lengths
+/// allow at the typed memory `base`, with the packed side in an aligned staging area.
+int device_pack_word(const Datatype& type, std::int64_t count, const void* base);
 DevicePackView device_pack_view(const Datatype& type, std::int64_t count, int word);
 
 namespace {
@@ -83,16 +84,16 @@ __device__ __forceinline__ void add_word(char* dst, const char* src) {
   }
 }
 
-// DEPTH >= 0: the strided nesting depth is known at compile time (the loop unrolls and the
-// descriptor's unused dimensions are never read); -1: read it from the descriptor.
-template <int W, PackOp OP, class I, int DEPTH>
-__device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const char* src,
-                                          char* dst) {
-  using Word = typename WordOf<W>::type;
+// Where word `local` of piece d lies: `mem` bytes into the typed memory, `packed` bytes into
+// the packed stream. DEPTH >= 0: the strided nesting depth is known at compile time (the loop
+// unrolls and the descriptor's unused dimensions are never read); -1: read it from the
+// descriptor.
+template <int W, class I, int DEPTH>
+__device__ __forceinline__ void word_offsets(const DeviceDesc& d, I local, std::int64_t& mem,
+                                             std::int64_t& packed) {
   const I wpr = static_cast<I>(d.words_per_run);
   const I run = divide<I>(local, d.words_per_run, d.div_mul[0], d.div_shr[0]);
   const I w = local - run * wpr;
-  std::int64_t mem;
   if (DEPTH < 0 && d.index != nullptr) {
     mem = __ldg(d.index + run);
   } else {
@@ -108,8 +109,16 @@ __device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const ch
     }
   }
   mem += static_cast<std::int64_t>(w) * W;
-  const std::int64_t packed = d.packed_offset + static_cast<std::int64_t>(run) * d.block_bytes +
-                              static_cast<std::int64_t>(w) * W;
+  packed = d.packed_offset + static_cast<std::int64_t>(run) * d.block_bytes +
+           static_cast<std::int64_t>(w) * W;
+}
+
+template <int W, PackOp OP, class I, int DEPTH>
+__device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const char* src,
+                                          char* dst) {
+  using Word = typename WordOf<W>::type;
+  std::int64_t mem, packed;
+  word_offsets<W, I, DEPTH>(d, local, mem, packed);
   if constexpr (OP == PackOp::pack) {
     *reinterpret_cast<Word*>(dst + packed) = *reinterpret_cast<const Word*>(src + mem);
   } else if constexpr (OP == PackOp::unpack) {

@@ -51,7 +51,12 @@ void fast_divisor(std::int64_t d, unsigned& mul, unsigned& shr) {
 struct Plan {
   std::vector<DeviceDesc> host_descs;  // word fields in bytes (scaled at launch)
   std::int64_t bytes = 0;
-  std::int64_t structural_align = 16;  // gcd of offsets, strides, block lengths (capped 16)
+  // gcd of 16, the strides, block lengths, packed offsets and the differences between memory
+  // offsets: with a base address such that base + first_offset is a multiple of a word
+  // (below), every run starts on one. So a face of rows that start 4 bytes into an aligned
+  // array (a padded lattice's x = 1) still moves in 16-byte words when its rows are aligned.
+  std::int64_t relative_align = 16;
+  std::int64_t first_offset = 0;  // the first run's memory offset
   bool contiguous = false;
   std::int64_t contiguous_offset = 0;
   bool fits_32bit = true;
@@ -86,6 +91,14 @@ std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
     plan->contiguous_offset = form.pieces[0].strided.offset;
   }
   std::int64_t align = 16;
+  bool have_first = false;
+  auto offset_align = [&](std::int64_t offset) {
+    if (!have_first) {
+      plan->first_offset = offset;
+      have_first = true;
+    }
+    align = gcd_align(align, offset - plan->first_offset);
+  };
   for (const auto& piece : form.pieces) {
     DeviceDesc d;
     d.packed_offset = piece.packed_offset;
@@ -94,7 +107,7 @@ std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
       d.block_bytes = piece.index.block_bytes;
       d.ndims = 1;
       d.count[0] = static_cast<std::int64_t>(piece.index.offsets.size());
-      for (std::int64_t o : piece.index.offsets) align = gcd_align(align, o);
+      for (std::int64_t o : piece.index.offsets) offset_align(o);
       auto dev = device_copy(piece.index.offsets.data(),
                              piece.index.offsets.size() * sizeof(std::int64_t));
       d.index = static_cast<const std::int64_t*>(dev.get());
@@ -104,7 +117,7 @@ std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
       d.offset = s.offset;
       d.block_bytes = s.block_bytes;
       d.ndims = s.ndims;
-      align = gcd_align(align, s.offset);
+      offset_align(s.offset);
       for (int k = 0; k < s.ndims; ++k) {
         d.count[k] = s.count[k];
         d.stride[k] = s.stride[k];
@@ -114,7 +127,7 @@ std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
     align = gcd_align(align, d.block_bytes);
     plan->host_descs.push_back(d);
   }
-  plan->structural_align = align;
+  plan->relative_align = align;
   plan->fits_32bit = form.size < (std::int64_t{1} << 31);
   return plan;
 }
@@ -247,12 +260,16 @@ void dispatch(Plan& plan, Range range, const char* src, char* dst, int word, cud
   }
 }
 
-int word_size(const Plan& plan, const void* a, const void* b, int min_word, Range range = {}) {
-  std::int64_t align = plan.structural_align;
+// The widest word for the typed memory at `typed` and the packed stream at `packed`.
+int word_size(const Plan& plan, const void* typed, const void* packed, int min_word,
+              Range range = {}) {
+  std::int64_t align = plan.relative_align;
   align = gcd_align(align, range.begin);
   align = gcd_align(align, range.end);
-  align = gcd_align(align, static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(a) & 15));
-  align = gcd_align(align, static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(b) & 15));
+  align = gcd_align(align, static_cast<std::int64_t>(
+                               (reinterpret_cast<std::uintptr_t>(typed) + plan.first_offset) & 15));
+  align =
+      gcd_align(align, static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(packed) & 15));
   int word = 16;
   while (word > 1 && align % word != 0) word /= 2;
   return word >= min_word ? word : 0;
@@ -302,7 +319,8 @@ void run(PackOp op, const void* in, void* out, std::int64_t count, const Datatyp
                         std::to_string(range.begin) + ", " + std::to_string(range.end) +
                         ") splits an element");
   }
-  const int word = word_size(plan, in, out, element, range);
+  const bool packing = op == PackOp::pack;
+  const int word = word_size(plan, packing ? in : out, packing ? out : in, element, range);
   if (word == 0) {
     throw DatatypeError(std::string("halox::") + where + ": the elements are not aligned to " +
                         std::to_string(element) + " bytes");
@@ -354,11 +372,10 @@ void unpack_accumulate_async(const void* in, void* out, std::int64_t count, cons
 
 namespace detail {
 
-int device_pack_word(const Datatype& type, std::int64_t count) {
-  const Plan& plan = *plan_for(type, count);
-  int word = 16;
-  while (word > 1 && plan.structural_align % word != 0) word /= 2;
-  return word;
+int device_pack_word(const Datatype& type, std::int64_t count, const void* base) {
+  // The packed side is a 256-byte aligned staging area: only the typed side limits the word.
+  static const void* const aligned = reinterpret_cast<const void*>(std::uintptr_t{256});
+  return word_size(*plan_for(type, count), base, aligned, 1);
 }
 
 DevicePackView device_pack_view(const Datatype& type, std::int64_t count, int word) {
