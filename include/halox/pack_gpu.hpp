@@ -31,6 +31,14 @@ void unpack_async(const void* in, void* out, std::int64_t count, const Datatype&
 void unpack_accumulate_async(const void* in, void* out, std::int64_t count, const Datatype& type,
                              GpuStream stream);
 
+/// Copies one instance of `in_type` at `in` into one instance of `out_type` at `out` (device
+/// memory), element by element in type-signature order, as a send to oneself would, in one
+/// kernel and without a packed copy in between. The two types must hold the same number of
+/// bytes (DatatypeError otherwise); the destination must not address a byte twice; source and
+/// destination bytes must not overlap.
+void copy_async(const void* in, const Datatype& in_type, void* out, const Datatype& out_type,
+                GpuStream stream);
+
 /// Launch shape halox chose for a (type, count) pair, for benchmarks and diagnostics.
 /// Packs bytes [packed_offset, packed_offset + bytes) of the packed stream (as halox::pack
 /// with packed_offset and max_bytes): `out` receives byte packed_offset at out[0]. The range

@@ -29,6 +29,11 @@ struct OpBuffers {
   PinnedBuffer host_send, host_recv;
 };
 
+// An op whose message goes from this rank to itself, with a direct copy available.
+bool to_self(const Op& op, int rank) {
+  return op.self_copy && op.send_rank == rank && op.recv_rank == rank;
+}
+
 class StagedTransport final : public Transport {
  public:
   StagedTransport(MPI_Comm comm, int rank, bool direct)
@@ -45,6 +50,10 @@ class StagedTransport final : public Transport {
         if (op.stage != stage) continue;
         any_remote |= remote(op.send_rank, m_rank) || remote(op.recv_rank, m_rank);
         if (op.send_rank < 0) continue;
+        if (to_self(op, m_rank)) {
+          op.self_copy(field, stream);
+          continue;
+        }
         OpBuffers& b = m_buffers[i];
         op.pack(field, b.dev_send.at_least(op.send_bytes), 0, op.send_bytes, stream);
         if (remote(op.send_rank, m_rank) && !m_direct) {
@@ -93,7 +102,7 @@ class StagedTransport final : public Transport {
       }
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
-        if (op.stage != stage || op.recv_rank < 0) continue;
+        if (op.stage != stage || op.recv_rank < 0 || to_self(op, m_rank)) continue;
         OpBuffers& b = m_buffers[i];
         const char* in = b.dev_send.get();  // a message to myself never leaves the device
         if (remote(op.recv_rank, m_rank)) {
@@ -207,6 +216,10 @@ class PipelinedTransport final : public Transport {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       if (op.stage != stage || op.send_rank < 0) continue;
+      if (to_self(op, m_rank)) {
+        op.self_copy(field, stream);
+        continue;
+      }
       OpBuffers& b = m_buffers[i];
       char* dev = b.dev_send.at_least(op.send_bytes);
       if (!remote(op.send_rank, m_rank)) {
@@ -231,7 +244,8 @@ class PipelinedTransport final : public Transport {
     // Messages to myself: unpack from the device send buffer, after its pack.
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
-      if (op.stage == stage && op.recv_rank >= 0 && !remote(op.recv_rank, m_rank)) {
+      if (op.stage == stage && op.recv_rank >= 0 && !remote(op.recv_rank, m_rank) &&
+          !to_self(op, m_rank)) {
         op.unpack(field, m_buffers[i].dev_send.get(), 0, op.recv_bytes, stream);
       }
     }

@@ -252,6 +252,9 @@ struct GridExchange::Impl {
                              GpuStream stream) {
         unpack_range_async(in, field, 1, recv, offset, bytes, stream);
       };
+      device.self_copy = [send, recv](void* field, GpuStream stream) {
+        copy_async(field, send, field, recv, stream);
+      };
 #endif
       host_ops.push_back(std::move(host));
       device_ops.push_back(std::move(device));

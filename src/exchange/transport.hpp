@@ -21,6 +21,8 @@ using PackFn = std::function<void(const void* field, void* out, std::int64_t off
 /// Consumes packed bytes [offset, offset + bytes) of the received message from `in`.
 using UnpackFn = std::function<void(void* field, const void* in, std::int64_t offset,
                                     std::int64_t bytes, GpuStream stream)>;
+/// A message to oneself moved straight from the send layout to the receive layout.
+using SelfCopyFn = std::function<void(void* field, GpuStream stream)>;
 
 struct Op {
   int stage = 0;
@@ -33,6 +35,9 @@ struct Op {
   std::string name;          // for error messages
   PackFn pack;
   UnpackFn unpack;
+  // When set: used instead of pack + unpack when the op sends to and receives from this
+  // rank itself (a periodic axis with one rank), one kernel and no packed copy.
+  SelfCopyFn self_copy;
   // Grid ops: the faces as datatypes (one instance at the field), for the transports that
   // pack inside their own kernels (grid_fused.cu). Empty for particle ops.
   Datatype send_type, recv_type;

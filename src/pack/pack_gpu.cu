@@ -9,11 +9,13 @@
 // whenever the sizes allow, because 64-bit division costs more than the memory access.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -28,9 +30,12 @@ namespace halox {
 namespace {
 
 using detail::DeviceDesc;
+using detail::DevicePackView;
 using detail::divide;
 using detail::move_word;
 using detail::PackOp;
+using detail::word_offsets;
+using detail::WordOf;
 
 // Magic numbers for n / d with n < 2^31 (Granlund-Montgomery, as CUTLASS's FastDivmod).
 void fast_divisor(std::int64_t d, unsigned& mul, unsigned& shr) {
@@ -157,22 +162,46 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// The piece that word g belongs to (pieces are ordered by first_word).
+template <class I>
+__device__ __forceinline__ const DeviceDesc& piece_holding(const DeviceDesc* descs, int n, I g) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (descs[mid].first_word <= static_cast<std::int64_t>(g))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return descs[lo];
+}
+
 // Many pieces: each thread finds its piece by binary search over first_word.
 template <int W, PackOp OP, class I>
 __global__ void __launch_bounds__(256)
     multi_piece_kernel(const DeviceDesc* descs, int n, I first, I end, const char* src, char* dst) {
   for (I g = first + static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < end;
        g += static_cast<I>(gridDim.x) * blockDim.x) {
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (descs[mid].first_word <= static_cast<std::int64_t>(g))
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    const DeviceDesc& d = descs[lo];
+    const DeviceDesc& d = piece_holding(descs, n, g);
     move_word<W, OP, I, -1>(d, g - static_cast<I>(d.first_word), src, dst);
+  }
+}
+
+// Typed memory to typed memory: word g of the source type's packed stream is word g of the
+// destination type's, so it moves straight from one layout to the other, with no packed
+// copy in between (a message to oneself, e.g. a periodic axis with one rank).
+template <int W, class I>
+__global__ void __launch_bounds__(256)
+    copy_kernel(DevicePackView from, DevicePackView to, I words, const char* src, char* dst) {
+  using Word = typename WordOf<W>::type;
+  for (I g = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < words;
+       g += static_cast<I>(gridDim.x) * blockDim.x) {
+    const DeviceDesc& a = piece_holding(from.descs, from.pieces, g);
+    const DeviceDesc& b = piece_holding(to.descs, to.pieces, g);
+    std::int64_t read, write, packed;
+    word_offsets<W, I, -1>(a, g - static_cast<I>(a.first_word), read, packed);
+    word_offsets<W, I, -1>(b, g - static_cast<I>(b.first_word), write, packed);
+    *reinterpret_cast<Word*>(dst + write) = *reinterpret_cast<const Word*>(src + read);
   }
 }
 
@@ -368,6 +397,55 @@ void unpack_accumulate_async(const void* in, void* out, std::int64_t count, cons
   }
   run(kind == BasicKind::float32 ? PackOp::accumulate_f32 : PackOp::accumulate_f64, in, out, count,
       type, stream, "unpack_accumulate_async");
+}
+
+void copy_async(const void* in, const Datatype& in_type, void* out, const Datatype& out_type,
+                GpuStream stream) {
+  in_type.canonical();  // throw when not committed
+  out_type.canonical();
+  if (out_type.overlaps(1)) {
+    throw DatatypeError("halox::copy_async: the destination " + out_type.combiner_name() +
+                        " type addresses some bytes twice");
+  }
+  const std::shared_ptr<Plan> from = plan_for(in_type, 1), to = plan_for(out_type, 1);
+  if (from->bytes != to->bytes) {
+    throw DatatypeError("halox::copy_async: the source type holds " + std::to_string(from->bytes) +
+                        " bytes, the destination type " + std::to_string(to->bytes));
+  }
+  if (from->bytes == 0) return;
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  // A contiguous side is a packed stream already: one pack or unpack (or a memcpy).
+  if (to->contiguous) {
+    pack_async(in, 1, in_type, dst + to->contiguous_offset, stream);
+    return;
+  }
+  if (from->contiguous) {
+    unpack_async(src + from->contiguous_offset, out, 1, out_type, stream);
+    return;
+  }
+  static const void* const aligned = reinterpret_cast<const void*>(std::uintptr_t{256});
+  const int word = std::min(word_size(*from, in, aligned, 1), word_size(*to, out, aligned, 1));
+  auto launch = [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    const DevicePackView a = detail::device_pack_view(in_type, 1, W),
+                         b = detail::device_pack_view(out_type, 1, W);
+    const int grid = grid_for(a.words);
+    if (from->fits_32bit && to->fits_32bit) {
+      copy_kernel<W, unsigned>
+          <<<grid, 256, 0, stream>>>(a, b, static_cast<unsigned>(a.words), src, dst);
+    } else {
+      copy_kernel<W, std::int64_t><<<grid, 256, 0, stream>>>(a, b, a.words, src, dst);
+    }
+    HALOX_CUDA_CHECK(cudaGetLastError());
+  };
+  switch (word) {
+    case 16: launch(std::integral_constant<int, 16>{}); break;
+    case 8: launch(std::integral_constant<int, 8>{}); break;
+    case 4: launch(std::integral_constant<int, 4>{}); break;
+    case 2: launch(std::integral_constant<int, 2>{}); break;
+    default: launch(std::integral_constant<int, 1>{}); break;
+  }
 }
 
 namespace detail {
