@@ -1,0 +1,172 @@
+// LocalGridExchange: every rank of a grid in one process, halos against the global field
+// (periodic wrap), with uneven splits, several halo widths, padded arrays, non-periodic edges
+// left untouched; in host memory, and on the GPU when there is one.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "halox/config.hpp"
+#include "halox/error.hpp"
+#include "halox/local_grid.hpp"
+#if HALOX_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
+
+using namespace halox;
+
+namespace {
+
+double global_value(std::int64_t x, std::int64_t y, std::int64_t z, int k) {
+  return 1.0 + x + 1000.0 * y + 1.0e6 * z + 0.25 * k;
+}
+
+bool have_gpu() {
+#if HALOX_HAS_CUDA
+  int n = 0;
+  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  cudaGetLastError();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// Rank sizes along each axis: `base` cells, the first `extra` coordinates one more.
+void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int, 3> base,
+           std::array<int, 3> extra, int halo, int components, std::array<int, 3> padding,
+           bool device) {
+  const Topology shape(dims, periodic, 0);
+  const int ranks = shape.size();
+  auto size_at = [&](int a, int c) { return base[a] + (c < extra[a] ? 1 : 0); };
+  auto offset_at = [&](int a, int c) {
+    std::int64_t o = 0;
+    for (int i = 0; i < c; ++i) o += size_at(a, i);
+    return o;
+  };
+  std::array<std::int64_t, 3> global{};
+  for (int a = 0; a < 3; ++a) global[a] = offset_at(a, dims[a]);
+  std::vector<std::array<std::int64_t, 3>> interior(ranks), allocated(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    const auto c = shape.coords_of(r);
+    for (int a = 0; a < 3; ++a) {
+      interior[r][a] = size_at(a, c[a]);
+      allocated[r][a] = interior[r][a] + 2 * halo + padding[a];
+    }
+  }
+  const Datatype element = Datatype::contiguous(components, Datatype::of<double>()).commit();
+  LocalGridExchange exchange(make_local_grid_plans(shape, interior, halo, element, allocated));
+  const double poison = -12345.0;
+  std::vector<std::vector<double>> fields(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    const auto& e = allocated[r];
+    const auto c = shape.coords_of(r);
+    fields[r].assign(static_cast<std::size_t>(e[0] * e[1] * e[2] * components), poison);
+    for (std::int64_t z = halo; z < interior[r][2] + halo; ++z)
+      for (std::int64_t y = halo; y < interior[r][1] + halo; ++y)
+        for (std::int64_t x = halo; x < interior[r][0] + halo; ++x)
+          for (int k = 0; k < components; ++k)
+            fields[r][static_cast<std::size_t>(((z * e[1] + y) * e[0] + x) * components + k)] =
+                global_value(offset_at(0, c[0]) + x - halo, offset_at(1, c[1]) + y - halo,
+                             offset_at(2, c[2]) + z - halo, k);
+  }
+  std::vector<void*> pointers(ranks);
+#if HALOX_HAS_CUDA
+  std::vector<void*> on_gpu(ranks, nullptr);
+#endif
+  if (device) {
+#if HALOX_HAS_CUDA
+    for (int r = 0; r < ranks; ++r) {
+      const std::size_t bytes = fields[r].size() * sizeof(double);
+      ASSERT_EQ(cudaMalloc(&on_gpu[r], bytes), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(on_gpu[r], fields[r].data(), bytes, cudaMemcpyHostToDevice),
+                cudaSuccess);
+      pointers[r] = on_gpu[r];
+    }
+#endif
+  } else {
+    for (int r = 0; r < ranks; ++r) pointers[r] = fields[r].data();
+  }
+  for (int repeat = 0; repeat < 2; ++repeat) exchange.exchange(pointers);
+#if HALOX_HAS_CUDA
+  if (device) {
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (int r = 0; r < ranks; ++r) {
+      ASSERT_EQ(cudaMemcpy(fields[r].data(), on_gpu[r], fields[r].size() * sizeof(double),
+                           cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      cudaFree(on_gpu[r]);
+    }
+  }
+#endif
+  std::int64_t wrong = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const auto& e = allocated[r];
+    const auto c = shape.coords_of(r);
+    for (std::int64_t z = 0; z < e[2]; ++z)
+      for (std::int64_t y = 0; y < e[1]; ++y)
+        for (std::int64_t x = 0; x < e[0]; ++x) {
+          const std::array<std::int64_t, 3> at = {x, y, z};
+          bool outside = false;  // padding, or beyond a non-periodic edge: untouched
+          std::array<std::int64_t, 3> g{};
+          for (int a = 0; a < 3; ++a) {
+            if (at[a] >= interior[r][a] + 2 * halo) outside = true;
+            g[a] = offset_at(a, c[a]) + at[a] - halo;
+            if (g[a] < 0 || g[a] >= global[a]) {
+              if (periodic[a])
+                g[a] = (g[a] + global[a]) % global[a];
+              else
+                outside = true;
+            }
+          }
+          for (int k = 0; k < components; ++k) {
+            const double want = outside ? poison : global_value(g[0], g[1], g[2], k);
+            const double got = fields[r][static_cast<std::size_t>(
+                ((z * e[1] + y) * e[0] + x) * components + k)];
+            if (got != want && ++wrong <= 5) {
+              ADD_FAILURE() << "rank " << r << " cell (" << x << "," << y << "," << z
+                            << ") component " << k << ": " << got << " != " << want;
+            }
+          }
+        }
+  }
+  EXPECT_EQ(wrong, 0) << shape.describe() << " halo " << halo << (device ? " (GPU)" : " (host)");
+}
+
+void every_case(bool device) {
+  // 8 and 27 ranks, as the local engine's users run them; uneven splits; one rank along an
+  // axis (a rank its own neighbour); halo 2; padded rows and planes; non-periodic edges.
+  check({2, 2, 2}, {true, true, true}, {4, 3, 3}, {0, 0, 0}, 1, 1, {0, 0, 0}, device);
+  check({3, 3, 3}, {true, true, true}, {3, 3, 2}, {1, 2, 0}, 1, 2, {3, 1, 0}, device);
+  check({2, 1, 3}, {true, true, false}, {5, 4, 2}, {1, 0, 1}, 2, 1, {0, 2, 1}, device);
+  check({1, 1, 1}, {true, true, true}, {4, 4, 4}, {0, 0, 0}, 1, 3, {5, 0, 0}, device);
+  check({4, 2, 1}, {false, true, true}, {2, 3, 4}, {2, 1, 0}, 1, 1, {0, 0, 0}, device);
+}
+
+}  // namespace
+
+TEST(LocalGrid, HostMemoryEveryCase) {
+  every_case(false);
+}
+
+TEST(LocalGrid, DeviceMemoryEveryCase) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  every_case(true);
+}
+
+TEST(LocalGrid, MismatchedPlansAreRefusedWhenBuilt) {
+  const Topology shape({2, 1, 1}, {true, true, true}, 0);
+  const Datatype f = Datatype::of<float>().commit();
+  // Rank 1 has one more cell along y: its x faces do not match rank 0's.
+  std::vector<GridPlan> plans = {make_grid_plan(Topology({2, 1, 1}, {true, true, true}, 0),
+                                                {4, 4, 4}, 1, f),
+                                 make_grid_plan(Topology({2, 1, 1}, {true, true, true}, 1),
+                                                {4, 5, 4}, 1, f)};
+  EXPECT_THROW(LocalGridExchange{plans}, Error);
+  EXPECT_THROW(make_local_grid_plans(shape, {{4, 4, 4}}, 1, f), Error);  // one interior for 2
+  LocalGridExchange ok(make_local_grid_plans(shape, {{4, 4, 4}, {4, 4, 4}}, 1, f));
+  std::vector<float> a(6 * 6 * 6), b(6 * 6 * 6);
+  EXPECT_THROW(ok.exchange({a.data()}), Error);  // one field for 2 ranks
+  EXPECT_EQ(ok.faces_per_exchange(), 12);        // 6 pulses x 2 ranks
+}
