@@ -21,6 +21,7 @@
 #include "../common/mpi_main.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
+#include "halox/local_grid.hpp"
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"
 #if HALOX_HAS_CUDA
@@ -41,6 +42,7 @@ struct Cli {
   std::string device = "auto", comm = "datatype";
   TransportKind transport = TransportKind::host;
   bool transport_given = false, single = true;
+  bool local = false;  // --transport local: every rank of --ranks in this one process
   Params params;
   double radius = 12, velocity = 0.02;
   int steps = 100, report_every = 0;
@@ -70,8 +72,9 @@ void usage(FILE* out) {
       "                     overlap (datatype, inner cells updated while the halo moves)\n"
       "  --transport T      for --comm datatype/contig/overlap: host | staged | pipelined |\n"
       "                     nvshmem-stream | ipc-fused | nvshmem-fused (one GPU-initiated kernel\n"
-      "                     per stage) | nccl | auto (default: host on the CPU, staged on the "
-      "GPU)\n"
+      "                     per stage) | nccl | auto (default: host on the CPU, staged on the\n"
+      "                     GPU) | local (--comm datatype: every rank of --ranks in this one\n"
+      "                     process, run without mpirun; faces copied between the ranks' arrays)\n"
       "  --tau T            momentum relaxation time (default 0.8; must exceed 0.5)\n"
       "  --tau-g T          order-parameter relaxation time (default 1.0)\n"
       "  --A A --kappa K    free-energy parameters (default 0.04, 0.04)\n"
@@ -129,7 +132,9 @@ Cli parse(int argc, char** argv) {
     } else if (a == "--comm")
       c.comm = value();
     else if (a == "--transport") {
-      c.transport = parse_transport(value());
+      const std::string t = value();
+      c.local = t == "local";
+      if (!c.local) c.transport = parse_transport(t);
       c.transport_given = true;
     } else if (a == "--tau")
       c.params.tau = number();
@@ -174,6 +179,12 @@ Cli parse(int argc, char** argv) {
   if (!ok_init) throw Error("halox-lbm: --init " + c.init + " does not fit --model " + c.model);
   if (c.comm != "datatype" && c.comm != "default" && c.comm != "overlap" && c.comm != "contig") {
     throw Error("halox-lbm: --comm must be datatype, contig, default or overlap");
+  }
+  if (c.local && c.comm != "datatype") {
+    throw Error("halox-lbm: --transport local moves halox datatypes: use it with --comm datatype");
+  }
+  if (c.local && !(c.ranks[0] > 0 && c.ranks[1] > 0 && c.ranks[2] > 0)) {
+    throw Error("halox-lbm: --transport local needs the whole rank grid (--ranks XxYxZ)");
   }
   if (!(c.params.tau > 0.5)) throw Error("halox-lbm: --tau must exceed 0.5 (unstable otherwise)");
   if (!(c.params.tau_g > 0.5))
@@ -241,7 +252,10 @@ FaceBoxes face_boxes(const PulseHeader& hd, const std::array<int, 3>& n) {
 
 class Lbm {
  public:
-  Lbm(MPI_Comm comm, const Cli& cli) : m_cli(cli), m_topology(Topology::from_mpi(comm, cli.ranks)) {
+  Lbm(MPI_Comm comm, const Cli& cli) : Lbm(Topology::from_mpi(comm, cli.ranks), cli) {}
+  /// One rank of `topology`; with --transport local, one of several ranks of this process,
+  /// whose exchanges a LocalRanks driver does (no MPI here then).
+  Lbm(Topology topology, const Cli& cli) : m_cli(cli), m_topology(std::move(topology)) {
     const auto dims = m_topology.dims(), c = m_topology.coords();
     for (int a = 0; a < 3; ++a) {
       if (cli.grid[a] < dims[a]) {
@@ -262,8 +276,9 @@ class Lbm {
 #endif
                      }());
     m_backend = gpu ? make_gpu_backend(cli.single) : make_cpu_backend(cli.single);
-    m_transport =
-        cli.transport_given ? cli.transport : (gpu ? TransportKind::staged : TransportKind::host);
+    m_transport = cli.transport_given && !cli.local
+                      ? cli.transport
+                      : (gpu ? TransportKind::staged : TransportKind::host);
     if (!gpu && m_transport != TransportKind::host) {
       throw Error("halox-lbm: the CPU back end keeps host arrays: use --transport host");
     }
@@ -273,8 +288,10 @@ class Lbm {
                                                                   : Datatype::of<double>().commit();
     m_real_bytes = m_backend->real() == BasicKind::float32 ? 4 : 8;
     // The back end's rows may be padded (aligned on the GPU): the plan's types follow them.
-    const GridPlan base = build_grid_plan(m_topology, {m_n[0], m_n[1], m_n[2]}, 1, real,
-                                          {m_backend->row_pitch(), m_n[1] + 2, m_n[2] + 2});
+    const std::array<std::int64_t, 3> interior = {m_n[0], m_n[1], m_n[2]},
+                                      allocated = {m_backend->row_pitch(), m_n[1] + 2, m_n[2] + 2};
+    const GridPlan base = cli.local ? make_grid_plan(m_topology, interior, 1, real, allocated)
+                                    : build_grid_plan(m_topology, interior, 1, real, allocated);
     m_f = make_halo(0, base, Q);
     if (cli.params.multiphase) {
       m_g = make_halo(1, base, QG);
@@ -286,33 +303,57 @@ class Lbm {
     if (m_cli.comm == "overlap") {
       step_overlapped();
     } else {
-      const Region all = whole();
       const auto t0 = Clock::now();
       exchange(m_f);
       if (m_cli.params.multiphase) exchange(m_g);
       m_backend->synchronize();
       const auto t1 = Clock::now();
+      first_update();
+      m_backend->synchronize();
       if (!m_cli.params.multiphase) {
-        m_backend->bgk_step(1.0 / m_cli.params.tau, all);
-        m_backend->synchronize();
         m_time_compute += seconds(t1);
       } else {
-        m_backend->update_phi(all);
-        m_backend->synchronize();
         const auto t2 = Clock::now();
         m_time_compute += seconds(t1) - seconds(t2);
         exchange(m_phi);
         m_backend->synchronize();
         const auto t3 = Clock::now();
         m_time_exchange += seconds(t2) - seconds(t3);
-        m_backend->stream_collide(m_cli.params, all);
+        second_update();
         m_backend->synchronize();
         m_time_compute += seconds(t3);
       }
       m_time_exchange += seconds(t0) - seconds(t1);
     }
+    finish_step();
+  }
+
+  // The pieces of a step, for a driver of several ranks of one process (LocalRanks), which
+  // does every rank's exchanges between them: exchange f and g; the first update (BGK, or
+  // the phi pass); exchange phi; the second (the fused stream-collide pass); swap.
+  void first_update() {
+    if (!m_cli.params.multiphase) {
+      m_backend->bgk_step(1.0 / m_cli.params.tau, whole());
+    } else {
+      m_backend->update_phi(whole());
+    }
+  }
+  void second_update() {
+    if (m_cli.params.multiphase) m_backend->stream_collide(m_cli.params, whole());
+  }
+  void finish_step() {
     m_backend->swap();
     ++m_steps;
+  }
+  /// Field k (0 f, 1 g, 2 phi): the current copy and the plan of the populations it sends.
+  void* field(int k) {
+    return base(k == 0 ? m_f : k == 1 ? m_g : m_phi);
+  }
+  const GridPlan& plan(int k) const {
+    return (k == 0 ? m_f : k == 1 ? m_g : m_phi).plan;
+  }
+  void synchronize() {
+    m_backend->synchronize();
   }
 
   // The overlap variant: cells that read no halo (the inner box) are updated on a second
@@ -373,33 +414,27 @@ class Lbm {
 
   // Sums over all ranks: fluid mass, phase A and B amounts, kinetic energy.
   std::array<double, 4> totals() {
+    const std::array<double, 4> local = local_totals();
+    std::array<double, 4> global{};
+    MPI_Allreduce(local.data(), global.data(), 4, MPI_DOUBLE, MPI_SUM, m_topology.comm());
+    return global;
+  }
+  // This rank's share of them.
+  std::array<double, 4> local_totals() {
     const auto m = m_backend->download_moments();
-    std::array<double, 4> local{}, global{};
+    std::array<double, 4> local{};
     for (std::size_t i = 0; i < m.size(); i += 5) {
       local[0] += m[i];
       local[1] += 0.5 * (1 + m[i + 4]);
       local[2] += 0.5 * (1 - m[i + 4]);
       local[3] += 0.5 * m[i] * (m[i + 1] * m[i + 1] + m[i + 2] * m[i + 2] + m[i + 3] * m[i + 3]);
     }
-    MPI_Allreduce(local.data(), global.data(), 4, MPI_DOUBLE, MPI_SUM, m_topology.comm());
-    return global;
+    return local;
   }
 
   // Every cell's moments in global order on rank 0 (rho, ux, uy, uz, phi).
   std::vector<double> gather() {
-    const auto m = m_backend->download_moments();
-    std::vector<double> mine;
-    for (int z = 0; z < m_n[2]; ++z)
-      for (int y = 0; y < m_n[1]; ++y)
-        for (int x = 0; x < m_n[0]; ++x) {
-          const std::size_t i = 5 * ((static_cast<std::size_t>(z) * m_n[1] + y) * m_n[0] + x);
-          const double gi =
-              ((static_cast<double>(z + m_offset[2]) * m_cli.grid[1]) + (y + m_offset[1])) *
-                  m_cli.grid[0] +
-              (x + m_offset[0]);
-          mine.push_back(gi);
-          mine.insert(mine.end(), &m[i], &m[i + 5]);
-        }
+    const std::vector<double> mine = tagged_moments();
     int size = 0, rank = 0;
     MPI_Comm_size(m_topology.comm(), &size);
     MPI_Comm_rank(m_topology.comm(), &rank);
@@ -414,7 +449,28 @@ class Lbm {
     std::vector<double> all(rank == 0 ? total : 0);
     MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(), displs.data(),
                 MPI_DOUBLE, 0, m_topology.comm());
-    std::vector<double> out(rank == 0 ? all.size() / 6 * 5 : 0);
+    return in_global_order(all);
+  }
+  // This rank's cells: the global cell number, then rho, ux, uy, uz, phi, per cell.
+  std::vector<double> tagged_moments() {
+    const auto m = m_backend->download_moments();
+    std::vector<double> mine;
+    for (int z = 0; z < m_n[2]; ++z)
+      for (int y = 0; y < m_n[1]; ++y)
+        for (int x = 0; x < m_n[0]; ++x) {
+          const std::size_t i = 5 * ((static_cast<std::size_t>(z) * m_n[1] + y) * m_n[0] + x);
+          const double gi =
+              ((static_cast<double>(z + m_offset[2]) * m_cli.grid[1]) + (y + m_offset[1])) *
+                  m_cli.grid[0] +
+              (x + m_offset[0]);
+          mine.push_back(gi);
+          mine.insert(mine.end(), &m[i], &m[i + 5]);
+        }
+    return mine;
+  }
+  // Tagged moments of every rank (any order) -> the moments in global cell order.
+  static std::vector<double> in_global_order(const std::vector<double>& all) {
+    std::vector<double> out(all.size() / 6 * 5);
     for (std::size_t k = 0; k + 6 <= all.size(); k += 6) {
       const std::size_t gi = static_cast<std::size_t>(all[k]);
       std::copy(&all[k + 1], &all[k + 6], &out[5 * gi]);
@@ -529,7 +585,7 @@ class Lbm {
       pulse.header.recv_size *= factor;
       h.planes.push_back(planes);
     }
-    if (m_cli.comm == "datatype" || m_cli.comm == "overlap") {  // halox describes, packs, moves
+    if ((m_cli.comm == "datatype" || m_cli.comm == "overlap") && !m_cli.local) {  // halox moves
       h.exchange = std::make_unique<GridExchange>(m_topology, h.plan, ExchangeOptions{m_transport});
     }
     return h;
@@ -684,44 +740,102 @@ class Lbm {
   long m_steps = 0;
 };
 
+// --transport local: every rank of --ranks in this one process, stepped in lockstep. Between
+// the updates, one LocalGridExchange per field moves every rank's faces straight into its
+// neighbours' arrays (host memory: CPU copies; GPU: one kernel per face, on rank 0's stream,
+// once every rank's updates are done). The fields stay bitwise those of one rank.
+class LocalRanks {
+ public:
+  explicit LocalRanks(const Cli& cli) : m_cli(cli), m_shape(cli.ranks, {true, true, true}, 0) {
+    for (int r = 0; r < m_shape.size(); ++r) {
+      m_ranks.push_back(
+          std::make_unique<Lbm>(Topology(m_shape.dims(), m_shape.periodic(), r), cli));
+    }
+    const int fields = cli.params.multiphase ? 3 : 1;
+    for (int k = 0; k < fields; ++k) {
+      std::vector<GridPlan> plans;
+      for (auto& lbm : m_ranks) plans.push_back(lbm->plan(k));
+      m_exchanges.push_back(std::make_unique<LocalGridExchange>(std::move(plans)));
+    }
+  }
+
+  void step() {
+    const auto t0 = Clock::now();
+    exchange(0);
+    if (m_cli.params.multiphase) exchange(1);
+    const auto t1 = Clock::now();
+    for (auto& lbm : m_ranks) lbm->first_update();
+    synchronize();
+    const auto t2 = Clock::now();
+    m_time_exchange += span(t0, t1);
+    m_time_compute += span(t1, t2);
+    if (m_cli.params.multiphase) {
+      exchange(2);
+      const auto t3 = Clock::now();
+      for (auto& lbm : m_ranks) lbm->second_update();
+      synchronize();
+      m_time_exchange += span(t2, t3);
+      m_time_compute += span(t3, Clock::now());
+    }
+    for (auto& lbm : m_ranks) lbm->finish_step();
+  }
+
+  Backend& backend() { return m_ranks[0]->backend(); }
+  const Topology& topology() const { return m_shape; }
+  std::string transport() const {
+    return "datatype, local (" + std::to_string(m_ranks.size()) + " ranks in this process)";
+  }
+  double time_exchange() const { return m_time_exchange; }
+  double time_compute() const { return m_time_compute; }
+  void reset_timers() { m_time_exchange = m_time_compute = 0; }
+  std::array<int, 3> local() const { return m_ranks[0]->local(); }
+  std::array<double, 4> totals() {
+    std::array<double, 4> sum{};
+    for (auto& lbm : m_ranks) {
+      const auto mine = lbm->local_totals();
+      for (int k = 0; k < 4; ++k) sum[k] += mine[k];
+    }
+    return sum;
+  }
+  std::vector<double> gather() {
+    std::vector<double> all;
+    for (auto& lbm : m_ranks) {
+      const auto mine = lbm->tagged_moments();
+      all.insert(all.end(), mine.begin(), mine.end());
+    }
+    return Lbm::in_global_order(all);
+  }
+  void synchronize() {
+    for (auto& lbm : m_ranks) lbm->synchronize();
+  }
+
+ private:
+  static double span(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  }
+  // Every rank's updates are complete here (step() waits for them): the faces move on rank
+  // 0's stream, which is waited for before any rank updates again.
+  void exchange(int field) {
+    std::vector<void*>& pointers = m_pointers;
+    pointers.clear();
+    for (auto& lbm : m_ranks) pointers.push_back(lbm->field(field));
+    m_exchanges[field]->exchange(pointers, m_ranks[0]->backend().stream_handle());
+    m_ranks[0]->synchronize();
+  }
+
+  Cli m_cli;
+  Topology m_shape;
+  std::vector<std::unique_ptr<Lbm>> m_ranks;
+  std::vector<std::unique_ptr<LocalGridExchange>> m_exchanges;  // f, then g and phi
+  std::vector<void*> m_pointers;
+  double m_time_exchange = 0, m_time_compute = 0;
+};
+
 bool g_input_checked = false;
 
-int run(int argc, char** argv) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const Cli cli = parse(argc, argv);
-  if (cli.device != "cpu") select_device(MPI_COMM_WORLD);  // one GPU per rank
-  for (int a = 0; a < 3; ++a) {
-    if (cli.grid[a] <= 0) throw Error("halox-lbm: grid sizes must be positive");
-  }
-  {
-    const auto& r = cli.ranks;
-    const bool all = r[0] && r[1] && r[2];
-    if (all && r[0] * r[1] * r[2] != size) {
-      throw Error("halox-lbm: the rank grid " + std::to_string(r[0]) + "x" + std::to_string(r[1]) +
-                  "x" + std::to_string(r[2]) + " does not match the " + std::to_string(size) +
-                  " MPI ranks");
-    }
-  }
-  if (cli.model == "multiphase" &&
-      2 * cli.radius >= *std::min_element(cli.grid.begin(), cli.grid.end()) &&
-      cli.init == "droplet") {
-    throw Error("halox-lbm: the droplet (radius " + std::to_string(cli.radius) +
-                ") does not fit the grid");
-  }
-  {
-    const Topology shape = Topology::from_mpi(MPI_COMM_WORLD, cli.ranks);  // same on every rank
-    for (int a = 0; a < 3; ++a) {
-      if (cli.grid[a] < shape.dims()[a]) {
-        throw Error("halox-lbm: the grid has " + std::to_string(cli.grid[a]) + " cells along " +
-                    "xyz"[a] + " for " + std::to_string(shape.dims()[a]) +
-                    " ranks: at least one each");
-      }
-    }
-  }
-  g_input_checked = true;
-  Lbm lbm(MPI_COMM_WORLD, cli);
+// The run and its report, for one MPI rank (Lbm) or every rank in this process (LocalRanks).
+template <class Run>
+int drive(Run& lbm, const Cli& cli, int rank) {
   const long long cells = (long long)cli.grid[0] * cli.grid[1] * cli.grid[2];
   const auto first = lbm.totals();
   if (rank == 0) {
@@ -743,7 +857,7 @@ int run(int argc, char** argv) {
     if (!cli.trace.empty() && s == std::max(1, cli.steps - 2)) trace::clear();
     lbm.step();
     if (s == cli.warmup) {
-      lbm.backend().synchronize();
+      lbm.synchronize();
       MPI_Barrier(MPI_COMM_WORLD);
       lbm.reset_timers();
       start = Clock::now();
@@ -754,7 +868,7 @@ int run(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  lbm.backend().synchronize();
+  lbm.synchronize();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (!cli.trace.empty()) trace::write(MPI_COMM_WORLD, cli.trace);
   const auto last = lbm.totals();
@@ -894,6 +1008,56 @@ int run(int argc, char** argv) {
       << "\n}\n";
   }
   return rc;
+}
+
+int run(int argc, char** argv) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const Cli cli = parse(argc, argv);
+  if (cli.device != "cpu") select_device(MPI_COMM_WORLD);  // one GPU per rank
+  for (int a = 0; a < 3; ++a) {
+    if (cli.grid[a] <= 0) throw Error("halox-lbm: grid sizes must be positive");
+  }
+  if (cli.local && size != 1) {
+    throw Error(
+        "halox-lbm: --transport local runs every rank in one process: start it without "
+        "mpirun (or with one MPI rank), not " +
+        std::to_string(size));
+  }
+  if (!cli.local) {
+    const auto& r = cli.ranks;
+    const bool all = r[0] && r[1] && r[2];
+    if (all && r[0] * r[1] * r[2] != size) {
+      throw Error("halox-lbm: the rank grid " + std::to_string(r[0]) + "x" + std::to_string(r[1]) +
+                  "x" + std::to_string(r[2]) + " does not match the " + std::to_string(size) +
+                  " MPI ranks");
+    }
+  }
+  if (cli.model == "multiphase" &&
+      2 * cli.radius >= *std::min_element(cli.grid.begin(), cli.grid.end()) &&
+      cli.init == "droplet") {
+    throw Error("halox-lbm: the droplet (radius " + std::to_string(cli.radius) +
+                ") does not fit the grid");
+  }
+  {
+    const Topology shape = cli.local ? Topology(cli.ranks, {true, true, true}, 0)
+                                     : Topology::from_mpi(MPI_COMM_WORLD, cli.ranks);
+    for (int a = 0; a < 3; ++a) {
+      if (cli.grid[a] < shape.dims()[a]) {
+        throw Error("halox-lbm: the grid has " + std::to_string(cli.grid[a]) + " cells along " +
+                    "xyz"[a] + " for " + std::to_string(shape.dims()[a]) +
+                    " ranks: at least one each");
+      }
+    }
+  }
+  g_input_checked = true;
+  if (cli.local) {
+    LocalRanks ranks(cli);
+    return drive(ranks, cli, rank);
+  }
+  Lbm lbm(MPI_COMM_WORLD, cli);
+  return drive(lbm, cli, rank);
 }
 
 }  // namespace

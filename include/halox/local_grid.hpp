@@ -17,10 +17,9 @@ namespace halox {
 /// ignored), built in one process: rank r gets interior[r] cells (several ranks may differ,
 /// as with an uneven split) and, when given, allocated[r] (padded arrays, as
 /// make_grid_plan). Throws halox::Error for bad sizes or neighbouring faces that differ.
-std::vector<GridPlan> make_local_grid_plans(const Topology& shape,
-                                            const std::vector<std::array<std::int64_t, 3>>& interior,
-                                            int halo, const Datatype& element,
-                                            const std::vector<std::array<std::int64_t, 3>>& allocated = {});
+std::vector<GridPlan> make_local_grid_plans(
+    const Topology& shape, const std::vector<std::array<std::int64_t, 3>>& interior, int halo,
+    const Datatype& element, const std::vector<std::array<std::int64_t, 3>>& allocated = {});
 
 /// Moves the halos of every rank of one process's grid in one call: stage by stage (Z, then
 /// Y carrying the Z halo, then X carrying both, so edges and corners arrive), each face

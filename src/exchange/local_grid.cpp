@@ -32,8 +32,9 @@ std::vector<GridPlan> make_local_grid_plans(
   std::vector<GridPlan> plans;
   for (int r = 0; r < ranks; ++r) {
     const Topology rank(shape.dims(), shape.periodic(), r);
-    plans.push_back(make_grid_plan(rank, interior[r], halo, element,
-                                   allocated.empty() ? std::array<std::int64_t, 3>{} : allocated[r]));
+    plans.push_back(
+        make_grid_plan(rank, interior[r], halo, element,
+                       allocated.empty() ? std::array<std::int64_t, 3>{} : allocated[r]));
   }
   return plans;
 }

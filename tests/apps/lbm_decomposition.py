@@ -3,7 +3,10 @@
 (uneven splits included) and requires rho, u and phi of every cell to be bitwise identical to
 the single-rank run after the given steps.
 
-usage: lbm_decomposition.py MPIEXEC HALOX_LBM NP GRID... [-- extra halox-lbm arguments]
+usage: lbm_decomposition.py MPIEXEC HALOX_LBM NP [--local] GRID... [-- extra halox-lbm arguments]
+
+--local: the decomposed runs keep every rank in one process (--transport local, NP = 1); the
+reference stays the ordinary single-rank run.
 """
 import os
 import subprocess
@@ -26,16 +29,19 @@ def main():
     rest = sys.argv[4:]
     extra = rest[rest.index("--") + 1:] if "--" in rest else []
     grids = rest[:rest.index("--")] if "--" in rest else rest
+    local = "--local" in grids
+    grids = [g for g in grids if g != "--local"]
+    decomposed = extra + (["--transport", "local"] if local else [])
     with tempfile.TemporaryDirectory() as work:
         ref = os.path.join(work, "ref.bin")
         run(mpiexec, lbm, 1, extra + ["--ranks", "1x1x1", "--dump", ref])
         want = open(ref, "rb").read()
         for grid in grids:
             out = os.path.join(work, f"{grid}.bin")
-            run(mpiexec, lbm, np, extra + ["--ranks", grid, "--dump", out])
+            run(mpiexec, lbm, np, decomposed + ["--ranks", grid, "--dump", out])
             got = open(out, "rb").read()
             same = got == want
-            print(f"np {np} grid {grid} {' '.join(extra)}: fields {'bitwise identical' if same else 'DIFFER'} "
+            print(f"np {np} grid {grid} {' '.join(decomposed)}: fields {'bitwise identical' if same else 'DIFFER'} "
                   f"({len(want) // 40} cells)")
             if not same:
                 sys.exit("FAILED: the decomposed run differs from the single-rank run")

@@ -122,8 +122,8 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
           }
           for (int k = 0; k < components; ++k) {
             const double want = outside ? poison : global_value(g[0], g[1], g[2], k);
-            const double got = fields[r][static_cast<std::size_t>(
-                ((z * e[1] + y) * e[0] + x) * components + k)];
+            const double got =
+                fields[r][static_cast<std::size_t>(((z * e[1] + y) * e[0] + x) * components + k)];
             if (got != want && ++wrong <= 5) {
               ADD_FAILURE() << "rank " << r << " cell (" << x << "," << y << "," << z
                             << ") component " << k << ": " << got << " != " << want;
@@ -159,10 +159,9 @@ TEST(LocalGrid, MismatchedPlansAreRefusedWhenBuilt) {
   const Topology shape({2, 1, 1}, {true, true, true}, 0);
   const Datatype f = Datatype::of<float>().commit();
   // Rank 1 has one more cell along y: its x faces do not match rank 0's.
-  std::vector<GridPlan> plans = {make_grid_plan(Topology({2, 1, 1}, {true, true, true}, 0),
-                                                {4, 4, 4}, 1, f),
-                                 make_grid_plan(Topology({2, 1, 1}, {true, true, true}, 1),
-                                                {4, 5, 4}, 1, f)};
+  std::vector<GridPlan> plans = {
+      make_grid_plan(Topology({2, 1, 1}, {true, true, true}, 0), {4, 4, 4}, 1, f),
+      make_grid_plan(Topology({2, 1, 1}, {true, true, true}, 1), {4, 5, 4}, 1, f)};
   EXPECT_THROW(LocalGridExchange{plans}, Error);
   EXPECT_THROW(make_local_grid_plans(shape, {{4, 4, 4}}, 1, f), Error);  // one interior for 2
   LocalGridExchange ok(make_local_grid_plans(shape, {{4, 4, 4}, {4, 4, 4}}, 1, f));
