@@ -180,8 +180,10 @@ Cli parse(int argc, char** argv) {
   if (c.comm != "datatype" && c.comm != "default" && c.comm != "overlap" && c.comm != "contig") {
     throw Error("halox-lbm: --comm must be datatype, contig, default or overlap");
   }
-  if (c.local && c.comm != "datatype") {
-    throw Error("halox-lbm: --transport local moves halox datatypes: use it with --comm datatype");
+  if (c.local && c.comm != "datatype" && c.comm != "overlap") {
+    throw Error(
+        "halox-lbm: --transport local moves halox datatypes: use it with --comm datatype "
+        "or overlap");
   }
   if (c.local && !(c.ranks[0] > 0 && c.ranks[1] > 0 && c.ranks[2] > 0)) {
     throw Error("halox-lbm: --transport local needs the whole rank grid (--ranks XxYxZ)");
@@ -332,14 +334,20 @@ class Lbm {
   // does every rank's exchanges between them: exchange f and g; the first update (BGK, or
   // the phi pass); exchange phi; the second (the fused stream-collide pass); swap.
   void first_update() {
-    if (!m_cli.params.multiphase) {
-      m_backend->bgk_step(1.0 / m_cli.params.tau, whole());
-    } else {
-      m_backend->update_phi(whole());
-    }
+    update(0, whole());
   }
   void second_update() {
-    if (m_cli.params.multiphase) m_backend->stream_collide(m_cli.params, whole());
+    if (m_cli.params.multiphase) update(1, whole());
+  }
+  // The overlap variant's halves of update pass 0 or 1: the cells that read no halo, on the
+  // side stream (the halo travels meanwhile), then, once it is in, the boundary shell.
+  void update_inner(int pass) {
+    m_backend->fork();
+    update(pass, inner_box(), true);
+  }
+  void update_shell(int pass) {
+    for (const auto& r : shell_boxes()) update(pass, r);
+    m_backend->join();
   }
   void finish_step() {
     m_backend->swap();
@@ -360,25 +368,14 @@ class Lbm {
   // stream while the halo travels; the boundary shell follows the exchange. Every cell
   // still gets exactly the same arithmetic, so the fields stay bitwise those of the others.
   void step_overlapped() {
-    const Region inner = inner_box();
-    const std::vector<Region> shell = shell_boxes();
-    m_backend->fork();
-    if (!m_cli.params.multiphase) {
-      m_backend->bgk_step(1.0 / m_cli.params.tau, inner, true);
-      exchange(m_f);
-      for (const auto& r : shell) m_backend->bgk_step(1.0 / m_cli.params.tau, r);
-      m_backend->join();
-    } else {
-      m_backend->update_phi(inner, true);
-      exchange(m_f);
-      exchange(m_g);
-      for (const auto& r : shell) m_backend->update_phi(r);
-      m_backend->join();
-      m_backend->fork();
-      m_backend->stream_collide(m_cli.params, inner, true);
+    update_inner(0);
+    exchange(m_f);
+    if (m_cli.params.multiphase) exchange(m_g);
+    update_shell(0);
+    if (m_cli.params.multiphase) {
+      update_inner(1);
       exchange(m_phi);
-      for (const auto& r : shell) m_backend->stream_collide(m_cli.params, r);
-      m_backend->join();
+      update_shell(1);
     }
     // No wait for the GPU here: the next step's work queues behind this one (stream order
     // and the fork/join events keep it correct), so no step starts on an idle GPU. The run's
@@ -387,6 +384,16 @@ class Lbm {
 
   Region whole() const {
     return Region{{1, 1, 1}, {m_n[0] + 1, m_n[1] + 1, m_n[2] + 1}};
+  }
+  // Update pass 0 (BGK, or the phi pass) or 1 (the fused stream-collide pass) over a region.
+  void update(int pass, const Region& r, bool side = false) {
+    if (pass == 1) {
+      m_backend->stream_collide(m_cli.params, r, side);
+    } else if (m_cli.params.multiphase) {
+      m_backend->update_phi(r, side);
+    } else {
+      m_backend->bgk_step(1.0 / m_cli.params.tau, r, side);
+    }
   }
   // Cells whose whole stencil lies inside this rank's interior. Along x its ends sit on the
   // back end's row alignment (a DRAM sector on the GPU), so that the x slabs of the shell
@@ -760,22 +767,10 @@ class LocalRanks {
   }
 
   void step() {
-    const auto t0 = Clock::now();
-    exchange(0);
-    if (m_cli.params.multiphase) exchange(1);
-    const auto t1 = Clock::now();
-    for (auto& lbm : m_ranks) lbm->first_update();
-    synchronize();
-    const auto t2 = Clock::now();
-    m_time_exchange += span(t0, t1);
-    m_time_compute += span(t1, t2);
-    if (m_cli.params.multiphase) {
-      exchange(2);
-      const auto t3 = Clock::now();
-      for (auto& lbm : m_ranks) lbm->second_update();
-      synchronize();
-      m_time_exchange += span(t2, t3);
-      m_time_compute += span(t3, Clock::now());
+    if (m_cli.comm == "overlap") {
+      step_overlapped();
+    } else {
+      step_in_phases();
     }
     for (auto& lbm : m_ranks) lbm->finish_step();
   }
@@ -783,7 +778,7 @@ class LocalRanks {
   Backend& backend() { return m_ranks[0]->backend(); }
   const Topology& topology() const { return m_shape; }
   std::string transport() const {
-    return "datatype, local (" + std::to_string(m_ranks.size()) + " ranks in this process)";
+    return m_cli.comm + ", local (" + std::to_string(m_ranks.size()) + " ranks in this process)";
   }
   double time_exchange() const { return m_time_exchange; }
   double time_compute() const { return m_time_compute; }
@@ -813,6 +808,42 @@ class LocalRanks {
   static double span(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   }
+  // Exchange, update, (exchange phi, update): every rank's updates are timed together.
+  void step_in_phases() {
+    const auto t0 = Clock::now();
+    exchange(0);
+    if (m_cli.params.multiphase) exchange(1);
+    const auto t1 = Clock::now();
+    for (auto& lbm : m_ranks) lbm->first_update();
+    synchronize();
+    const auto t2 = Clock::now();
+    m_time_exchange += span(t0, t1);
+    m_time_compute += span(t1, t2);
+    if (m_cli.params.multiphase) {
+      exchange(2);
+      const auto t3 = Clock::now();
+      for (auto& lbm : m_ranks) lbm->second_update();
+      synchronize();
+      m_time_exchange += span(t2, t3);
+      m_time_compute += span(t3, Clock::now());
+    }
+  }
+  // The overlap variant: every rank's inner cells on its side stream while the faces move
+  // (on rank 0's stream), then the shells. No phase times: one span.
+  void step_overlapped() {
+    for (auto& lbm : m_ranks) lbm->update_inner(0);
+    exchange(0);
+    if (m_cli.params.multiphase) exchange(1);
+    for (auto& lbm : m_ranks) lbm->update_shell(0);
+    if (m_cli.params.multiphase) {
+      synchronize();  // phi of every rank, before its faces move
+      for (auto& lbm : m_ranks) lbm->update_inner(1);
+      exchange(2);
+      for (auto& lbm : m_ranks) lbm->update_shell(1);
+    }
+    synchronize();
+  }
+
   // Every rank's updates are complete here (step() waits for them): the faces move on rank
   // 0's stream, which is waited for before any rank updates again.
   void exchange(int field) {
