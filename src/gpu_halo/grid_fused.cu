@@ -73,17 +73,9 @@ struct GridArgs {
   int system_scope;
 };
 
-// The canonical piece word g belongs to (pieces are few; they are ordered by first_word).
+// The canonical piece word g belongs to.
 __device__ __forceinline__ const DeviceDesc& piece_of(const DevicePackView& v, long long g) {
-  int lo = 0, hi = v.pieces - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (v.descs[mid].first_word <= g)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return v.descs[lo];
+  return piece_holding(v.descs, v.pieces, g);
 }
 
 // Moves one face, the words spread over the launch's blocks: pack (field at the send type

@@ -84,6 +84,20 @@ __device__ __forceinline__ void add_word(char* dst, const char* src) {
   }
 }
 
+// The piece that word g belongs to (pieces are ordered by first_word): a binary search.
+template <class I>
+__device__ __forceinline__ const DeviceDesc& piece_holding(const DeviceDesc* descs, int n, I g) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (descs[mid].first_word <= static_cast<std::int64_t>(g))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return descs[lo];
+}
+
 // Where word `local` of piece d lies: `mem` bytes into the typed memory, `packed` bytes into
 // the packed stream. DEPTH >= 0: the strided nesting depth is known at compile time (the loop
 // unrolls and the descriptor's unused dimensions are never read); -1: read it from the

@@ -34,6 +34,7 @@ using detail::DevicePackView;
 using detail::divide;
 using detail::move_word;
 using detail::PackOp;
+using detail::piece_holding;
 using detail::word_offsets;
 using detail::WordOf;
 
@@ -160,20 +161,6 @@ __global__ void __launch_bounds__(256)
        g += static_cast<I>(gridDim.x) * blockDim.x) {
     move_word<W, OP, I, DEPTH>(d, g, src, dst);
   }
-}
-
-// The piece that word g belongs to (pieces are ordered by first_word).
-template <class I>
-__device__ __forceinline__ const DeviceDesc& piece_holding(const DeviceDesc* descs, int n, I g) {
-  int lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (descs[mid].first_word <= static_cast<std::int64_t>(g))
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return descs[lo];
 }
 
 // Many pieces: each thread finds its piece by binary search over first_word.
