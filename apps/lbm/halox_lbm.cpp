@@ -73,9 +73,10 @@ void usage(FILE* out) {
       "  --transport T      for --comm datatype/contig/overlap: host | staged | pipelined |\n"
       "                     nvshmem-stream | ipc-fused | nvshmem-fused (one GPU-initiated kernel\n"
       "                     per stage) | nccl | auto (default: host on the CPU, staged on the\n"
-      "                     GPU) | local (--comm datatype or overlap: every rank of --ranks in\n"
-      "                     this one process, run without mpirun; faces copied between the\n"
-      "                     ranks' arrays)\n"
+      "                     GPU) | local (every rank of --ranks in this one process, run\n"
+      "                     without mpirun: datatype and overlap copy faces between the ranks'\n"
+      "                     arrays, contig moves the stage buffers, default copies host buffers\n"
+      "                     in place of MPI)\n"
       "  --tau T            momentum relaxation time (default 0.8; must exceed 0.5)\n"
       "  --tau-g T          order-parameter relaxation time (default 1.0)\n"
       "  --A A --kappa K    free-energy parameters (default 0.04, 0.04)\n"
@@ -181,11 +182,6 @@ Cli parse(int argc, char** argv) {
   if (c.comm != "datatype" && c.comm != "default" && c.comm != "overlap" && c.comm != "contig") {
     throw Error("halox-lbm: --comm must be datatype, contig, default or overlap");
   }
-  if (c.local && c.comm != "datatype" && c.comm != "overlap") {
-    throw Error(
-        "halox-lbm: --transport local moves halox datatypes: use it with --comm datatype "
-        "or overlap");
-  }
   if (c.local && !(c.ranks[0] > 0 && c.ranks[1] > 0 && c.ranks[2] > 0)) {
     throw Error("halox-lbm: --transport local needs the whole rank grid (--ranks XxYxZ)");
   }
@@ -226,7 +222,8 @@ struct FieldHalo {
   // The contig variant: per axis, a contiguous buffer [send -, send +, recv -, recv +] and an
   // exchange of its byte ranges.
   struct Stage {
-    std::unique_ptr<GridExchange> exchange;
+    GridPlan plan;                           // the stage's two pulses over byte ranges
+    std::unique_ptr<GridExchange> exchange;  // none with --transport local
     std::array<std::int64_t, 2> bytes{};
     char* buffer = nullptr;
     std::vector<char> host;
@@ -253,7 +250,11 @@ FaceBoxes face_boxes(const PulseHeader& hd, const std::array<int, 3>& n) {
   return b;
 }
 
+class LocalRanks;
+
 class Lbm {
+  friend class LocalRanks;  // drives the exchange pieces of its ranks
+
  public:
   Lbm(MPI_Comm comm, const Cli& cli) : Lbm(Topology::from_mpi(comm, cli.ranks), cli) {}
   /// One rank of `topology`; with --transport local, one of several ranks of this process,
@@ -356,10 +357,13 @@ class Lbm {
   }
   /// Field k (0 f, 1 g, 2 phi): the current copy and the plan of the populations it sends.
   void* field(int k) {
-    return base(k == 0 ? m_f : k == 1 ? m_g : m_phi);
+    return base(halo(k));
   }
   const GridPlan& plan(int k) const {
     return (k == 0 ? m_f : k == 1 ? m_g : m_phi).plan;
+  }
+  FieldHalo& halo(int k) {
+    return k == 0 ? m_f : k == 1 ? m_g : m_phi;
   }
   void synchronize() {
     m_backend->synchronize();
@@ -618,66 +622,84 @@ class Lbm {
   // what the previous one unpacked).
   void exchange_contiguous(FieldHalo& h) {
     for (int s = 0; s < 3; ++s) {
-      FieldHalo::Stage& st = h.stages[s];
-      const std::size_t p0 = 2 * static_cast<std::size_t>(s);
-      if (!st.exchange) {
-        GridPlan plan = h.plan;
-        plan.pulses = {h.plan.pulses[p0], h.plan.pulses[p0 + 1]};
-        std::array<std::int64_t, 4> offset{};
-        for (int k = 0; k < 2; ++k) {
-          const FaceBoxes fb = face_boxes(plan.pulses[k].header, m_n);
-          std::int64_t cells = static_cast<std::int64_t>(h.planes[p0 + k].size());
-          for (int a = 0; a < 3; ++a) cells *= fb.send_hi[a] - fb.send_lo[a];
-          st.bytes[k] = cells * m_real_bytes;
-        }
-        offset = {0, st.bytes[0], st.bytes[0] + st.bytes[1], 2 * st.bytes[0] + st.bytes[1]};
-        const std::int64_t at = 2 * (st.bytes[0] + st.bytes[1]);
-        const Datatype byte = Datatype::of<char>().commit();
-        // Bytes [off, off + len) of the buffer.
-        auto range = [&](std::int64_t off, std::int64_t len) {
-          return Datatype::struct_(std::span<const std::int64_t>(&len, 1),
-                                   std::span<const std::int64_t>(&off, 1),
-                                   std::span<const Datatype>(&byte, 1))
-              .commit();
-        };
-        for (int k = 0; k < 2; ++k) {
-          plan.pulses[k].send_type = range(offset[k], st.bytes[k]);
-          plan.pulses[k].recv_type = range(offset[2 + k], st.bytes[k]);
-          plan.pulses[k].header.send_size = plan.pulses[k].header.send_rank >= 0 ? st.bytes[k] : 0;
-          plan.pulses[k].header.recv_size = plan.pulses[k].header.recv_rank >= 0 ? st.bytes[k] : 0;
-        }
-#if HALOX_HAS_CUDA
-        if (m_backend->on_device()) {
-          void* p = nullptr;
-          if (cudaMalloc(&p, static_cast<std::size_t>(std::max<std::int64_t>(at, 1))) !=
-              cudaSuccess) {
-            throw Error("halox-lbm: cudaMalloc of the contig buffers failed");
-          }
-          st.buffer = static_cast<char*>(p);
-        } else
-#endif
-        {
-          st.host.resize(static_cast<std::size_t>(std::max<std::int64_t>(at, 1)));
-          st.buffer = st.host.data();
-        }
-        st.exchange =
-            std::make_unique<GridExchange>(m_topology, plan, ExchangeOptions{m_transport});
-      }
-      const std::int64_t recv_base = st.bytes[0] + st.bytes[1];
-      for (int k = 0; k < 2; ++k) {
-        const FaceBoxes fb = face_boxes(h.plan.pulses[p0 + k].header, m_n);
-        m_backend->pack_box(h.field, fb.send_lo, fb.send_hi, h.planes[p0 + k],
-                            st.buffer + (k ? st.bytes[0] : 0));
-      }
-      st.exchange->exchange(st.buffer, m_backend->stream_handle());
-      for (int k = 0; k < 2; ++k) {
-        const PulseHeader& hd = h.plan.pulses[p0 + k].header;
-        if (hd.recv_rank < 0) continue;
-        const FaceBoxes fb = face_boxes(hd, m_n);
-        m_backend->unpack_box(h.field, fb.recv_lo, fb.recv_hi, h.planes[p0 + k],
-                              st.buffer + recv_base + (k ? st.bytes[0] : 0));
-      }
+      contig_pack(h, s);
+      h.stages[s].exchange->exchange(h.stages[s].buffer, m_backend->stream_handle());
+      contig_unpack(h, s);
     }
+  }
+  // The contig variant's pieces (LocalRanks moves the stage buffers between its ranks):
+  // stage s's two faces packed by hand into the front of its buffer, and unpacked from the
+  // back once the exchange has filled it.
+  void contig_pack(FieldHalo& h, int s) {
+    contig_setup(h, s);
+    FieldHalo::Stage& st = h.stages[s];
+    const std::size_t p0 = 2 * static_cast<std::size_t>(s);
+    for (int k = 0; k < 2; ++k) {
+      const FaceBoxes fb = face_boxes(h.plan.pulses[p0 + k].header, m_n);
+      m_backend->pack_box(h.field, fb.send_lo, fb.send_hi, h.planes[p0 + k],
+                          st.buffer + (k ? st.bytes[0] : 0));
+    }
+  }
+  void contig_unpack(FieldHalo& h, int s) {
+    FieldHalo::Stage& st = h.stages[s];
+    const std::size_t p0 = 2 * static_cast<std::size_t>(s);
+    const std::int64_t recv_base = st.bytes[0] + st.bytes[1];
+    for (int k = 0; k < 2; ++k) {
+      const PulseHeader& hd = h.plan.pulses[p0 + k].header;
+      if (hd.recv_rank < 0) continue;
+      const FaceBoxes fb = face_boxes(hd, m_n);
+      m_backend->unpack_box(h.field, fb.recv_lo, fb.recv_hi, h.planes[p0 + k],
+                            st.buffer + recv_base + (k ? st.bytes[0] : 0));
+    }
+  }
+  // Once per field and stage: the byte-range plan, the buffer and (across processes) the
+  // exchange.
+  void contig_setup(FieldHalo& h, int s) {
+    FieldHalo::Stage& st = h.stages[s];
+    const std::size_t p0 = 2 * static_cast<std::size_t>(s);
+    if (st.buffer != nullptr) return;
+    GridPlan plan = h.plan;
+    plan.pulses = {h.plan.pulses[p0], h.plan.pulses[p0 + 1]};
+    std::array<std::int64_t, 4> offset{};
+    for (int k = 0; k < 2; ++k) {
+      const FaceBoxes fb = face_boxes(plan.pulses[k].header, m_n);
+      std::int64_t cells = static_cast<std::int64_t>(h.planes[p0 + k].size());
+      for (int a = 0; a < 3; ++a) cells *= fb.send_hi[a] - fb.send_lo[a];
+      st.bytes[k] = cells * m_real_bytes;
+    }
+    offset = {0, st.bytes[0], st.bytes[0] + st.bytes[1], 2 * st.bytes[0] + st.bytes[1]};
+    const std::int64_t at = 2 * (st.bytes[0] + st.bytes[1]);
+    const Datatype byte = Datatype::of<char>().commit();
+    // Bytes [off, off + len) of the buffer.
+    auto range = [&](std::int64_t off, std::int64_t len) {
+      return Datatype::struct_(std::span<const std::int64_t>(&len, 1),
+                               std::span<const std::int64_t>(&off, 1),
+                               std::span<const Datatype>(&byte, 1))
+          .commit();
+    };
+    for (int k = 0; k < 2; ++k) {
+      plan.pulses[k].send_type = range(offset[k], st.bytes[k]);
+      plan.pulses[k].recv_type = range(offset[2 + k], st.bytes[k]);
+      plan.pulses[k].header.send_size = plan.pulses[k].header.send_rank >= 0 ? st.bytes[k] : 0;
+      plan.pulses[k].header.recv_size = plan.pulses[k].header.recv_rank >= 0 ? st.bytes[k] : 0;
+    }
+#if HALOX_HAS_CUDA
+    if (m_backend->on_device()) {
+      void* p = nullptr;
+      if (cudaMalloc(&p, static_cast<std::size_t>(std::max<std::int64_t>(at, 1))) != cudaSuccess) {
+        throw Error("halox-lbm: cudaMalloc of the contig buffers failed");
+      }
+      st.buffer = static_cast<char*>(p);
+    } else
+#endif
+    {
+      st.host.resize(static_cast<std::size_t>(std::max<std::int64_t>(at, 1)));
+      st.buffer = st.host.data();
+    }
+    if (!m_cli.local) {
+      st.exchange = std::make_unique<GridExchange>(m_topology, plan, ExchangeOptions{m_transport});
+    }
+    st.plan = std::move(plan);
   }
 
   // The "default" variant, as the seed's application does it: hand-written pack kernels into
@@ -686,51 +708,56 @@ class Lbm {
     MPI_Comm comm = m_topology.comm();
     for (std::size_t p = 0; p < h.plan.pulses.size(); ++p) {
       const PulseHeader& hd = h.plan.pulses[p].header;
-      const FaceBoxes fb = face_boxes(hd, m_n);
-      const auto &slo = fb.send_lo, &shi = fb.send_hi, &rlo = fb.recv_lo, &rhi = fb.recv_hi;
-      std::int64_t cells = static_cast<std::int64_t>(h.planes[p].size());
-      for (int k = 0; k < 3; ++k) cells *= shi[k] - slo[k];
-      const std::size_t bytes = static_cast<std::size_t>(cells * m_real_bytes);
-      m_host_send.resize(bytes);
-      m_host_recv.resize(bytes);
-      void* send = m_host_send.data();
-      void* recv = m_host_recv.data();
-#if HALOX_HAS_CUDA
-      if (m_backend->on_device()) {
-        if (m_device_bytes < bytes) {
-          cudaFree(m_device_send);
-          cudaFree(m_device_recv);
-          cudaMalloc(&m_device_send, bytes);
-          cudaMalloc(&m_device_recv, bytes);
-          m_device_bytes = bytes;
-        }
-        m_backend->pack_box(h.field, slo, shi, h.planes[p], m_device_send);
-        cudaMemcpyAsync(send, m_device_send, bytes, cudaMemcpyDeviceToHost,
-                        m_backend->stream_handle());
-        m_backend->synchronize();
-      } else
-#endif
-      {
-        m_backend->pack_box(h.field, slo, shi, h.planes[p], send);
-      }
+      const int bytes = static_cast<int>(hand_pack(h, p));
       const int to = hd.send_rank < 0 ? MPI_PROC_NULL : hd.send_rank;
       const int from = hd.recv_rank < 0 ? MPI_PROC_NULL : hd.recv_rank;
-      HALOX_MPI_CHECK(MPI_Sendrecv(send, static_cast<int>(bytes), MPI_BYTE, to,
-                                   600 + static_cast<int>(p), recv, static_cast<int>(bytes),
-                                   MPI_BYTE, from, 600 + static_cast<int>(p), comm,
-                                   MPI_STATUS_IGNORE));
-      if (hd.recv_rank < 0) continue;
-#if HALOX_HAS_CUDA
-      if (m_backend->on_device()) {
-        cudaMemcpyAsync(m_device_recv, recv, bytes, cudaMemcpyHostToDevice,
-                        m_backend->stream_handle());
-        m_backend->unpack_box(h.field, rlo, rhi, h.planes[p], m_device_recv);
-        m_backend->synchronize();
-        continue;
-      }
-#endif
-      m_backend->unpack_box(h.field, rlo, rhi, h.planes[p], recv);
+      HALOX_MPI_CHECK(MPI_Sendrecv(m_host_send.data(), bytes, MPI_BYTE, to,
+                                   600 + static_cast<int>(p), m_host_recv.data(), bytes, MPI_BYTE,
+                                   from, 600 + static_cast<int>(p), comm, MPI_STATUS_IGNORE));
+      if (hd.recv_rank >= 0) hand_unpack(h, p);
     }
+  }
+  // Its halves (LocalRanks copies the host buffers between its ranks in place of MPI): pulse
+  // p's face packed by hand and copied into the host send buffer (returns its bytes; the
+  // receive buffer is sized alike), and unpacked from the host receive buffer.
+  std::size_t hand_pack(FieldHalo& h, std::size_t p) {
+    const FaceBoxes fb = face_boxes(h.plan.pulses[p].header, m_n);
+    std::int64_t cells = static_cast<std::int64_t>(h.planes[p].size());
+    for (int k = 0; k < 3; ++k) cells *= fb.send_hi[k] - fb.send_lo[k];
+    const std::size_t bytes = static_cast<std::size_t>(cells * m_real_bytes);
+    m_host_send.resize(bytes);
+    m_host_recv.resize(bytes);
+#if HALOX_HAS_CUDA
+    if (m_backend->on_device()) {
+      if (m_device_bytes < bytes) {
+        cudaFree(m_device_send);
+        cudaFree(m_device_recv);
+        cudaMalloc(&m_device_send, bytes);
+        cudaMalloc(&m_device_recv, bytes);
+        m_device_bytes = bytes;
+      }
+      m_backend->pack_box(h.field, fb.send_lo, fb.send_hi, h.planes[p], m_device_send);
+      cudaMemcpyAsync(m_host_send.data(), m_device_send, bytes, cudaMemcpyDeviceToHost,
+                      m_backend->stream_handle());
+      m_backend->synchronize();
+      return bytes;
+    }
+#endif
+    m_backend->pack_box(h.field, fb.send_lo, fb.send_hi, h.planes[p], m_host_send.data());
+    return bytes;
+  }
+  void hand_unpack(FieldHalo& h, std::size_t p) {
+    const FaceBoxes fb = face_boxes(h.plan.pulses[p].header, m_n);
+#if HALOX_HAS_CUDA
+    if (m_backend->on_device()) {
+      cudaMemcpyAsync(m_device_recv, m_host_recv.data(), m_host_recv.size(), cudaMemcpyHostToDevice,
+                      m_backend->stream_handle());
+      m_backend->unpack_box(h.field, fb.recv_lo, fb.recv_hi, h.planes[p], m_device_recv);
+      m_backend->synchronize();
+      return;
+    }
+#endif
+    m_backend->unpack_box(h.field, fb.recv_lo, fb.recv_hi, h.planes[p], m_host_recv.data());
   }
 
   Cli m_cli;
@@ -779,7 +806,12 @@ class LocalRanks {
   Backend& backend() { return m_ranks[0]->backend(); }
   const Topology& topology() const { return m_shape; }
   std::string transport() const {
-    return m_cli.comm + ", local (" + std::to_string(m_ranks.size()) + " ranks in this process)";
+    const std::string where =
+        "local (" + std::to_string(m_ranks.size()) + " ranks in this process)";
+    if (m_cli.comm == "default") {
+      return "default (hand-written pack + host copies between the ranks), " + where;
+    }
+    return m_cli.comm + ", " + where;
   }
   double time_exchange() const { return m_time_exchange; }
   double time_compute() const { return m_time_compute; }
@@ -848,6 +880,14 @@ class LocalRanks {
   // Every rank's updates are complete here (step() waits for them): the faces move on rank
   // 0's stream, which is waited for before any rank updates again.
   void exchange(int field) {
+    if (m_cli.comm == "contig") {
+      exchange_contiguous(field);
+      return;
+    }
+    if (m_cli.comm == "default") {
+      exchange_by_hand(field);
+      return;
+    }
     std::vector<void*>& pointers = m_pointers;
     pointers.clear();
     for (auto& lbm : m_ranks) pointers.push_back(lbm->field(field));
@@ -855,10 +895,52 @@ class LocalRanks {
     m_ranks[0]->synchronize();
   }
 
+  // contig: stage by stage, every rank packs its two faces by hand into its stage buffer, one
+  // LocalGridExchange per field and stage moves the byte ranges between the ranks' buffers,
+  // and every rank unpacks.
+  void exchange_contiguous(int field) {
+    for (int s = 0; s < 3; ++s) {
+      for (auto& lbm : m_ranks) lbm->contig_pack(lbm->halo(field), s);
+      synchronize();
+      std::unique_ptr<LocalGridExchange>& stage = m_stage_exchanges[3 * field + s];
+      if (!stage) {
+        std::vector<GridPlan> plans;
+        for (auto& lbm : m_ranks) plans.push_back(lbm->halo(field).stages[s].plan);
+        stage = std::make_unique<LocalGridExchange>(std::move(plans));
+      }
+      std::vector<void*>& buffers = m_pointers;
+      buffers.clear();
+      for (auto& lbm : m_ranks) buffers.push_back(lbm->halo(field).stages[s].buffer);
+      stage->exchange(buffers, m_ranks[0]->backend().stream_handle());
+      m_ranks[0]->synchronize();
+      for (auto& lbm : m_ranks) lbm->contig_unpack(lbm->halo(field), s);
+    }
+    synchronize();
+  }
+  // default: pulse by pulse, every rank packs by hand and copies its face to the host, the
+  // host buffers move between the ranks (a host copy in place of MPI_Sendrecv), and every
+  // rank copies back and unpacks.
+  void exchange_by_hand(int field) {
+    const std::size_t pulses = m_ranks[0]->halo(field).plan.pulses.size();
+    for (std::size_t p = 0; p < pulses; ++p) {
+      for (auto& lbm : m_ranks) lbm->hand_pack(lbm->halo(field), p);
+      for (auto& lbm : m_ranks) {
+        const int to = lbm->halo(field).plan.pulses[p].header.send_rank;
+        if (to >= 0) m_ranks[to]->m_host_recv = lbm->m_host_send;
+      }
+      for (auto& lbm : m_ranks) {
+        if (lbm->halo(field).plan.pulses[p].header.recv_rank >= 0) {
+          lbm->hand_unpack(lbm->halo(field), p);
+        }
+      }
+    }
+  }
+
   Cli m_cli;
   Topology m_shape;
   std::vector<std::unique_ptr<Lbm>> m_ranks;
-  std::vector<std::unique_ptr<LocalGridExchange>> m_exchanges;  // f, then g and phi
+  std::vector<std::unique_ptr<LocalGridExchange>> m_exchanges;          // f, then g and phi
+  std::array<std::unique_ptr<LocalGridExchange>, 9> m_stage_exchanges;  // contig: field, stage
   std::vector<void*> m_pointers;
   double m_time_exchange = 0, m_time_compute = 0;
 };
