@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "../common/grid_field.hpp"
 #include "../common/particle_world.hpp"
 #include "../common/seed.hpp"
 #include "halox/error.hpp"
@@ -87,10 +88,8 @@ std::vector<std::array<int, 3>> grid_shapes() {
 
 // --- grid -------------------------------------------------------------------------------
 
-// The global field's value at a global cell (wrapped on periodic axes) and component.
-double global_value(std::int64_t x, std::int64_t y, std::int64_t z, int c) {
-  return 1.0 + x + 1000.0 * y + 1.0e6 * z + 0.25 * c;
-}
+using halox::testing::expected_cell;
+using halox::testing::global_value;
 
 // `padding`: cells allocated beyond interior + 2 * halo per axis (padded rows and planes),
 // which must stay untouched.
@@ -126,22 +125,11 @@ void check_grid(std::array<int, 3> dims, std::array<bool, 3> periodic,
   for (std::int64_t z = 0; z < e[2]; ++z)
     for (std::int64_t y = 0; y < e[1]; ++y)
       for (std::int64_t x = 0; x < e[0]; ++x) {
-        std::array<std::int64_t, 3> g = {c[0] * interior[0] + x - halo,
-                                         c[1] * interior[1] + y - halo,
-                                         c[2] * interior[2] + z - halo};
-        bool outside = false;  // beyond a non-periodic edge or padding: stays untouched
-        for (int a = 0; a < 3; ++a) {
-          if (std::array<std::int64_t, 3>{x, y, z}[a] >= interior[a] + 2 * halo) {
-            outside = true;
-          } else if (g[a] < 0 || g[a] >= global[a]) {
-            if (periodic[a])
-              g[a] = (g[a] + global[a]) % global[a];
-            else
-              outside = true;
-          }
-        }
+        const std::array<std::int64_t, 3> offset = {c[0] * interior[0], c[1] * interior[1],
+                                                    c[2] * interior[2]};
         for (int k = 0; k < components; ++k) {
-          const double want = outside ? poison : global_value(g[0], g[1], g[2], k);
+          const double want =
+              expected_cell({x, y, z}, offset, interior, halo, global, periodic, k, poison);
           if (at(x, y, z, k) != want && ++wrong <= 5) {
             ADD_FAILURE() << "rank " << topology.rank() << " cell (" << x << "," << y << "," << z
                           << ") component " << k << ": " << at(x, y, z, k) << " != " << want;

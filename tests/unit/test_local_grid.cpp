@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "../common/grid_field.hpp"
 #include "halox/config.hpp"
 #include "halox/error.hpp"
 #include "halox/local_grid.hpp"
@@ -15,12 +16,10 @@
 #endif
 
 using namespace halox;
+using halox::testing::expected_cell;
+using halox::testing::global_value;
 
 namespace {
-
-double global_value(std::int64_t x, std::int64_t y, std::int64_t z, int k) {
-  return 1.0 + x + 1000.0 * y + 1.0e6 * z + 0.25 * k;
-}
 
 bool have_gpu() {
 #if HALOX_HAS_CUDA
@@ -107,21 +106,11 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
     for (std::int64_t z = 0; z < e[2]; ++z)
       for (std::int64_t y = 0; y < e[1]; ++y)
         for (std::int64_t x = 0; x < e[0]; ++x) {
-          const std::array<std::int64_t, 3> at = {x, y, z};
-          bool outside = false;  // padding, or beyond a non-periodic edge: untouched
-          std::array<std::int64_t, 3> g{};
-          for (int a = 0; a < 3; ++a) {
-            if (at[a] >= interior[r][a] + 2 * halo) outside = true;
-            g[a] = offset_at(a, c[a]) + at[a] - halo;
-            if (g[a] < 0 || g[a] >= global[a]) {
-              if (periodic[a])
-                g[a] = (g[a] + global[a]) % global[a];
-              else
-                outside = true;
-            }
-          }
+          const std::array<std::int64_t, 3> offset = {offset_at(0, c[0]), offset_at(1, c[1]),
+                                                      offset_at(2, c[2])};
           for (int k = 0; k < components; ++k) {
-            const double want = outside ? poison : global_value(g[0], g[1], g[2], k);
+            const double want =
+                expected_cell({x, y, z}, offset, interior[r], halo, global, periodic, k, poison);
             const double got =
                 fields[r][static_cast<std::size_t>(((z * e[1] + y) * e[0] + x) * components + k)];
             if (got != want && ++wrong <= 5) {
