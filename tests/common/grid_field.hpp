@@ -16,8 +16,8 @@ inline double global_value(std::int64_t x, std::int64_t y, std::int64_t z, int k
 /// nothing may be written (padding beyond interior + 2 * halo, or beyond a non-periodic edge).
 inline double expected_cell(std::array<std::int64_t, 3> at, std::array<std::int64_t, 3> offset,
                             std::array<std::int64_t, 3> interior, int halo,
-                            std::array<std::int64_t, 3> global, std::array<bool, 3> periodic,
-                            int k, double poison) {
+                            std::array<std::int64_t, 3> global, std::array<bool, 3> periodic, int k,
+                            double poison) {
   std::array<std::int64_t, 3> g{};
   for (int a = 0; a < 3; ++a) {
     if (at[a] >= interior[a] + 2 * halo) return poison;
