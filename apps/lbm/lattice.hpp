@@ -85,13 +85,13 @@ LBM_HD Real equilibrium(int q, Real rho, Real ux, Real uy, Real uz) {
   return weight19<Real>(q) * rho * (Real(1) + Real(3) * eu + Real(4.5) * eu * eu - Real(1.5) * uu);
 }
 
-/// Single-phase BGK, fused pull-stream + collide for interior cell (x, y, z) (halo-based
-/// coordinates, 1..n): reads f at x - e_q, writes f_next at x. The bandwidth kernel.
+/// Pull-streaming of f into cell (x, y, z): fq[q] = f_q at x - e_q, with the density and
+/// momentum they carry.
 template <class Real>
-LBM_HD void bgk_cell(const Fields<Real>& F, int x, int y, int z, Real omega) {
-  const long long c = F.at(x, y, z), plane = F.plane();
-  Real fq[Q];
-  Real rho = 0, jx = 0, jy = 0, jz = 0;
+LBM_HD void pull_f(const Fields<Real>& F, int x, int y, int z, Real (&fq)[Q], Real& rho, Real& jx,
+                   Real& jy, Real& jz) {
+  const long long plane = F.plane();
+  rho = jx = jy = jz = 0;
   LBM_UNROLL
   for (int q = 0; q < Q; ++q) {
     fq[q] = read_only(&F.f[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
@@ -100,6 +100,15 @@ LBM_HD void bgk_cell(const Fields<Real>& F, int x, int y, int z, Real omega) {
     jy += fq[q] * ey(q);
     jz += fq[q] * ez(q);
   }
+}
+
+/// Single-phase BGK, fused pull-stream + collide for interior cell (x, y, z) (halo-based
+/// coordinates, 1..n): reads f at x - e_q, writes f_next at x. The bandwidth kernel.
+template <class Real>
+LBM_HD void bgk_cell(const Fields<Real>& F, int x, int y, int z, Real omega) {
+  const long long c = F.at(x, y, z), plane = F.plane();
+  Real fq[Q], rho, jx, jy, jz;
+  pull_f(F, x, y, z, fq, rho, jx, jy, jz);
   const Real ux = jx / rho, uy = jy / rho, uz = jz / rho;
   LBM_UNROLL
   for (int q = 0; q < Q; ++q) {
@@ -143,15 +152,8 @@ LBM_HD void stream_collide_cell(const Fields<Real>& F, int x, int y, int z, cons
   lap *= Real(6);
   const Real mu = Real(p.A) * (phi * phi * phi - phi) - Real(p.kappa) * lap;
   const Real Fx = mu * gx, Fy = mu * gy, Fz = mu * gz;
-  Real fq[Q], rho = 0, jx = 0, jy = 0, jz = 0;
-  LBM_UNROLL
-  for (int q = 0; q < Q; ++q) {
-    fq[q] = read_only(&F.f[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
-    rho += fq[q];
-    jx += fq[q] * ex(q);
-    jy += fq[q] * ey(q);
-    jz += fq[q] * ez(q);
-  }
+  Real fq[Q], rho, jx, jy, jz;
+  pull_f(F, x, y, z, fq, rho, jx, jy, jz);
   const Real ux = (jx + Real(0.5) * Fx) / rho, uy = (jy + Real(0.5) * Fy) / rho,
              uz = (jz + Real(0.5) * Fz) / rho;
   const Real omega = Real(1) / Real(p.tau), pre = Real(1) - Real(0.5) * omega;
