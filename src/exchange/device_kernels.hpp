@@ -12,8 +12,6 @@
 
 namespace halox::detail {
 
-/// Whether `p` is device (or managed) memory, asked once per buffer by the exchanges.
-bool is_device_memory(const void* p);
 void copy_async(void* dst, const void* src, std::int64_t bytes, GpuStream stream);
 /// A device copy of an index map.
 std::shared_ptr<const std::int32_t> upload_index(const std::vector<std::int32_t>& index);

@@ -11,6 +11,7 @@
 #include "halox/tuning.hpp"
 #include "transport.hpp"
 #if HALOX_HAS_CUDA
+#include "../common/cuda_check.hpp"
 #include "../gpu_halo/grid_fused.hpp"
 #include "../gpu_halo/peer_halo.hpp"
 #include "device_kernels.hpp"

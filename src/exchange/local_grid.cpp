@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <string>
 
 #include "halox/config.hpp"
@@ -47,6 +48,7 @@ struct LocalGridExchange::Impl {
   std::vector<GridPlan> plans;
   std::vector<Face> faces;  // in stage order
   std::vector<char> scratch;
+  std::map<const void*, bool> on_device;  // per buffer, asked once
 };
 
 LocalGridExchange::LocalGridExchange(std::vector<GridPlan> plans)
@@ -99,12 +101,11 @@ void LocalGridExchange::exchange(const std::vector<void*>& fields, CUstream_st* 
 #if !HALOX_HAS_CUDA
   (void)stream;
 #else
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, fields[0]) == cudaSuccess) {
-    device = attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
-  } else {
-    cudaGetLastError();
+  auto known = m.on_device.find(fields[0]);
+  if (known == m.on_device.end()) {
+    known = m.on_device.emplace(fields[0], detail::is_device_memory(fields[0])).first;
   }
+  device = known->second;
 #endif
   // Within a stage, faces read interior layers and write halo layers: no face reads what
   // another of its stage writes, so they need no order among themselves.

@@ -37,15 +37,6 @@ int blocks_for(std::int64_t n) {
 
 }  // namespace
 
-bool is_device_memory(const void* p) {
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
-    cudaGetLastError();  // an unregistered host pointer on old drivers: clear the error
-    return false;
-  }
-  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
-}
-
 void copy_async(void* dst, const void* src, std::int64_t bytes, GpuStream stream) {
   if (bytes > 0) {
     HALOX_CUDA_CHECK(
