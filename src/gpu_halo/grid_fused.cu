@@ -398,8 +398,13 @@ class GridFusedTransport final : public Transport {
     raise_if_any(m_comm, error);
   }
 
-  // The widest word every op's type and the field's address allow.
+  // The widest word every op's type and the field's address allow. It depends on the address
+  // only through its offset within 16 bytes: worked out once per stage and offset, not per
+  // exchange.
   int word_for(const void* field, int first, int count) {
+    const auto key = std::make_pair(first, reinterpret_cast<std::uintptr_t>(field) % 16);
+    auto known = m_words.find(key);
+    if (known != m_words.end()) return known->second;
     int word = 16;
     for (int i = first; i < first + count; ++i) {
       const Op& op = (*m_ops)[i];
@@ -410,6 +415,7 @@ class GridFusedTransport final : public Transport {
       throw Error("halox: " + m_name + " needs faces of 4-byte aligned elements (the field at " +
                   "this address allows " + std::to_string(word) + "-byte words); use staged");
     }
+    m_words.emplace(key, word);
     return word;
   }
 
@@ -448,7 +454,10 @@ class GridFusedTransport final : public Transport {
   const std::vector<Op>* m_ops = nullptr;     // the exchange's ops (it owns them and this)
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
   std::vector<GridOpView> m_host_views;
-  std::map<std::pair<int, int>, GridOpView*> m_views;  // device copies per (stage's first op, word)
+  std::map<std::pair<int, int>, GridOpView*> m_views;
+  std::map<std::pair<int, std::uintptr_t>, int>
+      m_words;  // per (stage's first op, address % 16)  // device copies per (stage's first op,
+                // word)
   char* m_block = nullptr;
   u64* m_counters = nullptr;
   u64 m_epoch = 0;
