@@ -171,6 +171,11 @@ int local_halo_main(int argc, char** argv) {
       BENCH_CUDA(cudaMemcpy(x[r], h.data(), h.size() * 4, cudaMemcpyHostToDevice));
       BENCH_CUDA(cudaMemset(f[r], 0, h.size() * 4));
     }
+    // The default stream's copies land before the ranks' non-blocking streams read them.
+    for (int d : devices) {
+      BENCH_CUDA(cudaSetDevice(d));
+      BENCH_CUDA(cudaDeviceSynchronize());
+    }
     BENCH_CUDA(cudaSetDevice(0));
     auto time = [&](auto&& f) { return median_over_gpus_us(devices, streams, 11, 100, f); };
     for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {

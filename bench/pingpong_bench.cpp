@@ -60,6 +60,7 @@ Result grid_exchange(TransportKind kind, std::int64_t bytes, int reps, cudaStrea
   } else {
     cudaMalloc(&field, field_bytes);
     cudaMemset(field, 1, field_bytes);
+    cudaDeviceSynchronize();  // done before the non-blocking stream reads it
   }
   Result r{time_exchanges(reps, stream, [&] { exchange.exchange(field, stream); }), bytes};
   if (kind != TransportKind::host) cudaFree(field);
@@ -85,6 +86,7 @@ Result particle_exchange(TransportKind kind, std::int64_t bytes, int reps, cudaS
   void* device = nullptr;
   cudaMalloc(&device, x.size() * sizeof(float));
   cudaMemcpy(device, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize();  // landed before the non-blocking stream reads it
   Result r{time_exchanges(reps, stream, [&] { exchange.forward(device, stream); }), items * 12};
   cudaFree(device);
   return r;

@@ -149,7 +149,9 @@ class GpuBackend final : public Backend {
       bytes += sector_elements * sizeof(Real);
       void* raw = nullptr;
       LBM_CUDA(cudaMalloc(&raw, bytes));  // 256-byte aligned
-      LBM_CUDA(cudaMemset(raw, 0, bytes));
+      // On this stream: the kernels that follow run on it, and a non-blocking stream does
+      // not wait for the default one (a cudaMemset there could land after them).
+      LBM_CUDA(cudaMemsetAsync(raw, 0, bytes, m_stream));
       m_raw.push_back(raw);
       p = static_cast<Real*>(raw) + (sector_elements - 1);
       m_bytes += static_cast<std::int64_t>(bytes);
@@ -165,7 +167,11 @@ class GpuBackend final : public Backend {
   void upload(const std::vector<double>& cells) override {
     double* d = nullptr;
     LBM_CUDA(cudaMalloc(&d, cells.size() * sizeof(double)));
-    LBM_CUDA(cudaMemcpy(d, cells.data(), cells.size() * sizeof(double), cudaMemcpyHostToDevice));
+    // Stream-ordered before the kernel that reads it: a cudaMemcpy from pageable memory may
+    // return before its DMA lands, on the default stream, which this stream does not wait
+    // for (8 ranks in one process read each other's stale upload buffers that way).
+    LBM_CUDA(cudaMemcpyAsync(d, cells.data(), cells.size() * sizeof(double), cudaMemcpyHostToDevice,
+                             m_stream));
     run(Upload<Real>{d, m_multiphase});
     synchronize();
     cudaFree(d);

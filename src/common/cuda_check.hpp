@@ -1,10 +1,11 @@
 // One CUDA check for all of halox's host code: evaluates the call once, throws
-// halox::BackendError naming it; stays on in release builds. And the one question of where a
-// buffer lives.
+// halox::BackendError naming it; stays on in release builds. The one question of where a
+// buffer lives, and set-up copies that are complete on return.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <string>
 
 #include "halox/error.hpp"
@@ -33,3 +34,20 @@ inline bool is_device_memory(const void* p) {
   do {                                          \
     ::halox::detail::check_cuda((call), #call); \
   } while (0)
+
+namespace halox::detail {
+
+// Set-up copies and fills that are complete when they return. cudaMemcpy from pageable host
+// memory may return before its DMA has landed, and cudaMemset returns at once; both run on
+// the default stream, which the non-blocking streams users hand us do not wait for, so a
+// kernel there could read the old bytes (it did: a table or a field read half-written).
+inline void copy_to_device_now(void* device, const void* host, std::size_t bytes) {
+  HALOX_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, nullptr));
+  HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+}
+inline void fill_device_now(void* device, int byte, std::size_t bytes) {
+  HALOX_CUDA_CHECK(cudaMemsetAsync(device, byte, bytes, nullptr));
+  HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+}
+
+}  // namespace halox::detail

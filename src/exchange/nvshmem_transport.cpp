@@ -105,7 +105,7 @@ class NvshmemStreamTransport final : public Transport {
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
     symmetric_free(m_base);
     m_base = symmetric_alloc(most);
-    HALOX_CUDA_CHECK(cudaMemset(m_base, 0, static_cast<std::size_t>(ops.size()) * 16));
+    detail::fill_device_now(m_base, 0, static_cast<std::size_t>(ops.size()) * 16);
     m_epoch = 0;
     std::vector<MPI_Request> requests;
     for (std::size_t i = 0; i < ops.size(); ++i) {

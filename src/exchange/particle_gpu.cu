@@ -50,8 +50,7 @@ std::shared_ptr<const std::int32_t> upload_index(const std::vector<std::int32_t>
   HALOX_CUDA_CHECK(cudaMalloc(&p, index.size() * sizeof(std::int32_t)));
   std::shared_ptr<const std::int32_t> owned(static_cast<const std::int32_t*>(p),
                                             [](const std::int32_t* q) { cudaFree((void*)q); });
-  HALOX_CUDA_CHECK(
-      cudaMemcpy(p, index.data(), index.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+  detail::copy_to_device_now(p, index.data(), index.size() * sizeof(std::int32_t));
   return owned;
 }
 

@@ -318,8 +318,7 @@ class DeviceArray {
     m_ptr = nullptr;
     if (host.empty()) return;
     HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, host.size() * sizeof(T)));
-    HALOX_CUDA_CHECK(
-        cudaMemcpy(m_ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    detail::copy_to_device_now(m_ptr, host.data(), host.size() * sizeof(T));
   }
 
  private:
@@ -395,8 +394,7 @@ struct DeviceHalo::Impl {
     void** table = static_cast<void**>(x_table) + (forward ? 0 : 4096);
     if (p != last) {
       HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));  // new arrays: once per buffer set
-      HALOX_CUDA_CHECK(
-          cudaMemcpy(table, p.data(), p.size() * sizeof(void*), cudaMemcpyHostToDevice));
+      detail::copy_to_device_now(table, p.data(), p.size() * sizeof(void*));
       last = p;
     }
     return table;
@@ -443,7 +441,7 @@ DeviceHalo::DeviceHalo(BasicKind real, GpuHaloOptions options, double gpu_share)
   std::memset(m_impl->error, 0, sizeof(ErrorRecord));
   HALOX_CUDA_CHECK(cudaHostGetDevicePointer(&m_impl->error_device, m_impl->error, 0));
   HALOX_CUDA_CHECK(cudaMalloc(&m_impl->claim, sizeof(int)));
-  HALOX_CUDA_CHECK(cudaMemset(m_impl->claim, 0, sizeof(int)));
+  detail::fill_device_now(m_impl->claim, 0, sizeof(int));
 }
 
 DeviceHalo::~DeviceHalo() {
@@ -518,14 +516,14 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
       m.capacity.push_back(capacity);
     }
     // Signals restart from epoch 0 with the new plan (every rank re-plans together).
-    HALOX_CUDA_CHECK(cudaMemset(m.blocks[k], 0, kSlotsBytes));
-    HALOX_CUDA_CHECK(cudaMemset(m.counters[k], 0, sizeof(Counters)));
+    detail::fill_device_now(m.blocks[k], 0, kSlotsBytes);
+    detail::fill_device_now(m.counters[k], 0, sizeof(Counters));
     pb.base = m.blocks[k];
     m.published[k] = pb;
   }
   m.fwd_epoch = m.rev_epoch = m.fwd_round = m.rev_round = m.probe_epoch = 0;
   std::memset(m.error, 0, sizeof(ErrorRecord));
-  HALOX_CUDA_CHECK(cudaMemset(m.claim, 0, sizeof(int)));
+  detail::fill_device_now(m.claim, 0, sizeof(int));
   if (!m.x_table) HALOX_CUDA_CHECK(cudaMalloc(&m.x_table, 2 * 4096 * sizeof(void*)));
   if (ranks.size() > 4096) throw Error("halox: at most 4096 ranks per process");
   m.last_x.clear();

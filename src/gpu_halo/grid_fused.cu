@@ -209,7 +209,7 @@ class GridFusedTransport final : public Transport {
     std::memset(m_error, 0, sizeof(ErrorRecord));
     HALOX_CUDA_CHECK(cudaHostGetDevicePointer(&m_error_device, m_error, 0));
     HALOX_CUDA_CHECK(cudaMalloc(&m_claim, sizeof(int)));
-    HALOX_CUDA_CHECK(cudaMemset(m_claim, 0, sizeof(int)));
+    detail::fill_device_now(m_claim, 0, sizeof(int));
   }
   ~GridFusedTransport() override {
     cudaDeviceSynchronize();
@@ -437,8 +437,7 @@ class GridFusedTransport final : public Transport {
     }
     GridOpView* device = nullptr;
     HALOX_CUDA_CHECK(cudaMalloc(&device, views.size() * sizeof(GridOpView)));
-    HALOX_CUDA_CHECK(cudaMemcpy(device, views.data(), views.size() * sizeof(GridOpView),
-                                cudaMemcpyHostToDevice));
+    detail::copy_to_device_now(device, views.data(), views.size() * sizeof(GridOpView));
     m_views[key] = device;
     return device;
   }

@@ -83,7 +83,7 @@ std::int64_t gcd_align(std::int64_t a, std::int64_t v) {
 std::shared_ptr<void> device_copy(const void* data, std::size_t bytes) {
   void* p = nullptr;
   HALOX_CUDA_CHECK(cudaMalloc(&p, bytes));
-  HALOX_CUDA_CHECK(cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice));
+  detail::copy_to_device_now(p, data, bytes);
   return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
 }
 

@@ -15,6 +15,8 @@
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
+
+#include "../common/cuda_check.hpp"
 #endif
 #if HALOX_HAS_MPI
 #include "halox/mpi.hpp"
@@ -80,7 +82,7 @@ void enable(std::size_t device_events) {
     if (cudaMalloc(&s.device.count, sizeof(unsigned long long)) == cudaSuccess &&
         cudaMalloc(&s.device.records, device_events * sizeof(detail::DeviceRecord)) ==
             cudaSuccess) {
-      cudaMemset(s.device.count, 0, sizeof(unsigned long long));
+      detail::fill_device_now(s.device.count, 0, sizeof(unsigned long long));
       s.device.capacity = device_events;
       // Align the device's globaltimer with the host's realtime clock.
       s.device_offset_ns = detail::device_clock_offset_ns();
@@ -120,7 +122,7 @@ void clear() {
 #if HALOX_HAS_CUDA
   if (s.device.count) {
     cudaDeviceSynchronize();
-    cudaMemset(s.device.count, 0, sizeof(unsigned long long));
+    detail::fill_device_now(s.device.count, 0, sizeof(unsigned long long));
   }
 #endif
 }

@@ -11,6 +11,7 @@ reference stays the ordinary single-rank run.
 import os
 import subprocess
 import sys
+import struct
 import tempfile
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -36,6 +37,7 @@ def main():
         ref = os.path.join(work, "ref.bin")
         run(mpiexec, lbm, 1, extra + ["--ranks", "1x1x1", "--dump", ref])
         want = open(ref, "rb").read()
+        failed = []
         for grid in grids:
             out = os.path.join(work, f"{grid}.bin")
             run(mpiexec, lbm, np, decomposed + ["--ranks", grid, "--dump", out])
@@ -44,7 +46,28 @@ def main():
             print(f"np {np} grid {grid} {' '.join(decomposed)}: fields {'bitwise identical' if same else 'DIFFER'} "
                   f"({len(want) // 40} cells)")
             if not same:
-                sys.exit("FAILED: the decomposed run differs from the single-rank run")
+                print(where_they_differ(want, got, extra))
+                failed.append(grid)
+    if failed:
+        sys.exit(f"FAILED: the decomposed runs on {' '.join(failed)} differ from the single-rank run")
+
+
+def where_they_differ(want, got, args):
+    """How many cells differ and the first few, as (x, y, z) of the global grid when --grid is
+    known: a pattern (one face, one edge, every cell) points at the part that broke."""
+    if len(want) != len(got):
+        return f"  {len(got)} bytes, the single-rank run {len(want)}"
+    n = [int(v) for v in args[args.index("--grid") + 1].split("x")] if "--grid" in args else None
+    names = ("rho", "ux", "uy", "uz", "phi")
+    want_cells = struct.iter_unpack("5d", want)
+    got_cells = struct.iter_unpack("5d", got)
+    bad = [(i, a, b) for i, (a, b) in enumerate(zip(want_cells, got_cells)) if a != b]
+    lines = [f"  {len(bad)} of {len(want) // 40} cells differ; the first:"]
+    for i, a, b in bad[:6]:
+        at = f"({i % n[0]}, {i // n[0] % n[1]}, {i // (n[0] * n[1])})" if n else f"cell {i}"
+        q = next(k for k in range(5) if a[k] != b[k])
+        lines.append(f"    {at}: {names[q]} {b[q]!r}, single rank {a[q]!r}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
