@@ -42,7 +42,8 @@ struct Cli {
   std::string device = "auto", comm = "datatype";
   TransportKind transport = TransportKind::host;
   bool transport_given = false, single = true;
-  bool local = false;  // --transport local: every rank of --ranks in this one process
+  bool local = false;        // --transport local(-fused): every rank of --ranks in this one process
+  bool local_fused = false;  // --transport local-fused: one kernel for all faces of all ranks
   Params params;
   double radius = 12, velocity = 0.02;
   int steps = 100, report_every = 0;
@@ -75,8 +76,10 @@ void usage(FILE* out) {
       "                     per stage) | nccl | auto (default: host on the CPU, staged on the\n"
       "                     GPU) | local (every rank of --ranks in this one process, run\n"
       "                     without mpirun: datatype and overlap copy faces between the ranks'\n"
-      "                     arrays, contig moves the stage buffers, default copies host buffers\n"
-      "                     in place of MPI)\n"
+      "                     arrays, one kernel per face, contig moves the stage buffers, default\n"
+      "                     copies host buffers in place of MPI) | local-fused (datatype or\n"
+      "                     overlap, GPU: one GPU-initiated kernel moves every face of every\n"
+      "                     rank, the forwarded faces waiting on the device)\n"
       "  --tau T            momentum relaxation time (default 0.8; must exceed 0.5)\n"
       "  --tau-g T          order-parameter relaxation time (default 1.0)\n"
       "  --A A --kappa K    free-energy parameters (default 0.04, 0.04)\n"
@@ -135,7 +138,8 @@ Cli parse(int argc, char** argv) {
       c.comm = value();
     else if (a == "--transport") {
       const std::string t = value();
-      c.local = t == "local";
+      c.local = t == "local" || t == "local-fused";
+      c.local_fused = t == "local-fused";
       if (!c.local) c.transport = parse_transport(t);
       c.transport_given = true;
     } else if (a == "--tau")
@@ -184,6 +188,9 @@ Cli parse(int argc, char** argv) {
   }
   if (c.local && !(c.ranks[0] > 0 && c.ranks[1] > 0 && c.ranks[2] > 0)) {
     throw Error("halox-lbm: --transport local needs the whole rank grid (--ranks XxYxZ)");
+  }
+  if (c.local_fused && (c.comm == "default" || c.comm == "contig")) {
+    throw Error("halox-lbm: --transport local-fused moves the faces of --comm datatype or overlap");
   }
   if (!(c.params.tau > 0.5)) throw Error("halox-lbm: --tau must exceed 0.5 (unstable otherwise)");
   if (!(c.params.tau_g > 0.5))
@@ -777,8 +784,9 @@ class Lbm {
 
 // --transport local: every rank of --ranks in this one process, stepped in lockstep. Between
 // the updates, one LocalGridExchange per field moves every rank's faces straight into its
-// neighbours' arrays (host memory: CPU copies; GPU: one kernel per face, on rank 0's stream,
-// once every rank's updates are done). The fields stay bitwise those of one rank.
+// neighbours' arrays (host memory: CPU copies; GPU: one kernel per face, or with local-fused
+// one kernel for all of them, on rank 0's stream once every rank's updates are done). The
+// fields stay bitwise those of one rank.
 class LocalRanks {
  public:
   explicit LocalRanks(const Cli& cli) : m_cli(cli), m_shape(cli.ranks, {true, true, true}, 0) {
@@ -790,7 +798,9 @@ class LocalRanks {
     for (int k = 0; k < fields; ++k) {
       std::vector<GridPlan> plans;
       for (auto& lbm : m_ranks) plans.push_back(lbm->plan(k));
-      m_exchanges.push_back(std::make_unique<LocalGridExchange>(std::move(plans)));
+      LocalGridOptions options;
+      options.fused = cli.local_fused;
+      m_exchanges.push_back(std::make_unique<LocalGridExchange>(std::move(plans), options));
     }
   }
 
@@ -811,7 +821,8 @@ class LocalRanks {
     if (m_cli.comm == "default") {
       return "default (hand-written pack + host copies between the ranks), " + where;
     }
-    return m_cli.comm + ", " + where;
+    return m_cli.comm + (m_cli.local_fused ? ", one fused kernel for every face" : "") + ", " +
+           where;
   }
   double time_exchange() const { return m_time_exchange; }
   double time_compute() const { return m_time_compute; }
@@ -906,7 +917,9 @@ class LocalRanks {
       if (!stage) {
         std::vector<GridPlan> plans;
         for (auto& lbm : m_ranks) plans.push_back(lbm->halo(field).stages[s].plan);
-        stage = std::make_unique<LocalGridExchange>(std::move(plans));
+        LocalGridOptions options;
+        options.fused = false;  // contig: the stage buffers move one kernel per face
+        stage = std::make_unique<LocalGridExchange>(std::move(plans), options);
       }
       std::vector<void*>& buffers = m_pointers;
       buffers.clear();

@@ -21,15 +21,28 @@ std::vector<GridPlan> make_local_grid_plans(
     const Topology& shape, const std::vector<std::array<std::int64_t, 3>>& interior, int halo,
     const Datatype& element, const std::vector<std::array<std::int64_t, 3>>& allocated = {});
 
+struct LocalGridOptions {
+  /// GPU arrays: one kernel moves every face of every rank, all stages in one launch; a face
+  /// of a later stage waits on the device only for the faces its sender receives earlier
+  /// (what it forwards). false: one copy kernel per face, launched in stage order.
+  bool fused = true;
+  /// The fused kernel's device-side waits give up after this long; the next exchange throws
+  /// HaloTimeoutError naming the rank, the peer and the pulse.
+  double timeout_seconds = 5.0;
+  /// Testing only: the fused kernel does not move this rank's faces, as if it had stalled.
+  int stall_rank = -1;
+};
+
 /// Moves the halos of every rank of one process's grid in one call: stage by stage (Z, then
 /// Y carrying the Z halo, then X carrying both, so edges and corners arrive), each face
-/// straight from the sender's array into the receiver's. On the GPU each face is one kernel
-/// (`copy_async`) on `stream`, with no staging buffer and no host wait; in host memory the
-/// faces are packed and unpacked on the CPU. Mismatched plans are refused when it is built.
+/// straight from the sender's array into the receiver's, with no staging buffer and no host
+/// wait. On the GPU, one fused kernel on `stream` (or one `copy_async` per face, see
+/// LocalGridOptions); in host memory the faces are packed and unpacked on the CPU.
+/// Mismatched plans are refused when it is built.
 class LocalGridExchange {
  public:
   /// plans[r]: rank r's plan (make_local_grid_plans, or make_grid_plan with rank r).
-  explicit LocalGridExchange(std::vector<GridPlan> plans);
+  explicit LocalGridExchange(std::vector<GridPlan> plans, LocalGridOptions options = {});
   ~LocalGridExchange();
   LocalGridExchange(const LocalGridExchange&) = delete;
   LocalGridExchange& operator=(const LocalGridExchange&) = delete;
@@ -38,8 +51,10 @@ class LocalGridExchange {
   void exchange(const std::vector<void*>& fields, CUstream_st* stream = nullptr);
 
   const std::vector<GridPlan>& plans() const;
-  /// Faces moved per exchange (kernels on the GPU).
+  /// Faces moved per exchange.
   int faces_per_exchange() const;
+  /// Kernel launches per exchange of GPU arrays: 1 fused, else one per face.
+  int launches_per_exchange() const;
 
  private:
   struct Impl;

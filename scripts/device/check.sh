@@ -97,9 +97,12 @@ build/gpu/apps/lbm/halox-lbm --init spinodal --grid 256x256x64 --steps 3000 --de
   --report 1000 --slice "$out/lbm-spinodal.pgm" 2>&1 | tail -3
 log "halox-lbm: 8 ranks in one process on the one GPU (--transport local), 128^3 per rank"
 for model in bgk multiphase; do
-  for comm in default contig datatype overlap; do
-    build/gpu/apps/lbm/halox-lbm --model $model --grid 256x256x256 --ranks 2x2x2 --transport local \
-      --comm $comm --steps 100 --device gpu --json "$out/lbm-$model-local8-$comm.json" 2>&1 \
+  # name:comm:transport; "fused" is the GPU-initiated kernel for every face of every rank.
+  for v in default:default:local contig:contig:local datatype:datatype:local \
+           overlap:overlap:local fused:datatype:local-fused fused-overlap:overlap:local-fused; do
+    IFS=: read -r name comm transport <<< "$v"
+    build/gpu/apps/lbm/halox-lbm --model $model --grid 256x256x256 --ranks 2x2x2 --transport $transport \
+      --comm $comm --steps 100 --device gpu --json "$out/lbm-$model-local8-$name.json" 2>&1 \
       | grep -E "MLUPS;|of it|alone|halox-lbm:" | tee -a "$out/lbm-local.txt"
   done
 done

@@ -16,6 +16,7 @@
 
 #include "../common/cuda_check.hpp"
 #include "halox/pack_gpu.hpp"
+#include "local_grid_fused.hpp"
 #endif
 
 namespace halox {
@@ -49,10 +50,15 @@ struct LocalGridExchange::Impl {
   std::vector<Face> faces;  // in stage order
   std::vector<char> scratch;
   std::map<const void*, bool> on_device;  // per buffer, asked once
+  LocalGridOptions options;
+#if HALOX_HAS_CUDA
+  std::unique_ptr<detail::LocalGridFused> fused;  // made at the first exchange of GPU arrays
+#endif
 };
 
-LocalGridExchange::LocalGridExchange(std::vector<GridPlan> plans)
+LocalGridExchange::LocalGridExchange(std::vector<GridPlan> plans, LocalGridOptions options)
     : m_impl(std::make_unique<Impl>()) {
+  m_impl->options = options;
   const int ranks = static_cast<int>(plans.size());
   if (ranks == 0) throw Error("halox::LocalGridExchange: no plans");
   for (int r = 0; r < ranks; ++r) {
@@ -107,6 +113,18 @@ void LocalGridExchange::exchange(const std::vector<void*>& fields, CUstream_st* 
   }
   device = known->second;
 #endif
+#if HALOX_HAS_CUDA
+  if (device && m.options.fused) {
+    if (!m.fused) {
+      std::vector<detail::LocalFace> faces;
+      for (const Impl::Face& f : m.faces) faces.push_back({f.stage, f.pulse, f.from, f.to});
+      m.fused = std::make_unique<detail::LocalGridFused>(m.plans, faces, m.options.timeout_seconds,
+                                                         m.options.stall_rank);
+    }
+    m.fused->exchange(fields, stream);
+    return;
+  }
+#endif
   // Within a stage, faces read interior layers and write halo layers: no face reads what
   // another of its stage writes, so they need no order among themselves.
   for (const Impl::Face& f : m.faces) {
@@ -130,6 +148,10 @@ const std::vector<GridPlan>& LocalGridExchange::plans() const {
 
 int LocalGridExchange::faces_per_exchange() const {
   return static_cast<int>(m_impl->faces.size());
+}
+
+int LocalGridExchange::launches_per_exchange() const {
+  return m_impl->options.fused ? 1 : faces_per_exchange();
 }
 
 }  // namespace halox

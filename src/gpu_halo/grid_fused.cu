@@ -73,53 +73,6 @@ struct GridArgs {
   int system_scope;
 };
 
-// The canonical piece word g belongs to.
-__device__ __forceinline__ const DeviceDesc& piece_of(const DevicePackView& v, long long g) {
-  return piece_holding(v.descs, v.pieces, g);
-}
-
-// Moves one face, the words spread over the launch's blocks: pack (field at the send type
-// -> staging), unpack (staging -> field at the receive type) or, for a message to this rank
-// itself, copy (field at the send type -> field at the receive type; word g is the same
-// packed word in both). Each thread reads kBatch words before it writes any, so that kBatch
-// reads are in flight per thread: the launch is capped to stay resident, and a face of
-// scattered 4-byte words (an x face: one DRAM sector per word) is latency-bound otherwise.
-enum class Move { pack, unpack, copy };
-constexpr int kBatch = 4;
-template <int W, Move M>
-__device__ __forceinline__ void move_face(const DevicePackView& from, const DevicePackView& to,
-                                          long long first, long long stride, const char* src,
-                                          char* dst) {
-  using Word = typename WordOf<W>::type;
-  const DevicePackView& v = M == Move::unpack ? to : from;  // the typed side that counts words
-  for (long long base = first; base < v.words; base += kBatch * stride) {
-    Word word[kBatch];
-    std::int64_t write[kBatch];
-#pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      const long long g = base + k * stride;
-      write[k] = -1;
-      if (g < v.words) {
-        const DeviceDesc& d = piece_of(v, g);
-        std::int64_t mem, packed;
-        word_offsets<W, unsigned, -1>(d, static_cast<unsigned>(g - d.first_word), mem, packed);
-        std::int64_t read = M == Move::unpack ? packed : mem;
-        write[k] = M == Move::unpack ? mem : packed;
-        if constexpr (M == Move::copy) {
-          const DeviceDesc& e = piece_of(to, g);
-          word_offsets<W, unsigned, -1>(e, static_cast<unsigned>(g - e.first_word), write[k],
-                                        packed);
-        }
-        word[k] = *reinterpret_cast<const Word*>(src + read);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      if (write[k] >= 0) *reinterpret_cast<Word*>(dst + write[k]) = word[k];
-    }
-  }
-}
-
 template <int W>
 __global__ void __launch_bounds__(256) grid_stage_kernel(GridArgs a, char* field) {
   const int op = a.first_op + static_cast<int>(blockIdx.y);
@@ -130,7 +83,7 @@ __global__ void __launch_bounds__(256) grid_stage_kernel(GridArgs a, char* field
   if (v.send_rank == a.rank && v.recv_rank == a.rank) {
     // A message to myself (a periodic axis with one rank): straight from the send layout to
     // the receive layout, no staging and no signals; the next stage is the next launch.
-    move_face<W, Move::copy>(v.send, v.recv, first, stride, field, field);
+    move_face<W, Move::copy>(v.send, v.recv, first, v.send.words, stride, field, field);
     return;
   }
   if (v.recv_rank >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
@@ -141,7 +94,7 @@ __global__ void __launch_bounds__(256) grid_stage_kernel(GridArgs a, char* field
                     sys)) {
       return;
     }
-    move_face<W, Move::pack>(v.send, v.send, first, stride, field, v.dest_staging);
+    move_face<W, Move::pack>(v.send, v.send, first, v.send.words, stride, field, v.dest_staging);
     if (last_block(v.blocks_done, static_cast<int>(gridDim.x), sys) && threadIdx.x == 0) {
       signal_release(v.dest_data, a.epoch, sys);
     }
@@ -151,7 +104,7 @@ __global__ void __launch_bounds__(256) grid_stage_kernel(GridArgs a, char* field
                     sys)) {
       return;
     }
-    move_face<W, Move::unpack>(v.recv, v.recv, first, stride, v.my_staging, field);
+    move_face<W, Move::unpack>(v.recv, v.recv, first, v.recv.words, stride, v.my_staging, field);
   }
 }
 

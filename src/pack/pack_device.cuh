@@ -144,6 +144,54 @@ __device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const ch
   }
 }
 
+// The canonical piece word g belongs to.
+__device__ __forceinline__ const DeviceDesc& piece_of(const DevicePackView& v, long long g) {
+  return piece_holding(v.descs, v.pieces, g);
+}
+
+// Moves words [first, end) of one face, spread over the threads of a launch (first = the
+// thread's first word, stride = the threads that share the face): pack (field at the send type
+// -> staging), unpack (staging -> field at the receive type) or, for a message to this rank
+// itself, copy (field at the send type -> field at the receive type; word g is the same
+// packed word in both). Each thread reads kBatch words before it writes any, so that kBatch
+// reads are in flight per thread: the launch is capped to stay resident, and a face of
+// scattered 4-byte words (an x face: one DRAM sector per word) is latency-bound otherwise.
+enum class Move { pack, unpack, copy };
+constexpr int kBatch = 4;
+template <int W, Move M>
+__device__ __forceinline__ void move_face(const DevicePackView& from, const DevicePackView& to,
+                                          long long first, long long end, long long stride,
+                                          const char* src, char* dst) {
+  using Word = typename WordOf<W>::type;
+  const DevicePackView& v = M == Move::unpack ? to : from;  // the typed side that counts words
+  for (long long base = first; base < end; base += kBatch * stride) {
+    Word word[kBatch];
+    std::int64_t write[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const long long g = base + k * stride;
+      write[k] = -1;
+      if (g < end) {
+        const DeviceDesc& d = piece_of(v, g);
+        std::int64_t mem, packed;
+        word_offsets<W, unsigned, -1>(d, static_cast<unsigned>(g - d.first_word), mem, packed);
+        std::int64_t read = M == Move::unpack ? packed : mem;
+        write[k] = M == Move::unpack ? mem : packed;
+        if constexpr (M == Move::copy) {
+          const DeviceDesc& e = piece_of(to, g);
+          word_offsets<W, unsigned, -1>(e, static_cast<unsigned>(g - e.first_word), write[k],
+                                        packed);
+        }
+        word[k] = *reinterpret_cast<const Word*>(src + read);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      if (write[k] >= 0) *reinterpret_cast<Word*>(dst + write[k]) = word[k];
+    }
+  }
+}
+
 }  // namespace
 
 }  // namespace halox::detail

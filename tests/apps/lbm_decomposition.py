@@ -3,10 +3,11 @@
 (uneven splits included) and requires rho, u and phi of every cell to be bitwise identical to
 the single-rank run after the given steps.
 
-usage: lbm_decomposition.py MPIEXEC HALOX_LBM NP [--local] GRID... [-- extra halox-lbm arguments]
+usage: lbm_decomposition.py MPIEXEC HALOX_LBM NP [--local | --local-fused] GRID... [-- extra halox-lbm arguments]
 
 --local: the decomposed runs keep every rank in one process (--transport local, NP = 1); the
-reference stays the ordinary single-rank run.
+reference stays the ordinary single-rank run. --local-fused: likewise with --transport
+local-fused (one GPU-initiated kernel for every face of every rank).
 """
 import os
 import subprocess
@@ -30,9 +31,9 @@ def main():
     rest = sys.argv[4:]
     extra = rest[rest.index("--") + 1:] if "--" in rest else []
     grids = rest[:rest.index("--")] if "--" in rest else rest
-    local = "--local" in grids
-    grids = [g for g in grids if g != "--local"]
-    decomposed = extra + (["--transport", "local"] if local else [])
+    local = next((g[2:] for g in grids if g in ("--local", "--local-fused")), None)
+    grids = [g for g in grids if not g.startswith("--")]
+    decomposed = extra + (["--transport", local] if local else [])
     with tempfile.TemporaryDirectory() as work:
         ref = os.path.join(work, "ref.bin")
         run(mpiexec, lbm, 1, extra + ["--ranks", "1x1x1", "--dump", ref])

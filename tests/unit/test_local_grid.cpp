@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdio>
+#include <string>
 #include <cstdint>
 #include <vector>
 
 #include "../common/grid_field.hpp"
 #include "halox/config.hpp"
 #include "halox/error.hpp"
+#include "halox/gpu_halo.hpp"
 #include "halox/local_grid.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
@@ -35,7 +38,7 @@ bool have_gpu() {
 // Rank sizes along each axis: `base` cells, the first `extra` coordinates one more.
 void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int, 3> base,
            std::array<int, 3> extra, int halo, int components, std::array<int, 3> padding,
-           bool device) {
+           bool device, bool fused) {
   const Topology shape(dims, periodic, 0);
   const int ranks = shape.size();
   auto size_at = [&](int a, int c) { return base[a] + (c < extra[a] ? 1 : 0); };
@@ -55,7 +58,10 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
     }
   }
   const Datatype element = Datatype::contiguous(components, Datatype::of<double>()).commit();
-  LocalGridExchange exchange(make_local_grid_plans(shape, interior, halo, element, allocated));
+  LocalGridOptions options;
+  options.fused = fused;
+  LocalGridExchange exchange(make_local_grid_plans(shape, interior, halo, element, allocated),
+                             options);
   const double poison = -12345.0;
   std::vector<std::vector<double>> fields(ranks);
   for (int r = 0; r < ranks; ++r) {
@@ -120,17 +126,19 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
           }
         }
   }
-  EXPECT_EQ(wrong, 0) << shape.describe() << " halo " << halo << (device ? " (GPU)" : " (host)");
+  EXPECT_EQ(wrong, 0) << shape.describe() << " halo " << halo
+                      << (device ? (fused ? " (GPU, fused)" : " (GPU, a kernel per face)")
+                                 : " (host)");
 }
 
-void every_case(bool device) {
+void every_case(bool device, bool fused = false) {
   // 8 and 27 ranks, as the local engine's users run them; uneven splits; one rank along an
   // axis (a rank its own neighbour); halo 2; padded rows and planes; non-periodic edges.
-  check({2, 2, 2}, {true, true, true}, {4, 3, 3}, {0, 0, 0}, 1, 1, {0, 0, 0}, device);
-  check({3, 3, 3}, {true, true, true}, {3, 3, 2}, {1, 2, 0}, 1, 2, {3, 1, 0}, device);
-  check({2, 1, 3}, {true, true, false}, {5, 4, 2}, {1, 0, 1}, 2, 1, {0, 2, 1}, device);
-  check({1, 1, 1}, {true, true, true}, {4, 4, 4}, {0, 0, 0}, 1, 3, {5, 0, 0}, device);
-  check({4, 2, 1}, {false, true, true}, {2, 3, 4}, {2, 1, 0}, 1, 1, {0, 0, 0}, device);
+  check({2, 2, 2}, {true, true, true}, {4, 3, 3}, {0, 0, 0}, 1, 1, {0, 0, 0}, device, fused);
+  check({3, 3, 3}, {true, true, true}, {3, 3, 2}, {1, 2, 0}, 1, 2, {3, 1, 0}, device, fused);
+  check({2, 1, 3}, {true, true, false}, {5, 4, 2}, {1, 0, 1}, 2, 1, {0, 2, 1}, device, fused);
+  check({1, 1, 1}, {true, true, true}, {4, 4, 4}, {0, 0, 0}, 1, 3, {5, 0, 0}, device, fused);
+  check({4, 2, 1}, {false, true, true}, {2, 3, 4}, {2, 1, 0}, 1, 1, {0, 0, 0}, device, fused);
 }
 
 }  // namespace
@@ -141,7 +149,42 @@ TEST(LocalGrid, HostMemoryEveryCase) {
 
 TEST(LocalGrid, DeviceMemoryEveryCase) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
-  every_case(true);
+  every_case(true, false);
+}
+
+TEST(LocalGrid, DeviceMemoryEveryCaseFused) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  every_case(true, true);
+}
+
+// A rank whose faces never move (stall_rank): the faces that forward them time out on the
+// device, and the next exchange throws an error naming the ranks and the pulse.
+TEST(LocalGrid, DeviceMemoryFusedStalledRankTimesOut) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+#if HALOX_HAS_CUDA
+  const Topology shape({2, 2, 2}, {true, true, true}, 0);
+  const Datatype element = Datatype::of<float>().commit();
+  std::vector<std::array<std::int64_t, 3>> interior(8, {8, 8, 8});
+  LocalGridOptions options;
+  options.timeout_seconds = 0.2;
+  options.stall_rank = 3;
+  LocalGridExchange exchange(make_local_grid_plans(shape, interior, 1, element), options);
+  std::vector<void*> fields(8);
+  for (auto& p : fields) ASSERT_EQ(cudaMalloc(&p, 10 * 10 * 10 * sizeof(float)), cudaSuccess);
+  exchange.exchange(fields);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  try {
+    exchange.exchange(fields);
+    ADD_FAILURE() << "no error after a stalled rank";
+  } catch (const HaloTimeoutError& e) {
+    const std::string what = e.what();
+    std::printf("GPU: stalled rank reported: %s\n", what.c_str());
+    EXPECT_NE(what.find("waiting for rank 3"), std::string::npos) << what;
+    EXPECT_NE(what.find("pulse"), std::string::npos) << what;
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (void* p : fields) cudaFree(p);
+#endif
 }
 
 TEST(LocalGrid, MismatchedPlansAreRefusedWhenBuilt) {

@@ -1,0 +1,242 @@
+// LocalGridExchange's GPU-initiated path: every face of every rank of the process in one
+// launch. The faces are cut into tiles; blocks take tiles in ticket order (stage Z's first,
+// then Y's, then X's) and copy each straight from the sender's array to the receiver's in the
+// widest word the face allows. A tile of a later stage waits on the device only for the
+// faces its sender receives in the earlier stages (the edges and corners it forwards), not
+// for the whole earlier stage, and not for the host.
+//
+// No deadlock without co-residency: a block waits only for tiles with smaller tickets, which
+// running blocks hold and finish without waiting for anything later. Every wait has a
+// time-out that records the rank, the peer and the pulse; the next exchange throws.
+#include "local_grid_fused.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "../common/cuda_check.hpp"
+#include "../gpu_halo/signals.cuh"
+#include "../pack/pack_device.cuh"
+#include "halox/gpu_halo.hpp"
+
+namespace halox::detail {
+
+namespace {
+
+constexpr int kMaxLocalRanks = 64;
+constexpr int kMaxWaits =
+    8;  // the faces of earlier stages into a sender (2 per stage with one pulse each)
+// Words per tile: 256 threads with kBatch words in flight each, twice.
+constexpr long long kTileWords = 256LL * kBatch * 2;
+
+struct FaceView {
+  DevicePackView send, recv;
+  int word;  // bytes per word for this face
+  int from, to, pulse;
+  int first_tile, tiles;
+  int waits;
+  int wait_face[kMaxWaits];
+};
+
+struct LocalArgs {
+  const FaceView* faces;
+  int faces_count;
+  int total_tiles;
+  u64* done;        // per face: tiles finished, over all exchanges of this table
+  u64* ticket;      // tickets handed out, over all exchanges of this table
+  u64 ticket_base;  // the value of *ticket when this launch started
+  u64 epoch;        // exchanges of this table, this one included
+  u64 timeout_ns;
+  ErrorSink error;
+  int stall_rank;  // testing: this rank's faces are not moved
+  char* field[kMaxLocalRanks];
+};
+
+__global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
+  __shared__ long long claimed;
+  __shared__ int ok;
+  for (;;) {
+    __syncthreads();  // every thread is done with the previous tile's shared values
+    if (threadIdx.x == 0)
+      claimed = static_cast<long long>(atomicAdd(a.ticket, 1ull) - a.ticket_base);
+    __syncthreads();
+    const long long t = claimed;
+    if (t >= a.total_tiles) return;
+    // The face holding tile t (faces are few: a linear scan of the first tiles).
+    int k = 0;
+    while (k + 1 < a.faces_count && a.faces[k + 1].first_tile <= t) ++k;
+    const FaceView& f = a.faces[k];
+    if (threadIdx.x == 0) {
+      ok = 1;
+      for (int w = 0; w < f.waits && ok; ++w) {
+        const FaceView& before = a.faces[f.wait_face[w]];
+        ok = wait_for(&a.done[f.wait_face[w]], a.epoch * static_cast<u64>(before.tiles),
+                      a.timeout_ns, a.error, f.from, before.from, before.pulse, 0, false);
+      }
+    }
+    __syncthreads();
+    if (!ok) return;
+    if (f.from != a.stall_rank) {
+      const long long first = (t - f.first_tile) * kTileWords;
+      const long long end = f.send.words < first + kTileWords ? f.send.words : first + kTileWords;
+      const char* src = a.field[f.from];
+      char* dst = a.field[f.to];
+      const long long me = first + threadIdx.x;
+      switch (f.word) {
+        case 16: move_face<16, Move::copy>(f.send, f.recv, me, end, blockDim.x, src, dst); break;
+        case 8: move_face<8, Move::copy>(f.send, f.recv, me, end, blockDim.x, src, dst); break;
+        case 4: move_face<4, Move::copy>(f.send, f.recv, me, end, blockDim.x, src, dst); break;
+        case 2: move_face<2, Move::copy>(f.send, f.recv, me, end, blockDim.x, src, dst); break;
+        default: move_face<1, Move::copy>(f.send, f.recv, me, end, blockDim.x, src, dst); break;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        __threadfence();  // the tile's stores before its count
+        atomicAdd(&a.done[k], 1ull);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+struct LocalGridFused::Impl {
+  // The device tables of one alignment of the ranks' arrays (each face's word follows from
+  // where the arrays start: f and its copy for the next step share one).
+  struct Table {
+    FaceView* faces = nullptr;
+    u64* counters = nullptr;  // done per face, then the ticket
+    int total_tiles = 0;
+    u64 ticket_base = 0, epoch = 0;
+  };
+  std::vector<GridPlan> plans;
+  std::vector<LocalFace> faces;
+  std::map<std::vector<int>, Table> tables;
+  double timeout_seconds;
+  int stall_rank;
+  int blocks = 0;  // resident blocks of the whole GPU
+  int* claim = nullptr;
+  ErrorRecord* error = nullptr;  // mapped host memory
+  ErrorRecord* error_device = nullptr;
+
+  Table& table_for(const std::vector<void*>& fields) {
+    std::vector<int> key;
+    for (void* p : fields)
+      key.push_back(static_cast<int>(reinterpret_cast<std::uintptr_t>(p) & 15));
+    auto it = tables.find(key);
+    if (it != tables.end()) return it->second;
+    std::vector<FaceView> views;
+    int tiles = 0;
+    for (std::size_t i = 0; i < faces.size(); ++i) {
+      const LocalFace& lf = faces[i];
+      const GridPulse& send = plans[lf.from].pulses[lf.pulse];
+      const GridPulse& recv = plans[lf.to].pulses[lf.pulse];
+      FaceView v{};
+      v.word = std::min(device_pack_word(send.send_type, 1, fields[lf.from]),
+                        device_pack_word(recv.recv_type, 1, fields[lf.to]));
+      v.send = device_pack_view(send.send_type, 1, v.word);
+      v.recv = device_pack_view(recv.recv_type, 1, v.word);
+      v.from = lf.from;
+      v.to = lf.to;
+      v.pulse = lf.pulse;
+      v.first_tile = tiles;
+      v.tiles = static_cast<int>((v.send.words + kTileWords - 1) / kTileWords);
+      tiles += v.tiles;
+      // The faces of earlier stages into my sender: what this face forwards.
+      for (std::size_t j = 0; j < i; ++j) {
+        if (faces[j].to != lf.from || faces[j].stage >= lf.stage) continue;
+        if (v.waits == kMaxWaits) throw Error("halox::LocalGridExchange: too many forwarded faces");
+        v.wait_face[v.waits++] = static_cast<int>(j);
+      }
+      views.push_back(v);
+    }
+    Table t;
+    t.total_tiles = tiles;
+    HALOX_CUDA_CHECK(cudaMalloc(&t.faces, views.size() * sizeof(FaceView)));
+    copy_to_device_now(t.faces, views.data(), views.size() * sizeof(FaceView));
+    HALOX_CUDA_CHECK(cudaMalloc(&t.counters, (views.size() + 1) * sizeof(u64)));
+    fill_device_now(t.counters, 0, (views.size() + 1) * sizeof(u64));
+    return tables.emplace(key, t).first->second;
+  }
+
+  void check() const {
+    const volatile ErrorRecord* e = error;
+    if (e->flag == 0) return;
+    const int rank = e->rank, pulse = e->pulse;
+    const std::string name = rank >= 0 && rank < static_cast<int>(plans.size()) && pulse >= 0 &&
+                                     pulse < static_cast<int>(plans[rank].pulses.size())
+                                 ? plans[rank].pulses[pulse].header.name(pulse)
+                                 : "pulse " + std::to_string(pulse);
+    std::ostringstream s;
+    s << "halox: LocalGridExchange (fused kernel): rank " << rank << " timed out after "
+      << timeout_seconds << " s waiting for rank " << e->peer << "'s " << name
+      << " (a face it forwards): " << e->seen << " of " << e->expected
+      << " tiles arrived. The exchange is unusable; did that rank's plan or field change?";
+    throw HaloTimeoutError(s.str());
+  }
+};
+
+LocalGridFused::LocalGridFused(const std::vector<GridPlan>& plans,
+                               const std::vector<LocalFace>& faces, double timeout_seconds,
+                               int stall_rank)
+    : m_impl(std::make_unique<Impl>()) {
+  Impl& m = *m_impl;
+  if (static_cast<int>(plans.size()) > kMaxLocalRanks) {
+    throw Error("halox::LocalGridExchange: the fused kernel takes at most " +
+                std::to_string(kMaxLocalRanks) + " ranks, not " + std::to_string(plans.size()));
+  }
+  m.plans = plans;
+  m.faces = faces;
+  m.timeout_seconds = timeout_seconds;
+  m.stall_rank = stall_rank;
+  int device = 0, sms = 0, per_sm = 0;
+  HALOX_CUDA_CHECK(cudaGetDevice(&device));
+  HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  HALOX_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, local_grid_kernel, 256, 0));
+  m.blocks = std::max(1, sms * per_sm);
+  HALOX_CUDA_CHECK(cudaHostAlloc(&m.error, sizeof(ErrorRecord), cudaHostAllocMapped));
+  std::memset(m.error, 0, sizeof(ErrorRecord));
+  HALOX_CUDA_CHECK(cudaHostGetDevicePointer(&m.error_device, m.error, 0));
+  HALOX_CUDA_CHECK(cudaMalloc(&m.claim, sizeof(int)));
+  fill_device_now(m.claim, 0, sizeof(int));
+}
+
+LocalGridFused::~LocalGridFused() {
+  Impl& m = *m_impl;
+  cudaDeviceSynchronize();
+  for (auto& [key, t] : m.tables) {
+    cudaFree(t.faces);
+    cudaFree(t.counters);
+  }
+  cudaFree(m.claim);
+  cudaFreeHost(m.error);
+}
+
+void LocalGridFused::exchange(const std::vector<void*>& fields, cudaStream_t stream) {
+  Impl& m = *m_impl;
+  m.check();
+  if (m.faces.empty()) return;
+  Impl::Table& t = m.table_for(fields);
+  LocalArgs a{};
+  a.faces = t.faces;
+  a.faces_count = static_cast<int>(m.faces.size());
+  a.total_tiles = t.total_tiles;
+  a.done = t.counters;
+  a.ticket = t.counters + m.faces.size();
+  a.ticket_base = t.ticket_base;
+  a.epoch = ++t.epoch;
+  a.timeout_ns = static_cast<u64>(m.timeout_seconds * 1e9);
+  a.error = ErrorSink{m.claim, m.error_device};
+  a.stall_rank = m.stall_rank;
+  for (std::size_t r = 0; r < fields.size(); ++r) a.field[r] = static_cast<char*>(fields[r]);
+  const int blocks = std::min(m.blocks, t.total_tiles);
+  local_grid_kernel<<<blocks, 256, 0, stream>>>(a);
+  HALOX_CUDA_CHECK(cudaGetLastError());
+  // Each block takes tickets until it draws one past the last tile.
+  t.ticket_base += static_cast<u64>(t.total_tiles + blocks);
+}
+
+}  // namespace halox::detail

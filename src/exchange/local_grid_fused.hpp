@@ -1,0 +1,36 @@
+// The GPU-initiated path of LocalGridExchange: one kernel moves every face of every rank of
+// the process, all stages in one launch. Include only where CUDA is enabled.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "halox/plan.hpp"
+
+namespace halox::detail {
+
+/// One face: rank `from`'s pulse `pulse` sends to rank `to`'s pulse `pulse`.
+struct LocalFace {
+  int stage, pulse, from, to;
+};
+
+class LocalGridFused {
+ public:
+  /// faces in stage order; plans[r] is rank r's plan.
+  LocalGridFused(const std::vector<GridPlan>& plans, const std::vector<LocalFace>& faces,
+                 double timeout_seconds, int stall_rank);
+  ~LocalGridFused();
+  LocalGridFused(const LocalGridFused&) = delete;
+  LocalGridFused& operator=(const LocalGridFused&) = delete;
+
+  /// One launch on `stream`; throws HaloTimeoutError when an earlier launch timed out.
+  void exchange(const std::vector<void*>& fields, cudaStream_t stream);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace halox::detail
