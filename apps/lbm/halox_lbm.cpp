@@ -821,8 +821,8 @@ class LocalRanks {
     if (m_cli.comm == "default") {
       return "default (hand-written pack + host copies between the ranks), " + where;
     }
-    return m_cli.comm + (m_cli.local_fused ? ", one fused kernel for every face" : "") + ", " +
-           where;
+    return m_cli.comm + (m_cli.local_fused ? ", GPU-initiated (one kernel for every face)" : "") +
+           ", " + where;
   }
   double time_exchange() const { return m_time_exchange; }
   double time_compute() const { return m_time_compute; }
