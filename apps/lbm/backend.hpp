@@ -29,8 +29,9 @@ class Backend {
   virtual std::string name() const = 0;
   virtual BasicKind real() const = 0;
   virtual bool on_device() const = 0;
-  /// Allocates two copies of f (and of g when multiphase) and phi for an interior of n.
-  virtual void allocate(std::array<int, 3> n, bool multiphase) = 0;
+  /// Allocates two copies of f (and of g when multiphase) and phi for an interior of n; the
+  /// updates wrap around the axes marked in `wrap` (periodic axes this rank spans alone).
+  virtual void allocate(std::array<int, 3> n, bool multiphase, std::array<bool, 3> wrap) = 0;
   /// Elements from one row of a plane to the next (>= n[0] + 2), set by allocate().
   virtual int row_pitch() const = 0;
   /// Cells along x that share one memory transaction (interior rows start on one): regions

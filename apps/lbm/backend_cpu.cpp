@@ -15,7 +15,8 @@ class CpuBackend final : public Backend {
   }
   bool on_device() const override { return false; }
 
-  void allocate(std::array<int, 3> n, bool multiphase) override {
+  void allocate(std::array<int, 3> n, bool multiphase, std::array<bool, 3> wrap) override {
+    for (int a = 0; a < 3; ++a) m_f.wrap[a] = wrap[a];
     m_f.nx = n[0];
     m_f.pitch = n[0] + 2;
     m_f.ny = n[1];

@@ -137,8 +137,9 @@ class GpuBackend final : public Backend {
   // which HBM (with ECC) completes by reading it: on the H200 that held the BGK update at
   // 58% of the copy bandwidth; aligned, 87% (docs/PERFORMANCE.md).
   static constexpr int sector_elements = 32 / sizeof(Real);
-  void allocate(std::array<int, 3> n, bool multiphase) override {
+  void allocate(std::array<int, 3> n, bool multiphase, std::array<bool, 3> wrap) override {
     release();
+    for (int a = 0; a < 3; ++a) m_f.wrap[a] = wrap[a];
     m_f.nx = n[0];
     m_f.ny = n[1];
     m_f.nz = n[2];

@@ -40,6 +40,7 @@ struct Cli {
   std::string model = "multiphase";  // multiphase | bgk
   std::string init;  // droplet | spinodal (multiphase); taylor-green | uniform (bgk)
   std::string device = "auto", comm = "datatype";
+  std::string self_halo = "wrap";  // a periodic axis with one rank: wrap | exchange
   TransportKind transport = TransportKind::host;
   bool transport_given = false, single = true;
   bool local = false;        // --transport local(-fused): every rank of --ranks in this one process
@@ -91,6 +92,9 @@ void usage(FILE* out) {
       "                     carry the transports' lazy set-up (NCCL, NVSHMEM: ~0.4 s)\n"
       "  --check-taylor-green  compare the decay with the analytic solution (1%% tolerance)\n"
       "  --check-mass       check conservation of each phase and of the fluid (1e-10)\n"
+      "  --self-halo M      a periodic axis that one rank spans alone: wrap (the update reads\n"
+      "                     the opposite edge in place, no exchange; default) | exchange (its\n"
+      "                     halo moves like any other, a message to oneself)\n"
       "  --dump FILE        rho, u, phi of every cell after the run (binary, global order)\n"
       "  --slice FILE.pgm   the order parameter (or |u|) in the mid z plane as a PGM image\n"
       "  --trace FILE       Chrome trace JSON of the last steps\n"
@@ -166,6 +170,8 @@ Cli parse(int argc, char** argv) {
       c.check_taylor_green = true;
     else if (a == "--check-mass")
       c.check_mass = true;
+    else if (a == "--self-halo")
+      c.self_halo = value();
     else if (a == "--dump")
       c.dump = value();
     else if (a == "--slice")
@@ -188,6 +194,9 @@ Cli parse(int argc, char** argv) {
   }
   if (c.local && !(c.ranks[0] > 0 && c.ranks[1] > 0 && c.ranks[2] > 0)) {
     throw Error("halox-lbm: --transport local needs the whole rank grid (--ranks XxYxZ)");
+  }
+  if (c.self_halo != "wrap" && c.self_halo != "exchange") {
+    throw Error("halox-lbm: --self-halo must be wrap or exchange");
   }
   if (c.local_fused && (c.comm == "default" || c.comm == "contig")) {
     throw Error("halox-lbm: --transport local-fused moves the faces of --comm datatype or overlap");
@@ -225,6 +234,7 @@ struct FieldHalo {
   int field = 0;                         // 0 f, 1 g, 2 phi
   std::vector<std::vector<int>> planes;  // per pulse
   GridPlan plan;                         // per-pulse types covering the crossing planes
+  GridPlan moved;  // the plan without the pulses of wrapped axes: what a halox exchange moves
   std::unique_ptr<GridExchange> exchange;
   // The contig variant: per axis, a contiguous buffer [send -, send +, recv -, recv +] and an
   // exchange of its byte ranges.
@@ -275,6 +285,7 @@ class Lbm {
       }
       m_n[a] = local_size(cli.grid[a], dims[a], c[a]);
       m_offset[a] = local_offset(cli.grid[a], dims[a], c[a]);
+      m_wrap[a] = cli.self_halo == "wrap" && dims[a] == 1 && m_topology.periodic()[a];
     }
     const bool gpu = cli.device == "gpu" || (cli.device == "auto" && [] {
 #if HALOX_HAS_CUDA
@@ -293,7 +304,7 @@ class Lbm {
     if (!gpu && m_transport != TransportKind::host) {
       throw Error("halox-lbm: the CPU back end keeps host arrays: use --transport host");
     }
-    m_backend->allocate(m_n, cli.params.multiphase);
+    m_backend->allocate(m_n, cli.params.multiphase, m_wrap);
     initialise();
     const Datatype real = m_backend->real() == BasicKind::float32 ? Datatype::of<float>().commit()
                                                                   : Datatype::of<double>().commit();
@@ -367,7 +378,14 @@ class Lbm {
     return base(halo(k));
   }
   const GridPlan& plan(int k) const {
-    return (k == 0 ? m_f : k == 1 ? m_g : m_phi).plan;
+    return (k == 0 ? m_f : k == 1 ? m_g : m_phi).moved;
+  }
+  /// Whether the update wraps around pulse p's axis (no exchange of it), or stage s's.
+  bool wraps(const FieldHalo& h, std::size_t p) const {
+    return m_wrap[h.plan.pulses[p].header.axis];
+  }
+  bool stage_wraps(const FieldHalo& h, int s) const {
+    return wraps(h, 2 * static_cast<std::size_t>(s));
   }
   FieldHalo& halo(int k) {
     return k == 0 ? m_f : k == 1 ? m_g : m_phi;
@@ -604,8 +622,12 @@ class Lbm {
       pulse.header.recv_size *= factor;
       h.planes.push_back(planes);
     }
-    if ((m_cli.comm == "datatype" || m_cli.comm == "overlap") && !m_cli.local) {  // halox moves
-      h.exchange = std::make_unique<GridExchange>(m_topology, h.plan, ExchangeOptions{m_transport});
+    h.moved = h.plan;
+    std::erase_if(h.moved.pulses, [&](const GridPulse& p) { return m_wrap[p.header.axis]; });
+    const bool halox_moves = m_cli.comm == "datatype" || m_cli.comm == "overlap";
+    if (halox_moves && !m_cli.local && !h.moved.pulses.empty()) {
+      h.exchange =
+          std::make_unique<GridExchange>(m_topology, h.moved, ExchangeOptions{m_transport});
     }
     return h;
   }
@@ -617,10 +639,10 @@ class Lbm {
   void exchange(FieldHalo& h) {
     if (m_cli.comm == "contig") {
       exchange_contiguous(h);
-    } else if (h.exchange) {
-      h.exchange->exchange(base(h), m_backend->stream_handle());
-    } else {
+    } else if (m_cli.comm == "default") {
       exchange_by_hand(h);
+    } else if (h.exchange) {  // none when every axis wraps
+      h.exchange->exchange(base(h), m_backend->stream_handle());
     }
   }
 
@@ -629,6 +651,7 @@ class Lbm {
   // what the previous one unpacked).
   void exchange_contiguous(FieldHalo& h) {
     for (int s = 0; s < 3; ++s) {
+      if (stage_wraps(h, s)) continue;
       contig_pack(h, s);
       h.stages[s].exchange->exchange(h.stages[s].buffer, m_backend->stream_handle());
       contig_unpack(h, s);
@@ -714,6 +737,7 @@ class Lbm {
   void exchange_by_hand(FieldHalo& h) {
     MPI_Comm comm = m_topology.comm();
     for (std::size_t p = 0; p < h.plan.pulses.size(); ++p) {
+      if (wraps(h, p)) continue;
       const PulseHeader& hd = h.plan.pulses[p].header;
       const int bytes = static_cast<int>(hand_pack(h, p));
       const int to = hd.send_rank < 0 ? MPI_PROC_NULL : hd.send_rank;
@@ -770,6 +794,7 @@ class Lbm {
   Cli m_cli;
   Topology m_topology;
   std::array<int, 3> m_n{}, m_offset{};
+  std::array<bool, 3> m_wrap{};  // periodic axes this rank spans alone, wrapped by the update
   std::unique_ptr<Backend> m_backend;
   TransportKind m_transport = TransportKind::host;
   int m_real_bytes = 4;
@@ -911,6 +936,7 @@ class LocalRanks {
   // and every rank unpacks.
   void exchange_contiguous(int field) {
     for (int s = 0; s < 3; ++s) {
+      if (m_ranks[0]->stage_wraps(m_ranks[0]->halo(field), s)) continue;  // alike on every rank
       for (auto& lbm : m_ranks) lbm->contig_pack(lbm->halo(field), s);
       synchronize();
       std::unique_ptr<LocalGridExchange>& stage = m_stage_exchanges[3 * field + s];
@@ -936,6 +962,7 @@ class LocalRanks {
   void exchange_by_hand(int field) {
     const std::size_t pulses = m_ranks[0]->halo(field).plan.pulses.size();
     for (std::size_t p = 0; p < pulses; ++p) {
+      if (m_ranks[0]->wraps(m_ranks[0]->halo(field), p)) continue;  // alike on every rank
       for (auto& lbm : m_ranks) lbm->hand_pack(lbm->halo(field), p);
       for (auto& lbm : m_ranks) {
         const int to = lbm->halo(field).plan.pulses[p].header.send_rank;
@@ -965,10 +992,18 @@ template <class Run>
 int drive(Run& lbm, const Cli& cli, int rank) {
   const long long cells = (long long)cli.grid[0] * cli.grid[1] * cli.grid[2];
   const auto first = lbm.totals();
+  std::string wrapped;  // periodic axes one rank spans, when the update wraps them
+  for (int a = 0; a < 3; ++a) {
+    if (cli.self_halo == "wrap" && lbm.topology().dims()[a] == 1) wrapped += "xyz"[a];
+  }
   if (rank == 0) {
     std::printf("halox-lbm: %s, %dx%dx%d cells on %s ranks, %s, %s\n", cli.model.c_str(),
                 cli.grid[0], cli.grid[1], cli.grid[2], lbm.topology().describe().c_str(),
                 lbm.backend().name().c_str(), lbm.transport().c_str());
+    if (!wrapped.empty()) {
+      std::printf("periodic axes with one rank (%s): the update wraps them, no self-halo\n",
+                  wrapped.c_str());
+    }
     std::printf(
         "memory: %.1f bytes per cell on rank 0 (two copies of f%s, phi, one halo layer)\n",
         double(lbm.backend().bytes()) / (double(lbm.local()[0]) * lbm.local()[1] * lbm.local()[2]),
@@ -1122,11 +1157,13 @@ int drive(Run& lbm, const Cli& cli, int rank) {
       << cli.init << "\",\n  \"grid\": [" << cli.grid[0] << ", " << cli.grid[1] << ", "
       << cli.grid[2] << "],\n  \"ranks\": \"" << lbm.topology().describe()
       << "\",\n  \"backend\": \"" << lbm.backend().name() << "\",\n  \"variant\": \"" << cli.comm
-      << "\",\n  \"transport\": \"" << lbm.transport() << "\",\n  \"steps\": " << cli.steps
-      << ",\n  \"warmup_steps\": " << cli.warmup << ",\n  \"timed_steps\": " << timed
-      << ",\n  \"seconds\": " << seconds << ",\n  \"mlups\": " << mlups
-      << ",\n  \"exchange_seconds\": " << worst[0] << ",\n  \"compute_seconds\": " << worst[1]
-      << ",\n  \"compute_mlups\": " << compute_mlups << ",\n  \"bytes_per_cell\": "
+      << "\",\n  \"transport\": \"" << lbm.transport() << "\",\n  \"self_halo\": \""
+      << cli.self_halo << "\",\n  \"wrapped_axes\": \"" << wrapped
+      << "\",\n  \"steps\": " << cli.steps << ",\n  \"warmup_steps\": " << cli.warmup
+      << ",\n  \"timed_steps\": " << timed << ",\n  \"seconds\": " << seconds
+      << ",\n  \"mlups\": " << mlups << ",\n  \"exchange_seconds\": " << worst[0]
+      << ",\n  \"compute_seconds\": " << worst[1] << ",\n  \"compute_mlups\": " << compute_mlups
+      << ",\n  \"bytes_per_cell\": "
       << double(lbm.backend().bytes()) / (double(lbm.local()[0]) * lbm.local()[1] * lbm.local()[2])
       << ",\n  \"bytes_per_cell_update\": " << cell_bytes
       << ",\n  \"copy_ceiling_gbs\": " << ceiling << ",\n  \"bound_mlups\": " << bound

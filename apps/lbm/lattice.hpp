@@ -72,11 +72,41 @@ struct Fields {
   Real* g = nullptr;           // QG planes
   Real* g_next = nullptr;
   Real* phi = nullptr;  // one plane
+  // Periodic axes this rank spans alone: across the boundary an edge cell's neighbour is the
+  // opposite edge cell of the interior, read in place, so those axes need no halo exchange.
+  bool wrap[3] = {false, false, false};
   LBM_HD long long plane() const { return (long long)pitch * (ny + 2) * (nz + 2); }
   LBM_HD long long at(int x, int y, int z) const {
     return ((long long)z * (ny + 2) + y) * pitch + x;
   }
 };
+
+/// A cell and its neighbours' offsets, three per axis (-1, 0, +1): into the halo layer, or
+/// wrapped to the opposite edge (Fields::wrap). The unrolled loops index them with constants,
+/// so they stay in registers.
+struct Stencil {
+  long long c;
+  long long dx[3], dy[3], dz[3];
+  LBM_HD long long at(int sx, int sy, int sz) const {
+    return c + dx[sx + 1] + dy[sy + 1] + dz[sz + 1];
+  }
+};
+template <class Real>
+LBM_HD Stencil stencil(const Fields<Real>& F, int x, int y, int z) {
+  const long long row = F.pitch, layer = (long long)F.pitch * (F.ny + 2);
+  Stencil s;
+  s.c = F.at(x, y, z);
+  s.dx[0] = F.wrap[0] && x == 1 ? F.nx - 1 : -1;
+  s.dx[1] = 0;
+  s.dx[2] = F.wrap[0] && x == F.nx ? 1 - F.nx : 1;
+  s.dy[0] = (F.wrap[1] && y == 1 ? F.ny - 1 : -1) * row;
+  s.dy[1] = 0;
+  s.dy[2] = (F.wrap[1] && y == F.ny ? 1 - F.ny : 1) * row;
+  s.dz[0] = (F.wrap[2] && z == 1 ? F.nz - 1 : -1) * layer;
+  s.dz[1] = 0;
+  s.dz[2] = (F.wrap[2] && z == F.nz ? 1 - F.nz : 1) * layer;
+  return s;
+}
 
 template <class Real>
 LBM_HD Real equilibrium(int q, Real rho, Real ux, Real uy, Real uz) {
@@ -85,16 +115,16 @@ LBM_HD Real equilibrium(int q, Real rho, Real ux, Real uy, Real uz) {
   return weight19<Real>(q) * rho * (Real(1) + Real(3) * eu + Real(4.5) * eu * eu - Real(1.5) * uu);
 }
 
-/// Pull-streaming of f into cell (x, y, z): fq[q] = f_q at x - e_q, with the density and
-/// momentum they carry.
+/// Pull-streaming of f into cell s.c: fq[q] = f_q at x - e_q, with the density and momentum
+/// they carry.
 template <class Real>
-LBM_HD void pull_f(const Fields<Real>& F, int x, int y, int z, Real (&fq)[Q], Real& rho, Real& jx,
+LBM_HD void pull_f(const Fields<Real>& F, const Stencil& s, Real (&fq)[Q], Real& rho, Real& jx,
                    Real& jy, Real& jz) {
   const long long plane = F.plane();
   rho = jx = jy = jz = 0;
   LBM_UNROLL
   for (int q = 0; q < Q; ++q) {
-    fq[q] = read_only(&F.f[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
+    fq[q] = read_only(&F.f[q * plane + s.at(-ex(q), -ey(q), -ez(q))]);
     rho += fq[q];
     jx += fq[q] * ex(q);
     jy += fq[q] * ey(q);
@@ -106,9 +136,10 @@ LBM_HD void pull_f(const Fields<Real>& F, int x, int y, int z, Real (&fq)[Q], Re
 /// coordinates, 1..n): reads f at x - e_q, writes f_next at x. The bandwidth kernel.
 template <class Real>
 LBM_HD void bgk_cell(const Fields<Real>& F, int x, int y, int z, Real omega) {
-  const long long c = F.at(x, y, z), plane = F.plane();
+  const Stencil s = stencil(F, x, y, z);
+  const long long c = s.c, plane = F.plane();
   Real fq[Q], rho, jx, jy, jz;
-  pull_f(F, x, y, z, fq, rho, jx, jy, jz);
+  pull_f(F, s, fq, rho, jx, jy, jz);
   const Real ux = jx / rho, uy = jy / rho, uz = jz / rho;
   LBM_UNROLL
   for (int q = 0; q < Q; ++q) {
@@ -120,13 +151,14 @@ LBM_HD void bgk_cell(const Fields<Real>& F, int x, int y, int z, Real omega) {
 /// cell, which is all that pass 2 needs from its neighbours (reads 7 values, writes 1).
 template <class Real>
 LBM_HD void phi_cell(const Fields<Real>& F, int x, int y, int z) {
-  const long long c = F.at(x, y, z), plane = F.plane();
+  const Stencil s = stencil(F, x, y, z);
+  const long long plane = F.plane();
   Real phi = 0;
   LBM_UNROLL
   for (int q = 0; q < QG; ++q) {
-    phi += read_only(&F.g[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
+    phi += read_only(&F.g[q * plane + s.at(-ex(q), -ey(q), -ez(q))]);
   }
-  F.phi[c] = phi;
+  F.phi[s.c] = phi;
 }
 
 /// Multiphase pass 2 (after the phi halo exchange), fused like the BGK update: pull-stream f
@@ -134,12 +166,13 @@ LBM_HD void phi_cell(const Fields<Real>& F, int x, int y, int z) {
 /// copies. One read and one write of each population per step, and no second pass over them.
 template <class Real>
 LBM_HD void stream_collide_cell(const Fields<Real>& F, int x, int y, int z, const Params& p) {
-  const long long c = F.at(x, y, z), plane = F.plane();
+  const Stencil s = stencil(F, x, y, z);
+  const long long c = s.c, plane = F.plane();
   const Real phi = F.phi[c];
   Real gx = 0, gy = 0, gz = 0, lap = 0;
   LBM_UNROLL
   for (int q = 1; q < Q; ++q) {
-    const Real n = F.phi[F.at(x + ex(q), y + ey(q), z + ez(q))];
+    const Real n = F.phi[s.at(ex(q), ey(q), ez(q))];
     const Real w = weight19<Real>(q);
     gx += w * ex(q) * n;
     gy += w * ey(q) * n;
@@ -153,7 +186,7 @@ LBM_HD void stream_collide_cell(const Fields<Real>& F, int x, int y, int z, cons
   const Real mu = Real(p.A) * (phi * phi * phi - phi) - Real(p.kappa) * lap;
   const Real Fx = mu * gx, Fy = mu * gy, Fz = mu * gz;
   Real fq[Q], rho, jx, jy, jz;
-  pull_f(F, x, y, z, fq, rho, jx, jy, jz);
+  pull_f(F, s, fq, rho, jx, jy, jz);
   const Real ux = (jx + Real(0.5) * Fx) / rho, uy = (jy + Real(0.5) * Fy) / rho,
              uz = (jz + Real(0.5) * Fz) / rho;
   const Real omega = Real(1) / Real(p.tau), pre = Real(1) - Real(0.5) * omega;
@@ -175,7 +208,7 @@ LBM_HD void stream_collide_cell(const Fields<Real>& F, int x, int y, int z, cons
     const Real eq =
         Real(0.5) * (Real(p.mobility) * mu + phi * (ex(q) * ux + ey(q) * uy + ez(q) * uz));
     rest -= eq;
-    const Real gq = read_only(&F.g[q * plane + F.at(x - ex(q), y - ey(q), z - ez(q))]);
+    const Real gq = read_only(&F.g[q * plane + s.at(-ex(q), -ey(q), -ez(q))]);
     F.g_next[q * plane + c] = gq - omega_g * (gq - eq);
   }
   const Real g0 = read_only(&F.g[c]);

@@ -80,15 +80,18 @@ mpi 2 build/gpu/bench/halox-bench pingpong --transports nvshmem-stream,nvshmem-f
 }
 
 want lbm && {
-log "halox-lbm: D3Q19 BGK and multiphase throughput on one GPU (one rank, periodic self-halo)"
+log "halox-lbm: D3Q19 BGK and multiphase throughput on one GPU (one rank; periodic axes wrapped by the update)"
 build/gpu/apps/lbm/halox-lbm --model bgk --grid 256x256x256 --steps 300 --device gpu \
   --json "$out/lbm-bgk.json" 2>&1 | tee "$out/lbm-bgk.txt"
 build/gpu/apps/lbm/halox-lbm --model multiphase --grid 256x256x256 --steps 200 --device gpu \
   --json "$out/lbm-multiphase.json" 2>&1 | tee "$out/lbm-multiphase.txt"
 for model in bgk multiphase; do
-  for v in "--comm datatype --transport ipc-fused" "--comm overlap --transport staged" \
-           "--comm overlap --transport ipc-fused"; do
-    name=$(echo "$v" | sed 's/--comm //; s/ --transport /-/')
+  # The self-halo exchanged instead of wrapped (a message to oneself per face), for comparison.
+  for v in "--comm datatype --transport staged --self-halo exchange" \
+           "--comm datatype --transport ipc-fused --self-halo exchange" \
+           "--comm overlap --transport staged --self-halo exchange" \
+           "--comm overlap --transport ipc-fused --self-halo exchange"; do
+    name=$(echo "$v" | sed 's/--comm //; s/ --transport /-/; s/ --self-halo exchange/-self-exchange/')
     build/gpu/apps/lbm/halox-lbm --model $model --grid 256x256x256 --steps 200 --device gpu $v \
       --json "$out/lbm-$model-$name.json" 2>&1 | grep -E "MLUPS;|of it|halox-lbm:" | tee -a "$out/lbm-one-gpu.txt"
   done
