@@ -305,6 +305,11 @@ class Lbm {
       throw Error("halox-lbm: the CPU back end keeps host arrays: use --transport host");
     }
     m_backend->allocate(m_n, cli.params.multiphase, m_wrap);
+    if ((long long)m_backend->row_pitch() * (m_n[1] + 2) * (m_n[2] + 2) >= kMaxPlaneElements) {
+      throw Error("halox-lbm: " + std::to_string(m_n[0]) + "x" + std::to_string(m_n[1]) + "x" +
+                  std::to_string(m_n[2]) + " cells on one rank: a plane of 2^30 elements or " +
+                  "more; use more ranks");
+    }
     initialise();
     const Datatype real = m_backend->real() == BasicKind::float32 ? Datatype::of<float>().commit()
                                                                   : Datatype::of<double>().commit();

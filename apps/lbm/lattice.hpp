@@ -83,17 +83,20 @@ struct Fields {
 
 /// A cell and its neighbours' offsets, three per axis (-1, 0, +1): into the halo layer, or
 /// wrapped to the opposite edge (Fields::wrap). The unrolled loops index them with constants,
-/// so they stay in registers.
+/// so they stay in registers; 32-bit, since a plane holds fewer than 2^30 elements (the back
+/// ends refuse larger ones), to keep the multiphase update's register count down.
 struct Stencil {
   long long c;
-  long long dx[3], dy[3], dz[3];
+  int dx[3], dy[3], dz[3];
   LBM_HD long long at(int sx, int sy, int sz) const {
-    return c + dx[sx + 1] + dy[sy + 1] + dz[sz + 1];
+    return c + (dx[sx + 1] + dy[sy + 1] + dz[sz + 1]);
   }
 };
+/// The most elements of one plane (a population of one rank): Stencil's offsets are 32-bit.
+constexpr long long kMaxPlaneElements = 1LL << 30;
 template <class Real>
 LBM_HD Stencil stencil(const Fields<Real>& F, int x, int y, int z) {
-  const long long row = F.pitch, layer = (long long)F.pitch * (F.ny + 2);
+  const int row = F.pitch, layer = F.pitch * (F.ny + 2);
   Stencil s;
   s.c = F.at(x, y, z);
   s.dx[0] = F.wrap[0] && x == 1 ? F.nx - 1 : -1;

@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../common/cuda_check.hpp"
@@ -376,7 +377,9 @@ class GridFusedTransport final : public Transport {
   // (one stage) in `word`-byte words; the other ops' descriptors are left empty (a word
   // their types need not allow). The self-test reads no descriptors.
   const GridOpView* views_for(int word, int first, int count) {
-    const auto key = std::make_pair(first, word);
+    // Keyed by the ops described too: the self-test's views (no ops) must not stand in for a
+    // first stage of 4-byte words (they did: a plan of x pulses only moved nothing).
+    const auto key = std::make_tuple(first, count, word);
     auto found = m_views.find(key);
     if (found != m_views.end()) return found->second;
     std::vector<GridOpView> views = m_host_views;
@@ -406,10 +409,8 @@ class GridFusedTransport final : public Transport {
   const std::vector<Op>* m_ops = nullptr;     // the exchange's ops (it owns them and this)
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
   std::vector<GridOpView> m_host_views;
-  std::map<std::pair<int, int>, GridOpView*> m_views;
-  std::map<std::pair<int, std::uintptr_t>, int>
-      m_words;  // per (stage's first op, address % 16)  // device copies per (stage's first op,
-                // word)
+  std::map<std::tuple<int, int, int>, GridOpView*> m_views;  // per (first op, ops, word)
+  std::map<std::pair<int, std::uintptr_t>, int> m_words;     // per (stage's first op, address % 16)
   char* m_block = nullptr;
   u64* m_counters = nullptr;
   u64 m_epoch = 0;
