@@ -112,8 +112,6 @@ void LocalGridExchange::exchange(const std::vector<void*>& fields, CUstream_st* 
     known = m.on_device.emplace(fields[0], detail::is_device_memory(fields[0])).first;
   }
   device = known->second;
-#endif
-#if HALOX_HAS_CUDA
   if (device && m.options.fused) {
     if (!m.fused) {
       std::vector<detail::LocalFace> faces;

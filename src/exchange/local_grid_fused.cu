@@ -220,6 +220,7 @@ void LocalGridFused::exchange(const std::vector<void*>& fields, cudaStream_t str
   m.check();
   if (m.faces.empty()) return;
   Impl::Table& t = m.table_for(fields);
+  if (t.total_tiles == 0) return;  // faces of no words
   LocalArgs a{};
   a.faces = t.faces;
   a.faces_count = static_cast<int>(m.faces.size());
