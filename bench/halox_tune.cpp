@@ -19,6 +19,7 @@
 #include "halox/exchange.hpp"
 #include "halox/mpi.hpp"
 #include "halox/tuning.hpp"
+#include "../apps/common/mpi_main.hpp"
 #include "report.hpp"
 
 namespace {
@@ -46,6 +47,7 @@ void usage(FILE* out) {
 }
 
 int tune(int argc, char** argv) {
+  halox::select_device(MPI_COMM_WORLD);  // one GPU per rank on multi-GPU nodes
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -198,18 +200,10 @@ int tune(int argc, char** argv) {
 
 }  // namespace
 
+// Never past input checking: every error is reported as an input error is, once by rank 0
+// with exit code 2 (the measurements are collective and fail alike on every rank).
+const bool kInputChecked = false;
+
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  halox::select_device(MPI_COMM_WORLD);
-  int rc = 0;
-  try {
-    rc = tune(argc, argv);
-  } catch (const std::exception& e) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
-    rc = 2;
-  }
-  MPI_Finalize();
-  return rc;
+  return halox::apps::mpi_main("halox-tune", argc, argv, tune, kInputChecked);
 }

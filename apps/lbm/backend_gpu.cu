@@ -9,6 +9,7 @@
 
 #include "../common/cuda_check.hpp"
 #include "backend.hpp"
+#include "halox/device.hpp"
 #include "halox/error.hpp"
 
 namespace halox::lbm {
@@ -323,11 +324,7 @@ class GpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_gpu_backend(bool single) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    cudaGetLastError();
-    throw Error("halox-lbm: --device gpu, but no CUDA device is visible");
-  }
+  if (visible_gpus() == 0) throw Error("halox-lbm: --device gpu, but no CUDA device is visible");
   if (single) return std::make_unique<GpuBackend<float>>();
   return std::make_unique<GpuBackend<double>>();
 }

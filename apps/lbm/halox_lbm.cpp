@@ -19,6 +19,7 @@
 
 #include "backend.hpp"
 #include "../common/mpi_main.hpp"
+#include "halox/device.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
 #include "halox/local_grid.hpp"
@@ -287,16 +288,7 @@ class Lbm {
       m_offset[a] = local_offset(cli.grid[a], dims[a], c[a]);
       m_wrap[a] = cli.self_halo == "wrap" && dims[a] == 1 && m_topology.periodic()[a];
     }
-    const bool gpu = cli.device == "gpu" || (cli.device == "auto" && [] {
-#if HALOX_HAS_CUDA
-                       int n = 0;
-                       const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-                       cudaGetLastError();
-                       return ok;
-#else
-                       return false;
-#endif
-                     }());
+    const bool gpu = cli.device == "gpu" || (cli.device == "auto" && visible_gpus() > 0);
     m_backend = gpu ? make_gpu_backend(cli.single) : make_cpu_backend(cli.single);
     m_transport = cli.transport_given && !cli.local
                       ? cli.transport
@@ -358,9 +350,7 @@ class Lbm {
   // The pieces of a step, for a driver of several ranks of one process (LocalRanks), which
   // does every rank's exchanges between them: exchange f and g; the first update (BGK, or
   // the phi pass); exchange phi; the second (the fused stream-collide pass); swap.
-  void first_update() {
-    update(0, whole());
-  }
+  void first_update() { update(0, whole()); }
   void second_update() {
     if (m_cli.params.multiphase) update(1, whole());
   }
@@ -379,12 +369,8 @@ class Lbm {
     ++m_steps;
   }
   /// Field k (0 f, 1 g, 2 phi): the current copy and the plan of the populations it sends.
-  void* field(int k) {
-    return base(halo(k));
-  }
-  const GridPlan& plan(int k) const {
-    return (k == 0 ? m_f : k == 1 ? m_g : m_phi).moved;
-  }
+  void* field(int k) { return base(halo(k)); }
+  const GridPlan& plan(int k) const { return (k == 0 ? m_f : k == 1 ? m_g : m_phi).moved; }
   /// Whether the update wraps around pulse p's axis (no exchange of it), or stage s's.
   bool wraps(const FieldHalo& h, std::size_t p) const {
     return m_wrap[h.plan.pulses[p].header.axis];
@@ -392,12 +378,16 @@ class Lbm {
   bool stage_wraps(const FieldHalo& h, int s) const {
     return wraps(h, 2 * static_cast<std::size_t>(s));
   }
-  FieldHalo& halo(int k) {
-    return k == 0 ? m_f : k == 1 ? m_g : m_phi;
+  /// The axes the update wraps, e.g. "yz" (the same on every rank).
+  std::string wrapped_axes() const {
+    std::string axes;
+    for (int a = 0; a < 3; ++a) {
+      if (m_wrap[a]) axes += "xyz"[a];
+    }
+    return axes;
   }
-  void synchronize() {
-    m_backend->synchronize();
-  }
+  FieldHalo& halo(int k) { return k == 0 ? m_f : k == 1 ? m_g : m_phi; }
+  void synchronize() { m_backend->synchronize(); }
 
   // The overlap variant: cells that read no halo (the inner box) are updated on a second
   // stream while the halo travels; the boundary shell follows the exchange. Every cell
@@ -417,9 +407,7 @@ class Lbm {
     // wall time is this variant's compute time (exchange and compute overlap: one span).
   }
 
-  Region whole() const {
-    return Region{{1, 1, 1}, {m_n[0] + 1, m_n[1] + 1, m_n[2] + 1}};
-  }
+  Region whole() const { return Region{{1, 1, 1}, {m_n[0] + 1, m_n[1] + 1, m_n[2] + 1}}; }
   // Update pass 0 (BGK, or the phi pass) or 1 (the fused stream-collide pass) over a region.
   void update(int pass, const Region& r, bool side = false) {
     if (pass == 1) {
@@ -858,6 +846,7 @@ class LocalRanks {
   double time_compute() const { return m_time_compute; }
   void reset_timers() { m_time_exchange = m_time_compute = 0; }
   std::array<int, 3> local() const { return m_ranks[0]->local(); }
+  std::string wrapped_axes() const { return m_ranks[0]->wrapped_axes(); }
   std::array<double, 4> totals() {
     std::array<double, 4> sum{};
     for (auto& lbm : m_ranks) {
@@ -997,10 +986,7 @@ template <class Run>
 int drive(Run& lbm, const Cli& cli, int rank) {
   const long long cells = (long long)cli.grid[0] * cli.grid[1] * cli.grid[2];
   const auto first = lbm.totals();
-  std::string wrapped;  // periodic axes one rank spans, when the update wraps them
-  for (int a = 0; a < 3; ++a) {
-    if (cli.self_halo == "wrap" && lbm.topology().dims()[a] == 1) wrapped += "xyz"[a];
-  }
+  const std::string wrapped = lbm.wrapped_axes();
   if (rank == 0) {
     std::printf("halox-lbm: %s, %dx%dx%d cells on %s ranks, %s, %s\n", cli.model.c_str(),
                 cli.grid[0], cli.grid[1], cli.grid[2], lbm.topology().describe().c_str(),

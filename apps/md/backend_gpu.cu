@@ -11,6 +11,7 @@
 
 #include "../common/cuda_check.hpp"
 #include "backend.hpp"
+#include "halox/device.hpp"
 #include "halox/error.hpp"
 #include "lj.hpp"
 
@@ -268,12 +269,7 @@ class GpuBackend final : public Backend {
 }  // namespace
 
 bool gpu_present() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
+  return visible_gpus() > 0;
 }
 
 std::unique_ptr<Backend> make_gpu_backend(bool single_precision) {

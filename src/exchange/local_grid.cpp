@@ -16,8 +16,8 @@
 
 #include "../common/cuda_check.hpp"
 #include "halox/pack_gpu.hpp"
-#include "local_grid_fused.hpp"
 #endif
+#include "local_grid_fused.hpp"
 
 namespace halox {
 
@@ -42,12 +42,8 @@ std::vector<GridPlan> make_local_grid_plans(
 }
 
 struct LocalGridExchange::Impl {
-  // One face: rank `from`'s pulse `pulse` sends to rank `to`'s pulse `pulse`.
-  struct Face {
-    int stage, pulse, from, to;
-  };
   std::vector<GridPlan> plans;
-  std::vector<Face> faces;  // in stage order
+  std::vector<detail::LocalFace> faces;  // in stage order
   std::vector<char> scratch;
   std::map<const void*, bool> on_device;  // per buffer, asked once
   LocalGridOptions options;
@@ -90,8 +86,9 @@ LocalGridExchange::LocalGridExchange(std::vector<GridPlan> plans, LocalGridOptio
     }
   }
   // Stage order (pulses are listed stage by stage already; keep it explicit).
-  std::stable_sort(m_impl->faces.begin(), m_impl->faces.end(),
-                   [](const Impl::Face& a, const Impl::Face& b) { return a.stage < b.stage; });
+  std::stable_sort(
+      m_impl->faces.begin(), m_impl->faces.end(),
+      [](const detail::LocalFace& a, const detail::LocalFace& b) { return a.stage < b.stage; });
   m_impl->plans = std::move(plans);
 }
 
@@ -114,10 +111,8 @@ void LocalGridExchange::exchange(const std::vector<void*>& fields, CUstream_st* 
   device = known->second;
   if (device && m.options.fused) {
     if (!m.fused) {
-      std::vector<detail::LocalFace> faces;
-      for (const Impl::Face& f : m.faces) faces.push_back({f.stage, f.pulse, f.from, f.to});
-      m.fused = std::make_unique<detail::LocalGridFused>(m.plans, faces, m.options.timeout_seconds,
-                                                         m.options.stall_rank);
+      m.fused = std::make_unique<detail::LocalGridFused>(
+          m.plans, m.faces, m.options.timeout_seconds, m.options.stall_rank);
     }
     m.fused->exchange(fields, stream);
     return;
@@ -125,7 +120,7 @@ void LocalGridExchange::exchange(const std::vector<void*>& fields, CUstream_st* 
 #endif
   // Within a stage, faces read interior layers and write halo layers: no face reads what
   // another of its stage writes, so they need no order among themselves.
-  for (const Impl::Face& f : m.faces) {
+  for (const detail::LocalFace& f : m.faces) {
     const GridPulse& send = m.plans[f.from].pulses[f.pulse];
     const GridPulse& recv = m.plans[f.to].pulses[f.pulse];
     if (device) {

@@ -10,6 +10,8 @@
 // time-out that records the rank, the peer and the pulse; the next exchange throws.
 #include "local_grid_fused.hpp"
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -113,7 +115,8 @@ struct LocalGridFused::Impl {
   };
   std::vector<GridPlan> plans;
   std::vector<LocalFace> faces;
-  std::map<std::vector<int>, Table> tables;
+  std::map<std::vector<int>, Table> tables;  // per alignment of the ranks' arrays
+  std::vector<int> key;                      // table_for's scratch
   double timeout_seconds;
   int stall_rank;
   int blocks = 0;  // resident blocks of the whole GPU
@@ -122,7 +125,7 @@ struct LocalGridFused::Impl {
   ErrorRecord* error_device = nullptr;
 
   Table& table_for(const std::vector<void*>& fields) {
-    std::vector<int> key;
+    key.clear();  // a member: no allocation per exchange
     for (void* p : fields)
       key.push_back(static_cast<int>(reinterpret_cast<std::uintptr_t>(p) & 15));
     auto it = tables.find(key);
@@ -215,7 +218,7 @@ LocalGridFused::~LocalGridFused() {
   cudaFreeHost(m.error);
 }
 
-void LocalGridFused::exchange(const std::vector<void*>& fields, cudaStream_t stream) {
+void LocalGridFused::exchange(const std::vector<void*>& fields, CUstream_st* stream) {
   Impl& m = *m_impl;
   m.check();
   if (m.faces.empty()) return;

@@ -1,13 +1,13 @@
-// The GPU-initiated path of LocalGridExchange: one kernel moves every face of every rank of
-// the process, all stages in one launch. Include only where CUDA is enabled.
+// The faces of LocalGridExchange, and its GPU-initiated path (built with CUDA only): one
+// kernel moves every face of every rank of the process, all stages in one launch.
 #pragma once
-
-#include <cuda_runtime.h>
 
 #include <memory>
 #include <vector>
 
 #include "halox/plan.hpp"
+
+struct CUstream_st;
 
 namespace halox::detail {
 
@@ -26,7 +26,7 @@ class LocalGridFused {
   LocalGridFused& operator=(const LocalGridFused&) = delete;
 
   /// One launch on `stream`; throws HaloTimeoutError when an earlier launch timed out.
-  void exchange(const std::vector<void*>& fields, cudaStream_t stream);
+  void exchange(const std::vector<void*>& fields, CUstream_st* stream);
 
  private:
   struct Impl;

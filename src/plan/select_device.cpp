@@ -1,6 +1,7 @@
 #include <cstdlib>
 
 #include "halox/config.hpp"
+#include "halox/device.hpp"
 #include "halox/mpi.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
@@ -15,11 +16,8 @@ int select_device(MPI_Comm comm) {
   int local = 0;
   HALOX_MPI_CHECK(MPI_Comm_rank(node, &local));
   MPI_Comm_free(&node);
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return -1;
-  }
+  const int count = visible_gpus();
+  if (count == 0) return -1;
   int device = local % count;
   if (const char* forced = std::getenv("HALOX_DEVICE")) device = std::atoi(forced) % count;
   if (cudaSetDevice(device) != cudaSuccess) {

@@ -17,6 +17,7 @@
 #include "../common/grid_field.hpp"
 #include "../common/particle_world.hpp"
 #include "../common/seed.hpp"
+#include "halox/device.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
 #include "halox/plan.hpp"
@@ -294,8 +295,7 @@ TEST(ParticleHalo, BadCutoffIsRefusedOnEveryRank) {
 #if HALOX_HAS_CUDA
 namespace {
 TEST(Transports, MpiDirectIsRefusedUnlessMpiIsCudaAware) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no GPU";
+  if (visible_gpus() == 0) GTEST_SKIP() << "no GPU";
   std::string why;
   if (transport_available(TransportKind::mpi_direct, &why)) GTEST_SKIP() << "MPI is CUDA-aware";
   EXPECT_NE(why.find("CUDA-aware"), std::string::npos) << why;

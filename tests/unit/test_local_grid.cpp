@@ -11,6 +11,7 @@
 
 #include "../common/grid_field.hpp"
 #include "halox/config.hpp"
+#include "halox/device.hpp"
 #include "halox/error.hpp"
 #include "halox/gpu_halo.hpp"
 #include "halox/local_grid.hpp"
@@ -25,14 +26,7 @@ using halox::testing::global_value;
 namespace {
 
 bool have_gpu() {
-#if HALOX_HAS_CUDA
-  int n = 0;
-  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  cudaGetLastError();
-  return ok;
-#else
-  return false;
-#endif
+  return visible_gpus() > 0;
 }
 
 // Rank sizes along each axis: `base` cells, the first `extra` coordinates one more.
