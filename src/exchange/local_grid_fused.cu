@@ -120,9 +120,7 @@ struct LocalGridFused::Impl {
   double timeout_seconds;
   int stall_rank;
   int blocks = 0;  // resident blocks of the whole GPU
-  int* claim = nullptr;
-  ErrorRecord* error = nullptr;  // mapped host memory
-  ErrorRecord* error_device = nullptr;
+  ErrorChannel errors;
 
   Table& table_for(const std::vector<void*>& fields) {
     key.clear();  // a member: no allocation per exchange
@@ -165,7 +163,7 @@ struct LocalGridFused::Impl {
   }
 
   void check() const {
-    const volatile ErrorRecord* e = error;
+    const volatile ErrorRecord* e = &errors.record();
     if (e->flag == 0) return;
     const int rank = e->rank, pulse = e->pulse;
     const std::string name = rank >= 0 && rank < static_cast<int>(plans.size()) && pulse >= 0 &&
@@ -200,11 +198,6 @@ LocalGridFused::LocalGridFused(const std::vector<GridPlan>& plans,
   HALOX_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, local_grid_kernel, 256, 0));
   m.blocks = std::max(1, sms * per_sm);
-  HALOX_CUDA_CHECK(cudaHostAlloc(&m.error, sizeof(ErrorRecord), cudaHostAllocMapped));
-  std::memset(m.error, 0, sizeof(ErrorRecord));
-  HALOX_CUDA_CHECK(cudaHostGetDevicePointer(&m.error_device, m.error, 0));
-  HALOX_CUDA_CHECK(cudaMalloc(&m.claim, sizeof(int)));
-  fill_device_now(m.claim, 0, sizeof(int));
 }
 
 LocalGridFused::~LocalGridFused() {
@@ -214,8 +207,6 @@ LocalGridFused::~LocalGridFused() {
     cudaFree(t.faces);
     cudaFree(t.counters);
   }
-  cudaFree(m.claim);
-  cudaFreeHost(m.error);
 }
 
 void LocalGridFused::exchange(const std::vector<void*>& fields, CUstream_st* stream) {
@@ -233,7 +224,7 @@ void LocalGridFused::exchange(const std::vector<void*>& fields, CUstream_st* str
   a.ticket_base = t.ticket_base;
   a.epoch = ++t.epoch;
   a.timeout_ns = static_cast<u64>(m.timeout_seconds * 1e9);
-  a.error = ErrorSink{m.claim, m.error_device};
+  a.error = m.errors.sink();
   a.stall_rank = m.stall_rank;
   for (std::size_t r = 0; r < fields.size(); ++r) a.field[r] = static_cast<char*>(fields[r]);
   const int blocks = std::min(m.blocks, t.total_tiles);

@@ -342,9 +342,7 @@ struct DeviceHalo::Impl {
   std::vector<std::unique_ptr<DeviceArray<int>>> index_arrays;
   DeviceArray<PulseView> views;
   DeviceArray<RankTable> tables;
-  ErrorRecord* error = nullptr;  // mapped pinned memory
-  ErrorRecord* error_device = nullptr;
-  int* claim = nullptr;
+  ErrorChannel errors;
   u64 fwd_epoch = 0, rev_epoch = 0, fwd_round = 0, rev_round = 0, probe_epoch = 0;
   int grid_blocks = 1;
   bool system_scope = true;
@@ -376,7 +374,7 @@ struct DeviceHalo::Impl {
     a.epoch = epoch;
     a.round = round;
     a.timeout_ns = static_cast<u64>(options.timeout_seconds * 1e9);
-    a.error = ErrorSink{claim, error_device};
+    a.error = errors.sink();
     a.stall_rank = options.stall_rank;
     a.system_scope = system_scope ? 1 : 0;
     a.trace = device_trace();
@@ -437,19 +435,12 @@ DeviceHalo::DeviceHalo(BasicKind real, GpuHaloOptions options, double gpu_share)
   m_impl->options = options;
   m_impl->share = gpu_share;
   m_impl->item = 3 * (real == BasicKind::float32 ? 4 : 8);
-  HALOX_CUDA_CHECK(cudaHostAlloc(&m_impl->error, sizeof(ErrorRecord), cudaHostAllocMapped));
-  std::memset(m_impl->error, 0, sizeof(ErrorRecord));
-  HALOX_CUDA_CHECK(cudaHostGetDevicePointer(&m_impl->error_device, m_impl->error, 0));
-  HALOX_CUDA_CHECK(cudaMalloc(&m_impl->claim, sizeof(int)));
-  detail::fill_device_now(m_impl->claim, 0, sizeof(int));
 }
 
 DeviceHalo::~DeviceHalo() {
   cudaDeviceSynchronize();
   m_impl->release();
   cudaFree(m_impl->x_table);
-  cudaFree(m_impl->claim);
-  cudaFreeHost(m_impl->error);
 }
 
 namespace {
@@ -522,8 +513,7 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
     m.published[k] = pb;
   }
   m.fwd_epoch = m.rev_epoch = m.fwd_round = m.rev_round = m.probe_epoch = 0;
-  std::memset(m.error, 0, sizeof(ErrorRecord));
-  detail::fill_device_now(m.claim, 0, sizeof(int));
+  m.errors.clear();
   if (!m.x_table) HALOX_CUDA_CHECK(cudaMalloc(&m.x_table, 2 * 4096 * sizeof(void*)));
   if (ranks.size() > 4096) throw Error("halox: at most 4096 ranks per process");
   m.last_x.clear();
@@ -699,7 +689,7 @@ void DeviceHalo::reverse(const std::vector<void*>& f, GpuStream stream) {
 }
 
 void DeviceHalo::check() const {
-  const volatile ErrorRecord* e = m_impl->error;
+  const volatile ErrorRecord* e = &m_impl->errors.record();
   if (e->flag == 0) return;
   std::ostringstream s;
   if (e->flag == 2) {

@@ -158,13 +158,7 @@ class GridFusedTransport final : public Transport {
         m_name(std::move(name)),
         m_peers(comm, rank, mapping),
         m_timeout_seconds(timeout_seconds),
-        m_self_test(self_test) {
-    HALOX_CUDA_CHECK(cudaHostAlloc(&m_error, sizeof(ErrorRecord), cudaHostAllocMapped));
-    std::memset(m_error, 0, sizeof(ErrorRecord));
-    HALOX_CUDA_CHECK(cudaHostGetDevicePointer(&m_error_device, m_error, 0));
-    HALOX_CUDA_CHECK(cudaMalloc(&m_claim, sizeof(int)));
-    detail::fill_device_now(m_claim, 0, sizeof(int));
-  }
+        m_self_test(self_test) {}
   ~GridFusedTransport() override {
     cudaDeviceSynchronize();
     m_peers.unmap();
@@ -176,8 +170,6 @@ class GridFusedTransport final : public Transport {
     }
     cudaFree(m_counters);
     for (auto& [key, views] : m_views) cudaFree(views);
-    cudaFree(m_claim);
-    cudaFreeHost(m_error);
   }
   std::string name() const override { return m_name; }
 
@@ -191,7 +183,7 @@ class GridFusedTransport final : public Transport {
                m_rank,
                epoch,
                static_cast<u64>(m_timeout_seconds * 1e9),
-               ErrorSink{m_claim, m_error_device},
+               m_errors.sink(),
                m_same_gpu ? 0 : 1};
     for (const auto& [first, count] : m_stages) {
       // Each stage moves its faces in the widest words they allow (x faces of a field of
@@ -220,7 +212,7 @@ class GridFusedTransport final : public Transport {
  private:
   // A time-out or a wrong plan becomes an error naming the ranks and the pulse.
   void check(const std::vector<Op>& ops) const {
-    const volatile ErrorRecord* e = m_error;
+    const volatile ErrorRecord* e = &m_errors.record();
     if (e->flag == 0) return;
     const std::string pulse = e->pulse >= 0 && e->pulse < static_cast<int>(ops.size())
                                   ? ops[e->pulse].name
@@ -333,13 +325,8 @@ class GridFusedTransport final : public Transport {
   // whether any rank found a broken link.
   void self_test(const std::vector<Op>& ops) {
     HALOX_MPI_CHECK(MPI_Barrier(m_comm));
-    GridArgs a{views_for(4, 0, 0),
-               0,
-               m_rank,
-               1,
-               static_cast<u64>(m_timeout_seconds * 1e9),
-               ErrorSink{m_claim, m_error_device},
-               1};
+    GridArgs a{views_for(4, 0, 0), 0, m_rank, 1, static_cast<u64>(m_timeout_seconds * 1e9),
+               m_errors.sink(),    1};
     grid_probe_kernel<<<static_cast<unsigned>(ops.size()), 32>>>(a);
     HALOX_CUDA_CHECK(cudaGetLastError());
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
@@ -415,9 +402,7 @@ class GridFusedTransport final : public Transport {
   u64* m_counters = nullptr;
   u64 m_epoch = 0;
   int m_blocks = 1;
-  ErrorRecord* m_error = nullptr;
-  ErrorRecord* m_error_device = nullptr;
-  int* m_claim = nullptr;
+  ErrorChannel m_errors;
 };
 
 }  // namespace

@@ -5,6 +5,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
+
+#include "../common/cuda_check.hpp"
+
 namespace halox::detail {
 
 using u64 = unsigned long long;
@@ -19,6 +23,38 @@ struct ErrorRecord {
 struct ErrorSink {
   int* claim;           // device memory
   ErrorRecord* report;  // mapped pinned host memory
+};
+
+// The host side of an ErrorSink, owned by an engine: the report in mapped pinned memory and
+// the claim word, both cleared. Its owner waits for its kernels before this is destroyed.
+class ErrorChannel {
+ public:
+  ErrorChannel() {
+    HALOX_CUDA_CHECK(cudaHostAlloc(&m_report, sizeof(ErrorRecord), cudaHostAllocMapped));
+    HALOX_CUDA_CHECK(cudaHostGetDevicePointer(&m_report_device, m_report, 0));
+    HALOX_CUDA_CHECK(cudaMalloc(&m_claim, sizeof(int)));
+    clear();
+  }
+  ~ErrorChannel() {
+    cudaFree(m_claim);
+    cudaFreeHost(m_report);
+  }
+  ErrorChannel(const ErrorChannel&) = delete;
+  ErrorChannel& operator=(const ErrorChannel&) = delete;
+
+  ErrorSink sink() const { return ErrorSink{m_claim, m_report_device}; }
+  /// What the first failing wait recorded (flag 0: nothing); read without synchronising.
+  const volatile ErrorRecord& record() const { return *m_report; }
+  /// Forgets a recorded error (a new plan starts afresh).
+  void clear() {
+    std::memset(m_report, 0, sizeof(ErrorRecord));
+    fill_device_now(m_claim, 0, sizeof(int));
+  }
+
+ private:
+  ErrorRecord* m_report = nullptr;  // mapped pinned host memory
+  ErrorRecord* m_report_device = nullptr;
+  int* m_claim = nullptr;
 };
 
 __device__ inline void report_error(ErrorSink sink, int flag, int rank, int peer, int pulse,

@@ -158,7 +158,9 @@ __device__ __forceinline__ const DeviceDesc& piece_of(const DevicePackView& v, l
 // scattered 4-byte words (an x face: one DRAM sector per word) is latency-bound otherwise.
 enum class Move { pack, unpack, copy };
 constexpr int kBatch = 4;
-template <int W, Move M>
+// I: the index type of the word arithmetic (unsigned while every piece has fewer than 2^32
+// words, as the exchanges' faces do; std::int64_t otherwise).
+template <int W, Move M, class I = unsigned>
 __device__ __forceinline__ void move_face(const DevicePackView& from, const DevicePackView& to,
                                           long long first, long long end, long long stride,
                                           const char* src, char* dst) {
@@ -174,13 +176,12 @@ __device__ __forceinline__ void move_face(const DevicePackView& from, const Devi
       if (g < end) {
         const DeviceDesc& d = piece_of(v, g);
         std::int64_t mem, packed;
-        word_offsets<W, unsigned, -1>(d, static_cast<unsigned>(g - d.first_word), mem, packed);
+        word_offsets<W, I, -1>(d, static_cast<I>(g - d.first_word), mem, packed);
         std::int64_t read = M == Move::unpack ? packed : mem;
         write[k] = M == Move::unpack ? mem : packed;
         if constexpr (M == Move::copy) {
           const DeviceDesc& e = piece_of(to, g);
-          word_offsets<W, unsigned, -1>(e, static_cast<unsigned>(g - e.first_word), write[k],
-                                        packed);
+          word_offsets<W, I, -1>(e, static_cast<I>(g - e.first_word), write[k], packed);
         }
         word[k] = *reinterpret_cast<const Word*>(src + read);
       }

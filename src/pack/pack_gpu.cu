@@ -32,11 +32,10 @@ namespace {
 using detail::DeviceDesc;
 using detail::DevicePackView;
 using detail::divide;
+using detail::move_face;
 using detail::move_word;
 using detail::PackOp;
 using detail::piece_holding;
-using detail::word_offsets;
-using detail::WordOf;
 
 // Magic numbers for n / d with n < 2^31 (Granlund-Montgomery, as CUTLASS's FastDivmod).
 void fast_divisor(std::int64_t d, unsigned& mul, unsigned& shr) {
@@ -180,16 +179,9 @@ __global__ void __launch_bounds__(256)
 template <int W, class I>
 __global__ void __launch_bounds__(256)
     copy_kernel(DevicePackView from, DevicePackView to, I words, const char* src, char* dst) {
-  using Word = typename WordOf<W>::type;
-  for (I g = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < words;
-       g += static_cast<I>(gridDim.x) * blockDim.x) {
-    const DeviceDesc& a = piece_holding(from.descs, from.pieces, g);
-    const DeviceDesc& b = piece_holding(to.descs, to.pieces, g);
-    std::int64_t read, write, packed;
-    word_offsets<W, I, -1>(a, g - static_cast<I>(a.first_word), read, packed);
-    word_offsets<W, I, -1>(b, g - static_cast<I>(b.first_word), write, packed);
-    *reinterpret_cast<Word*>(dst + write) = *reinterpret_cast<const Word*>(src + read);
-  }
+  move_face<W, detail::Move::copy, I>(
+      from, to, static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x,
+      static_cast<long long>(words), static_cast<long long>(gridDim.x) * blockDim.x, src, dst);
 }
 
 int grid_for(std::int64_t words) {
