@@ -172,7 +172,7 @@ __device__ __forceinline__ void move_face(const DevicePackView& from, const Devi
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
       const long long g = base + k * stride;
-      write[k] = -1;
+      write[k] = 0;
       if (g < end) {
         const DeviceDesc& d = piece_of(v, g);
         std::int64_t mem, packed;
@@ -188,7 +188,8 @@ __device__ __forceinline__ void move_face(const DevicePackView& from, const Devi
     }
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
-      if (write[k] >= 0) *reinterpret_cast<Word*>(dst + write[k]) = word[k];
+      // Not a sentinel offset: a general type's byte offsets may be negative (MPI lower bounds).
+      if (base + k * stride < end) *reinterpret_cast<Word*>(dst + write[k]) = word[k];
     }
   }
 }
