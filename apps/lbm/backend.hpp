@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,14 @@ class Backend {
   virtual void swap() = 0;
   virtual GpuStream stream_handle() = 0;
   virtual void synchronize() = 0;
+  /// Phase timing that does not stall the GPU between phases: mark(k) records point k
+  /// (0 <= k < kMarks) in stream order; seconds_between(a, b) waits for point b and returns
+  /// the time from a to b. The host back end's points are the host clock at the call.
+  static constexpr int kMarks = 5;
+  virtual void mark(int point) { m_marks.at(point) = std::chrono::steady_clock::now(); }
+  virtual double seconds_between(int from, int to) {
+    return std::chrono::duration<double>(m_marks.at(to) - m_marks.at(from)).count();
+  }
   /// The "default" communication variant's hand-written pack: the cells of the box
   /// [lo, hi) (halo coordinates) of the planes `planes` of field 0 (f), 1 (g) or 2 (phi), in
   /// plane-major order, into `out` (device memory for the GPU back end) / back from `in`.
@@ -70,6 +79,9 @@ class Backend {
   virtual double copy_ceiling_gbs() { return 0; }
   /// Bytes of lattice arrays allocated.
   virtual std::int64_t bytes() const = 0;
+
+ private:
+  std::array<std::chrono::steady_clock::time_point, kMarks> m_marks{};
 };
 
 std::unique_ptr<Backend> make_cpu_backend(bool single);

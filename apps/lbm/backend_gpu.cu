@@ -4,6 +4,7 @@
 
 #include <string>
 #include <algorithm>
+#include <array>
 #include <utility>
 #include <vector>
 
@@ -24,11 +25,13 @@ namespace {
 struct Box3 {
   int lo[3], n[3];
 };
-// At least 4 blocks (32 warps) per SM for float: the fused multiphase update needs 77
-// registers unbounded (3 blocks, 37% occupancy, 78% of the copy bandwidth on the H200); 64
-// costs it a few bytes of spill. Double keeps 2 blocks (64 registers would spill hundreds).
+// At least 3 blocks (24 warps) per SM for float: the fused multiphase update then takes 80
+// registers and spills nothing; held to 64 for 4 blocks it spills 16 bytes and its pass ran
+// 3% slower on the H200 (82.4% vs 85.1% of the copy bandwidth, 5 and 6 blocks far worse:
+// docs/PERFORMANCE.md). The BGK and phi updates need fewer registers either way. Double
+// keeps 2 blocks (64 registers would spill hundreds).
 template <class Real, class Op>
-__global__ void __launch_bounds__(256, sizeof(Real) == 4 ? 4 : 2)
+__global__ void __launch_bounds__(256, sizeof(Real) == 4 ? 3 : 2)
     cell_kernel(Fields<Real> F, Box3 b, Op op) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   const int j = blockIdx.y * blockDim.y + threadIdx.y;
@@ -119,6 +122,9 @@ class GpuBackend final : public Backend {
   }
   ~GpuBackend() override {
     release();
+    for (cudaEvent_t e : m_marks) {
+      if (e) cudaEventDestroy(e);
+    }
     if (m_side) {
       cudaStreamDestroy(m_side);
       cudaEventDestroy(m_fork);
@@ -255,6 +261,18 @@ class GpuBackend final : public Backend {
   }
   GpuStream stream_handle() override { return m_stream; }
   void synchronize() override { LBM_CUDA(cudaStreamSynchronize(m_stream)); }
+  void mark(int point) override {
+    if (!m_marks[0]) {
+      for (cudaEvent_t& e : m_marks) LBM_CUDA(cudaEventCreate(&e));
+    }
+    LBM_CUDA(cudaEventRecord(m_marks.at(point), m_stream));
+  }
+  double seconds_between(int from, int to) override {
+    LBM_CUDA(cudaEventSynchronize(m_marks.at(to)));
+    float ms = 0;
+    LBM_CUDA(cudaEventElapsedTime(&ms, m_marks.at(from), m_marks.at(to)));
+    return 1e-3 * ms;
+  }
   std::int64_t bytes() const override { return m_bytes; }
 
  private:
@@ -315,6 +333,7 @@ class GpuBackend final : public Backend {
   cudaStream_t m_stream = nullptr;
   cudaStream_t m_side = nullptr;  // the overlap variant's interior stream
   cudaEvent_t m_fork = nullptr, m_join = nullptr;
+  std::array<cudaEvent_t, kMarks> m_marks{};  // the phase-timing points, made at first use
   Fields<Real> m_f;
   std::vector<void*> m_raw;  // what cudaMalloc returned (m_f's pointers are offset)
   bool m_multiphase = false;
