@@ -60,9 +60,10 @@ class Backend {
   virtual GpuStream stream_handle() = 0;
   virtual void synchronize() = 0;
   /// Phase timing that does not stall the GPU between phases: mark(k) records point k
-  /// (0 <= k < kMarks) in stream order; seconds_between(a, b) waits for point b and returns
-  /// the time from a to b. The host back end's points are the host clock at the call.
-  static constexpr int kMarks = 5;
+  /// (0 <= k < kMarks: two steps of five) in stream order; seconds_between(a, b) waits for
+  /// point b and returns the time from a to b. The host back end's points are the host
+  /// clock at the call.
+  static constexpr int kMarks = 10;
   virtual void mark(int point) { m_marks.at(point) = std::chrono::steady_clock::now(); }
   virtual double seconds_between(int from, int to) {
     return std::chrono::duration<double>(m_marks.at(to) - m_marks.at(from)).count();

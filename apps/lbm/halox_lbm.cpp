@@ -322,26 +322,26 @@ class Lbm {
     if (m_cli.comm == "overlap") {
       step_overlapped();
     } else {
-      // Phase times from points marked in stream order, read once the whole step is queued:
-      // one host wait per step, not one per phase, each of which idled the GPU for a launch.
-      // (A transport that needs the host, such as MPI through host memory, waits for its
-      // own stream work inside the exchange.)
+      // Phase times from points marked in stream order (two sets, by step parity), read one
+      // step late: the host waits for step s - 1 while step s is queued, so the GPU never
+      // idles between the phases or the steps of a stream-ordered exchange. (A transport
+      // that needs the host, such as MPI through host memory, waits for its own work.)
       Backend& b = *m_backend;
-      const bool multiphase = m_cli.params.multiphase;
-      b.mark(0);
+      const int at = 5 * static_cast<int>(m_steps % 2);
+      b.mark(at);
       exchange(m_f);
-      if (multiphase) exchange(m_g);
-      b.mark(1);
+      if (m_cli.params.multiphase) exchange(m_g);
+      b.mark(at + 1);
       first_update();
-      b.mark(2);
-      if (multiphase) {
+      b.mark(at + 2);
+      if (m_cli.params.multiphase) {
         exchange(m_phi);
-        b.mark(3);
+        b.mark(at + 3);
         second_update();
-        b.mark(4);
+        b.mark(at + 4);
       }
-      m_time_exchange += b.seconds_between(0, 1) + (multiphase ? b.seconds_between(2, 3) : 0);
-      m_time_compute += b.seconds_between(1, 2) + (multiphase ? b.seconds_between(3, 4) : 0);
+      settle_phase_times();
+      m_marked = at;
     }
     finish_step();
   }
@@ -532,13 +532,16 @@ class Lbm {
     if (m_cli.comm == "default") return "default (hand-written pack + host copies + MPI)";
     return m_cli.comm + ", " + to_string(m_transport);
   }
-  double time_exchange() const {
+  double time_exchange() {
+    settle_phase_times();
     return m_time_exchange;
   }
-  double time_compute() const {
+  double time_compute() {
+    settle_phase_times();
     return m_time_compute;
   }
   void reset_timers() {
+    settle_phase_times();
     m_time_exchange = m_time_compute = 0;
   }
   std::array<int, 3> local() const {
@@ -546,6 +549,19 @@ class Lbm {
   }
 
  private:
+  // Adds the phase times of the step whose points are still unread (waits for its end).
+  void settle_phase_times() {
+    if (m_marked < 0) return;
+    Backend& b = *m_backend;
+    const int at = m_marked;
+    m_marked = -1;
+    const bool multiphase = m_cli.params.multiphase;
+    m_time_exchange +=
+        b.seconds_between(at, at + 1) + (multiphase ? b.seconds_between(at + 2, at + 3) : 0);
+    m_time_compute +=
+        b.seconds_between(at + 1, at + 2) + (multiphase ? b.seconds_between(at + 3, at + 4) : 0);
+  }
+
   void initialise() {
     const Params& p = m_cli.params;
     std::vector<double> cells;
@@ -793,6 +809,7 @@ class Lbm {
   std::size_t m_device_bytes = 0;
   double m_time_exchange = 0, m_time_compute = 0;
   long m_steps = 0;
+  int m_marked = -1;  // the first phase-timing point of the step not yet added, or -1
 };
 
 // --transport local: every rank of --ranks in this one process, stepped in lockstep. Between
