@@ -94,10 +94,8 @@ __global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
         default: move_face<1, Move::copy>(f.send, f.recv, me, end, blockDim.x, src, dst); break;
       }
       __syncthreads();
-      if (threadIdx.x == 0) {
-        __threadfence();  // the tile's stores before its count
-        atomicAdd(&a.done[k], 1ull);
-      }
+      if (threadIdx.x == 0)
+        add_acq_rel(&a.done[k], 1ull, false);  // the tile's stores, then its count
     }
   }
 }

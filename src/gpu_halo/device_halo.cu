@@ -5,9 +5,10 @@
 // Protocol per pulse and direction, with e = the exchange's counter (never reset):
 //   1. tell my source that my staging area is free    (release store e into its slot)
 //   2. wait until my destination's staging area is free (acquire load >= e, time-out)
+//      (1 and 2 only with peers outside this launch: stream order covers the others)
 //   3. pack my items straight into the destination's staging area (items received by an
 //      earlier pulse are read from that pulse's staging once its data has arrived)
-//   4. the last block to finish signals the destination (system-scope fences, release)
+//   4. the last block to finish signals the destination (acquire-release count, release)
 //   5. wait for my own data, then unpack it (forward: copy into the coordinates; reverse:
 //      add into the forces of the items I sent).
 #include <cuda_runtime.h>
@@ -56,6 +57,10 @@ struct PulseView {
   long long recv_offset = 0;
   double shift[3] = {0, 0, 0};
   unsigned fwd_deps = 0, rev_deps = 0;
+  // The peer is a rank of this launch (same stream): the previous exchange's kernels, which
+  // emptied its staging area, have finished before this one starts, so the ready handshake
+  // with it is skipped (a GPU-side round trip at the start of every kernel).
+  bool dest_in_launch = false, source_in_launch = false;
   const int* send_index = nullptr;
   const int* rev_order = nullptr;
   char* fwd_out = nullptr;
@@ -133,14 +138,18 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
   Real* x = xs[r];
   const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
   const bool sys = a.system_scope != 0;
-  if (v.recv_rank >= 0 && b == 0 && threadIdx.x == 0) signal_release(v.fwd_src_ready, a.epoch, sys);
+  if (v.recv_rank >= 0 && !v.source_in_launch && b == 0 && threadIdx.x == 0) {
+    signal_release(v.fwd_src_ready, a.epoch, sys);
+  }
   if (v.send_rank >= 0) {
-    record(a, v.rank, p, trace_ready_begin, 0);
-    if (!block_wait(v.fwd_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.send_rank, p,
-                    fwd_ready, sys)) {
-      return;
+    if (!v.dest_in_launch) {
+      record(a, v.rank, p, trace_ready_begin, 0);
+      if (!block_wait(v.fwd_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.send_rank, p,
+                      fwd_ready, sys)) {
+        return;
+      }
+      record(a, v.rank, p, trace_ready_end, 0);
     }
-    record(a, v.rank, p, trace_ready_end, 0);
     record(a, v.rank, p, trace_pack_begin, 0);
     Real* out = reinterpret_cast<Real*>(v.fwd_out);
     for (int k = first; k < v.first_forwarded; k += stride) {
@@ -200,14 +209,18 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
   const bool sys = a.system_scope != 0;
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
-  if (v.send_rank >= 0 && b == 0 && threadIdx.x == 0) signal_release(v.rev_src_ready, a.epoch, sys);
+  if (v.send_rank >= 0 && !v.dest_in_launch && b == 0 && threadIdx.x == 0) {
+    signal_release(v.rev_src_ready, a.epoch, sys);
+  }
   if (v.recv_rank >= 0) {
-    record(a, v.rank, p, trace_ready_begin, 1);
-    if (!block_wait(v.rev_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.recv_rank, p,
-                    rev_ready, sys)) {
-      return;
+    if (!v.source_in_launch) {
+      record(a, v.rank, p, trace_ready_begin, 1);
+      if (!block_wait(v.rev_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.recv_rank, p,
+                      rev_ready, sys)) {
+        return;
+      }
+      record(a, v.rank, p, trace_ready_end, 1);
     }
-    record(a, v.rank, p, trace_ready_end, 1);
     record(a, v.rank, p, trace_pack_begin, 1);
     Real* out = reinterpret_cast<Real*>(v.rev_out);
     for (int j = first; j < v.rev_first_forwarded; j += stride) {
@@ -256,10 +269,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     record(a, v.rank, p, trace_unpack_end, 1);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(&v.counters->rev_unpacked[p], 1ull);
-  }
+  if (threadIdx.x == 0) add_acq_rel(&v.counters->rev_unpacked[p], 1ull, false);
 }
 
 // A small message over every link: (magic, sender, pulse, epoch) both directions.
@@ -542,6 +552,9 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   std::vector<RankTable> tables;
   m.index_arrays.clear();
   int most_items = 1;
+  auto in_launch = [&](int rank) {
+    return rank >= 0 && std::find(m.ranks.begin(), m.ranks.end(), rank) != m.ranks.end();
+  };
   for (std::size_t k = 0; k < m.ranks.size(); ++k) {
     const ParticlePlan& plan = *m.plans[k];
     const PeerBlock& me = m.published[k];
@@ -604,6 +617,8 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       v.fwd_in_ready = &v.mine->fwd_ready[p];
       v.rev_in_data = &v.mine->rev_data[p];
       v.rev_in_ready = &v.mine->rev_ready[p];
+      v.dest_in_launch = in_launch(v.send_rank);
+      v.source_in_launch = in_launch(v.recv_rank);
       if (v.send_rank >= 0) {
         const PeerBlock dest = block_of(v.send_rank);
         v.dest = reinterpret_cast<Slots*>(dest.base);

@@ -97,13 +97,6 @@ __device__ __forceinline__ u64 load_acquire(const u64* slot, bool sys) {
   }
   return v;
 }
-__device__ __forceinline__ void fence(bool sys) {
-  if (sys)
-    __threadfence_system();
-  else
-    __threadfence();
-}
-
 // Waits until *slot >= target; on time-out records (rank, peer, pulse, kind, seen) once.
 __device__ bool wait_for(const u64* slot, u64 target, u64 timeout_ns, ErrorSink error, int rank,
                          int peer, int pulse, int kind, bool sys) {
@@ -131,17 +124,33 @@ __device__ bool block_wait(const u64* slot, u64 target, u64 timeout_ns, ErrorSin
   return ok != 0;
 }
 
-// The last of `blocks` blocks to arrive (per launch) returns true; all blocks' prior stores
-// are visible system-wide before it proceeds.
+// Adds to a counter with acquire-release semantics at GPU or system scope; returns the old
+// value. Release is cumulative: after a __syncthreads, thread 0's add publishes the stores of
+// its whole block, and the acquire takes in those of every block that added before it. No
+// separate fence: fence.sc (__threadfence) costs more and orders more than is needed here.
+__device__ __forceinline__ u64 add_acq_rel(u64* counter, u64 value, bool sys) {
+  u64 old;
+  if (sys) {
+    asm volatile("atom.acq_rel.sys.global.add.u64 %0, [%1], %2;"
+                 : "=l"(old)
+                 : "l"(counter), "l"(value)
+                 : "memory");
+  } else {
+    asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], %2;"
+                 : "=l"(old)
+                 : "l"(counter), "l"(value)
+                 : "memory");
+  }
+  return old;
+}
+
+// The last of `blocks` blocks to arrive (per launch) returns true, with every block's prior
+// stores visible at the scope before it proceeds (its release signal then carries them).
 __device__ bool last_block(u64* counter, int blocks, bool sys) {
   __shared__ int last;
   __syncthreads();
   if (threadIdx.x == 0) {
-    // Each block fences its stores before counting itself; the last one fences again
-    // (acquiring the others' stores through the counter) before its release signal.
-    fence(sys);
-    last = (atomicAdd(counter, 1ull) + 1) % static_cast<u64>(blocks) == 0;
-    if (last) fence(sys);
+    last = (add_acq_rel(counter, 1ull, sys) + 1) % static_cast<u64>(blocks) == 0;
   }
   __syncthreads();
   return last != 0;
