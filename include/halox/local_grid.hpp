@@ -29,7 +29,13 @@ struct LocalGridOptions {
   /// The fused kernel's device-side waits give up after this long; the next exchange throws
   /// HaloTimeoutError naming the rank, the peer and the pulse.
   double timeout_seconds = 5.0;
-  /// Testing only: the fused kernel does not move this rank's faces, as if it had stalled.
+  /// Fused, at the first exchange of GPU arrays: before any field moves, a small message
+  /// (and its signal) over the link of every face in both directions, checked on the
+  /// device; a failure throws HaloTimeoutError naming the two ranks, the pulse and what did
+  /// not arrive.
+  bool self_test = true;
+  /// Testing only: the fused kernel does not move this rank's faces, as if it had stalled
+  /// (nor, in the self-test, send or receive its probes).
   int stall_rank = -1;
 };
 

@@ -111,8 +111,7 @@ void LocalGridExchange::exchange(const std::vector<void*>& fields, CUstream_st* 
   device = known->second;
   if (device && m.options.fused) {
     if (!m.fused) {
-      m.fused = std::make_unique<detail::LocalGridFused>(
-          m.plans, m.faces, m.options.timeout_seconds, m.options.stall_rank);
+      m.fused = std::make_unique<detail::LocalGridFused>(m.plans, m.faces, m.options);
     }
     m.fused->exchange(fields, stream);
     return;

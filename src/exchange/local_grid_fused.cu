@@ -100,6 +100,43 @@ __global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
   }
 }
 
+// The self-test: per face, a probe over its link (from -> to) and one back (to -> from).
+// Thread j sends link j and then receives link j ^ 1 (the same face, the other way), so every
+// probe is read by another thread than its writer while both run; the links are few (two
+// per face), so their blocks are all resident and the waits cannot starve a sender.
+struct ProbeLink {
+  int from, to, pulse, back;  // back: 0 the face's direction, 1 the link back
+};
+constexpr int kProbeWords = 4;                  // magic, sender, pulse, back; then the signal
+constexpr u64 kProbeMagic = 0x6c6f63616c67ull;  // "localg"
+
+__global__ void probe_kernel(const ProbeLink* links, int count, u64* slots, u64 timeout_ns,
+                             ErrorSink error, int stall_rank) {
+  const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j >= count) return;
+  const ProbeLink mine = links[j], theirs = links[j ^ 1];
+  if (mine.from == stall_rank) return;  // a stalled rank neither sends nor receives
+  u64* out = slots + (kProbeWords + 1) * j;
+  out[0] = kProbeMagic;
+  out[1] = static_cast<u64>(mine.from);
+  out[2] = static_cast<u64>(mine.pulse);
+  out[3] = static_cast<u64>(mine.back);
+  signal_release(out + kProbeWords, 1, false);
+  const u64* in = slots + (kProbeWords + 1) * (j ^ 1);
+  if (!wait_for(in + kProbeWords, 1, timeout_ns, error, theirs.to, theirs.from, theirs.pulse,
+                theirs.back, false)) {
+    return;
+  }
+  const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(theirs.from),
+                                 static_cast<u64>(theirs.pulse), static_cast<u64>(theirs.back)};
+  for (int w = 0; w < kProbeWords; ++w) {
+    if (in[w] != want[w]) {
+      report_error(error, 2, theirs.to, theirs.from, theirs.pulse, theirs.back, in[w], want[w]);
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 struct LocalGridFused::Impl {
@@ -160,14 +197,62 @@ struct LocalGridFused::Impl {
     return tables.emplace(key, t).first->second;
   }
 
+  std::string pulse_name(int rank, int pulse) const {
+    return rank >= 0 && rank < static_cast<int>(plans.size()) && pulse >= 0 &&
+                   pulse < static_cast<int>(plans[rank].pulses.size())
+               ? plans[rank].pulses[pulse].header.name(pulse)
+               : "pulse " + std::to_string(pulse);
+  }
+
+  // A probe and its signal over every face's link both ways, in one launch on a stream of
+  // its own, waited for here.
+  void self_test() {
+    std::vector<ProbeLink> links;
+    for (const LocalFace& f : faces) {
+      links.push_back({f.from, f.to, f.pulse, 0});
+      links.push_back({f.to, f.from, f.pulse, 1});
+    }
+    if (links.empty()) return;
+    const std::size_t slot_bytes = links.size() * (kProbeWords + 1) * sizeof(u64);
+    ProbeLink* device_links = nullptr;
+    u64* slots = nullptr;
+    cudaStream_t stream = nullptr;
+    HALOX_CUDA_CHECK(cudaMalloc(&device_links, links.size() * sizeof(ProbeLink)));
+    HALOX_CUDA_CHECK(cudaMalloc(&slots, slot_bytes));
+    copy_to_device_now(device_links, links.data(), links.size() * sizeof(ProbeLink));
+    fill_device_now(slots, 0, slot_bytes);
+    HALOX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const int count = static_cast<int>(links.size());
+    probe_kernel<<<(count + 255) / 256, 256, 0, stream>>>(device_links, count, slots,
+                                                          static_cast<u64>(timeout_seconds * 1e9),
+                                                          errors.sink(), stall_rank);
+    const cudaError_t launched = cudaGetLastError();
+    const cudaError_t finished = cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+    cudaFree(slots);
+    cudaFree(device_links);
+    HALOX_CUDA_CHECK(launched);
+    HALOX_CUDA_CHECK(finished);
+    const volatile ErrorRecord* e = &errors.record();
+    if (e->flag == 0) return;
+    std::ostringstream s;
+    s << "halox: LocalGridExchange self-test (local transport, fused kernel): rank " << e->rank
+      << " did not get rank " << e->peer << "'s probe on " << pulse_name(e->rank, e->pulse) << " ("
+      << (e->kind == 0 ? "the face's link" : "the link back") << "): ";
+    if (e->flag == 2) {
+      s << "a word of it was " << e->seen << ", expected " << e->expected;
+    } else {
+      s << "its signal did not come within " << timeout_seconds << " s (saw " << e->seen << ")";
+    }
+    s << ". Is rank " << e->peer << " stalled, or its plan or memory wrong?";
+    throw HaloTimeoutError(s.str());
+  }
+
   void check() const {
     const volatile ErrorRecord* e = &errors.record();
     if (e->flag == 0) return;
     const int rank = e->rank, pulse = e->pulse;
-    const std::string name = rank >= 0 && rank < static_cast<int>(plans.size()) && pulse >= 0 &&
-                                     pulse < static_cast<int>(plans[rank].pulses.size())
-                                 ? plans[rank].pulses[pulse].header.name(pulse)
-                                 : "pulse " + std::to_string(pulse);
+    const std::string name = pulse_name(rank, pulse);
     std::ostringstream s;
     s << "halox: LocalGridExchange (fused kernel): rank " << rank << " timed out after "
       << timeout_seconds << " s waiting for rank " << e->peer << "'s " << name
@@ -178,8 +263,7 @@ struct LocalGridFused::Impl {
 };
 
 LocalGridFused::LocalGridFused(const std::vector<GridPlan>& plans,
-                               const std::vector<LocalFace>& faces, double timeout_seconds,
-                               int stall_rank)
+                               const std::vector<LocalFace>& faces, const LocalGridOptions& options)
     : m_impl(std::make_unique<Impl>()) {
   Impl& m = *m_impl;
   if (static_cast<int>(plans.size()) > kMaxLocalRanks) {
@@ -188,14 +272,15 @@ LocalGridFused::LocalGridFused(const std::vector<GridPlan>& plans,
   }
   m.plans = plans;
   m.faces = faces;
-  m.timeout_seconds = timeout_seconds;
-  m.stall_rank = stall_rank;
+  m.timeout_seconds = options.timeout_seconds;
+  m.stall_rank = options.stall_rank;
   int device = 0, sms = 0, per_sm = 0;
   HALOX_CUDA_CHECK(cudaGetDevice(&device));
   HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   HALOX_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, local_grid_kernel, 256, 0));
   m.blocks = std::max(1, sms * per_sm);
+  if (options.self_test) m.self_test();
 }
 
 LocalGridFused::~LocalGridFused() {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "halox/local_grid.hpp"
 #include "halox/plan.hpp"
 
 struct CUstream_st;
@@ -18,9 +19,10 @@ struct LocalFace {
 
 class LocalGridFused {
  public:
-  /// faces in stage order; plans[r] is rank r's plan.
+  /// faces in stage order; plans[r] is rank r's plan. Runs the self-test when the options
+  /// ask for it (throws HaloTimeoutError when a probe does not arrive intact).
   LocalGridFused(const std::vector<GridPlan>& plans, const std::vector<LocalFace>& faces,
-                 double timeout_seconds, int stall_rank);
+                 const LocalGridOptions& options);
   ~LocalGridFused();
   LocalGridFused(const LocalGridFused&) = delete;
   LocalGridFused& operator=(const LocalGridFused&) = delete;

@@ -162,6 +162,7 @@ TEST(LocalGrid, DeviceMemoryFusedStalledRankTimesOut) {
   LocalGridOptions options;
   options.timeout_seconds = 0.2;
   options.stall_rank = 3;
+  options.self_test = false;  // it would catch the stalled rank first (the next test)
   LocalGridExchange exchange(make_local_grid_plans(shape, interior, 1, element), options);
   std::vector<void*> fields(8);
   for (auto& p : fields) ASSERT_EQ(cudaMalloc(&p, 10 * 10 * 10 * sizeof(float)), cudaSuccess);
@@ -175,6 +176,34 @@ TEST(LocalGrid, DeviceMemoryFusedStalledRankTimesOut) {
     std::printf("GPU: stalled rank reported: %s\n", what.c_str());
     EXPECT_NE(what.find("waiting for rank 3"), std::string::npos) << what;
     EXPECT_NE(what.find("pulse"), std::string::npos) << what;
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (void* p : fields) cudaFree(p);
+#endif
+}
+
+// The self-test at the first exchange of GPU arrays: a rank that sends no probes is named
+// before any field moves.
+TEST(LocalGrid, DeviceMemorySelfTestNamesAStalledRank) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+#if HALOX_HAS_CUDA
+  const Topology shape({2, 2, 2}, {true, true, true}, 0);
+  const Datatype element = Datatype::of<float>().commit();
+  std::vector<std::array<std::int64_t, 3>> interior(8, {8, 8, 8});
+  LocalGridOptions options;
+  options.timeout_seconds = 0.2;
+  options.stall_rank = 3;
+  LocalGridExchange exchange(make_local_grid_plans(shape, interior, 1, element), options);
+  std::vector<void*> fields(8);
+  for (auto& p : fields) ASSERT_EQ(cudaMalloc(&p, 10 * 10 * 10 * sizeof(float)), cudaSuccess);
+  try {
+    exchange.exchange(fields);
+    ADD_FAILURE() << "the self-test passed with a stalled rank";
+  } catch (const HaloTimeoutError& e) {
+    const std::string what = e.what();
+    std::printf("GPU: self-test reported: %s\n", what.c_str());
+    EXPECT_NE(what.find("self-test"), std::string::npos) << what;
+    EXPECT_NE(what.find("rank 3's probe"), std::string::npos) << what;
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (void* p : fields) cudaFree(p);
