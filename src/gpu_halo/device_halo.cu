@@ -8,7 +8,8 @@
 //      (1 and 2 only with peers outside this launch: stream order covers the others)
 //   3. pack my items straight into the destination's staging area (items received by an
 //      earlier pulse are read from that pulse's staging once its data has arrived)
-//   4. the last block to finish signals the destination (acquire-release count, release)
+//   4. every block adds its share to the destination's data signal once its stores are
+//      done (release add; the shares make 2^32 per exchange)
 //   5. wait for my own data, then unpack it (forward: copy into the coordinates; reverse:
 //      add into the forces of the items I sent).
 #include <cuda_runtime.h>
@@ -29,7 +30,7 @@ namespace halox::detail {
 
 namespace {
 
-// Signal slots of one rank, at the start of its shared block. One writer per slot.
+// Signal slots of one rank, at the start of its shared block. One writing rank per slot.
 struct Slots {
   u64 fwd_ready[kMaxPulses];  // written by the rank I send to in forward: its staging is free
   u64 fwd_data[kMaxPulses];   // written by the rank I receive from: my data has arrived
@@ -44,8 +45,6 @@ constexpr long long kSlotsBytes = (sizeof(Slots) + 255) / 256 * 256;
 
 // Counters only this rank's blocks touch.
 struct Counters {
-  u64 fwd_blocks[kMaxPulses];
-  u64 rev_blocks[kMaxPulses];
   u64 rev_unpacked[kMaxPulses];
 };
 
@@ -160,8 +159,9 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
       record(a, v.rank, p, trace_deps_begin, 0);
       for (int q = 0; q < table.npulses; ++q) {
         const PulseView& from = a.views[r * a.npulses + q];
-        if ((v.fwd_deps >> q & 1u) && !block_wait(from.fwd_in_data, a.epoch, a.timeout_ns, a.error,
-                                                  v.rank, from.recv_rank, q, fwd_data, sys)) {
+        if ((v.fwd_deps >> q & 1u) &&
+            !block_wait(from.fwd_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank,
+                        from.recv_rank, q, fwd_data, sys)) {
           return;
         }
       }
@@ -176,15 +176,13 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
       }
     }
     record(a, v.rank, p, trace_pack_end, 0);
-    if (last_block(&v.counters->fwd_blocks[p], a.blocks, sys) && threadIdx.x == 0) {
-      signal_release(v.fwd_out_data, a.epoch, sys);
-      record(a, v.rank, p, trace_signal, 0);
-    }
+    add_data_share(v.fwd_out_data, b, a.blocks, sys);
+    record(a, v.rank, p, trace_signal, 0);
   }
   if (v.recv_rank >= 0) {
     record(a, v.rank, p, trace_data_begin, 0);
-    if (!block_wait(v.fwd_in_data, a.epoch, a.timeout_ns, a.error, v.rank, v.recv_rank, p, fwd_data,
-                    sys)) {
+    if (!block_wait(v.fwd_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank, v.recv_rank,
+                    p, fwd_data, sys)) {
       return;
     }
     record(a, v.rank, p, trace_data_end, 0);
@@ -245,15 +243,13 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
       }
     }
     record(a, v.rank, p, trace_pack_end, 1);
-    if (last_block(&v.counters->rev_blocks[p], a.blocks, sys) && threadIdx.x == 0) {
-      signal_release(v.rev_out_data, a.epoch, sys);
-      record(a, v.rank, p, trace_signal, 1);
-    }
+    add_data_share(v.rev_out_data, b, a.blocks, sys);
+    record(a, v.rank, p, trace_signal, 1);
   }
   if (v.send_rank >= 0) {
     record(a, v.rank, p, trace_data_begin, 1);
-    if (!block_wait(v.rev_in_data, a.epoch, a.timeout_ns, a.error, v.rank, v.send_rank, p, rev_data,
-                    sys)) {
+    if (!block_wait(v.rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank, v.send_rank,
+                    p, rev_data, sys)) {
       return;
     }
     record(a, v.rank, p, trace_data_end, 1);
@@ -714,8 +710,18 @@ void DeviceHalo::check() const {
   } else {
     s << "halox: rank " << e->rank << " timed out after " << m_impl->options.timeout_seconds
       << " s on pulse " << e->pulse << " waiting for rank " << e->peer << " (" << kind_name(e->kind)
-      << "): signal " << e->seen << ", expected " << e->expected
-      << ". The exchange is unusable; is rank " << e->peer << " stalled or its plan different?";
+      << "): ";
+    if (e->kind == fwd_data || e->kind == rev_data) {
+      // Data signals count 2^32 per exchange, in shares of the sender's blocks.
+      const u64 seen = e->seen;
+      s << "exchange " << (e->expected >> 32) << "'s data expected, the signal is at exchange "
+        << (seen >> 32) << " + "
+        << static_cast<int>(100.0 * static_cast<double>(seen & 0xffffffffull) / 4294967296.0)
+        << "% of its blocks";
+    } else {
+      s << "signal " << e->seen << ", expected " << e->expected;
+    }
+    s << ". The exchange is unusable; is rank " << e->peer << " stalled or its plan different?";
   }
   throw HaloTimeoutError(s.str());
 }

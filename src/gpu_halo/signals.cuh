@@ -144,6 +144,26 @@ __device__ __forceinline__ u64 add_acq_rel(u64* counter, u64 value, bool sys) {
   return old;
 }
 
+// A data signal that every block of the sender adds its share to as soon as its own stores
+// are done (a release add after __syncthreads: no last-block count, no second hop): the
+// shares of `blocks` blocks sum to 2^32 per exchange whatever `blocks` is, so a receiver
+// waits for exchange e's data with data_signal(e) without knowing the sender's grid.
+// Acquiring the sum synchronises with every add (RMWs continue a release sequence).
+__device__ __forceinline__ u64 data_signal(u64 exchange) {
+  return exchange << 32;
+}
+__device__ __forceinline__ void add_data_share(u64* signal, int block, int blocks, bool sys) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const u64 b = static_cast<u64>(block), n = static_cast<u64>(blocks);
+  const u64 share = ((b + 1) << 32) / n - (b << 32) / n;
+  if (sys) {
+    asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(signal), "l"(share) : "memory");
+  } else {
+    asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(signal), "l"(share) : "memory");
+  }
+}
+
 // The last of `blocks` blocks to arrive (per launch) returns true, with every block's prior
 // stores visible at the scope before it proceeds (its release signal then carries them).
 __device__ bool last_block(u64* counter, int blocks, bool sys) {
