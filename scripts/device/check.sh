@@ -81,8 +81,8 @@ mpi 2 build/gpu/bench/halox-bench pingpong --transports nvshmem-stream,nvshmem-f
 
 want lbm && {
 log "halox-lbm: D3Q19 BGK and multiphase throughput on one GPU (one rank; periodic axes wrapped by the update)"
-# 1000 steps: the multiphase step is ~2% slower over 1000 steps than over 200 (the droplet
-# relaxes; docs/PERFORMANCE.md), so the figure is the sustained one.
+# 1000 steps: the multiphase step is ~2% slower over 1000 steps than over 200 (clocks steady,
+# cause not established; docs/PERFORMANCE.md), so the figure is the sustained one.
 build/gpu/apps/lbm/halox-lbm --model bgk --grid 256x256x256 --steps 1000 --device gpu \
   --json "$out/lbm-bgk.json" 2>&1 | tee "$out/lbm-bgk.txt"
 build/gpu/apps/lbm/halox-lbm --model multiphase --grid 256x256x256 --steps 1000 --device gpu \
