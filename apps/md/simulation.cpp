@@ -208,13 +208,16 @@ void Simulation::step() {
     m_backend->drift(dt);
   });
   ++m_step;
-  if (m_step % m_config.nstlist == 0) {
+  const bool search = m_step % m_config.nstlist == 0;
+  if (search) {
     neighbor_search(false);  // brings the halo coordinates with the new plan
   } else {
     timed(m_timers.halo_forward, [&] { m_backend->halo_forward(*m_exchange); });
   }
   timed(m_timers.force, [&] { m_backend->forces(m_config.cutoff); });
+  const double reverse_before = m_timers.halo_reverse;
   timed(m_timers.halo_reverse, [&] { m_backend->halo_reverse(*m_exchange); });
+  if (search) m_timers.halo_reverse_at_search += m_timers.halo_reverse - reverse_before;
   timed(m_timers.integrate, [&] { m_backend->half_kick(dt); });
 }
 

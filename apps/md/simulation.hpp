@@ -50,6 +50,9 @@ struct Thermo {
 /// Seconds per phase on this rank.
 struct Timers {
   double force = 0, halo_forward = 0, halo_reverse = 0, integrate = 0, search = 0;
+  /// The part of halo_reverse spent at neighbour-search steps: there it is the first
+  /// exchange with the new plan, and carries the transport's set-up for it.
+  double halo_reverse_at_search = 0;
   double total() const { return force + halo_forward + halo_reverse + integrate + search; }
 };
 
