@@ -141,6 +141,11 @@ std::vector<ParticlePlan> build_local_particle_plans(const Topology& topology, c
                                                      double cutoff,
                                                      std::vector<std::vector<double>>& xyz);
 
+/// migrate_particles for every rank of `topology`'s grid in one process: data[r] is rank
+/// r's atoms; the same moves, in the same order, as the MPI version. Throws halox::Error.
+void migrate_local_particles(const Topology& topology, const Box& box,
+                             std::vector<std::vector<double>>& data, int stride);
+
 /// The headers of a plan's pulses (for validation and transports).
 std::vector<PulseHeader> headers(const ParticlePlan& plan);
 std::vector<PulseHeader> headers(const GridPlan& plan);

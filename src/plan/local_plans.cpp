@@ -34,4 +34,29 @@ std::vector<ParticlePlan> build_local_particle_plans(const Topology& topology, c
   return plans;
 }
 
+void migrate_local_particles(const Topology& topology, const Box& box,
+                             std::vector<std::vector<double>>& data, int stride) {
+  const int size = topology.size();
+  if (static_cast<int>(data.size()) != size) {
+    throw Error("halox::migrate_local_particles: " + std::to_string(data.size()) +
+                " atom sets for a grid of " + std::to_string(size) + " ranks");
+  }
+  std::vector<Topology> views;
+  for (int r = 0; r < size; ++r) views.emplace_back(topology.dims(), topology.periodic(), r);
+  std::vector<detail::MigrateRank> ranks(size);
+  for (int r = 0; r < size; ++r) {
+    ranks[r].topology = &views[r];
+    ranks[r].data = &data[r];
+  }
+  const std::string error = detail::migrate_particles_of(box, ranks, stride, [&](int axis) {
+    for (int r = 0; r < size; ++r) {
+      const int above = views[r].neighbor(axis, +1), below = views[r].neighbor(axis, -1);
+      std::vector<double>& in = ranks[r].arrived;
+      if (above >= 0) in.insert(in.end(), ranks[above].down.begin(), ranks[above].down.end());
+      if (below >= 0) in.insert(in.end(), ranks[below].up.begin(), ranks[below].up.end());
+    }
+  });
+  if (!error.empty()) throw Error(error);
+}
+
 }  // namespace halox

@@ -132,4 +132,79 @@ void build_particle_plans(const Box& box, double cutoff, std::vector<BuilderRank
   }
 }
 
+/// One rank of a migration (migrate_particles, migrate_local_particles).
+struct MigrateRank {
+  const Topology* topology = nullptr;   // seen from this rank
+  std::vector<double>* data = nullptr;  // `stride` doubles per atom, position first
+  std::vector<double> keep, down, up;   // per axis: what stays, goes to -1, goes to +1
+  std::vector<double> arrived;          // per axis: what transfer delivered
+};
+
+/// Moves every given rank's atoms that left its domain to the neighbour that owns them,
+/// axis by axis (Z, then Y, then X), wrapping periodic coordinates. transfer(axis) must set
+/// each rank's `arrived` to its +1 neighbour's `down` followed by its -1 neighbour's `up`
+/// (the order of the MPI exchange). Returns the first error, or an empty string.
+template <class Transfer>
+std::string migrate_particles_of(const Box& box, std::vector<MigrateRank>& ranks, int stride,
+                                 Transfer&& transfer) {
+  std::string error;
+  for (int axis : {Z, Y, X}) {
+    const double length = box.length[axis];
+    for (MigrateRank& r : ranks) {
+      const Topology& topology = *r.topology;
+      const Domain domain = domain_of(topology, box, topology.rank());
+      auto wrap = [&](double v) {
+        if (!topology.periodic()[axis]) return v;
+        v = std::fmod(v, length);
+        if (v < 0) v += length;
+        return v < length ? v : std::nextafter(length, 0.0);  // -1e-17 + L rounds to L
+      };
+      r.keep.clear();
+      r.down.clear();
+      r.up.clear();
+      r.arrived.clear();
+      const std::vector<double>& data = *r.data;
+      const std::size_t n = data.size() / static_cast<std::size_t>(stride);
+      for (std::size_t i = 0; i < n; ++i) {
+        const double* atom = data.data() + i * stride;
+        std::vector<double>* to = &r.keep;
+        if (topology.dims()[axis] > 1) {
+          if (atom[axis] < domain.lo[axis])
+            to = &r.down;
+          else if (atom[axis] >= domain.hi[axis])
+            to = &r.up;
+        }
+        const std::size_t at = to->size();
+        to->insert(to->end(), atom, atom + stride);
+        (*to)[at + axis] = wrap((*to)[at + axis]);
+        if (to != &r.keep && topology.neighbor(axis, to == &r.down ? -1 : +1) < 0 &&
+            error.empty()) {
+          std::ostringstream s;
+          s << "halox::migrate_particles: rank " << topology.rank() << ": an atom at "
+            << "xyz"[axis] << " = " << atom[axis] << " left the non-periodic box";
+          error = s.str();
+        }
+      }
+    }
+    transfer(axis);
+    for (MigrateRank& r : ranks) {
+      const Topology& topology = *r.topology;
+      const Domain domain = domain_of(topology, box, topology.rank());
+      for (std::size_t i = 0; i < r.arrived.size(); i += stride) {
+        const double v = r.arrived[i + axis];
+        if (!(v >= domain.lo[axis] && v < domain.hi[axis]) && error.empty()) {
+          std::ostringstream s;
+          s << "halox::migrate_particles: rank " << topology.rank() << " received an atom at "
+            << "xyz"[axis] << " = " << v << ", outside its domain [" << domain.lo[axis] << ", "
+            << domain.hi[axis] << "): it moved more than one domain since the last migration";
+          error = s.str();
+        }
+      }
+      r.keep.insert(r.keep.end(), r.arrived.begin(), r.arrived.end());
+      r.data->swap(r.keep);
+    }
+  }
+  return error;
+}
+
 }  // namespace halox::detail

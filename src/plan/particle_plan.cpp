@@ -149,56 +149,17 @@ GridPlan build_grid_plan(const Topology& topology, std::array<std::int64_t, 3> i
 void migrate_particles(const Topology& topology, const Box& box, std::vector<double>& data,
                        int stride) {
   MPI_Comm comm = comm_of(topology, "migrate_particles");
-  const Domain domain = domain_of(topology, box, topology.rank());
-  std::string error;
-  for (int axis : {Z, Y, X}) {
-    const double length = box.length[axis];
-    auto wrap = [&](double v) {
-      if (!topology.periodic()[axis]) return v;
-      v = std::fmod(v, length);
-      if (v < 0) v += length;
-      return v < length ? v : std::nextafter(length, 0.0);  // -1e-17 + L rounds to L
-    };
-    std::vector<double> keep, down, up;
-    const std::size_t n = data.size() / static_cast<std::size_t>(stride);
-    for (std::size_t i = 0; i < n; ++i) {
-      const double* atom = data.data() + i * stride;
-      std::vector<double>* to = &keep;
-      if (topology.dims()[axis] > 1) {
-        if (atom[axis] < domain.lo[axis])
-          to = &down;
-        else if (atom[axis] >= domain.hi[axis])
-          to = &up;
-      }
-      const std::size_t at = to->size();
-      to->insert(to->end(), atom, atom + stride);
-      (*to)[at + axis] = wrap((*to)[at + axis]);
-      if (to != &keep && topology.neighbor(axis, to == &down ? -1 : +1) < 0 && error.empty()) {
-        std::ostringstream s;
-        s << "halox::migrate_particles: rank " << topology.rank() << ": an atom at "
-          << "xyz"[axis] << " = " << atom[axis] << " left the non-periodic box";
-        error = s.str();
-      }
-    }
-    std::vector<double> arrived;
+  std::vector<detail::MigrateRank> ranks(1);
+  ranks[0].topology = &topology;
+  ranks[0].data = &data;
+  const std::string error = detail::migrate_particles_of(box, ranks, stride, [&](int axis) {
+    detail::MigrateRank& r = ranks[0];
     const int tag = 300 + 4 * axis;
-    shift_doubles(comm, topology.neighbor(axis, -1), topology.neighbor(axis, +1), tag, down,
-                  arrived);
-    shift_doubles(comm, topology.neighbor(axis, +1), topology.neighbor(axis, -1), tag + 2, up,
-                  arrived);
-    for (std::size_t i = 0; i < arrived.size(); i += stride) {
-      const double v = arrived[i + axis];
-      if (!(v >= domain.lo[axis] && v < domain.hi[axis]) && error.empty()) {
-        std::ostringstream s;
-        s << "halox::migrate_particles: rank " << topology.rank() << " received an atom at "
-          << "xyz"[axis] << " = " << v << ", outside its domain [" << domain.lo[axis] << ", "
-          << domain.hi[axis] << "): it moved more than one domain since the last migration";
-        error = s.str();
-      }
-    }
-    keep.insert(keep.end(), arrived.begin(), arrived.end());
-    data.swap(keep);
-  }
+    shift_doubles(comm, topology.neighbor(axis, -1), topology.neighbor(axis, +1), tag, r.down,
+                  r.arrived);
+    shift_doubles(comm, topology.neighbor(axis, +1), topology.neighbor(axis, -1), tag + 2, r.up,
+                  r.arrived);
+  });
   detail::raise_if_any(comm, error);
 }
 

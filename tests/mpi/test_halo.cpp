@@ -271,6 +271,56 @@ TEST(ParticleHalo, EveryRankGridShapeOneAndTwoPulses) {
   }
 }
 
+// The local engine's builders (every rank of the grid in one process) against the MPI ones:
+// after every atom moved by up to 0.6 (across domain faces and the periodic box), this rank's
+// migrated atoms, then its plan and local coordinates, are identical, order included.
+TEST(ParticleHalo, LocalMigrationAndPlansEqualTheMpiOnes) {
+  const std::uint64_t seed = halox::testing::test_seed("ParticleHalo.Local", 0);
+  for (auto dims : grid_shapes()) {
+    Topology topology = Topology::from_mpi(MPI_COMM_WORLD, dims);
+    const World w = make_world(seed, 900);
+    const std::string where = topology.describe();
+    std::mt19937_64 rng(seed + 1);
+    std::vector<double> moved(w.xyz);
+    for (double& v : moved) v += std::uniform_real_distribution<double>(-0.6, 0.6)(rng);
+    // Each rank's atoms before the move, as (x, y, z, id), with the moved positions.
+    std::vector<std::vector<double>> all(topology.size());
+    for (int r = 0; r < topology.size(); ++r) {
+      std::vector<int> ids;
+      std::vector<double> xyz;
+      home_of(w, topology, r, ids, xyz);
+      for (int id : ids) {
+        all[r].insert(all[r].end(), &moved[3 * id], &moved[3 * id + 3]);
+        all[r].push_back(id);
+      }
+    }
+    std::vector<double> mine = all[topology.rank()];
+    migrate_particles(topology, w.box, mine, 4);
+    migrate_local_particles(topology, w.box, all, 4);
+    ASSERT_EQ(mine, all[topology.rank()]) << where << ": migrated atoms";
+
+    std::vector<std::vector<double>> xyz(topology.size());
+    for (int r = 0; r < topology.size(); ++r) {
+      for (std::size_t i = 0; i < all[r].size(); i += 4) {
+        xyz[r].insert(xyz[r].end(), &all[r][i], &all[r][i + 3]);
+      }
+    }
+    std::vector<double> my_xyz = xyz[topology.rank()];
+    const ParticlePlan plan = build_particle_plan(topology, w.box, 2.6, my_xyz);
+    const std::vector<ParticlePlan> plans = build_local_particle_plans(topology, w.box, 2.6, xyz);
+    const ParticlePlan& local = plans[topology.rank()];
+    ASSERT_EQ(my_xyz, xyz[topology.rank()]) << where << ": local coordinates";
+    ASSERT_EQ(plan.home_count, local.home_count) << where;
+    ASSERT_EQ(plan.total_count, local.total_count) << where;
+    ASSERT_EQ(plan.pulses.size(), local.pulses.size()) << where;
+    for (std::size_t p = 0; p < plan.pulses.size(); ++p) {
+      EXPECT_EQ(plan.pulses[p].send_index, local.pulses[p].send_index) << where << " pulse " << p;
+      EXPECT_EQ(plan.pulses[p].recv_offset, local.pulses[p].recv_offset) << where;
+      EXPECT_EQ(plan.pulses[p].shift, local.pulses[p].shift) << where;
+    }
+  }
+}
+
 TEST(ParticleHalo, RanksThatDisagreeOnTheCutoffAreCaughtNotHung) {
   if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
   Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {world_size(), 1, 1});
