@@ -40,28 +40,35 @@ class HaloTimeoutError : public Error {
   using Error::Error;
 };
 
+/// Where the arrays of a LocalParticleExchange's ranks live.
+enum class LocalMemory { gpu, host };
+
 /// Several ranks of a Cartesian grid in one process: one driver thread, each rank with its
 /// own buffers, one launch per GPU covering every rank on it (kernel launches, not the
 /// exchange, would otherwise bound a step of many ranks). By default every rank is on this
 /// process's current GPU; `device_of_rank` spreads them over several GPUs (peer access is
-/// enabled between them, signals and fences then work at system scope).
+/// enabled between them, signals and fences then work at system scope). With
+/// LocalMemory::host the arrays are host memory and the CPU moves the same pulses in order
+/// (no GPU needed, in every build; the options, GPUs and streams are then unused).
 class LocalParticleExchange {
  public:
   /// plans[r] is rank r's plan (build_local_particle_plans); `topology` gives the grid.
   LocalParticleExchange(const Topology& topology, std::vector<ParticlePlan> plans, BasicKind real,
-                        GpuHaloOptions options = {}, std::vector<int> device_of_rank = {});
+                        GpuHaloOptions options = {}, std::vector<int> device_of_rank = {},
+                        LocalMemory memory = LocalMemory::gpu);
   ~LocalParticleExchange();
   LocalParticleExchange(const LocalParticleExchange&) = delete;
   LocalParticleExchange& operator=(const LocalParticleExchange&) = delete;
 
   /// Rank r on GPU r * gpus / ranks: consecutive ranks (neighbours along x) share a GPU.
   static std::vector<int> spread_over_gpus(int ranks, int gpus);
-  /// The GPUs in use, in the order `forward`/`reverse` take one stream each.
+  /// The GPUs in use, in the order `forward`/`reverse` take one stream each (none in host
+  /// memory).
   const std::vector<int>& devices() const;
 
   /// New plans after a neighbour search (waits for the device; re-runs the self-test).
   void set_plans(std::vector<ParticlePlan> plans);
-  /// xyz[r]: rank r's coordinates (device memory, 3 reals per item).
+  /// xyz[r]: rank r's coordinates (3 reals per item; device or host memory, as constructed).
   /// Rank r's arrays live on its GPU. One stream per GPU of devices() (or one stream when
   /// every rank is on one GPU); each GPU's launch is ordered on its stream.
   void forward(const std::vector<void*>& xyz, GpuStream stream);
@@ -72,7 +79,8 @@ class LocalParticleExchange {
   /// reads a flag in mapped host memory). forward and reverse call it first.
   void check() const;
   const std::vector<ParticlePlan>& plans() const;
-  /// Kernel launches per forward (or reverse) call and GPU: 1 for all_pulses.
+  /// Kernel launches per forward (or reverse) call and GPU: 1 for all_pulses (0 in host
+  /// memory).
   int launches_per_exchange() const;
 
  private:

@@ -1,17 +1,69 @@
 // The local engine: every rank of a grid in this process, on one GPU or spread over several
 // (one DeviceHalo per GPU holding that GPU's ranks; blocks on other GPUs are reached through
-// peer access, i.e. the same direct stores over NVLink).
-#include <cuda_runtime.h>
-
+// peer access, i.e. the same direct stores over NVLink), or in host memory (the CPU moves
+// the same pulses in order; in every build).
 #include <algorithm>
 #include <map>
 
+#include "halox/config.hpp"
+#include "halox/gpu_halo.hpp"
+
+#if HALOX_HAS_CUDA
+#include <cuda_runtime.h>
+
 #include "../common/cuda_check.hpp"
 #include "device_halo.hpp"
+#endif
 
 namespace halox {
 
 namespace {
+
+// The host path: pulse by pulse, each rank's items copied (with the periodic shift) into
+// the halo of the rank it sends to; the reverse in reverse pulse order, adding the forces of
+// those copies back into the items sent. Pulse order is what makes forwarding work: an
+// item received by an earlier pulse is in place before a later pulse sends it on, and its
+// forces are complete before the reverse of the pulse that delivered it returns them.
+template <class Real>
+void host_forward(const std::vector<ParticlePlan>& plans, const std::vector<void*>& arrays) {
+  const std::size_t pulses = plans.empty() ? 0 : plans[0].pulses.size();
+  for (std::size_t p = 0; p < pulses; ++p) {
+    for (std::size_t r = 0; r < plans.size(); ++r) {
+      const ParticlePulse& send = plans[r].pulses[p];
+      if (send.header.send_rank < 0) continue;
+      const ParticlePulse& recv = plans[send.header.send_rank].pulses[p];
+      const Real* from = static_cast<const Real*>(arrays[r]);
+      Real* to = static_cast<Real*>(arrays[send.header.send_rank]) + 3 * recv.recv_offset;
+      for (std::size_t k = 0; k < send.send_index.size(); ++k) {
+        for (int a = 0; a < 3; ++a) {
+          to[3 * k + a] = from[3 * static_cast<std::size_t>(send.send_index[k]) + a] +
+                          static_cast<Real>(send.shift[a]);
+        }
+      }
+    }
+  }
+}
+template <class Real>
+void host_reverse(const std::vector<ParticlePlan>& plans, const std::vector<void*>& arrays) {
+  const std::size_t pulses = plans.empty() ? 0 : plans[0].pulses.size();
+  for (std::size_t p = pulses; p-- > 0;) {
+    for (std::size_t r = 0; r < plans.size(); ++r) {
+      const ParticlePulse& send = plans[r].pulses[p];
+      if (send.header.send_rank < 0) continue;
+      const ParticlePulse& recv = plans[send.header.send_rank].pulses[p];
+      const Real* from =
+          static_cast<const Real*>(arrays[send.header.send_rank]) + 3 * recv.recv_offset;
+      Real* to = static_cast<Real*>(arrays[r]);
+      for (std::size_t k = 0; k < send.send_index.size(); ++k) {
+        for (int a = 0; a < 3; ++a) {
+          to[3 * static_cast<std::size_t>(send.send_index[k]) + a] += from[3 * k + a];
+        }
+      }
+    }
+  }
+}
+
+#if HALOX_HAS_CUDA
 
 // Makes `device` current for a scope and restores the caller's GPU afterwards.
 class DeviceScope {
@@ -27,10 +79,42 @@ class DeviceScope {
  private:
   int m_saved = 0;
 };
+#endif
 
 }  // namespace
 
 struct LocalParticleExchange::Impl {
+  Impl(const Topology& t, BasicKind r, GpuHaloOptions o, std::vector<int> device_of_rank,
+       LocalMemory m)
+      : topology(t), real(r), memory(m), device_of(std::move(device_of_rank)) {
+    if (real != BasicKind::float32 && real != BasicKind::float64) {
+      throw Error("halox::LocalParticleExchange: coordinates must be float32 or float64");
+    }
+    if (memory == LocalMemory::host) return;
+#if HALOX_HAS_CUDA
+    set_up_gpus(o);
+#else
+    (void)o;
+    throw Error("halox::LocalParticleExchange: built without CUDA; use LocalMemory::host");
+#endif
+  }
+#if HALOX_HAS_CUDA
+  ~Impl() {
+    for (Group& g : groups) {
+      DeviceScope on(g.device);
+      g.halo.reset();  // its destructor waits for and frees on its own GPU
+    }
+  }
+
+#endif
+
+  Topology topology;
+  BasicKind real;
+  LocalMemory memory;
+  std::vector<int> device_of;
+  std::vector<int> devices;
+  std::vector<ParticlePlan> plans;
+#if HALOX_HAS_CUDA
   // The ranks of one GPU and their engine.
   struct Group {
     int device = 0;
@@ -38,9 +122,11 @@ struct LocalParticleExchange::Impl {
     std::unique_ptr<detail::DeviceHalo> halo;
     std::vector<void*> arrays;  // the ranks' arrays of the current call (reused: no allocation)
   };
+  std::vector<Group> groups;
+  std::vector<GpuStream> single_stream;  // one_stream's result (reused)
 
-  Impl(const Topology& t, BasicKind real, GpuHaloOptions o, std::vector<int> device_of_rank)
-      : topology(t), device_of(std::move(device_of_rank)) {
+  // The GPUs of the ranks, one engine per GPU, peer access between them.
+  void set_up_gpus(GpuHaloOptions o) {
     int current = 0, count = 0;
     HALOX_CUDA_CHECK(cudaGetDevice(&current));
     HALOX_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -88,40 +174,8 @@ struct LocalParticleExchange::Impl {
     }
   }
 
-  ~Impl() {
-    for (Group& g : groups) {
-      DeviceScope on(g.device);
-      g.halo.reset();  // its destructor waits for and frees on its own GPU
-    }
-  }
-
-  Topology topology;
-  std::vector<int> device_of;
-  std::vector<int> devices;
-  std::vector<Group> groups;
-  std::vector<ParticlePlan> plans;
-  std::vector<GpuStream> single_stream;  // one_stream's result (reused)
-
-  void install(std::vector<ParticlePlan> p) {
-    if (static_cast<int>(p.size()) != topology.size()) {
-      throw Error("halox::LocalParticleExchange: " + std::to_string(p.size()) +
-                  " plans for a grid of " + std::to_string(topology.size()) + " ranks");
-    }
-    plans = std::move(p);
-    // Matching sizes, as validate_plan checks across processes.
-    for (int r = 0; r < topology.size(); ++r) {
-      for (std::size_t q = 0; q < plans[r].pulses.size(); ++q) {
-        const PulseHeader& h = plans[r].pulses[q].header;
-        if (h.send_rank < 0) continue;
-        const PulseHeader& peer = plans[h.send_rank].pulses[q].header;
-        if (peer.recv_size != h.send_size) {
-          throw Error("halox::LocalParticleExchange: " + h.name(static_cast<int>(q)) + ": rank " +
-                      std::to_string(r) + " sends " + std::to_string(h.send_size) +
-                      " items but rank " + std::to_string(h.send_rank) + " expects " +
-                      std::to_string(peer.recv_size));
-        }
-      }
-    }
+  // The plans on the GPUs: blocks, views, self-test.
+  void install_on_gpus() {
     std::vector<int> index_in_group(topology.size());
     for (Group& g : groups) {
       DeviceScope on(g.device);
@@ -154,12 +208,8 @@ struct LocalParticleExchange::Impl {
     }
   }
 
-  template <class Method>
-  void run(const std::vector<void*>& arrays, const std::vector<GpuStream>& streams, Method method) {
-    if (arrays.size() != device_of.size()) {
-      throw Error("halox::LocalParticleExchange: " + std::to_string(arrays.size()) +
-                  " arrays given for " + std::to_string(device_of.size()) + " ranks");
-    }
+  void run_on_gpus(const std::vector<void*>& arrays, const std::vector<GpuStream>& streams,
+                   bool forward) {
     if (streams.size() != groups.size()) {
       throw Error("halox::LocalParticleExchange: " + std::to_string(streams.size()) +
                   " streams given for " + std::to_string(groups.size()) +
@@ -170,30 +220,88 @@ struct LocalParticleExchange::Impl {
       Group& g = groups[k];
       for (std::size_t i = 0; i < g.ranks.size(); ++i) g.arrays[i] = arrays[g.ranks[i]];
       DeviceScope on(g.device);
-      (g.halo.get()->*method)(g.arrays, streams[k]);
+      if (forward)
+        g.halo->forward(g.arrays, streams[k]);
+      else
+        g.halo->reverse(g.arrays, streams[k]);
     }
   }
 
-  void check() const {
-    for (const Group& g : groups) g.halo->check();
+#endif
+
+  void install(std::vector<ParticlePlan> p) {
+    if (static_cast<int>(p.size()) != topology.size()) {
+      throw Error("halox::LocalParticleExchange: " + std::to_string(p.size()) +
+                  " plans for a grid of " + std::to_string(topology.size()) + " ranks");
+    }
+    plans = std::move(p);
+    // Matching sizes, as validate_plan checks across processes.
+    for (int r = 0; r < topology.size(); ++r) {
+      for (std::size_t q = 0; q < plans[r].pulses.size(); ++q) {
+        const PulseHeader& h = plans[r].pulses[q].header;
+        if (h.send_rank < 0) continue;
+        const PulseHeader& peer = plans[h.send_rank].pulses[q].header;
+        if (peer.recv_size != h.send_size) {
+          throw Error("halox::LocalParticleExchange: " + h.name(static_cast<int>(q)) + ": rank " +
+                      std::to_string(r) + " sends " + std::to_string(h.send_size) +
+                      " items but rank " + std::to_string(h.send_rank) + " expects " +
+                      std::to_string(peer.recv_size));
+        }
+      }
+    }
+#if HALOX_HAS_CUDA
+    if (memory == LocalMemory::gpu) install_on_gpus();
+#endif
   }
 
-  // A stream belongs to one GPU: several GPUs take one stream each, or the default stream.
+  void run(const std::vector<void*>& arrays, const std::vector<GpuStream>& streams, bool forward) {
+    if (static_cast<int>(arrays.size()) != topology.size()) {
+      throw Error("halox::LocalParticleExchange: " + std::to_string(arrays.size()) +
+                  " arrays given for " + std::to_string(topology.size()) + " ranks");
+    }
+    if (memory == LocalMemory::host) {
+      if (real == BasicKind::float32)
+        forward ? host_forward<float>(plans, arrays) : host_reverse<float>(plans, arrays);
+      else
+        forward ? host_forward<double>(plans, arrays) : host_reverse<double>(plans, arrays);
+      return;
+    }
+#if HALOX_HAS_CUDA
+    run_on_gpus(arrays, streams, forward);
+#else
+    (void)streams;
+#endif
+  }
+
+  void check() const {
+#if HALOX_HAS_CUDA
+    for (const Group& g : groups) g.halo->check();
+#endif
+  }
+
+  // A stream belongs to one GPU: several GPUs take one stream each, or the default stream
+  // (none in host memory).
   const std::vector<GpuStream>& one_stream(GpuStream stream) {
+#if HALOX_HAS_CUDA
     if (groups.size() > 1 && stream != nullptr) {
       throw Error("halox::LocalParticleExchange: the ranks are on " +
                   std::to_string(groups.size()) + " GPUs; pass one stream per GPU of devices()");
     }
     single_stream.assign(groups.size(), stream);
     return single_stream;
+#else
+    (void)stream;
+    static const std::vector<GpuStream> none;
+    return none;
+#endif
   }
 };
 
 LocalParticleExchange::LocalParticleExchange(const Topology& topology,
                                              std::vector<ParticlePlan> plans, BasicKind real,
                                              GpuHaloOptions options,
-                                             std::vector<int> device_of_rank)
-    : m_impl(std::make_unique<Impl>(topology, real, options, std::move(device_of_rank))) {
+                                             std::vector<int> device_of_rank, LocalMemory memory)
+    : m_impl(std::make_unique<Impl>(topology, real, options, std::move(device_of_rank), memory)) {
   m_impl->install(std::move(plans));
 }
 LocalParticleExchange::~LocalParticleExchange() = default;
@@ -220,11 +328,11 @@ void LocalParticleExchange::reverse(const std::vector<void*>& forces, GpuStream 
 }
 void LocalParticleExchange::forward(const std::vector<void*>& xyz,
                                     const std::vector<GpuStream>& streams) {
-  m_impl->run(xyz, streams, &detail::DeviceHalo::forward);
+  m_impl->run(xyz, streams, true);
 }
 void LocalParticleExchange::reverse(const std::vector<void*>& forces,
                                     const std::vector<GpuStream>& streams) {
-  m_impl->run(forces, streams, &detail::DeviceHalo::reverse);
+  m_impl->run(forces, streams, false);
 }
 void LocalParticleExchange::check() const {
   m_impl->check();
@@ -233,7 +341,11 @@ const std::vector<ParticlePlan>& LocalParticleExchange::plans() const {
   return m_impl->plans;
 }
 int LocalParticleExchange::launches_per_exchange() const {
-  return m_impl->groups.front().halo->launches_per_exchange();
+#if HALOX_HAS_CUDA
+  if (m_impl->memory == LocalMemory::gpu)
+    return m_impl->groups.front().halo->launches_per_exchange();
+#endif
+  return 0;
 }
 
 }  // namespace halox
