@@ -156,7 +156,7 @@ int halo_main(int argc, char** argv) {
       md::Simulation sim(MPI_COMM_WORLD, c);
       for (int s = 0; s < 20; ++s) sim.step();
       sim.timers() = {};
-      sim.exchange().reset_stats();
+      sim.reset_exchange_stats();
       for (int s = 0; s < o.steps; ++s) sim.step();
       const md::Timers& t = sim.timers();
       double mine[4] = {t.halo_forward, t.halo_reverse - t.halo_reverse_at_search,

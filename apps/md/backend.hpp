@@ -41,6 +41,12 @@ class Backend {
   /// Home coordinates and velocities back on the host (neighbour search, output).
   virtual void fetch(std::vector<double>& x, std::vector<double>& v) = 0;
   virtual void fetch_forces(std::vector<double>& f) = 0;
+  /// Every local atom's coordinates and forces where the back end keeps them (host or
+  /// device memory, 3 reals per atom): what the local engine's exchange moves in place.
+  virtual void* coordinates() = 0;
+  virtual void* force_array() = 0;
+  /// The stream the back end's work is ordered on (nullptr on the CPU).
+  virtual GpuStream stream() { return nullptr; }
   /// Waits for queued work.
   virtual void synchronize() = 0;
   /// Runs `work` and returns its seconds: host clock on the CPU; on the GPU the span between
@@ -60,7 +66,9 @@ CellGrid make_cell_grid(const ParticlePlan& plan, double rlist);
 
 std::unique_ptr<Backend> make_cpu_backend();
 /// Throws halox::Error when halox-md was built without CUDA or no GPU is visible.
-std::unique_ptr<Backend> make_gpu_backend(bool single_precision);
+/// `shared`: order the back end's work on this stream (several ranks of one process, one
+/// stream: the local engine's exchange follows all of their kernels) instead of its own.
+std::unique_ptr<Backend> make_gpu_backend(bool single_precision, GpuStream shared = nullptr);
 bool gpu_present();
 
 }  // namespace halox::md

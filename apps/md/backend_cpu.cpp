@@ -61,6 +61,8 @@ class CpuBackend final : public Backend {
   }
   Sums last_sums() override { return m_sums; }
   void halo_reverse(ParticleExchange& exchange) override { exchange.reverse(m_f.data()); }
+  void* coordinates() override { return m_x.data(); }
+  void* force_array() override { return m_f.data(); }
   double velocity_squared() override {
     double s = 0;
     for (std::int64_t k = 0; k < 3 * m_home; ++k) s += m_v[k] * m_v[k];

@@ -128,8 +128,8 @@ int blocks(std::int64_t n) {
 template <class Real>
 class GpuBackend final : public Backend {
  public:
-  GpuBackend() {
-    MD_CUDA(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
+  explicit GpuBackend(cudaStream_t shared) : m_stream(shared), m_own_stream(shared == nullptr) {
+    if (m_own_stream) MD_CUDA(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     m_sums.resize(3);
     MD_CUDA(cudaMallocHost(&m_host_sums, 3 * sizeof(double)));
   }
@@ -138,7 +138,7 @@ class GpuBackend final : public Backend {
       cudaEventDestroy(m_event_start);
       cudaEventDestroy(m_event_stop);
     }
-    cudaStreamDestroy(m_stream);
+    if (m_own_stream) cudaStreamDestroy(m_stream);
     cudaFreeHost(m_host_sums);
   }
   std::string name() const override { return sizeof(Real) == 8 ? "gpu (double)" : "gpu (float)"; }
@@ -226,6 +226,9 @@ class GpuBackend final : public Backend {
     download(m_v, 3 * m_home, v);
   }
   void fetch_forces(std::vector<double>& f) override { download(m_f, 3 * m_home, f); }
+  void* coordinates() override { return m_x.get(); }
+  void* force_array() override { return m_f.get(); }
+  GpuStream stream() override { return m_stream; }
   void synchronize() override { MD_CUDA(cudaStreamSynchronize(m_stream)); }
   double timed(const std::function<void()>& work) override {
     if (!m_event_start) {
@@ -258,6 +261,7 @@ class GpuBackend final : public Backend {
   }
 
   cudaStream_t m_stream = nullptr;
+  bool m_own_stream = true;  // false: a stream shared with other ranks, owned by its creator
   cudaEvent_t m_event_start = nullptr, m_event_stop = nullptr;
   DeviceArray<Real> m_x, m_v, m_f;
   DeviceArray<std::int32_t> m_offsets, m_neighbors, m_cell, m_members, m_start;
@@ -272,10 +276,10 @@ bool gpu_present() {
   return visible_gpus() > 0;
 }
 
-std::unique_ptr<Backend> make_gpu_backend(bool single_precision) {
+std::unique_ptr<Backend> make_gpu_backend(bool single_precision, GpuStream shared) {
   if (!gpu_present()) throw Error("halox-md: --device gpu, but no CUDA device is visible");
-  if (single_precision) return std::make_unique<GpuBackend<float>>();
-  return std::make_unique<GpuBackend<double>>();
+  if (single_precision) return std::make_unique<GpuBackend<float>>(shared);
+  return std::make_unique<GpuBackend<double>>(shared);
 }
 
 }  // namespace halox::md

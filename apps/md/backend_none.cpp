@@ -8,7 +8,7 @@ bool gpu_present() {
   return false;
 }
 
-std::unique_ptr<Backend> make_gpu_backend(bool) {
+std::unique_ptr<Backend> make_gpu_backend(bool, GpuStream) {
   throw Error("halox-md: --device gpu, but halox was built without CUDA");
 }
 

@@ -49,7 +49,8 @@ void usage(FILE* out) {
       "  --precision P       double | float (GPU only; default double)\n"
       "  --transport T       host | staged | pipelined | mpi-direct | ipc-pulse | ipc-fused\n"
       "                      (default: host on the CPU,\n"
-      "                      staged on the GPU)\n"
+      "                      staged on the GPU); local: every rank of --ranks in this one\n"
+      "                      process (start 1 MPI rank), halox's local engine between them\n"
       "  --chunk BYTES       pipelined chunk size (default: the tuning file)\n"
       "  --seed S            velocity and lattice-jitter seed (default 2026)\n"
       "  --jitter J          random lattice displacement in lattice constants (default 0.02)\n"
@@ -108,8 +109,13 @@ Cli parse(int argc, char** argv) {
         throw Error("halox-md: --precision must be double or float");
       c.single_precision = p == "float";
     } else if (a == "--transport") {
-      c.transport = parse_transport(value());
-      c.transport_given = true;
+      const std::string t = value();
+      if (t == "local") {
+        c.local = true;
+      } else {
+        c.transport = parse_transport(t);
+        c.transport_given = true;
+      }
     } else if (a == "--chunk")
       c.chunk_bytes = static_cast<std::int64_t>(number());
     else if (a == "--seed")
@@ -181,7 +187,7 @@ int run(int argc, char** argv) {
   };
   report();
   sim.timers() = {};
-  sim.exchange().reset_stats();
+  sim.reset_exchange_stats();
   const auto loop_start = std::chrono::steady_clock::now();
   if (!cli.trace.empty()) trace::enable();
   for (int s = 1; s <= cli.steps; ++s) {
@@ -201,7 +207,7 @@ int run(int argc, char** argv) {
   double mine[6] = {t.force, t.halo_forward, t.halo_reverse, t.integrate, t.search, loop}, worst[6];
   MPI_Reduce(mine, worst, 6, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   const long long violations = sim.list_violations();  // the same on every rank
-  const ExchangeStats& stats = sim.exchange_stats();
+  const ExchangeStats stats = sim.exchange_stats();
   const double exchanges_per_step = cli.steps > 0 ? 1.0 * stats.host_waits / cli.steps : 0;
   if (rank != 0) return 0;
   const double drift = thermo.size() > 1 ? (thermo.back().total - thermo.front().total) /

@@ -61,7 +61,13 @@ void validate(const Config& c, int ranks) {
   const int given =
       (c.ranks[0] ? c.ranks[0] : 1) * (c.ranks[1] ? c.ranks[1] : 1) * (c.ranks[2] ? c.ranks[2] : 1);
   const bool all_given = c.ranks[0] && c.ranks[1] && c.ranks[2];
-  if ((all_given && given != ranks) || (!all_given && ranks % given != 0)) {
+  if (c.local) {
+    if (ranks != 1) {
+      fail("--transport local runs every rank in one process: start 1 MPI rank, not " +
+           std::to_string(ranks));
+    }
+    if (!all_given) fail("--transport local needs the whole rank grid: --ranks XxYxZ");
+  } else if ((all_given && given != ranks) || (!all_given && ranks % given != 0)) {
     fail("the rank grid " + std::to_string(c.ranks[0]) + "x" + std::to_string(c.ranks[1]) + "x" +
          std::to_string(c.ranks[2]) + " does not match the " + std::to_string(ranks) +
          " MPI ranks");
@@ -79,18 +85,32 @@ void validate(const Config& c, int ranks) {
   }
 }
 
-Simulation::Simulation(MPI_Comm comm, const Config& config)
-    : m_comm(comm), m_config(config), m_topology(Topology::from_mpi(comm, config.ranks)) {
+Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_config(config) {
   const double a = lattice_constant(config.density);
   m_box.length = {config.cells * a, config.cells * a, config.cells * a};
   const bool gpu = config.device == "gpu" || (config.device == "auto" && gpu_present());
-  m_backend = gpu ? make_gpu_backend(config.single_precision) : make_cpu_backend();
+  if (config.local) {
+    const Topology grid(config.ranks, {true, true, true}, 0);
+    for (int r = 0; r < grid.size(); ++r) {
+      m_ranks.push_back(Rank{Topology(grid.dims(), grid.periodic(), r), {}, {}, {}, {}, {}, {}});
+    }
+  } else {
+    m_ranks.push_back(Rank{Topology::from_mpi(comm, config.ranks), {}, {}, {}, {}, {}, {}});
+  }
+  // Several ranks on the GPU share the first one's stream, which the local exchange follows.
+  for (Rank& r : m_ranks) {
+    r.backend = gpu ? make_gpu_backend(
+                          config.single_precision,
+                          m_ranks.front().backend ? m_ranks.front().backend->stream() : nullptr)
+                    : make_cpu_backend();
+  }
   if (!m_config.transport_given) {
     m_config.transport = gpu ? TransportKind::staged : TransportKind::host;
   }
 
   // The fcc lattice; each rank keeps the atoms in its domain.
-  const Domain mine = domain_of(m_topology, m_box, m_topology.rank());
+  std::vector<Domain> domains;
+  for (const Rank& r : m_ranks) domains.push_back(domain_of(r.topology, m_box, r.topology.rank()));
   const double basis[4][3] = {{0, 0, 0}, {0.5, 0.5, 0}, {0.5, 0, 0.5}, {0, 0.5, 0.5}};
   std::int64_t id = 0;
   for (int k = 0; k < config.cells; ++k)
@@ -103,127 +123,220 @@ Simulation::Simulation(MPI_Comm comm, const Config& config)
             p[d] += config.jitter * a * std::tanh(gaussian(config.seed + 1, id, d));
             p[d] = std::fmod(p[d] + m_box.length[d], m_box.length[d]);
           }
-          bool in = true;
-          for (int d = 0; d < 3; ++d) in &= p[d] >= mine.lo[d] && p[d] < mine.hi[d];
-          if (in) {
-            m_x.insert(m_x.end(), p, p + 3);
-            for (int d = 0; d < 3; ++d) m_v.push_back(gaussian(config.seed, id, d));
-            m_id.push_back(id);
+          for (std::size_t r = 0; r < m_ranks.size(); ++r) {
+            bool in = true;
+            for (int d = 0; d < 3; ++d) in &= p[d] >= domains[r].lo[d] && p[d] < domains[r].hi[d];
+            if (!in) continue;
+            m_ranks[r].x.insert(m_ranks[r].x.end(), p, p + 3);
+            for (int d = 0; d < 3; ++d) m_ranks[r].v.push_back(gaussian(config.seed, id, d));
+            m_ranks[r].id.push_back(id);
           }
           ++id;
         }
   m_atoms = id;
   // Zero total momentum, then scale to the temperature (3N - 3 degrees of freedom).
-  double local[4] = {0, 0, 0, 0}, global[4];
-  for (std::size_t i = 0; i < m_id.size(); ++i) {
-    for (int d = 0; d < 3; ++d) local[d] += m_v[3 * i + d];
+  double momentum[3];
+  for (int d = 0; d < 3; ++d) {
+    double local = 0;
+    for (const Rank& r : m_ranks) {
+      for (std::size_t i = 0; i < r.id.size(); ++i) local += r.v[3 * i + d];
+    }
+    momentum[d] = sum(local);
   }
-  HALOX_MPI_CHECK(MPI_Allreduce(local, global, 3, MPI_DOUBLE, MPI_SUM, comm));
   double v2 = 0;
-  for (std::size_t i = 0; i < m_id.size(); ++i) {
-    for (int d = 0; d < 3; ++d) {
-      m_v[3 * i + d] -= global[d] / static_cast<double>(m_atoms);
-      v2 += m_v[3 * i + d] * m_v[3 * i + d];
+  for (Rank& r : m_ranks) {
+    for (std::size_t i = 0; i < r.id.size(); ++i) {
+      for (int d = 0; d < 3; ++d) {
+        r.v[3 * i + d] -= momentum[d] / static_cast<double>(m_atoms);
+        v2 += r.v[3 * i + d] * r.v[3 * i + d];
+      }
     }
   }
-  HALOX_MPI_CHECK(MPI_Allreduce(&v2, &global[3], 1, MPI_DOUBLE, MPI_SUM, comm));
-  const double scale = std::sqrt(config.temperature * (3.0 * m_atoms - 3.0) / global[3]);
-  for (double& v : m_v) v *= scale;
+  const double scale = std::sqrt(config.temperature * (3.0 * m_atoms - 3.0) / sum(v2));
+  for (Rank& r : m_ranks) {
+    for (double& v : r.v) v *= scale;
+  }
 
   neighbor_search(true);
-  m_backend->forces(config.cutoff);
-  m_backend->halo_reverse(*m_exchange);
-  m_backend->synchronize();
+  for (Rank& r : m_ranks) r.backend->forces(config.cutoff);
+  halo(false);
+  for (Rank& r : m_ranks) r.backend->synchronize();
+}
+
+Simulation::~Simulation() {
+  // The first rank's back end owns the stream the others share: it goes last.
+  m_local_exchange.reset();
+  m_exchange.reset();
+  while (!m_ranks.empty()) m_ranks.pop_back();
+}
+
+double Simulation::sum(double local) {
+  double global = 0;
+  HALOX_MPI_CHECK(MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_SUM, m_comm));
+  return global;
 }
 
 std::string Simulation::transport_name() const {
-  return m_backend->name() + ", " + to_string(m_config.transport);
+  const std::string backend = m_ranks.front().backend->name();
+  if (m_config.local) {
+    return backend + ", local (" + std::to_string(m_ranks.size()) + " ranks in this process)";
+  }
+  return backend + ", " + to_string(m_config.transport);
+}
+
+// Atoms that left their rank's domain move to the rank that owns them now.
+void Simulation::migrate() {
+  // Position, velocity and id travel together.
+  std::vector<std::vector<double>> data(m_ranks.size());
+  for (std::size_t k = 0; k < m_ranks.size(); ++k) {
+    const Rank& r = m_ranks[k];
+    data[k].reserve(r.id.size() * 7);
+    for (std::size_t i = 0; i < r.id.size(); ++i) {
+      data[k].insert(data[k].end(), &r.x[3 * i], &r.x[3 * i + 3]);
+      data[k].insert(data[k].end(), &r.v[3 * i], &r.v[3 * i + 3]);
+      data[k].push_back(static_cast<double>(r.id[i]));
+    }
+  }
+  if (m_config.local) {
+    migrate_local_particles(m_ranks.front().topology, m_box, data, 7);
+  } else {
+    migrate_particles(m_ranks.front().topology, m_box, data.front(), 7);
+  }
+  for (std::size_t k = 0; k < m_ranks.size(); ++k) {
+    Rank& r = m_ranks[k];
+    const std::size_t home = data[k].size() / 7;
+    r.x.resize(3 * home);
+    r.v.resize(3 * home);
+    r.id.resize(home);
+    for (std::size_t i = 0; i < home; ++i) {
+      std::copy(&data[k][7 * i], &data[k][7 * i + 3], &r.x[3 * i]);
+      std::copy(&data[k][7 * i + 3], &data[k][7 * i + 6], &r.v[3 * i]);
+      r.id[i] = static_cast<std::int64_t>(data[k][7 * i + 6]);
+    }
+    r.x_search = r.x;
+  }
 }
 
 void Simulation::neighbor_search(bool first) {
   const auto start = Clock::now();
-  if (!first) m_backend->fetch(m_x, m_v);
-  // Verlet-list validity: a pair can enter the cutoff unseen only if two atoms together
-  // moved more than the skin since the last search. Reported, not hidden.
   if (!first) {
+    for (Rank& r : m_ranks) r.backend->fetch(r.x, r.v);
+    // Verlet-list validity: a pair can enter the cutoff unseen only if two atoms together
+    // moved more than the skin since the last search. Reported, not hidden.
     double local = 0, global = 0;
-    for (std::size_t i = 0; i < m_id.size(); ++i) {
-      double d2 = 0;
-      for (int d = 0; d < 3; ++d) {
-        const double dx = m_x[3 * i + d] - m_x_search[3 * i + d];
-        d2 += dx * dx;
+    for (const Rank& r : m_ranks) {
+      for (std::size_t i = 0; i < r.id.size(); ++i) {
+        double d2 = 0;
+        for (int d = 0; d < 3; ++d) {
+          const double dx = r.x[3 * i + d] - r.x_search[3 * i + d];
+          d2 += dx * dx;
+        }
+        local = std::max(local, d2);
       }
-      local = std::max(local, d2);
     }
     HALOX_MPI_CHECK(MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_MAX, m_comm));
     m_max_displacement = std::max(m_max_displacement, std::sqrt(global));
     if (2 * std::sqrt(global) > m_config.skin) ++m_violations;
   }
-  // Migration: position, velocity and id travel together.
-  std::vector<double> data;
-  data.reserve(m_id.size() * 7);
-  for (std::size_t i = 0; i < m_id.size(); ++i) {
-    data.insert(data.end(), &m_x[3 * i], &m_x[3 * i + 3]);
-    data.insert(data.end(), &m_v[3 * i], &m_v[3 * i + 3]);
-    data.push_back(static_cast<double>(m_id[i]));
-  }
-  migrate_particles(m_topology, m_box, data, 7);
-  const std::size_t home = data.size() / 7;
-  m_x.resize(3 * home);
-  m_v.resize(3 * home);
-  m_id.resize(home);
-  for (std::size_t i = 0; i < home; ++i) {
-    std::copy(&data[7 * i], &data[7 * i + 3], &m_x[3 * i]);
-    std::copy(&data[7 * i + 3], &data[7 * i + 6], &m_v[3 * i]);
-    m_id[i] = static_cast<std::int64_t>(data[7 * i + 6]);
-  }
-  m_x_search = m_x;
+  migrate();
 
-  // The plan (and with it the halo coordinates); the back end builds the neighbour list.
+  // The plans (and with them the halo coordinates); the back ends build the neighbour lists.
   const double rlist = m_config.cutoff + m_config.skin;
-  std::vector<double> xyz = m_x;
-  m_plan = build_particle_plan(m_topology, m_box, rlist, xyz);
-  m_backend->load(xyz, m_v, m_plan, rlist);
-  if (!m_exchange) {
-    m_exchange = std::make_unique<ParticleExchange>(
-        m_topology, m_plan, m_backend->real(),
-        ExchangeOptions{m_config.transport, m_config.chunk_bytes});
+  std::vector<std::vector<double>> xyz;
+  for (const Rank& r : m_ranks) xyz.push_back(r.x);
+  if (m_config.local) {
+    std::vector<ParticlePlan> plans =
+        build_local_particle_plans(m_ranks.front().topology, m_box, rlist, xyz);
+    for (std::size_t k = 0; k < m_ranks.size(); ++k) m_ranks[k].plan = plans[k];
+    for (std::size_t k = 0; k < m_ranks.size(); ++k) {
+      m_ranks[k].backend->load(xyz[k], m_ranks[k].v, m_ranks[k].plan, rlist);
+    }
+    if (!m_local_exchange) {
+      const bool gpu = m_ranks.front().backend->stream() != nullptr;
+      m_local_exchange = std::make_unique<LocalParticleExchange>(
+          m_ranks.front().topology, std::move(plans), m_ranks.front().backend->real(),
+          GpuHaloOptions{}, std::vector<int>{}, gpu ? LocalMemory::gpu : LocalMemory::host);
+    } else {
+      m_local_exchange->set_plans(std::move(plans));
+    }
   } else {
-    m_exchange->set_plan(m_plan);
+    Rank& r = m_ranks.front();
+    r.plan = build_particle_plan(r.topology, m_box, rlist, xyz.front());
+    r.backend->load(xyz.front(), r.v, r.plan, rlist);
+    if (!m_exchange) {
+      m_exchange = std::make_unique<ParticleExchange>(
+          r.topology, r.plan, r.backend->real(),
+          ExchangeOptions{m_config.transport, m_config.chunk_bytes});
+    } else {
+      m_exchange->set_plan(r.plan);
+    }
   }
   m_timers.search += seconds_since(start);
 }
 
+// Coordinates forward (true) or forces back, for every rank of this process.
+void Simulation::halo(bool forward) {
+  if (!m_local_exchange) {
+    Backend& b = *m_ranks.front().backend;
+    forward ? b.halo_forward(*m_exchange) : b.halo_reverse(*m_exchange);
+    return;
+  }
+  m_arrays.clear();
+  for (Rank& r : m_ranks) {
+    m_arrays.push_back(forward ? r.backend->coordinates() : r.backend->force_array());
+  }
+  GpuStream stream = m_ranks.front().backend->stream();
+  forward ? m_local_exchange->forward(m_arrays, stream)
+          : m_local_exchange->reverse(m_arrays, stream);
+}
+
+template <class Phase>
+void Simulation::timed(double& slot, Phase&& phase) {
+  if (m_config.barrier_before_halo &&
+      (&slot == &m_timers.halo_forward || &slot == &m_timers.halo_reverse)) {
+    HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+  }
+  // Several ranks on the GPU share the first one's stream: its events span all of them.
+  slot += m_ranks.front().backend->timed([&] {
+    phase();
+    for (std::size_t k = 1; k < m_ranks.size(); ++k) m_ranks[k].backend->synchronize();
+  });
+}
+
 void Simulation::step() {
   const double dt = m_config.dt;
-  auto timed = [&](double& slot, auto&& work) {
-    if (m_config.barrier_before_halo &&
-        (&slot == &m_timers.halo_forward || &slot == &m_timers.halo_reverse)) {
-      HALOX_MPI_CHECK(MPI_Barrier(m_comm));
-    }
-    slot += m_backend->timed(work);
-  };
   timed(m_timers.integrate, [&] {
-    m_backend->half_kick(dt);
-    m_backend->drift(dt);
+    for (Rank& r : m_ranks) {
+      r.backend->half_kick(dt);
+      r.backend->drift(dt);
+    }
   });
   ++m_step;
   const bool search = m_step % m_config.nstlist == 0;
   if (search) {
     neighbor_search(false);  // brings the halo coordinates with the new plan
   } else {
-    timed(m_timers.halo_forward, [&] { m_backend->halo_forward(*m_exchange); });
+    timed(m_timers.halo_forward, [&] { halo(true); });
   }
-  timed(m_timers.force, [&] { m_backend->forces(m_config.cutoff); });
+  timed(m_timers.force, [&] {
+    for (Rank& r : m_ranks) r.backend->forces(m_config.cutoff);
+  });
   const double reverse_before = m_timers.halo_reverse;
-  timed(m_timers.halo_reverse, [&] { m_backend->halo_reverse(*m_exchange); });
+  timed(m_timers.halo_reverse, [&] { halo(false); });
   if (search) m_timers.halo_reverse_at_search += m_timers.halo_reverse - reverse_before;
-  timed(m_timers.integrate, [&] { m_backend->half_kick(dt); });
+  timed(m_timers.integrate, [&] {
+    for (Rank& r : m_ranks) r.backend->half_kick(dt);
+  });
 }
 
 Thermo Simulation::thermo() {
-  const Sums sums = m_backend->last_sums();
-  double local[3] = {m_backend->velocity_squared(), sums.energy, sums.virial}, global[3];
+  double local[3] = {0, 0, 0}, global[3];
+  for (Rank& r : m_ranks) {
+    const Sums sums = r.backend->last_sums();
+    local[0] += r.backend->velocity_squared();
+    local[1] += sums.energy;
+    local[2] += sums.virial;
+  }
   HALOX_MPI_CHECK(MPI_Allreduce(local, global, 3, MPI_DOUBLE, MPI_SUM, m_comm));
   const double n = static_cast<double>(m_atoms);
   const double volume = m_box.length[0] * m_box.length[1] * m_box.length[2];
@@ -237,12 +350,14 @@ Thermo Simulation::thermo() {
 }
 
 std::vector<std::pair<std::int64_t, std::array<double, 3>>> Simulation::gather_forces() {
-  std::vector<double> f;
-  m_backend->fetch_forces(f);
   std::vector<double> mine;
-  for (std::size_t i = 0; i < m_id.size(); ++i) {
-    mine.push_back(static_cast<double>(m_id[i]));
-    mine.insert(mine.end(), &f[3 * i], &f[3 * i + 3]);
+  for (Rank& r : m_ranks) {
+    std::vector<double> f;
+    r.backend->fetch_forces(f);
+    for (std::size_t i = 0; i < r.id.size(); ++i) {
+      mine.push_back(static_cast<double>(r.id[i]));
+      mine.insert(mine.end(), &f[3 * i], &f[3 * i + 3]);
+    }
   }
   int size = 0, rank = 0;
   MPI_Comm_size(m_comm, &size);
@@ -250,12 +365,12 @@ std::vector<std::pair<std::int64_t, std::array<double, 3>>> Simulation::gather_f
   int count = static_cast<int>(mine.size());
   std::vector<int> counts(size), displs(size);
   HALOX_MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, m_comm));
-  int sum = 0;
+  int total = 0;
   for (int r = 0; r < size; ++r) {
-    displs[r] = sum;
-    sum += counts[r];
+    displs[r] = total;
+    total += counts[r];
   }
-  std::vector<double> all(rank == 0 ? sum : 0);
+  std::vector<double> all(rank == 0 ? total : 0);
   HALOX_MPI_CHECK(MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
                               displs.data(), MPI_DOUBLE, 0, m_comm));
   std::vector<std::pair<std::int64_t, std::array<double, 3>>> out;

@@ -13,6 +13,7 @@
 
 #include "backend.hpp"
 #include "halox/exchange.hpp"
+#include "halox/gpu_halo.hpp"
 #include "halox/plan.hpp"
 #include "halox/topology.hpp"
 
@@ -31,6 +32,10 @@ struct Config {
   bool single_precision = false;         ///< GPU only
   TransportKind transport = TransportKind::host;
   bool transport_given = false;  ///< otherwise host on the CPU, staged on the GPU
+  /// --transport local: every rank of `ranks` in this one process (no MPI between them),
+  /// the halo moved by halox's local engine (LocalParticleExchange: one kernel for all
+  /// ranks on the GPU, the CPU in host memory).
+  bool local = false;
   std::int64_t chunk_bytes = 0;
   std::uint64_t seed = 2026;
   double jitter = 0.02;
@@ -56,10 +61,15 @@ struct Timers {
   double total() const { return force + halo_forward + halo_reverse + integrate + search; }
 };
 
+/// The ranks of this process: one per process with MPI (the usual case), or every rank of
+/// the grid with Config::local. Written once for both: each phase runs over this process's
+/// ranks, the sums add them before reducing over the communicator, and only the migration,
+/// the plans and the halo exchange differ (MPI vs halox's local builders and engine).
 class Simulation {
  public:
   /// Collective: builds the lattice, velocities, the first plan and the step-0 forces.
   Simulation(MPI_Comm comm, const Config& config);
+  ~Simulation();
   /// One velocity Verlet step (collective at neighbour-search steps).
   void step();
   /// Collective.
@@ -68,16 +78,25 @@ class Simulation {
   std::vector<std::pair<std::int64_t, std::array<double, 3>>> gather_forces();
 
   const Config& config() const { return m_config; }
-  const Topology& topology() const { return m_topology; }
+  /// The grid, as this process's first rank sees it.
+  const Topology& topology() const { return m_ranks.front().topology; }
   std::int64_t atoms() const { return m_atoms; }
-  std::int64_t home_atoms() const { return static_cast<std::int64_t>(m_id.size()); }
-  std::int64_t halo_atoms() const { return m_plan.total_count - m_plan.home_count; }
-  const ParticlePlan& plan() const { return m_plan; }
+  /// Of this process's first rank.
+  std::int64_t home_atoms() const { return static_cast<std::int64_t>(m_ranks.front().id.size()); }
+  std::int64_t halo_atoms() const {
+    return m_ranks.front().plan.total_count - m_ranks.front().plan.home_count;
+  }
+  const ParticlePlan& plan() const { return m_ranks.front().plan; }
   std::int64_t steps() const { return m_step; }
   Timers& timers() { return m_timers; }
-  const ExchangeStats& exchange_stats() const { return m_exchange->stats(); }
-  ParticleExchange& exchange() { return *m_exchange; }
-  Backend& backend() { return *m_backend; }
+  /// The MPI exchange's counters (the local engine keeps none: it never waits on the host).
+  ExchangeStats exchange_stats() const {
+    return m_exchange ? m_exchange->stats() : ExchangeStats{};
+  }
+  void reset_exchange_stats() {
+    if (m_exchange) m_exchange->reset_stats();
+  }
+  Backend& backend() { return *m_ranks.front().backend; }
   std::string transport_name() const;
   /// Searches at which twice the largest displacement since the previous one exceeded the
   /// skin (a pair may have entered the cutoff unseen).
@@ -87,19 +106,30 @@ class Simulation {
   double box_length() const { return m_box.length[0]; }
 
  private:
+  struct Rank {
+    Topology topology;             // the grid seen from this rank
+    std::vector<double> x, v;      // home atoms (host copy at searches)
+    std::vector<double> x_search;  // positions at the last search
+    std::vector<std::int64_t> id;  // home atom ids
+    ParticlePlan plan;
+    std::unique_ptr<Backend> backend;
+  };
   void neighbor_search(bool first);
+  void migrate();
+  void halo(bool forward);
+  double sum(double local);
+  /// Runs `phase` for every rank of this process, timed into `slot`.
+  template <class Phase>
+  void timed(double& slot, Phase&& phase);
 
   MPI_Comm m_comm;
   Config m_config;
-  Topology m_topology;
   Box m_box;
   std::int64_t m_atoms = 0;
-  std::vector<double> m_x, m_v;    // home atoms (host copy at searches)
-  std::vector<double> m_x_search;  // positions at the last search
-  std::vector<std::int64_t> m_id;  // home atom ids
-  ParticlePlan m_plan;
-  std::unique_ptr<Backend> m_backend;
-  std::unique_ptr<ParticleExchange> m_exchange;
+  std::vector<Rank> m_ranks;
+  std::unique_ptr<ParticleExchange> m_exchange;             // MPI: one rank per process
+  std::unique_ptr<LocalParticleExchange> m_local_exchange;  // Config::local
+  std::vector<void*> m_arrays;                              // the local exchange's (reused)
   Timers m_timers;
   std::int64_t m_step = 0;
   std::int64_t m_violations = 0;

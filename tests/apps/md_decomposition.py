@@ -45,6 +45,8 @@ def main():
             (1, ["--cells", "2", "--cutoff", "2.5"], "half the box"),
             (2, ["--ranks", "3x1x1"], "does not match"),
             (1, ["--transport", "carrier-pigeon"], "unknown transport"),
+            (2, ["--transport", "local", "--ranks", "2x1x1"], "start 1 MPI rank"),
+            (1, ["--transport", "local"], "whole rank grid"),
         ]
         for np, args, words in cases:
             p = run(mpiexec, md, np, args + ["--steps", "1"], check=False)

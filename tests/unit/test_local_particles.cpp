@@ -68,7 +68,8 @@ void check_host(std::array<int, 3> dims, double cutoff, std::uint64_t seed) {
   for (int r = 0; r < n; ++r) {
     for (std::size_t h = 0; h < ids[r].size(); ++h) {
       int copies = 0;
-      for (int q = 0; q < n; ++q) copies += images_in(w, domain_of(topology, w.box, q), cutoff, ids[r][h]);
+      for (int q = 0; q < n; ++q)
+        copies += images_in(w, domain_of(topology, w.box, q), cutoff, ids[r][h]);
       for (int a = 0; a < 3; ++a) {
         const double want = copies * (a + 1) * (ids[r][h] + 1.0);
         ASSERT_NEAR(f[r][3 * h + a], want, sizeof(Real) == 4 ? 1e-6 * want : 0.0)
