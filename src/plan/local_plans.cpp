@@ -4,16 +4,29 @@
 
 namespace halox {
 
+namespace {
+
+// The grid as each of its ranks sees it, after checking that `given` per-rank inputs came.
+std::vector<Topology> rank_views(const Topology& topology, std::size_t given, const char* function,
+                                 const char* what) {
+  const int size = topology.size();
+  if (static_cast<int>(given) != size) {
+    throw Error(std::string("halox::") + function + ": " + std::to_string(given) + " " + what +
+                " for a grid of " + std::to_string(size) + " ranks");
+  }
+  std::vector<Topology> views;
+  for (int r = 0; r < size; ++r) views.emplace_back(topology.dims(), topology.periodic(), r);
+  return views;
+}
+
+}  // namespace
+
 std::vector<ParticlePlan> build_local_particle_plans(const Topology& topology, const Box& box,
                                                      double cutoff,
                                                      std::vector<std::vector<double>>& xyz) {
   const int size = topology.size();
-  if (static_cast<int>(xyz.size()) != size) {
-    throw Error("halox::build_local_particle_plans: " + std::to_string(xyz.size()) +
-                " coordinate sets for a grid of " + std::to_string(size) + " ranks");
-  }
-  std::vector<Topology> views;
-  for (int r = 0; r < size; ++r) views.emplace_back(topology.dims(), topology.periodic(), r);
+  const std::vector<Topology> views =
+      rank_views(topology, xyz.size(), "build_local_particle_plans", "coordinate sets");
   std::vector<detail::BuilderRank> ranks(size);
   for (int r = 0; r < size; ++r) {
     const std::string error = detail::check_particle_input(views[r], box, cutoff, xyz[r]);
@@ -37,12 +50,8 @@ std::vector<ParticlePlan> build_local_particle_plans(const Topology& topology, c
 void migrate_local_particles(const Topology& topology, const Box& box,
                              std::vector<std::vector<double>>& data, int stride) {
   const int size = topology.size();
-  if (static_cast<int>(data.size()) != size) {
-    throw Error("halox::migrate_local_particles: " + std::to_string(data.size()) +
-                " atom sets for a grid of " + std::to_string(size) + " ranks");
-  }
-  std::vector<Topology> views;
-  for (int r = 0; r < size; ++r) views.emplace_back(topology.dims(), topology.periodic(), r);
+  const std::vector<Topology> views =
+      rank_views(topology, data.size(), "migrate_local_particles", "atom sets");
   std::vector<detail::MigrateRank> ranks(size);
   for (int r = 0; r < size; ++r) {
     ranks[r].topology = &views[r];
