@@ -138,7 +138,9 @@ done
 want md && {
   # 8 ranks sharing the GPU in one process, the 32,000-atom setting, whole steps.
   log "halox-md on the GPU, 8 ranks in one process (--transport local)"
-  mpi 1 build/gpu/apps/md/halox-md --device gpu --transport local --ranks 2x2x2 --cells 20 \
+  # (a whole GPU: not the 50% share the two-process runs take)
+  timeout 150 mpirun -n 1 --bind-to none build/gpu/apps/md/halox-md --device gpu --transport local \
+    --ranks 2x2x2 --cells 20 \
     --steps 500 --thermo 100 --json "$out/md-gpu-local8.json" 2>&1 | tee "$out/md-gpu-local8.txt"
 }
 echo quit | nvidia-cuda-mps-control 2>/dev/null
