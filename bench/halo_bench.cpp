@@ -3,6 +3,7 @@
 // mini-app (apps/md) so the halo sees the application's sizes and dependencies.
 #include <mpi.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +28,7 @@ namespace {
 struct HaloOptions {
   std::string app = "md", device = "auto", json, trace;
   std::vector<std::string> transports;
+  std::array<int, 3> local_ranks = {2, 2, 2};  // the grid of the `local` transport
   std::vector<long> atoms_per_rank = {2000, 20000, 200000};
   int steps = 200;
   bool quick = false;
@@ -42,6 +44,9 @@ void halo_usage(FILE* out) {
       "  --transports A,B      default: host on the CPU; staged,pipelined,ipc-pulse,ipc-fused\n"
       "                        on the GPU (nvshmem-stream,nvshmem-pulse,nvshmem-fused: in a\n"
       "                        run of their own, as NVSHMEM's proxy thread slows the others)\n"
+      "                        local: every rank of --local-ranks in this process (run it\n"
+      "                        on 1 MPI rank: halox-md --transport local)\n"
+      "  --local-ranks XxYxZ   the local transport's rank grid (default 2x2x2)\n"
       "  --atoms-per-rank A,B  default 2000,20000,200000\n"
       "  --steps N             timed steps per case (default 200, after 20 warm-up steps)\n"
       "  --device D            auto | cpu | gpu (default auto)\n"
@@ -75,7 +80,14 @@ HaloOptions parse_halo(int argc, char** argv) {
       o.app = value();
     else if (a == "--transports")
       o.transports = split(value());
-    else if (a == "--atoms-per-rank") {
+    else if (a == "--local-ranks") {
+      const std::string v = value();
+      if (std::sscanf(v.c_str(), "%dx%dx%d", &o.local_ranks[0], &o.local_ranks[1],
+                      &o.local_ranks[2]) != 3 ||
+          o.local_ranks[0] < 1 || o.local_ranks[1] < 1 || o.local_ranks[2] < 1) {
+        throw Error("halox-bench halo: --local-ranks must be XxYxZ with positive sizes");
+      }
+    } else if (a == "--atoms-per-rank") {
       o.atoms_per_rank.clear();
       for (const auto& v : split(value())) o.atoms_per_rank.push_back(std::atol(v.c_str()));
     } else if (a == "--steps")
@@ -140,13 +152,26 @@ int halo_main(int argc, char** argv) {
     for (const auto& name : transports) {
       md::Config c;
       c.device = gpu ? "gpu" : "cpu";
-      c.transport = parse_transport(name);
-      c.transport_given = true;
-      c.cells = std::max(4, static_cast<int>(std::lround(std::cbrt(double(apr) * size / 4.0))));
+      // local: every rank of the grid in this process, the local engine between them.
+      c.local = name == "local";
+      int ranks = size;
+      if (c.local) {
+        if (size != 1) {
+          if (rank == 0) std::printf("%-12s skipped: runs on 1 MPI rank\n", name.c_str());
+          continue;
+        }
+        c.ranks = o.local_ranks;
+        ranks = o.local_ranks[0] * o.local_ranks[1] * o.local_ranks[2];
+      } else {
+        c.transport = parse_transport(name);
+        c.transport_given = true;
+      }
+      c.cells = std::max(4, static_cast<int>(std::lround(std::cbrt(double(apr) * ranks / 4.0))));
       c.nstlist = 20;  // the halo between searches is what is measured
       c.barrier_before_halo = true;
       std::string why;
-      if (!transport_available(c.transport, &why) || (!gpu && c.transport != TransportKind::host)) {
+      if (!c.local && (!transport_available(c.transport, &why) ||
+                       (!gpu && c.transport != TransportKind::host))) {
         if (rank == 0)
           std::printf("%-12s skipped: %s\n", name.c_str(), gpu ? why.c_str() : "needs a GPU");
         continue;

@@ -142,6 +142,9 @@ want md && {
   timeout 150 mpirun -n 1 --bind-to none build/gpu/apps/md/halox-md --device gpu --transport local \
     --ranks 2x2x2 --cells 20 \
     --steps 500 --thermo 100 --json "$out/md-gpu-local8.json" 2>&1 | tee "$out/md-gpu-local8.txt"
+  log "benchmark: halox-bench halo --app md, local transport (8 ranks in one process) $quick"
+  timeout 150 mpirun -n 1 --bind-to none build/gpu/bench/halox-bench halo --app md --device gpu \
+    $quick --transports local --json "$out/halo-md-local8.json" 2>&1 | tee "$out/halo-md-local8.txt"
 }
 echo quit | nvidia-cuda-mps-control 2>/dev/null
 log "done"
