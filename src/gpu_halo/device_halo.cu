@@ -128,6 +128,19 @@ __device__ __forceinline__ void copy_item(Real* dst, const Real* src, const doub
   dst[2] = src[2] + static_cast<Real>(shift[2]);
 }
 
+// Protocol step 2 (every thread of the block calls it): wait until the destination's
+// staging area is free, traced; a peer in this launch needs no wait (stream order). False
+// when the wait timed out.
+__device__ bool wait_until_free(const LaunchArgs& a, const PulseView& v, int p, int direction,
+                                bool peer_in_launch, const u64* slot, int peer, int kind,
+                                bool sys) {
+  if (peer_in_launch) return true;
+  record(a, v.rank, p, trace_ready_begin, direction);
+  if (!block_wait(slot, a.epoch, a.timeout_ns, a.error, v.rank, peer, p, kind, sys)) return false;
+  record(a, v.rank, p, trace_ready_end, direction);
+  return true;
+}
+
 template <class Real>
 __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
   const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
@@ -141,13 +154,9 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
     signal_release(v.fwd_src_ready, a.epoch, sys);
   }
   if (v.send_rank >= 0) {
-    if (!v.dest_in_launch) {
-      record(a, v.rank, p, trace_ready_begin, 0);
-      if (!block_wait(v.fwd_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.send_rank, p,
-                      fwd_ready, sys)) {
-        return;
-      }
-      record(a, v.rank, p, trace_ready_end, 0);
+    if (!wait_until_free(a, v, p, 0, v.dest_in_launch, v.fwd_in_ready, v.send_rank, fwd_ready,
+                         sys)) {
+      return;
     }
     record(a, v.rank, p, trace_pack_begin, 0);
     Real* out = reinterpret_cast<Real*>(v.fwd_out);
@@ -211,13 +220,9 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     signal_release(v.rev_src_ready, a.epoch, sys);
   }
   if (v.recv_rank >= 0) {
-    if (!v.source_in_launch) {
-      record(a, v.rank, p, trace_ready_begin, 1);
-      if (!block_wait(v.rev_in_ready, a.epoch, a.timeout_ns, a.error, v.rank, v.recv_rank, p,
-                      rev_ready, sys)) {
-        return;
-      }
-      record(a, v.rank, p, trace_ready_end, 1);
+    if (!wait_until_free(a, v, p, 1, v.source_in_launch, v.rev_in_ready, v.recv_rank, rev_ready,
+                         sys)) {
+      return;
     }
     record(a, v.rank, p, trace_pack_begin, 1);
     Real* out = reinterpret_cast<Real*>(v.rev_out);
