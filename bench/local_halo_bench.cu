@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "halox/error.hpp"
+#include "halox/device.hpp"
 #include "halox/gpu_halo.hpp"
 #include "halox/trace.hpp"
 #include "cuda_timing.cuh"
@@ -97,8 +98,7 @@ int local_halo_main(int argc, char** argv) {
     else
       throw Error("halox-bench halo-local: unknown option " + a);
   }
-  int visible = 0;
-  BENCH_CUDA(cudaGetDeviceCount(&visible));
+  const int visible = visible_gpus();
   if (gpus < 1 || gpus > visible) {
     throw Error("halox-bench halo-local: --gpus " + std::to_string(gpus) + ", but " +
                 std::to_string(visible) + " GPU(s) are visible");

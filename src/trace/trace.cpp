@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "device_trace.hpp"
+#include "halox/device.hpp"
 #include "halox/error.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
@@ -77,8 +78,7 @@ void enable(std::size_t device_events) {
   if (s.on) return;
   s.on = true;
 #if HALOX_HAS_CUDA && HALOX_HAS_TRACING
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+  if (visible_gpus() > 0) {
     if (cudaMalloc(&s.device.count, sizeof(unsigned long long)) == cudaSuccess &&
         cudaMalloc(&s.device.records, device_events * sizeof(detail::DeviceRecord)) ==
             cudaSuccess) {

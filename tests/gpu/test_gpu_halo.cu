@@ -12,6 +12,7 @@
 
 #include "../common/particle_world.hpp"
 #include "../common/seed.hpp"
+#include "halox/device.hpp"
 #include "halox/gpu_halo.hpp"
 
 using namespace halox;
@@ -56,12 +57,6 @@ std::vector<Real*> upload(const std::vector<std::vector<double>>& host,
   }
   if (!device_of.empty()) cudaSetDevice(0);
   return out;
-}
-
-int visible_gpus() {
-  int n = 0;
-  cudaGetDeviceCount(&n);
-  return n;
 }
 
 // One stream per GPU the exchange uses, in its devices() order.
@@ -289,7 +284,7 @@ TEST(LocalEngine, TenThousandExchangesCheckedItemByItem) {
 // Every visible GPU driven from this process (one GPU: the explicit-device path on it).
 TEST(LocalEngine, RanksSpreadOverEveryGpu) {
   const auto seed = test_seed("LocalEngine.AllGpus");
-  const int gpus = visible_gpus();
+  const int gpus = halox::visible_gpus();
   std::printf("GPU: local engine over %d GPU(s)\n", gpus);
   for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
     check_local<double>({2, 2, 2}, 2.4, kernels, seed, gpus);
