@@ -27,8 +27,9 @@ struct GpuHaloOptions {
   FusedKernels kernels = FusedKernels::all_pulses;
   /// Every device-side wait gives up after this long and records who waited for whom.
   double timeout_seconds = 5.0;
-  /// At set-up (and after each new plan): a small message over every link of the plan in
-  /// both directions, data and signal checked, before any real exchange.
+  /// At set-up, and after a new plan that changes the links (new blocks or a new
+  /// neighbour): a small message over every link of the plan in both directions, data and
+  /// signal checked, before any real exchange.
   bool self_test = true;
   /// Testing only: this rank's blocks do nothing, as if the rank had stalled.
   int stall_rank = -1;

@@ -95,7 +95,7 @@ struct LaunchArgs {
   int first_pulse;  // per-pulse launches: the pulse (grid.y == 1); all: 0
   int blocks;       // blocks per (rank, pulse)
   u64 epoch;        // signal value of this exchange
-  u64 round;        // launches since the counters were zeroed
+  u64 unpacked;     // rev_unpacked[q] once every block of every reverse so far counted
   u64 timeout_ns;
   ErrorSink error;
   int stall_rank;
@@ -236,8 +236,8 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
       record(a, v.rank, p, trace_deps_begin, 1);
       for (int q = p + 1; q < a.npulses; ++q) {
         if ((v.rev_deps >> q & 1u) &&
-            !block_wait(&v.counters->rev_unpacked[q], a.round * a.blocks, a.timeout_ns, a.error,
-                        v.rank, a.views[r * a.npulses + q].send_rank, q, rev_unpack, false)) {
+            !block_wait(&v.counters->rev_unpacked[q], a.unpacked, a.timeout_ns, a.error, v.rank,
+                        a.views[r * a.npulses + q].send_rank, q, rev_unpack, false)) {
           return;
         }
       }
@@ -324,16 +324,22 @@ class DeviceArray {
  public:
   ~DeviceArray() { cudaFree(m_ptr); }
   T* get() const { return m_ptr; }
+  // Keeps its allocation when the new contents fit (a new plan after every neighbour
+  // search: cudaFree would wait for the whole device each time).
   void assign(const std::vector<T>& host) {
-    cudaFree(m_ptr);
-    m_ptr = nullptr;
-    if (host.empty()) return;
-    HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, host.size() * sizeof(T)));
-    detail::copy_to_device_now(m_ptr, host.data(), host.size() * sizeof(T));
+    if (host.size() > m_capacity) {
+      cudaFree(m_ptr);
+      m_ptr = nullptr;
+      m_capacity = 0;
+      HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, host.size() * sizeof(T)));
+      m_capacity = host.size();
+    }
+    if (!host.empty()) detail::copy_to_device_now(m_ptr, host.data(), host.size() * sizeof(T));
   }
 
  private:
   T* m_ptr = nullptr;
+  std::size_t m_capacity = 0;
 };
 
 }  // namespace
@@ -354,7 +360,8 @@ struct DeviceHalo::Impl {
   DeviceArray<PulseView> views;
   DeviceArray<RankTable> tables;
   ErrorChannel errors;
-  u64 fwd_epoch = 0, rev_epoch = 0, fwd_round = 0, rev_round = 0, probe_epoch = 0;
+  u64 fwd_epoch = 0, rev_epoch = 0, probe_epoch = 0;
+  u64 rev_unpacked = 0;  // blocks counted into each rev_unpacked slot since it was zeroed
   int grid_blocks = 1;
   bool system_scope = true;
   void* x_table = nullptr;  // device array of per-rank pointers
@@ -375,7 +382,7 @@ struct DeviceHalo::Impl {
     capacity.clear();
   }
 
-  LaunchArgs args(int first_pulse, u64 epoch, u64 round) const {
+  LaunchArgs args(int first_pulse, u64 epoch, u64 unpacked) const {
     LaunchArgs a{};
     a.views = views.get();
     a.tables = tables.get();
@@ -383,7 +390,7 @@ struct DeviceHalo::Impl {
     a.first_pulse = first_pulse;
     a.blocks = grid_blocks;
     a.epoch = epoch;
-    a.round = round;
+    a.unpacked = unpacked;
     a.timeout_ns = static_cast<u64>(options.timeout_seconds * 1e9);
     a.error = errors.sink();
     a.stall_rank = options.stall_rank;
@@ -413,15 +420,17 @@ struct DeviceHalo::Impl {
   void launch(bool forward, const std::vector<void*>& arrays, GpuStream stream) {
     Real* const* table = static_cast<Real* const*>(pointer_table(forward, arrays, stream));
     const u64 epoch = forward ? ++fwd_epoch : ++rev_epoch;
-    const u64 round = forward ? ++fwd_round : ++rev_round;
+    // The grid may change with the plan, so the reverse's unpack target is a running sum.
+    if (!forward) rev_unpacked += static_cast<u64>(grid_blocks);
+    const u64 unpacked = rev_unpacked;
     const unsigned nranks = static_cast<unsigned>(ranks.size());
     if (npulses == 0) return;
     if (options.kernels == FusedKernels::all_pulses) {
       dim3 grid(grid_blocks, npulses, nranks);
       if (forward)
-        forward_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch, round), table);
+        forward_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch, unpacked), table);
       else
-        reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch, round), table);
+        reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch, unpacked), table);
       HALOX_CUDA_CHECK(cudaGetLastError());
       return;
     }
@@ -429,9 +438,9 @@ struct DeviceHalo::Impl {
     for (int k = 0; k < npulses; ++k) {
       const int p = forward ? k : npulses - 1 - k;
       if (forward)
-        forward_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch, round), table);
+        forward_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch, unpacked), table);
       else
-        reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch, round), table);
+        reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch, unpacked), table);
       HALOX_CUDA_CHECK(cudaGetLastError());
     }
   }
@@ -477,6 +486,8 @@ PeerBlock layout(const ParticlePlan& plan, int npulses, int item, long long& byt
 bool DeviceHalo::fits(const std::vector<const ParticlePlan*>& plans) const {
   const Impl& m = *m_impl;
   if (m.blocks.size() != plans.size()) return false;
+  // After a time-out the signals are out of step: only new (zeroed) blocks recover.
+  if (m.errors.record().flag != 0) return false;
   for (std::size_t k = 0; k < plans.size(); ++k) {
     const int npulses = static_cast<int>(plans[k]->pulses.size());
     if (npulses != m.npulses) return false;
@@ -517,19 +528,22 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
       m.counters.push_back(c);
       m.capacity.push_back(capacity);
     }
-    // Signals restart from epoch 0 with the new plan (every rank re-plans together).
-    detail::fill_device_now(m.blocks[k], 0, kSlotsBytes);
-    detail::fill_device_now(m.counters[k], 0, sizeof(Counters));
+    // New blocks: signals restart from epoch 0 (every rank re-plans together). Kept
+    // blocks: the signals and counters run on, with no reset to wait for.
+    if (!keep) {
+      detail::fill_device_now(m.blocks[k], 0, kSlotsBytes);
+      detail::fill_device_now(m.counters[k], 0, sizeof(Counters));
+    }
     pb.base = m.blocks[k];
     m.published[k] = pb;
   }
-  m.fwd_epoch = m.rev_epoch = m.fwd_round = m.rev_round = m.probe_epoch = 0;
+  if (!keep) m.fwd_epoch = m.rev_epoch = m.rev_unpacked = m.probe_epoch = 0;
   m.errors.clear();
   if (!m.x_table) HALOX_CUDA_CHECK(cudaMalloc(&m.x_table, 2 * 4096 * sizeof(void*)));
   if (ranks.size() > 4096) throw Error("halox: at most 4096 ranks per process");
   m.last_x.clear();
   m.last_f.clear();
-  HALOX_CUDA_CHECK(cudaDeviceSynchronize());  // zeroed before any peer may signal
+  if (!keep) HALOX_CUDA_CHECK(cudaDeviceSynchronize());  // zeroed before any peer may signal
   return keep;
 }
 
@@ -551,7 +565,14 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   Impl& m = *m_impl;
   std::vector<PulseView> views;
   std::vector<RankTable> tables;
-  m.index_arrays.clear();
+  // The index arrays of the last plan are reused in turn (reallocated only to grow).
+  std::size_t arrays_used = 0;
+  auto next_array = [&]() -> DeviceArray<int>& {
+    if (arrays_used == m.index_arrays.size()) {
+      m.index_arrays.push_back(std::make_unique<DeviceArray<int>>());
+    }
+    return *m.index_arrays[arrays_used++];
+  };
   int most_items = 1;
   auto in_launch = [&](int rank) {
     return rank >= 0 && std::find(m.ranks.begin(), m.ranks.end(), rank) != m.ranks.end();
@@ -602,14 +623,12 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       v.rev_first_forwarded = static_cast<int>(order.size());
       for (int i = 0; i < v.n_recv; ++i)
         if (forwarded[i]) order.push_back(i);
-      auto index = std::make_unique<DeviceArray<int>>();
-      index->assign(std::vector<int>(pulse.send_index.begin(), pulse.send_index.end()));
-      v.send_index = index->get();
-      m.index_arrays.push_back(std::move(index));
-      auto rev = std::make_unique<DeviceArray<int>>();
-      rev->assign(order);
-      v.rev_order = rev->get();
-      m.index_arrays.push_back(std::move(rev));
+      DeviceArray<int>& index = next_array();
+      index.assign(std::vector<int>(pulse.send_index.begin(), pulse.send_index.end()));
+      v.send_index = index.get();
+      DeviceArray<int>& rev = next_array();
+      rev.assign(order);
+      v.rev_order = rev.get();
       v.mine = reinterpret_cast<Slots*>(me.base);
       v.counters = m.counters[k];
       v.fwd_in = me.base + me.fwd_offset[p];

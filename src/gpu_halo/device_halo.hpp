@@ -36,11 +36,14 @@ class DeviceHalo {
   void set_allocator(std::function<char*(std::int64_t)> allocate, std::function<void(char*)> free);
   /// Allocates and zeroes the blocks of this process's ranks for their plans (waits for the
   /// device first). ranks[k] is the global rank of plans[k]. keep_if_fits: the current
-  /// blocks stay (same addresses, signals zeroed) when the plans fit them; returns whether
-  /// they stayed. With a collective allocator, every process must pass the same decision.
+  /// blocks stay when the plans fit them (same addresses; the signals are not zeroed and
+  /// the exchange counters run on, so no peer must wait for a reset); returns whether they
+  /// stayed. Every process (and every GPU of a local engine) must pass the same decision:
+  /// the counters of the peers must stay in step.
   bool allocate(const std::vector<int>& ranks, const std::vector<const ParticlePlan*>& plans,
                 bool keep_if_fits = false);
-  /// Whether these plans fit the current blocks.
+  /// Whether these plans fit the current blocks (never after a recorded time-out: the
+  /// signals are then out of step, and only new, zeroed blocks recover).
   bool fits(const std::vector<const ParticlePlan*>& plans) const;
   /// The block of local rank k (to publish to peers).
   PeerBlock block(int k) const;

@@ -124,6 +124,7 @@ struct LocalParticleExchange::Impl {
   };
   std::vector<Group> groups;
   std::vector<GpuStream> single_stream;  // one_stream's result (reused)
+  std::vector<int> last_links;           // the plans' links the self-test last checked
 
   // The GPUs of the ranks, one engine per GPU, peer access between them.
   void set_up_gpus(GpuHaloOptions o) {
@@ -177,16 +178,34 @@ struct LocalParticleExchange::Impl {
   // The plans on the GPUs: blocks, views, self-test.
   void install_on_gpus() {
     std::vector<int> index_in_group(topology.size());
-    for (Group& g : groups) {
-      DeviceScope on(g.device);
-      std::vector<const ParticlePlan*> pointers;
+    std::vector<std::vector<const ParticlePlan*>> of_group(groups.size());
+    bool all_fit = true;
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const Group& g = groups[i];
       for (std::size_t k = 0; k < g.ranks.size(); ++k) {
-        pointers.push_back(&plans[g.ranks[k]]);
+        of_group[i].push_back(&plans[g.ranks[k]]);
         index_in_group[g.ranks[k]] = static_cast<int>(k);
       }
-      g.halo->allocate(g.ranks, pointers, /*keep_if_fits=*/true);
-      g.halo->set_system_scope(groups.size() > 1);  // GPU scope when every rank shares one
+      all_fit = all_fit && g.halo->fits(of_group[i]);
     }
+    // Blocks kept only if every GPU keeps its own: the signal counters of kept blocks run on,
+    // and those of the ranks they talk to must too.
+    bool kept = true;
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      DeviceScope on(groups[i].device);
+      kept = groups[i].halo->allocate(groups[i].ranks, of_group[i], all_fit) && kept;
+      groups[i].halo->set_system_scope(groups.size() > 1);  // GPU scope when all share one
+    }
+    // The links: who sends to and receives from whom, per rank and pulse.
+    std::vector<int> links;
+    for (const ParticlePlan& plan : plans) {
+      for (const auto& pulse : plan.pulses) {
+        links.push_back(pulse.header.send_rank);
+        links.push_back(pulse.header.recv_rank);
+      }
+    }
+    const bool links_changed = !kept || links != last_links;
+    last_links = std::move(links);
     auto block_of = [&](int rank) {
       for (const Group& g : groups) {
         if (g.device == device_of[rank]) return g.halo->block(index_in_group[rank]);
@@ -197,6 +216,8 @@ struct LocalParticleExchange::Impl {
       DeviceScope on(g.device);
       g.halo->connect(block_of);
     }
+    // The self-test again only when the links changed (new blocks or new neighbours).
+    if (!links_changed) return;
     // Every GPU's probes are in flight before any is waited for: they wait on each other.
     for (Group& g : groups) {
       DeviceScope on(g.device);

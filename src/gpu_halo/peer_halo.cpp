@@ -123,33 +123,40 @@ PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real, Gpu
 }
 
 void PeerHalo::set_plan(const ParticlePlan& plan) {
-  // Nobody may still write into a block about to be freed, and nobody may signal into a new
-  // block before its owner zeroed it: barriers around the swap.
   HALOX_CUDA_CHECK(cudaDeviceSynchronize());
-  // Every rank's new plan fits its current block (the usual case after a neighbour search):
-  // the blocks stay where they are and the peers' mappings stay valid. Collective, as the
-  // NVSHMEM allocator is.
-  int fits = m_halo->fits({&plan}) ? 1 : 0, all_fit = 0;
-  HALOX_MPI_CHECK(MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_LAND, m_comm));
-  if (!all_fit) m_peers.unmap();
-  HALOX_MPI_CHECK(MPI_Barrier(m_comm));
-  const bool kept = m_halo->allocate({m_rank}, {&plan}, all_fit != 0);
   std::set<int> neighbours;
   for (const auto& p : plan.pulses) {
     for (int n : {p.header.send_rank, p.header.recv_rank}) {
       if (n >= 0 && n != m_rank) neighbours.insert(n);
     }
   }
-  const PeerBlock mine = m_halo->block(0);
+  // Every rank's new plan fits its current block (the usual case after a neighbour search):
+  // the blocks stay where they are, the peers' mappings stay valid and the signals run on.
+  // If, besides, no rank has a new neighbour, the links are those the self-test checked
+  // and it is not run again. Both decisions collective (the NVSHMEM allocator is, and the
+  // peers' exchange counters must stay in step).
+  int mine[2] = {m_halo->fits({&plan}) ? 1 : 0, neighbours == m_neighbours ? 1 : 0}, all[2];
+  HALOX_MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, m_comm));
+  const bool all_fit = all[0] != 0;
+  if (!all_fit) {
+    // Nobody may still write into a block about to be freed, and nobody may signal into a
+    // new block before its owner zeroed it: barriers around the swap.
+    m_peers.unmap();
+    HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+  }
+  const bool kept = m_halo->allocate({m_rank}, {&plan}, all_fit);
+  const bool links_changed = !kept || all[1] == 0;
+  m_neighbours = neighbours;
+  const PeerBlock mine_block = m_halo->block(0);
   BlockOffsets offsets{};
   for (int p = 0; p < kMaxPulses; ++p) {
-    offsets[p] = mine.fwd_offset[p];
-    offsets[kMaxPulses + p] = mine.rev_offset[p];
+    offsets[p] = mine_block.fwd_offset[p];
+    offsets[kMaxPulses + p] = mine_block.rev_offset[p];
   }
-  m_peers.publish(mine.base, offsets, neighbours, kept);
+  m_peers.publish(mine_block.base, offsets, neighbours, kept);
   m_halo->set_system_scope(!m_peers.same_gpu());
   m_halo->connect([&](int rank) {
-    if (rank == m_rank) return mine;
+    if (rank == m_rank) return mine_block;
     PeerBlock block;
     block.base = m_peers.base(rank);
     const BlockOffsets& o = m_peers.offsets(rank);
@@ -159,6 +166,7 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
     }
     return block;
   });
+  if (!links_changed) return;
   HALOX_MPI_CHECK(MPI_Barrier(m_comm));
   std::string self_test;
   try {

@@ -86,6 +86,10 @@ std::vector<double> download(const Real* d, std::size_t n) {
   return std::vector<double>(h.begin(), h.end());
 }
 
+template <class Real>
+void verify_exchange(LocalParticleExchange& exchange, const HaloCase& s, const Streams& streams,
+                     const std::vector<int>& device_of, const std::string& where);
+
 // gpus > 0: the ranks spread over that many GPUs (one stream each), else all on GPU 0.
 template <class Real>
 void check_local(std::array<int, 3> dims, double cutoff, FusedKernels kernels, std::uint64_t seed,
@@ -102,6 +106,16 @@ void check_local(std::array<int, 3> dims, double cutoff, FusedKernels kernels, s
                                  sizeof(Real) == 4 ? BasicKind::float32 : BasicKind::float64,
                                  {kernels, 5.0, true, -1}, device_of);
   const Streams streams(exchange.devices());
+  verify_exchange<Real>(exchange, s, streams, device_of, where);
+}
+
+// One forward (three times) and one reverse of case s through `exchange`, whose plans are
+// s's, every item checked against the plan's view and the copy counts.
+template <class Real>
+void verify_exchange(LocalParticleExchange& exchange, const HaloCase& s, const Streams& streams,
+                     const std::vector<int>& device_of, const std::string& where) {
+  const int n = s.topology.size();
+  const double cutoff = s.cutoff;
   // Forward: home coordinates in, halo poisoned; after the exchange all equal the plan's view.
   std::vector<std::vector<double>> start(n);
   for (int r = 0; r < n; ++r) {
@@ -159,6 +173,37 @@ TEST(LocalEngine, EightRanksOneAndTwoPulses) {
     check_local<float>({2, 2, 2}, 2.4, kernels, seed + 1);
     check_local<double>({4, 2, 1}, 2.6, kernels, seed + 2);  // two pulses along x
   }
+}
+
+// New plans after a neighbour search: a smaller halo keeps the blocks (signals and counters
+// run on, no self-test with the same neighbours), the first plan again fits them, a larger
+// halo takes new blocks; every exchange after each change is checked item by item.
+TEST(LocalEngine, NewPlansKeepOrReplaceTheBlocks) {
+  const auto seed = test_seed("LocalEngine.NewPlans");
+  const HaloCase first = make_setup({2, 2, 2}, 2.4, seed, 3000);
+  HaloCase smaller = first, larger = first;
+  smaller.cutoff = 2.2;
+  smaller.xyz = first.xyz;
+  for (int r = 0; r < first.topology.size(); ++r) {
+    smaller.xyz[r].resize(3 * first.plans[r].home_count);  // home atoms only
+  }
+  larger.xyz = smaller.xyz;
+  larger.cutoff = 2.8;
+  smaller.plans =
+      build_local_particle_plans(smaller.topology, smaller.world.box, smaller.cutoff, smaller.xyz);
+  larger.plans =
+      build_local_particle_plans(larger.topology, larger.world.box, larger.cutoff, larger.xyz);
+  LocalParticleExchange exchange(first.topology, first.plans, BasicKind::float64,
+                                 {FusedKernels::all_pulses, 5.0, true, -1});
+  const Streams streams(exchange.devices());
+  verify_exchange<double>(exchange, first, streams, {}, "first plan");
+  exchange.set_plans(smaller.plans);
+  verify_exchange<double>(exchange, smaller, streams, {}, "smaller halo (blocks kept)");
+  exchange.set_plans(first.plans);
+  verify_exchange<double>(exchange, first, streams, {}, "first plan again (blocks kept)");
+  exchange.set_plans(larger.plans);
+  verify_exchange<double>(exchange, larger, streams, {}, "larger halo (new blocks)");
+  std::printf("GPU: new plans kept or replaced the blocks, every exchange checked\n");
 }
 
 TEST(LocalEngine, TwentySevenRanks) {
