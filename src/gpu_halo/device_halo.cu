@@ -11,7 +11,10 @@
 //   4. every block adds its share to the destination's data signal once its stores are
 //      done (release add; the shares make 2^32 per exchange)
 //   5. wait for my own data, then unpack it (forward: copy into the coordinates; reverse:
-//      add into the forces of the items I sent).
+//      add into the forces of the home items I sent).
+// Reverse, items a later pulse forwarded: their force is mine plus what the later pulses'
+// reverses returned for them, read from those pulses' staging once their data signals
+// arrive (the same one-hop wait as the forward's), never waiting for an unpack.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,12 +46,12 @@ struct Slots {
 };
 constexpr long long kSlotsBytes = (sizeof(Slots) + 255) / 256 * 256;
 
-// Counters only this rank's blocks touch.
-struct Counters {
-  u64 rev_unpacked[kMaxPulses];
-};
+enum WaitKind : int { fwd_ready, fwd_data, rev_ready, rev_data, probe_fwd, probe_rev };
 
-enum WaitKind : int { fwd_ready, fwd_data, rev_ready, rev_data, rev_unpack, probe_fwd, probe_rev };
+// A returned force that belongs to a forwarded item: pulse q's staging item i, encoded as
+// i << 5 | q (kMaxPulses is 32).
+constexpr int kPulseBits = 5;
+static_assert(kMaxPulses <= (1 << kPulseBits));
 
 struct PulseView {
   int rank = -1, pulse = 0, send_rank = -1, recv_rank = -1;
@@ -62,6 +65,10 @@ struct PulseView {
   bool dest_in_launch = false, source_in_launch = false;
   const int* send_index = nullptr;
   const int* rev_order = nullptr;
+  // Forwarded received item e (rev_order[rev_first_forwarded + e]) gets the returned forces
+  // rev_extra[rev_extra_start[e] .. rev_extra_start[e + 1]), later pulses first.
+  const int* rev_extra_start = nullptr;
+  const int* rev_extra = nullptr;
   char* fwd_out = nullptr;
   u64* fwd_out_data = nullptr;
   u64* fwd_src_ready = nullptr;
@@ -77,7 +84,6 @@ struct PulseView {
   Slots* mine = nullptr;    // my slots (probes)
   Slots* dest = nullptr;    // send_rank's slots
   Slots* source = nullptr;  // recv_rank's slots
-  Counters* counters = nullptr;
 };
 
 // Per local rank: where each pulse's received items start and their staging area, for
@@ -95,7 +101,6 @@ struct LaunchArgs {
   int first_pulse;  // per-pulse launches: the pulse (grid.y == 1); all: 0
   int blocks;       // blocks per (rank, pulse)
   u64 epoch;        // signal value of this exchange
-  u64 unpacked;     // rev_unpacked[q] once every block of every reverse so far counted
   u64 timeout_ns;
   ErrorSink error;
   int stall_rank;
@@ -231,20 +236,31 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
       copy_item(out + 3 * k, f + 3 * (v.recv_offset + k), zero);
     }
     if (v.rev_first_forwarded < v.n_recv) {
-      // Items later pulses forwarded: their forces are complete once those pulses' returned
-      // forces have been added here.
+      // Items later pulses forwarded: my force plus the forces those pulses' reverses
+      // returned, read from their staging as soon as it has arrived.
+      const PulseView* pulses = a.views + r * a.npulses;
       record(a, v.rank, p, trace_deps_begin, 1);
       for (int q = p + 1; q < a.npulses; ++q) {
         if ((v.rev_deps >> q & 1u) &&
-            !block_wait(&v.counters->rev_unpacked[q], a.unpacked, a.timeout_ns, a.error, v.rank,
-                        a.views[r * a.npulses + q].send_rank, q, rev_unpack, false)) {
+            !block_wait(pulses[q].rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank,
+                        pulses[q].send_rank, q, rev_data, sys)) {
           return;
         }
       }
       record(a, v.rank, p, trace_deps_end, 1);
       for (int j = v.rev_first_forwarded + first; j < v.n_recv; j += stride) {
-        const int k = v.rev_order[j];
-        copy_item(out + 3 * k, f + 3 * (v.recv_offset + k), zero);
+        const int k = v.rev_order[j], e = j - v.rev_first_forwarded;
+        Real* mine = f + 3 * (v.recv_offset + k);
+        Real sum[3] = {mine[0], mine[1], mine[2]};
+        for (int c = v.rev_extra_start[e]; c < v.rev_extra_start[e + 1]; ++c) {
+          const int code = v.rev_extra[c], q = code & ((1 << kPulseBits) - 1);
+          const Real* in = reinterpret_cast<const Real*>(pulses[q].rev_in) +
+                           3 * static_cast<long long>(code >> kPulseBits);
+          for (int d = 0; d < 3; ++d) sum[d] += in[d];
+        }
+        // Left in my array too, as an unpack would have left it (no pulse's unpack writes
+        // forwarded items: this is their one writer).
+        for (int d = 0; d < 3; ++d) out[3 * k + d] = mine[d] = sum[d];
       }
     }
     record(a, v.rank, p, trace_pack_end, 1);
@@ -260,7 +276,8 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     record(a, v.rank, p, trace_data_end, 1);
     record(a, v.rank, p, trace_unpack_begin, 1);
     const Real* in = reinterpret_cast<const Real*>(v.rev_in);
-    for (int k = first; k < v.n_send; k += stride) {
+    // Home items only: the forwarded ones' forces are summed by the pulse that received them.
+    for (int k = first; k < v.first_forwarded; k += stride) {
       Real* dst = f + 3 * static_cast<long long>(v.send_index[k]);
       // Atomic: one home atom may get forces from several pulses at once.
       atomicAdd(dst + 0, in[3 * k + 0]);
@@ -269,8 +286,6 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     }
     record(a, v.rank, p, trace_unpack_end, 1);
   }
-  __syncthreads();
-  if (threadIdx.x == 0) add_acq_rel(&v.counters->rev_unpacked[p], 1ull, false);
 }
 
 // A small message over every link: (magic, sender, pulse, epoch) both directions.
@@ -312,7 +327,6 @@ const char* kind_name(int kind) {
     case fwd_data: return "forward: the halo data";
     case rev_ready: return "reverse: the destination's buffer to become free";
     case rev_data: return "reverse: the returned forces";
-    case rev_unpack: return "reverse: a later pulse's forces to be added (local)";
     case probe_fwd: return "self-test, forward link";
     case probe_rev: return "self-test, reverse link";
   }
@@ -355,13 +369,11 @@ struct DeviceHalo::Impl {
   std::vector<char*> blocks;        // per local rank: Slots + staging
   std::vector<long long> capacity;  // bytes of each block
   std::vector<PeerBlock> published;
-  std::vector<Counters*> counters;
-  std::vector<std::unique_ptr<DeviceArray<int>>> index_arrays;
+  DeviceArray<int> indices;  // every pulse's index lists, one upload per plan
   DeviceArray<PulseView> views;
   DeviceArray<RankTable> tables;
   ErrorChannel errors;
   u64 fwd_epoch = 0, rev_epoch = 0, probe_epoch = 0;
-  u64 rev_unpacked = 0;  // blocks counted into each rev_unpacked slot since it was zeroed
   int grid_blocks = 1;
   bool system_scope = true;
   void* x_table = nullptr;  // device array of per-rank pointers
@@ -376,13 +388,11 @@ struct DeviceHalo::Impl {
 
   void release() {
     for (char* b : blocks) free_block(b);
-    for (Counters* c : counters) cudaFree(c);
     blocks.clear();
-    counters.clear();
     capacity.clear();
   }
 
-  LaunchArgs args(int first_pulse, u64 epoch, u64 unpacked) const {
+  LaunchArgs args(int first_pulse, u64 epoch) const {
     LaunchArgs a{};
     a.views = views.get();
     a.tables = tables.get();
@@ -390,7 +400,6 @@ struct DeviceHalo::Impl {
     a.first_pulse = first_pulse;
     a.blocks = grid_blocks;
     a.epoch = epoch;
-    a.unpacked = unpacked;
     a.timeout_ns = static_cast<u64>(options.timeout_seconds * 1e9);
     a.error = errors.sink();
     a.stall_rank = options.stall_rank;
@@ -420,17 +429,14 @@ struct DeviceHalo::Impl {
   void launch(bool forward, const std::vector<void*>& arrays, GpuStream stream) {
     Real* const* table = static_cast<Real* const*>(pointer_table(forward, arrays, stream));
     const u64 epoch = forward ? ++fwd_epoch : ++rev_epoch;
-    // The grid may change with the plan, so the reverse's unpack target is a running sum.
-    if (!forward) rev_unpacked += static_cast<u64>(grid_blocks);
-    const u64 unpacked = rev_unpacked;
     const unsigned nranks = static_cast<unsigned>(ranks.size());
     if (npulses == 0) return;
     if (options.kernels == FusedKernels::all_pulses) {
       dim3 grid(grid_blocks, npulses, nranks);
       if (forward)
-        forward_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch, unpacked), table);
+        forward_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch), table);
       else
-        reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch, unpacked), table);
+        reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch), table);
       HALOX_CUDA_CHECK(cudaGetLastError());
       return;
     }
@@ -438,9 +444,9 @@ struct DeviceHalo::Impl {
     for (int k = 0; k < npulses; ++k) {
       const int p = forward ? k : npulses - 1 - k;
       if (forward)
-        forward_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch, unpacked), table);
+        forward_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch), table);
       else
-        reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch, unpacked), table);
+        reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch), table);
       HALOX_CUDA_CHECK(cudaGetLastError());
     }
   }
@@ -522,22 +528,16 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
       // A quarter of headroom: the halo of a later plan may grow a little.
       const long long capacity = bytes + bytes / 4;
       char* block = m.allocate_block(capacity);
-      Counters* c = nullptr;
-      HALOX_CUDA_CHECK(cudaMalloc(&c, sizeof(Counters)));
       m.blocks.push_back(block);
-      m.counters.push_back(c);
       m.capacity.push_back(capacity);
     }
     // New blocks: signals restart from epoch 0 (every rank re-plans together). Kept
-    // blocks: the signals and counters run on, with no reset to wait for.
-    if (!keep) {
-      detail::fill_device_now(m.blocks[k], 0, kSlotsBytes);
-      detail::fill_device_now(m.counters[k], 0, sizeof(Counters));
-    }
+    // blocks: the signals run on, with no reset to wait for.
+    if (!keep) detail::fill_device_now(m.blocks[k], 0, kSlotsBytes);
     pb.base = m.blocks[k];
     m.published[k] = pb;
   }
-  if (!keep) m.fwd_epoch = m.rev_epoch = m.rev_unpacked = m.probe_epoch = 0;
+  if (!keep) m.fwd_epoch = m.rev_epoch = m.probe_epoch = 0;
   m.errors.clear();
   if (!m.x_table) HALOX_CUDA_CHECK(cudaMalloc(&m.x_table, 2 * 4096 * sizeof(void*)));
   if (ranks.size() > 4096) throw Error("halox: at most 4096 ranks per process");
@@ -565,13 +565,17 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   Impl& m = *m_impl;
   std::vector<PulseView> views;
   std::vector<RankTable> tables;
-  // The index arrays of the last plan are reused in turn (reallocated only to grow).
-  std::size_t arrays_used = 0;
-  auto next_array = [&]() -> DeviceArray<int>& {
-    if (arrays_used == m.index_arrays.size()) {
-      m.index_arrays.push_back(std::make_unique<DeviceArray<int>>());
-    }
-    return *m.index_arrays[arrays_used++];
+  // Every pulse's index lists go into one array, uploaded at once (one host wait per plan,
+  // not four per pulse); the views get their places in it now and pointers after.
+  std::vector<int> ints;
+  struct Places {
+    std::size_t send_index, rev_order, rev_extra_start, rev_extra;
+  };
+  std::vector<Places> places;
+  auto append = [&](auto first, auto last) {
+    const std::size_t at = ints.size();
+    ints.insert(ints.end(), first, last);
+    return at;
   };
   int most_items = 1;
   auto in_launch = [&](int rank) {
@@ -606,31 +610,48 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
         const int q = plan.pulse_of(pulse.send_index[j]);
         if (q >= 0) v.fwd_deps |= 1u << q;
       }
-      // Reverse: my received items of p that a later pulse forwarded get forces from that
-      // pulse's reverse first; send the others at once.
-      std::vector<char> forwarded(v.n_recv, 0);
-      for (int q = p + 1; q < m.npulses; ++q) {
-        for (std::int32_t i : plan.pulses[q].send_index) {
-          if (i >= pulse.recv_offset && i < pulse.recv_offset + pulse.recv_count) {
-            forwarded[i - pulse.recv_offset] = 1;
-            v.rev_deps |= 1u << q;
+      // Reverse: my received items of p that later pulses forwarded get the forces those
+      // pulses' reverses return for them, later pulses first (the order in which the host
+      // transport adds them); the other items go at once. Two passes over the later
+      // pulses' forwarded items: count per item, then place.
+      std::vector<int> count(v.n_recv, 0);
+      auto for_each_returned = [&](auto&& f) {
+        for (int q = m.npulses - 1; q > p; --q) {
+          const ParticlePulse& later = plan.pulses[q];
+          for (std::size_t j = static_cast<std::size_t>(later.first_forwarded);
+               j < later.send_index.size(); ++j) {
+            const std::int64_t i = later.send_index[j] - pulse.recv_offset;
+            if (i >= 0 && i < v.n_recv) f(static_cast<int>(i), q, j);
           }
         }
-      }
-      std::vector<int> order;
+      };
+      for_each_returned([&](int i, int q, std::size_t j) {
+        if (j >= (std::size_t{1} << (31 - kPulseBits))) {
+          throw Error("halox: a GPU halo pulse sends more than 2^26 items");
+        }
+        ++count[i];
+        v.rev_deps |= 1u << q;
+      });
+      std::vector<int> order, extra_start(1, 0);
       for (int i = 0; i < v.n_recv; ++i)
-        if (!forwarded[i]) order.push_back(i);
+        if (count[i] == 0) order.push_back(i);
       v.rev_first_forwarded = static_cast<int>(order.size());
-      for (int i = 0; i < v.n_recv; ++i)
-        if (forwarded[i]) order.push_back(i);
-      DeviceArray<int>& index = next_array();
-      index.assign(std::vector<int>(pulse.send_index.begin(), pulse.send_index.end()));
-      v.send_index = index.get();
-      DeviceArray<int>& rev = next_array();
-      rev.assign(order);
-      v.rev_order = rev.get();
+      std::vector<int> start_of(v.n_recv, 0);  // where item i's forces go in `extra`
+      for (int i = 0; i < v.n_recv; ++i) {
+        if (count[i] == 0) continue;
+        order.push_back(i);
+        start_of[i] = extra_start.back();
+        extra_start.push_back(extra_start.back() + count[i]);
+      }
+      std::vector<int> extra(static_cast<std::size_t>(extra_start.back()));
+      for_each_returned([&](int i, int q, std::size_t j) {
+        extra[start_of[i]++] = static_cast<int>(j) << kPulseBits | q;
+      });
+      places.push_back({append(pulse.send_index.begin(), pulse.send_index.end()),
+                        append(order.begin(), order.end()),
+                        append(extra_start.begin(), extra_start.end()),
+                        append(extra.begin(), extra.end())});
       v.mine = reinterpret_cast<Slots*>(me.base);
-      v.counters = m.counters[k];
       v.fwd_in = me.base + me.fwd_offset[p];
       v.rev_in = me.base + me.rev_offset[p];
       v.fwd_in_data = &v.mine->fwd_data[p];
@@ -655,6 +676,14 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       }
       views.push_back(v);
     }
+  }
+  m.indices.assign(ints);
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    const int* base = m.indices.get();
+    views[i].send_index = base + places[i].send_index;
+    views[i].rev_order = base + places[i].rev_order;
+    views[i].rev_extra_start = base + places[i].rev_extra_start;
+    views[i].rev_extra = base + places[i].rev_extra;
   }
   m.views.assign(views);
   m.tables.assign(tables);
@@ -694,8 +723,7 @@ void DeviceHalo::launch_self_test() {
   Impl& m = *m_impl;
   if (!m.options.self_test || m.npulses == 0) return;
   const u64 epoch = ++m.probe_epoch;
-  probe_kernel<<<dim3(1, m.npulses, static_cast<unsigned>(m.ranks.size())), 32>>>(
-      m.args(0, epoch, 0));
+  probe_kernel<<<dim3(1, m.npulses, static_cast<unsigned>(m.ranks.size())), 32>>>(m.args(0, epoch));
   HALOX_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -38,6 +38,15 @@ double gpu_share(MPI_Comm comm) {
   return 1.0 / std::max(1, same);
 }
 
+PeerBlocks::PeerBlocks(MPI_Comm comm, int rank, Mapping mapping)
+    : m_comm(comm), m_rank(rank), m_mapping(mapping) {
+  int device = 0;
+  HALOX_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  HALOX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  std::memcpy(m_uuid, &prop.uuid, sizeof m_uuid);
+}
+
 void PeerBlocks::unmap() {
   if (m_mapping == Mapping::ipc) {
     for (auto& [rank, peer] : m_peers) cudaIpcCloseMemHandle(peer.base);
@@ -49,12 +58,10 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
                          const std::set<int>& neighbours, bool kept) {
   if (!kept) unmap();
   BlockInfo out{};
-  if (m_mapping == Mapping::ipc) HALOX_CUDA_CHECK(cudaIpcGetMemHandle(&out.handle, my_base));
-  int device = 0;
-  HALOX_CUDA_CHECK(cudaGetDevice(&device));
-  cudaDeviceProp prop{};
-  HALOX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  std::memcpy(out.uuid, &prop.uuid, sizeof out.uuid);
+  // A kept block keeps its handle (and the peers their mappings of it).
+  if (m_mapping == Mapping::ipc && !kept) HALOX_CUDA_CHECK(cudaIpcGetMemHandle(&m_handle, my_base));
+  out.handle = m_handle;
+  std::memcpy(out.uuid, m_uuid, sizeof out.uuid);
   out.offsets = offsets;
   std::vector<BlockInfo> in(neighbours.size());
   std::vector<MPI_Request> requests;

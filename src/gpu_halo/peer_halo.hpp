@@ -5,6 +5,7 @@
 // Both need load/store-reachable peers (one node: the same GPU under MPS, or NVLink).
 #pragma once
 
+#include <cuda_runtime.h>
 #include <mpi.h>
 
 #include <array>
@@ -25,8 +26,7 @@ using BlockOffsets = std::array<long long, 2 * kMaxPulses>;
 /// (PeerHalo) and the grid (grid_fused) engines.
 class PeerBlocks {
  public:
-  PeerBlocks(MPI_Comm comm, int rank, Mapping mapping)
-      : m_comm(comm), m_rank(rank), m_mapping(mapping) {}
+  PeerBlocks(MPI_Comm comm, int rank, Mapping mapping);
   ~PeerBlocks() { unmap(); }
   PeerBlocks(const PeerBlocks&) = delete;
   PeerBlocks& operator=(const PeerBlocks&) = delete;
@@ -51,6 +51,8 @@ class PeerBlocks {
   Mapping m_mapping;
   std::map<int, Peer> m_peers;
   bool m_same_gpu = true;
+  char m_uuid[16] = {};           // this process's GPU, read once (cudaGetDeviceProperties is slow)
+  cudaIpcMemHandle_t m_handle{};  // of the block last published (ipc)
 };
 
 /// How much of its GPU this process's spinning kernels may use: 1 / (processes of this node
