@@ -123,6 +123,9 @@ class ParticleExchange {
   void forward(void* xyz, GpuStream stream = nullptr);
   /// Forces: sends the forces on items [home_count, total_count) back to their owners, in
   /// reverse pulse order, and adds them there (so forwarded items are accumulated first).
+  /// Afterwards the home items hold their total forces; the halo items' forces are
+  /// transport-dependent (the GPU-initiated transports sum forwarded items' forces on the
+  /// way and leave the halo items as they were).
   void reverse(void* forces, GpuStream stream = nullptr);
 
   const ParticlePlan& plan() const;

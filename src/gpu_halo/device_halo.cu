@@ -7,14 +7,18 @@
 //   2. wait until my destination's staging area is free (acquire load >= e, time-out)
 //      (1 and 2 only with peers outside this launch: stream order covers the others)
 //   3. pack my items straight into the destination's staging area (items received by an
-//      earlier pulse are read from that pulse's staging once its data has arrived)
+//      earlier pulse are read from that pulse's staging once its data has arrived; items
+//      a pulse from this rank to itself delivered are read from where that pulse read them,
+//      so they wait for nothing)
 //   4. every block adds its share to the destination's data signal once its stores are
 //      done (release add; the shares make 2^32 per exchange)
 //   5. wait for my own data, then unpack it (forward: copy into the coordinates; reverse:
 //      add into the forces of the home items I sent).
 // Reverse, items a later pulse forwarded: their force is mine plus what the later pulses'
 // reverses returned for them, read from those pulses' staging once their data signals
-// arrive (the same one-hop wait as the forward's), never waiting for an unpack.
+// arrive (the same one-hop wait as the forward's), never waiting for an unpack; what a
+// pulse from this rank to itself returns is summed from my own forces directly. The
+// reverse adds into home items only: halo items keep the forces they had.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -48,10 +52,16 @@ constexpr long long kSlotsBytes = (sizeof(Slots) + 255) / 256 * 256;
 
 enum WaitKind : int { fwd_ready, fwd_data, rev_ready, rev_data, probe_fwd, probe_rev };
 
-// A returned force that belongs to a forwarded item: pulse q's staging item i, encoded as
-// i << 5 | q (kMaxPulses is 32).
+// Where a forwarded item's value comes from, one int: pulse q's staging item i as
+// i << 5 | q (kMaxPulses is 32); or, as -(i + 1), item i of my own array.
 constexpr int kPulseBits = 5;
 static_assert(kMaxPulses <= (1 << kPulseBits));
+__host__ __device__ constexpr int staging_code(long long i, int q) {
+  return static_cast<int>(i << kPulseBits) | q;
+}
+__host__ __device__ constexpr int own_code(long long i) {
+  return static_cast<int>(-(i + 1));
+}
 
 struct PulseView {
   int rank = -1, pulse = 0, send_rank = -1, recv_rank = -1;
@@ -65,6 +75,9 @@ struct PulseView {
   bool dest_in_launch = false, source_in_launch = false;
   const int* send_index = nullptr;
   const int* rev_order = nullptr;
+  // Forwarded item e (send_index[first_forwarded + e]): its source fwd_source[2e] and, in
+  // fwd_source[2e + 1], the pulses to itself whose shifts it still needs (in pulse order).
+  const int* fwd_source = nullptr;
   // Forwarded received item e (rev_order[rev_first_forwarded + e]) gets the returned forces
   // rev_extra[rev_extra_start[e] .. rev_extra_start[e + 1]), later pulses first.
   const int* rev_extra_start = nullptr;
@@ -89,9 +102,9 @@ struct PulseView {
 // Per local rank: where each pulse's received items start and their staging area, for
 // reading forwarded items.
 struct RankTable {
-  int npulses = 0;
-  long long recv_offset[kMaxPulses + 1] = {};
   const char* fwd_in[kMaxPulses] = {};
+  const char* rev_in[kMaxPulses] = {};
+  double shift[kMaxPulses][3] = {};
 };
 
 struct LaunchArgs {
@@ -152,7 +165,7 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
   const PulseView& v = a.views[r * a.npulses + p];
   if (v.rank == a.stall_rank) return;
   const RankTable& table = a.tables[r];
-  Real* x = xs[r];
+  Real* x = xs[r];  // home items: read; halo items: written by the unpacks only
   const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
   const bool sys = a.system_scope != 0;
   if (v.recv_rank >= 0 && !v.source_in_launch && b == 0 && threadIdx.x == 0) {
@@ -169,24 +182,32 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
       copy_item(out + 3 * k, x + 3 * static_cast<long long>(v.send_index[k]), v.shift);
     }
     if (v.first_forwarded < v.n_send) {
-      // Forwarded items: wait only for the pulses that deliver them, read their staging.
-      record(a, v.rank, p, trace_deps_begin, 0);
-      for (int q = 0; q < table.npulses; ++q) {
-        const PulseView& from = a.views[r * a.npulses + q];
-        if ((v.fwd_deps >> q & 1u) &&
-            !block_wait(from.fwd_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank,
-                        from.recv_rank, q, fwd_data, sys)) {
-          return;
+      // Forwarded items: wait only for the pulses from other ranks that deliver them.
+      if (v.fwd_deps != 0) {
+        record(a, v.rank, p, trace_deps_begin, 0);
+        for (int q = 0; q < a.npulses; ++q) {
+          const PulseView& from = a.views[r * a.npulses + q];
+          if ((v.fwd_deps >> q & 1u) &&
+              !block_wait(from.fwd_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank,
+                          from.recv_rank, q, fwd_data, sys)) {
+            return;
+          }
         }
+        record(a, v.rank, p, trace_deps_end, 0);
       }
-      record(a, v.rank, p, trace_deps_end, 0);
       for (int k = v.first_forwarded + first; k < v.n_send; k += stride) {
-        const long long i = v.send_index[k];
-        int q = 0;
-        while (i >= table.recv_offset[q + 1]) ++q;
+        const int e = k - v.first_forwarded, code = v.fwd_source[2 * e];
         const Real* src =
-            reinterpret_cast<const Real*>(table.fwd_in[q]) + 3 * (i - table.recv_offset[q]);
-        copy_item(out + 3 * k, src, v.shift);
+            code < 0 ? x + 3 * static_cast<long long>(-code - 1)
+                     : reinterpret_cast<const Real*>(table.fwd_in[code & ((1 << kPulseBits) - 1)]) +
+                           3 * static_cast<long long>(code >> kPulseBits);
+        Real item[3] = {src[0], src[1], src[2]};
+        // The shifts of the pulses to myself it went through, added as they would have been.
+        for (unsigned m = static_cast<unsigned>(v.fwd_source[2 * e + 1]); m != 0; m &= m - 1) {
+          const double* shift = table.shift[__ffs(static_cast<int>(m)) - 1];
+          for (int d = 0; d < 3; ++d) item[d] += static_cast<Real>(shift[d]);
+        }
+        copy_item(out + 3 * k, item, v.shift);
       }
     }
     record(a, v.rank, p, trace_pack_end, 0);
@@ -237,30 +258,35 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     }
     if (v.rev_first_forwarded < v.n_recv) {
       // Items later pulses forwarded: my force plus the forces those pulses' reverses
-      // returned, read from their staging as soon as it has arrived.
-      const PulseView* pulses = a.views + r * a.npulses;
-      record(a, v.rank, p, trace_deps_begin, 1);
-      for (int q = p + 1; q < a.npulses; ++q) {
-        if ((v.rev_deps >> q & 1u) &&
-            !block_wait(pulses[q].rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank,
-                        pulses[q].send_rank, q, rev_data, sys)) {
-          return;
+      // returned, read from their staging as soon as it has arrived (pulses from other
+      // ranks), or summed here from my own forces (pulses to myself).
+      const RankTable& table = a.tables[r];
+      if (v.rev_deps != 0) {
+        const PulseView* pulses = a.views + r * a.npulses;
+        record(a, v.rank, p, trace_deps_begin, 1);
+        for (int q = p + 1; q < a.npulses; ++q) {
+          if ((v.rev_deps >> q & 1u) &&
+              !block_wait(pulses[q].rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error,
+                          v.rank, pulses[q].send_rank, q, rev_data, sys)) {
+            return;
+          }
         }
+        record(a, v.rank, p, trace_deps_end, 1);
       }
-      record(a, v.rank, p, trace_deps_end, 1);
       for (int j = v.rev_first_forwarded + first; j < v.n_recv; j += stride) {
         const int k = v.rev_order[j], e = j - v.rev_first_forwarded;
-        Real* mine = f + 3 * (v.recv_offset + k);
+        const Real* mine = f + 3 * (v.recv_offset + k);
         Real sum[3] = {mine[0], mine[1], mine[2]};
         for (int c = v.rev_extra_start[e]; c < v.rev_extra_start[e + 1]; ++c) {
-          const int code = v.rev_extra[c], q = code & ((1 << kPulseBits) - 1);
-          const Real* in = reinterpret_cast<const Real*>(pulses[q].rev_in) +
-                           3 * static_cast<long long>(code >> kPulseBits);
+          const int code = v.rev_extra[c];
+          const Real* in =
+              code < 0
+                  ? f + 3 * static_cast<long long>(-code - 1)
+                  : reinterpret_cast<const Real*>(table.rev_in[code & ((1 << kPulseBits) - 1)]) +
+                        3 * static_cast<long long>(code >> kPulseBits);
           for (int d = 0; d < 3; ++d) sum[d] += in[d];
         }
-        // Left in my array too, as an unpack would have left it (no pulse's unpack writes
-        // forwarded items: this is their one writer).
-        for (int d = 0; d < 3; ++d) out[3 * k + d] = mine[d] = sum[d];
+        for (int d = 0; d < 3; ++d) out[3 * k + d] = sum[d];
       }
     }
     record(a, v.rank, p, trace_pack_end, 1);
@@ -569,7 +595,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   // not four per pulse); the views get their places in it now and pointers after.
   std::vector<int> ints;
   struct Places {
-    std::size_t send_index, rev_order, rev_extra_start, rev_extra;
+    std::size_t send_index, rev_order, fwd_source, rev_extra_start, rev_extra;
   };
   std::vector<Places> places;
   auto append = [&](auto first, auto last) {
@@ -584,18 +610,66 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   for (std::size_t k = 0; k < m.ranks.size(); ++k) {
     const ParticlePlan& plan = *m.plans[k];
     const PeerBlock& me = m.published[k];
+    const int rank = m.ranks[k];
     RankTable table;
-    table.npulses = m.npulses;
     for (int p = 0; p < m.npulses; ++p) {
-      table.recv_offset[p] = plan.pulses[p].recv_offset;
       table.fwd_in[p] = me.base + me.fwd_offset[p];
+      table.rev_in[p] = me.base + me.rev_offset[p];
+      for (int a = 0; a < 3; ++a) table.shift[p][a] = plan.pulses[p].shift[a];
     }
-    table.recv_offset[m.npulses] = plan.total_count;
     tables.push_back(table);
+    // A pulse from this rank to itself (a periodic dimension of one rank) needs no signal
+    // to be waited for by the pulses that build on it: what it delivers is my own data.
+    auto to_myself = [&](int q) {
+      return plan.pulses[q].header.recv_rank == rank && plan.pulses[q].header.send_rank == rank;
+    };
+    // Who forwarded each halo item (later pulses first), as (q, j): send_index_q[j] is it.
+    const std::int64_t halo = plan.total_count - plan.home_count;
+    std::vector<int> forwarders_start(halo + 1, 0);
+    std::vector<std::pair<int, int>> forwarders;
+    for (int q = 0; q < m.npulses; ++q) {
+      const ParticlePulse& pq = plan.pulses[q];
+      for (std::size_t j = static_cast<std::size_t>(pq.first_forwarded); j < pq.send_index.size();
+           ++j)
+        ++forwarders_start[pq.send_index[j] - plan.home_count + 1];
+    }
+    for (std::int64_t i = 0; i < halo; ++i) forwarders_start[i + 1] += forwarders_start[i];
+    forwarders.resize(static_cast<std::size_t>(forwarders_start[halo]));
+    {
+      std::vector<int> next(forwarders_start.begin(), forwarders_start.end() - 1);
+      for (int q = m.npulses - 1; q >= 0; --q) {
+        const ParticlePulse& pq = plan.pulses[q];
+        for (std::size_t j = static_cast<std::size_t>(pq.first_forwarded); j < pq.send_index.size();
+             ++j) {
+          if (j >= (std::size_t{1} << (31 - kPulseBits))) {
+            throw Error("halox: a GPU halo pulse sends more than 2^26 items");
+          }
+          forwarders[next[pq.send_index[j] - plan.home_count]++] = {q, static_cast<int>(j)};
+        }
+      }
+    }
+    // The terms of the force the reverse returns for halo item i besides its own: what each
+    // forwarding pulse q returned; for a pulse to myself that is the force of the item it
+    // delivered, with its own terms, summed here.
+    auto returned_terms = [&](auto&& self, std::int64_t i, std::vector<int>& terms,
+                              unsigned& deps) -> void {
+      const std::int64_t h = i - plan.home_count;
+      for (int c = forwarders_start[h]; c < forwarders_start[h + 1]; ++c) {
+        const auto [q, j] = forwarders[c];
+        if (to_myself(q)) {
+          const std::int64_t delivered = plan.pulses[q].recv_offset + j;
+          terms.push_back(own_code(delivered));
+          self(self, delivered, terms, deps);
+        } else {
+          terms.push_back(staging_code(j, q));
+          deps |= 1u << q;
+        }
+      }
+    };
     for (int p = 0; p < m.npulses; ++p) {
       const ParticlePulse& pulse = plan.pulses[p];
       PulseView v;
-      v.rank = m.ranks[k];
+      v.rank = rank;
       v.pulse = p;
       v.send_rank = pulse.header.send_rank;
       v.recv_rank = pulse.header.recv_rank;
@@ -605,52 +679,51 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       v.recv_offset = pulse.recv_offset;
       for (int a = 0; a < 3; ++a) v.shift[a] = pulse.shift[a];
       most_items = std::max({most_items, v.n_send, v.n_recv});
-      // Forward dependencies: the pulses whose received items this pulse forwards.
+      // Forward: each forwarded item's source, followed back through pulses to myself to my
+      // own item or to the staging of a pulse from another rank (the only ones waited for).
+      std::vector<int> fwd_source;
       for (std::int64_t j = pulse.first_forwarded; j < v.n_send; ++j) {
-        const int q = plan.pulse_of(pulse.send_index[j]);
-        if (q >= 0) v.fwd_deps |= 1u << q;
+        std::int64_t i = pulse.send_index[j];
+        unsigned through = 0;
+        int code = 0;
+        for (;;) {
+          if (i < plan.home_count) {
+            code = own_code(i);
+            break;
+          }
+          const int q = plan.pulse_of(i);
+          const std::int64_t at = i - plan.pulses[q].recv_offset;
+          if (!to_myself(q)) {
+            code = staging_code(at, q);
+            v.fwd_deps |= 1u << q;
+            break;
+          }
+          through |= 1u << q;
+          i = plan.pulses[q].send_index[at];
+        }
+        fwd_source.push_back(code);
+        fwd_source.push_back(static_cast<int>(through));
       }
       // Reverse: my received items of p that later pulses forwarded get the forces those
-      // pulses' reverses return for them, later pulses first (the order in which the host
-      // transport adds them); the other items go at once. Two passes over the later
-      // pulses' forwarded items: count per item, then place.
-      std::vector<int> count(v.n_recv, 0);
-      auto for_each_returned = [&](auto&& f) {
-        for (int q = m.npulses - 1; q > p; --q) {
-          const ParticlePulse& later = plan.pulses[q];
-          for (std::size_t j = static_cast<std::size_t>(later.first_forwarded);
-               j < later.send_index.size(); ++j) {
-            const std::int64_t i = later.send_index[j] - pulse.recv_offset;
-            if (i >= 0 && i < v.n_recv) f(static_cast<int>(i), q, j);
-          }
-        }
-      };
-      for_each_returned([&](int i, int q, std::size_t j) {
-        if (j >= (std::size_t{1} << (31 - kPulseBits))) {
-          throw Error("halox: a GPU halo pulse sends more than 2^26 items");
-        }
-        ++count[i];
-        v.rev_deps |= 1u << q;
-      });
-      std::vector<int> order, extra_start(1, 0);
-      for (int i = 0; i < v.n_recv; ++i)
-        if (count[i] == 0) order.push_back(i);
-      v.rev_first_forwarded = static_cast<int>(order.size());
-      std::vector<int> start_of(v.n_recv, 0);  // where item i's forces go in `extra`
+      // pulses return (later pulses first, the order in which the host transport adds
+      // them); the other items go at once.
+      std::vector<int> order, extra_start(1, 0), extra;
       for (int i = 0; i < v.n_recv; ++i) {
-        if (count[i] == 0) continue;
-        order.push_back(i);
-        start_of[i] = extra_start.back();
-        extra_start.push_back(extra_start.back() + count[i]);
+        const std::int64_t h = pulse.recv_offset + i - plan.home_count;
+        if (forwarders_start[h] == forwarders_start[h + 1]) order.push_back(i);
       }
-      std::vector<int> extra(static_cast<std::size_t>(extra_start.back()));
-      for_each_returned([&](int i, int q, std::size_t j) {
-        extra[start_of[i]++] = static_cast<int>(j) << kPulseBits | q;
-      });
-      places.push_back({append(pulse.send_index.begin(), pulse.send_index.end()),
-                        append(order.begin(), order.end()),
-                        append(extra_start.begin(), extra_start.end()),
-                        append(extra.begin(), extra.end())});
+      v.rev_first_forwarded = static_cast<int>(order.size());
+      for (int i = 0; i < v.n_recv; ++i) {
+        const std::int64_t h = pulse.recv_offset + i - plan.home_count;
+        if (forwarders_start[h] == forwarders_start[h + 1]) continue;
+        order.push_back(i);
+        returned_terms(returned_terms, pulse.recv_offset + i, extra, v.rev_deps);
+        extra_start.push_back(static_cast<int>(extra.size()));
+      }
+      places.push_back(
+          {append(pulse.send_index.begin(), pulse.send_index.end()),
+           append(order.begin(), order.end()), append(fwd_source.begin(), fwd_source.end()),
+           append(extra_start.begin(), extra_start.end()), append(extra.begin(), extra.end())});
       v.mine = reinterpret_cast<Slots*>(me.base);
       v.fwd_in = me.base + me.fwd_offset[p];
       v.rev_in = me.base + me.rev_offset[p];
@@ -682,6 +755,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
     const int* base = m.indices.get();
     views[i].send_index = base + places[i].send_index;
     views[i].rev_order = base + places[i].rev_order;
+    views[i].fwd_source = base + places[i].fwd_source;
     views[i].rev_extra_start = base + places[i].rev_extra_start;
     views[i].rev_extra = base + places[i].rev_extra;
   }

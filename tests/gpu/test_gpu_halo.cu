@@ -172,6 +172,10 @@ TEST(LocalEngine, EightRanksOneAndTwoPulses) {
     check_local<double>({2, 2, 2}, 2.4, kernels, seed);
     check_local<float>({2, 2, 2}, 2.4, kernels, seed + 1);
     check_local<double>({4, 2, 1}, 2.6, kernels, seed + 2);  // two pulses along x
+    // Pulses from a rank to itself (periodic axes of one rank): what they deliver is
+    // forwarded (and its forces summed) without waiting for their signals.
+    check_local<float>({2, 1, 1}, 2.4, kernels, seed + 3);
+    check_local<double>({1, 1, 1}, 2.4, kernels, seed + 4);
   }
 }
 
