@@ -7,18 +7,18 @@
 //   2. wait until my destination's staging area is free (acquire load >= e, time-out)
 //      (1 and 2 only with peers outside this launch: stream order covers the others)
 //   3. pack my items straight into the destination's staging area (items received by an
-//      earlier pulse are read from that pulse's staging once its data has arrived; items
-//      a pulse from this rank to itself delivered are read from where that pulse read them,
-//      so they wait for nothing)
+//      earlier pulse from a rank outside this launch are read from that pulse's staging
+//      once its data has arrived; items that only ranks of this launch passed on are read
+//      at their origin, so they wait for nothing: see ForwardingGraph)
 //   4. every block adds its share to the destination's data signal once its stores are
 //      done (release add; the shares make 2^32 per exchange)
 //   5. wait for my own data, then unpack it (forward: copy into the coordinates; reverse:
 //      add into the forces of the home items I sent).
 // Reverse, items a later pulse forwarded: their force is mine plus what the later pulses'
 // reverses returned for them, read from those pulses' staging once their data signals
-// arrive (the same one-hop wait as the forward's), never waiting for an unpack; what a
-// pulse from this rank to itself returns is summed from my own forces directly. The
-// reverse adds into home items only: halo items keep the forces they had.
+// arrive (the same one-hop wait as the forward's), never waiting for an unpack; what ranks
+// of this launch return is summed from their own forces directly. The reverse adds into
+// home items only: halo items keep the forces they had.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -52,15 +52,11 @@ constexpr long long kSlotsBytes = (sizeof(Slots) + 255) / 256 * 256;
 
 enum WaitKind : int { fwd_ready, fwd_data, rev_ready, rev_data, probe_fwd, probe_rev };
 
-// Where a forwarded item's value comes from, one int: pulse q's staging item i as
-// i << 5 | q (kMaxPulses is 32); or, as -(i + 1), item i of my own array.
-constexpr int kPulseBits = 5;
+// Item i of pulse q's staging area, as one int: i << 5 | q (kMaxPulses is 32).
+constexpr int kPulseBits = 5, kPulseMask = (1 << kPulseBits) - 1;
 static_assert(kMaxPulses <= (1 << kPulseBits));
-__host__ __device__ constexpr int staging_code(long long i, int q) {
+constexpr int staging_code(long long i, int q) {
   return static_cast<int>(i << kPulseBits) | q;
-}
-__host__ __device__ constexpr int own_code(long long i) {
-  return static_cast<int>(-(i + 1));
 }
 
 struct PulseView {
@@ -75,11 +71,14 @@ struct PulseView {
   bool dest_in_launch = false, source_in_launch = false;
   const int* send_index = nullptr;
   const int* rev_order = nullptr;
-  // Forwarded item e (send_index[first_forwarded + e]): its source fwd_source[2e] and, in
-  // fwd_source[2e + 1], the pulses to itself whose shifts it still needs (in pulse order).
+  // Forwarded item e (send_index[first_forwarded + e]): fwd_source[3e .. 3e + 2] = (launch
+  // rank whose coordinates hold it, or -1 for my staging; its item or staging code; start
+  // << 5 | count of the shifts it still needs in fwd_shifts, as launch rank << 5 | pulse).
   const int* fwd_source = nullptr;
+  const int* fwd_shifts = nullptr;
   // Forwarded received item e (rev_order[rev_first_forwarded + e]) gets the returned forces
-  // rev_extra[rev_extra_start[e] .. rev_extra_start[e + 1]), later pulses first.
+  // of the pairs rev_extra[2c], rev_extra[2c + 1] for c in rev_extra_start[e] .. [e + 1]:
+  // (launch rank, its force item) or (-1, my staging code), later pulses first.
   const int* rev_extra_start = nullptr;
   const int* rev_extra = nullptr;
   char* fwd_out = nullptr;
@@ -196,15 +195,17 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
         record(a, v.rank, p, trace_deps_end, 0);
       }
       for (int k = v.first_forwarded + first; k < v.n_send; k += stride) {
-        const int e = k - v.first_forwarded, code = v.fwd_source[2 * e];
-        const Real* src =
-            code < 0 ? x + 3 * static_cast<long long>(-code - 1)
-                     : reinterpret_cast<const Real*>(table.fwd_in[code & ((1 << kPulseBits) - 1)]) +
-                           3 * static_cast<long long>(code >> kPulseBits);
+        const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
+        const int from = source[0], index = source[1], shifts = source[2];
+        const Real* src = from >= 0
+                              ? xs[from] + 3 * static_cast<long long>(index)
+                              : reinterpret_cast<const Real*>(table.fwd_in[index & kPulseMask]) +
+                                    3 * static_cast<long long>(index >> kPulseBits);
         Real item[3] = {src[0], src[1], src[2]};
-        // The shifts of the pulses to myself it went through, added as they would have been.
-        for (unsigned m = static_cast<unsigned>(v.fwd_source[2 * e + 1]); m != 0; m &= m - 1) {
-          const double* shift = table.shift[__ffs(static_cast<int>(m)) - 1];
+        // The shifts of the pulses it went through, added as the copies would have.
+        for (int c = shifts >> kPulseBits, end = c + (shifts & kPulseMask); c < end; ++c) {
+          const int hop = v.fwd_shifts[c];
+          const double* shift = a.tables[hop >> kPulseBits].shift[hop & kPulseMask];
           for (int d = 0; d < 3; ++d) item[d] += static_cast<Real>(shift[d]);
         }
         copy_item(out + 3 * k, item, v.shift);
@@ -278,12 +279,11 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
         const Real* mine = f + 3 * (v.recv_offset + k);
         Real sum[3] = {mine[0], mine[1], mine[2]};
         for (int c = v.rev_extra_start[e]; c < v.rev_extra_start[e + 1]; ++c) {
-          const int code = v.rev_extra[c];
-          const Real* in =
-              code < 0
-                  ? f + 3 * static_cast<long long>(-code - 1)
-                  : reinterpret_cast<const Real*>(table.rev_in[code & ((1 << kPulseBits) - 1)]) +
-                        3 * static_cast<long long>(code >> kPulseBits);
+          const int from = v.rev_extra[2 * c], index = v.rev_extra[2 * c + 1];
+          const Real* in = from >= 0
+                               ? fs[from] + 3 * static_cast<long long>(index)
+                               : reinterpret_cast<const Real*>(table.rev_in[index & kPulseMask]) +
+                                     3 * static_cast<long long>(index >> kPulseBits);
           for (int d = 0; d < 3; ++d) sum[d] += in[d];
         }
         for (int d = 0; d < 3; ++d) out[3 * k + d] = sum[d];
@@ -513,6 +513,128 @@ PeerBlock layout(const ParticlePlan& plan, int npulses, int item, long long& byt
   return pb;
 }
 
+// Where the fused kernels read forwarded items from. The ranks of one launch read each
+// other's arrays, so an item whose every hop was between ranks of this launch is read at
+// its origin: forward, some launch rank's home coordinates plus the shifts of the pulses it
+// went through, added in pulse order (the float additions the copies would make); reverse,
+// the forces the hops would return, summed from the launch ranks' own forces. Only hops
+// from ranks outside the launch are waited for, through their staging and data signals; an
+// item that reaches one through another launch rank falls back to its first hop's staging.
+class ForwardingGraph {
+ public:
+  ForwardingGraph(const std::vector<int>& ranks, const std::vector<const ParticlePlan*>& plans)
+      : m_ranks(ranks), m_plans(plans), m_start(plans.size()), m_forwarders(plans.size()) {
+    for (std::size_t k = 0; k < plans.size(); ++k) {
+      // Who forwarded each halo item (later pulses first), as (q, j): send_index_q[j] is it.
+      const ParticlePlan& plan = *plans[k];
+      const std::int64_t halo = plan.total_count - plan.home_count;
+      std::vector<int>& start = m_start[k];
+      start.assign(halo + 1, 0);
+      for (const ParticlePulse& pq : plan.pulses) {
+        for (std::size_t j = static_cast<std::size_t>(pq.first_forwarded); j < pq.send_index.size();
+             ++j)
+          ++start[pq.send_index[j] - plan.home_count + 1];
+      }
+      for (std::int64_t i = 0; i < halo; ++i) start[i + 1] += start[i];
+      m_forwarders[k].resize(static_cast<std::size_t>(start[halo]));
+      std::vector<int> next(start.begin(), start.end() - 1);
+      for (int q = static_cast<int>(plan.pulses.size()) - 1; q >= 0; --q) {
+        const ParticlePulse& pq = plan.pulses[q];
+        if (pq.send_index.size() >= (std::size_t{1} << (31 - kPulseBits))) {
+          throw Error("halox: a GPU halo pulse sends more than 2^26 items");
+        }
+        for (std::size_t j = static_cast<std::size_t>(pq.first_forwarded); j < pq.send_index.size();
+             ++j)
+          m_forwarders[k][next[pq.send_index[j] - plan.home_count]++] = {q, static_cast<int>(j)};
+      }
+    }
+  }
+
+  /// Forward, item j of launch rank k's pulse p (a forwarded one): appends (launch rank or -1
+  /// for k's staging, item or staging code, shift start << 5 | shift count) to `source` and
+  /// the shifts to `shifts` (launch rank << 5 | pulse, in pulse order); adds the pulses of k
+  /// to wait for to `deps`.
+  void forward_source(int k, int p, std::size_t j, std::vector<int>& source,
+                      std::vector<int>& shifts, unsigned& deps) const {
+    std::vector<int> hops;  // (sender << 5 | pulse), latest first
+    int at_rank = k, first_q = -1;
+    std::int64_t i = m_plans[k]->pulses[p].send_index[j], first_at = 0;
+    auto emit = [&](int rank, std::int64_t index) {
+      source.push_back(rank);
+      source.push_back(static_cast<int>(index));
+      source.push_back(static_cast<int>(shifts.size()) << kPulseBits |
+                       static_cast<int>(hops.size()));
+      shifts.insert(shifts.end(), hops.rbegin(), hops.rend());
+    };
+    for (;;) {
+      const ParticlePlan& plan = *m_plans[at_rank];
+      if (i < plan.home_count) return emit(at_rank, i);
+      const int q = plan.pulse_of(i);
+      const std::int64_t at = i - plan.pulses[q].recv_offset;
+      if (first_q < 0) first_q = q, first_at = at;
+      const int from = local_of(plan.pulses[q].header.recv_rank);
+      if (from < 0) {
+        // From outside the launch: its staging, if it arrived here; else my first hop's.
+        if (at_rank != k) hops.clear();
+        deps |= 1u << (at_rank == k ? q : first_q);
+        return emit(-1, at_rank == k ? staging_code(at, q) : staging_code(first_at, first_q));
+      }
+      hops.push_back(from << kPulseBits | q);  // the sender adds its shift of pulse q
+      i = m_plans[from]->pulses[q].send_index[at];
+      at_rank = from;
+    }
+  }
+
+  /// Whether a later pulse forwarded halo item `slot` of launch rank k.
+  bool forwarded(int k, std::int64_t slot) const {
+    const std::int64_t h = slot - m_plans[k]->home_count;
+    return m_start[k][h] != m_start[k][h + 1];
+  }
+
+  /// Reverse: appends the terms of what the later pulses return for halo item `slot` of
+  /// launch rank `at_rank` (besides its own force) as pairs (launch rank, item) or (-1,
+  /// staging code of k); adds the pulses of k to wait for to `deps`. False (nothing
+  /// appended) if a term would be a pulse from outside the launch at a rank other than k.
+  bool returned_terms(int k, int at_rank, std::int64_t slot, std::vector<int>& terms,
+                      unsigned& deps) const {
+    const ParticlePlan& plan = *m_plans[at_rank];
+    const std::int64_t h = slot - plan.home_count;
+    const std::size_t mark = terms.size();
+    unsigned more = 0;
+    for (int c = m_start[at_rank][h]; c < m_start[at_rank][h + 1]; ++c) {
+      const auto [q, j] = m_forwarders[at_rank][c];
+      const int to = local_of(plan.pulses[q].header.send_rank);
+      if (to >= 0) {
+        const std::int64_t delivered = m_plans[to]->pulses[q].recv_offset + j;
+        const std::size_t before = terms.size();
+        terms.push_back(to);
+        terms.push_back(static_cast<int>(delivered));
+        if (returned_terms(k, to, delivered, terms, more)) continue;
+        terms.resize(before);
+      }
+      if (at_rank != k) {
+        terms.resize(mark);
+        return false;
+      }
+      terms.push_back(-1);
+      terms.push_back(staging_code(j, q));
+      more |= 1u << q;
+    }
+    deps |= more;
+    return true;
+  }
+
+ private:
+  int local_of(int rank) const {
+    const auto it = std::find(m_ranks.begin(), m_ranks.end(), rank);
+    return rank < 0 || it == m_ranks.end() ? -1 : static_cast<int>(it - m_ranks.begin());
+  }
+  const std::vector<int>& m_ranks;
+  const std::vector<const ParticlePlan*>& m_plans;
+  std::vector<std::vector<int>> m_start;
+  std::vector<std::vector<std::pair<int, int>>> m_forwarders;
+};
+
 }  // namespace
 
 bool DeviceHalo::fits(const std::vector<const ParticlePlan*>& plans) const {
@@ -595,7 +717,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   // not four per pulse); the views get their places in it now and pointers after.
   std::vector<int> ints;
   struct Places {
-    std::size_t send_index, rev_order, fwd_source, rev_extra_start, rev_extra;
+    std::size_t send_index, rev_order, fwd_source, fwd_shifts, rev_extra_start, rev_extra;
   };
   std::vector<Places> places;
   auto append = [&](auto first, auto last) {
@@ -604,6 +726,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
     return at;
   };
   int most_items = 1;
+  const ForwardingGraph graph(m.ranks, m.plans);
   auto in_launch = [&](int rank) {
     return rank >= 0 && std::find(m.ranks.begin(), m.ranks.end(), rank) != m.ranks.end();
   };
@@ -618,54 +741,6 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       for (int a = 0; a < 3; ++a) table.shift[p][a] = plan.pulses[p].shift[a];
     }
     tables.push_back(table);
-    // A pulse from this rank to itself (a periodic dimension of one rank) needs no signal
-    // to be waited for by the pulses that build on it: what it delivers is my own data.
-    auto to_myself = [&](int q) {
-      return plan.pulses[q].header.recv_rank == rank && plan.pulses[q].header.send_rank == rank;
-    };
-    // Who forwarded each halo item (later pulses first), as (q, j): send_index_q[j] is it.
-    const std::int64_t halo = plan.total_count - plan.home_count;
-    std::vector<int> forwarders_start(halo + 1, 0);
-    std::vector<std::pair<int, int>> forwarders;
-    for (int q = 0; q < m.npulses; ++q) {
-      const ParticlePulse& pq = plan.pulses[q];
-      for (std::size_t j = static_cast<std::size_t>(pq.first_forwarded); j < pq.send_index.size();
-           ++j)
-        ++forwarders_start[pq.send_index[j] - plan.home_count + 1];
-    }
-    for (std::int64_t i = 0; i < halo; ++i) forwarders_start[i + 1] += forwarders_start[i];
-    forwarders.resize(static_cast<std::size_t>(forwarders_start[halo]));
-    {
-      std::vector<int> next(forwarders_start.begin(), forwarders_start.end() - 1);
-      for (int q = m.npulses - 1; q >= 0; --q) {
-        const ParticlePulse& pq = plan.pulses[q];
-        for (std::size_t j = static_cast<std::size_t>(pq.first_forwarded); j < pq.send_index.size();
-             ++j) {
-          if (j >= (std::size_t{1} << (31 - kPulseBits))) {
-            throw Error("halox: a GPU halo pulse sends more than 2^26 items");
-          }
-          forwarders[next[pq.send_index[j] - plan.home_count]++] = {q, static_cast<int>(j)};
-        }
-      }
-    }
-    // The terms of the force the reverse returns for halo item i besides its own: what each
-    // forwarding pulse q returned; for a pulse to myself that is the force of the item it
-    // delivered, with its own terms, summed here.
-    auto returned_terms = [&](auto&& self, std::int64_t i, std::vector<int>& terms,
-                              unsigned& deps) -> void {
-      const std::int64_t h = i - plan.home_count;
-      for (int c = forwarders_start[h]; c < forwarders_start[h + 1]; ++c) {
-        const auto [q, j] = forwarders[c];
-        if (to_myself(q)) {
-          const std::int64_t delivered = plan.pulses[q].recv_offset + j;
-          terms.push_back(own_code(delivered));
-          self(self, delivered, terms, deps);
-        } else {
-          terms.push_back(staging_code(j, q));
-          deps |= 1u << q;
-        }
-      }
-    };
     for (int p = 0; p < m.npulses; ++p) {
       const ParticlePulse& pulse = plan.pulses[p];
       PulseView v;
@@ -679,50 +754,30 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       v.recv_offset = pulse.recv_offset;
       for (int a = 0; a < 3; ++a) v.shift[a] = pulse.shift[a];
       most_items = std::max({most_items, v.n_send, v.n_recv});
-      // Forward: each forwarded item's source, followed back through pulses to myself to my
-      // own item or to the staging of a pulse from another rank (the only ones waited for).
-      std::vector<int> fwd_source;
+      // Forward: each forwarded item's source (see ForwardingGraph).
+      std::vector<int> fwd_source, fwd_shifts;
       for (std::int64_t j = pulse.first_forwarded; j < v.n_send; ++j) {
-        std::int64_t i = pulse.send_index[j];
-        unsigned through = 0;
-        int code = 0;
-        for (;;) {
-          if (i < plan.home_count) {
-            code = own_code(i);
-            break;
-          }
-          const int q = plan.pulse_of(i);
-          const std::int64_t at = i - plan.pulses[q].recv_offset;
-          if (!to_myself(q)) {
-            code = staging_code(at, q);
-            v.fwd_deps |= 1u << q;
-            break;
-          }
-          through |= 1u << q;
-          i = plan.pulses[q].send_index[at];
-        }
-        fwd_source.push_back(code);
-        fwd_source.push_back(static_cast<int>(through));
+        graph.forward_source(static_cast<int>(k), p, static_cast<std::size_t>(j), fwd_source,
+                             fwd_shifts, v.fwd_deps);
       }
       // Reverse: my received items of p that later pulses forwarded get the forces those
       // pulses return (later pulses first, the order in which the host transport adds
       // them); the other items go at once.
       std::vector<int> order, extra_start(1, 0), extra;
-      for (int i = 0; i < v.n_recv; ++i) {
-        const std::int64_t h = pulse.recv_offset + i - plan.home_count;
-        if (forwarders_start[h] == forwarders_start[h + 1]) order.push_back(i);
-      }
+      for (int i = 0; i < v.n_recv; ++i)
+        if (!graph.forwarded(static_cast<int>(k), pulse.recv_offset + i)) order.push_back(i);
       v.rev_first_forwarded = static_cast<int>(order.size());
       for (int i = 0; i < v.n_recv; ++i) {
-        const std::int64_t h = pulse.recv_offset + i - plan.home_count;
-        if (forwarders_start[h] == forwarders_start[h + 1]) continue;
+        if (!graph.forwarded(static_cast<int>(k), pulse.recv_offset + i)) continue;
         order.push_back(i);
-        returned_terms(returned_terms, pulse.recv_offset + i, extra, v.rev_deps);
-        extra_start.push_back(static_cast<int>(extra.size()));
+        graph.returned_terms(static_cast<int>(k), static_cast<int>(k), pulse.recv_offset + i, extra,
+                             v.rev_deps);
+        extra_start.push_back(static_cast<int>(extra.size() / 2));
       }
       places.push_back(
           {append(pulse.send_index.begin(), pulse.send_index.end()),
            append(order.begin(), order.end()), append(fwd_source.begin(), fwd_source.end()),
+           append(fwd_shifts.begin(), fwd_shifts.end()),
            append(extra_start.begin(), extra_start.end()), append(extra.begin(), extra.end())});
       v.mine = reinterpret_cast<Slots*>(me.base);
       v.fwd_in = me.base + me.fwd_offset[p];
@@ -756,6 +811,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
     views[i].send_index = base + places[i].send_index;
     views[i].rev_order = base + places[i].rev_order;
     views[i].fwd_source = base + places[i].fwd_source;
+    views[i].fwd_shifts = base + places[i].fwd_shifts;
     views[i].rev_extra_start = base + places[i].rev_extra_start;
     views[i].rev_extra = base + places[i].rev_extra;
   }
