@@ -23,6 +23,9 @@ namespace halox::bench {
 double empty_launch_us();  // local_halo_bench.cu
 #endif
 
+// Exchanges queued back to back per direction for the "queued" figure.
+constexpr int kQueued = 100;
+
 namespace {
 
 struct HaloOptions {
@@ -140,11 +143,13 @@ int halo_main(int argc, char** argv) {
         "(slowest rank, %d steps after 20 warm-up; an untimed barrier before each halo phase\n"
         "keeps load imbalance out of it); re-plan = what the first exchange of a new plan (the\n"
         "reverse at a search step) costs above that, once per search; step = the whole step\n"
-        "including the neighbour search\n\n",
-        o.steps);
-    std::printf("%-12s %9s %10s %11s %11s %11s %11s %9s %8s %9s %9s %9s\n", "transport", "atoms/rk",
-                "halo atoms", "forward us", "reverse us", "halo us", "re-plan us", "step us",
-                "share", "waits/st", "staged/x", "x/launch");
+        "including the neighbour search; queued = one exchange (the mean of forward and\n"
+        "reverse) when %d are queued back to back, as the empty launch is timed, and\n"
+        "q/launch its ratio to that launch\n\n",
+        o.steps, kQueued);
+    std::printf("%-12s %9s %10s %11s %11s %11s %11s %9s %8s %9s %9s %9s %9s %9s\n", "transport",
+                "atoms/rk", "halo atoms", "forward us", "reverse us", "halo us", "re-plan us",
+                "step us", "share", "waits/st", "staged/x", "x/launch", "queued us", "q/launch");
   }
   std::vector<Row> rows;
   for (long apr : o.atoms_per_rank) {
@@ -184,10 +189,17 @@ int halo_main(int argc, char** argv) {
       sim.reset_exchange_stats();
       for (int s = 0; s < o.steps; ++s) sim.step();
       const md::Timers& t = sim.timers();
-      double mine[4] = {t.halo_forward, t.halo_reverse - t.halo_reverse_at_search,
-                        t.halo_reverse_at_search, t.total()},
-             worst[4];
-      MPI_Reduce(mine, worst, 4, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      const double host_waits = double(sim.exchange_stats().host_waits);
+      // Last (it leaves the forces summed twice): exchanges queued back to back.
+      const double queued_forward = sim.queued_halo_seconds(true, kQueued);
+      const double queued_reverse = sim.queued_halo_seconds(false, kQueued);
+      double mine[6] = {t.halo_forward,           t.halo_reverse - t.halo_reverse_at_search,
+                        t.halo_reverse_at_search, t.total(),
+                        queued_forward,           queued_reverse},
+             worst[6];
+      MPI_Reduce(mine, worst, 6, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      const double queued = 1e6 * (worst[4] + worst[5]) / 2;
+      const double queued_vs_launch = launch > 0 ? queued / launch : 0;
       // Searches rebuild the halo with the plan: both figures cover the other steps, and the
       // reverse at a search step (the first exchange of the new plan, with the transport's
       // set-up for it) is reported apart, as its excess over a steady reverse.
@@ -196,7 +208,7 @@ int halo_main(int argc, char** argv) {
       const double replan = searches > 0 ? 1e6 * worst[2] / searches - rev : 0;
       const double with_replans = fwd + rev + replan * searches / o.steps;
       const double step = 1e6 * worst[3] / o.steps;
-      const double waits = double(sim.exchange_stats().host_waits) / (2 * o.steps - searches);
+      const double waits = host_waits / (2 * o.steps - searches);
       if (name == "staged") {
         staged_halo = fwd + rev;
         staged_with_replans = with_replans;
@@ -207,10 +219,11 @@ int halo_main(int argc, char** argv) {
       const double vs_launch = launch > 0 ? (fwd + rev) / launch : 0;
       if (rank == 0) {
         std::printf(
-            "%-12s %9lld %10lld %11.2f %11.2f %11.2f %11.2f %9.2f %7.1f%% %9.2f %9.2f %9.2f\n",
+            "%-12s %9lld %10lld %11.2f %11.2f %11.2f %11.2f %9.2f %7.1f%% %9.2f %9.2f %9.2f %9.2f "
+            "%9.2f\n",
             name.c_str(), static_cast<long long>(sim.home_atoms()),
             static_cast<long long>(sim.halo_atoms()), fwd, rev, fwd + rev, replan, step,
-            100 * (fwd + rev) / step, waits * 2, vs_staged, vs_launch);
+            100 * (fwd + rev) / step, waits * 2, vs_staged, vs_launch, queued, queued_vs_launch);
         std::fflush(stdout);
         rows.push_back(Row()
                            .set("transport", name)
@@ -230,6 +243,9 @@ int halo_main(int argc, char** argv) {
                            .set("host_waits_per_step", waits * 2)
                            .set("speedup_vs_staged", vs_staged)
                            .set("halo_over_empty_launch", vs_launch)
+                           .set("queued_forward_us", 1e6 * worst[4])
+                           .set("queued_reverse_us", 1e6 * worst[5])
+                           .set("queued_exchange_over_empty_launch", queued_vs_launch)
                            .set("empty_launch_us", launch));
       }
     }

@@ -290,6 +290,14 @@ void Simulation::halo(bool forward) {
           : m_local_exchange->reverse(m_arrays, stream);
 }
 
+double Simulation::queued_halo_seconds(bool forward, int count) {
+  HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+  const double seconds = m_ranks.front().backend->timed([&] {
+    for (int i = 0; i < count; ++i) halo(forward);
+  });
+  return seconds / count;
+}
+
 template <class Phase>
 void Simulation::timed(double& slot, Phase&& phase) {
   if (m_config.barrier_before_halo &&

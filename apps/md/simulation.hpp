@@ -98,6 +98,12 @@ class Simulation {
   }
   Backend& backend() { return *m_ranks.front().backend; }
   std::string transport_name() const;
+  /// Benchmarks (collective): `count` forward (or reverse) halo exchanges queued back to
+  /// back after one barrier and timed as one span, in seconds per exchange: the cost of an
+  /// exchange in a stream of work (its launch overlapping the previous one), measured as an
+  /// empty kernel launch is. The forward rewrites the halo coordinates with the same values;
+  /// the reverse adds the halo forces into the home atoms again (end of a run only).
+  double queued_halo_seconds(bool forward, int count);
   /// Searches at which twice the largest displacement since the previous one exceeded the
   /// skin (a pair may have entered the cutoff unseen).
   std::int64_t list_violations() const { return m_violations; }
