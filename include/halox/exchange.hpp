@@ -29,8 +29,9 @@ namespace halox {
 ///                the neighbours' buffers are mapped (CUDA IPC, or NVSHMEM's symmetric heap
 ///                and nvshmem_ptr); fused kernels store straight into them, one kernel per
 ///                pulse or one for all pulses; no host waits. Grid halos: one fused kernel
-///                per stage (pack into the neighbour's staging, signal, wait, unpack) for
-///                all four (compiled, not yet run on a GPU: see docs/gpu-initiated.md).
+///                for all stages (pack into the neighbour's staging, signal, wait, unpack;
+///                a later stage's faces wait on the device for the earlier stages'
+///                unpacks) for all four (docs/gpu-initiated.md).
 ///  - auto:       decided collectively at the first exchange of device memory, and printed
 ///                (rank 0) with the reason: every neighbour on this node -> direct stores
 ///                (ipc-fused for particles); otherwise NVSHMEM put-with-signal

@@ -124,7 +124,7 @@ class TransportChooser {
       }
       if (gpu_initiated(m_options.transport)) {
 #if HALOX_HAS_CUDA
-        // Grid halos: one fused kernel per stage for the pulse and the fused variants alike.
+        // Grid halos: one fused kernel for all stages, the pulse and the fused variants alike.
         const TransportKind t = m_options.transport;
         const auto mapping = t == TransportKind::ipc_fused || t == TransportKind::ipc_pulse
                                  ? detail::Mapping::ipc

@@ -1,15 +1,21 @@
 // GPU-initiated grid halo (ipc-* and nvshmem-* transports for GridExchange): one fused kernel
-// per stage packs each face straight into the receiving rank's staging area (a direct store
-// through CUDA IPC or nvshmem_ptr), signals it, waits for its own faces and unpacks them.
-// Stages run in stream order, so the edges and corners that a later stage forwards were
-// unpacked by the earlier one. The pack and unpack are the GPU pack engine's (pack_device.cuh),
-// driven by the plan's datatypes; the signals and time-outs are those of the particle engine.
+// for every face of every stage (grid y = op) packs each face straight into the receiving
+// rank's staging area (a direct store through CUDA IPC or nvshmem_ptr), signals it, waits for
+// its own faces and unpacks them. A face of a later stage carries edges and corners that the
+// earlier stages deliver, so its pack waits on the device until this rank has unpacked the
+// earlier stages' faces (a count per op); faces of the first stage go at once. The pack and
+// unpack are the GPU pack engine's (pack_device.cuh), driven by the plan's datatypes; the
+// signals and time-outs are those of the particle engine.
 //
 // Protocol per op (a plan pulse: one face out, one face in), e = the exchange's counter:
 //   1. tell the rank I receive from that my staging is free   (release e into its ready slot)
-//   2. wait until the rank I send to has freed its staging     (acquire >= e on my ready slot)
-//   3. pack my face into its staging; the last block signals it (release e into its data slot)
-//   4. wait for my own face (acquire >= e on my data slot), unpack it into the field.
+//   2. later stages: wait until the earlier stages' faces are unpacked here (acquire, local)
+//   3. wait until the rank I send to has freed its staging     (acquire >= e on my ready slot)
+//   4. pack my face into its staging; the last block signals it (release e into its data slot)
+//   5. wait for my own face (acquire >= e on my data slot), unpack it into the field, and
+//      count the block in (release).
+// Every block of every op spins at some point, so the grid is sized for all of them to be
+// resident at once.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -48,10 +54,13 @@ struct GridSlots {
 constexpr u64 kProbeMagic = 0x68616c6f78ull;  // "halox"
 constexpr long long kGridSlotsBytes = (sizeof(GridSlots) + 255) / 256 * 256;
 
-enum GridWaitKind : int { wait_ready = 0, wait_data = 1, wait_probe = 2 };
+enum GridWaitKind : int { wait_ready = 0, wait_data = 1, wait_probe = 2, wait_unpacked = 3 };
 
 struct GridOpView {
   int send_rank = -1, recv_rank = -1;
+  int word = 4;             // bytes per load and store of this op's faces
+  unsigned deps = 0;        // the ops of earlier stages whose faces this rank receives
+  u64* unpacked = nullptr;  // blocks that finished unpacking this op's face (local counter)
   DevicePackView send, recv;
   char* dest_staging = nullptr;  // the receiver's staging for this op
   u64* dest_data = nullptr;      // ... and its data slot
@@ -66,7 +75,6 @@ struct GridOpView {
 
 struct GridArgs {
   const GridOpView* views;
-  int first_op;  // ops first_op .. first_op + gridDim.y - 1: one stage
   int rank;
   u64 epoch;
   u64 timeout_ns;
@@ -74,21 +82,23 @@ struct GridArgs {
   int system_scope;
 };
 
+// Counts this block's unpack (or copy) of op v's face in, once all its threads are done.
+__device__ void count_unpacked(const GridOpView& v) {
+  __syncthreads();
+  if (threadIdx.x == 0) add_acq_rel(v.unpacked, 1ull, false);
+}
+
 template <int W>
-__global__ void __launch_bounds__(256) grid_stage_kernel(GridArgs a, char* field) {
-  const int op = a.first_op + static_cast<int>(blockIdx.y);
-  const GridOpView& v = a.views[op];
+__device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* field) {
   const bool sys = a.system_scope != 0;
   const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
   if (v.send_rank == a.rank && v.recv_rank == a.rank) {
     // A message to myself (a periodic axis with one rank): straight from the send layout to
-    // the receive layout, no staging and no signals; the next stage is the next launch.
+    // the receive layout, no staging and no signals.
     move_face<W, Move::copy>(v.send, v.recv, first, v.send.words, stride, field, field);
+    count_unpacked(v);
     return;
-  }
-  if (v.recv_rank >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
-    signal_release(v.source_ready, a.epoch, sys);
   }
   if (v.send_rank >= 0) {
     if (!block_wait(v.my_ready, a.epoch, a.timeout_ns, a.error, a.rank, v.send_rank, op, wait_ready,
@@ -106,6 +116,31 @@ __global__ void __launch_bounds__(256) grid_stage_kernel(GridArgs a, char* field
       return;
     }
     move_face<W, Move::unpack>(v.recv, v.recv, first, v.recv.words, stride, v.my_staging, field);
+    count_unpacked(v);
+  }
+}
+
+__global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* field) {
+  const int op = static_cast<int>(blockIdx.y);
+  const GridOpView& v = a.views[op];
+  const bool to_myself = v.send_rank == a.rank && v.recv_rank == a.rank;
+  if (!to_myself && v.recv_rank >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+    signal_release(v.source_ready, a.epoch, a.system_scope != 0);
+  }
+  // The edges and corners this face forwards: every block of the earlier stages' ops has
+  // unpacked (each exchange adds gridDim.x per op).
+  const u64 unpacked = a.epoch * gridDim.x;
+  for (unsigned deps = v.deps; deps != 0; deps &= deps - 1) {
+    const int k = __ffs(static_cast<int>(deps)) - 1;
+    if (!block_wait(a.views[k].unpacked, unpacked, a.timeout_ns, a.error, a.rank,
+                    a.views[k].recv_rank, k, wait_unpacked, false)) {
+      return;
+    }
+  }
+  switch (v.word) {
+    case 16: move_op<16>(a, v, op, field); break;
+    case 8: move_op<8>(a, v, op, field); break;
+    default: move_op<4>(a, v, op, field); break;
   }
 }
 
@@ -140,14 +175,6 @@ __global__ void grid_probe_kernel(GridArgs a) {
   }
 }
 
-template <int W>
-int resident_blocks_per_sm() {
-  int per_sm = 0;
-  HALOX_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grid_stage_kernel<W>, 256, 0));
-  return per_sm;
-}
-
 class GridFusedTransport final : public Transport {
  public:
   GridFusedTransport(MPI_Comm comm, int rank, Mapping mapping, std::string name,
@@ -178,28 +205,15 @@ class GridFusedTransport final : public Transport {
     check(ops);
     if (!m_ready) set_up(ops);
     const u64 epoch = ++m_epoch;
-    GridArgs a{nullptr,
-               0,
-               m_rank,
-               epoch,
-               static_cast<u64>(m_timeout_seconds * 1e9),
-               m_errors.sink(),
-               m_same_gpu ? 0 : 1};
-    for (const auto& [first, count] : m_stages) {
-      // Each stage moves its faces in the widest words they allow (x faces of a field of
-      // floats: 4 bytes; y and z faces of whole aligned rows: up to 16).
-      const int word = word_for(field, first, count);
-      a.views = views_for(word, first, count);
-      a.first_op = first;
-      const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(count));
-      char* f = static_cast<char*>(field);
-      switch (word) {
-        case 16: grid_stage_kernel<16><<<grid, 256, 0, stream>>>(a, f); break;
-        case 8: grid_stage_kernel<8><<<grid, 256, 0, stream>>>(a, f); break;
-        default: grid_stage_kernel<4><<<grid, 256, 0, stream>>>(a, f); break;
-      }
-      HALOX_CUDA_CHECK(cudaGetLastError());
-    }
+    const GridArgs a{views_for(field),
+                     m_rank,
+                     epoch,
+                     static_cast<u64>(m_timeout_seconds * 1e9),
+                     m_errors.sink(),
+                     m_same_gpu ? 0 : 1};
+    const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(ops.size()));
+    grid_exchange_kernel<<<grid, 256, 0, stream>>>(a, static_cast<char*>(field));
+    HALOX_CUDA_CHECK(cudaGetLastError());
     for (const Op& op : ops) {
       if (op.send_rank >= 0 && op.send_rank != m_rank) {
         stats.messages += 1;
@@ -228,10 +242,12 @@ class GridFusedTransport final : public Transport {
         << e->peer << " on " << pulse << " within " << m_timeout_seconds << " s";
       throw HaloTimeoutError(s.str());
     }
+    const char* what = e->kind == wait_ready  ? "its staging to become free"
+                       : e->kind == wait_data ? "the face it sends"
+                                              : "the face it sends, which this face forwards";
     s << "halox: " << m_name << ": rank " << e->rank << " timed out after " << m_timeout_seconds
-      << " s on " << pulse << " waiting for rank " << e->peer << " ("
-      << (e->kind == wait_ready ? "its staging to become free" : "the face it sends")
-      << "): signal " << e->seen << ", expected " << e->expected << ". The exchange is unusable; "
+      << " s on " << pulse << " waiting for rank " << e->peer << " (" << what << "): signal "
+      << e->seen << ", expected " << e->expected << ". The exchange is unusable; "
       << "is rank " << e->peer << " stalled or its plan different?";
     throw HaloTimeoutError(s.str());
   }
@@ -270,8 +286,8 @@ class GridFusedTransport final : public Transport {
       HALOX_CUDA_CHECK(cudaMalloc(&m_block, static_cast<std::size_t>(bytes)));
     }
     HALOX_CUDA_CHECK(cudaMemset(m_block, 0, kGridSlotsBytes));
-    HALOX_CUDA_CHECK(cudaMalloc(&m_counters, kMaxGridOps * sizeof(u64)));
-    HALOX_CUDA_CHECK(cudaMemset(m_counters, 0, kMaxGridOps * sizeof(u64)));
+    HALOX_CUDA_CHECK(cudaMalloc(&m_counters, 2 * kMaxGridOps * sizeof(u64)));
+    HALOX_CUDA_CHECK(cudaMemset(m_counters, 0, 2 * kMaxGridOps * sizeof(u64)));
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
     std::set<int> neighbours;
     for (const Op& op : ops) {
@@ -291,7 +307,11 @@ class GridFusedTransport final : public Transport {
       v.send_rank = ops[i].send_rank;
       v.recv_rank = ops[i].recv_rank;
       v.blocks_done = m_counters + i;
+      v.unpacked = m_counters + kMaxGridOps + i;
       v.mine = mine;
+      for (std::size_t k = 0; k < i; ++k) {
+        if (ops[k].stage < ops[i].stage && ops[k].recv_rank >= 0) v.deps |= 1u << k;
+      }
       if (v.send_rank >= 0) {
         char* dest = base_of(v.send_rank);
         v.dest = reinterpret_cast<GridSlots*>(dest);
@@ -306,17 +326,21 @@ class GridFusedTransport final : public Transport {
       }
     }
     m_ops = &ops;
-    // Every block of every op of a stage spins at some point: all must be resident at once,
-    // with the GPU shared by the processes on it.
-    int device = 0, sms = 0;
+    // Every block of every op spins at some point: all must be resident at once, with the GPU
+    // shared by the processes on it.
+    int device = 0, sms = 0, per_sm = 0;
     HALOX_CUDA_CHECK(cudaGetDevice(&device));
     HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const int per_sm = std::min(
-        {resident_blocks_per_sm<4>(), resident_blocks_per_sm<8>(), resident_blocks_per_sm<16>()});
-    int widest = 1;
-    for (const auto& stage : m_stages) widest = std::max(widest, stage.second);
+    HALOX_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grid_exchange_kernel, 256, 0));
     const double resident = gpu_share(m_comm) * sms * per_sm;
-    m_blocks = std::max(1, std::min(128, static_cast<int>(resident / widest)));
+    const int fit =
+        static_cast<int>(resident / static_cast<double>(std::max<std::size_t>(1, ops.size())));
+    if (fit < 1) {
+      throw Error("halox: " + m_name + ": " + std::to_string(ops.size()) +
+                  " faces do not fit on the GPU at once; use staged");
+    }
+    m_blocks = std::min(128, fit);
     m_ready = true;
     if (m_self_test) self_test(ops);
   }
@@ -325,8 +349,8 @@ class GridFusedTransport final : public Transport {
   // whether any rank found a broken link.
   void self_test(const std::vector<Op>& ops) {
     HALOX_MPI_CHECK(MPI_Barrier(m_comm));
-    GridArgs a{views_for(4, 0, 0), 0, m_rank, 1, static_cast<u64>(m_timeout_seconds * 1e9),
-               m_errors.sink(),    1};
+    const GridArgs a{views_for(nullptr), m_rank, 1, static_cast<u64>(m_timeout_seconds * 1e9),
+                     m_errors.sink(),    1};
     grid_probe_kernel<<<static_cast<unsigned>(ops.size()), 32>>>(a);
     HALOX_CUDA_CHECK(cudaGetLastError());
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
@@ -360,22 +384,26 @@ class GridFusedTransport final : public Transport {
     return word;
   }
 
-  // The device views of every op, with the pack descriptors of ops first .. first + count - 1
-  // (one stage) in `word`-byte words; the other ops' descriptors are left empty (a word
-  // their types need not allow). The self-test reads no descriptors.
-  const GridOpView* views_for(int word, int first, int count) {
-    // Keyed by the ops described too: the self-test's views (no ops) must not stand in for a
-    // first stage of 4-byte words (they did: a plan of x pulses only moved nothing).
-    const auto key = std::make_tuple(first, count, word);
+  // The device views of every op, each with its pack descriptors in the widest words its
+  // stage allows at this field address (x faces of a field of floats: 4 bytes; y and z faces
+  // of whole aligned rows: up to 16). Cached per address % 16; for a null field, views
+  // without descriptors (the self-test reads none).
+  const GridOpView* views_for(const void* field) {
+    const std::uintptr_t key = field ? reinterpret_cast<std::uintptr_t>(field) % 16 : 16;
     auto found = m_views.find(key);
     if (found != m_views.end()) return found->second;
     std::vector<GridOpView> views = m_host_views;
-    for (int i = first; i < first + count; ++i) {
-      const Op& op = (*m_ops)[i];
-      if (op.send_rank >= 0) views[i].send = device_pack_view(op.send_type, 1, word);
-      if (op.recv_rank >= 0) views[i].recv = device_pack_view(op.recv_type, 1, word);
-      if (views[i].send.words >= (1ll << 31) || views[i].recv.words >= (1ll << 31)) {
-        throw Error("halox: " + m_name + ": a face of 2^31 words or more");
+    for (const auto& [first, count] : m_stages) {
+      if (!field) break;
+      const int word = word_for(field, first, count);
+      for (int i = first; i < first + count; ++i) {
+        const Op& op = (*m_ops)[i];
+        views[i].word = word;
+        if (op.send_rank >= 0) views[i].send = device_pack_view(op.send_type, 1, word);
+        if (op.recv_rank >= 0) views[i].recv = device_pack_view(op.recv_type, 1, word);
+        if (views[i].send.words >= (1ll << 31) || views[i].recv.words >= (1ll << 31)) {
+          throw Error("halox: " + m_name + ": a face of 2^31 words or more");
+        }
       }
     }
     GridOpView* device = nullptr;
@@ -396,8 +424,8 @@ class GridFusedTransport final : public Transport {
   const std::vector<Op>* m_ops = nullptr;     // the exchange's ops (it owns them and this)
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
   std::vector<GridOpView> m_host_views;
-  std::map<std::tuple<int, int, int>, GridOpView*> m_views;  // per (first op, ops, word)
-  std::map<std::pair<int, std::uintptr_t>, int> m_words;     // per (stage's first op, address % 16)
+  std::map<std::uintptr_t, GridOpView*> m_views;          // per field address % 16
+  std::map<std::pair<int, std::uintptr_t>, int> m_words;  // per (stage's first op, address % 16)
   char* m_block = nullptr;
   u64* m_counters = nullptr;
   u64 m_epoch = 0;

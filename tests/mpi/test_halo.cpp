@@ -141,7 +141,7 @@ void check_grid(std::array<int, 3> dims, std::array<bool, 3> periodic,
   EXPECT_EQ(exchange.stats().exchanges, 2);
 }
 
-// Every transport moves grid halos, the GPU-initiated ones with one fused kernel per stage.
+// Every transport moves grid halos, the GPU-initiated ones with one fused kernel for all stages.
 TEST(GridHalo, EveryRankGridShapePeriodic) {
   for (auto dims : grid_shapes()) check_grid(dims, {true, true, true}, {6, 5, 4}, 2, 3);
 }
