@@ -56,6 +56,9 @@ class Backend {
   /// Side stream waits for the work queued so far; join: the main stream waits for the side.
   virtual void fork() {}
   virtual void join() {}
+  /// Several ranks in one process: this back end's stream waits (on the device, through an
+  /// event) for the work queued so far on `other`'s. Host back ends run in call order.
+  virtual void wait_for(Backend& other) { (void)other; }
   virtual void swap() = 0;
   virtual GpuStream stream_handle() = 0;
   virtual void synchronize() = 0;

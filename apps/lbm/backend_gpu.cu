@@ -130,6 +130,7 @@ class GpuBackend final : public Backend {
       cudaEventDestroy(m_fork);
       cudaEventDestroy(m_join);
     }
+    if (m_order) cudaEventDestroy(m_order);
     cudaStreamDestroy(m_stream);
   }
   std::string name() const override { return sizeof(Real) == 4 ? "gpu (float)" : "gpu (double)"; }
@@ -218,6 +219,12 @@ class GpuBackend final : public Backend {
   void join() override {
     LBM_CUDA(cudaEventRecord(m_join, m_side));
     LBM_CUDA(cudaStreamWaitEvent(m_stream, m_join, 0));
+  }
+  void wait_for(Backend& other) override {
+    // Recorded now, waited on now: later records of the same event do not affect this wait.
+    if (!m_order) LBM_CUDA(cudaEventCreateWithFlags(&m_order, cudaEventDisableTiming));
+    LBM_CUDA(cudaEventRecord(m_order, static_cast<cudaStream_t>(other.stream_handle())));
+    LBM_CUDA(cudaStreamWaitEvent(m_stream, m_order, 0));
   }
   void swap() override {
     std::swap(m_f.f, m_f.f_next);
@@ -333,6 +340,7 @@ class GpuBackend final : public Backend {
   cudaStream_t m_stream = nullptr;
   cudaStream_t m_side = nullptr;  // the overlap variant's interior stream
   cudaEvent_t m_fork = nullptr, m_join = nullptr;
+  cudaEvent_t m_order = nullptr;              // wait_for's
   std::array<cudaEvent_t, kMarks> m_marks{};  // the phase-timing points, made at first use
   Fields<Real> m_f;
   std::vector<void*> m_raw;  // what cudaMalloc returned (m_f's pointers are offset)

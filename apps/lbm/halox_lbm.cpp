@@ -827,7 +827,10 @@ class Lbm {
 // --transport local: every rank of --ranks in this one process, stepped in lockstep. Between
 // the updates, one LocalGridExchange per field moves every rank's faces straight into its
 // neighbours' arrays (host memory: CPU copies; GPU: one kernel per face, or with local-fused
-// one kernel for all of them, on rank 0's stream once every rank's updates are done). The
+// one kernel for all of them, on rank 0's stream). The ranks' streams are ordered through
+// events, not the host: rank 0's stream waits for every rank's updates before an exchange,
+// and every rank's stream waits for the exchange before its next update, so the steps queue
+// without a host wait (the contig and default variants still pass through the host). The
 // fields stay bitwise those of one rank.
 class LocalRanks {
  public:
@@ -866,9 +869,18 @@ class LocalRanks {
     return m_cli.comm + (m_cli.local_fused ? ", GPU-initiated (one kernel for every face)" : "") +
            ", " + where;
   }
-  double time_exchange() const { return m_time_exchange; }
-  double time_compute() const { return m_time_compute; }
-  void reset_timers() { m_time_exchange = m_time_compute = 0; }
+  double time_exchange() {
+    settle_phase_times();
+    return m_time_exchange;
+  }
+  double time_compute() {
+    settle_phase_times();
+    return m_time_compute;
+  }
+  void reset_timers() {
+    settle_phase_times();
+    m_time_exchange = m_time_compute = 0;
+  }
   std::array<int, 3> local() const { return m_ranks[0]->local(); }
   std::string wrapped_axes() const { return m_ranks[0]->wrapped_axes(); }
   std::array<double, 4> totals() {
@@ -892,47 +904,75 @@ class LocalRanks {
   }
 
  private:
-  static double span(Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
+  // Rank 0's stream waits for every rank's work so far (their faces and updates).
+  void gather_streams() {
+    for (std::size_t r = 1; r < m_ranks.size(); ++r) backend().wait_for(m_ranks[r]->backend());
   }
-  // Exchange, update, (exchange phi, update): every rank's updates are timed together.
+  // Every rank's stream waits for rank 0's work so far (an exchange into their halos).
+  void scatter_streams() {
+    for (std::size_t r = 1; r < m_ranks.size(); ++r) m_ranks[r]->backend().wait_for(backend());
+  }
+
+  // Exchange, update, (exchange phi, update): every rank's updates are timed together, from
+  // points marked on rank 0's stream (two sets, by step parity) and read one step late, as
+  // one rank's are.
   void step_in_phases() {
-    const auto t0 = Clock::now();
+    Backend& b = backend();
+    const int at = 5 * static_cast<int>(m_steps % 2);
+    gather_streams();
+    b.mark(at);
     exchange(0);
     if (m_cli.params.multiphase) exchange(1);
-    const auto t1 = Clock::now();
+    b.mark(at + 1);
+    scatter_streams();
     for (auto& lbm : m_ranks) lbm->first_update();
-    synchronize();
-    const auto t2 = Clock::now();
-    m_time_exchange += span(t0, t1);
-    m_time_compute += span(t1, t2);
+    gather_streams();
+    b.mark(at + 2);
     if (m_cli.params.multiphase) {
       exchange(2);
-      const auto t3 = Clock::now();
+      b.mark(at + 3);
+      scatter_streams();
       for (auto& lbm : m_ranks) lbm->second_update();
-      synchronize();
-      m_time_exchange += span(t2, t3);
-      m_time_compute += span(t3, Clock::now());
+      gather_streams();
+      b.mark(at + 4);
+    }
+    settle_phase_times();  // the previous step's, while this one runs
+    m_marked = at;
+    ++m_steps;
+  }
+  // Adds the phase times of the step whose points are still unread (waits for its end).
+  void settle_phase_times() {
+    if (m_marked < 0) return;
+    Backend& b = backend();
+    const int at = m_marked;
+    m_marked = -1;
+    m_time_exchange += b.seconds_between(at, at + 1);
+    m_time_compute += b.seconds_between(at + 1, at + 2);
+    if (m_cli.params.multiphase) {
+      m_time_exchange += b.seconds_between(at + 2, at + 3);
+      m_time_compute += b.seconds_between(at + 3, at + 4);
     }
   }
   // The overlap variant: every rank's inner cells on its side stream while the faces move
   // (on rank 0's stream), then the shells. No phase times: one span.
   void step_overlapped() {
     for (auto& lbm : m_ranks) lbm->update_inner(0);
+    gather_streams();  // the shells of the last step: the faces
     exchange(0);
     if (m_cli.params.multiphase) exchange(1);
+    scatter_streams();
     for (auto& lbm : m_ranks) lbm->update_shell(0);
     if (m_cli.params.multiphase) {
-      synchronize();  // phi of every rank, before its faces move
       for (auto& lbm : m_ranks) lbm->update_inner(1);
+      gather_streams();  // phi of every rank's shell, before its faces move
       exchange(2);
+      scatter_streams();
       for (auto& lbm : m_ranks) lbm->update_shell(1);
     }
-    synchronize();
   }
 
-  // Every rank's updates are complete here (step() waits for them): the faces move on rank
-  // 0's stream, which is waited for before any rank updates again.
+  // Ordered by the caller: every rank's stream is gathered into rank 0's before, and waits
+  // for it after (the contig and default variants wait on the host themselves).
   void exchange(int field) {
     if (m_cli.comm == "contig") {
       exchange_contiguous(field);
@@ -946,7 +986,6 @@ class LocalRanks {
     pointers.clear();
     for (auto& lbm : m_ranks) pointers.push_back(lbm->field(field));
     m_exchanges[field]->exchange(pointers, m_ranks[0]->backend().stream_handle());
-    m_ranks[0]->synchronize();
   }
 
   // contig: stage by stage, every rank packs its two faces by hand into its stage buffer, one
@@ -1001,6 +1040,8 @@ class LocalRanks {
   std::array<std::unique_ptr<LocalGridExchange>, 9> m_stage_exchanges;  // contig: field, stage
   std::vector<void*> m_pointers;
   double m_time_exchange = 0, m_time_compute = 0;
+  long m_steps = 0;
+  int m_marked = -1;  // the first phase-timing point of the step not yet added, or -1
 };
 
 bool g_input_checked = false;
