@@ -268,6 +268,54 @@ FaceBoxes face_boxes(const PulseHeader& hd, const std::array<int, 3>& n) {
   return b;
 }
 
+// Phase times from points marked in stream order on one back end, read one step late: the
+// host waits for step s - 1 while step s is queued, so the GPU never idles between the
+// phases or the steps of a stream-ordered exchange. A step marks the points of its set
+// (two sets, by step parity): before the exchanges, after them, after the first update,
+// after the phi exchange, after the second update (multiphase). A step that moves nothing
+// (every axis wrapped) marks no points around its exchanges.
+class PhaseClock {
+ public:
+  /// The first point of the set of step `step`.
+  static int first_point(long step) { return 5 * static_cast<int>(step % 2); }
+  /// After a step marked the set from `at`: adds the previous step's times.
+  void marked(Backend& b, int at, bool moves, bool multiphase) {
+    settle(b);
+    m_pending = at;
+    m_moves = moves;
+    m_multiphase = multiphase;
+  }
+  double exchange(Backend& b) {
+    settle(b);
+    return m_exchange;
+  }
+  double compute(Backend& b) {
+    settle(b);
+    return m_compute;
+  }
+  void reset(Backend& b) {
+    settle(b);
+    m_exchange = m_compute = 0;
+  }
+
+ private:
+  // Adds the phase times of the step whose points are still unread (waits for its end).
+  void settle(Backend& b) {
+    if (m_pending < 0) return;
+    const int at = m_pending;
+    m_pending = -1;
+    if (m_moves) {
+      m_exchange +=
+          b.seconds_between(at, at + 1) + (m_multiphase ? b.seconds_between(at + 2, at + 3) : 0);
+    }
+    m_compute += b.seconds_between(at + 1, at + 2) +
+                 (m_multiphase ? b.seconds_between(m_moves ? at + 3 : at + 2, at + 4) : 0);
+  }
+  double m_exchange = 0, m_compute = 0;
+  int m_pending = -1;  // the first point of the step not yet added, or -1
+  bool m_moves = true, m_multiphase = false;
+};
+
 class LocalRanks;
 
 class Lbm {
@@ -322,13 +370,10 @@ class Lbm {
     if (m_cli.comm == "overlap") {
       step_overlapped();
     } else {
-      // Phase times from points marked in stream order (two sets, by step parity), read one
-      // step late: the host waits for step s - 1 while step s is queued, so the GPU never
-      // idles between the phases or the steps of a stream-ordered exchange. (A transport
-      // that needs the host, such as MPI through host memory, waits for its own work.)
-      // With every axis wrapped there is nothing to exchange, and no points around it.
+      // Phase times: PhaseClock. (A transport that needs the host, such as MPI through host
+      // memory, waits for its own work.)
       Backend& b = *m_backend;
-      const int at = 5 * static_cast<int>(m_steps % 2);
+      const int at = PhaseClock::first_point(m_steps);
       const bool moves = !exchange_free();
       if (moves) {
         b.mark(at);
@@ -346,8 +391,7 @@ class Lbm {
         second_update();
         b.mark(at + 4);
       }
-      settle_phase_times();
-      m_marked = at;
+      m_phases.marked(b, at, moves, m_cli.params.multiphase);
     }
     finish_step();
   }
@@ -539,36 +583,19 @@ class Lbm {
     return m_cli.comm + ", " + to_string(m_transport);
   }
   double time_exchange() {
-    settle_phase_times();
-    return m_time_exchange;
+    return m_phases.exchange(*m_backend);
   }
   double time_compute() {
-    settle_phase_times();
-    return m_time_compute;
+    return m_phases.compute(*m_backend);
   }
   void reset_timers() {
-    settle_phase_times();
-    m_time_exchange = m_time_compute = 0;
+    m_phases.reset(*m_backend);
   }
   std::array<int, 3> local() const {
     return m_n;
   }
 
  private:
-  // Adds the phase times of the step whose points are still unread (waits for its end).
-  void settle_phase_times() {
-    if (m_marked < 0) return;
-    Backend& b = *m_backend;
-    const int at = m_marked;
-    m_marked = -1;
-    const bool multiphase = m_cli.params.multiphase, moves = !exchange_free();
-    if (moves) {
-      m_time_exchange +=
-          b.seconds_between(at, at + 1) + (multiphase ? b.seconds_between(at + 2, at + 3) : 0);
-    }
-    m_time_compute += b.seconds_between(at + 1, at + 2) +
-                      (multiphase ? b.seconds_between(moves ? at + 3 : at + 2, at + 4) : 0);
-  }
   // Every axis is wrapped by the update (one rank, periodic): no face to exchange.
   bool exchange_free() const {
     return m_wrap[0] && m_wrap[1] && m_wrap[2];
@@ -819,9 +846,8 @@ class Lbm {
   void* m_device_send = nullptr;
   void* m_device_recv = nullptr;
   std::size_t m_device_bytes = 0;
-  double m_time_exchange = 0, m_time_compute = 0;
+  PhaseClock m_phases;
   long m_steps = 0;
-  int m_marked = -1;  // the first phase-timing point of the step not yet added, or -1
 };
 
 // --transport local: every rank of --ranks in this one process, stepped in lockstep. Between
@@ -869,18 +895,9 @@ class LocalRanks {
     return m_cli.comm + (m_cli.local_fused ? ", GPU-initiated (one kernel for every face)" : "") +
            ", " + where;
   }
-  double time_exchange() {
-    settle_phase_times();
-    return m_time_exchange;
-  }
-  double time_compute() {
-    settle_phase_times();
-    return m_time_compute;
-  }
-  void reset_timers() {
-    settle_phase_times();
-    m_time_exchange = m_time_compute = 0;
-  }
+  double time_exchange() { return m_phases.exchange(backend()); }
+  double time_compute() { return m_phases.compute(backend()); }
+  void reset_timers() { m_phases.reset(backend()); }
   std::array<int, 3> local() const { return m_ranks[0]->local(); }
   std::string wrapped_axes() const { return m_ranks[0]->wrapped_axes(); }
   std::array<double, 4> totals() {
@@ -914,11 +931,10 @@ class LocalRanks {
   }
 
   // Exchange, update, (exchange phi, update): every rank's updates are timed together, from
-  // points marked on rank 0's stream (two sets, by step parity) and read one step late, as
-  // one rank's are.
+  // points marked on rank 0's stream (PhaseClock).
   void step_in_phases() {
     Backend& b = backend();
-    const int at = 5 * static_cast<int>(m_steps % 2);
+    const int at = PhaseClock::first_point(m_steps);
     gather_streams();
     b.mark(at);
     exchange(0);
@@ -936,22 +952,8 @@ class LocalRanks {
       gather_streams();
       b.mark(at + 4);
     }
-    settle_phase_times();  // the previous step's, while this one runs
-    m_marked = at;
+    m_phases.marked(b, at, true, m_cli.params.multiphase);
     ++m_steps;
-  }
-  // Adds the phase times of the step whose points are still unread (waits for its end).
-  void settle_phase_times() {
-    if (m_marked < 0) return;
-    Backend& b = backend();
-    const int at = m_marked;
-    m_marked = -1;
-    m_time_exchange += b.seconds_between(at, at + 1);
-    m_time_compute += b.seconds_between(at + 1, at + 2);
-    if (m_cli.params.multiphase) {
-      m_time_exchange += b.seconds_between(at + 2, at + 3);
-      m_time_compute += b.seconds_between(at + 3, at + 4);
-    }
   }
   // The overlap variant: every rank's inner cells on its side stream while the faces move
   // (on rank 0's stream), then the shells. No phase times: one span.
@@ -1039,9 +1041,8 @@ class LocalRanks {
   std::vector<std::unique_ptr<LocalGridExchange>> m_exchanges;          // f, then g and phi
   std::array<std::unique_ptr<LocalGridExchange>, 9> m_stage_exchanges;  // contig: field, stage
   std::vector<void*> m_pointers;
-  double m_time_exchange = 0, m_time_compute = 0;
+  PhaseClock m_phases;
   long m_steps = 0;
-  int m_marked = -1;  // the first phase-timing point of the step not yet added, or -1
 };
 
 bool g_input_checked = false;
