@@ -115,7 +115,7 @@ log "halox-lbm variants: 2 ranks on the one GPU, 128^3 per rank"
 # nvshmem-stream last and with a short leash: at this size it did not finish in 715408e's run.
 for v in "--comm default" "--comm contig --transport staged" "--comm datatype --transport staged" \
          "--comm overlap --transport staged" "--comm datatype --transport ipc-fused" \
-         "--comm datatype --transport nvshmem-stream"; do
+         "--comm datatype --transport nvshmem-fused" "--comm datatype --transport nvshmem-stream"; do
   name=$(echo "$v" | sed 's/--comm //; s/ --transport /-/')
   CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 60 mpirun -n 2 --oversubscribe --bind-to none \
     build/gpu/apps/lbm/halox-lbm --grid 256x128x128 --ranks 2x1x1 --steps 100 --device gpu $v \
