@@ -182,15 +182,17 @@ class TransportChooser {
     HALOX_MPI_CHECK(MPI_Allreduce(&largest, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
     TransportKind kind;
     std::string why;
-    if (particle && all_local) {
+    if (all_local) {
+      // Measured on the H200 (docs/PERFORMANCE.md): the MD halo 3.5-5.4x staged's; the LBM
+      // with 2 processes on one GPU 1.2-1.8x nvshmem-stream's MLUPS; between two GPUs the
+      // direct stores have the lower latency up to messages of about 4 MB.
       kind = TransportKind::ipc_fused;
-      why =
-          "every neighbour is on this node: one fused kernel stores straight into their "
-          "buffers (CUDA IPC), no host waits";
+      why = std::string("every neighbour is on this node: one fused kernel ") +
+            (particle ? "for every pulse" : "for every face of every stage") +
+            " stores straight into their buffers (CUDA IPC), no host waits";
     } else if (HALOX_HAS_NVSHMEM) {
       kind = TransportKind::nvshmem_stream;
-      why = std::string(all_local ? "grid halo" : "neighbours on other nodes") +
-            ": NVSHMEM put-with-signal on the stream, no host waits";
+      why = "neighbours on other nodes: NVSHMEM put-with-signal on the stream, no host waits";
     } else {
       const std::int64_t from = tuned_pipelined_from_bytes();
       kind = most >= from ? TransportKind::pipelined : TransportKind::staged;

@@ -90,12 +90,13 @@ void check_graph(const Case& c, const std::vector<int>& launch, const std::strin
     const ParticlePlan& plan = c.plans[rank];
     for (int p = 0; p < npulses; ++p) {
       const ParticlePulse& pulse = plan.pulses[p];
-      const std::string at = where + " rank " + std::to_string(rank) + " pulse " + std::to_string(p);
+      const std::string at =
+          where + " rank " + std::to_string(rank) + " pulse " + std::to_string(p);
       // Forward: the source, with the shifts it still needs, is the item the pulse sends.
       std::vector<int> source, shifts;
       unsigned deps = 0;
-      for (std::int64_t j = pulse.first_forwarded; j < static_cast<std::int64_t>(pulse.send_index.size());
-           ++j) {
+      for (std::int64_t j = pulse.first_forwarded;
+           j < static_cast<std::int64_t>(pulse.send_index.size()); ++j) {
         graph.forward_source(static_cast<int>(k), p, static_cast<std::size_t>(j), source, shifts,
                              deps);
       }
@@ -115,7 +116,8 @@ void check_graph(const Case& c, const std::vector<int>& launch, const std::strin
         }
         for (int s = hops >> kPulseBits; s < (hops >> kPulseBits) + (hops & kPulseMask); ++s) {
           const int hop = shifts[s];
-          const ParticlePulse& through = c.plans[launch[hop >> kPulseBits]].pulses[hop & kPulseMask];
+          const ParticlePulse& through =
+              c.plans[launch[hop >> kPulseBits]].pulses[hop & kPulseMask];
           for (int a = 0; a < 3; ++a) v[a] += through.shift[a];
         }
         const std::size_t item = pulse.send_index[pulse.first_forwarded + e];
@@ -132,8 +134,8 @@ void check_graph(const Case& c, const std::vector<int>& launch, const std::strin
         const std::int64_t slot = pulse.recv_offset + j;
         std::vector<int> terms;
         const bool forwarded = graph.forwarded(static_cast<int>(k), slot);
-        ASSERT_TRUE(graph.returned_terms(static_cast<int>(k), static_cast<int>(k), slot, terms,
-                                         rev_deps));
+        ASSERT_TRUE(
+            graph.returned_terms(static_cast<int>(k), static_cast<int>(k), slot, terms, rev_deps));
         EXPECT_EQ(forwarded, !terms.empty()) << at << " item " << j;
         std::array<double, 3> v{};
         for (int a = 0; a < 3; ++a) v[a] = c.f[rank][3 * static_cast<std::size_t>(slot) + a];
@@ -169,9 +171,8 @@ TEST(ForwardingGraph, SourcesAndReturnedForcesEqualTheHostTransport) {
     for (double cutoff : {2.4, 3.5}) {  // 3.5: two pulses along axes split 3 or 4 ways
       const Case c = make_case(dims, cutoff, seed);
       const int n = static_cast<int>(c.plans.size());
-      const std::string where =
-          std::to_string(dims[0]) + "x" + std::to_string(dims[1]) + "x" + std::to_string(dims[2]) +
-          " cutoff " + std::to_string(cutoff);
+      const std::string where = std::to_string(dims[0]) + "x" + std::to_string(dims[1]) + "x" +
+                                std::to_string(dims[2]) + " cutoff " + std::to_string(cutoff);
       std::vector<int> all(n);
       for (int r = 0; r < n; ++r) all[r] = r;
       check_graph(c, all, where + ", every rank in the launch");
@@ -179,7 +180,8 @@ TEST(ForwardingGraph, SourcesAndReturnedForcesEqualTheHostTransport) {
       // The first half of the ranks (the local engine over two GPUs): items that reach a
       // rank outside through another launch rank fall back to their first hop's staging.
       if (n >= 2) {
-        check_graph(c, std::vector<int>(all.begin(), all.begin() + n / 2), where + ", half the ranks");
+        check_graph(c, std::vector<int>(all.begin(), all.begin() + n / 2),
+                    where + ", half the ranks");
       }
     }
   }
