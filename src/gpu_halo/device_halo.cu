@@ -92,8 +92,8 @@ struct PulseView {
   Slots* source = nullptr;  // recv_rank's slots
 };
 
-// Per local rank: where each pulse's received items start and their staging area, for
-// reading forwarded items.
+// Per launch rank: its pulses' staging areas (forward: received coordinates; reverse:
+// returned forces) and shifts, read by the pulses that forward what they deliver.
 struct RankTable {
   const char* fwd_in[kMaxPulses] = {};
   const char* rev_in[kMaxPulses] = {};
