@@ -1,6 +1,8 @@
 // halox-tune: sweeps the pipelined transport's chunk size (4 KiB .. 1 MiB) on this machine,
 // fits seed 002's model T(N) = (N/n + 2) * T_block(n) with T_block(n) = a + n / B, and writes
-// the best chunk to the tuning file the pipelined transport reads.
+// the best chunk to the tuning file the pipelined transport reads; then the crossovers the
+// automatic choice uses: staged vs pipelined, and (NVSHMEM built in) the fused kernel's
+// direct stores vs NVSHMEM's copy-engine puts between the two ranks.
 //
 //   mpiexec -n 2 halox-tune [--message BYTES] [--reps R] [--dry-run]
 #include <cuda_runtime.h>
@@ -37,7 +39,9 @@ void usage(FILE* out) {
       "usage: mpiexec -n 2 halox-tune [options]\n"
       "  Measures one GPU-to-GPU message of --message bytes through the pipelined transport\n"
       "  for chunk sizes 4 KiB..1 MiB, prints the fit of T(N) = (N/n + 2) T_block(n), and\n"
-      "  writes the fastest chunk size to the tuning file (%s).\n"
+      "  writes the fastest chunk size to the tuning file (%s), with the message sizes\n"
+      "  (16 KiB..16 MiB) from which pipelined beats staged and, with NVSHMEM, from which\n"
+      "  nvshmem-stream's copy-engine puts beat ipc-fused's direct stores (what auto uses).\n"
       "options:\n"
       "  --message BYTES  message size (default 4194304)\n"
       "  --reps R         timed exchanges per chunk size, median reported (default 30)\n"
@@ -140,6 +144,30 @@ int tune(int argc, char** argv) {
     if (!pipelined_from && c.pipelined < c.staged) pipelined_from = c.bytes;
   }
   if (!pipelined_from) pipelined_from = 2 * crossings.back().bytes;  // never within the sweep
+  // Direct stores (ipc-fused) against copy-engine puts (nvshmem-stream), same sizes, after
+  // the rest: once NVSHMEM is up its proxy thread would slow the MPI transports' figures.
+  struct Direct {
+    std::int64_t bytes;
+    double direct, copy_engine;
+  };
+  std::vector<Direct> directs;
+  std::int64_t direct_until = 0;
+  const bool both = transport_available(TransportKind::ipc_fused) &&
+                    transport_available(TransportKind::nvshmem_stream);
+  for (std::int64_t n = 16384; both && n <= (16 << 20); n *= 4) {
+    const std::int64_t rows = std::max<std::int64_t>(1, n / (nx * 4));
+    GridPlan sized = build_grid_plan(topology, {nx, rows, 2}, 1, Datatype::of<float>().commit());
+    void* data = nullptr;
+    const std::size_t data_bytes = static_cast<std::size_t>((nx + 2) * (rows + 2) * 4 * 4);
+    if (cudaMalloc(&data, data_bytes) != cudaSuccess) throw Error("halox-tune: cudaMalloc failed");
+    cudaMemset(data, 1, data_bytes);
+    const Direct d{nx * rows * 4, measure_on(sized, data, TransportKind::ipc_fused, 0),
+                   measure_on(sized, data, TransportKind::nvshmem_stream, 0)};
+    cudaFree(data);
+    directs.push_back(d);
+    if (!direct_until && d.copy_engine < d.direct) direct_until = d.bytes;
+  }
+  if (both && !direct_until) direct_until = 2 * directs.back().bytes;  // never within the sweep
   if (rank != 0) return 0;
   std::printf("halox-tune: %s, %s; message %lld bytes (one z face each way), %d reps\n",
               bench::host_name().c_str(), bench::today().c_str(), static_cast<long long>(face),
@@ -176,11 +204,23 @@ int tune(int argc, char** argv) {
   }
   std::printf("pipelining wins from %lld bytes (the automatic choice's threshold)\n",
               static_cast<long long>(pipelined_from));
+  if (both) {
+    std::printf("\n%12s %16s %18s\n", "message", "ipc-fused us", "nvshmem-stream us");
+    for (const auto& d : directs) {
+      std::printf("%12lld %16.1f %18.1f\n", static_cast<long long>(d.bytes), d.direct * 1e6,
+                  d.copy_engine * 1e6);
+    }
+    std::printf("copy-engine puts win from %lld bytes (auto: direct stores below it)\n",
+                static_cast<long long>(direct_until));
+  } else {
+    std::printf("\nno direct-store crossover: needs ipc-fused and nvshmem-stream (NVSHMEM)\n");
+  }
   std::ostringstream json;
   json << "{\n  \"chunk_bytes\": " << best.chunk
-       << ",\n  \"pipelined_from_bytes\": " << pipelined_from << ",\n  \"message_bytes\": " << face
-       << ",\n  \"date\": \"" << bench::today() << "\",\n  \"host\": \"" << bench::host_name()
-       << "\",\n  \"staged_us\": " << staged * 1e6
+       << ",\n  \"pipelined_from_bytes\": " << pipelined_from;
+  if (both) json << ",\n  \"direct_until_bytes\": " << direct_until;
+  json << ",\n  \"message_bytes\": " << face << ",\n  \"date\": \"" << bench::today()
+       << "\",\n  \"host\": \"" << bench::host_name() << "\",\n  \"staged_us\": " << staged * 1e6
        << ",\n  \"fit\": {\"block_latency_us\": " << latency * 1e6
        << ", \"block_gbps\": " << bandwidth / 1e9 << ", \"model_optimum_bytes\": " << n_star
        << "},\n  \"points\": [";

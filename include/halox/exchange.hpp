@@ -34,7 +34,9 @@ namespace halox {
 ///                unpacks) for all four (docs/gpu-initiated.md).
 ///  - auto:       decided collectively at the first exchange of device memory, and printed
 ///                (rank 0) with the reason: every neighbour on this node -> direct stores
-///                (ipc-fused, particles and grids); otherwise NVSHMEM put-with-signal
+///                (ipc-fused, particles and grids), unless halox-tune measured NVSHMEM's
+///                copy-engine puts to win from a message size the exchange reaches (the
+///                tuning file's "direct_until_bytes"); otherwise NVSHMEM put-with-signal
 ///                (nvshmem-stream) when built in; otherwise staged below and pipelined above
 ///                the message size where halox-tune measured pipelining to win (the
 ///                "pipelined_from_bytes" of the tuning file). One choice per exchange, made

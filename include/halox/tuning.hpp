@@ -22,6 +22,11 @@ std::int64_t tuned_chunk_bytes();
 /// (the tuning file's "pipelined_from_bytes"), or 1 MiB when the machine is not tuned.
 std::int64_t tuned_pipelined_from_bytes();
 
+/// The message size from which NVSHMEM's copy-engine puts (nvshmem-stream) beat the fused
+/// kernel's direct stores (ipc-fused) between two ranks of this node in halox-tune's sweep
+/// (the tuning file's "direct_until_bytes"), or -1 when it was not measured.
+std::int64_t tuned_direct_until_bytes();
+
 /// Writes `json` (a complete JSON object with a "chunk_bytes" member) to tuning_file_path(),
 /// creating its folder. Throws halox::Error when it cannot.
 void write_tuning_file(const std::string& json);

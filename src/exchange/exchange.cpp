@@ -182,14 +182,26 @@ class TransportChooser {
     HALOX_MPI_CHECK(MPI_Allreduce(&largest, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
     TransportKind kind;
     std::string why;
-    if (all_local) {
-      // Measured on the H200 (docs/PERFORMANCE.md): the MD halo 3.5-5.4x staged's; the LBM
-      // with 2 processes on one GPU 1.2-1.8x nvshmem-stream's MLUPS; between two GPUs the
-      // direct stores have the lower latency up to messages of about 4 MB.
+    // On one node: direct stores (measured on the H200, docs/PERFORMANCE.md: the MD halo
+    // 3.5-5.4x staged's, the LBM with 2 processes on one GPU 1.2-1.8x nvshmem-stream's
+    // MLUPS), unless halox-tune measured NVSHMEM's copy-engine puts to win from a message
+    // size this exchange reaches (between two H200s: about 4 MB in pingpong).
+    const std::int64_t direct_until = tuned_direct_until_bytes();
+    const bool copy_engine = HALOX_HAS_NVSHMEM && direct_until > 0 && most >= direct_until;
+    if (all_local && !copy_engine) {
       kind = TransportKind::ipc_fused;
       why = std::string("every neighbour is on this node: one fused kernel ") +
             (particle ? "for every pulse" : "for every face of every stage") +
-            " stores straight into their buffers (CUDA IPC), no host waits";
+            " stores straight into their buffers (CUDA IPC), no host waits; " +
+            (direct_until > 0 ? "largest message " + std::to_string(most) +
+                                    " bytes < the measured direct-store crossover of " +
+                                    std::to_string(direct_until) + " bytes"
+                              : std::string("direct-store crossover not measured (halox-tune)"));
+    } else if (all_local) {
+      kind = TransportKind::nvshmem_stream;
+      why = "every neighbour is on this node, largest message " + std::to_string(most) +
+            " bytes >= the measured crossover of " + std::to_string(direct_until) +
+            " bytes from which NVSHMEM's copy-engine puts beat direct stores";
     } else if (HALOX_HAS_NVSHMEM) {
       kind = TransportKind::nvshmem_stream;
       why = "neighbours on other nodes: NVSHMEM put-with-signal on the stream, no host waits";

@@ -41,18 +41,30 @@ std::int64_t tuned_chunk_bytes() {
   return chunk;
 }
 
+namespace {
+
+// The tuning file's integer member `name`, or `otherwise` (no file, or no such member).
+std::int64_t tuning_member(const char* name, std::int64_t otherwise) {
+  std::ifstream in(tuning_file_path());
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str();
+  std::smatch m;
+  if (in && std::regex_search(s, m, std::regex("\"" + std::string(name) + "\"\\s*:\\s*([0-9]+)"))) {
+    return static_cast<std::int64_t>(std::stoll(m[1]));
+  }
+  return otherwise;
+}
+
+}  // namespace
+
 std::int64_t tuned_pipelined_from_bytes() {
-  static const std::int64_t value = [] {
-    std::ifstream in(tuning_file_path());
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string s = text.str();
-    std::smatch m;
-    if (in && std::regex_search(s, m, std::regex("\"pipelined_from_bytes\"\\s*:\\s*([0-9]+)"))) {
-      return static_cast<std::int64_t>(std::stoll(m[1]));
-    }
-    return std::int64_t{1} << 20;
-  }();
+  static const std::int64_t value = tuning_member("pipelined_from_bytes", std::int64_t{1} << 20);
+  return value;
+}
+
+std::int64_t tuned_direct_until_bytes() {
+  static const std::int64_t value = tuning_member("direct_until_bytes", -1);
   return value;
 }
 
