@@ -144,6 +144,68 @@ int tune(int argc, char** argv) {
     if (!pipelined_from && c.pipelined < c.staged) pipelined_from = c.bytes;
   }
   if (!pipelined_from) pipelined_from = 2 * crossings.back().bytes;  // never within the sweep
+  const double bandwidth = slope > 0 ? 1.0 / slope : 0;
+  // The model's optimum: d/dn [(N/n + 2)(a + n/B)] = 0  ->  n* = sqrt(N a B / 2).
+  const double n_star =
+      slope > 0 && latency > 0 ? std::sqrt(double(face) * latency * bandwidth / 2) : 0;
+  if (rank == 0) {
+    std::printf("halox-tune: %s, %s; message %lld bytes (one z face each way), %d reps\n",
+                bench::host_name().c_str(), bench::today().c_str(), static_cast<long long>(face),
+                reps);
+    std::printf("staged (one block): %.1f us\n\n", staged * 1e6);
+    std::printf("%10s %8s %12s %14s %14s\n", "chunk", "blocks", "T(N) us", "T_block us",
+                "model T us");
+    for (const auto& p : points) {
+      const double blocks = std::ceil(double(face) / p.chunk);
+      const double model = (blocks + 2) * (latency + slope * p.chunk);
+      std::printf("%10lld %8.0f %12.1f %14.2f %14.1f%s\n", static_cast<long long>(p.chunk), blocks,
+                  p.seconds * 1e6, p.seconds / (blocks + 2) * 1e6, model * 1e6,
+                  p.chunk == best.chunk ? "  <- best" : "");
+    }
+    if (slope > 0) {
+      std::printf("\nfit: T_block(n) = %.2f us + n / (%.2f GB/s); model optimum n* = %.0f bytes\n",
+                  latency * 1e6, bandwidth / 1e9, n_star);
+    } else {
+      std::printf(
+          "\nfit: T_block(n) = %.2f us, no size term: the per-chunk cost dominates, so "
+          "the largest chunk wins\n",
+          latency * 1e6);
+    }
+    std::printf("best measured chunk: %lld bytes (%.1f us, %.2fx staged)\n",
+                static_cast<long long>(best.chunk), best.seconds * 1e6, staged / best.seconds);
+    std::printf("\n%12s %12s %14s\n", "message", "staged us", "pipelined us");
+    for (const auto& c : crossings) {
+      std::printf("%12lld %12.1f %14.1f\n", static_cast<long long>(c.bytes), c.staged * 1e6,
+                  c.pipelined * 1e6);
+    }
+    std::printf("pipelining wins from %lld bytes (the automatic choice's threshold)\n",
+                static_cast<long long>(pipelined_from));
+  }
+  // Written now, and again with the direct-store crossover once it is measured: if that
+  // sweep fails or hangs, the chunk and the pipelining crossover are kept.
+  auto write = [&](const std::string& direct_member) {
+    if (rank != 0) return;
+    std::ostringstream json;
+    json << "{\n  \"chunk_bytes\": " << best.chunk
+         << ",\n  \"pipelined_from_bytes\": " << pipelined_from << direct_member
+         << ",\n  \"message_bytes\": " << face << ",\n  \"date\": \"" << bench::today()
+         << "\",\n  \"host\": \"" << bench::host_name() << "\",\n  \"staged_us\": " << staged * 1e6
+         << ",\n  \"fit\": {\"block_latency_us\": " << latency * 1e6
+         << ", \"block_gbps\": " << bandwidth / 1e9 << ", \"model_optimum_bytes\": " << n_star
+         << "},\n  \"points\": [";
+    for (std::size_t k = 0; k < points.size(); ++k) {
+      json << (k ? ", " : "") << "{\"chunk\": " << points[k].chunk
+           << ", \"us\": " << points[k].seconds * 1e6 << "}";
+    }
+    json << "]\n}\n";
+    if (!dry) {
+      write_tuning_file(json.str());
+      std::printf("wrote %s\n", tuning_file_path().c_str());
+    } else {
+      std::printf("%s", json.str().c_str());
+    }
+  };
+  write("");
   // Direct stores (ipc-fused) against copy-engine puts (nvshmem-stream), same sizes, after
   // the rest: once NVSHMEM is up its proxy thread would slow the MPI transports' figures.
   struct Direct {
@@ -169,41 +231,6 @@ int tune(int argc, char** argv) {
   }
   if (both && !direct_until) direct_until = 2 * directs.back().bytes;  // never within the sweep
   if (rank != 0) return 0;
-  std::printf("halox-tune: %s, %s; message %lld bytes (one z face each way), %d reps\n",
-              bench::host_name().c_str(), bench::today().c_str(), static_cast<long long>(face),
-              reps);
-  std::printf("staged (one block): %.1f us\n\n", staged * 1e6);
-  std::printf("%10s %8s %12s %14s %14s\n", "chunk", "blocks", "T(N) us", "T_block us",
-              "model T us");
-  for (const auto& p : points) {
-    const double blocks = std::ceil(double(face) / p.chunk);
-    const double model = (blocks + 2) * (latency + slope * p.chunk);
-    std::printf("%10lld %8.0f %12.1f %14.2f %14.1f%s\n", static_cast<long long>(p.chunk), blocks,
-                p.seconds * 1e6, p.seconds / (blocks + 2) * 1e6, model * 1e6,
-                p.chunk == best.chunk ? "  <- best" : "");
-  }
-  const double bandwidth = slope > 0 ? 1.0 / slope : 0;
-  // The model's optimum: d/dn [(N/n + 2)(a + n/B)] = 0  ->  n* = sqrt(N a B / 2).
-  const double n_star =
-      slope > 0 && latency > 0 ? std::sqrt(double(face) * latency * bandwidth / 2) : 0;
-  if (slope > 0) {
-    std::printf("\nfit: T_block(n) = %.2f us + n / (%.2f GB/s); model optimum n* = %.0f bytes\n",
-                latency * 1e6, bandwidth / 1e9, n_star);
-  } else {
-    std::printf(
-        "\nfit: T_block(n) = %.2f us, no size term: the per-chunk cost dominates, so "
-        "the largest chunk wins\n",
-        latency * 1e6);
-  }
-  std::printf("best measured chunk: %lld bytes (%.1f us, %.2fx staged)\n",
-              static_cast<long long>(best.chunk), best.seconds * 1e6, staged / best.seconds);
-  std::printf("\n%12s %12s %14s\n", "message", "staged us", "pipelined us");
-  for (const auto& c : crossings) {
-    std::printf("%12lld %12.1f %14.1f\n", static_cast<long long>(c.bytes), c.staged * 1e6,
-                c.pipelined * 1e6);
-  }
-  std::printf("pipelining wins from %lld bytes (the automatic choice's threshold)\n",
-              static_cast<long long>(pipelined_from));
   if (both) {
     std::printf("\n%12s %16s %18s\n", "message", "ipc-fused us", "nvshmem-stream us");
     for (const auto& d : directs) {
@@ -215,26 +242,7 @@ int tune(int argc, char** argv) {
   } else {
     std::printf("\nno direct-store crossover: needs ipc-fused and nvshmem-stream (NVSHMEM)\n");
   }
-  std::ostringstream json;
-  json << "{\n  \"chunk_bytes\": " << best.chunk
-       << ",\n  \"pipelined_from_bytes\": " << pipelined_from;
-  if (both) json << ",\n  \"direct_until_bytes\": " << direct_until;
-  json << ",\n  \"message_bytes\": " << face << ",\n  \"date\": \"" << bench::today()
-       << "\",\n  \"host\": \"" << bench::host_name() << "\",\n  \"staged_us\": " << staged * 1e6
-       << ",\n  \"fit\": {\"block_latency_us\": " << latency * 1e6
-       << ", \"block_gbps\": " << bandwidth / 1e9 << ", \"model_optimum_bytes\": " << n_star
-       << "},\n  \"points\": [";
-  for (std::size_t k = 0; k < points.size(); ++k) {
-    json << (k ? ", " : "") << "{\"chunk\": " << points[k].chunk
-         << ", \"us\": " << points[k].seconds * 1e6 << "}";
-  }
-  json << "]\n}\n";
-  if (!dry) {
-    write_tuning_file(json.str());
-    std::printf("wrote %s\n", tuning_file_path().c_str());
-  } else {
-    std::printf("%s", json.str().c_str());
-  }
+  if (both) write(",\n  \"direct_until_bytes\": " + std::to_string(direct_until));
   return 0;
 }
 

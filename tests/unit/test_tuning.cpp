@@ -11,8 +11,8 @@
 #include "halox/tuning.hpp"
 
 TEST(Tuning, MembersReadFromTheFileItNames) {
-  const std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("halox-tuning-" + std::to_string(::getpid()) + ".json");
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("halox-tuning-" + std::to_string(::getpid()) + ".json");
   {
     std::ofstream out(path);
     out << "{\n  \"chunk_bytes\": 524288,\n  \"pipelined_from_bytes\": 4194304,\n"
