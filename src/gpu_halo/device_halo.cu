@@ -558,11 +558,13 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
     m.published[k] = pb;
   }
   if (!keep) m.fwd_epoch = m.rev_epoch = m.probe_epoch = 0;
-  m.errors.clear();
+  // A recorded time-out is forgotten (its blocks were just replaced: fits() refuses them).
+  // Without one there is nothing to reset, and no synchronous memset per neighbour search.
+  if (m.errors.record().flag != 0) m.errors.clear();
   if (!m.x_table) HALOX_CUDA_CHECK(cudaMalloc(&m.x_table, 2 * 4096 * sizeof(void*)));
   if (ranks.size() > 4096) throw Error("halox: at most 4096 ranks per process");
-  m.last_x.clear();
-  m.last_f.clear();
+  // The array tables stay valid: they hold the callers' arrays, which pointer_table()
+  // compares at every exchange (a re-upload waits for the stream).
   if (!keep) HALOX_CUDA_CHECK(cudaDeviceSynchronize());  // zeroed before any peer may signal
   return keep;
 }
