@@ -122,28 +122,45 @@ int tune(int argc, char** argv) {
   const auto best =
       *std::min_element(points.begin(), points.end(),
                         [](const Point& a, const Point& b) { return a.seconds < b.seconds; });
-  // The crossover the automatic transport choice uses: the smallest message from which the
-  // pipeline (best chunk) beats the staged exchange on this machine.
-  struct Crossing {
+  // Two transports over messages of 16 KiB..16 MiB (one z face each way): their times, and
+  // the smallest message from which the second beats the first (twice the largest if it
+  // never does within the sweep). The crossovers the automatic transport choice uses.
+  struct Race {
     std::int64_t bytes;
-    double staged, pipelined;
+    double first, second;
   };
-  std::vector<Crossing> crossings;
-  std::int64_t pipelined_from = 0;
-  for (std::int64_t n = 16384; n <= (16 << 20); n *= 4) {
-    const std::int64_t rows = std::max<std::int64_t>(1, n / (nx * 4));
-    GridPlan sized = build_grid_plan(topology, {nx, rows, 2}, 1, Datatype::of<float>().commit());
-    void* data = nullptr;
-    const std::size_t data_bytes = static_cast<std::size_t>((nx + 2) * (rows + 2) * 4 * 4);
-    if (cudaMalloc(&data, data_bytes) != cudaSuccess) throw Error("halox-tune: cudaMalloc failed");
-    cudaMemset(data, 1, data_bytes);
-    const Crossing c{nx * rows * 4, measure_on(sized, data, TransportKind::staged, 0),
-                     measure_on(sized, data, TransportKind::pipelined, best.chunk)};
-    cudaFree(data);
-    crossings.push_back(c);
-    if (!pipelined_from && c.pipelined < c.staged) pipelined_from = c.bytes;
-  }
-  if (!pipelined_from) pipelined_from = 2 * crossings.back().bytes;  // never within the sweep
+  auto race = [&](TransportKind first, std::int64_t first_chunk, TransportKind second,
+                  std::int64_t second_chunk, std::vector<Race>& out) {
+    std::int64_t from = 0;
+    for (std::int64_t n = 16384; n <= (16 << 20); n *= 4) {
+      const std::int64_t rows = std::max<std::int64_t>(1, n / (nx * 4));
+      GridPlan sized = build_grid_plan(topology, {nx, rows, 2}, 1, Datatype::of<float>().commit());
+      void* data = nullptr;
+      const std::size_t data_bytes = static_cast<std::size_t>((nx + 2) * (rows + 2) * 4 * 4);
+      if (cudaMalloc(&data, data_bytes) != cudaSuccess)
+        throw Error("halox-tune: cudaMalloc failed");
+      cudaMemset(data, 1, data_bytes);
+      const Race r{nx * rows * 4, measure_on(sized, data, first, first_chunk),
+                   measure_on(sized, data, second, second_chunk)};
+      cudaFree(data);
+      out.push_back(r);
+      if (!from && r.second < r.first) from = r.bytes;
+    }
+    return from ? from : 2 * out.back().bytes;
+  };
+  auto print_race = [](const char* first, const char* second, const std::vector<Race>& rows,
+                       const char* wins, std::int64_t from, const char* why) {
+    std::printf("\n%12s %16s %18s\n", "message", first, second);
+    for (const auto& r : rows) {
+      std::printf("%12lld %16.1f %18.1f\n", static_cast<long long>(r.bytes), r.first * 1e6,
+                  r.second * 1e6);
+    }
+    std::printf("%s from %lld bytes (%s)\n", wins, static_cast<long long>(from), why);
+  };
+  // The pipeline (best chunk) against the staged exchange.
+  std::vector<Race> crossings;
+  const std::int64_t pipelined_from =
+      race(TransportKind::staged, 0, TransportKind::pipelined, best.chunk, crossings);
   const double bandwidth = slope > 0 ? 1.0 / slope : 0;
   // The model's optimum: d/dn [(N/n + 2)(a + n/B)] = 0  ->  n* = sqrt(N a B / 2).
   const double n_star =
@@ -173,13 +190,8 @@ int tune(int argc, char** argv) {
     }
     std::printf("best measured chunk: %lld bytes (%.1f us, %.2fx staged)\n",
                 static_cast<long long>(best.chunk), best.seconds * 1e6, staged / best.seconds);
-    std::printf("\n%12s %12s %14s\n", "message", "staged us", "pipelined us");
-    for (const auto& c : crossings) {
-      std::printf("%12lld %12.1f %14.1f\n", static_cast<long long>(c.bytes), c.staged * 1e6,
-                  c.pipelined * 1e6);
-    }
-    std::printf("pipelining wins from %lld bytes (the automatic choice's threshold)\n",
-                static_cast<long long>(pipelined_from));
+    print_race("staged us", "pipelined us", crossings, "pipelining wins", pipelined_from,
+               "the automatic choice's threshold");
   }
   // Written now, and again with the direct-store crossover once it is measured: if that
   // sweep fails or hangs, the chunk and the pipelining crossover are kept.
@@ -208,37 +220,15 @@ int tune(int argc, char** argv) {
   write("");
   // Direct stores (ipc-fused) against copy-engine puts (nvshmem-stream), same sizes, after
   // the rest: once NVSHMEM is up its proxy thread would slow the MPI transports' figures.
-  struct Direct {
-    std::int64_t bytes;
-    double direct, copy_engine;
-  };
-  std::vector<Direct> directs;
-  std::int64_t direct_until = 0;
+  std::vector<Race> directs;
   const bool both = transport_available(TransportKind::ipc_fused) &&
                     transport_available(TransportKind::nvshmem_stream);
-  for (std::int64_t n = 16384; both && n <= (16 << 20); n *= 4) {
-    const std::int64_t rows = std::max<std::int64_t>(1, n / (nx * 4));
-    GridPlan sized = build_grid_plan(topology, {nx, rows, 2}, 1, Datatype::of<float>().commit());
-    void* data = nullptr;
-    const std::size_t data_bytes = static_cast<std::size_t>((nx + 2) * (rows + 2) * 4 * 4);
-    if (cudaMalloc(&data, data_bytes) != cudaSuccess) throw Error("halox-tune: cudaMalloc failed");
-    cudaMemset(data, 1, data_bytes);
-    const Direct d{nx * rows * 4, measure_on(sized, data, TransportKind::ipc_fused, 0),
-                   measure_on(sized, data, TransportKind::nvshmem_stream, 0)};
-    cudaFree(data);
-    directs.push_back(d);
-    if (!direct_until && d.copy_engine < d.direct) direct_until = d.bytes;
-  }
-  if (both && !direct_until) direct_until = 2 * directs.back().bytes;  // never within the sweep
+  const std::int64_t direct_until =
+      both ? race(TransportKind::ipc_fused, 0, TransportKind::nvshmem_stream, 0, directs) : 0;
   if (rank != 0) return 0;
   if (both) {
-    std::printf("\n%12s %16s %18s\n", "message", "ipc-fused us", "nvshmem-stream us");
-    for (const auto& d : directs) {
-      std::printf("%12lld %16.1f %18.1f\n", static_cast<long long>(d.bytes), d.direct * 1e6,
-                  d.copy_engine * 1e6);
-    }
-    std::printf("copy-engine puts win from %lld bytes (auto: direct stores below it)\n",
-                static_cast<long long>(direct_until));
+    print_race("ipc-fused us", "nvshmem-stream us", directs, "copy-engine puts win", direct_until,
+               "auto: direct stores below it");
   } else {
     std::printf("\nno direct-store crossover: needs ipc-fused and nvshmem-stream (NVSHMEM)\n");
   }
