@@ -61,7 +61,7 @@ struct Bounds {
     }
   }
 
-  void store(Node& node) const {
+  void store(Node& node, const char* where) const {
     if (!any_data && !any_explicit) {
       // A type without data has lb = ub = 0 wherever its empty parts were placed.
       node.lb = node.ub = node.true_lb = node.true_ub = 0;
@@ -75,11 +75,15 @@ struct Bounds {
     } else if (any) {
       node.lb = lb;
       node.ub = ub;
-      const std::int64_t ext = ub - lb;
-      if (align > 1 && ext % align != 0) node.ub += align - ext % align;
+      const std::int64_t ext = checked_sub(ub, lb, where);
+      if (align > 1 && ext % align != 0) node.ub = checked_add(node.ub, align - ext % align, where);
     }
     node.true_lb = any_data ? tlb : 0;
     node.true_ub = any_data ? tub : 0;
+    // extent() and true_extent() are differences of these: they must fit too (a displacement
+    // near -2^63 with a block above 0 does not; the fuzzer found it).
+    checked_sub(node.ub, node.lb, where);
+    checked_sub(node.true_ub, node.true_lb, where);
     node.align = align;
     node.homogeneous = homogeneous;
     node.homogeneous_kind = kind;
@@ -120,6 +124,12 @@ std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* where) {
   return r;
 }
 
+std::int64_t checked_sub(std::int64_t a, std::int64_t b, const char* where) {
+  std::int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) fail(where, "size or extent overflows 64 bits");
+  return r;
+}
+
 }  // namespace halox
 
 namespace halox {
@@ -154,7 +164,7 @@ Datatype blocks_type(const char* where, const char* combiner,
     size = checked_add(size, checked_mul(blocklengths[b], child.size, where), where);
   }
   node->size = size;
-  bounds.store(*node);
+  bounds.store(*node, where);
   if (one_type && size == 0) make_empty(*node);
   return DatatypeFactory::wrap(std::move(node));
 }
@@ -175,7 +185,7 @@ Datatype strided_type(const char* where, const char* combiner, std::int64_t coun
     bounds.add(where, checked_mul(count - 1, stride_bytes, where), blocklength, child);
   }
   node->size = checked_mul(checked_mul(count, blocklength, where), child.size, where);
-  bounds.store(*node);
+  bounds.store(*node, where);
   if (count == 0 || blocklength == 0) make_empty(*node);
   return DatatypeFactory::wrap(std::move(node));
 }
@@ -195,6 +205,7 @@ Datatype resized_type(const char* combiner, const Datatype& old, std::int64_t lb
   node->size = child.size;
   node->lb = lb;
   node->ub = checked_add(lb, extent, "resized");
+  checked_sub(0, extent, "resized");  // |extent| must fit as well (the extent may be negative)
   node->true_lb = child.true_lb;
   node->true_ub = child.true_ub;
   node->align = child.align;

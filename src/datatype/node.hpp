@@ -47,5 +47,6 @@ bool form_overlaps(const CanonicalForm& form);
 // Checked arithmetic: sizes and extents must not overflow int64.
 std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* where);
 std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* where);
+std::int64_t checked_sub(std::int64_t a, std::int64_t b, const char* where);
 
 }  // namespace halox

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -151,6 +152,15 @@ TEST(Errors, BadInputGetsATypedErrorNamingTheArgument) {
   EXPECT_NE(message([] {
               Datatype::contiguous(std::int64_t{1} << 40,
                                    Datatype::contiguous(std::int64_t{1} << 40, kDouble));
+            }).find("overflow"),
+            std::string::npos);
+  // Every bound fits but their difference does not (the fuzzer's find): the extent of
+  // blocks at displacement -2^60 doubles (= -2^63 bytes) and at 0 is 2^63 + 976.
+  const std::vector<std::int64_t> far_lengths{122, 43}, far_disps{0, -(std::int64_t{1} << 60)};
+  EXPECT_NE(message([&] { Datatype::indexed(far_lengths, far_disps, kDouble); }).find("overflow"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              Datatype::resized(kInt, 0, std::numeric_limits<std::int64_t>::min());
             }).find("overflow"),
             std::string::npos);
   const Datatype uncommitted = Datatype::contiguous(3, kInt);
