@@ -81,9 +81,14 @@ void run(const std::uint8_t* data, std::size_t size) {
   Datatype type = stack.back();
   type.commit();
   const std::int64_t count = 1 + in.byte() % 3;
-  // Keep the buffers small enough for a fuzzer's iteration budget.
-  const std::int64_t span =
-      type.true_extent() + (count - 1) * (type.extent() < 0 ? -type.extent() : type.extent());
+  // Keep the buffers small enough for a fuzzer's iteration budget (the span computed without
+  // overflow: extents of 2^62 with count 3 do not fit in 64 bits).
+  const std::int64_t extent = type.extent() < 0 ? -type.extent() : type.extent();
+  std::int64_t repeats = 0, span = 0;
+  if (__builtin_mul_overflow(count - 1, extent, &repeats) ||
+      __builtin_add_overflow(type.true_extent(), repeats, &span)) {
+    return;
+  }
   if (type.size() > (1 << 16) || span > (1 << 20) || type.canonical().runs() > (1 << 16)) return;
   const std::int64_t lo = type.true_lb() + std::min<std::int64_t>(0, (count - 1) * type.extent());
   std::vector<unsigned char> buffer(static_cast<std::size_t>(span + 1));
