@@ -16,6 +16,31 @@ using Pieces = std::vector<CanonicalPiece>;
 
 constexpr std::int64_t kMaxIrregularRuns = std::int64_t{1} << 24;
 constexpr std::int64_t kMaxStridedPieces = std::int64_t{1} << 20;
+// The pieces one commit may store on its way, kept or not (a strided piece is ~200 bytes,
+// so an index entry, or a run merged into the piece before it, counts 1/16): bounds its
+// time to about a second.
+// Uncommitted children are lowered again wherever they are used, so nested structs can
+// produce far more than they keep (the fuzzer found one that took a minute and 1.6 GB).
+// Twice the largest repeat allowed (kMaxStridedPieces, or kMaxIrregularRuns entries), with
+// the final fold's copy.
+constexpr std::int64_t kMaxLoweringWork = std::int64_t{1} << 22;
+thread_local std::int64_t t_lowering_work = 0;  // in sixteenths of a piece
+
+// Counts `sixteenths` of a piece of lowering work; throws past the bound.
+void spend(std::int64_t sixteenths) {
+  t_lowering_work += sixteenths;
+  if (t_lowering_work > 16 * kMaxLoweringWork) {
+    throw DatatypeError("halox::Datatype::commit: lowering the type stores more than " +
+                        std::to_string(kMaxLoweringWork) +
+                        " pieces; describe it more regularly (e.g. as a vector or subarray), "
+                        "or commit its repeated parts first");
+  }
+}
+
+// Resets the work count for one lowering (build_canonical, repeat_canonical).
+struct LoweringBudget {
+  LoweringBudget() { t_lowering_work = 0; }
+};
 
 CanonicalPiece contiguous_piece(std::int64_t offset, std::int64_t bytes) {
   CanonicalPiece piece;
@@ -40,7 +65,10 @@ bool is_single_run(const CanonicalPiece& p) {
 // become one run, equal-sized runs an index list.
 void append(Pieces& out, CanonicalPiece piece) {
   if (piece.bytes() == 0) return;
+  const std::int64_t entries =
+      piece.is_index ? static_cast<std::int64_t>(piece.index.offsets.size()) : 0;
   if (out.empty()) {
+    spend(16 + entries);
     out.push_back(std::move(piece));
     return;
   }
@@ -50,26 +78,31 @@ void append(Pieces& out, CanonicalPiece piece) {
     const std::int64_t bytes = piece.strided.block_bytes;
     if (is_single_run(last)) {
       if (last.strided.offset + last.strided.block_bytes == offset) {
+        spend(1);
         last.strided.block_bytes += bytes;
         return;
       }
       if (last.strided.block_bytes == bytes) {
+        spend(2);
         last.is_index = true;
         last.index.block_bytes = bytes;
         last.index.offsets = {last.strided.offset, offset};
         return;
       }
     } else if (last.is_index && last.index.block_bytes == bytes) {
+      spend(1);
       last.index.offsets.push_back(offset);
       return;
     }
   } else if (piece.is_index) {
     if (last.is_index && last.index.block_bytes == piece.index.block_bytes) {
+      spend(entries);
       last.index.offsets.insert(last.index.offsets.end(), piece.index.offsets.begin(),
                                 piece.index.offsets.end());
       return;
     }
     if (is_single_run(last) && last.strided.block_bytes == piece.index.block_bytes) {
+      spend(1 + entries);
       std::vector<std::int64_t> offsets{last.strided.offset};
       offsets.insert(offsets.end(), piece.index.offsets.begin(), piece.index.offsets.end());
       last.is_index = true;
@@ -78,6 +111,7 @@ void append(Pieces& out, CanonicalPiece piece) {
       return;
     }
   }
+  spend(16 + entries);
   out.push_back(std::move(piece));
 }
 
@@ -296,6 +330,7 @@ std::string CanonicalForm::describe() const {
 }
 
 CanonicalForm build_canonical(const Datatype::Node& node) {
+  const LoweringBudget budget;
   CanonicalForm form;
   form.pieces = canonical_pieces(node);
   form.size = node.size;
@@ -303,6 +338,7 @@ CanonicalForm build_canonical(const Datatype::Node& node) {
 }
 
 CanonicalForm repeat_canonical(const CanonicalForm& form, std::int64_t count, std::int64_t stride) {
+  const LoweringBudget budget;
   CanonicalForm out;
   out.pieces = repeat(form.pieces, count, stride);
   finalize(out.pieces);

@@ -2,6 +2,7 @@
 // definitions), the canonical form of the shapes halos use, and the errors bad input gets.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -179,4 +180,25 @@ TEST(Errors, BadInputGetsATypedErrorNamingTheArgument) {
               unpack_accumulate(packed.data(), target.data(), 1, ints);
             }).find("MPI_FLOAT or only MPI_DOUBLE"),
             std::string::npos);
+}
+
+// Nested structs whose uncommitted children are lowered again wherever they are used: the
+// commit stops at its work bound with an error instead of taking minutes and gigabytes
+// (the fuzzer found such a type).
+TEST(Errors, ExplodingLoweringIsRefusedQuickly) {
+  const Datatype kDouble = Datatype::of<double>();
+  // Single blocks, so no repeat reaches its own bound, of a strided child at irregular
+  // displacements, so nothing merges: 3^13 strided pieces kept, and every level lowered
+  // again for each of its three uses.
+  const std::vector<std::int64_t> lengths{1, 1, 1}, displacements{0, 1001, 100003};
+  Datatype t = Datatype::vector(2, 1, 3, kDouble);
+  for (int level = 0; level < 13; ++level) {
+    const std::vector<Datatype> types{t, t, t};
+    t = Datatype::struct_(lengths, displacements, types);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(t.commit(), DatatypeError);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 20.0) << "the work bound did not stop the commit in time";
 }
