@@ -223,6 +223,10 @@ int tune(int argc, char** argv) {
   std::vector<Race> directs;
   const bool both = transport_available(TransportKind::ipc_fused) &&
                     transport_available(TransportKind::nvshmem_stream);
+  // NVSHMEM starts at the first nvshmem-stream exchange with a heap sized from that (small)
+  // one; the sweep's largest (16 MiB faces, send and receive areas) needs more, so the heap
+  // is sized for it here (a value the user set wins).
+  if (both) setenv("NVSHMEM_SYMMETRIC_SIZE", std::to_string(std::int64_t{256} << 20).c_str(), 0);
   const std::int64_t direct_until =
       both ? race(TransportKind::ipc_fused, 0, TransportKind::nvshmem_stream, 0, directs) : 0;
   if (rank != 0) return 0;
