@@ -132,6 +132,16 @@ __device__ __forceinline__ void record(const LaunchArgs& a, int rank, int pulse,
 #endif
 }
 
+// Where ForwardingGraph says an item is: item `index` of launch rank `from`'s array, or
+// (from < 0) a staging code of this rank, into `staging` (its pulses' staging areas).
+template <class Real>
+__device__ __forceinline__ const Real* item_at(Real* const* arrays, const char* const* staging,
+                                               int from, int index) {
+  return from >= 0 ? arrays[from] + 3 * static_cast<long long>(index)
+                   : reinterpret_cast<const Real*>(staging[index & kPulseMask]) +
+                         3 * static_cast<long long>(index >> kPulseBits);
+}
+
 template <class Real>
 __device__ __forceinline__ void copy_item(Real* dst, const Real* src, const double* shift) {
   dst[0] = src[0] + static_cast<Real>(shift[0]);
@@ -190,11 +200,8 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
       }
       for (int k = v.first_forwarded + first; k < v.n_send; k += stride) {
         const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
-        const int from = source[0], index = source[1], shifts = source[2];
-        const Real* src = from >= 0
-                              ? xs[from] + 3 * static_cast<long long>(index)
-                              : reinterpret_cast<const Real*>(table.fwd_in[index & kPulseMask]) +
-                                    3 * static_cast<long long>(index >> kPulseBits);
+        const int shifts = source[2];
+        const Real* src = item_at(xs, table.fwd_in, source[0], source[1]);
         Real item[3] = {src[0], src[1], src[2]};
         // The shifts of the pulses it went through, added as the copies would have.
         for (int c = shifts >> kPulseBits, end = c + (shifts & kPulseMask); c < end; ++c) {
@@ -273,11 +280,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
         const Real* mine = f + 3 * (v.recv_offset + k);
         Real sum[3] = {mine[0], mine[1], mine[2]};
         for (int c = v.rev_extra_start[e]; c < v.rev_extra_start[e + 1]; ++c) {
-          const int from = v.rev_extra[2 * c], index = v.rev_extra[2 * c + 1];
-          const Real* in = from >= 0
-                               ? fs[from] + 3 * static_cast<long long>(index)
-                               : reinterpret_cast<const Real*>(table.rev_in[index & kPulseMask]) +
-                                     3 * static_cast<long long>(index >> kPulseBits);
+          const Real* in = item_at(fs, table.rev_in, v.rev_extra[2 * c], v.rev_extra[2 * c + 1]);
           for (int d = 0; d < 3; ++d) sum[d] += in[d];
         }
         for (int d = 0; d < 3; ++d) out[3 * k + d] = sum[d];

@@ -24,7 +24,6 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "../common/cuda_check.hpp"
