@@ -64,7 +64,8 @@ class ForwardingGraph {
   /// to wait for to `deps`.
   void forward_source(int k, int p, std::size_t j, std::vector<int>& source,
                       std::vector<int>& shifts, unsigned& deps) const {
-    std::vector<int> hops;  // (sender << 5 | pulse), latest first
+    std::vector<int>& hops = m_hops;  // (sender << 5 | pulse), latest first
+    hops.clear();
     int at_rank = k, first_q = -1;
     std::int64_t i = m_plans[k]->pulses[p].send_index[j], first_at = 0;
     auto emit = [&](int rank, std::int64_t index) {
@@ -141,6 +142,7 @@ class ForwardingGraph {
   const std::vector<const ParticlePlan*>& m_plans;
   std::vector<std::vector<int>> m_start;
   std::vector<std::vector<std::pair<int, int>>> m_forwarders;
+  mutable std::vector<int> m_hops;  // forward_source's scratch: no allocation per item
 };
 
 }  // namespace halox::detail
