@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
 struct ProbeLink {
   int from, to, pulse, back;  // back: 0 the face's direction, 1 the link back
 };
-constexpr int kProbeWords = 4;                  // magic, sender, pulse, back; then the signal
+// A probe's slot: its kProbeWords words (magic, sender, pulse, back), then its signal.
 constexpr u64 kProbeMagic = 0x6c6f63616c67ull;  // "localg"
 
 __global__ void probe_kernel(const ProbeLink* links, int count, u64* slots, u64 timeout_ns,
@@ -117,24 +117,14 @@ __global__ void probe_kernel(const ProbeLink* links, int count, u64* slots, u64 
   const ProbeLink mine = links[j], theirs = links[j ^ 1];
   if (mine.from == stall_rank) return;  // a stalled rank neither sends nor receives
   u64* out = slots + (kProbeWords + 1) * j;
-  out[0] = kProbeMagic;
-  out[1] = static_cast<u64>(mine.from);
-  out[2] = static_cast<u64>(mine.pulse);
-  out[3] = static_cast<u64>(mine.back);
-  signal_release(out + kProbeWords, 1, false);
+  const u64 words[kProbeWords] = {kProbeMagic, static_cast<u64>(mine.from),
+                                  static_cast<u64>(mine.pulse), static_cast<u64>(mine.back)};
+  send_probe(out, words, out + kProbeWords, 1, false);
   const u64* in = slots + (kProbeWords + 1) * (j ^ 1);
-  if (!wait_for(in + kProbeWords, 1, timeout_ns, error, theirs.to, theirs.from, theirs.pulse,
-                theirs.back, false)) {
-    return;
-  }
   const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(theirs.from),
                                  static_cast<u64>(theirs.pulse), static_cast<u64>(theirs.back)};
-  for (int w = 0; w < kProbeWords; ++w) {
-    if (in[w] != want[w]) {
-      report_error(error, 2, theirs.to, theirs.from, theirs.pulse, theirs.back, in[w], want[w]);
-      return;
-    }
-  }
+  receive_probe(in, want, in + kProbeWords, 1, timeout_ns, error, theirs.to, theirs.from,
+                theirs.pulse, theirs.back, false);
 }
 
 }  // namespace

@@ -318,23 +318,15 @@ __global__ void probe_kernel(LaunchArgs a) {
   const PulseView& v = a.views[r * a.npulses + p];
   if (threadIdx.x != 0 || v.rank == a.stall_rank) return;
   auto send = [&](u64* payload, u64* signal) {
-    payload[0] = kProbeMagic;
-    payload[1] = static_cast<u64>(v.rank);
-    payload[2] = static_cast<u64>(p);
-    payload[3] = a.epoch;
-    __threadfence_system();
-    signal_release(signal, a.epoch, true);
+    const u64 words[kProbeWords] = {kProbeMagic, static_cast<u64>(v.rank), static_cast<u64>(p),
+                                    a.epoch};
+    send_probe(payload, words, signal, a.epoch, true);
   };
   auto receive = [&](const u64* payload, const u64* signal, int from, int kind) {
-    if (!wait_for(signal, a.epoch, a.timeout_ns, a.error, v.rank, from, p, kind, true)) return;
-    const u64 want[4] = {kProbeMagic, static_cast<u64>(from), static_cast<u64>(p), a.epoch};
-    for (int w = 0; w < 4; ++w) {
-      const u64 got = reinterpret_cast<const volatile u64*>(payload)[w];
-      if (got != want[w]) {
-        report_error(a.error, 2, v.rank, from, p, kind, got, want[w]);
-        return;
-      }
-    }
+    const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(from), static_cast<u64>(p),
+                                   a.epoch};
+    receive_probe(payload, want, signal, a.epoch, a.timeout_ns, a.error, v.rank, from, p, kind,
+                  true);
   };
   if (v.send_rank >= 0) send(v.dest->probe_fwd[p], &v.dest->probe_fwd_signal[p]);
   if (v.recv_rank >= 0) send(v.source->probe_rev[p], &v.source->probe_rev_signal[p]);

@@ -150,27 +150,15 @@ __global__ void grid_probe_kernel(GridArgs a) {
   const GridOpView& v = a.views[op];
   if (threadIdx.x != 0) return;
   if (v.send_rank >= 0) {
-    u64* payload = v.dest->probe[op];
-    payload[0] = kProbeMagic;
-    payload[1] = static_cast<u64>(a.rank);
-    payload[2] = static_cast<u64>(op);
-    payload[3] = a.epoch;
-    __threadfence_system();
-    signal_release(&v.dest->probe_signal[op], a.epoch, true);
+    const u64 words[kProbeWords] = {kProbeMagic, static_cast<u64>(a.rank), static_cast<u64>(op),
+                                    a.epoch};
+    send_probe(v.dest->probe[op], words, &v.dest->probe_signal[op], a.epoch, true);
   }
   if (v.recv_rank >= 0) {
-    if (!wait_for(&v.mine->probe_signal[op], a.epoch, a.timeout_ns, a.error, a.rank, v.recv_rank,
-                  op, wait_probe, true)) {
-      return;
-    }
-    const u64 want[4] = {kProbeMagic, static_cast<u64>(v.recv_rank), static_cast<u64>(op), a.epoch};
-    for (int w = 0; w < 4; ++w) {
-      const u64 got = reinterpret_cast<const volatile u64*>(v.mine->probe[op])[w];
-      if (got != want[w]) {
-        report_error(a.error, 2, a.rank, v.recv_rank, op, wait_probe, got, want[w]);
-        return;
-      }
-    }
+    const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(v.recv_rank), static_cast<u64>(op),
+                                   a.epoch};
+    receive_probe(v.mine->probe[op], want, &v.mine->probe_signal[op], a.epoch, a.timeout_ns,
+                  a.error, a.rank, v.recv_rank, op, wait_probe, true);
   }
 }
 

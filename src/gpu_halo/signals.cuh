@@ -176,6 +176,32 @@ __device__ bool last_block(u64* counter, int blocks, bool sys) {
   return last != 0;
 }
 
+// The self-tests' probe over one link: four words (what the receiver expects: the engines'
+// magic, the sender, the link and the exchange or direction), then a release signal.
+constexpr int kProbeWords = 4;
+__device__ __forceinline__ void send_probe(u64* payload, const u64 (&words)[kProbeWords],
+                                           u64* signal, u64 value, bool sys) {
+  for (int w = 0; w < kProbeWords; ++w) payload[w] = words[w];
+  if (sys) __threadfence_system();
+  signal_release(signal, value, sys);
+}
+// Waits for a probe's signal, then checks its words: a time-out is recorded as flag 1, the
+// first wrong word as flag 2, with rank, peer, pulse and kind.
+__device__ __forceinline__ bool receive_probe(const u64* payload, const u64 (&want)[kProbeWords],
+                                              const u64* signal, u64 value, u64 timeout_ns,
+                                              ErrorSink error, int rank, int peer, int pulse,
+                                              int kind, bool sys) {
+  if (!wait_for(signal, value, timeout_ns, error, rank, peer, pulse, kind, sys)) return false;
+  for (int w = 0; w < kProbeWords; ++w) {
+    const u64 got = reinterpret_cast<const volatile u64*>(payload)[w];
+    if (got != want[w]) {
+      report_error(error, 2, rank, peer, pulse, kind, got, want[w]);
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 }  // namespace halox::detail
