@@ -6,6 +6,7 @@
 //   [mpiexec -n N] halox-info [--json FILE]
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -223,6 +224,7 @@ int main(int argc, char** argv) {
   MPI_Gather(&device, 1, MPI_INT, devices.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
   std::ostringstream pairs;
   pairs << "[";
+  const std::int64_t direct_until = halox::tuned_direct_until_bytes();
   for (int a = 0; a < size && rank == 0; ++a) {
     for (int b = a + 1; b < size; ++b) {
       const bool same_node = std::string(&hosts[a * 256]) == std::string(&hosts[b * 256]);
@@ -230,8 +232,13 @@ int main(int argc, char** argv) {
       if (devices[a] < 0 || devices[b] < 0) {
         choice = "host (no GPU)";
       } else if (same_node) {
-        choice = "particles: ipc-fused (direct stores through CUDA IPC); grids: ";
-        choice += HALOX_HAS_NVSHMEM ? "nvshmem-stream" : "staged/pipelined by size";
+        // auto's rule on one node (exchange.cpp): direct stores, unless halox-tune measured
+        // NVSHMEM's copy-engine puts to win from a message size the exchange reaches.
+        choice = "ipc-fused (direct stores through CUDA IPC)";
+        if (HALOX_HAS_NVSHMEM && direct_until > 0) {
+          choice += " below " + std::to_string(direct_until) +
+                    " bytes per message, nvshmem-stream from there (measured crossover)";
+        }
         if (devices[a] == devices[b]) choice += "; one GPU: needs MPS, no nccl";
       } else {
         choice =
@@ -253,6 +260,9 @@ int main(int argc, char** argv) {
       std::to_string(halox::tuned_chunk_bytes()) + " bytes" + (tuning.empty() ? " (default)" : ""));
   put("pipelining crossover", std::to_string(halox::tuned_pipelined_from_bytes()) + " bytes" +
                                   (tuning.empty() ? " (default)" : ""));
+  put("direct-store crossover",
+      direct_until > 0 ? std::to_string(direct_until) + " bytes (nvshmem-stream from there)"
+                       : "not measured (auto keeps direct stores on one node)");
   const char* pipe = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
   const std::string mps_dir = pipe ? pipe : "/tmp/nvidia-mps";
   struct stat st {};
