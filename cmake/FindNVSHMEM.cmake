@@ -36,6 +36,9 @@ if(NVSHMEM_FOUND AND NOT TARGET NVSHMEM::host)
   set_target_properties(NVSHMEM::host PROPERTIES IMPORTED_LOCATION "${NVSHMEM_HOST_LIBRARY}"
                         INTERFACE_INCLUDE_DIRECTORIES "${NVSHMEM_INCLUDE_DIR}")
   add_library(NVSHMEM::device STATIC IMPORTED)
+  # The device library's host part (nvshmemi_init_thread) calls into the host library: it
+  # must come first on the link line.
   set_target_properties(NVSHMEM::device PROPERTIES IMPORTED_LOCATION "${NVSHMEM_DEVICE_LIBRARY}"
-                        INTERFACE_INCLUDE_DIRECTORIES "${NVSHMEM_INCLUDE_DIR}")
+                        INTERFACE_INCLUDE_DIRECTORIES "${NVSHMEM_INCLUDE_DIR}"
+                        INTERFACE_LINK_LIBRARIES NVSHMEM::host)
 endif()

@@ -73,6 +73,12 @@ struct ExchangeOptions {
   /// self-test of every link.
   double timeout_seconds = 5.0;
   bool self_test = true;
+  /// nvshmem-pulse and nvshmem-fused: the fused kernels reach every peer by NVSHMEM
+  /// put-with-signal (packed into a send staging area, put by the last block), even a peer
+  /// nvshmem_ptr maps for direct stores. They do this on their own for a peer it cannot
+  /// map (another node); this runs and measures that path on one node. The environment
+  /// variable HALOX_NVSHMEM_PUTS=1 sets it too.
+  bool nvshmem_puts_only = false;
 };
 
 /// Counters since construction (or reset_stats()).

@@ -4,7 +4,7 @@
 # logs and JSON go to OUTDIR. Needs .deps/googletest (carried; see docs/gpu-workflow.md).
 #   scripts/device/check.sh OUTDIR [--quick]
 # HALOX_CHECK_PARTS picks sections (default: all of: sanitizer tests pack local notrace info
-# tune pingpong lbm md); HALOX_CHECK_SECONDS (default 480) is the time after which remaining
+# tune pingpong lbm md puts); HALOX_CHECK_SECONDS (default 480) is the time after which remaining
 # sections are skipped, so that the results are always packed before the device's limit.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,7 +13,7 @@ quick=${2:-}
 mkdir -p "$out"
 export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0   # never NVLink multicast on this machine
 log() { echo "== $*" | tee -a "$out/summary.txt"; }
-parts=" ${HALOX_CHECK_PARTS:-sanitizer tests pack local notrace info tune pingpong lbm md} "
+parts=" ${HALOX_CHECK_PARTS:-sanitizer tests pack local notrace info tune pingpong lbm md puts} "
 deadline=${HALOX_CHECK_SECONDS:-480}
 want() {
   [[ "$parts" == *" $1 "* ]] || return 1
@@ -145,6 +145,25 @@ want md && {
   log "benchmark: halox-bench halo --app md, local transport (8 ranks in one process) $quick"
   timeout 150 mpirun -n 1 --bind-to none build/gpu/bench/halox-bench halo --app md --device gpu \
     $quick --transports local --json "$out/halo-md-local8.json" 2>&1 | tee "$out/halo-md-local8.txt"
+}
+want puts && {
+  # The fused kernels' put-with-signal path (a peer nvshmem_ptr cannot map, as on another
+  # node), forced onto every peer of these one-GPU runs with HALOX_NVSHMEM_PUTS=1.
+  puts="env HALOX_NVSHMEM_PUTS=1"
+  log "put-with-signal path: halox-bench halo --app md, 2 ranks $quick"
+  mpi 2 $puts build/gpu/bench/halox-bench halo --app md --device gpu $quick \
+    --transports staged,nvshmem-pulse,nvshmem-fused --json "$out/halo-md-puts-np2.json" 2>&1 \
+    | tee "$out/halo-md-puts-np2.txt"
+  log "put-with-signal path: halox-md, 2 ranks (energies as in the host run)"
+  mpi 2 $puts build/gpu/apps/md/halox-md --device gpu --transport nvshmem-fused --cells 20 \
+    --steps 500 --thermo 100 --json "$out/md-puts-np2.json" 2>&1 | tee "$out/md-puts-np2.txt"
+  log "put-with-signal path: halox-bench pingpong, 2 ranks"
+  mpi 2 $puts build/gpu/bench/halox-bench pingpong --transports nvshmem-fused \
+    --json "$out/pingpong-puts.json" 2>&1 | tee "$out/pingpong-puts.txt"
+  log "put-with-signal path: halox-lbm multiphase, 2 ranks, 128^3 each"
+  mpi 2 $puts build/gpu/apps/lbm/halox-lbm --grid 256x128x128 --ranks 2x1x1 --steps 100 \
+    --device gpu --comm datatype --transport nvshmem-fused --json "$out/lbm-variant-puts.json" 2>&1 \
+    | grep -E "MLUPS;|halox-lbm:" | tee "$out/lbm-puts.txt"
 }
 echo quit | nvidia-cuda-mps-control 2>/dev/null
 log "done"

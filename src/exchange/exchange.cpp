@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -87,6 +88,18 @@ namespace {
 
 using detail::Op;
 
+#if HALOX_HAS_CUDA
+// How a GPU-initiated transport's kernels reach the peers' blocks.
+detail::Mapping peer_mapping(TransportKind kind, const ExchangeOptions& options) {
+  if (kind == TransportKind::ipc_fused || kind == TransportKind::ipc_pulse) {
+    return detail::Mapping::ipc;
+  }
+  const char* env = std::getenv("HALOX_NVSHMEM_PUTS");
+  const bool puts = options.nvshmem_puts_only || (env && std::strcmp(env, "1") == 0);
+  return puts ? detail::Mapping::nvshmem_puts : detail::Mapping::nvshmem;
+}
+#endif
+
 // Which transport a buffer takes; asked once per buffer and cached.
 class TransportChooser {
  public:
@@ -126,11 +139,9 @@ class TransportChooser {
 #if HALOX_HAS_CUDA
         // Grid halos: one fused kernel for all stages, the pulse and the fused variants alike.
         const TransportKind t = m_options.transport;
-        const auto mapping = t == TransportKind::ipc_fused || t == TransportKind::ipc_pulse
-                                 ? detail::Mapping::ipc
-                                 : detail::Mapping::nvshmem;
-        m_device = detail::make_grid_fused_transport(
-            m_comm, m_rank, mapping, to_string(t), m_options.timeout_seconds, m_options.self_test);
+        m_device = detail::make_grid_fused_transport(m_comm, m_rank, peer_mapping(t, m_options),
+                                                     to_string(t), m_options.timeout_seconds,
+                                                     m_options.self_test);
         return *m_device;
 #endif
       }
@@ -442,11 +453,8 @@ struct ParticleExchange::Impl {
                         : FusedKernels::per_pulse;
         o.timeout_seconds = options.timeout_seconds;
         o.self_test = options.self_test;
-        const auto mapping = t == TransportKind::ipc_fused || t == TransportKind::ipc_pulse
-                                 ? detail::Mapping::ipc
-                                 : detail::Mapping::nvshmem;
-        ipc =
-            std::make_unique<detail::PeerHalo>(topology.comm(), topology.rank(), mapping, real, o);
+        ipc = std::make_unique<detail::PeerHalo>(topology.comm(), topology.rank(),
+                                                 peer_mapping(t, options), real, o);
       }
       if (!ipc_ready) {
         ipc->set_plan(plan);

@@ -39,8 +39,16 @@ void ensure_nvshmem(MPI_Comm comm, std::int64_t heap_bytes_hint) {
   }
   HALOX_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
   nvshmemx_init_attr_t attr = NVSHMEMX_INIT_ATTR_INITIALIZER;
-  if (nvshmemx_set_attr_uniqueid_args(rank, size, &id, &attr) != 0 ||
-      nvshmemx_hostlib_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID, &attr) != 0) {
+  // What nvshmemx_init_attr does, without its exit() on failure: nvshmemi_init_thread comes
+  // from libnvshmem_device.a, linked into halox with the fused kernels, and also sets up the
+  // device library's state that their put-with-signal uses (the host library alone does not).
+  const nvshmemi_version_t version = {NVSHMEM_VENDOR_MAJOR_VERSION, NVSHMEM_VENDOR_MINOR_VERSION,
+                                      NVSHMEM_VENDOR_PATCH_VERSION};
+  int provided = 0;
+  const int set = nvshmemx_set_attr_uniqueid_args(rank, size, &id, &attr);
+  nvshmemx_init_init_attr_ver_only(attr);
+  if (set != 0 || nvshmemi_init_thread(NVSHMEM_THREAD_SERIALIZED, &provided,
+                                       NVSHMEMX_INIT_WITH_UNIQUEID, &attr, version) != 0) {
     throw BackendError("halox: NVSHMEM initialisation failed on rank " + std::to_string(rank) +
                        " (several PEs on one GPU need MPS)");
   }
@@ -49,7 +57,7 @@ void ensure_nvshmem(MPI_Comm comm, std::int64_t heap_bytes_hint) {
   }
   g_initialised = true;
   g_pes = size;
-  std::atexit([] { nvshmemx_hostlib_finalize(); });
+  std::atexit([] { nvshmem_finalize(); });
 }
 
 void* symmetric_alloc(std::int64_t bytes) {

@@ -1,24 +1,5 @@
-// GPU-initiated particle halo: the fused kernels, written once against a small device view
-// of each pulse's channel (direct pointers into the peers' blocks, signal slots), used by
-// the local and the IPC transports.
-//
-// Protocol per pulse and direction, with e = the exchange's counter (never reset):
-//   1. tell my source that my staging area is free    (release store e into its slot)
-//   2. wait until my destination's staging area is free (acquire load >= e, time-out)
-//      (1 and 2 only with peers outside this launch: stream order covers the others)
-//   3. pack my items straight into the destination's staging area (items received by an
-//      earlier pulse from a rank outside this launch are read from that pulse's staging
-//      once its data has arrived; items that only ranks of this launch passed on are read
-//      at their origin, so they wait for nothing: see ForwardingGraph)
-//   4. every block adds its share to the destination's data signal once its stores are
-//      done (release add; the shares make 2^32 per exchange)
-//   5. wait for my own data, then unpack it (forward: copy into the coordinates; reverse:
-//      add into the forces of the home items I sent).
-// Reverse, items a later pulse forwarded: their force is mine plus what the later pulses'
-// reverses returned for them, read from those pulses' staging once their data signals
-// arrive (the same one-hop wait as the forward's), never waiting for an unpack; what ranks
-// of this launch return is summed from their own forces directly. The reverse adds into
-// home items only: halo items keep the forces they had.
+// GPU-initiated particle halo: the host side of the fused kernels (device_halo_kernels.cuh),
+// used by the local and the IPC/NVSHMEM transports.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,311 +11,32 @@
 #include "../trace/device_trace.hpp"
 #include "device_halo.hpp"
 #include "forwarding_graph.hpp"
+#include "device_halo_kernels.cuh"
 #include "signals.cuh"
 #include "halox/config.hpp"
 #include "halox/trace.hpp"
 
 namespace halox::detail {
 
-namespace {
-
-// Signal slots of one rank, at the start of its shared block. One writing rank per slot.
-struct Slots {
-  u64 fwd_ready[kMaxPulses];  // written by the rank I send to in forward: its staging is free
-  u64 fwd_data[kMaxPulses];   // written by the rank I receive from: my data has arrived
-  u64 rev_ready[kMaxPulses];
-  u64 rev_data[kMaxPulses];
-  u64 probe_fwd_signal[kMaxPulses];
-  u64 probe_rev_signal[kMaxPulses];
-  u64 probe_fwd[kMaxPulses][4];
-  u64 probe_rev[kMaxPulses][4];
-};
-constexpr long long kSlotsBytes = (sizeof(Slots) + 255) / 256 * 256;
-
-enum WaitKind : int { fwd_ready, fwd_data, rev_ready, rev_data, probe_fwd, probe_rev };
-
-struct PulseView {
-  int rank = -1, pulse = 0, send_rank = -1, recv_rank = -1;
-  int n_send = 0, first_forwarded = 0, n_recv = 0, rev_first_forwarded = 0;
-  long long recv_offset = 0;
-  double shift[3] = {0, 0, 0};
-  unsigned fwd_deps = 0, rev_deps = 0;
-  // The peer is a rank of this launch (same stream): the previous exchange's kernels, which
-  // emptied its staging area, have finished before this one starts, so the ready handshake
-  // with it is skipped (a GPU-side round trip at the start of every kernel).
-  bool dest_in_launch = false, source_in_launch = false;
-  const int* send_index = nullptr;
-  const int* rev_order = nullptr;
-  // Forwarded item e (send_index[first_forwarded + e]): fwd_source[3e .. 3e + 2] = (launch
-  // rank whose coordinates hold it, or -1 for my staging; its item or staging code; start
-  // << 5 | count of the shifts it still needs in fwd_shifts, as launch rank << 5 | pulse).
-  const int* fwd_source = nullptr;
-  const int* fwd_shifts = nullptr;
-  // Forwarded received item e (rev_order[rev_first_forwarded + e]) gets the returned forces
-  // of the pairs rev_extra[2c], rev_extra[2c + 1] for c in rev_extra_start[e] .. [e + 1]:
-  // (launch rank, its force item) or (-1, my staging code), later pulses first.
-  const int* rev_extra_start = nullptr;
-  const int* rev_extra = nullptr;
-  char* fwd_out = nullptr;
-  u64* fwd_out_data = nullptr;
-  u64* fwd_src_ready = nullptr;
-  const char* fwd_in = nullptr;
-  u64* fwd_in_data = nullptr;
-  u64* fwd_in_ready = nullptr;
-  char* rev_out = nullptr;
-  u64* rev_out_data = nullptr;
-  u64* rev_src_ready = nullptr;
-  const char* rev_in = nullptr;
-  u64* rev_in_data = nullptr;
-  u64* rev_in_ready = nullptr;
-  Slots* mine = nullptr;    // my slots (probes)
-  Slots* dest = nullptr;    // send_rank's slots
-  Slots* source = nullptr;  // recv_rank's slots
-};
-
-// Per launch rank: its pulses' staging areas (forward: received coordinates; reverse:
-// returned forces) and shifts, read by the pulses that forward what they deliver.
-struct RankTable {
-  const char* fwd_in[kMaxPulses] = {};
-  const char* rev_in[kMaxPulses] = {};
-  double shift[kMaxPulses][3] = {};
-};
-
-struct LaunchArgs {
-  const PulseView* views;
-  const RankTable* tables;
-  int npulses;      // pulses per rank
-  int first_pulse;  // per-pulse launches: the pulse (grid.y == 1); all: 0
-  int blocks;       // blocks per (rank, pulse)
-  u64 epoch;        // signal value of this exchange
-  u64 timeout_ns;
-  ErrorSink error;
-  int stall_rank;
-  int system_scope;
-  DeviceTrace trace;  // null when tracing is off
-};
-
-// One record per block (thread 0): the event log of halox/trace.hpp.
-__device__ __forceinline__ void record(const LaunchArgs& a, int rank, int pulse, int event,
-                                       int direction) {
-#if HALOX_HAS_TRACING
-  if (a.trace.records == nullptr || threadIdx.x != 0) return;
-  const u64 i = atomicAdd(a.trace.count, 1ull) % a.trace.capacity;
-  DeviceRecord& r = a.trace.records[i];
-  r.t = now_ns();
-  r.rank = rank;
-  r.pulse = static_cast<short>(pulse);
-  r.event = static_cast<unsigned char>(event);
-  r.direction = static_cast<unsigned char>(direction);
-  r.block = static_cast<int>(blockIdx.x);
-#else
-  (void)a, (void)rank, (void)pulse, (void)event, (void)direction;
+#if !HALOX_HAS_NVSHMEM
+// No NVSHMEM, no peer reached by puts (PeerBlocks never makes one): never called.
+namespace fused_particle {
+template <class Real>
+void launch_with_puts(bool, dim3, const LaunchArgs&, Real* const*, cudaStream_t) {
+  throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
+}
+void launch_probe_with_puts(dim3, const LaunchArgs&) {
+  throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
+}
+int blocks_per_sm_with_puts(bool) {
+  throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
+}
+}  // namespace fused_particle
 #endif
-}
 
-// Where ForwardingGraph says an item is: item `index` of launch rank `from`'s array, or
-// (from < 0) a staging code of this rank, into `staging` (its pulses' staging areas).
-template <class Real>
-__device__ __forceinline__ const Real* item_at(Real* const* arrays, const char* const* staging,
-                                               int from, int index) {
-  return from >= 0 ? arrays[from] + 3 * static_cast<long long>(index)
-                   : reinterpret_cast<const Real*>(staging[index & kPulseMask]) +
-                         3 * static_cast<long long>(index >> kPulseBits);
-}
+using namespace fused_particle;
 
-template <class Real>
-__device__ __forceinline__ void copy_item(Real* dst, const Real* src, const double* shift) {
-  dst[0] = src[0] + static_cast<Real>(shift[0]);
-  dst[1] = src[1] + static_cast<Real>(shift[1]);
-  dst[2] = src[2] + static_cast<Real>(shift[2]);
-}
-
-// Protocol step 2 (every thread of the block calls it): wait until the destination's
-// staging area is free, traced; a peer in this launch needs no wait (stream order). False
-// when the wait timed out.
-__device__ bool wait_until_free(const LaunchArgs& a, const PulseView& v, int p, int direction,
-                                bool peer_in_launch, const u64* slot, int peer, int kind,
-                                bool sys) {
-  if (peer_in_launch) return true;
-  record(a, v.rank, p, trace_ready_begin, direction);
-  if (!block_wait(slot, a.epoch, a.timeout_ns, a.error, v.rank, peer, p, kind, sys)) return false;
-  record(a, v.rank, p, trace_ready_end, direction);
-  return true;
-}
-
-template <class Real>
-__global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
-  const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
-  const PulseView& v = a.views[r * a.npulses + p];
-  if (v.rank == a.stall_rank) return;
-  const RankTable& table = a.tables[r];
-  Real* x = xs[r];  // home items: read; halo items: written by the unpacks only
-  const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
-  const bool sys = a.system_scope != 0;
-  if (v.recv_rank >= 0 && !v.source_in_launch && b == 0 && threadIdx.x == 0) {
-    signal_release(v.fwd_src_ready, a.epoch, sys);
-  }
-  if (v.send_rank >= 0) {
-    if (!wait_until_free(a, v, p, 0, v.dest_in_launch, v.fwd_in_ready, v.send_rank, fwd_ready,
-                         sys)) {
-      return;
-    }
-    record(a, v.rank, p, trace_pack_begin, 0);
-    Real* out = reinterpret_cast<Real*>(v.fwd_out);
-    for (int k = first; k < v.first_forwarded; k += stride) {
-      copy_item(out + 3 * k, x + 3 * static_cast<long long>(v.send_index[k]), v.shift);
-    }
-    if (v.first_forwarded < v.n_send) {
-      // Forwarded items: wait only for the pulses from other ranks that deliver them.
-      if (v.fwd_deps != 0) {
-        record(a, v.rank, p, trace_deps_begin, 0);
-        for (int q = 0; q < a.npulses; ++q) {
-          const PulseView& from = a.views[r * a.npulses + q];
-          if ((v.fwd_deps >> q & 1u) &&
-              !block_wait(from.fwd_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank,
-                          from.recv_rank, q, fwd_data, sys)) {
-            return;
-          }
-        }
-        record(a, v.rank, p, trace_deps_end, 0);
-      }
-      for (int k = v.first_forwarded + first; k < v.n_send; k += stride) {
-        const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
-        const int shifts = source[2];
-        const Real* src = item_at(xs, table.fwd_in, source[0], source[1]);
-        Real item[3] = {src[0], src[1], src[2]};
-        // The shifts of the pulses it went through, added as the copies would have.
-        for (int c = shifts >> kPulseBits, end = c + (shifts & kPulseMask); c < end; ++c) {
-          const int hop = v.fwd_shifts[c];
-          const double* shift = a.tables[hop >> kPulseBits].shift[hop & kPulseMask];
-          for (int d = 0; d < 3; ++d) item[d] += static_cast<Real>(shift[d]);
-        }
-        copy_item(out + 3 * k, item, v.shift);
-      }
-    }
-    record(a, v.rank, p, trace_pack_end, 0);
-    add_data_share(v.fwd_out_data, b, a.blocks, sys);
-    record(a, v.rank, p, trace_signal, 0);
-  }
-  if (v.recv_rank >= 0) {
-    record(a, v.rank, p, trace_data_begin, 0);
-    if (!block_wait(v.fwd_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank, v.recv_rank,
-                    p, fwd_data, sys)) {
-      return;
-    }
-    record(a, v.rank, p, trace_data_end, 0);
-    record(a, v.rank, p, trace_unpack_begin, 0);
-    const Real* in = reinterpret_cast<const Real*>(v.fwd_in);
-    const double zero[3] = {0, 0, 0};
-    for (int k = first; k < v.n_recv; k += stride) {
-      copy_item(x + 3 * (v.recv_offset + k), in + 3 * k, zero);
-    }
-    record(a, v.rank, p, trace_unpack_end, 0);
-  }
-}
-
-template <class Real>
-__global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const* fs) {
-  const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
-  const PulseView& v = a.views[r * a.npulses + p];
-  if (v.rank == a.stall_rank) return;
-  Real* f = fs[r];
-  const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
-  const double zero[3] = {0, 0, 0};
-  const bool sys = a.system_scope != 0;
-  // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
-  // items I sent come from send_rank.
-  if (v.send_rank >= 0 && !v.dest_in_launch && b == 0 && threadIdx.x == 0) {
-    signal_release(v.rev_src_ready, a.epoch, sys);
-  }
-  if (v.recv_rank >= 0) {
-    if (!wait_until_free(a, v, p, 1, v.source_in_launch, v.rev_in_ready, v.recv_rank, rev_ready,
-                         sys)) {
-      return;
-    }
-    record(a, v.rank, p, trace_pack_begin, 1);
-    Real* out = reinterpret_cast<Real*>(v.rev_out);
-    for (int j = first; j < v.rev_first_forwarded; j += stride) {
-      const int k = v.rev_order[j];
-      copy_item(out + 3 * k, f + 3 * (v.recv_offset + k), zero);
-    }
-    if (v.rev_first_forwarded < v.n_recv) {
-      // Items later pulses forwarded: my force plus the forces those pulses' reverses
-      // returned, read from their staging as soon as it has arrived (pulses from other
-      // ranks), or summed here from my own forces (pulses to myself).
-      const RankTable& table = a.tables[r];
-      if (v.rev_deps != 0) {
-        const PulseView* pulses = a.views + r * a.npulses;
-        record(a, v.rank, p, trace_deps_begin, 1);
-        for (int q = p + 1; q < a.npulses; ++q) {
-          if ((v.rev_deps >> q & 1u) &&
-              !block_wait(pulses[q].rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error,
-                          v.rank, pulses[q].send_rank, q, rev_data, sys)) {
-            return;
-          }
-        }
-        record(a, v.rank, p, trace_deps_end, 1);
-      }
-      for (int j = v.rev_first_forwarded + first; j < v.n_recv; j += stride) {
-        const int k = v.rev_order[j], e = j - v.rev_first_forwarded;
-        const Real* mine = f + 3 * (v.recv_offset + k);
-        Real sum[3] = {mine[0], mine[1], mine[2]};
-        for (int c = v.rev_extra_start[e]; c < v.rev_extra_start[e + 1]; ++c) {
-          const Real* in = item_at(fs, table.rev_in, v.rev_extra[2 * c], v.rev_extra[2 * c + 1]);
-          for (int d = 0; d < 3; ++d) sum[d] += in[d];
-        }
-        for (int d = 0; d < 3; ++d) out[3 * k + d] = sum[d];
-      }
-    }
-    record(a, v.rank, p, trace_pack_end, 1);
-    add_data_share(v.rev_out_data, b, a.blocks, sys);
-    record(a, v.rank, p, trace_signal, 1);
-  }
-  if (v.send_rank >= 0) {
-    record(a, v.rank, p, trace_data_begin, 1);
-    if (!block_wait(v.rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank, v.send_rank,
-                    p, rev_data, sys)) {
-      return;
-    }
-    record(a, v.rank, p, trace_data_end, 1);
-    record(a, v.rank, p, trace_unpack_begin, 1);
-    const Real* in = reinterpret_cast<const Real*>(v.rev_in);
-    // Home items only: the forwarded ones' forces are summed by the pulse that received them.
-    for (int k = first; k < v.first_forwarded; k += stride) {
-      Real* dst = f + 3 * static_cast<long long>(v.send_index[k]);
-      // Atomic: one home atom may get forces from several pulses at once.
-      atomicAdd(dst + 0, in[3 * k + 0]);
-      atomicAdd(dst + 1, in[3 * k + 1]);
-      atomicAdd(dst + 2, in[3 * k + 2]);
-    }
-    record(a, v.rank, p, trace_unpack_end, 1);
-  }
-}
-
-// A small message over every link: (magic, sender, pulse, epoch) both directions.
-constexpr u64 kProbeMagic = 0x68616c6f78ull;  // "halox"
-__global__ void probe_kernel(LaunchArgs a) {
-  const int r = blockIdx.z, p = blockIdx.y;
-  const PulseView& v = a.views[r * a.npulses + p];
-  if (threadIdx.x != 0 || v.rank == a.stall_rank) return;
-  auto send = [&](u64* payload, u64* signal) {
-    const u64 words[kProbeWords] = {kProbeMagic, static_cast<u64>(v.rank), static_cast<u64>(p),
-                                    a.epoch};
-    send_probe(payload, words, signal, a.epoch, true);
-  };
-  auto receive = [&](const u64* payload, const u64* signal, int from, int kind) {
-    const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(from), static_cast<u64>(p),
-                                   a.epoch};
-    receive_probe(payload, want, signal, a.epoch, a.timeout_ns, a.error, v.rank, from, p, kind,
-                  true);
-  };
-  if (v.send_rank >= 0) send(v.dest->probe_fwd[p], &v.dest->probe_fwd_signal[p]);
-  if (v.recv_rank >= 0) send(v.source->probe_rev[p], &v.source->probe_rev_signal[p]);
-  if (v.recv_rank >= 0)
-    receive(v.mine->probe_fwd[p], &v.mine->probe_fwd_signal[p], v.recv_rank, probe_fwd);
-  if (v.send_rank >= 0)
-    receive(v.mine->probe_rev[p], &v.mine->probe_rev_signal[p], v.send_rank, probe_rev);
-}
+namespace {
 
 const char* kind_name(int kind) {
   switch (kind) {
@@ -391,6 +93,8 @@ struct DeviceHalo::Impl {
   u64 fwd_epoch = 0, rev_epoch = 0, probe_epoch = 0;
   int grid_blocks = 1;
   bool system_scope = true;
+  bool put_staging = false;
+  bool puts = false;        // some view reaches its peer by puts: the kernels that make them
   void* x_table = nullptr;  // device array of per-rank pointers
   std::vector<void*> last_x, last_f;
 
@@ -446,22 +150,16 @@ struct DeviceHalo::Impl {
     const u64 epoch = forward ? ++fwd_epoch : ++rev_epoch;
     const unsigned nranks = static_cast<unsigned>(ranks.size());
     if (npulses == 0) return;
-    if (options.kernels == FusedKernels::all_pulses) {
-      dim3 grid(grid_blocks, npulses, nranks);
-      if (forward)
-        forward_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch), table);
+    const bool all = options.kernels == FusedKernels::all_pulses;
+    const dim3 grid(grid_blocks, all ? npulses : 1, nranks);
+    for (int k = 0; k < (all ? 1 : npulses); ++k) {
+      const int p = all ? 0 : forward ? k : npulses - 1 - k;
+      if (puts)
+        launch_with_puts<Real>(forward, grid, args(p, epoch), table, stream);
+      else if (forward)
+        forward_kernel<Real, false><<<grid, 256, 0, stream>>>(args(p, epoch), table);
       else
-        reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(0, epoch), table);
-      HALOX_CUDA_CHECK(cudaGetLastError());
-      return;
-    }
-    dim3 grid(grid_blocks, 1, nranks);
-    for (int k = 0; k < npulses; ++k) {
-      const int p = forward ? k : npulses - 1 - k;
-      if (forward)
-        forward_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch), table);
-      else
-        reverse_kernel<Real><<<grid, 256, 0, stream>>>(args(p, epoch), table);
+        reverse_kernel<Real, false><<<grid, 256, 0, stream>>>(args(p, epoch), table);
       HALOX_CUDA_CHECK(cudaGetLastError());
     }
   }
@@ -486,17 +184,24 @@ DeviceHalo::~DeviceHalo() {
 
 namespace {
 
-// A rank's block: Slots, then the forward staging of every pulse, then the reverse staging.
-PeerBlock layout(const ParticlePlan& plan, int npulses, int item, long long& bytes) {
+// A rank's block: Slots, then the forward staging of every pulse, then the reverse staging;
+// with send staging (put-with-signal peers), what each pulse sends forward and returns.
+PeerBlock layout(const ParticlePlan& plan, int npulses, int item, bool send_staging,
+                 long long& bytes) {
   PeerBlock pb;
   long long at = kSlotsBytes;
+  auto area = [&](long long items) {
+    const long long start = at;
+    at += (items * item + 255) / 256 * 256;
+    return start;
+  };
+  for (int p = 0; p < npulses; ++p) pb.fwd_offset[p] = area(plan.pulses[p].recv_count);
   for (int p = 0; p < npulses; ++p) {
-    pb.fwd_offset[p] = at;
-    at += (plan.pulses[p].recv_count * item + 255) / 256 * 256;
+    pb.rev_offset[p] = area(static_cast<long long>(plan.pulses[p].send_index.size()));
   }
-  for (int p = 0; p < npulses; ++p) {
-    pb.rev_offset[p] = at;
-    at += (static_cast<long long>(plan.pulses[p].send_index.size()) * item + 255) / 256 * 256;
+  for (int p = 0; p < npulses && send_staging; ++p) {
+    pb.fwd_send_offset[p] = area(static_cast<long long>(plan.pulses[p].send_index.size()));
+    pb.rev_send_offset[p] = area(plan.pulses[p].recv_count);
   }
   bytes = at;
   return pb;
@@ -513,7 +218,7 @@ bool DeviceHalo::fits(const std::vector<const ParticlePlan*>& plans) const {
     const int npulses = static_cast<int>(plans[k]->pulses.size());
     if (npulses != m.npulses) return false;
     long long bytes = 0;
-    layout(*plans[k], npulses, m.item, bytes);
+    layout(*plans[k], npulses, m.item, m.put_staging, bytes);
     if (bytes > m.capacity[k]) return false;
   }
   return true;
@@ -538,7 +243,7 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
                   std::to_string(kMaxPulses));
     }
     long long bytes = 0;
-    PeerBlock pb = layout(plan, m.npulses, m.item, bytes);
+    PeerBlock pb = layout(plan, m.npulses, m.item, m.put_staging, bytes);
     if (!keep) {
       // A quarter of headroom: the halo of a later plan may grow a little.
       const long long capacity = bytes + bytes / 4;
@@ -566,6 +271,10 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
 
 PeerBlock DeviceHalo::block(int k) const {
   return m_impl->published[k];
+}
+
+void DeviceHalo::set_put_staging(bool on) {
+  m_impl->put_staging = on;
 }
 
 void DeviceHalo::set_system_scope(bool system) {
@@ -659,6 +368,12 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       v.source_in_launch = in_launch(v.recv_rank);
       if (v.send_rank >= 0) {
         const PeerBlock dest = block_of(v.send_rank);
+        v.dest_pe = dest.put_pe;
+        if (v.dest_pe >= 0 && !m.put_staging) {
+          throw Error("halox: rank " + std::to_string(v.send_rank) +
+                      " is reached by puts, but the blocks have no send staging");
+        }
+        if (v.dest_pe >= 0) v.fwd_stage = me.base + me.fwd_send_offset[p];
         v.dest = reinterpret_cast<Slots*>(dest.base);
         v.fwd_out = dest.base + dest.fwd_offset[p];
         v.fwd_out_data = &v.dest->fwd_data[p];
@@ -666,6 +381,12 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       }
       if (v.recv_rank >= 0) {
         const PeerBlock source = block_of(v.recv_rank);
+        v.source_pe = source.put_pe;
+        if (v.source_pe >= 0 && !m.put_staging) {
+          throw Error("halox: rank " + std::to_string(v.recv_rank) +
+                      " is reached by puts, but the blocks have no send staging");
+        }
+        if (v.source_pe >= 0) v.rev_stage = me.base + me.rev_send_offset[p];
         v.source = reinterpret_cast<Slots*>(source.base);
         v.rev_out = source.base + source.rev_offset[p];
         v.rev_out_data = &v.source->rev_data[p];
@@ -684,6 +405,8 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
     views[i].rev_extra_start = base + places[i].rev_extra_start;
     views[i].rev_extra = base + places[i].rev_extra;
   }
+  m.puts = std::any_of(views.begin(), views.end(),
+                       [](const PulseView& v) { return v.dest_pe >= 0 || v.source_pe >= 0; });
   m.views.assign(views);
   m.tables.assign(tables);
   // Blocks per (rank, pulse): every spinning block of every rank sharing the GPU must be
@@ -691,12 +414,14 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   int device = 0, sms = 0, per_sm = 0;
   HALOX_CUDA_CHECK(cudaGetDevice(&device));
   HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (m.real == BasicKind::float32) {
-    HALOX_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reverse_kernel<float>, 256, 0));
+  if (m.puts) {
+    per_sm = blocks_per_sm_with_puts(m.real == BasicKind::float32);
+  } else if (m.real == BasicKind::float32) {
+    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, reverse_kernel<float, false>, 256, 0));
   } else {
-    HALOX_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reverse_kernel<double>, 256, 0));
+    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, reverse_kernel<double, false>, 256, 0));
   }
   const int concurrent = m.options.kernels == FusedKernels::all_pulses ? std::max(1, m.npulses) : 1;
   const double resident = m.share * sms * per_sm;
@@ -722,7 +447,11 @@ void DeviceHalo::launch_self_test() {
   Impl& m = *m_impl;
   if (!m.options.self_test || m.npulses == 0) return;
   const u64 epoch = ++m.probe_epoch;
-  probe_kernel<<<dim3(1, m.npulses, static_cast<unsigned>(m.ranks.size())), 32>>>(m.args(0, epoch));
+  const dim3 grid(1, m.npulses, static_cast<unsigned>(m.ranks.size()));
+  if (m.puts)
+    launch_probe_with_puts(grid, m.args(0, epoch));
+  else
+    probe_kernel<false><<<grid, 32>>>(m.args(0, epoch));
   HALOX_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -20,6 +20,14 @@ struct PeerBlock {
   char* base = nullptr;
   std::array<long long, kMaxPulses> fwd_offset{};
   std::array<long long, kMaxPulses> rev_offset{};
+  /// >= 0: the rank is not load/store reachable; `base` is then a symmetric NVSHMEM address
+  /// (valid only as the target of puts to PE put_pe), and the sender packs into its own
+  /// send staging (below) and puts it with a signal.
+  int put_pe = -1;
+  /// Of this process's own blocks: where it packs what goes to a put_pe peer (forward: the
+  /// items it sends; reverse: the forces it returns). Only with set_put_staging(true).
+  std::array<long long, kMaxPulses> fwd_send_offset{};
+  std::array<long long, kMaxPulses> rev_send_offset{};
 };
 
 class DeviceHalo {
@@ -47,6 +55,9 @@ class DeviceHalo {
   bool fits(const std::vector<const ParticlePlan*>& plans) const;
   /// The block of local rank k (to publish to peers).
   PeerBlock block(int k) const;
+  /// Blocks get send staging too, for peers reached by put-with-signal (NVSHMEM blocks):
+  /// at most twice the halo bytes in all. Call before allocate().
+  void set_put_staging(bool on);
   /// Signals and fences at system scope (a peer on another GPU) or GPU scope (every peer
   /// on this GPU: cheaper). Default: system.
   void set_system_scope(bool system);

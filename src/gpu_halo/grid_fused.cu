@@ -30,137 +30,34 @@
 #include "../exchange/nvshmem_runtime_stub.hpp"
 #include "../exchange/transport.hpp"
 #include "../plan/collective.hpp"
-#include "../pack/pack_device.cuh"
 #include "grid_fused.hpp"
 #include "peer_halo.hpp"
+#include "grid_fused_kernels.cuh"
 #include "signals.cuh"
+#include "halox/config.hpp"
 #include "halox/gpu_halo.hpp"
 #include "halox/mpi.hpp"
 
 namespace halox::detail {
 
+#if !HALOX_HAS_NVSHMEM
+// No NVSHMEM, no peer reached by puts (PeerBlocks never makes one): never called.
+namespace fused_grid {
+void launch_grid_with_puts(dim3, const GridArgs&, char*, cudaStream_t) {
+  throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
+}
+void launch_grid_probe_with_puts(unsigned, const GridArgs&) {
+  throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
+}
+int grid_blocks_per_sm_with_puts() {
+  throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
+}
+}  // namespace fused_grid
+#endif
+
+using namespace fused_grid;
+
 namespace {
-
-constexpr int kMaxGridOps = kMaxPulses;
-
-// Signal slots at the start of a rank's block. One writer per slot.
-struct GridSlots {
-  u64 ready[kMaxGridOps];         // written by the rank I send to: its staging for this op is free
-  u64 data[kMaxGridOps];          // written by the rank I receive from: my face has arrived
-  u64 probe_signal[kMaxGridOps];  // the self-test's message and signal, per op
-  u64 probe[kMaxGridOps][4];
-};
-constexpr u64 kProbeMagic = 0x68616c6f78ull;  // "halox"
-constexpr long long kGridSlotsBytes = (sizeof(GridSlots) + 255) / 256 * 256;
-
-enum GridWaitKind : int { wait_ready = 0, wait_data = 1, wait_probe = 2, wait_unpacked = 3 };
-
-struct GridOpView {
-  int send_rank = -1, recv_rank = -1;
-  int word = 4;             // bytes per load and store of this op's faces
-  unsigned deps = 0;        // the ops of earlier stages whose faces this rank receives
-  u64* unpacked = nullptr;  // blocks that finished unpacking this op's face (local counter)
-  DevicePackView send, recv;
-  char* dest_staging = nullptr;  // the receiver's staging for this op
-  u64* dest_data = nullptr;      // ... and its data slot
-  u64* my_ready = nullptr;       // the receiver frees its staging here (my block)
-  u64* source_ready = nullptr;   // I free my staging there (the sender's block)
-  const char* my_staging = nullptr;
-  u64* my_data = nullptr;
-  u64* blocks_done = nullptr;  // this op's finished pack blocks (local counter)
-  GridSlots* dest = nullptr;   // the receiver's slots (self-test)
-  GridSlots* mine = nullptr;
-};
-
-struct GridArgs {
-  const GridOpView* views;
-  int rank;
-  u64 epoch;
-  u64 timeout_ns;
-  ErrorSink error;
-  int system_scope;
-};
-
-// Counts this block's unpack (or copy) of op v's face in, once all its threads are done.
-__device__ void count_unpacked(const GridOpView& v) {
-  __syncthreads();
-  if (threadIdx.x == 0) add_acq_rel(v.unpacked, 1ull, false);
-}
-
-template <int W>
-__device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* field) {
-  const bool sys = a.system_scope != 0;
-  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  if (v.send_rank == a.rank && v.recv_rank == a.rank) {
-    // A message to myself (a periodic axis with one rank): straight from the send layout to
-    // the receive layout, no staging and no signals.
-    move_face<W, Move::copy>(v.send, v.recv, first, v.send.words, stride, field, field);
-    count_unpacked(v);
-    return;
-  }
-  if (v.send_rank >= 0) {
-    if (!block_wait(v.my_ready, a.epoch, a.timeout_ns, a.error, a.rank, v.send_rank, op, wait_ready,
-                    sys)) {
-      return;
-    }
-    move_face<W, Move::pack>(v.send, v.send, first, v.send.words, stride, field, v.dest_staging);
-    if (last_block(v.blocks_done, static_cast<int>(gridDim.x), sys) && threadIdx.x == 0) {
-      signal_release(v.dest_data, a.epoch, sys);
-    }
-  }
-  if (v.recv_rank >= 0) {
-    if (!block_wait(v.my_data, a.epoch, a.timeout_ns, a.error, a.rank, v.recv_rank, op, wait_data,
-                    sys)) {
-      return;
-    }
-    move_face<W, Move::unpack>(v.recv, v.recv, first, v.recv.words, stride, v.my_staging, field);
-    count_unpacked(v);
-  }
-}
-
-__global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* field) {
-  const int op = static_cast<int>(blockIdx.y);
-  const GridOpView& v = a.views[op];
-  const bool to_myself = v.send_rank == a.rank && v.recv_rank == a.rank;
-  if (!to_myself && v.recv_rank >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
-    signal_release(v.source_ready, a.epoch, a.system_scope != 0);
-  }
-  // The edges and corners this face forwards: every block of the earlier stages' ops has
-  // unpacked (each exchange adds gridDim.x per op).
-  const u64 unpacked = a.epoch * gridDim.x;
-  for (unsigned deps = v.deps; deps != 0; deps &= deps - 1) {
-    const int k = __ffs(static_cast<int>(deps)) - 1;
-    if (!block_wait(a.views[k].unpacked, unpacked, a.timeout_ns, a.error, a.rank,
-                    a.views[k].recv_rank, k, wait_unpacked, false)) {
-      return;
-    }
-  }
-  switch (v.word) {
-    case 16: move_op<16>(a, v, op, field); break;
-    case 8: move_op<8>(a, v, op, field); break;
-    default: move_op<4>(a, v, op, field); break;
-  }
-}
-
-// The self-test: over every op's link, (magic, sender, op, epoch) into the receiver's probe
-// slot, then a release signal; each receiver checks what arrived. One thread per op.
-__global__ void grid_probe_kernel(GridArgs a) {
-  const int op = static_cast<int>(blockIdx.x);
-  const GridOpView& v = a.views[op];
-  if (threadIdx.x != 0) return;
-  if (v.send_rank >= 0) {
-    const u64 words[kProbeWords] = {kProbeMagic, static_cast<u64>(a.rank), static_cast<u64>(op),
-                                    a.epoch};
-    send_probe(v.dest->probe[op], words, &v.dest->probe_signal[op], a.epoch, true);
-  }
-  if (v.recv_rank >= 0) {
-    const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(v.recv_rank), static_cast<u64>(op),
-                                   a.epoch};
-    receive_probe(v.mine->probe[op], want, &v.mine->probe_signal[op], a.epoch, a.timeout_ns,
-                  a.error, a.rank, v.recv_rank, op, wait_probe, true);
-  }
-}
 
 class GridFusedTransport final : public Transport {
  public:
@@ -177,7 +74,7 @@ class GridFusedTransport final : public Transport {
     cudaDeviceSynchronize();
     m_peers.unmap();
     if (m_block) {
-      if (m_mapping == Mapping::nvshmem)
+      if (symmetric(m_mapping))
         symmetric_free(m_block);
       else
         cudaFree(m_block);
@@ -203,7 +100,10 @@ class GridFusedTransport final : public Transport {
                      m_errors.sink(),
                      m_same_gpu ? 0 : 1};
     const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(ops.size()));
-    grid_exchange_kernel<<<grid, 256, 0, stream>>>(a, static_cast<char*>(field));
+    if (m_puts)
+      launch_grid_with_puts(grid, a, static_cast<char*>(field), stream);
+    else
+      grid_exchange_kernel<false><<<grid, 256, 0, stream>>>(a, static_cast<char*>(field));
     HALOX_CUDA_CHECK(cudaGetLastError());
     for (const Op& op : ops) {
       if (op.send_rank >= 0 && op.send_rank != m_rank) {
@@ -261,14 +161,20 @@ class GridFusedTransport final : public Transport {
       }
       ++m_stages.back().second;
     }
-    // My block: slots, then one staging area per op (what that op receives).
+    // My block: slots, then one staging area per op (what that op receives); NVSHMEM
+    // blocks also one per op for what it sends, packed there for a peer reached by puts.
     BlockOffsets offsets{};
+    std::vector<long long> send_offsets(ops.size(), 0);
     long long bytes = kGridSlotsBytes;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       offsets[i] = bytes;
       bytes += (ops[i].recv_bytes + 255) / 256 * 256;
     }
-    if (m_mapping == Mapping::nvshmem) {
+    for (std::size_t i = 0; i < ops.size() && symmetric(m_mapping); ++i) {
+      send_offsets[i] = bytes;
+      bytes += (ops[i].send_bytes + 255) / 256 * 256;
+    }
+    if (symmetric(m_mapping)) {
       long long most = 0;
       HALOX_MPI_CHECK(MPI_Allreduce(&bytes, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
       ensure_nvshmem(m_comm, most);
@@ -305,25 +211,35 @@ class GridFusedTransport final : public Transport {
       }
       if (v.send_rank >= 0) {
         char* dest = base_of(v.send_rank);
+        v.dest_pe = v.send_rank == m_rank ? -1 : m_peers.put_pe(v.send_rank);
+        v.send_staging = m_block + send_offsets[i];
+        v.send_bytes = ops[i].send_bytes;
         v.dest = reinterpret_cast<GridSlots*>(dest);
         v.dest_staging = dest + offsets_of(v.send_rank)[i];
         v.dest_data = &reinterpret_cast<GridSlots*>(dest)->data[i];
         v.my_ready = &mine->ready[i];
       }
       if (v.recv_rank >= 0) {
+        v.source_pe = v.recv_rank == m_rank ? -1 : m_peers.put_pe(v.recv_rank);
         v.source_ready = &reinterpret_cast<GridSlots*>(base_of(v.recv_rank))->ready[i];
         v.my_staging = m_block + offsets[i];
         v.my_data = &mine->data[i];
       }
     }
     m_ops = &ops;
+    m_puts = std::any_of(m_host_views.begin(), m_host_views.end(),
+                         [](const GridOpView& v) { return v.dest_pe >= 0 || v.source_pe >= 0; });
     // Every block of every op spins at some point: all must be resident at once, with the GPU
     // shared by the processes on it.
     int device = 0, sms = 0, per_sm = 0;
     HALOX_CUDA_CHECK(cudaGetDevice(&device));
     HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    HALOX_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grid_exchange_kernel, 256, 0));
+    if (m_puts) {
+      per_sm = grid_blocks_per_sm_with_puts();
+    } else {
+      HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, grid_exchange_kernel<false>, 256, 0));
+    }
     const double resident = gpu_share(m_comm) * sms * per_sm;
     const int fit =
         static_cast<int>(resident / static_cast<double>(std::max<std::size_t>(1, ops.size())));
@@ -342,7 +258,10 @@ class GridFusedTransport final : public Transport {
     HALOX_MPI_CHECK(MPI_Barrier(m_comm));
     const GridArgs a{views_for(nullptr), m_rank, 1, static_cast<u64>(m_timeout_seconds * 1e9),
                      m_errors.sink(),    1};
-    grid_probe_kernel<<<static_cast<unsigned>(ops.size()), 32>>>(a);
+    if (m_puts)
+      launch_grid_probe_with_puts(static_cast<unsigned>(ops.size()), a);
+    else
+      grid_probe_kernel<false><<<static_cast<unsigned>(ops.size()), 32>>>(a);
     HALOX_CUDA_CHECK(cudaGetLastError());
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
     std::string error;
@@ -421,6 +340,7 @@ class GridFusedTransport final : public Transport {
   u64* m_counters = nullptr;
   u64 m_epoch = 0;
   int m_blocks = 1;
+  bool m_puts = false;  // some op reaches its peer by NVSHMEM puts
   ErrorChannel m_errors;
 };
 

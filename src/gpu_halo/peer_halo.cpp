@@ -81,9 +81,11 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
   for (int n : neighbours) {
     m_same_gpu &= std::memcmp(in[k].uuid, out.uuid, sizeof out.uuid) == 0;
     void* base = nullptr;
+    int put = -1;
     const auto mapped = m_peers.find(n);
     if (kept && mapped != m_peers.end()) {
       base = mapped->second.base;  // the peer kept its block too: the mapping holds
+      put = mapped->second.put_pe;
     } else if (m_mapping == Mapping::ipc) {
       const cudaError_t rc =
           cudaIpcOpenMemHandle(&base, in[k].handle, cudaIpcMemLazyEnablePeerAccess);
@@ -97,15 +99,12 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
         }
       }
     } else {
-      base = symmetric_peer_pointer(my_base, n);  // symmetric: my address names theirs
-      if (!base && error.empty()) {
-        error = "halox: rank " + std::to_string(m_rank) + ": rank " + std::to_string(n) +
-                " is not load/store reachable through NVSHMEM (nvshmem_ptr is null); the "
-                "nvshmem fused transports need peers on one node (put-with-signal peers: "
-                "use nvshmem-stream)";
-      }
+      // Symmetric: my address names theirs. A peer nvshmem_ptr cannot map (another node),
+      // or any peer with nvshmem_puts, is reached by puts to that address.
+      base = m_mapping == Mapping::nvshmem ? symmetric_peer_pointer(my_base, n) : nullptr;
+      if (!base) put = n, base = my_base;
     }
-    if (base) m_peers[n] = Peer{static_cast<char*>(base), in[k].offsets};
+    if (base) m_peers[n] = Peer{static_cast<char*>(base), in[k].offsets, put};
     ++k;
   }
   raise_if_any(m_comm, error);
@@ -116,7 +115,8 @@ PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real, Gpu
       m_rank(rank),
       m_halo(std::make_unique<DeviceHalo>(real, options, gpu_share(comm))),
       m_peers(comm, rank, mapping) {
-  if (mapping == Mapping::nvshmem) {
+  if (symmetric(mapping)) {
+    m_halo->set_put_staging(true);
     // Symmetric blocks: every PE allocates the largest size any PE needs (collective).
     m_halo->set_allocator(
         [this](std::int64_t bytes) {
@@ -166,6 +166,7 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
     if (rank == m_rank) return mine_block;
     PeerBlock block;
     block.base = m_peers.base(rank);
+    block.put_pe = m_peers.put_pe(rank);
     const BlockOffsets& o = m_peers.offsets(rank);
     for (int p = 0; p < kMaxPulses; ++p) {
       block.fwd_offset[p] = o[p];

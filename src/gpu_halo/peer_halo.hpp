@@ -1,8 +1,10 @@
 // One rank per process, the neighbours' blocks mapped into this process so the fused kernels
 // store straight into them:
-//  - ipc:     blocks from cudaMalloc, mapped with CUDA IPC handles sent over MPI;
-//  - nvshmem: blocks from NVSHMEM's symmetric heap, mapped with nvshmem_ptr.
-// Both need load/store-reachable peers (one node: the same GPU under MPS, or NVLink).
+//  - ipc:     blocks from cudaMalloc, mapped with CUDA IPC handles sent over MPI (peers must
+//             be load/store reachable: one node, the same GPU under MPS, or NVLink);
+//  - nvshmem: blocks from NVSHMEM's symmetric heap, mapped with nvshmem_ptr; a peer it
+//             cannot map (another node) is reached by put-with-signal (remote_put.cuh);
+//  - nvshmem_puts: the same, every peer reached by put-with-signal (tests, measurements).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,7 +19,11 @@
 
 namespace halox::detail {
 
-enum class Mapping { ipc, nvshmem };
+enum class Mapping { ipc, nvshmem, nvshmem_puts };
+/// The blocks come from NVSHMEM's symmetric heap (collective allocations).
+inline bool symmetric(Mapping m) {
+  return m != Mapping::ipc;
+}
 
 /// Up to 2 x kMaxPulses offsets into a block that its neighbours need (staging areas).
 using BlockOffsets = std::array<long long, 2 * kMaxPulses>;
@@ -37,6 +43,9 @@ class PeerBlocks {
                bool kept);
   void unmap();
   char* base(int rank) const { return m_peers.at(rank).base; }
+  /// >= 0: that rank is reached by NVSHMEM puts to this PE, and base() is a symmetric
+  /// address; -1: base() is a pointer this process stores through.
+  int put_pe(int rank) const { return m_peers.at(rank).put_pe; }
   const BlockOffsets& offsets(int rank) const { return m_peers.at(rank).offsets; }
   /// Every neighbour is on this process's GPU (GPU-scope signals suffice).
   bool same_gpu() const { return m_same_gpu; }
@@ -45,6 +54,7 @@ class PeerBlocks {
   struct Peer {
     char* base = nullptr;
     BlockOffsets offsets{};
+    int put_pe = -1;
   };
   MPI_Comm m_comm;
   int m_rank;

@@ -1,0 +1,384 @@
+// The fused particle kernels and their device views, written once and instantiated twice:
+// PUTS = false in device_halo.cu (direct stores only, whole-program device code) and PUTS =
+// true in device_halo_puts.cu (relocatable device code linked with NVSHMEM's device
+// library, for peers reached by put-with-signal). The calls into that library cost
+// registers, and relocatable code costs more (about 32 -> 50 per thread: fewer resident
+// blocks), so the direct-store kernels never pay for them. Include only from CUDA sources.
+//
+// GPU-initiated particle halo: the fused kernels, written once against a small device view
+// of each pulse's channel (direct pointers into the peers' blocks, signal slots), used by
+// the local and the IPC transports.
+//
+// Protocol per pulse and direction, with e = the exchange's counter (never reset):
+//   1. tell my source that my staging area is free    (release store e into its slot)
+//   2. wait until my destination's staging area is free (acquire load >= e, time-out)
+//      (1 and 2 only with peers outside this launch: stream order covers the others)
+//   3. pack my items straight into the destination's staging area (items received by an
+//      earlier pulse from a rank outside this launch are read from that pulse's staging
+//      once its data has arrived; items that only ranks of this launch passed on are read
+//      at their origin, so they wait for nothing: see ForwardingGraph)
+//   4. every block adds its share to the destination's data signal once its stores are
+//      done (release add; the shares make 2^32 per exchange)
+//   5. wait for my own data, then unpack it (forward: copy into the coordinates; reverse:
+//      add into the forces of the home items I sent).
+// Reverse, items a later pulse forwarded: their force is mine plus what the later pulses'
+// reverses returned for them, read from those pulses' staging once their data signals
+// arrive (the same one-hop wait as the forward's), never waiting for an unpack; what ranks
+// of this launch return is summed from their own forces directly. The reverse adds into
+// home items only: halo items keep the forces they had.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "../trace/device_trace.hpp"
+#include "device_halo.hpp"
+#include "forwarding_graph.hpp"
+#include "remote_put.cuh"
+#include "signals.cuh"
+#include "halox/config.hpp"
+#include "halox/trace.hpp"
+
+namespace halox::detail::fused_particle {
+
+
+// Signal slots of one rank, at the start of its shared block. One writing rank per slot.
+struct Slots {
+  u64 fwd_ready[kMaxPulses];  // written by the rank I send to in forward: its staging is free
+  u64 fwd_data[kMaxPulses];   // written by the rank I receive from: my data has arrived
+  u64 rev_ready[kMaxPulses];
+  u64 rev_data[kMaxPulses];
+  u64 probe_fwd_signal[kMaxPulses];
+  u64 probe_rev_signal[kMaxPulses];
+  u64 probe_fwd[kMaxPulses][4];
+  u64 probe_rev[kMaxPulses][4];
+  u64 fwd_packed[kMaxPulses];  // local: blocks that finished packing (put-with-signal peers)
+  u64 rev_packed[kMaxPulses];
+};
+constexpr long long kSlotsBytes = (sizeof(Slots) + 255) / 256 * 256;
+
+enum WaitKind : int { fwd_ready, fwd_data, rev_ready, rev_data, probe_fwd, probe_rev };
+
+struct PulseView {
+  int rank = -1, pulse = 0, send_rank = -1, recv_rank = -1;
+  int n_send = 0, first_forwarded = 0, n_recv = 0, rev_first_forwarded = 0;
+  long long recv_offset = 0;
+  double shift[3] = {0, 0, 0};
+  unsigned fwd_deps = 0, rev_deps = 0;
+  // The peer is a rank of this launch (same stream): the previous exchange's kernels, which
+  // emptied its staging area, have finished before this one starts, so the ready handshake
+  // with it is skipped (a GPU-side round trip at the start of every kernel).
+  bool dest_in_launch = false, source_in_launch = false;
+  const int* send_index = nullptr;
+  const int* rev_order = nullptr;
+  // Forwarded item e (send_index[first_forwarded + e]): fwd_source[3e .. 3e + 2] = (launch
+  // rank whose coordinates hold it, or -1 for my staging; its item or staging code; start
+  // << 5 | count of the shifts it still needs in fwd_shifts, as launch rank << 5 | pulse).
+  const int* fwd_source = nullptr;
+  const int* fwd_shifts = nullptr;
+  // Forwarded received item e (rev_order[rev_first_forwarded + e]) gets the returned forces
+  // of the pairs rev_extra[2c], rev_extra[2c + 1] for c in rev_extra_start[e] .. [e + 1]:
+  // (launch rank, its force item) or (-1, my staging code), later pulses first.
+  const int* rev_extra_start = nullptr;
+  const int* rev_extra = nullptr;
+  char* fwd_out = nullptr;
+  u64* fwd_out_data = nullptr;
+  u64* fwd_src_ready = nullptr;
+  const char* fwd_in = nullptr;
+  u64* fwd_in_data = nullptr;
+  u64* fwd_in_ready = nullptr;
+  char* rev_out = nullptr;
+  u64* rev_out_data = nullptr;
+  u64* rev_src_ready = nullptr;
+  const char* rev_in = nullptr;
+  u64* rev_in_data = nullptr;
+  u64* rev_in_ready = nullptr;
+  Slots* mine = nullptr;    // my slots (probes)
+  Slots* dest = nullptr;    // send_rank's slots
+  Slots* source = nullptr;  // recv_rank's slots
+  // >= 0: that peer is reached by NVSHMEM puts (remote_put.cuh), not by stores: the
+  // pointers into its block above are symmetric addresses, what goes to it is packed into
+  // my send staging (fwd_stage: forward to dest; rev_stage: reverse to source) and put.
+  int dest_pe = -1, source_pe = -1;
+  char* fwd_stage = nullptr;
+  char* rev_stage = nullptr;
+};
+
+// Per launch rank: its pulses' staging areas (forward: received coordinates; reverse:
+// returned forces) and shifts, read by the pulses that forward what they deliver.
+struct RankTable {
+  const char* fwd_in[kMaxPulses] = {};
+  const char* rev_in[kMaxPulses] = {};
+  double shift[kMaxPulses][3] = {};
+};
+
+struct LaunchArgs {
+  const PulseView* views;
+  const RankTable* tables;
+  int npulses;      // pulses per rank
+  int first_pulse;  // per-pulse launches: the pulse (grid.y == 1); all: 0
+  int blocks;       // blocks per (rank, pulse)
+  u64 epoch;        // signal value of this exchange
+  u64 timeout_ns;
+  ErrorSink error;
+  int stall_rank;
+  int system_scope;
+  DeviceTrace trace;  // null when tracing is off
+};
+
+// One record per block (thread 0): the event log of halox/trace.hpp.
+__device__ __forceinline__ void record(const LaunchArgs& a, int rank, int pulse, int event,
+                                       int direction) {
+#if HALOX_HAS_TRACING
+  if (a.trace.records == nullptr || threadIdx.x != 0) return;
+  const u64 i = atomicAdd(a.trace.count, 1ull) % a.trace.capacity;
+  DeviceRecord& r = a.trace.records[i];
+  r.t = now_ns();
+  r.rank = rank;
+  r.pulse = static_cast<short>(pulse);
+  r.event = static_cast<unsigned char>(event);
+  r.direction = static_cast<unsigned char>(direction);
+  r.block = static_cast<int>(blockIdx.x);
+#else
+  (void)a, (void)rank, (void)pulse, (void)event, (void)direction;
+#endif
+}
+
+// Where ForwardingGraph says an item is: item `index` of launch rank `from`'s array, or
+// (from < 0) a staging code of this rank, into `staging` (its pulses' staging areas).
+template <class Real>
+__device__ __forceinline__ const Real* item_at(Real* const* arrays, const char* const* staging,
+                                               int from, int index) {
+  return from >= 0 ? arrays[from] + 3 * static_cast<long long>(index)
+                   : reinterpret_cast<const Real*>(staging[index & kPulseMask]) +
+                         3 * static_cast<long long>(index >> kPulseBits);
+}
+
+template <class Real>
+__device__ __forceinline__ void copy_item(Real* dst, const Real* src, const double* shift) {
+  dst[0] = src[0] + static_cast<Real>(shift[0]);
+  dst[1] = src[1] + static_cast<Real>(shift[1]);
+  dst[2] = src[2] + static_cast<Real>(shift[2]);
+}
+
+// Protocol step 2 (every thread of the block calls it): wait until the destination's
+// staging area is free, traced; a peer in this launch needs no wait (stream order). False
+// when the wait timed out.
+__device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, int p, int direction,
+                                bool peer_in_launch, const u64* slot, int peer, int kind,
+                                bool sys) {
+  if (peer_in_launch) return true;
+  record(a, v.rank, p, trace_ready_begin, direction);
+  if (!block_wait(slot, a.epoch, a.timeout_ns, a.error, v.rank, peer, p, kind, sys)) return false;
+  record(a, v.rank, p, trace_ready_end, direction);
+  return true;
+}
+
+// PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
+template <class Real, bool PUTS>
+__global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
+  const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
+  const PulseView& v = a.views[r * a.npulses + p];
+  if (v.rank == a.stall_rank) return;
+  const RankTable& table = a.tables[r];
+  Real* x = xs[r];  // home items: read; halo items: written by the unpacks only
+  const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
+  const bool sys = a.system_scope != 0;
+  if (v.recv_rank >= 0 && !v.source_in_launch && b == 0 && threadIdx.x == 0) {
+    if (PUTS && v.source_pe >= 0)
+      remote_signal(v.fwd_src_ready, a.epoch, v.source_pe);
+    else
+      signal_release(v.fwd_src_ready, a.epoch, sys);
+  }
+  if (v.send_rank >= 0) {
+    if (!wait_until_free(a, v, p, 0, v.dest_in_launch, v.fwd_in_ready, v.send_rank, fwd_ready,
+                         sys)) {
+      return;
+    }
+    record(a, v.rank, p, trace_pack_begin, 0);
+    Real* out = reinterpret_cast<Real*>(PUTS && v.dest_pe >= 0 ? v.fwd_stage : v.fwd_out);
+    for (int k = first; k < v.first_forwarded; k += stride) {
+      copy_item(out + 3 * k, x + 3 * static_cast<long long>(v.send_index[k]), v.shift);
+    }
+    if (v.first_forwarded < v.n_send) {
+      // Forwarded items: wait only for the pulses from other ranks that deliver them.
+      if (v.fwd_deps != 0) {
+        record(a, v.rank, p, trace_deps_begin, 0);
+        for (int q = 0; q < a.npulses; ++q) {
+          const PulseView& from = a.views[r * a.npulses + q];
+          if ((v.fwd_deps >> q & 1u) &&
+              !block_wait(from.fwd_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank,
+                          from.recv_rank, q, fwd_data, sys)) {
+            return;
+          }
+        }
+        record(a, v.rank, p, trace_deps_end, 0);
+      }
+      for (int k = v.first_forwarded + first; k < v.n_send; k += stride) {
+        const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
+        const int shifts = source[2];
+        const Real* src = item_at(xs, table.fwd_in, source[0], source[1]);
+        Real item[3] = {src[0], src[1], src[2]};
+        // The shifts of the pulses it went through, added as the copies would have.
+        for (int c = shifts >> kPulseBits, end = c + (shifts & kPulseMask); c < end; ++c) {
+          const int hop = v.fwd_shifts[c];
+          const double* shift = a.tables[hop >> kPulseBits].shift[hop & kPulseMask];
+          for (int d = 0; d < 3; ++d) item[d] += static_cast<Real>(shift[d]);
+        }
+        copy_item(out + 3 * k, item, v.shift);
+      }
+    }
+    record(a, v.rank, p, trace_pack_end, 0);
+    if (PUTS && v.dest_pe >= 0) {
+      put_when_packed(&v.mine->fwd_packed[p], a.blocks, v.fwd_out, v.fwd_stage,
+                      3 * sizeof(Real) * static_cast<std::size_t>(v.n_send), v.fwd_out_data,
+                      data_signal(a.epoch), v.dest_pe);
+    } else {
+      add_data_share(v.fwd_out_data, b, a.blocks, sys);
+    }
+    record(a, v.rank, p, trace_signal, 0);
+  }
+  if (v.recv_rank >= 0) {
+    record(a, v.rank, p, trace_data_begin, 0);
+    if (!block_wait(v.fwd_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank, v.recv_rank,
+                    p, fwd_data, sys)) {
+      return;
+    }
+    record(a, v.rank, p, trace_data_end, 0);
+    record(a, v.rank, p, trace_unpack_begin, 0);
+    const Real* in = reinterpret_cast<const Real*>(v.fwd_in);
+    const double zero[3] = {0, 0, 0};
+    for (int k = first; k < v.n_recv; k += stride) {
+      copy_item(x + 3 * (v.recv_offset + k), in + 3 * k, zero);
+    }
+    record(a, v.rank, p, trace_unpack_end, 0);
+  }
+}
+
+template <class Real, bool PUTS>
+__global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const* fs) {
+  const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
+  const PulseView& v = a.views[r * a.npulses + p];
+  if (v.rank == a.stall_rank) return;
+  Real* f = fs[r];
+  const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
+  const double zero[3] = {0, 0, 0};
+  const bool sys = a.system_scope != 0;
+  // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
+  // items I sent come from send_rank.
+  if (v.send_rank >= 0 && !v.dest_in_launch && b == 0 && threadIdx.x == 0) {
+    if (PUTS && v.dest_pe >= 0)
+      remote_signal(v.rev_src_ready, a.epoch, v.dest_pe);
+    else
+      signal_release(v.rev_src_ready, a.epoch, sys);
+  }
+  if (v.recv_rank >= 0) {
+    if (!wait_until_free(a, v, p, 1, v.source_in_launch, v.rev_in_ready, v.recv_rank, rev_ready,
+                         sys)) {
+      return;
+    }
+    record(a, v.rank, p, trace_pack_begin, 1);
+    Real* out = reinterpret_cast<Real*>(PUTS && v.source_pe >= 0 ? v.rev_stage : v.rev_out);
+    for (int j = first; j < v.rev_first_forwarded; j += stride) {
+      const int k = v.rev_order[j];
+      copy_item(out + 3 * k, f + 3 * (v.recv_offset + k), zero);
+    }
+    if (v.rev_first_forwarded < v.n_recv) {
+      // Items later pulses forwarded: my force plus the forces those pulses' reverses
+      // returned, read from their staging as soon as it has arrived (pulses from other
+      // ranks), or summed here from my own forces (pulses to myself).
+      const RankTable& table = a.tables[r];
+      if (v.rev_deps != 0) {
+        const PulseView* pulses = a.views + r * a.npulses;
+        record(a, v.rank, p, trace_deps_begin, 1);
+        for (int q = p + 1; q < a.npulses; ++q) {
+          if ((v.rev_deps >> q & 1u) &&
+              !block_wait(pulses[q].rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error,
+                          v.rank, pulses[q].send_rank, q, rev_data, sys)) {
+            return;
+          }
+        }
+        record(a, v.rank, p, trace_deps_end, 1);
+      }
+      for (int j = v.rev_first_forwarded + first; j < v.n_recv; j += stride) {
+        const int k = v.rev_order[j], e = j - v.rev_first_forwarded;
+        const Real* mine = f + 3 * (v.recv_offset + k);
+        Real sum[3] = {mine[0], mine[1], mine[2]};
+        for (int c = v.rev_extra_start[e]; c < v.rev_extra_start[e + 1]; ++c) {
+          const Real* in = item_at(fs, table.rev_in, v.rev_extra[2 * c], v.rev_extra[2 * c + 1]);
+          for (int d = 0; d < 3; ++d) sum[d] += in[d];
+        }
+        for (int d = 0; d < 3; ++d) out[3 * k + d] = sum[d];
+      }
+    }
+    record(a, v.rank, p, trace_pack_end, 1);
+    if (PUTS && v.source_pe >= 0) {
+      put_when_packed(&v.mine->rev_packed[p], a.blocks, v.rev_out, v.rev_stage,
+                      3 * sizeof(Real) * static_cast<std::size_t>(v.n_recv), v.rev_out_data,
+                      data_signal(a.epoch), v.source_pe);
+    } else {
+      add_data_share(v.rev_out_data, b, a.blocks, sys);
+    }
+    record(a, v.rank, p, trace_signal, 1);
+  }
+  if (v.send_rank >= 0) {
+    record(a, v.rank, p, trace_data_begin, 1);
+    if (!block_wait(v.rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank, v.send_rank,
+                    p, rev_data, sys)) {
+      return;
+    }
+    record(a, v.rank, p, trace_data_end, 1);
+    record(a, v.rank, p, trace_unpack_begin, 1);
+    const Real* in = reinterpret_cast<const Real*>(v.rev_in);
+    // Home items only: the forwarded ones' forces are summed by the pulse that received them.
+    for (int k = first; k < v.first_forwarded; k += stride) {
+      Real* dst = f + 3 * static_cast<long long>(v.send_index[k]);
+      // Atomic: one home atom may get forces from several pulses at once.
+      atomicAdd(dst + 0, in[3 * k + 0]);
+      atomicAdd(dst + 1, in[3 * k + 1]);
+      atomicAdd(dst + 2, in[3 * k + 2]);
+    }
+    record(a, v.rank, p, trace_unpack_end, 1);
+  }
+}
+
+// A small message over every link: (magic, sender, pulse, epoch) both directions.
+constexpr u64 kProbeMagic = 0x68616c6f78ull;  // "halox"
+template <bool PUTS>
+__global__ void probe_kernel(LaunchArgs a) {
+  const int r = blockIdx.z, p = blockIdx.y;
+  const PulseView& v = a.views[r * a.npulses + p];
+  if (threadIdx.x != 0 || v.rank == a.stall_rank) return;
+  auto send = [&](u64* payload, u64* signal, int put_pe) {
+    const u64 words[kProbeWords] = {kProbeMagic, static_cast<u64>(v.rank), static_cast<u64>(p),
+                                    a.epoch};
+    if (PUTS && put_pe >= 0)
+      put_probe(payload, words, signal, a.epoch, put_pe);
+    else
+      send_probe(payload, words, signal, a.epoch, true);
+  };
+  auto receive = [&](const u64* payload, const u64* signal, int from, int kind) {
+    const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(from), static_cast<u64>(p),
+                                   a.epoch};
+    receive_probe(payload, want, signal, a.epoch, a.timeout_ns, a.error, v.rank, from, p, kind,
+                  true);
+  };
+  if (v.send_rank >= 0) send(v.dest->probe_fwd[p], &v.dest->probe_fwd_signal[p], v.dest_pe);
+  if (v.recv_rank >= 0)
+    send(v.source->probe_rev[p], &v.source->probe_rev_signal[p], v.source_pe);
+  if (v.recv_rank >= 0)
+    receive(v.mine->probe_fwd[p], &v.mine->probe_fwd_signal[p], v.recv_rank, probe_fwd);
+  if (v.send_rank >= 0)
+    receive(v.mine->probe_rev[p], &v.mine->probe_rev_signal[p], v.send_rank, probe_rev);
+}
+
+// The PUTS instantiations (device_halo_puts.cu; NVSHMEM builds only).
+template <class Real>
+void launch_with_puts(bool forward, dim3 grid, const LaunchArgs& a, Real* const* arrays,
+                      cudaStream_t stream);
+void launch_probe_with_puts(dim3 grid, const LaunchArgs& a);
+/// Resident blocks per SM of the reverse kernel (the larger) with puts.
+int blocks_per_sm_with_puts(bool float32);
+
+}  // namespace halox::detail::fused_particle

@@ -1,0 +1,37 @@
+// The fused particle kernels for peers reached by NVSHMEM put-with-signal: the PUTS
+// instantiations of device_halo_kernels.cuh, compiled as relocatable device code and
+// device-linked with NVSHMEM's device library (src/CMakeLists.txt). Only in NVSHMEM builds.
+#include "../common/cuda_check.hpp"
+#include "device_halo_kernels.cuh"
+
+namespace halox::detail::fused_particle {
+
+template <class Real>
+void launch_with_puts(bool forward, dim3 grid, const LaunchArgs& a, Real* const* arrays,
+                      cudaStream_t stream) {
+  if (forward)
+    forward_kernel<Real, true><<<grid, 256, 0, stream>>>(a, arrays);
+  else
+    reverse_kernel<Real, true><<<grid, 256, 0, stream>>>(a, arrays);
+}
+template void launch_with_puts<float>(bool, dim3, const LaunchArgs&, float* const*, cudaStream_t);
+template void launch_with_puts<double>(bool, dim3, const LaunchArgs&, double* const*,
+                                       cudaStream_t);
+
+void launch_probe_with_puts(dim3 grid, const LaunchArgs& a) {
+  probe_kernel<true><<<grid, 32>>>(a);
+}
+
+int blocks_per_sm_with_puts(bool float32) {
+  int per_sm = 0;
+  if (float32) {
+    HALOX_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reverse_kernel<float, true>, 256, 0));
+  } else {
+    HALOX_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reverse_kernel<double, true>, 256, 0));
+  }
+  return per_sm;
+}
+
+}  // namespace halox::detail::fused_particle

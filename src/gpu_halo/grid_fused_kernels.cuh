@@ -1,0 +1,165 @@
+// The fused grid kernel and its device views, instantiated twice like the particle kernels
+// (device_halo_kernels.cuh says why): PUTS = false in grid_fused.cu, PUTS = true in
+// grid_fused_puts.cu (relocatable code with NVSHMEM, for peers reached by puts). The
+// protocol is described in grid_fused.cu. Include only from CUDA sources.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "../pack/pack_device.cuh"
+#include "device_halo.hpp"
+#include "remote_put.cuh"
+#include "signals.cuh"
+
+namespace halox::detail::fused_grid {
+
+
+constexpr int kMaxGridOps = kMaxPulses;
+
+// Signal slots at the start of a rank's block. One writer per slot.
+struct GridSlots {
+  u64 ready[kMaxGridOps];         // written by the rank I send to: its staging for this op is free
+  u64 data[kMaxGridOps];          // written by the rank I receive from: my face has arrived
+  u64 probe_signal[kMaxGridOps];  // the self-test's message and signal, per op
+  u64 probe[kMaxGridOps][4];
+};
+constexpr u64 kProbeMagic = 0x68616c6f78ull;  // "halox"
+constexpr long long kGridSlotsBytes = (sizeof(GridSlots) + 255) / 256 * 256;
+
+enum GridWaitKind : int { wait_ready = 0, wait_data = 1, wait_probe = 2, wait_unpacked = 3 };
+
+struct GridOpView {
+  int send_rank = -1, recv_rank = -1;
+  int word = 4;             // bytes per load and store of this op's faces
+  unsigned deps = 0;        // the ops of earlier stages whose faces this rank receives
+  u64* unpacked = nullptr;  // blocks that finished unpacking this op's face (local counter)
+  DevicePackView send, recv;
+  char* dest_staging = nullptr;  // the receiver's staging for this op
+  u64* dest_data = nullptr;      // ... and its data slot
+  u64* my_ready = nullptr;       // the receiver frees its staging here (my block)
+  u64* source_ready = nullptr;   // I free my staging there (the sender's block)
+  const char* my_staging = nullptr;
+  u64* my_data = nullptr;
+  u64* blocks_done = nullptr;  // this op's finished pack blocks (local counter)
+  GridSlots* dest = nullptr;   // the receiver's slots (self-test)
+  GridSlots* mine = nullptr;
+  // >= 0: that peer is reached by NVSHMEM puts (remote_put.cuh): the pointers into its
+  // block are symmetric addresses, and my face is packed into send_staging, then put.
+  int dest_pe = -1, source_pe = -1;
+  char* send_staging = nullptr;
+  long long send_bytes = 0;
+};
+
+struct GridArgs {
+  const GridOpView* views;
+  int rank;
+  u64 epoch;
+  u64 timeout_ns;
+  ErrorSink error;
+  int system_scope;
+};
+
+// Counts this block's unpack (or copy) of op v's face in, once all its threads are done.
+__device__ inline void count_unpacked(const GridOpView& v) {
+  __syncthreads();
+  if (threadIdx.x == 0) add_acq_rel(v.unpacked, 1ull, false);
+}
+
+template <int W, bool PUTS>
+__device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* field) {
+  const bool sys = a.system_scope != 0;
+  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  if (v.send_rank == a.rank && v.recv_rank == a.rank) {
+    // A message to myself (a periodic axis with one rank): straight from the send layout to
+    // the receive layout, no staging and no signals.
+    move_face<W, Move::copy>(v.send, v.recv, first, v.send.words, stride, field, field);
+    count_unpacked(v);
+    return;
+  }
+  if (v.send_rank >= 0) {
+    if (!block_wait(v.my_ready, a.epoch, a.timeout_ns, a.error, a.rank, v.send_rank, op, wait_ready,
+                    sys)) {
+      return;
+    }
+    if (PUTS && v.dest_pe >= 0) {
+      move_face<W, Move::pack>(v.send, v.send, first, v.send.words, stride, field, v.send_staging);
+      put_when_packed(v.blocks_done, static_cast<int>(gridDim.x), v.dest_staging, v.send_staging,
+                      static_cast<std::size_t>(v.send_bytes), v.dest_data, a.epoch, v.dest_pe);
+    } else {
+      move_face<W, Move::pack>(v.send, v.send, first, v.send.words, stride, field, v.dest_staging);
+      if (last_block(v.blocks_done, static_cast<int>(gridDim.x), sys) && threadIdx.x == 0) {
+        signal_release(v.dest_data, a.epoch, sys);
+      }
+    }
+  }
+  if (v.recv_rank >= 0) {
+    if (!block_wait(v.my_data, a.epoch, a.timeout_ns, a.error, a.rank, v.recv_rank, op, wait_data,
+                    sys)) {
+      return;
+    }
+    move_face<W, Move::unpack>(v.recv, v.recv, first, v.recv.words, stride, v.my_staging, field);
+    count_unpacked(v);
+  }
+}
+
+// PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
+template <bool PUTS>
+__global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* field) {
+  const int op = static_cast<int>(blockIdx.y);
+  const GridOpView& v = a.views[op];
+  const bool to_myself = v.send_rank == a.rank && v.recv_rank == a.rank;
+  if (!to_myself && v.recv_rank >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+    if (PUTS && v.source_pe >= 0)
+      remote_signal(v.source_ready, a.epoch, v.source_pe);
+    else
+      signal_release(v.source_ready, a.epoch, a.system_scope != 0);
+  }
+  // The edges and corners this face forwards: every block of the earlier stages' ops has
+  // unpacked (each exchange adds gridDim.x per op).
+  const u64 unpacked = a.epoch * gridDim.x;
+  for (unsigned deps = v.deps; deps != 0; deps &= deps - 1) {
+    const int k = __ffs(static_cast<int>(deps)) - 1;
+    if (!block_wait(a.views[k].unpacked, unpacked, a.timeout_ns, a.error, a.rank,
+                    a.views[k].recv_rank, k, wait_unpacked, false)) {
+      return;
+    }
+  }
+  switch (v.word) {
+    case 16: move_op<16, PUTS>(a, v, op, field); break;
+    case 8: move_op<8, PUTS>(a, v, op, field); break;
+    default: move_op<4, PUTS>(a, v, op, field); break;
+  }
+}
+
+// The self-test: over every op's link, (magic, sender, op, epoch) into the receiver's probe
+// slot, then a release signal; each receiver checks what arrived. One thread per op.
+template <bool PUTS>
+__global__ void grid_probe_kernel(GridArgs a) {
+  const int op = static_cast<int>(blockIdx.x);
+  const GridOpView& v = a.views[op];
+  if (threadIdx.x != 0) return;
+  if (v.send_rank >= 0) {
+    const u64 words[kProbeWords] = {kProbeMagic, static_cast<u64>(a.rank), static_cast<u64>(op),
+                                    a.epoch};
+    if (PUTS && v.dest_pe >= 0)
+      put_probe(v.dest->probe[op], words, &v.dest->probe_signal[op], a.epoch, v.dest_pe);
+    else
+      send_probe(v.dest->probe[op], words, &v.dest->probe_signal[op], a.epoch, true);
+  }
+  if (v.recv_rank >= 0) {
+    const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(v.recv_rank), static_cast<u64>(op),
+                                   a.epoch};
+    receive_probe(v.mine->probe[op], want, &v.mine->probe_signal[op], a.epoch, a.timeout_ns,
+                  a.error, a.rank, v.recv_rank, op, wait_probe, true);
+  }
+}
+
+// The PUTS instantiations (grid_fused_puts.cu; NVSHMEM builds only).
+void launch_grid_with_puts(dim3 grid, const GridArgs& a, char* field, cudaStream_t stream);
+void launch_grid_probe_with_puts(unsigned ops, const GridArgs& a);
+int grid_blocks_per_sm_with_puts();
+
+}  // namespace halox::detail::fused_grid
