@@ -87,11 +87,22 @@ __global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
       char* dst = a.field[f.to];
       const long long me = first + threadIdx.x;
       switch (f.word) {
-        case 16: move_face<16, Move::copy>(f.send, f.recv, me, end, blockDim.x, src, dst); break;
-        case 8: move_face<8, Move::copy>(f.send, f.recv, me, end, blockDim.x, src, dst); break;
-        case 4: move_face<4, Move::copy>(f.send, f.recv, me, end, blockDim.x, src, dst); break;
-        case 2: move_face<2, Move::copy>(f.send, f.recv, me, end, blockDim.x, src, dst); break;
-        default: move_face<1, Move::copy>(f.send, f.recv, me, end, blockDim.x, src, dst); break;
+        case 16:
+          move_face<16, Move::copy, unsigned, kBatch>(f.send, f.recv, me, end, blockDim.x, src,
+                                                      dst);
+          break;
+        case 8:
+          move_face<8, Move::copy, unsigned, kBatch>(f.send, f.recv, me, end, blockDim.x, src, dst);
+          break;
+        case 4:
+          move_face<4, Move::copy, unsigned, kBatch>(f.send, f.recv, me, end, blockDim.x, src, dst);
+          break;
+        case 2:
+          move_face<2, Move::copy, unsigned, kBatch>(f.send, f.recv, me, end, blockDim.x, src, dst);
+          break;
+        default:
+          move_face<1, Move::copy, unsigned, kBatch>(f.send, f.recv, me, end, blockDim.x, src, dst);
+          break;
       }
       __syncthreads();
       if (threadIdx.x == 0)

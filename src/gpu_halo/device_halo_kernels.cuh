@@ -42,7 +42,6 @@
 
 namespace halox::detail::fused_particle {
 
-
 // Signal slots of one rank, at the start of its shared block. One writing rank per slot.
 struct Slots {
   u64 fwd_ready[kMaxPulses];  // written by the rank I send to in forward: its staging is free
@@ -165,9 +164,9 @@ __device__ __forceinline__ void copy_item(Real* dst, const Real* src, const doub
 // Protocol step 2 (every thread of the block calls it): wait until the destination's
 // staging area is free, traced; a peer in this launch needs no wait (stream order). False
 // when the wait timed out.
-__device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, int p, int direction,
-                                bool peer_in_launch, const u64* slot, int peer, int kind,
-                                bool sys) {
+__device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, int p,
+                                       int direction, bool peer_in_launch, const u64* slot,
+                                       int peer, int kind, bool sys) {
   if (peer_in_launch) return true;
   record(a, v.rank, p, trace_ready_begin, direction);
   if (!block_wait(slot, a.epoch, a.timeout_ns, a.error, v.rank, peer, p, kind, sys)) return false;
@@ -365,8 +364,7 @@ __global__ void probe_kernel(LaunchArgs a) {
                   true);
   };
   if (v.send_rank >= 0) send(v.dest->probe_fwd[p], &v.dest->probe_fwd_signal[p], v.dest_pe);
-  if (v.recv_rank >= 0)
-    send(v.source->probe_rev[p], &v.source->probe_rev_signal[p], v.source_pe);
+  if (v.recv_rank >= 0) send(v.source->probe_rev[p], &v.source->probe_rev_signal[p], v.source_pe);
   if (v.recv_rank >= 0)
     receive(v.mine->probe_fwd[p], &v.mine->probe_fwd_signal[p], v.recv_rank, probe_fwd);
   if (v.send_rank >= 0)

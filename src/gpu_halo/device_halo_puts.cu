@@ -15,8 +15,7 @@ void launch_with_puts(bool forward, dim3 grid, const LaunchArgs& a, Real* const*
     reverse_kernel<Real, true><<<grid, 256, 0, stream>>>(a, arrays);
 }
 template void launch_with_puts<float>(bool, dim3, const LaunchArgs&, float* const*, cudaStream_t);
-template void launch_with_puts<double>(bool, dim3, const LaunchArgs&, double* const*,
-                                       cudaStream_t);
+template void launch_with_puts<double>(bool, dim3, const LaunchArgs&, double* const*, cudaStream_t);
 
 void launch_probe_with_puts(dim3 grid, const LaunchArgs& a) {
   probe_kernel<true><<<grid, 32>>>(a);
@@ -25,11 +24,11 @@ void launch_probe_with_puts(dim3 grid, const LaunchArgs& a) {
 int blocks_per_sm_with_puts(bool float32) {
   int per_sm = 0;
   if (float32) {
-    HALOX_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reverse_kernel<float, true>, 256, 0));
+    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, reverse_kernel<float, true>, 256, 0));
   } else {
-    HALOX_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reverse_kernel<double, true>, 256, 0));
+    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, reverse_kernel<double, true>, 256, 0));
   }
   return per_sm;
 }

@@ -92,14 +92,19 @@ class GridFusedTransport final : public Transport {
     }
     check(ops);
     if (!m_ready) set_up(ops);
+    if (m_active.empty()) {  // neighbours on no side: nothing to move
+      stats.exchanges += 1;
+      return;
+    }
     const u64 epoch = ++m_epoch;
-    const GridArgs a{views_for(field),
-                     m_rank,
-                     epoch,
-                     static_cast<u64>(m_timeout_seconds * 1e9),
-                     m_errors.sink(),
-                     m_same_gpu ? 0 : 1};
-    const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(ops.size()));
+    GridArgs a{views_for(field),
+               m_rank,
+               epoch,
+               static_cast<u64>(m_timeout_seconds * 1e9),
+               m_errors.sink(),
+               m_same_gpu ? 0 : 1};
+    for (std::size_t y = 0; y < m_active.size(); ++y) a.active[y] = m_active[y];
+    const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(m_active.size()));
     if (m_puts)
       launch_grid_with_puts(grid, a, static_cast<char*>(field), stream);
     else
@@ -227,6 +232,11 @@ class GridFusedTransport final : public Transport {
       }
     }
     m_ops = &ops;
+    m_active.clear();
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].send_rank >= 0 || ops[i].recv_rank >= 0)
+        m_active.push_back(static_cast<unsigned char>(i));
+    }
     m_puts = std::any_of(m_host_views.begin(), m_host_views.end(),
                          [](const GridOpView& v) { return v.dest_pe >= 0 || v.source_pe >= 0; });
     // Every block of every op spins at some point: all must be resident at once, with the GPU
@@ -242,9 +252,9 @@ class GridFusedTransport final : public Transport {
     }
     const double resident = gpu_share(m_comm) * sms * per_sm;
     const int fit =
-        static_cast<int>(resident / static_cast<double>(std::max<std::size_t>(1, ops.size())));
+        static_cast<int>(resident / static_cast<double>(std::max<std::size_t>(1, m_active.size())));
     if (fit < 1) {
-      throw Error("halox: " + m_name + ": " + std::to_string(ops.size()) +
+      throw Error("halox: " + m_name + ": " + std::to_string(m_active.size()) +
                   " faces do not fit on the GPU at once; use staged");
     }
     m_blocks = std::min(128, fit);
@@ -340,7 +350,8 @@ class GridFusedTransport final : public Transport {
   u64* m_counters = nullptr;
   u64 m_epoch = 0;
   int m_blocks = 1;
-  bool m_puts = false;  // some op reaches its peer by NVSHMEM puts
+  std::vector<unsigned char> m_active;  // the ops that send or receive (GridArgs::active)
+  bool m_puts = false;                  // some op reaches its peer by NVSHMEM puts
   ErrorChannel m_errors;
 };
 

@@ -15,7 +15,6 @@
 
 namespace halox::detail::fused_grid {
 
-
 constexpr int kMaxGridOps = kMaxPulses;
 
 // Signal slots at the start of a rank's block. One writer per slot.
@@ -59,6 +58,9 @@ struct GridArgs {
   u64 timeout_ns;
   ErrorSink error;
   int system_scope;
+  // The exchange kernel's grid row y moves op active[y]: ops that neither send nor receive
+  // (no neighbour on that side) get no blocks, which leaves the resident blocks to the others.
+  unsigned char active[kMaxGridOps] = {};
 };
 
 // Counts this block's unpack (or copy) of op v's face in, once all its threads are done.
@@ -108,7 +110,7 @@ __device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* fi
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
 template <bool PUTS>
 __global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* field) {
-  const int op = static_cast<int>(blockIdx.y);
+  const int op = a.active[blockIdx.y];
   const GridOpView& v = a.views[op];
   const bool to_myself = v.send_rank == a.rank && v.recv_rank == a.rank;
   if (!to_myself && v.recv_rank >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {

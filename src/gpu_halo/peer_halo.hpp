@@ -65,8 +65,9 @@ class PeerBlocks {
   cudaIpcMemHandle_t m_handle{};  // of the block last published (ipc)
 };
 
-/// How much of its GPU this process's spinning kernels may use: 1 / (processes of this node
-/// on the same GPU). Collective.
+/// How much of the GPU it reads (SM count) this process's spinning kernels may use: 1 /
+/// (processes of this node on the same GPU), or under an MPS thread percentage, which already
+/// shrinks what it reads, 80% of its part of that. Collective.
 double gpu_share(MPI_Comm comm);
 
 class PeerHalo {

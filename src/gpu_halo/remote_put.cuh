@@ -35,8 +35,8 @@ __device__ __forceinline__ void remote_signal(u64* slot, u64 value, int pe) {
 /// `remote` on PE `pe` and then sets `signal` there to `value`, all of its threads taking
 /// part. Data is delivered before the signal (NVSHMEM's put-with-signal).
 __device__ __forceinline__ void put_when_packed(u64* packed, int blocks, void* remote,
-                                                const void* local, std::size_t bytes,
-                                                u64* signal, u64 value, int pe) {
+                                                const void* local, std::size_t bytes, u64* signal,
+                                                u64 value, int pe) {
   // System scope: the other blocks' stores must be visible to whatever reads `local` for the
   // put (this block's threads through NVLink, or a NIC).
   if (!last_block(packed, blocks, true)) return;
@@ -51,8 +51,8 @@ __device__ __forceinline__ void put_when_packed(u64* packed, int blocks, void* r
 
 /// The self-test's probe to a peer reached by puts: its words one by one, then (ordered
 /// after them by nvshmem_fence) the signal. One thread.
-__device__ __forceinline__ void put_probe(u64* payload, const u64 (&words)[kProbeWords], u64* signal,
-                                          u64 value, int pe) {
+__device__ __forceinline__ void put_probe(u64* payload, const u64 (&words)[kProbeWords],
+                                          u64* signal, u64 value, int pe) {
 #ifdef HALOX_DEVICE_PUTS
   for (int w = 0; w < kProbeWords; ++w) {
     nvshmem_uint64_p(reinterpret_cast<uint64_t*>(payload) + w, words[w], pe);

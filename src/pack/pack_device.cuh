@@ -153,24 +153,30 @@ __device__ __forceinline__ const DeviceDesc& piece_of(const DevicePackView& v, l
 // thread's first word, stride = the threads that share the face): pack (field at the send type
 // -> staging), unpack (staging -> field at the receive type) or, for a message to this rank
 // itself, copy (field at the send type -> field at the receive type; word g is the same
-// packed word in both). Each thread reads kBatch words before it writes any, so that kBatch
-// reads are in flight per thread: the launch is capped to stay resident, and a face of
-// scattered 4-byte words (an x face: one DRAM sector per word) is latency-bound otherwise.
+// packed word in both). Each thread reads BATCH words before it writes any, so that BATCH
+// reads are in flight per thread: the fused exchanges' launches are capped to stay resident,
+// and a face of small words is latency-bound otherwise. With 4 in flight for every size, a
+// fused exchange of a 4 MiB face on the H200 took 390 us in 4-byte words, 212 in 8-byte and
+// 116 in 16-byte ones (docs/PERFORMANCE.md): bound by words in flight, not bytes. So words
+// under 8 bytes get 8 in flight (16 would raise the grid kernel from 48 to 80 registers, and
+// cost resident blocks).
 enum class Move { pack, unpack, copy };
 constexpr int kBatch = 4;
+template <int W>
+constexpr int kBatchFor = W >= 8 ? 4 : 8;
 // I: the index type of the word arithmetic (unsigned while every piece has fewer than 2^32
 // words, as the exchanges' faces do; std::int64_t otherwise).
-template <int W, Move M, class I = unsigned>
+template <int W, Move M, class I = unsigned, int BATCH = kBatchFor<W>>
 __device__ __forceinline__ void move_face(const DevicePackView& from, const DevicePackView& to,
                                           long long first, long long end, long long stride,
                                           const char* src, char* dst) {
   using Word = typename WordOf<W>::type;
   const DevicePackView& v = M == Move::unpack ? to : from;  // the typed side that counts words
-  for (long long base = first; base < end; base += kBatch * stride) {
-    Word word[kBatch];
-    std::int64_t write[kBatch];
+  for (long long base = first; base < end; base += BATCH * stride) {
+    Word word[BATCH];
+    std::int64_t write[BATCH];
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
+    for (int k = 0; k < BATCH; ++k) {
       const long long g = base + k * stride;
       write[k] = 0;
       if (g < end) {
@@ -187,7 +193,7 @@ __device__ __forceinline__ void move_face(const DevicePackView& from, const Devi
       }
     }
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
+    for (int k = 0; k < BATCH; ++k) {
       // Not a sentinel offset: a general type's byte offsets may be negative (MPI lower bounds).
       if (base + k * stride < end) *reinterpret_cast<Word*>(dst + write[k]) = word[k];
     }
