@@ -241,8 +241,12 @@ int main(int argc, char** argv) {
         }
         if (devices[a] == devices[b]) choice += "; one GPU: needs MPS, no nccl";
       } else {
-        choice =
-            HALOX_HAS_NVSHMEM ? "nvshmem-stream (put-with-signal)" : "staged/pipelined by size";
+        choice = HALOX_HAS_NVSHMEM
+                     ? "nvshmem-fused (put-with-signal from the fused kernel)" +
+                           (direct_until > 0 ? " below " + std::to_string(direct_until) +
+                                                   " bytes per message, nvshmem-stream from there"
+                                             : std::string())
+                     : "staged/pipelined by size";
       }
       table.emplace_back("ranks " + std::to_string(a) + "-" + std::to_string(b), choice);
       pairs << (pairs.tellp() > 1 ? ", " : "") << "{\"a\": " << a << ", \"b\": " << b

@@ -28,7 +28,9 @@ namespace halox {
 ///  - ipc-pulse, ipc-fused, nvshmem-pulse, nvshmem-fused: GPU-initiated (gpu_halo.hpp):
 ///                the neighbours' buffers are mapped (CUDA IPC, or NVSHMEM's symmetric heap
 ///                and nvshmem_ptr); fused kernels store straight into them, one kernel per
-///                pulse or one for all pulses; no host waits. Grid halos: one fused kernel
+///                pulse or one for all pulses; no host waits. nvshmem-*: a neighbour that
+///                nvshmem_ptr cannot map (another node) gets its data by put-with-signal
+///                from the same kernels instead, link by link. Grid halos: one fused kernel
 ///                for all stages (pack into the neighbour's staging, signal, wait, unpack;
 ///                a later stage's faces wait on the device for the earlier stages'
 ///                unpacks) for all four (docs/gpu-initiated.md).
@@ -36,8 +38,10 @@ namespace halox {
 ///                (rank 0) with the reason: every neighbour on this node -> direct stores
 ///                (ipc-fused, particles and grids), unless halox-tune measured NVSHMEM's
 ///                copy-engine puts to win from a message size the exchange reaches (the
-///                tuning file's "direct_until_bytes"); otherwise NVSHMEM put-with-signal
-///                (nvshmem-stream) when built in; otherwise staged below and pipelined above
+///                tuning file's "direct_until_bytes"), then nvshmem-stream; neighbours on
+///                other nodes with NVSHMEM built in -> nvshmem-fused (direct stores to this
+///                node's peers, put-with-signal to the others) below that size, nvshmem-stream
+///                above it; otherwise staged below and pipelined above
 ///                the message size where halox-tune measured pipelining to win (the
 ///                "pipelined_from_bytes" of the tuning file). One choice per exchange, made
 ///                for its slowest link class.

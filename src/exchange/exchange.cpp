@@ -196,7 +196,8 @@ class TransportChooser {
     // On one node: direct stores (measured on the H200, docs/PERFORMANCE.md: the MD halo
     // 3.5-5.4x staged's, the LBM with 2 processes on one GPU 1.2-1.8x nvshmem-stream's
     // MLUPS), unless halox-tune measured NVSHMEM's copy-engine puts to win from a message
-    // size this exchange reaches (between two H200s: about 4 MB in pingpong).
+    // size this exchange reaches (4 MiB on one H200 shared by 2 processes; about 4 MB
+    // between two H200s in pingpong).
     const std::int64_t direct_until = tuned_direct_until_bytes();
     const bool copy_engine = HALOX_HAS_NVSHMEM && direct_until > 0 && most >= direct_until;
     if (all_local && !copy_engine) {
@@ -213,9 +214,22 @@ class TransportChooser {
       why = "every neighbour is on this node, largest message " + std::to_string(most) +
             " bytes >= the measured crossover of " + std::to_string(direct_until) +
             " bytes from which NVSHMEM's copy-engine puts beat direct stores";
+    } else if (HALOX_HAS_NVSHMEM && !copy_engine) {
+      // Per link inside one kernel: nvshmem_ptr maps this node's peers (direct stores), the
+      // others get put-with-signal from the fused kernel (seed 003: GPU-initiated for the
+      // small, frequent messages of a halo). Not measured across nodes: one node here.
+      kind = TransportKind::nvshmem_fused;
+      why =
+          "neighbours on other nodes: one fused kernel, direct stores to this node's peers "
+          "and NVSHMEM put-with-signal to the others, no host waits; " +
+          (direct_until > 0 ? "largest message " + std::to_string(most) + " bytes < " +
+                                  std::to_string(direct_until) + " (the measured crossover)"
+                            : std::string("crossover not measured (halox-tune)"));
     } else if (HALOX_HAS_NVSHMEM) {
       kind = TransportKind::nvshmem_stream;
-      why = "neighbours on other nodes: NVSHMEM put-with-signal on the stream, no host waits";
+      why = "neighbours on other nodes, largest message " + std::to_string(most) +
+            " bytes >= the measured crossover of " + std::to_string(direct_until) +
+            " bytes: NVSHMEM put-with-signal on the stream (copy engine or NIC), no host waits";
     } else {
       const std::int64_t from = tuned_pipelined_from_bytes();
       kind = most >= from ? TransportKind::pipelined : TransportKind::staged;
