@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "../common/cuda_check.hpp"
 #include "../trace/device_trace.hpp"
@@ -50,26 +51,26 @@ const char* kind_name(int kind) {
   return "?";
 }
 
-template <class T>
-class DeviceArray {
+// Device bytes that keep their allocation when new contents fit (a new plan after every
+// neighbour search: cudaFree would wait for the whole device each time).
+class DeviceBytes {
  public:
-  ~DeviceArray() { cudaFree(m_ptr); }
-  T* get() const { return m_ptr; }
-  // Keeps its allocation when the new contents fit (a new plan after every neighbour
-  // search: cudaFree would wait for the whole device each time).
-  void assign(const std::vector<T>& host) {
-    if (host.size() > m_capacity) {
+  ~DeviceBytes() { cudaFree(m_ptr); }
+  char* get() const { return m_ptr; }
+  // Room for `bytes` (the old contents are dropped); the address to build pointers into.
+  char* reserve(std::size_t bytes) {
+    if (bytes > m_capacity) {
       cudaFree(m_ptr);
       m_ptr = nullptr;
       m_capacity = 0;
-      HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, host.size() * sizeof(T)));
-      m_capacity = host.size();
+      HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, bytes));
+      m_capacity = bytes;
     }
-    if (!host.empty()) detail::copy_to_device_now(m_ptr, host.data(), host.size() * sizeof(T));
+    return m_ptr;
   }
 
  private:
-  T* m_ptr = nullptr;
+  char* m_ptr = nullptr;
   std::size_t m_capacity = 0;
 };
 
@@ -86,9 +87,10 @@ struct DeviceHalo::Impl {
   std::vector<char*> blocks;        // per local rank: Slots + staging
   std::vector<long long> capacity;  // bytes of each block
   std::vector<PeerBlock> published;
-  DeviceArray<int> indices;  // every pulse's index lists, one upload per plan
-  DeviceArray<PulseView> views;
-  DeviceArray<RankTable> tables;
+  // The views, the rank tables and every pulse's index lists, one upload per plan.
+  DeviceBytes plan_data;
+  const PulseView* views = nullptr;
+  const RankTable* tables = nullptr;
   ErrorChannel errors;
   u64 fwd_epoch = 0, rev_epoch = 0, probe_epoch = 0;
   int grid_blocks = 1;
@@ -113,8 +115,8 @@ struct DeviceHalo::Impl {
 
   LaunchArgs args(int first_pulse, u64 epoch) const {
     LaunchArgs a{};
-    a.views = views.get();
-    a.tables = tables.get();
+    a.views = views;
+    a.tables = tables;
     a.npulses = npulses;
     a.first_pulse = first_pulse;
     a.blocks = grid_blocks;
@@ -291,8 +293,9 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   Impl& m = *m_impl;
   std::vector<PulseView> views;
   std::vector<RankTable> tables;
-  // Every pulse's index lists go into one array, uploaded at once (one host wait per plan,
-  // not four per pulse); the views get their places in it now and pointers after.
+  // Every pulse's index lists go into one array, uploaded with the views and the tables in
+  // one copy (one host wait per plan, not three); the views get their places in it now and
+  // pointers after.
   std::vector<int> ints;
   struct Places {
     std::size_t send_index, rev_order, fwd_source, fwd_shifts, rev_extra_start, rev_extra;
@@ -395,9 +398,15 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       views.push_back(v);
     }
   }
-  m.indices.assign(ints);
+  // One copy (one host wait) for the views, the tables and the index lists: [views][tables]
+  // [ints], the views pointing into the ints.
+  auto round_up = [](std::size_t n) { return (n + 255) / 256 * 256; };
+  const std::size_t views_bytes = round_up(views.size() * sizeof(PulseView));
+  const std::size_t tables_bytes = round_up(tables.size() * sizeof(RankTable));
+  const std::size_t total = views_bytes + tables_bytes + ints.size() * sizeof(int);
+  char* uploaded = m.plan_data.reserve(total);
   for (std::size_t i = 0; i < views.size(); ++i) {
-    const int* base = m.indices.get();
+    const int* base = reinterpret_cast<const int*>(uploaded + views_bytes + tables_bytes);
     views[i].send_index = base + places[i].send_index;
     views[i].rev_order = base + places[i].rev_order;
     views[i].fwd_source = base + places[i].fwd_source;
@@ -407,8 +416,14 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   }
   m.puts = std::any_of(views.begin(), views.end(),
                        [](const PulseView& v) { return v.dest_pe >= 0 || v.source_pe >= 0; });
-  m.views.assign(views);
-  m.tables.assign(tables);
+  static_assert(std::is_trivially_copyable_v<PulseView> && std::is_trivially_copyable_v<RankTable>);
+  std::vector<char> host(total);
+  std::memcpy(host.data(), views.data(), views.size() * sizeof(PulseView));
+  std::memcpy(host.data() + views_bytes, tables.data(), tables.size() * sizeof(RankTable));
+  std::memcpy(host.data() + views_bytes + tables_bytes, ints.data(), ints.size() * sizeof(int));
+  if (total > 0) detail::copy_to_device_now(uploaded, host.data(), total);
+  m.views = reinterpret_cast<const PulseView*>(uploaded);
+  m.tables = reinterpret_cast<const RankTable*>(uploaded + views_bytes);
   // Blocks per (rank, pulse): every spinning block of every rank sharing the GPU must be
   // resident at once, so the grid is sized from the occupancy calculator.
   int device = 0, sms = 0, per_sm = 0;
