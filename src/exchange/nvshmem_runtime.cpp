@@ -77,4 +77,8 @@ void* symmetric_peer_pointer(void* p, int pe) {
   return nvshmem_ptr(p, pe);
 }
 
+bool symmetric_reachable(int pe) {
+  return nvshmem_team_translate_pe(NVSHMEM_TEAM_WORLD, pe, NVSHMEM_TEAM_SHARED) >= 0;
+}
+
 }  // namespace halox::detail

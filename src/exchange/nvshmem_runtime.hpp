@@ -19,5 +19,8 @@ void* symmetric_alloc(std::int64_t bytes);
 void symmetric_free(void* p);
 /// nvshmem_ptr: a load/store pointer to `p` on `pe`, or null when not reachable.
 void* symmetric_peer_pointer(void* p, int pe);
+/// Whether nvshmem_ptr reaches `pe` (it is in NVSHMEM_TEAM_SHARED), known before any
+/// allocation. NVSHMEM must be initialised.
+bool symmetric_reachable(int pe);
 
 }  // namespace halox::detail

@@ -26,5 +26,8 @@ inline void symmetric_free(void*) {}
 inline void* symmetric_peer_pointer(void*, int) {
   no_nvshmem();
 }
+inline bool symmetric_reachable(int) {
+  no_nvshmem();
+}
 }  // namespace halox::detail
 #endif

@@ -56,7 +56,6 @@ const char* kind_name(int kind) {
 class DeviceBytes {
  public:
   ~DeviceBytes() { cudaFree(m_ptr); }
-  char* get() const { return m_ptr; }
   // Room for `bytes` (the old contents are dropped); the address to build pointers into.
   char* reserve(std::size_t bytes) {
     if (bytes > m_capacity) {
@@ -210,6 +209,12 @@ PeerBlock layout(const ParticlePlan& plan, int npulses, int item, bool send_stag
 }
 
 }  // namespace
+
+std::int64_t DeviceHalo::block_bytes(const ParticlePlan& plan) const {
+  long long bytes = 0;
+  layout(plan, static_cast<int>(plan.pulses.size()), m_impl->item, m_impl->put_staging, bytes);
+  return bytes + bytes / 4;
+}
 
 bool DeviceHalo::fits(const std::vector<const ParticlePlan*>& plans) const {
   const Impl& m = *m_impl;

@@ -50,13 +50,16 @@ class DeviceHalo {
   /// the counters of the peers must stay in step.
   bool allocate(const std::vector<int>& ranks, const std::vector<const ParticlePlan*>& plans,
                 bool keep_if_fits = false);
+  /// The block one rank's plan needs, headroom included (send staging as set).
+  std::int64_t block_bytes(const ParticlePlan& plan) const;
   /// Whether these plans fit the current blocks (never after a recorded time-out: the
   /// signals are then out of step, and only new, zeroed blocks recover).
   bool fits(const std::vector<const ParticlePlan*>& plans) const;
   /// The block of local rank k (to publish to peers).
   PeerBlock block(int k) const;
-  /// Blocks get send staging too, for peers reached by put-with-signal (NVSHMEM blocks):
-  /// at most twice the halo bytes in all. Call before allocate().
+  /// Blocks get send staging too, for peers reached by put-with-signal (NVSHMEM blocks, only
+  /// when some neighbour is): about twice the halo bytes in all. Call before fits() and
+  /// allocate().
   void set_put_staging(bool on);
   /// Signals and fences at system scope (a peer on another GPU) or GPU scope (every peer
   /// on this GPU: cheaper). Default: system.

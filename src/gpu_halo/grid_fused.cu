@@ -166,8 +166,9 @@ class GridFusedTransport final : public Transport {
       }
       ++m_stages.back().second;
     }
-    // My block: slots, then one staging area per op (what that op receives); NVSHMEM
-    // blocks also one per op for what it sends, packed there for a peer reached by puts.
+    // My block: slots, then one staging area per op (what that op receives); with NVSHMEM,
+    // one more per op whose receiver is reached by puts (another node, or nvshmem_puts), for
+    // what it packs and puts: at most twice the face bytes.
     BlockOffsets offsets{};
     std::vector<long long> send_offsets(ops.size(), 0);
     long long bytes = kGridSlotsBytes;
@@ -175,14 +176,19 @@ class GridFusedTransport final : public Transport {
       offsets[i] = bytes;
       bytes += (ops[i].recv_bytes + 255) / 256 * 256;
     }
-    for (std::size_t i = 0; i < ops.size() && symmetric(m_mapping); ++i) {
+    if (symmetric(m_mapping)) ensure_nvshmem(m_comm, 2 * bytes);  // collective, first use
+    auto by_puts = [&](int rank) {
+      return symmetric(m_mapping) && rank >= 0 && rank != m_rank &&
+             (m_mapping == Mapping::nvshmem_puts || !symmetric_reachable(rank));
+    };
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (!by_puts(ops[i].send_rank)) continue;
       send_offsets[i] = bytes;
       bytes += (ops[i].send_bytes + 255) / 256 * 256;
     }
     if (symmetric(m_mapping)) {
       long long most = 0;
       HALOX_MPI_CHECK(MPI_Allreduce(&bytes, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
-      ensure_nvshmem(m_comm, most);
       m_block = static_cast<char*>(symmetric_alloc(most));
     } else {
       HALOX_CUDA_CHECK(cudaMalloc(&m_block, static_cast<std::size_t>(bytes)));
@@ -217,6 +223,10 @@ class GridFusedTransport final : public Transport {
       if (v.send_rank >= 0) {
         char* dest = base_of(v.send_rank);
         v.dest_pe = v.send_rank == m_rank ? -1 : m_peers.put_pe(v.send_rank);
+        if (v.dest_pe >= 0 && send_offsets[i] == 0) {
+          throw Error("halox: " + m_name + ": rank " + std::to_string(v.send_rank) +
+                      " is reached by puts, but NVSHMEM's team of shared memory said otherwise");
+        }
         v.send_staging = m_block + send_offsets[i];
         v.send_bytes = ops[i].send_bytes;
         v.dest = reinterpret_cast<GridSlots*>(dest);

@@ -124,10 +124,10 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
 PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real, GpuHaloOptions options)
     : m_comm(comm),
       m_rank(rank),
+      m_mapping(mapping),
       m_halo(std::make_unique<DeviceHalo>(real, options, gpu_share(comm))),
       m_peers(comm, rank, mapping) {
   if (symmetric(mapping)) {
-    m_halo->set_put_staging(true);
     // Symmetric blocks: every PE allocates the largest size any PE needs (collective).
     m_halo->set_allocator(
         [this](std::int64_t bytes) {
@@ -147,6 +147,15 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
     for (int n : {p.header.send_rank, p.header.recv_rank}) {
       if (n >= 0 && n != m_rank) neighbours.insert(n);
     }
+  }
+  if (symmetric(m_mapping)) {
+    // NVSHMEM up (collective on first use; the heap from this plan, room for send staging)
+    // before deciding whether any neighbour is reached by puts: only then do the blocks
+    // carry send staging, so that direct stores keep to the halo bytes plus headroom.
+    ensure_nvshmem(m_comm, 2 * m_halo->block_bytes(plan));
+    bool puts = m_mapping == Mapping::nvshmem_puts;
+    for (int n : neighbours) puts = puts || !symmetric_reachable(n);
+    m_halo->set_put_staging(puts);
   }
   // Every rank's new plan fits its current block (the usual case after a neighbour search):
   // the blocks stay where they are, the peers' mappings stay valid and the signals run on.

@@ -82,6 +82,7 @@ class PeerHalo {
  private:
   MPI_Comm m_comm;
   int m_rank;
+  Mapping m_mapping;
   std::unique_ptr<DeviceHalo> m_halo;
   PeerBlocks m_peers;          // declared after m_halo: unmapped before the blocks are freed
   std::set<int> m_neighbours;  // of the last plan: the links the self-test last checked
