@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -20,6 +21,7 @@
 #include "halox/device.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
+#include "halox/gpu_halo.hpp"
 #include "halox/plan.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
@@ -331,6 +333,70 @@ TEST(ParticleHalo, RanksThatDisagreeOnTheCutoffAreCaughtNotHung) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("disagree on the cutoff"), std::string::npos) << e.what();
   }
+}
+
+// The GPU-initiated transports across processes: rank 1 stops exchanging (as if it had
+// stalled); rank 0's device-side waits run out of time, and its next exchange throws an
+// error that names both ranks, for particles and for grids, instead of hanging. With
+// HALOX_NVSHMEM_PUTS=1 the waits are those of the put-with-signal path.
+TEST(Transports, AStalledRankBecomesAnErrorNamingItNotAHang) {
+  const TransportKind t = test_transport();
+  if (t != TransportKind::ipc_pulse && t != TransportKind::ipc_fused &&
+      t != TransportKind::nvshmem_pulse && t != TransportKind::nvshmem_fused) {
+    GTEST_SKIP() << "GPU-initiated transports only";
+  }
+  if (world_size() != 2) GTEST_SKIP() << "two ranks";
+#if HALOX_HAS_CUDA
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {2, 1, 1});
+  const World w = make_world(halox::testing::test_seed("Transports.Stall", 0), 900);
+  std::vector<double> xyz;
+  std::vector<int> ids;
+  home_of(w, topology, topology.rank(), ids, xyz);
+  const ParticlePlan particles = build_particle_plan(topology, w.box, 2.6, xyz);
+  const GridPlan grid = build_grid_plan(topology, {8, 6, 4}, 1, Datatype::of<float>().commit());
+  ExchangeOptions options{t};
+  options.timeout_seconds = 0.3;
+  ParticleExchange particle_exchange(topology, particles, BasicKind::float64, options);
+  GridExchange grid_exchange(topology, grid, options);
+  void* x = nullptr;
+  void* field = nullptr;
+  const std::size_t field_bytes = 10 * 8 * 6 * sizeof(float);
+  ASSERT_EQ(cudaMalloc(&x, xyz.size() * sizeof(double)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&field, field_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(x, xyz.data(), xyz.size() * sizeof(double), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemset(field, 1, field_bytes), cudaSuccess);
+  // Both ranks once: the plans set up and self-tested.
+  particle_exchange.forward(x, nullptr);
+  grid_exchange.exchange(field, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::string particle_error, grid_error;
+  if (world_rank() == 0) {
+    particle_exchange.forward(x, nullptr);
+    grid_exchange.exchange(field, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the kernels gave up, no hang
+    try {
+      particle_exchange.forward(x, nullptr);
+    } catch (const HaloTimeoutError& e) {
+      particle_error = e.what();
+    }
+    try {
+      grid_exchange.exchange(field, nullptr);
+    } catch (const HaloTimeoutError& e) {
+      grid_error = e.what();
+    }
+    for (const std::string& m : {particle_error, grid_error}) {
+      EXPECT_NE(m.find("rank 0 timed out"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank 1"), std::string::npos) << m;
+    }
+    std::printf("GPU: stalled rank reported (particles): %s\nGPU: (grids): %s\n",
+                particle_error.c_str(), grid_error.c_str());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  cudaFree(x);
+  cudaFree(field);
+#endif
 }
 
 TEST(ParticleHalo, BadCutoffIsRefusedOnEveryRank) {
