@@ -174,6 +174,32 @@ __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, 
   return true;
 }
 
+// Protocol step 4, once this block's part of the pack is in `out`: the destination learns
+// it, by a share of its data signal per block, or (a peer reached by puts, `pe` >= 0) by one
+// put-with-signal of the whole staging from the last block to finish.
+template <class Real, bool PUTS>
+__device__ __forceinline__ void send_packed(const LaunchArgs& a, int pe, u64* packed, char* remote,
+                                            const char* stage, int items, u64* data, bool sys) {
+  if (PUTS && pe >= 0) {
+    put_when_packed(packed, a.blocks, remote, stage,
+                    3 * sizeof(Real) * static_cast<std::size_t>(items), data, data_signal(a.epoch),
+                    pe);
+  } else {
+    add_data_share(data, static_cast<int>(blockIdx.x), a.blocks, sys);
+  }
+}
+
+// Protocol step 5's wait (every thread of the block calls it), traced: false when it timed out.
+__device__ inline bool wait_for_data(const LaunchArgs& a, const PulseView& v, int p, int direction,
+                                     const u64* slot, int peer, int kind, bool sys) {
+  record(a, v.rank, p, trace_data_begin, direction);
+  if (!block_wait(slot, data_signal(a.epoch), a.timeout_ns, a.error, v.rank, peer, p, kind, sys))
+    return false;
+  record(a, v.rank, p, trace_data_end, direction);
+  record(a, v.rank, p, trace_unpack_begin, direction);
+  return true;
+}
+
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
 template <class Real, bool PUTS>
 __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
@@ -229,23 +255,12 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
       }
     }
     record(a, v.rank, p, trace_pack_end, 0);
-    if (PUTS && v.dest_pe >= 0) {
-      put_when_packed(&v.mine->fwd_packed[p], a.blocks, v.fwd_out, v.fwd_stage,
-                      3 * sizeof(Real) * static_cast<std::size_t>(v.n_send), v.fwd_out_data,
-                      data_signal(a.epoch), v.dest_pe);
-    } else {
-      add_data_share(v.fwd_out_data, b, a.blocks, sys);
-    }
+    send_packed<Real, PUTS>(a, v.dest_pe, &v.mine->fwd_packed[p], v.fwd_out, v.fwd_stage, v.n_send,
+                            v.fwd_out_data, sys);
     record(a, v.rank, p, trace_signal, 0);
   }
   if (v.recv_rank >= 0) {
-    record(a, v.rank, p, trace_data_begin, 0);
-    if (!block_wait(v.fwd_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank, v.recv_rank,
-                    p, fwd_data, sys)) {
-      return;
-    }
-    record(a, v.rank, p, trace_data_end, 0);
-    record(a, v.rank, p, trace_unpack_begin, 0);
+    if (!wait_for_data(a, v, p, 0, v.fwd_in_data, v.recv_rank, fwd_data, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.fwd_in);
     const double zero[3] = {0, 0, 0};
     for (int k = first; k < v.n_recv; k += stride) {
@@ -312,23 +327,12 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
       }
     }
     record(a, v.rank, p, trace_pack_end, 1);
-    if (PUTS && v.source_pe >= 0) {
-      put_when_packed(&v.mine->rev_packed[p], a.blocks, v.rev_out, v.rev_stage,
-                      3 * sizeof(Real) * static_cast<std::size_t>(v.n_recv), v.rev_out_data,
-                      data_signal(a.epoch), v.source_pe);
-    } else {
-      add_data_share(v.rev_out_data, b, a.blocks, sys);
-    }
+    send_packed<Real, PUTS>(a, v.source_pe, &v.mine->rev_packed[p], v.rev_out, v.rev_stage,
+                            v.n_recv, v.rev_out_data, sys);
     record(a, v.rank, p, trace_signal, 1);
   }
   if (v.send_rank >= 0) {
-    record(a, v.rank, p, trace_data_begin, 1);
-    if (!block_wait(v.rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank, v.send_rank,
-                    p, rev_data, sys)) {
-      return;
-    }
-    record(a, v.rank, p, trace_data_end, 1);
-    record(a, v.rank, p, trace_unpack_begin, 1);
+    if (!wait_for_data(a, v, p, 1, v.rev_in_data, v.send_rank, rev_data, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.rev_in);
     // Home items only: the forwarded ones' forces are summed by the pulse that received them.
     for (int k = first; k < v.first_forwarded; k += stride) {
