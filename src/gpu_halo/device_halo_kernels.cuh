@@ -6,8 +6,9 @@
 // blocks), so the direct-store kernels never pay for them. Include only from CUDA sources.
 //
 // GPU-initiated particle halo: the fused kernels, written once against a small device view
-// of each pulse's channel (direct pointers into the peers' blocks, signal slots), used by
-// the local and the IPC transports.
+// of each pulse's channel (direct pointers into the peers' blocks, or symmetric addresses
+// and a PE for puts; signal slots), used by the local, IPC and NVSHMEM transports. A peer
+// reached by puts gets steps 3-4 as: pack into my send staging, then one put-with-signal.
 //
 // Protocol per pulse and direction, with e = the exchange's counter (never reset):
 //   1. tell my source that my staging area is free    (release store e into its slot)
