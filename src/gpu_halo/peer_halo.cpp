@@ -11,6 +11,7 @@
 
 #include "../exchange/nvshmem_runtime_stub.hpp"
 #include "../plan/collective.hpp"
+#include "gpu_share.hpp"
 #include "halox/mpi.hpp"
 
 namespace halox::detail {
@@ -37,16 +38,8 @@ double gpu_share(MPI_Comm comm) {
   MPI_Comm_free(&node);
   int same = 0;
   for (int d : devices) same += d == device;
-  same = std::max(1, same);
-  // Under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = p, the SM count this process reads is
-  // already p% of the GPU's: its fair part of what it reads is 100 / (p * processes), not
-  // 1 / processes (which counted the split twice and left half the blocks unused). Kept at
-  // 80% of that: the processes' spinning blocks must all be resident, and MPS places them on
-  // SMs the others may partly fill.
   const char* percent = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
-  const double p = percent ? std::atof(percent) : 0;
-  if (p > 0 && p < 100) return std::min(1.0, 0.8 * 100.0 / (p * same));
-  return 1.0 / same;
+  return gpu_share_of(same, percent ? std::atof(percent) : 0);
 }
 
 PeerBlocks::PeerBlocks(MPI_Comm comm, int rank, Mapping mapping)
