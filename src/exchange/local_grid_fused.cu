@@ -86,6 +86,8 @@ __global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
       const char* src = a.field[f.from];
       char* dst = a.field[f.to];
       const long long me = first + threadIdx.x;
+      // kBatch words in flight whatever the word size: a tile is sized for that (kTileWords),
+      // and this kernel's many blocks are not capped to stay resident.
       switch (f.word) {
         case 16:
           move_face<16, Move::copy, unsigned, kBatch>(f.send, f.recv, me, end, blockDim.x, src,
