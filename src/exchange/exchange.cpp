@@ -200,20 +200,21 @@ class TransportChooser {
     // between two H200s in pingpong).
     const std::int64_t direct_until = tuned_direct_until_bytes();
     const bool copy_engine = HALOX_HAS_NVSHMEM && direct_until > 0 && most >= direct_until;
+    // The size rule, said once for every branch that follows it.
+    const std::string crossover =
+        direct_until > 0
+            ? "largest message " + std::to_string(most) + " bytes " + (copy_engine ? ">=" : "<") +
+                  " the measured crossover of " + std::to_string(direct_until) +
+                  " bytes from which NVSHMEM's copy-engine puts beat direct stores"
+            : std::string("direct-store crossover not measured (halox-tune)");
     if (all_local && !copy_engine) {
       kind = TransportKind::ipc_fused;
       why = std::string("every neighbour is on this node: one fused kernel ") +
             (particle ? "for every pulse" : "for every face of every stage") +
-            " stores straight into their buffers (CUDA IPC), no host waits; " +
-            (direct_until > 0 ? "largest message " + std::to_string(most) +
-                                    " bytes < the measured direct-store crossover of " +
-                                    std::to_string(direct_until) + " bytes"
-                              : std::string("direct-store crossover not measured (halox-tune)"));
+            " stores straight into their buffers (CUDA IPC), no host waits; " + crossover;
     } else if (all_local) {
       kind = TransportKind::nvshmem_stream;
-      why = "every neighbour is on this node, largest message " + std::to_string(most) +
-            " bytes >= the measured crossover of " + std::to_string(direct_until) +
-            " bytes from which NVSHMEM's copy-engine puts beat direct stores";
+      why = "every neighbour is on this node; " + crossover;
     } else if (HALOX_HAS_NVSHMEM && !copy_engine) {
       // Per link inside one kernel: nvshmem_ptr maps this node's peers (direct stores), the
       // others get put-with-signal from the fused kernel (seed 003: GPU-initiated for the
@@ -222,14 +223,13 @@ class TransportChooser {
       why =
           "neighbours on other nodes: one fused kernel, direct stores to this node's peers "
           "and NVSHMEM put-with-signal to the others, no host waits; " +
-          (direct_until > 0 ? "largest message " + std::to_string(most) + " bytes < " +
-                                  std::to_string(direct_until) + " (the measured crossover)"
-                            : std::string("crossover not measured (halox-tune)"));
+          crossover;
     } else if (HALOX_HAS_NVSHMEM) {
       kind = TransportKind::nvshmem_stream;
-      why = "neighbours on other nodes, largest message " + std::to_string(most) +
-            " bytes >= the measured crossover of " + std::to_string(direct_until) +
-            " bytes: NVSHMEM put-with-signal on the stream (copy engine or NIC), no host waits";
+      why =
+          "neighbours on other nodes: NVSHMEM put-with-signal on the stream (copy engine or "
+          "NIC), no host waits; " +
+          crossover;
     } else {
       const std::int64_t from = tuned_pipelined_from_bytes();
       kind = most >= from ? TransportKind::pipelined : TransportKind::staged;

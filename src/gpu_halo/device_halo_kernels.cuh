@@ -212,10 +212,7 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
   const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
   const bool sys = a.system_scope != 0;
   if (v.recv_rank >= 0 && !v.source_in_launch && b == 0 && threadIdx.x == 0) {
-    if (PUTS && v.source_pe >= 0)
-      remote_signal(v.fwd_src_ready, a.epoch, v.source_pe);
-    else
-      signal_release(v.fwd_src_ready, a.epoch, sys);
+    signal_peer<PUTS>(v.fwd_src_ready, a.epoch, v.source_pe, sys);
   }
   if (v.send_rank >= 0) {
     if (!wait_until_free(a, v, p, 0, v.dest_in_launch, v.fwd_in_ready, v.send_rank, fwd_ready,
@@ -283,10 +280,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
   if (v.send_rank >= 0 && !v.dest_in_launch && b == 0 && threadIdx.x == 0) {
-    if (PUTS && v.dest_pe >= 0)
-      remote_signal(v.rev_src_ready, a.epoch, v.dest_pe);
-    else
-      signal_release(v.rev_src_ready, a.epoch, sys);
+    signal_peer<PUTS>(v.rev_src_ready, a.epoch, v.dest_pe, sys);
   }
   if (v.recv_rank >= 0) {
     if (!wait_until_free(a, v, p, 1, v.source_in_launch, v.rev_in_ready, v.recv_rank, rev_ready,
@@ -357,10 +351,7 @@ __global__ void probe_kernel(LaunchArgs a) {
   auto send = [&](u64* payload, u64* signal, int put_pe) {
     const u64 words[kProbeWords] = {kProbeMagic, static_cast<u64>(v.rank), static_cast<u64>(p),
                                     a.epoch};
-    if (PUTS && put_pe >= 0)
-      put_probe(payload, words, signal, a.epoch, put_pe);
-    else
-      send_probe(payload, words, signal, a.epoch, true);
+    probe_peer<PUTS>(payload, words, signal, a.epoch, put_pe);
   };
   auto receive = [&](const u64* payload, const u64* signal, int from, int kind) {
     const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(from), static_cast<u64>(p),

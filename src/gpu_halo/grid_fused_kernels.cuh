@@ -114,10 +114,7 @@ __global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* fi
   const GridOpView& v = a.views[op];
   const bool to_myself = v.send_rank == a.rank && v.recv_rank == a.rank;
   if (!to_myself && v.recv_rank >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
-    if (PUTS && v.source_pe >= 0)
-      remote_signal(v.source_ready, a.epoch, v.source_pe);
-    else
-      signal_release(v.source_ready, a.epoch, a.system_scope != 0);
+    signal_peer<PUTS>(v.source_ready, a.epoch, v.source_pe, a.system_scope != 0);
   }
   // The edges and corners this face forwards: every block of the earlier stages' ops has
   // unpacked (each exchange adds gridDim.x per op).
@@ -146,10 +143,7 @@ __global__ void grid_probe_kernel(GridArgs a) {
   if (v.send_rank >= 0) {
     const u64 words[kProbeWords] = {kProbeMagic, static_cast<u64>(a.rank), static_cast<u64>(op),
                                     a.epoch};
-    if (PUTS && v.dest_pe >= 0)
-      put_probe(v.dest->probe[op], words, &v.dest->probe_signal[op], a.epoch, v.dest_pe);
-    else
-      send_probe(v.dest->probe[op], words, &v.dest->probe_signal[op], a.epoch, true);
+    probe_peer<PUTS>(v.dest->probe[op], words, &v.dest->probe_signal[op], a.epoch, v.dest_pe);
   }
   if (v.recv_rank >= 0) {
     const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(v.recv_rank), static_cast<u64>(op),

@@ -65,4 +65,24 @@ __device__ __forceinline__ void put_probe(u64* payload, const u64 (&words)[kProb
 #endif
 }
 
+/// The channel's two ways in one place, for the kernels' PUTS instantiations (false: never a
+/// put; pe < 0: the peer is stored to directly). Sets a peer's signal slot to `value`.
+template <bool PUTS>
+__device__ __forceinline__ void signal_peer(u64* slot, u64 value, int pe, bool sys) {
+  if (PUTS && pe >= 0)
+    remote_signal(slot, value, pe);
+  else
+    signal_release(slot, value, sys);
+}
+
+/// The self-test's probe to a peer, by stores or by puts.
+template <bool PUTS>
+__device__ __forceinline__ void probe_peer(u64* payload, const u64 (&words)[kProbeWords],
+                                           u64* signal, u64 value, int pe) {
+  if (PUTS && pe >= 0)
+    put_probe(payload, words, signal, value, pe);
+  else
+    send_probe(payload, words, signal, value, true);
+}
+
 }  // namespace halox::detail
