@@ -64,6 +64,7 @@ int local_halo_main(int argc, char** argv) {
   double density = 0.8442, cutoff = 2.5, skin = 0.3;
   std::string json, trace_file;
   int gpus = 1;
+  std::vector<bool> direct_modes = {true, false};  // GpuHaloOptions::direct_in_launch
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -73,11 +74,13 @@ int local_halo_main(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::printf(
           "usage: halox-bench halo-local [--ranks 2x2x2,3x3x3] [--atoms 32000] [--gpus 1]\n"
-          "                             [--json FILE] [--trace FILE]\n"
+          "                             [--in-launch direct,staged] [--json FILE] [--trace FILE]\n"
           "  LJ atoms (fcc, density 0.8442, halo distance cutoff 2.5 + skin 0.3) split over\n"
           "  R ranks in one process on one GPU (or spread over --gpus GPUs, consecutive ranks\n"
           "  sharing one); forward + reverse halo per step through the local engine (per-pulse\n"
-          "  and all-pulse fused kernels) vs one empty kernel launch.\n");
+          "  and all-pulse fused kernels) vs one empty kernel launch. --in-launch: between ranks\n"
+          "  of one launch, direct stores into the peers' arrays (the default) or staging with a\n"
+          "  signal and a wait per pulse (as between processes); --trace traces the first.\n");
       return 0;
     } else if (a == "--ranks") {
       grids.clear();
@@ -95,7 +98,19 @@ int local_halo_main(int argc, char** argv) {
       json = value();
     else if (a == "--trace")
       trace_file = value();
-    else
+    else if (a == "--in-launch") {
+      direct_modes.clear();
+      const std::string list = value();
+      for (std::size_t s = 0, e; s < list.size(); s = e + 1) {
+        e = list.find(',', s);
+        if (e == std::string::npos) e = list.size();
+        const std::string mode = list.substr(s, e - s);
+        if (mode != "direct" && mode != "staged")
+          throw Error("halox-bench halo-local: --in-launch takes direct and/or staged, not " +
+                      mode);
+        direct_modes.push_back(mode == "direct");
+      }
+    } else
       throw Error("halox-bench halo-local: unknown option " + a);
   }
   const int visible = visible_gpus();
@@ -120,8 +135,9 @@ int local_halo_main(int argc, char** argv) {
   cudaGetDeviceProperties(&prop, 0);
   std::printf("halox-bench halo-local: %d x %s, %s; one empty kernel launch: %.2f us\n", gpus,
               prop.name, today().c_str(), launch);
-  std::printf("%-8s %8s %10s %10s %-11s %9s %10s %10s %10s %8s\n", "ranks", "atoms", "atoms/rk",
-              "halo/rk", "kernels", "launches", "fwd us", "rev us", "step us", "x launch");
+  std::printf("%-8s %8s %10s %10s %-11s %-9s %9s %10s %10s %10s %8s %9s\n", "ranks", "atoms",
+              "atoms/rk", "halo/rk", "kernels", "in launch", "launches", "fwd us", "rev us",
+              "step us", "x launch", "q/launch");
   std::vector<Row> rows;
   for (const auto& grid : grids) {
     const Topology topology(parse_dims(grid), {true, true, true}, 0);
@@ -178,49 +194,59 @@ int local_halo_main(int argc, char** argv) {
     }
     BENCH_CUDA(cudaSetDevice(0));
     auto time = [&](auto&& f) { return median_over_gpus_us(devices, streams, 11, 100, f); };
-    for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
-      LocalParticleExchange exchange(topology, plans, BasicKind::float32, {kernels, 5.0, true, -1},
-                                     device_of);
-      const double fwd = time([&] { exchange.forward(x, streams); });
-      const double rev = time([&] { exchange.reverse(f, streams); });
-      const double step = time([&] {
-        exchange.forward(x, streams);
-        exchange.reverse(f, streams);
-      });
-      exchange.check();
-      const char* name = kernels == FusedKernels::all_pulses ? "all_pulses" : "per_pulse";
-      if (!trace_file.empty() && kernels == FusedKernels::all_pulses && grid == grids.front()) {
-        // Tracing overhead in the same run, then one traced step into the file.
-        trace::enable();
-        const double traced = time([&] {
+    for (std::size_t m = 0; m < direct_modes.size(); ++m)
+      for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
+        const bool direct = direct_modes[m];
+        LocalParticleExchange exchange(topology, plans, BasicKind::float32,
+                                       {kernels, 5.0, true, -1, direct}, device_of);
+        const double fwd = time([&] { exchange.forward(x, streams); });
+        const double rev = time([&] { exchange.reverse(f, streams); });
+        const double step = time([&] {
           exchange.forward(x, streams);
           exchange.reverse(f, streams);
         });
-        for (auto s : streams) BENCH_CUDA(cudaStreamSynchronize(s));
-        trace::clear();
-        exchange.forward(x, streams);
-        exchange.reverse(f, streams);
-        trace::write(trace_file);
-        trace::disable();
-        std::printf("tracing: step %.2f us with the log on vs %.2f us off (%+.1f%%); wrote %s\n",
-                    traced, step, 100 * (traced / step - 1), trace_file.c_str());
+        exchange.check();
+        const char* name = kernels == FusedKernels::all_pulses ? "all_pulses" : "per_pulse";
+        if (!trace_file.empty() && kernels == FusedKernels::all_pulses && grid == grids.front() &&
+            m == 0) {
+          // Tracing overhead in the same run, then one traced step into the file.
+          trace::enable();
+          const double traced = time([&] {
+            exchange.forward(x, streams);
+            exchange.reverse(f, streams);
+          });
+          for (auto s : streams) BENCH_CUDA(cudaStreamSynchronize(s));
+          trace::clear();
+          exchange.forward(x, streams);
+          exchange.reverse(f, streams);
+          trace::write(trace_file);
+          trace::disable();
+          std::printf("tracing: step %.2f us with the log on vs %.2f us off (%+.1f%%); wrote %s\n",
+                      traced, step, 100 * (traced / step - 1), trace_file.c_str());
+        }
+        // q/launch: one exchange (the mean of forward and reverse, each queued 100 times back
+        // to back, as the empty launch is timed) over that launch.
+        const double queued = (fwd + rev) / 2;
+        const char* in_launch = direct ? "direct" : "staged";
+        std::printf("%-8s %8ld %10ld %10ld %-11s %-9s %9d %10.2f %10.2f %10.2f %8.2f %9.2f\n",
+                    grid.c_str(), total_atoms, total_atoms / topology.size(),
+                    halo / topology.size(), name, in_launch, 2 * exchange.launches_per_exchange(),
+                    fwd, rev, step, step / launch, queued / launch);
+        rows.push_back(Row()
+                           .set("ranks", grid)
+                           .set("kernels", name)
+                           .set("in_launch", in_launch)
+                           .set("gpus", double(gpus))
+                           .set("atoms", double(total_atoms))
+                           .set("halo_atoms_per_rank", double(halo) / topology.size())
+                           .set("launches_per_step", 2.0 * exchange.launches_per_exchange())
+                           .set("forward_us", fwd)
+                           .set("reverse_us", rev)
+                           .set("step_us", step)
+                           .set("empty_launch_us", launch)
+                           .set("step_over_launch", step / launch)
+                           .set("queued_over_launch", queued / launch));
       }
-      std::printf("%-8s %8ld %10ld %10ld %-11s %9d %10.2f %10.2f %10.2f %8.2f\n", grid.c_str(),
-                  total_atoms, total_atoms / topology.size(), halo / topology.size(), name,
-                  2 * exchange.launches_per_exchange(), fwd, rev, step, step / launch);
-      rows.push_back(Row()
-                         .set("ranks", grid)
-                         .set("kernels", name)
-                         .set("gpus", double(gpus))
-                         .set("atoms", double(total_atoms))
-                         .set("halo_atoms_per_rank", double(halo) / topology.size())
-                         .set("launches_per_step", 2.0 * exchange.launches_per_exchange())
-                         .set("forward_us", fwd)
-                         .set("reverse_us", rev)
-                         .set("step_us", step)
-                         .set("empty_launch_us", launch)
-                         .set("step_over_launch", step / launch));
-    }
     for (int r = 0; r < topology.size(); ++r) {
       cudaFree(x[r]);
       cudaFree(f[r]);

@@ -33,6 +33,12 @@ struct GpuHaloOptions {
   bool self_test = true;
   /// Testing only: this rank's blocks do nothing, as if the rank had stalled.
   int stall_rank = -1;
+  /// Between ranks of one launch (the local engine's ranks on one GPU, a rank's pulses to
+  /// itself): coordinates go straight into the receiver's halo and returned forces straight
+  /// into the sender's home items, with no staging, signal or wait, wherever no forwarded
+  /// item needs that pulse's staging. Off: through staging as between processes (tests of
+  /// that path; a stalled rank then shows as a time-out, which a launch never waits for).
+  bool direct_in_launch = true;
 };
 
 /// A device-side wait ran out of time (or the self-test found a broken link).

@@ -98,6 +98,8 @@ struct DeviceHalo::Impl {
   bool puts = false;        // some view reaches its peer by puts: the kernels that make them
   void* x_table = nullptr;  // device array of per-rank pointers
   std::vector<void*> last_x, last_f;
+  bool kept = false;              // allocate() kept the blocks (their signals run on)
+  std::vector<char> last_direct;  // per view: fwd (1) / rev (2) arrives direct, last plan
 
   std::function<char*(std::int64_t)> allocate_block = [](std::int64_t n) {
     char* p = nullptr;
@@ -143,6 +145,71 @@ struct DeviceHalo::Impl {
       last = p;
     }
     return table;
+  }
+
+  // Which pulses go direct (PulseView::fwd_direct_to): the peer is a rank of this launch,
+  // and no forwarded item of the receiving rank reads that pulse's staging (a pulse's
+  // staging is read exactly where some pulse of its rank waits for it: fwd_deps, rev_deps).
+  void mark_direct_pulses(std::vector<PulseView>& views) {
+    auto launch_index = [&](int rank) {
+      const auto it = std::find(ranks.begin(), ranks.end(), rank);
+      return rank < 0 || it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+    };
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      unsigned fwd_read = 0, rev_read = 0;
+      for (int p = 0; p < npulses; ++p) {
+        fwd_read |= views[k * npulses + p].fwd_deps;
+        rev_read |= views[k * npulses + p].rev_deps;
+      }
+      for (int p = 0; p < npulses; ++p) {
+        PulseView& v = views[k * npulses + p];
+        v.fwd_arrives_direct = launch_index(v.recv_rank) >= 0 && !(fwd_read >> p & 1u);
+        v.rev_arrives_direct = launch_index(v.send_rank) >= 0 && !(rev_read >> p & 1u);
+      }
+    }
+    for (PulseView& v : views) {
+      const int dest = launch_index(v.send_rank), source = launch_index(v.recv_rank);
+      if (dest >= 0 && views[dest * npulses + v.pulse].fwd_arrives_direct) {
+        const PulseView& d = views[dest * npulses + v.pulse];
+        agree(v.rank, d.rank, v.pulse, v.n_send, d.recv_rank, d.n_recv);
+        v.fwd_direct_to = dest;
+        v.fwd_direct_offset = d.recv_offset;
+      }
+      if (source >= 0 && views[source * npulses + v.pulse].rev_arrives_direct) {
+        const PulseView& s = views[source * npulses + v.pulse];
+        agree(s.rank, v.rank, v.pulse, s.n_send, v.recv_rank, v.n_recv);
+        v.rev_direct_to = source;
+        v.rev_direct_homes = s.first_forwarded;
+      }
+    }
+    // A pulse that changed between direct and staged since the last plan, in kept blocks:
+    // its data signal, which direct pulses leave alone, is set to where the exchange
+    // counters stand, so that waits for it match again (no kernel runs: allocate waited).
+    std::vector<char> now;
+    for (const PulseView& v : views) {
+      now.push_back(static_cast<char>(v.fwd_arrives_direct | v.rev_arrives_direct << 1));
+    }
+    const u64 fwd = fwd_epoch << 32, rev = rev_epoch << 32;
+    for (std::size_t i = 0; i < views.size() && i < last_direct.size() && kept; ++i) {
+      const int changed = now[i] ^ last_direct[i];
+      Slots* mine = views[i].mine;
+      if (changed & 1)
+        detail::copy_to_device_now(&mine->fwd_data[views[i].pulse], &fwd, sizeof fwd);
+      if (changed & 2)
+        detail::copy_to_device_now(&mine->rev_data[views[i].pulse], &rev, sizeof rev);
+    }
+    last_direct = std::move(now);
+  }
+  // Both ends of a direct pulse must agree on it: a mismatch would write past the halo.
+  static void agree(int sender, int receiver, int pulse, int sent, int receiver_source,
+                    int received) {
+    if (receiver_source != sender || sent != received) {
+      throw Error("halox: the plans of ranks " + std::to_string(sender) + " and " +
+                  std::to_string(receiver) + " disagree on pulse " + std::to_string(pulse) +
+                  ": rank " + std::to_string(sender) + " sends " + std::to_string(sent) +
+                  " items, rank " + std::to_string(receiver) + " expects " +
+                  std::to_string(received) + " from rank " + std::to_string(receiver_source));
+    }
   }
 
   template <class Real>
@@ -265,6 +332,7 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
     m.published[k] = pb;
   }
   if (!keep) m.fwd_epoch = m.rev_epoch = m.probe_epoch = 0;
+  m.kept = keep;
   // A recorded time-out is forgotten (its blocks were just replaced: fits() refuses them).
   // Without one there is nothing to reset, and no synchronous memset per neighbour search.
   if (m.errors.record().flag != 0) m.errors.clear();
@@ -403,6 +471,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       views.push_back(v);
     }
   }
+  if (m.options.direct_in_launch) m.mark_direct_pulses(views);
   // One copy (one host wait) for the views, the tables and the index lists: [views][tables]
   // [ints], the views pointing into the ints.
   auto round_up = [](std::size_t n) { return (n + 255) / 256 * 256; };
@@ -418,6 +487,10 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
     views[i].fwd_shifts = base + places[i].fwd_shifts;
     views[i].rev_extra_start = base + places[i].rev_extra_start;
     views[i].rev_extra = base + places[i].rev_extra;
+  }
+  for (PulseView& v : views) {
+    if (v.rev_direct_to >= 0)
+      v.rev_direct_index = views[v.rev_direct_to * m.npulses + v.pulse].send_index;
   }
   m.puts = std::any_of(views.begin(), views.end(),
                        [](const PulseView& v) { return v.dest_pe >= 0 || v.source_pe >= 0; });

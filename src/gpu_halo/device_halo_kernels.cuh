@@ -27,6 +27,10 @@
 // arrive (the same one-hop wait as the forward's), never waiting for an unpack; what ranks
 // of this launch return is summed from their own forces directly. The reverse adds into
 // home items only: halo items keep the forces they had.
+// Direct pulses (a peer in this launch whose staging of the pulse no forwarded item reads):
+// steps 3-5 become one: pack straight into the peer's halo (forward) or add straight into
+// its home items (reverse), with no staging, signal or wait. On one GPU the local engine's
+// pulses are all direct, and so is every pulse of a rank to itself.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -103,6 +107,16 @@ struct PulseView {
   int dest_pe = -1, source_pe = -1;
   char* fwd_stage = nullptr;
   char* rev_stage = nullptr;
+  // Direct (GpuHaloOptions::direct_in_launch): the peer is a rank of this launch and no
+  // forwarded item reads this pulse's staging at its end, so the forward writes straight into
+  // its halo (launch rank fwd_direct_to, items from fwd_direct_offset) and the reverse adds
+  // straight into its home items (launch rank rev_direct_to; its send list rev_direct_index,
+  // of which the first rev_direct_homes are home items). No staging, no signal, no wait;
+  // the receiving side knows it by fwd/rev_arrives_direct. -1 / false: through staging.
+  int fwd_direct_to = -1, rev_direct_to = -1, rev_direct_homes = 0;
+  long long fwd_direct_offset = 0;
+  const int* rev_direct_index = nullptr;
+  bool fwd_arrives_direct = false, rev_arrives_direct = false;
 };
 
 // Per launch rank: its pulses' staging areas (forward: received coordinates; reverse:
@@ -220,7 +234,9 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
       return;
     }
     record(a, v.rank, p, trace_pack_begin, 0);
-    Real* out = reinterpret_cast<Real*>(PUTS && v.dest_pe >= 0 ? v.fwd_stage : v.fwd_out);
+    const bool direct = v.fwd_direct_to >= 0;
+    Real* out = direct ? xs[v.fwd_direct_to] + 3 * v.fwd_direct_offset
+                       : reinterpret_cast<Real*>(PUTS && v.dest_pe >= 0 ? v.fwd_stage : v.fwd_out);
     for (int k = first; k < v.first_forwarded; k += stride) {
       copy_item(out + 3 * k, x + 3 * static_cast<long long>(v.send_index[k]), v.shift);
     }
@@ -253,11 +269,13 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
       }
     }
     record(a, v.rank, p, trace_pack_end, 0);
-    send_packed<Real, PUTS>(a, v.dest_pe, &v.mine->fwd_packed[p], v.fwd_out, v.fwd_stage, v.n_send,
-                            v.fwd_out_data, sys);
-    record(a, v.rank, p, trace_signal, 0);
+    if (!direct) {
+      send_packed<Real, PUTS>(a, v.dest_pe, &v.mine->fwd_packed[p], v.fwd_out, v.fwd_stage,
+                              v.n_send, v.fwd_out_data, sys);
+      record(a, v.rank, p, trace_signal, 0);
+    }
   }
-  if (v.recv_rank >= 0) {
+  if (v.recv_rank >= 0 && !v.fwd_arrives_direct) {
     if (!wait_for_data(a, v, p, 0, v.fwd_in_data, v.recv_rank, fwd_data, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.fwd_in);
     const double zero[3] = {0, 0, 0};
@@ -275,7 +293,6 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
   if (v.rank == a.stall_rank) return;
   Real* f = fs[r];
   const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
-  const double zero[3] = {0, 0, 0};
   const bool sys = a.system_scope != 0;
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
@@ -289,9 +306,21 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     }
     record(a, v.rank, p, trace_pack_begin, 1);
     Real* out = reinterpret_cast<Real*>(PUTS && v.source_pe >= 0 ? v.rev_stage : v.rev_out);
+    // Item k's force goes to the source: into its staging, or (direct) added into its home
+    // item, atomically (other pulses add into the same home items at once); what it
+    // forwarded on is summed by its own pulse that received it.
+    Real* const homes = v.rev_direct_to >= 0 ? fs[v.rev_direct_to] : nullptr;
+    auto give_back = [&](int k, const Real* force) {
+      if (homes == nullptr) {
+        for (int d = 0; d < 3; ++d) out[3 * k + d] = force[d];
+      } else if (k < v.rev_direct_homes) {
+        Real* dst = homes + 3 * static_cast<long long>(v.rev_direct_index[k]);
+        for (int d = 0; d < 3; ++d) atomicAdd(dst + d, force[d]);
+      }
+    };
     for (int j = first; j < v.rev_first_forwarded; j += stride) {
       const int k = v.rev_order[j];
-      copy_item(out + 3 * k, f + 3 * (v.recv_offset + k), zero);
+      give_back(k, f + 3 * (v.recv_offset + k));
     }
     if (v.rev_first_forwarded < v.n_recv) {
       // Items later pulses forwarded: my force plus the forces those pulses' reverses
@@ -318,15 +347,17 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
           const Real* in = item_at(fs, table.rev_in, v.rev_extra[2 * c], v.rev_extra[2 * c + 1]);
           for (int d = 0; d < 3; ++d) sum[d] += in[d];
         }
-        for (int d = 0; d < 3; ++d) out[3 * k + d] = sum[d];
+        give_back(k, sum);
       }
     }
     record(a, v.rank, p, trace_pack_end, 1);
-    send_packed<Real, PUTS>(a, v.source_pe, &v.mine->rev_packed[p], v.rev_out, v.rev_stage,
-                            v.n_recv, v.rev_out_data, sys);
-    record(a, v.rank, p, trace_signal, 1);
+    if (homes == nullptr) {
+      send_packed<Real, PUTS>(a, v.source_pe, &v.mine->rev_packed[p], v.rev_out, v.rev_stage,
+                              v.n_recv, v.rev_out_data, sys);
+      record(a, v.rank, p, trace_signal, 1);
+    }
   }
-  if (v.send_rank >= 0) {
+  if (v.send_rank >= 0 && !v.rev_arrives_direct) {
     if (!wait_for_data(a, v, p, 1, v.rev_in_data, v.send_rank, rev_data, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.rev_in);
     // Home items only: the forwarded ones' forces are summed by the pulse that received them.

@@ -91,20 +91,22 @@ void verify_exchange(LocalParticleExchange& exchange, const HaloCase& s, const S
                      const std::vector<int>& device_of, const std::string& where);
 
 // gpus > 0: the ranks spread over that many GPUs (one stream each), else all on GPU 0.
+// direct: GpuHaloOptions::direct_in_launch (false: every pulse through staging).
 template <class Real>
 void check_local(std::array<int, 3> dims, double cutoff, FusedKernels kernels, std::uint64_t seed,
-                 int gpus = 0) {
+                 int gpus = 0, bool direct = true) {
   HaloCase s = make_setup(dims, cutoff, seed, 3000);
   const int n = s.topology.size();
   const std::string where = s.topology.describe() + " cutoff " + std::to_string(cutoff) +
                             (kernels == FusedKernels::all_pulses ? " all_pulses" : " per_pulse") +
                             (sizeof(Real) == 4 ? " float" : " double") + " on " +
-                            std::to_string(std::max(gpus, 1)) + " GPU(s)";
+                            std::to_string(std::max(gpus, 1)) + " GPU(s)" +
+                            (direct ? "" : ", staged in launch");
   const std::vector<int> device_of =
       gpus > 0 ? LocalParticleExchange::spread_over_gpus(n, gpus) : std::vector<int>{};
   LocalParticleExchange exchange(s.topology, s.plans,
                                  sizeof(Real) == 4 ? BasicKind::float32 : BasicKind::float64,
-                                 {kernels, 5.0, true, -1}, device_of);
+                                 {kernels, 5.0, true, -1, direct}, device_of);
   const Streams streams(exchange.devices());
   verify_exchange<Real>(exchange, s, streams, device_of, where);
 }
@@ -166,16 +168,20 @@ void verify_exchange(LocalParticleExchange& exchange, const HaloCase& s, const S
   for (auto* p : f) cudaFree(p);
 }
 
+// Both ways between ranks of one launch: direct stores into the peers' arrays, and staging
+// with a signal and a wait per pulse.
 TEST(LocalEngine, EightRanksOneAndTwoPulses) {
   const auto seed = test_seed("LocalEngine.Eight");
-  for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
-    check_local<double>({2, 2, 2}, 2.4, kernels, seed);
-    check_local<float>({2, 2, 2}, 2.4, kernels, seed + 1);
-    check_local<double>({4, 2, 1}, 2.6, kernels, seed + 2);  // two pulses along x
-    // Pulses from a rank to itself (periodic axes of one rank): what they deliver is
-    // forwarded (and its forces summed) without waiting for their signals.
-    check_local<float>({2, 1, 1}, 2.4, kernels, seed + 3);
-    check_local<double>({1, 1, 1}, 2.4, kernels, seed + 4);
+  for (bool direct : {true, false}) {
+    for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
+      check_local<double>({2, 2, 2}, 2.4, kernels, seed, 0, direct);
+      check_local<float>({2, 2, 2}, 2.4, kernels, seed + 1, 0, direct);
+      check_local<double>({4, 2, 1}, 2.6, kernels, seed + 2, 0, direct);  // two pulses along x
+      // Pulses from a rank to itself (periodic axes of one rank): what they deliver is
+      // forwarded (and its forces summed) without waiting for their signals.
+      check_local<float>({2, 1, 1}, 2.4, kernels, seed + 3, 0, direct);
+      check_local<double>({1, 1, 1}, 2.4, kernels, seed + 4, 0, direct);
+    }
   }
 }
 
@@ -212,9 +218,11 @@ TEST(LocalEngine, NewPlansKeepOrReplaceTheBlocks) {
 
 TEST(LocalEngine, TwentySevenRanks) {
   const auto seed = test_seed("LocalEngine.TwentySeven");
-  for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
-    check_local<double>({3, 3, 3}, 2.4, kernels, seed);      // 1 pulse per axis
-    check_local<double>({3, 3, 3}, 3.5, kernels, seed + 1);  // 2 pulses per axis
+  for (bool direct : {true, false}) {
+    for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
+      check_local<double>({3, 3, 3}, 2.4, kernels, seed, 0, direct);      // 1 pulse per axis
+      check_local<double>({3, 3, 3}, 3.5, kernels, seed + 1, 0, direct);  // 2 pulses per axis
+    }
   }
 }
 
@@ -252,11 +260,13 @@ __global__ void check_forces(const double* f, const int* copies, long long home,
 
 // `steps` forward + reverse exchanges of 8 ranks on `gpus` GPUs, every item of every
 // exchange checked on the device: data must be visible before its signal.
-void hammer(std::uint64_t seed, int gpus, long long steps) {
+void hammer(std::uint64_t seed, int gpus, long long steps, bool direct = true) {
   HaloCase s = make_setup({2, 2, 2}, 2.4, seed, 2000);
   const int n = s.topology.size();
   const std::vector<int> device_of = LocalParticleExchange::spread_over_gpus(n, gpus);
-  LocalParticleExchange exchange(s.topology, s.plans, BasicKind::float64, {}, device_of);
+  GpuHaloOptions options;
+  options.direct_in_launch = direct;
+  LocalParticleExchange exchange(s.topology, s.plans, BasicKind::float64, options, device_of);
   const Streams streams(exchange.devices());
   std::vector<double*> start = upload<double>(s.xyz, device_of),
                        x = upload<double>(s.xyz, device_of), f = upload<double>(s.xyz, device_of);
@@ -315,9 +325,9 @@ void hammer(std::uint64_t seed, int gpus, long long steps) {
                         << " GPU(s)";
   EXPECT_EQ(bad[1], 0u) << "wrong forces over " << steps << " exchanges on " << gpus << " GPU(s)";
   std::printf(
-      "GPU: %lld forward + reverse exchanges of 8 local ranks on %d GPU(s), every item "
-      "checked\n",
-      steps, gpus);
+      "GPU: %lld forward + reverse exchanges of 8 local ranks on %d GPU(s) (%s in launch), every "
+      "item checked\n",
+      steps, gpus, direct ? "direct" : "staged");
   for (auto* p : start) cudaFree(p);
   for (auto* p : x) cudaFree(p);
   for (auto* p : f) cudaFree(p);
@@ -326,8 +336,10 @@ void hammer(std::uint64_t seed, int gpus, long long steps) {
 }
 
 TEST(LocalEngine, TenThousandExchangesCheckedItemByItem) {
-  hammer(test_seed("LocalEngine.Hammer"), 1,
-         halox::testing::env_count("HALOX_HAMMER_STEPS", 10000));
+  const auto seed = test_seed("LocalEngine.Hammer");
+  const long long steps = halox::testing::env_count("HALOX_HAMMER_STEPS", 10000);
+  hammer(seed, 1, steps);
+  hammer(seed + 1, 1, steps / 5, false);
 }
 
 // Every visible GPU driven from this process (one GPU: the explicit-device path on it).
@@ -355,9 +367,11 @@ TEST(LocalEngine, AStalledRankBecomesAnErrorNamingIt) {
     EXPECT_NE(std::string(e.what()).find("rank 3"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("self-test"), std::string::npos) << e.what();
   }
-  // ...and without it, the first exchange times out instead of hanging.
+  // ...and without it, the first exchange times out instead of hanging. (With direct stores
+  // no rank of a launch waits for another: it could not stall apart from the others. So
+  // the pulses go through staging, as with a peer in another process.)
   LocalParticleExchange exchange(s.topology, s.plans, BasicKind::float64,
-                                 {FusedKernels::all_pulses, 0.2, false, 3});
+                                 {FusedKernels::all_pulses, 0.2, false, 3, false});
   std::vector<double*> x = upload<double>(s.xyz);
   exchange.forward(std::vector<void*>(x.begin(), x.end()), nullptr);
   CUDA_OK(cudaDeviceSynchronize());
