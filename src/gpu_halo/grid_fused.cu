@@ -105,7 +105,7 @@ class GridFusedTransport final : public Transport {
                static_cast<u64>(m_timeout_seconds * 1e9),
                m_errors.sink(),
                m_same_gpu ? 0 : 1};
-    for (std::size_t y = 0; y < m_active.size(); ++y) a.active[y] = m_active[y];
+    for (const unsigned char op : m_active) a.active |= 1u << op;
     const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(m_active.size()));
     if (m_puts)
       launch_grid_with_puts(grid, a, static_cast<char*>(field), stream);

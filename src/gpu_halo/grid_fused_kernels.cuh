@@ -58,10 +58,20 @@ struct GridArgs {
   u64 timeout_ns;
   ErrorSink error;
   int system_scope;
-  // The exchange kernel's grid row y moves op active[y]: ops that neither send nor receive
-  // (no neighbour on that side) get no blocks, which leaves the resident blocks to the others.
-  unsigned char active[kMaxGridOps] = {};
+  // The exchange kernel's grid row y moves the op of the y-th set bit of `active`: ops that
+  // neither send nor receive (no neighbour on that side) get no blocks, which leaves the
+  // resident blocks to the others. A mask, not a list: a parameter array indexed by
+  // blockIdx.y is copied to local memory (ptxas: 58 registers and 88 bytes of stack, against
+  // 48 and 16).
+  unsigned active = 0;
 };
+static_assert(kMaxGridOps <= 32, "GridArgs::active is a 32-bit mask");
+
+// Row y's op: the y-th set bit of the mask.
+__device__ __forceinline__ int active_op(unsigned active, unsigned y) {
+  for (; y > 0; --y) active &= active - 1;
+  return __ffs(static_cast<int>(active)) - 1;
+}
 
 // Counts this block's unpack (or copy) of op v's face in, once all its threads are done.
 __device__ inline void count_unpacked(const GridOpView& v) {
@@ -110,7 +120,7 @@ __device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* fi
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
 template <bool PUTS>
 __global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* field) {
-  const int op = a.active[blockIdx.y];
+  const int op = active_op(a.active, blockIdx.y);
   const GridOpView& v = a.views[op];
   const bool to_myself = v.send_rank == a.rank && v.recv_rank == a.rank;
   if (!to_myself && v.recv_rank >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
