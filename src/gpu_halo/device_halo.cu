@@ -90,10 +90,6 @@ struct DeviceHalo::Impl {
   DeviceBytes plan_data;
   const PulseView* views = nullptr;
   const RankTable* tables = nullptr;
-  u64* done = nullptr;  // blocks done, forward [0] and reverse [1] (LaunchArgs::done)
-  // Whether some source is outside the launch, forward [0] and reverse [1]: only then do
-  // the blocks count themselves done (an atomic per block) to free its staging.
-  bool frees_staging[2] = {false, false};
   ErrorChannel errors;
   u64 fwd_epoch = 0, rev_epoch = 0, probe_epoch = 0;
   int grid_blocks = 1;
@@ -118,9 +114,8 @@ struct DeviceHalo::Impl {
     capacity.clear();
   }
 
-  LaunchArgs args(int first_pulse, u64 epoch, u64* done_counter = nullptr) const {
+  LaunchArgs args(int first_pulse, u64 epoch) const {
     LaunchArgs a{};
-    a.done = done_counter;
     a.views = views;
     a.tables = tables;
     a.npulses = npulses;
@@ -225,19 +220,14 @@ struct DeviceHalo::Impl {
     if (npulses == 0) return;
     const bool all = options.kernels == FusedKernels::all_pulses;
     const dim3 grid(grid_blocks, all ? npulses : 1, nranks);
-    const int launches = all ? 1 : npulses;
-    for (int k = 0; k < launches; ++k) {
+    for (int k = 0; k < (all ? 1 : npulses); ++k) {
       const int p = all ? 0 : forward ? k : npulses - 1 - k;
-      // The exchange's last launch frees the staging areas for the sources' next exchange.
-      const int d = forward ? 0 : 1;
-      const bool last = k == launches - 1 && frees_staging[d];
-      const LaunchArgs a = args(p, epoch, last ? done + d : nullptr);
       if (puts)
-        launch_with_puts<Real>(forward, grid, a, table, stream);
+        launch_with_puts<Real>(forward, grid, args(p, epoch), table, stream);
       else if (forward)
-        forward_kernel<Real, false><<<grid, 256, 0, stream>>>(a, table);
+        forward_kernel<Real, false><<<grid, 256, 0, stream>>>(args(p, epoch), table);
       else
-        reverse_kernel<Real, false><<<grid, 256, 0, stream>>>(a, table);
+        reverse_kernel<Real, false><<<grid, 256, 0, stream>>>(args(p, epoch), table);
       HALOX_CUDA_CHECK(cudaGetLastError());
     }
   }
@@ -482,18 +472,15 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
     }
   }
   if (m.options.direct_in_launch) m.mark_direct_pulses(views);
-  // One copy (one host wait) for the views, the tables and the index lists: [done counters,
-  // zeroed: a new plan may have another grid][views][tables][ints], the views pointing into
-  // the ints.
+  // One copy (one host wait) for the views, the tables and the index lists: [views][tables]
+  // [ints], the views pointing into the ints.
   auto round_up = [](std::size_t n) { return (n + 255) / 256 * 256; };
-  const std::size_t counters_bytes = 256;
   const std::size_t views_bytes = round_up(views.size() * sizeof(PulseView));
   const std::size_t tables_bytes = round_up(tables.size() * sizeof(RankTable));
-  const std::size_t total = counters_bytes + views_bytes + tables_bytes + ints.size() * sizeof(int);
+  const std::size_t total = views_bytes + tables_bytes + ints.size() * sizeof(int);
   char* uploaded = m.plan_data.reserve(total);
   for (std::size_t i = 0; i < views.size(); ++i) {
-    const int* base =
-        reinterpret_cast<const int*>(uploaded + counters_bytes + views_bytes + tables_bytes);
+    const int* base = reinterpret_cast<const int*>(uploaded + views_bytes + tables_bytes);
     views[i].send_index = base + places[i].send_index;
     views[i].rev_order = base + places[i].rev_order;
     views[i].fwd_source = base + places[i].fwd_source;
@@ -507,22 +494,14 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   }
   m.puts = std::any_of(views.begin(), views.end(),
                        [](const PulseView& v) { return v.dest_pe >= 0 || v.source_pe >= 0; });
-  m.frees_staging[0] = std::any_of(views.begin(), views.end(), [](const PulseView& v) {
-    return v.recv_rank >= 0 && !v.source_in_launch;
-  });
-  m.frees_staging[1] = std::any_of(views.begin(), views.end(), [](const PulseView& v) {
-    return v.send_rank >= 0 && !v.dest_in_launch;
-  });
   static_assert(std::is_trivially_copyable_v<PulseView> && std::is_trivially_copyable_v<RankTable>);
   std::vector<char> host(total);
-  char* at = host.data() + counters_bytes;
-  std::memcpy(at, views.data(), views.size() * sizeof(PulseView));
-  std::memcpy(at + views_bytes, tables.data(), tables.size() * sizeof(RankTable));
-  std::memcpy(at + views_bytes + tables_bytes, ints.data(), ints.size() * sizeof(int));
-  detail::copy_to_device_now(uploaded, host.data(), total);
-  m.done = reinterpret_cast<u64*>(uploaded);
-  m.views = reinterpret_cast<const PulseView*>(uploaded + counters_bytes);
-  m.tables = reinterpret_cast<const RankTable*>(uploaded + counters_bytes + views_bytes);
+  std::memcpy(host.data(), views.data(), views.size() * sizeof(PulseView));
+  std::memcpy(host.data() + views_bytes, tables.data(), tables.size() * sizeof(RankTable));
+  std::memcpy(host.data() + views_bytes + tables_bytes, ints.data(), ints.size() * sizeof(int));
+  if (total > 0) detail::copy_to_device_now(uploaded, host.data(), total);
+  m.views = reinterpret_cast<const PulseView*>(uploaded);
+  m.tables = reinterpret_cast<const RankTable*>(uploaded + views_bytes);
   // Blocks per (rank, pulse): every spinning block of every rank sharing the GPU must be
   // resident at once, so the grid is sized from the occupancy calculator.
   int device = 0, sms = 0, per_sm = 0;

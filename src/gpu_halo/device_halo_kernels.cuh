@@ -11,9 +11,8 @@
 // reached by puts gets steps 3-4 as: pack into my send staging, then one put-with-signal.
 //
 // Protocol per pulse and direction, with e = the exchange's counter (never reset):
-//   1. at the end of exchange e-1, tell my source that my staging area is free (release
-//      store e-1 into its slot, once every block of that exchange is done: free_staging)
-//   2. wait until my destination's staging area is free (acquire load >= e-1, time-out)
+//   1. tell my source that my staging area is free    (release store e into its slot)
+//   2. wait until my destination's staging area is free (acquire load >= e, time-out)
 //      (1 and 2 only with peers outside this launch: stream order covers the others)
 //   3. pack my items straight into the destination's staging area (items received by an
 //      earlier pulse from a rank outside this launch are read from that pulse's staging
@@ -140,9 +139,6 @@ struct LaunchArgs {
   int stall_rank;
   int system_scope;
   DeviceTrace trace;  // null when tracing is off
-  // The exchange's last launch (every one of all_pulses, the last pulse's of per_pulse):
-  // blocks done so far in this direction (see free_staging); null in the others.
-  u64* done;
 };
 
 // One record per block (thread 0): the event log of halox/trace.hpp.
@@ -181,15 +177,14 @@ __device__ __forceinline__ void copy_item(Real* dst, const Real* src, const doub
 }
 
 // Protocol step 2 (every thread of the block calls it): wait until the destination's
-// staging area is free, i.e. until it has finished the previous exchange (free_staging),
-// traced; a peer in this launch needs no wait (stream order). False when the wait timed out.
+// staging area is free, traced; a peer in this launch needs no wait (stream order). False
+// when the wait timed out.
 __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, int p,
                                        int direction, bool peer_in_launch, const u64* slot,
                                        int peer, int kind, bool sys) {
   if (peer_in_launch) return true;
   record(a, v.rank, p, trace_ready_begin, direction);
-  if (!block_wait(slot, a.epoch - 1, a.timeout_ns, a.error, v.rank, peer, p, kind, sys))
-    return false;
+  if (!block_wait(slot, a.epoch, a.timeout_ns, a.error, v.rank, peer, p, kind, sys)) return false;
   record(a, v.rank, p, trace_ready_end, direction);
   return true;
 }
@@ -220,40 +215,19 @@ __device__ inline bool wait_for_data(const LaunchArgs& a, const PulseView& v, in
   return true;
 }
 
-// Protocol step 1, at the end of an exchange (every block of its last launch calls it): once
-// every block is done, and with it every read of this exchange's staging areas, the last one
-// tells each source outside the launch that its next exchange may write into them (a
-// release store of the exchange counter). Sent at the end, not when the next exchange
-// starts, so that a source is not held up by this rank's next launch.
-template <bool PUTS>
-__device__ void free_staging(const LaunchArgs& a, bool forward) {
-  const bool sys = a.system_scope != 0;
-  __shared__ bool last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const u64 blocks = static_cast<u64>(gridDim.x) * gridDim.y * gridDim.z;
-    last = (add_acq_rel(a.done, 1ull, sys) + 1) % blocks == 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  for (int i = static_cast<int>(threadIdx.x); i < static_cast<int>(gridDim.z) * a.npulses;
-       i += static_cast<int>(blockDim.x)) {
-    const PulseView& v = a.views[i];
-    if (forward && v.recv_rank >= 0 && !v.source_in_launch)
-      signal_peer<PUTS>(v.fwd_src_ready, a.epoch, v.source_pe, sys);
-    if (!forward && v.send_rank >= 0 && !v.dest_in_launch)
-      signal_peer<PUTS>(v.rev_src_ready, a.epoch, v.dest_pe, sys);
-  }
-}
-
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
 template <class Real, bool PUTS>
-__device__ void forward_pulse(const LaunchArgs& a, const PulseView& v, Real* const* xs) {
-  const int r = blockIdx.z, p = v.pulse, b = blockIdx.x;
+__global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
+  const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
+  const PulseView& v = a.views[r * a.npulses + p];
+  if (v.rank == a.stall_rank) return;
   const RankTable& table = a.tables[r];
   Real* x = xs[r];  // home items: read; halo items: written by the unpacks only
   const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
   const bool sys = a.system_scope != 0;
+  if (v.recv_rank >= 0 && !v.source_in_launch && b == 0 && threadIdx.x == 0) {
+    signal_peer<PUTS>(v.fwd_src_ready, a.epoch, v.source_pe, sys);
+  }
   if (v.send_rank >= 0) {
     if (!wait_until_free(a, v, p, 0, v.dest_in_launch, v.fwd_in_ready, v.send_rank, fwd_ready,
                          sys)) {
@@ -313,13 +287,18 @@ __device__ void forward_pulse(const LaunchArgs& a, const PulseView& v, Real* con
 }
 
 template <class Real, bool PUTS>
-__device__ void reverse_pulse(const LaunchArgs& a, const PulseView& v, Real* const* fs) {
-  const int r = blockIdx.z, p = v.pulse, b = blockIdx.x;
+__global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const* fs) {
+  const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
+  const PulseView& v = a.views[r * a.npulses + p];
+  if (v.rank == a.stall_rank) return;
   Real* f = fs[r];
   const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
   const bool sys = a.system_scope != 0;
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
+  if (v.send_rank >= 0 && !v.dest_in_launch && b == 0 && threadIdx.x == 0) {
+    signal_peer<PUTS>(v.rev_src_ready, a.epoch, v.dest_pe, sys);
+  }
   if (v.recv_rank >= 0) {
     if (!wait_until_free(a, v, p, 1, v.source_in_launch, v.rev_in_ready, v.recv_rank, rev_ready,
                          sys)) {
@@ -391,22 +370,6 @@ __device__ void reverse_pulse(const LaunchArgs& a, const PulseView& v, Real* con
     }
     record(a, v.rank, p, trace_unpack_end, 1);
   }
-}
-
-// One block row per (rank, pulse): grid z = launch rank, y = pulse (per_pulse: the one).
-template <class Real, bool PUTS>
-__global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
-  const PulseView& v = a.views[blockIdx.z * a.npulses + a.first_pulse + blockIdx.y];
-  if (v.rank == a.stall_rank) return;
-  forward_pulse<Real, PUTS>(a, v, xs);
-  if (a.done != nullptr) free_staging<PUTS>(a, true);
-}
-template <class Real, bool PUTS>
-__global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const* fs) {
-  const PulseView& v = a.views[blockIdx.z * a.npulses + a.first_pulse + blockIdx.y];
-  if (v.rank == a.stall_rank) return;
-  reverse_pulse<Real, PUTS>(a, v, fs);
-  if (a.done != nullptr) free_staging<PUTS>(a, false);
 }
 
 // A small message over every link: (magic, sender, pulse, epoch) both directions.
