@@ -37,7 +37,7 @@
 
 #include <cstddef>
 
-#include "../trace/device_trace.hpp"
+#include "../trace/device_trace.cuh"
 #include "device_halo.hpp"
 #include "forwarding_graph.hpp"
 #include "remote_put.cuh"
@@ -144,19 +144,7 @@ struct LaunchArgs {
 // One record per block (thread 0): the event log of halox/trace.hpp.
 __device__ __forceinline__ void record(const LaunchArgs& a, int rank, int pulse, int event,
                                        int direction) {
-#if HALOX_HAS_TRACING
-  if (a.trace.records == nullptr || threadIdx.x != 0) return;
-  const u64 i = atomicAdd(a.trace.count, 1ull) % a.trace.capacity;
-  DeviceRecord& r = a.trace.records[i];
-  r.t = now_ns();
-  r.rank = rank;
-  r.pulse = static_cast<short>(pulse);
-  r.event = static_cast<unsigned char>(event);
-  r.direction = static_cast<unsigned char>(direction);
-  r.block = static_cast<int>(blockIdx.x);
-#else
-  (void)a, (void)rank, (void)pulse, (void)event, (void)direction;
-#endif
+  trace_record(a.trace, rank, pulse, event, direction);
 }
 
 // Where ForwardingGraph says an item is: item `index` of launch rank `from`'s array, or

@@ -45,13 +45,13 @@ namespace halox::detail {
 #if !HALOX_HAS_NVSHMEM
 // No NVSHMEM, no peer reached by puts (PeerBlocks never makes one): never called.
 namespace fused_grid {
-void launch_grid_with_puts(dim3, const GridArgs&, char*, cudaStream_t) {
+void launch_grid_with_puts(dim3, const GridArgs&, char*, cudaStream_t, bool) {
   throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
 }
 void launch_grid_probe_with_puts(unsigned, const GridArgs&) {
   throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
 }
-int grid_blocks_per_sm_with_puts() {
+int grid_blocks_per_sm_with_puts(bool) {
   throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
 }
 }  // namespace fused_grid
@@ -104,13 +104,19 @@ class GridFusedTransport final : public Transport {
                epoch,
                static_cast<u64>(m_timeout_seconds * 1e9),
                m_errors.sink(),
-               m_same_gpu ? 0 : 1};
+               m_same_gpu ? 0 : 1,
+               device_trace()};
     for (const unsigned char op : m_active) a.active |= 1u << op;
     const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(m_active.size()));
+    // The traced kernel only where the grid was sized for it (tracing on at set-up).
+    const bool traced = m_sized_for_trace && a.trace.records != nullptr;
+    char* f = static_cast<char*>(field);
     if (m_puts)
-      launch_grid_with_puts(grid, a, static_cast<char*>(field), stream);
+      launch_grid_with_puts(grid, a, f, stream, traced);
+    else if (traced)
+      grid_exchange_kernel<false, true><<<grid, 256, 0, stream>>>(a, f);
     else
-      grid_exchange_kernel<false><<<grid, 256, 0, stream>>>(a, static_cast<char*>(field));
+      grid_exchange_kernel<false, false><<<grid, 256, 0, stream>>>(a, f);
     HALOX_CUDA_CHECK(cudaGetLastError());
     for (const Op& op : ops) {
       if (op.send_rank >= 0 && op.send_rank != m_rank) {
@@ -256,11 +262,17 @@ class GridFusedTransport final : public Transport {
     int device = 0, sms = 0, per_sm = 0;
     HALOX_CUDA_CHECK(cudaGetDevice(&device));
     HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    // With tracing on, sized for the traced kernel (more registers, fewer resident blocks),
+    // which then serves while tracing stays on.
+    m_sized_for_trace = device_trace().records != nullptr;
     if (m_puts) {
-      per_sm = grid_blocks_per_sm_with_puts();
+      per_sm = grid_blocks_per_sm_with_puts(m_sized_for_trace);
+    } else if (m_sized_for_trace) {
+      HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, grid_exchange_kernel<false, true>, 256, 0));
     } else {
       HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, grid_exchange_kernel<false>, 256, 0));
+          &per_sm, grid_exchange_kernel<false, false>, 256, 0));
     }
     const double resident = gpu_share(m_comm) * sms * per_sm;
     const int fit =
@@ -363,6 +375,7 @@ class GridFusedTransport final : public Transport {
   u64 m_epoch = 0;
   int m_blocks = 1;
   std::vector<unsigned char> m_active;  // the ops that send or receive (GridArgs::active)
+  bool m_sized_for_trace = false;       // m_blocks fits the traced kernel
   bool m_puts = false;                  // some op reaches its peer by NVSHMEM puts
   ErrorChannel m_errors;
 };

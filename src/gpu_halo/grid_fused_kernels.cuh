@@ -9,6 +9,7 @@
 #include <cstddef>
 
 #include "../pack/pack_device.cuh"
+#include "../trace/device_trace.cuh"
 #include "device_halo.hpp"
 #include "remote_put.cuh"
 #include "signals.cuh"
@@ -58,6 +59,7 @@ struct GridArgs {
   u64 timeout_ns;
   ErrorSink error;
   int system_scope;
+  DeviceTrace trace;  // null when tracing is off
   // The exchange kernel's grid row y moves the op of the y-th set bit of `active`: ops that
   // neither send nor receive (no neighbour on that side) get no blocks, which leaves the
   // resident blocks to the others. A mask, not a list: a parameter array indexed by
@@ -79,23 +81,31 @@ __device__ inline void count_unpacked(const GridOpView& v) {
   if (threadIdx.x == 0) add_acq_rel(v.unpacked, 1ull, false);
 }
 
-template <int W, bool PUTS>
+template <int W, bool PUTS, bool TRACE>
 __device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* field) {
   const bool sys = a.system_scope != 0;
   const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  auto record = [&](int event) {
+    if constexpr (TRACE) trace_record(a.trace, a.rank, op, event, 2);
+  };
   if (v.send_rank == a.rank && v.recv_rank == a.rank) {
     // A message to myself (a periodic axis with one rank): straight from the send layout to
     // the receive layout, no staging and no signals.
+    record(trace_unpack_begin);
     move_face<W, Move::copy>(v.send, v.recv, first, v.send.words, stride, field, field);
     count_unpacked(v);
+    record(trace_unpack_end);
     return;
   }
   if (v.send_rank >= 0) {
+    record(trace_ready_begin);
     if (!block_wait(v.my_ready, a.epoch, a.timeout_ns, a.error, a.rank, v.send_rank, op, wait_ready,
                     sys)) {
       return;
     }
+    record(trace_ready_end);
+    record(trace_pack_begin);
     if (PUTS && v.dest_pe >= 0) {
       move_face<W, Move::pack>(v.send, v.send, first, v.send.words, stride, field, v.send_staging);
       put_when_packed(v.blocks_done, static_cast<int>(gridDim.x), v.dest_staging, v.send_staging,
@@ -106,19 +116,26 @@ __device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* fi
         signal_release(v.dest_data, a.epoch, sys);
       }
     }
+    record(trace_pack_end);
   }
   if (v.recv_rank >= 0) {
+    record(trace_data_begin);
     if (!block_wait(v.my_data, a.epoch, a.timeout_ns, a.error, a.rank, v.recv_rank, op, wait_data,
                     sys)) {
       return;
     }
+    record(trace_data_end);
+    record(trace_unpack_begin);
     move_face<W, Move::unpack>(v.recv, v.recv, first, v.recv.words, stride, v.my_staging, field);
     count_unpacked(v);
+    record(trace_unpack_end);
   }
 }
 
-// PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
-template <bool PUTS>
+// PUTS: some peer is reached by NVSHMEM puts (see the top of this file). TRACE: device
+// events into a.trace; a variant of its own, since the records cost the kernel 16 registers
+// (48 -> 64: one resident block fewer per SM) when tracing is off too.
+template <bool PUTS, bool TRACE>
 __global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* field) {
   const int op = active_op(a.active, blockIdx.y);
   const GridOpView& v = a.views[op];
@@ -129,6 +146,7 @@ __global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* fi
   // The edges and corners this face forwards: every block of the earlier stages' ops has
   // unpacked (each exchange adds gridDim.x per op).
   const u64 unpacked = a.epoch * gridDim.x;
+  if (TRACE && v.deps != 0) trace_record(a.trace, a.rank, op, trace_deps_begin, 2);
   for (unsigned deps = v.deps; deps != 0; deps &= deps - 1) {
     const int k = __ffs(static_cast<int>(deps)) - 1;
     if (!block_wait(a.views[k].unpacked, unpacked, a.timeout_ns, a.error, a.rank,
@@ -136,10 +154,11 @@ __global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* fi
       return;
     }
   }
+  if (TRACE && v.deps != 0) trace_record(a.trace, a.rank, op, trace_deps_end, 2);
   switch (v.word) {
-    case 16: move_op<16, PUTS>(a, v, op, field); break;
-    case 8: move_op<8, PUTS>(a, v, op, field); break;
-    default: move_op<4, PUTS>(a, v, op, field); break;
+    case 16: move_op<16, PUTS, TRACE>(a, v, op, field); break;
+    case 8: move_op<8, PUTS, TRACE>(a, v, op, field); break;
+    default: move_op<4, PUTS, TRACE>(a, v, op, field); break;
   }
 }
 
@@ -164,8 +183,9 @@ __global__ void grid_probe_kernel(GridArgs a) {
 }
 
 // The PUTS instantiations (grid_fused_puts.cu; NVSHMEM builds only).
-void launch_grid_with_puts(dim3 grid, const GridArgs& a, char* field, cudaStream_t stream);
+void launch_grid_with_puts(dim3 grid, const GridArgs& a, char* field, cudaStream_t stream,
+                           bool traced);
 void launch_grid_probe_with_puts(unsigned ops, const GridArgs& a);
-int grid_blocks_per_sm_with_puts();
+int grid_blocks_per_sm_with_puts(bool traced);
 
 }  // namespace halox::detail::fused_grid

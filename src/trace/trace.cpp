@@ -164,9 +164,11 @@ std::vector<Event> collect() {
     // Pair each begin with the next end of the same (rank, direction, pulse, block, kind).
     std::map<std::tuple<int, int, int, int, int>, unsigned long long> open;
     for (const auto& r : records) {
-      const std::string track = std::string(r.direction ? "gpu reverse" : "gpu forward") +
-                                " pulse " + std::to_string(r.pulse) + " block " +
-                                std::to_string(r.block);
+      const std::string track =
+          r.direction == 2
+              ? "gpu grid op " + std::to_string(r.pulse) + " block " + std::to_string(r.block)
+              : std::string(r.direction ? "gpu reverse" : "gpu forward") + " pulse " +
+                    std::to_string(r.pulse) + " block " + std::to_string(r.block);
       const std::int64_t t = static_cast<std::int64_t>(r.t) + s.device_offset_ns;
       if (r.event == detail::trace_signal) {
         out.push_back({"signal sent", r.rank, track, t, t});

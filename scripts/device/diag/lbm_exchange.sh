@@ -26,4 +26,5 @@ done
 echo "== traced: multiphase, datatype, ipc-fused, 20 steps"
 run --steps 20 --comm datatype --transport ipc-fused --trace "$out/trace-lbm-ipc-fused.json" 2>&1 \
   | grep -E "MLUPS;"
+scripts/trace-summary "$out/trace-lbm-ipc-fused.json"
 echo quit | nvidia-cuda-mps-control

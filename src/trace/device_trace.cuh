@@ -1,0 +1,33 @@
+// The device side's one way to append to the event log (device_trace.hpp): thread 0 of a
+// block writes one record. Compiled out with HALOX_ENABLE_TRACING=OFF; a null ring when
+// tracing is off at run time. Include only from CUDA sources.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "device_trace.hpp"
+#include "halox/config.hpp"
+
+namespace halox::detail {
+
+// direction: 0 particles forward, 1 particles reverse, 2 a grid exchange (pulse = its op).
+__device__ __forceinline__ void trace_record(const DeviceTrace& trace, int rank, int pulse,
+                                             int event, int direction) {
+#if HALOX_HAS_TRACING
+  if (trace.records == nullptr || threadIdx.x != 0) return;
+  const unsigned long long i = atomicAdd(trace.count, 1ull) % trace.capacity;
+  DeviceRecord& r = trace.records[i];
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  r.t = t;
+  r.rank = rank;
+  r.pulse = static_cast<short>(pulse);
+  r.event = static_cast<unsigned char>(event);
+  r.direction = static_cast<unsigned char>(direction);
+  r.block = static_cast<int>(blockIdx.x);
+#else
+  (void)trace, (void)rank, (void)pulse, (void)event, (void)direction;
+#endif
+}
+
+}  // namespace halox::detail
