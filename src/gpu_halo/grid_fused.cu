@@ -282,15 +282,11 @@ class GridFusedTransport final : public Transport {
       throw Error("halox: " + m_name + ": " + std::to_string(m_active.size()) +
                   " faces do not fit on the GPU at once; use staged");
     }
-    // Blocks per op: enough threads for the largest face at kBatchFor<4> (8) words in flight
-    // each, counted in 4-byte words (wider words need fewer), up to 128. A small face gets a
-    // few blocks, not 128 mostly idle ones, each of which signals and counts itself done.
-    std::int64_t most_bytes = 1;
-    for (const Op& op : ops) most_bytes = std::max({most_bytes, op.send_bytes, op.recv_bytes});
-    const std::int64_t per_block = 256 * kBatchFor<4> * 4;
-    const int needed =
-        static_cast<int>(std::min<std::int64_t>(128, (most_bytes + per_block - 1) / per_block));
-    m_blocks = std::min({128, fit, std::max(1, needed)});
+    // 128 blocks per op whatever the face's size: a 2-process multiphase LBM step ran 4.6%
+    // slower with blocks sized from the face (8 four-byte words in flight per thread: 40 and
+    // 8 blocks for its faces; 10,673 against 11,166 MLUPS, PERFORMANCE.md). Why more blocks
+    // win where the words are few is not established.
+    m_blocks = std::min(128, fit);
     // Diagnostics: HALOX_GRID_BLOCKS=N forces N blocks per op (still at most what fits).
     if (const char* forced = std::getenv("HALOX_GRID_BLOCKS"))
       m_blocks = std::clamp(std::atoi(forced), 1, fit);

@@ -23,8 +23,8 @@ for v in "datatype ipc-fused" "overlap ipc-fused" "datatype nvshmem-fused" \
   run --steps 200 --comm $1 --transport $2 --json "$out/lbm-$1-$2.json" 2>&1 \
     | grep -E "MLUPS;|exchange|bound"
 done
-# The fused grid kernel's blocks per op: sized from the face (default) against 128.
-for blocks in default 128 default 128; do
+# The fused grid kernel's blocks per op: 128 (the default) against 32.
+for blocks in default 32 default 32; do
   echo "== multiphase, datatype, ipc-fused, blocks per op: $blocks"
   if [ $blocks = default ]; then unset HALOX_GRID_BLOCKS; else export HALOX_GRID_BLOCKS=$blocks; fi
   run --steps 400 --comm datatype --transport ipc-fused 2>&1 | grep -E "MLUPS;"
