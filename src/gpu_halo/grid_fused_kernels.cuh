@@ -64,7 +64,7 @@ struct GridArgs {
   // neither send nor receive (no neighbour on that side) get no blocks, which leaves the
   // resident blocks to the others. A mask, not a list: a parameter array indexed by
   // blockIdx.y is copied to local memory (ptxas: 58 registers and 88 bytes of stack, against
-  // 48 and 16).
+  // 48 and 24).
   unsigned active = 0;
 };
 static_assert(kMaxGridOps <= 32, "GridArgs::active is a 32-bit mask");
