@@ -4,8 +4,9 @@
 // exactly the coordinate the pulse sends, and every reverse item's own force plus its terms
 // is exactly the force the reverse pulse sends back (integer-valued forces, so any order of
 // addition is exact). With every rank in the launch (the local engine on one GPU: no waits
-// at all), with each rank alone (the ipc and nvshmem engines: pulses from other ranks waited
-// for, pulses to itself not), and with half the ranks (the local engine over two GPUs).
+// at all, so every pulse can go direct), with each rank alone (the ipc and nvshmem engines:
+// pulses from other ranks waited for, pulses to itself never read from staging, so direct),
+// and with half the ranks (the local engine over two GPUs).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -111,6 +112,11 @@ void check_graph(const Case& c, const std::vector<int>& launch, const std::strin
           const int q = index & kPulseMask;
           ASSERT_TRUE(deps >> q & 1u) << at << ": staging of pulse " << q << " read unwaited";
           ASSERT_LT(q, p);
+          // A rank alone reads only the staging of pulses from other ranks: its pulses to
+          // itself are never read from staging, so they can all go direct.
+          if (launch.size() == 1) {
+            ASSERT_NE(plan.pulses[q].header.recv_rank, rank) << at << ": staging of a self pulse";
+          }
           const std::int64_t i = plan.pulses[q].recv_offset + (index >> kPulseBits);
           for (int a = 0; a < 3; ++a) v[a] = c.xyz[rank][3 * static_cast<std::size_t>(i) + a];
         }
@@ -149,6 +155,9 @@ void check_graph(const Case& c, const std::vector<int>& launch, const std::strin
             // Pulse q's staging: what the rank I sent item i to in pulse q returns for it.
             const int q = index & kPulseMask, i = index >> kPulseBits;
             ASSERT_TRUE(rev_deps >> q & 1u) << at << ": staging of pulse " << q << " unwaited";
+            if (launch.size() == 1) {
+              ASSERT_NE(plan.pulses[q].header.send_rank, rank) << at << ": staging of a self pulse";
+            }
             const int to = plan.pulses[q].header.send_rank;
             for (int a = 0; a < 3; ++a) v[a] += c.sent[to][q][i][a];
           }
