@@ -98,7 +98,6 @@ struct DeviceHalo::Impl {
   bool puts = false;        // some view reaches its peer by puts: the kernels that make them
   void* x_table = nullptr;  // device array of per-rank pointers
   std::vector<void*> last_x, last_f;
-  bool kept = false;              // allocate() kept the blocks (their signals run on)
   std::vector<char> last_direct;  // per view: fwd (1) / rev (2) arrives direct, last plan
 
   std::function<char*(std::int64_t)> allocate_block = [](std::int64_t n) {
@@ -150,11 +149,13 @@ struct DeviceHalo::Impl {
   // Which pulses go direct (PulseView::fwd_direct_to): the peer is a rank of this launch,
   // and no forwarded item of the receiving rank reads that pulse's staging (a pulse's
   // staging is read exactly where some pulse of its rank waits for it: fwd_deps, rev_deps).
+  // Where `rank` is among this launch's ranks; -1 if outside (or no rank).
+  int launch_index(int rank) const {
+    const auto it = std::find(ranks.begin(), ranks.end(), rank);
+    return rank < 0 || it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+  }
+
   void mark_direct_pulses(std::vector<PulseView>& views) {
-    auto launch_index = [&](int rank) {
-      const auto it = std::find(ranks.begin(), ranks.end(), rank);
-      return rank < 0 || it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
-    };
     for (std::size_t k = 0; k < ranks.size(); ++k) {
       unsigned fwd_read = 0, rev_read = 0;
       for (int p = 0; p < npulses; ++p) {
@@ -182,15 +183,16 @@ struct DeviceHalo::Impl {
         v.rev_direct_homes = s.first_forwarded;
       }
     }
-    // A pulse that changed between direct and staged since the last plan, in kept blocks:
-    // its data signal, which direct pulses leave alone, is set to where the exchange
-    // counters stand, so that waits for it match again (no kernel runs: allocate waited).
+    // A pulse that changed between direct and staged since the last plan: its data signal,
+    // which direct pulses leave alone, is set to where the exchange counters stand, so that
+    // waits for it match again (no kernel runs: allocate waited). In new blocks that is the
+    // 0 they were zeroed to, so kept or not makes no difference.
     std::vector<char> now;
     for (const PulseView& v : views) {
       now.push_back(static_cast<char>(v.fwd_arrives_direct | v.rev_arrives_direct << 1));
     }
     const u64 fwd = fwd_epoch << 32, rev = rev_epoch << 32;
-    for (std::size_t i = 0; i < views.size() && i < last_direct.size() && kept; ++i) {
+    for (std::size_t i = 0; i < views.size() && i < last_direct.size(); ++i) {
       const int changed = now[i] ^ last_direct[i];
       Slots* mine = views[i].mine;
       if (changed & 1)
@@ -332,7 +334,6 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
     m.published[k] = pb;
   }
   if (!keep) m.fwd_epoch = m.rev_epoch = m.probe_epoch = 0;
-  m.kept = keep;
   // A recorded time-out is forgotten (its blocks were just replaced: fits() refuses them).
   // Without one there is nothing to reset, and no synchronous memset per neighbour search.
   if (m.errors.record().flag != 0) m.errors.clear();
@@ -381,9 +382,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   };
   int most_items = 1;
   const ForwardingGraph graph(m.ranks, m.plans);
-  auto in_launch = [&](int rank) {
-    return rank >= 0 && std::find(m.ranks.begin(), m.ranks.end(), rank) != m.ranks.end();
-  };
+  auto in_launch = [&](int rank) { return m.launch_index(rank) >= 0; };
   for (std::size_t k = 0; k < m.ranks.size(); ++k) {
     const ParticlePlan& plan = *m.plans[k];
     const PeerBlock& me = m.published[k];
