@@ -35,6 +35,21 @@ want sanitizer && for tool in memcheck racecheck; do
     build/gpu/tests/gpu/test_pack_gpu > "$out/sanitizer-$tool.log" 2>&1
   log "compute-sanitizer $tool: rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0 hazards' "$out/sanitizer-$tool.log") clean summaries) $(grep 'SUMMARY' "$out/sanitizer-$tool.log" | tail -1)"
 done
+# The halo kernels, in one process (the local engine; the sanitizer does not follow MPI ranks
+# under MPS): the particle kernels direct and staged in launch, kept and replaced blocks; the
+# grid kernel, plain and traced, through the LBM's 8 ranks on the one GPU.
+want sanitizer && for tool in memcheck racecheck; do
+  timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 build/gpu/tests/gpu/test_gpu_halo \
+    --gtest_filter='LocalEngine.EightRanksOneAndTwoPulses:LocalEngine.NewPlansKeepOrReplaceTheBlocks' \
+    > "$out/sanitizer-halo-$tool.log" 2>&1
+  log "compute-sanitizer $tool, particle halo kernels: rc=$? $(grep 'SUMMARY' "$out/sanitizer-halo-$tool.log" | tail -1)"
+  for trace in 0 1; do
+    HALOX_TRACE=$trace OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 build/gpu/apps/lbm/halox-lbm \
+      --device gpu --transport local-fused --comm datatype --ranks 2x2x2 --grid 24x20x18 \
+      --init spinodal --steps 3 > "$out/sanitizer-grid-$tool-trace$trace.log" 2>&1
+    log "compute-sanitizer $tool, grid kernel (HALOX_TRACE=$trace): rc=$? $(grep 'SUMMARY' "$out/sanitizer-grid-$tool-trace$trace.log" | tail -1)"
+  done
+done
 
 # MPI runs: two processes share the one GPU (more than two per GPU fail there), under MPS:
 # without it the two contexts time-slice the GPU and every hand-over costs hundreds of us.
