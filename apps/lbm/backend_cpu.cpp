@@ -23,10 +23,9 @@ class CpuBackend final : public Backend {
     m_f.nz = n[2];
     m_multiphase = multiphase;
     const std::size_t plane = static_cast<std::size_t>(m_f.plane());
-    m_a.assign(Q * plane, Real(0));
-    m_b.assign(Q * plane, Real(0));
-    m_ga.assign(multiphase ? QG * plane : 0, Real(0));
-    m_gb.assign(multiphase ? QG * plane : 0, Real(0));
+    // g right after f in one array (as on the GPU): one datatype spans both.
+    m_a.assign((Q + (multiphase ? QG : 0)) * plane, Real(0));
+    m_b.assign(m_a.size(), Real(0));
     m_phi.assign(plane, Real(0));
     point();
   }
@@ -101,21 +100,20 @@ class CpuBackend final : public Backend {
   GpuStream stream_handle() override { return nullptr; }
   void synchronize() override {}
   std::int64_t bytes() const override {
-    return static_cast<std::int64_t>(
-        (m_a.size() + m_b.size() + m_ga.size() + m_gb.size() + m_phi.size()) * sizeof(Real));
+    return static_cast<std::int64_t>((m_a.size() + m_b.size() + m_phi.size()) * sizeof(Real));
   }
 
  private:
   void point() {
     m_f.f = m_a.data();
     m_f.f_next = m_b.data();
-    m_f.g = m_multiphase ? m_ga.data() : nullptr;
-    m_f.g_next = m_multiphase ? m_gb.data() : nullptr;
+    m_f.g = m_multiphase ? m_a.data() + Q * m_f.plane() : nullptr;
+    m_f.g_next = m_multiphase ? m_b.data() + Q * m_f.plane() : nullptr;
     m_f.phi = m_phi.data();
   }
   Fields<Real> m_f;
   bool m_multiphase = false;
-  std::vector<Real> m_a, m_b, m_ga, m_gb, m_phi;
+  std::vector<Real> m_a, m_b, m_phi;  // f (then g), f_next (then g_next), phi
 };
 
 }  // namespace

@@ -165,11 +165,15 @@ class GpuBackend final : public Backend {
       p = static_cast<Real*>(raw) + (sector_elements - 1);
       m_bytes += static_cast<std::int64_t>(bytes);
     };
-    alloc(m_f.f, Q * plane);
-    alloc(m_f.f_next, Q * plane);
+    // g right after f, in one allocation (and g_next after f_next): one datatype spans both,
+    // so one exchange moves the two (halox-lbm --fg-exchange). A plane is a whole number of
+    // sectors, so g's rows stay aligned as f's.
+    const int qs = Q + (multiphase ? QG : 0);
+    alloc(m_f.f, qs * plane);
+    alloc(m_f.f_next, qs * plane);
     if (multiphase) {
-      alloc(m_f.g, QG * plane);
-      alloc(m_f.g_next, QG * plane);
+      m_f.g = m_f.f + Q * m_f.plane();
+      m_f.g_next = m_f.f_next + Q * m_f.plane();
     }
     alloc(m_f.phi, plane);
   }

@@ -8,6 +8,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,7 +42,8 @@ struct Cli {
   std::string model = "multiphase";  // multiphase | bgk
   std::string init;  // droplet | spinodal (multiphase); taylor-green | uniform (bgk)
   std::string device = "auto", comm = "datatype";
-  std::string self_halo = "wrap";  // a periodic axis with one rank: wrap | exchange
+  std::string self_halo = "wrap";      // a periodic axis with one rank: wrap | exchange
+  std::string fg_exchange = "merged";  // multiphase, halox moving the faces: merged | separate
   TransportKind transport = TransportKind::host;
   bool transport_given = false, single = true;
   bool local = false;        // --transport local(-fused): every rank of --ranks in this one process
@@ -96,6 +98,9 @@ void usage(FILE* out) {
       "  --self-halo M      a periodic axis that one rank spans alone: wrap (the update reads\n"
       "                     the opposite edge in place, no exchange; default) | exchange (its\n"
       "                     halo moves like any other, a message to oneself)\n"
+      "  --fg-exchange M    multiphase with --comm datatype or overlap: merged (one exchange\n"
+      "                     moves the crossing planes of f and g, which lie in one array;\n"
+      "                     default) | separate (one exchange each, for comparison)\n"
       "  --dump FILE        rho, u, phi of every cell after the run (binary, global order)\n"
       "  --slice FILE.pgm   the order parameter (or |u|) in the mid z plane as a PGM image\n"
       "  --trace FILE       Chrome trace JSON of the last steps\n"
@@ -173,6 +178,8 @@ Cli parse(int argc, char** argv) {
       c.check_mass = true;
     else if (a == "--self-halo")
       c.self_halo = value();
+    else if (a == "--fg-exchange")
+      c.fg_exchange = value();
     else if (a == "--dump")
       c.dump = value();
     else if (a == "--slice")
@@ -198,6 +205,9 @@ Cli parse(int argc, char** argv) {
   }
   if (c.self_halo != "wrap" && c.self_halo != "exchange") {
     throw Error("halox-lbm: --self-halo must be wrap or exchange");
+  }
+  if (c.fg_exchange != "merged" && c.fg_exchange != "separate") {
+    throw Error("halox-lbm: --fg-exchange must be merged or separate");
   }
   if (c.local_fused && (c.comm == "default" || c.comm == "contig")) {
     throw Error("halox-lbm: --transport local-fused moves the faces of --comm datatype or overlap");
@@ -359,12 +369,24 @@ class Lbm {
                                       allocated = {m_backend->row_pitch(), m_n[1] + 2, m_n[2] + 2};
     const GridPlan base = cli.local ? make_grid_plan(m_topology, interior, 1, real, allocated)
                                     : build_grid_plan(m_topology, interior, 1, real, allocated);
-    m_f = make_halo(0, base, Q);
+    // Multiphase, with halox moving the faces: the back end keeps g right after f, so one
+    // exchange of f's and g's crossing planes (a struct type spanning both) moves the two: one
+    // launch and one handshake per step fewer than an exchange each.
+    const std::int64_t plane_bytes =
+        (std::int64_t)m_backend->row_pitch() * (m_n[1] + 2) * (m_n[2] + 2) * m_real_bytes;
+    m_fg_merged = cli.params.multiphase && halox_moves() && cli.fg_exchange == "merged" &&
+                  reinterpret_cast<std::uintptr_t>(m_backend->g()) ==
+                      reinterpret_cast<std::uintptr_t>(m_backend->f()) + Q * plane_bytes;
+    if (cli.params.multiphase && halox_moves() && cli.fg_exchange == "merged" && !m_fg_merged)
+      throw Error("halox-lbm: --fg-exchange merged needs g right after f in memory");
+    m_f = make_halo(0, base, Q, m_fg_merged ? QG : 0);
     if (cli.params.multiphase) {
       m_g = make_halo(1, base, QG);
       m_phi = make_halo(2, base, 0);
     }
   }
+  /// Whether f's exchange moves g's crossing planes too (then g has no exchange of its own).
+  bool fg_merged() const { return m_fg_merged; }
 
   void step() {
     if (m_cli.comm == "overlap") {
@@ -378,7 +400,7 @@ class Lbm {
       if (moves) {
         b.mark(at);
         exchange(m_f);
-        if (m_cli.params.multiphase) exchange(m_g);
+        if (m_cli.params.multiphase && !m_fg_merged) exchange(m_g);
       }
       b.mark(at + 1);
       first_update();
@@ -444,7 +466,7 @@ class Lbm {
   void step_overlapped() {
     update_inner(0);
     exchange(m_f);
-    if (m_cli.params.multiphase) exchange(m_g);
+    if (m_cli.params.multiphase && !m_fg_merged) exchange(m_g);
     update_shell(0);
     if (m_cli.params.multiphase) {
       update_inner(1);
@@ -596,6 +618,10 @@ class Lbm {
   }
 
  private:
+  // Whether halox exchanges move the faces (the default and contig variants pack by hand).
+  bool halox_moves() const {
+    return m_cli.comm == "datatype" || m_cli.comm == "overlap";
+  }
   // Every axis is wrapped by the update (one rank, periodic): no face to exchange.
   bool exchange_free() const {
     return m_wrap[0] && m_wrap[1] && m_wrap[2];
@@ -638,7 +664,8 @@ class Lbm {
 
   // Per pulse, the planes whose populations cross that face toward the receiver: those
   // with e_axis == direction (the receiver pulls them from its halo). phi: its only plane.
-  FieldHalo make_halo(int field, const GridPlan& base, int q_count) {
+  // f with g_count > 0: g's crossing planes too, as planes Q + q of f (g follows f).
+  FieldHalo make_halo(int field, const GridPlan& base, int q_count, int g_count = 0) {
     FieldHalo h;
     h.field = field;
     h.plan = base;
@@ -652,6 +679,10 @@ class Lbm {
         for (int q = 0; q < q_count; ++q) {
           const int e[3] = {ex(q), ey(q), ez(q)};
           if (e[pulse.header.axis] == pulse.header.direction) planes.push_back(q);
+        }
+        for (int q = 0; q < g_count; ++q) {  // D3Q7's velocities are D3Q19's first seven
+          const int e[3] = {ex(q), ey(q), ez(q)};
+          if (e[pulse.header.axis] == pulse.header.direction) planes.push_back(Q + q);
         }
       }
       std::vector<std::int64_t> blocks(planes.size(), 1), disps;
@@ -667,8 +698,8 @@ class Lbm {
     }
     h.moved = h.plan;
     std::erase_if(h.moved.pulses, [&](const GridPulse& p) { return m_wrap[p.header.axis]; });
-    const bool halox_moves = m_cli.comm == "datatype" || m_cli.comm == "overlap";
-    if (halox_moves && !m_cli.local && !h.moved.pulses.empty()) {
+    const bool merged_into_f = field == 1 && m_fg_merged;
+    if (halox_moves() && !m_cli.local && !h.moved.pulses.empty() && !merged_into_f) {
       h.exchange =
           std::make_unique<GridExchange>(m_topology, h.moved, ExchangeOptions{m_transport});
     }
@@ -842,6 +873,7 @@ class Lbm {
   TransportKind m_transport = TransportKind::host;
   int m_real_bytes = 4;
   FieldHalo m_f, m_g, m_phi;
+  bool m_fg_merged = false;  // m_f's exchange moves g's planes too
   std::vector<char> m_host_send, m_host_recv;
   void* m_device_send = nullptr;
   void* m_device_recv = nullptr;
@@ -867,6 +899,10 @@ class LocalRanks {
     }
     const int fields = cli.params.multiphase ? 3 : 1;
     for (int k = 0; k < fields; ++k) {
+      if (k == 1 && m_ranks[0]->fg_merged()) {  // g moves with f (alike on every rank)
+        m_exchanges.push_back(nullptr);
+        continue;
+      }
       std::vector<GridPlan> plans;
       for (auto& lbm : m_ranks) plans.push_back(lbm->plan(k));
       LocalGridOptions options;
@@ -938,7 +974,7 @@ class LocalRanks {
     gather_streams();
     b.mark(at);
     exchange(0);
-    if (m_cli.params.multiphase) exchange(1);
+    if (m_cli.params.multiphase && !m_ranks[0]->fg_merged()) exchange(1);
     b.mark(at + 1);
     scatter_streams();
     for (auto& lbm : m_ranks) lbm->first_update();
@@ -961,7 +997,7 @@ class LocalRanks {
     for (auto& lbm : m_ranks) lbm->update_inner(0);
     gather_streams();  // the shells of the last step: the faces
     exchange(0);
-    if (m_cli.params.multiphase) exchange(1);
+    if (m_cli.params.multiphase && !m_ranks[0]->fg_merged()) exchange(1);
     scatter_streams();
     for (auto& lbm : m_ranks) lbm->update_shell(0);
     if (m_cli.params.multiphase) {
@@ -1217,6 +1253,11 @@ int drive(Run& lbm, const Cli& cli, int rank) {
     std::printf("wrote %s (mid-z slice of %s)\n", cli.slice.c_str(), channel == 4 ? "phi" : "u_x");
   }
   if (rank == 0 && !cli.json.empty()) {
+    // How f and g moved: the hand-packed variants always move them one by one.
+    const bool by_halox = cli.comm == "datatype" || cli.comm == "overlap";
+    const std::string fg_exchange = !cli.params.multiphase ? "none"
+                                    : by_halox             ? cli.fg_exchange
+                                                           : "separate";
     std::ofstream j(cli.json);
     j.precision(10);
     j << "{\n  \"app\": \"halox-lbm\",\n  \"model\": \"" << cli.model << "\",\n  \"init\": \""
@@ -1224,12 +1265,12 @@ int drive(Run& lbm, const Cli& cli, int rank) {
       << cli.grid[2] << "],\n  \"ranks\": \"" << lbm.topology().describe()
       << "\",\n  \"backend\": \"" << lbm.backend().name() << "\",\n  \"variant\": \"" << cli.comm
       << "\",\n  \"transport\": \"" << lbm.transport() << "\",\n  \"self_halo\": \""
-      << cli.self_halo << "\",\n  \"wrapped_axes\": \"" << wrapped
-      << "\",\n  \"steps\": " << cli.steps << ",\n  \"warmup_steps\": " << cli.warmup
-      << ",\n  \"timed_steps\": " << timed << ",\n  \"seconds\": " << seconds
-      << ",\n  \"mlups\": " << mlups << ",\n  \"exchange_seconds\": " << worst[0]
-      << ",\n  \"compute_seconds\": " << worst[1] << ",\n  \"compute_mlups\": " << compute_mlups
-      << ",\n  \"bytes_per_cell\": "
+      << cli.self_halo << "\",\n  \"fg_exchange\": \"" << fg_exchange
+      << "\",\n  \"wrapped_axes\": \"" << wrapped << "\",\n  \"steps\": " << cli.steps
+      << ",\n  \"warmup_steps\": " << cli.warmup << ",\n  \"timed_steps\": " << timed
+      << ",\n  \"seconds\": " << seconds << ",\n  \"mlups\": " << mlups
+      << ",\n  \"exchange_seconds\": " << worst[0] << ",\n  \"compute_seconds\": " << worst[1]
+      << ",\n  \"compute_mlups\": " << compute_mlups << ",\n  \"bytes_per_cell\": "
       << double(lbm.backend().bytes()) / (double(lbm.local()[0]) * lbm.local()[1] * lbm.local()[2])
       << ",\n  \"bytes_per_cell_update\": " << cell_bytes
       << ",\n  \"copy_ceiling_gbs\": " << ceiling << ",\n  \"bound_mlups\": " << bound

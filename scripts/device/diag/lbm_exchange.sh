@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where the 2-process multiphase LBM step goes (after check.sh built build/gpu): two ranks
 # on one GPU under MPS, 128^3 cells each, the GPU-initiated grid transports with and without
-# overlap, and one traced run (ipc-fused) whose device events show each exchange's phases.
+# overlap; f and g moved by one exchange or one each (also 8 ranks in one process); and one
+# traced run (ipc-fused) whose device events show each exchange's phases.
 #   scripts/device/diag/lbm_exchange.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -23,13 +24,20 @@ for v in "datatype ipc-fused" "overlap ipc-fused" "datatype nvshmem-fused" \
   run --steps 200 --comm $1 --transport $2 --json "$out/lbm-$1-$2.json" 2>&1 \
     | grep -E "MLUPS;|exchange|bound"
 done
-# The fused grid kernel's blocks per op: 128 (the default) against 32.
-for blocks in default 32 default 32; do
-  echo "== multiphase, datatype, ipc-fused, blocks per op: $blocks"
-  if [ $blocks = default ]; then unset HALOX_GRID_BLOCKS; else export HALOX_GRID_BLOCKS=$blocks; fi
-  run --steps 400 --comm datatype --transport ipc-fused 2>&1 | grep -E "MLUPS;"
+# f and g moved by one exchange (the default) against one each, A/B/A/B in one run.
+for transport in ipc-fused nvshmem-fused staged; do
+  for fg in merged separate merged separate; do
+    echo "== multiphase, datatype, $transport, --fg-exchange $fg"
+    run --steps 400 --comm datatype --transport $transport --fg-exchange $fg \
+      --json "$out/lbm-fg-$fg-$transport.json" 2>&1 | grep -E "MLUPS;|exchange"
+  done
 done
-unset HALOX_GRID_BLOCKS
+for fg in merged separate merged separate; do
+  echo "== multiphase, 8 ranks in one process, local-fused, --fg-exchange $fg"
+  timeout 90 mpirun -n 1 --bind-to none $lbm --grid 256x256x256 --ranks 2x2x2 --device gpu \
+    --transport local-fused --comm datatype --steps 100 --fg-exchange $fg \
+    --json "$out/lbm-fg-$fg-local8.json" 2>&1 | grep -E "MLUPS;|exchange"
+done
 echo "== traced: multiphase, datatype, ipc-fused, 20 steps"
 run --steps 20 --comm datatype --transport ipc-fused --trace "$out/trace-lbm-ipc-fused.json" 2>&1 \
   | grep -E "MLUPS;"
