@@ -58,16 +58,6 @@ void halo_usage(FILE* out) {
       "  --trace FILE          Chrome trace JSON of the last case (all ranks)\n");
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 HaloOptions parse_halo(int argc, char** argv) {
   HaloOptions o;
   for (int i = 1; i < argc; ++i) {

@@ -65,6 +65,7 @@ int local_halo_main(int argc, char** argv) {
   std::string json, trace_file;
   int gpus = 1;
   std::vector<bool> direct_modes = {true, false};  // GpuHaloOptions::direct_in_launch
+  std::vector<FusedKernels> kernel_kinds = {FusedKernels::per_pulse, FusedKernels::all_pulses};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -74,7 +75,9 @@ int local_halo_main(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::printf(
           "usage: halox-bench halo-local [--ranks 2x2x2,3x3x3] [--atoms 32000] [--gpus 1]\n"
-          "                             [--in-launch direct,staged] [--json FILE] [--trace FILE]\n"
+          "                             [--in-launch direct,staged] [--kernels "
+          "per_pulse,all_pulses]\n"
+          "                             [--json FILE] [--trace FILE]\n"
           "  LJ atoms (fcc, density 0.8442, halo distance cutoff 2.5 + skin 0.3) split over\n"
           "  R ranks in one process on one GPU (or spread over --gpus GPUs, consecutive ranks\n"
           "  sharing one); forward + reverse halo per step through the local engine (per-pulse\n"
@@ -83,13 +86,7 @@ int local_halo_main(int argc, char** argv) {
           "  signal and a wait per pulse (as between processes); --trace traces the first.\n");
       return 0;
     } else if (a == "--ranks") {
-      grids.clear();
-      std::string list = value();
-      for (std::size_t s = 0, e; s < list.size(); s = e + 1) {
-        e = list.find(',', s);
-        if (e == std::string::npos) e = list.size();
-        grids.push_back(list.substr(s, e - s));
-      }
+      grids = split(value());
     } else if (a == "--atoms")
       atoms = std::atol(value().c_str());
     else if (a == "--gpus")
@@ -100,15 +97,20 @@ int local_halo_main(int argc, char** argv) {
       trace_file = value();
     else if (a == "--in-launch") {
       direct_modes.clear();
-      const std::string list = value();
-      for (std::size_t s = 0, e; s < list.size(); s = e + 1) {
-        e = list.find(',', s);
-        if (e == std::string::npos) e = list.size();
-        const std::string mode = list.substr(s, e - s);
+      for (const std::string& mode : split(value())) {
         if (mode != "direct" && mode != "staged")
           throw Error("halox-bench halo-local: --in-launch takes direct and/or staged, not " +
                       mode);
         direct_modes.push_back(mode == "direct");
+      }
+    } else if (a == "--kernels") {
+      kernel_kinds.clear();
+      for (const std::string& kind : split(value())) {
+        if (kind != "per_pulse" && kind != "all_pulses")
+          throw Error("halox-bench halo-local: --kernels takes per_pulse and/or all_pulses, not " +
+                      kind);
+        kernel_kinds.push_back(kind == "all_pulses" ? FusedKernels::all_pulses
+                                                    : FusedKernels::per_pulse);
       }
     } else
       throw Error("halox-bench halo-local: unknown option " + a);
@@ -195,7 +197,7 @@ int local_halo_main(int argc, char** argv) {
     BENCH_CUDA(cudaSetDevice(0));
     auto time = [&](auto&& f) { return median_over_gpus_us(devices, streams, 11, 100, f); };
     for (std::size_t m = 0; m < direct_modes.size(); ++m)
-      for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
+      for (FusedKernels kernels : kernel_kinds) {
         const bool direct = direct_modes[m];
         LocalParticleExchange exchange(topology, plans, BasicKind::float32,
                                        {kernels, 5.0, true, -1, direct}, device_of);

@@ -37,6 +37,17 @@ inline std::string host_name() {
   return name;
 }
 
+// "a,b,c" -> {"a", "b", "c"} (empty items dropped): the benchmarks' list options.
+inline std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
