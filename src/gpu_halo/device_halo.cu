@@ -23,13 +23,13 @@ namespace halox::detail {
 // No NVSHMEM, no peer reached by puts (PeerBlocks never makes one): never called.
 namespace fused_particle {
 template <class Real>
-void launch_with_puts(bool, dim3, const LaunchArgs&, Real* const*, cudaStream_t) {
+void launch_with_puts(bool, dim3, std::size_t, const LaunchArgs&, Real* const*, cudaStream_t) {
   throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
 }
 void launch_probe_with_puts(dim3, const LaunchArgs&) {
   throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
 }
-int blocks_per_sm_with_puts(bool) {
+int blocks_per_sm_with_puts(bool, std::size_t) {
   throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
 }
 }  // namespace fused_particle
@@ -129,6 +129,9 @@ struct DeviceHalo::Impl {
     return a;
   }
 
+  // The kernels' dynamic shared memory (their BlockTables).
+  std::size_t shared_bytes() const { return block_tables_bytes(ranks.size(), npulses); }
+
   // The per-rank array pointers live in device memory; forward (coordinates) and reverse
   // (forces) keep their own table, so alternating them never re-uploads (nor waits).
   void* pointer_table(bool forward, const std::vector<void*>& p, GpuStream stream) {
@@ -225,11 +228,11 @@ struct DeviceHalo::Impl {
     for (int k = 0; k < (all ? 1 : npulses); ++k) {
       const int p = all ? 0 : forward ? k : npulses - 1 - k;
       if (puts)
-        launch_with_puts<Real>(forward, grid, args(p, epoch), table, stream);
+        launch_with_puts<Real>(forward, grid, shared_bytes(), args(p, epoch), table, stream);
       else if (forward)
-        forward_kernel<Real, false><<<grid, 256, 0, stream>>>(args(p, epoch), table);
+        forward_kernel<Real, false><<<grid, 256, shared_bytes(), stream>>>(args(p, epoch), table);
       else
-        reverse_kernel<Real, false><<<grid, 256, 0, stream>>>(args(p, epoch), table);
+        reverse_kernel<Real, false><<<grid, 256, shared_bytes(), stream>>>(args(p, epoch), table);
       HALOX_CUDA_CHECK(cudaGetLastError());
     }
   }
@@ -372,8 +375,12 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   // pointers after.
   std::vector<int> ints;
   struct Places {
-    std::size_t send_index, rev_order, fwd_source, fwd_shifts, rev_extra_start, rev_extra;
+    std::size_t send_index, rev_order, fwd_source, rev_extra_start, rev_extra;
   };
+  // Per view, the hops of its forwarded items (launch rank << 5 | pulse), turned into the
+  // shift vectors of those pulses once every launch rank's plan is in: one array of doubles,
+  // uploaded with the rest.
+  std::vector<std::vector<int>> hops_of_view;
   std::vector<Places> places;
   auto append = [&](auto first, auto last) {
     const std::size_t at = ints.size();
@@ -391,7 +398,6 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
     for (int p = 0; p < m.npulses; ++p) {
       table.fwd_in[p] = me.base + me.fwd_offset[p];
       table.rev_in[p] = me.base + me.rev_offset[p];
-      for (int a = 0; a < 3; ++a) table.shift[p][a] = plan.pulses[p].shift[a];
     }
     tables.push_back(table);
     for (int p = 0; p < m.npulses; ++p) {
@@ -430,8 +436,8 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       places.push_back(
           {append(pulse.send_index.begin(), pulse.send_index.end()),
            append(order.begin(), order.end()), append(fwd_source.begin(), fwd_source.end()),
-           append(fwd_shifts.begin(), fwd_shifts.end()),
            append(extra_start.begin(), extra_start.end()), append(extra.begin(), extra.end())});
+      hops_of_view.push_back(std::move(fwd_shifts));
       v.mine = reinterpret_cast<Slots*>(me.base);
       v.fwd_in = me.base + me.fwd_offset[p];
       v.rev_in = me.base + me.rev_offset[p];
@@ -471,19 +477,31 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
     }
   }
   if (m.options.direct_in_launch) m.mark_direct_pulses(views);
-  // One copy (one host wait) for the views, the tables and the index lists: [views][tables]
-  // [ints], the views pointing into the ints.
+  std::vector<double> hop_shifts;
+  std::vector<std::size_t> hop_shifts_at;
+  for (const std::vector<int>& hops : hops_of_view) {
+    hop_shifts_at.push_back(hop_shifts.size());
+    for (int hop : hops) {
+      const auto& shift = m.plans[hop >> kPulseBits]->pulses[hop & kPulseMask].shift;
+      hop_shifts.insert(hop_shifts.end(), shift.begin(), shift.end());
+    }
+  }
+  // One copy (one host wait) for the views, the tables, the hop shifts and the index lists:
+  // [views][tables][doubles][ints], the views pointing into the last two.
   auto round_up = [](std::size_t n) { return (n + 255) / 256 * 256; };
   const std::size_t views_bytes = round_up(views.size() * sizeof(PulseView));
   const std::size_t tables_bytes = round_up(tables.size() * sizeof(RankTable));
-  const std::size_t total = views_bytes + tables_bytes + ints.size() * sizeof(int);
+  const std::size_t doubles_bytes = round_up(hop_shifts.size() * sizeof(double));
+  const std::size_t total = views_bytes + tables_bytes + doubles_bytes + ints.size() * sizeof(int);
   char* uploaded = m.plan_data.reserve(total);
+  const double* doubles = reinterpret_cast<const double*>(uploaded + views_bytes + tables_bytes);
+  const int* base =
+      reinterpret_cast<const int*>(uploaded + views_bytes + tables_bytes + doubles_bytes);
   for (std::size_t i = 0; i < views.size(); ++i) {
-    const int* base = reinterpret_cast<const int*>(uploaded + views_bytes + tables_bytes);
     views[i].send_index = base + places[i].send_index;
     views[i].rev_order = base + places[i].rev_order;
     views[i].fwd_source = base + places[i].fwd_source;
-    views[i].fwd_shifts = base + places[i].fwd_shifts;
+    views[i].fwd_hop_shifts = doubles + hop_shifts_at[i];
     views[i].rev_extra_start = base + places[i].rev_extra_start;
     views[i].rev_extra = base + places[i].rev_extra;
   }
@@ -497,7 +515,10 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   std::vector<char> host(total);
   std::memcpy(host.data(), views.data(), views.size() * sizeof(PulseView));
   std::memcpy(host.data() + views_bytes, tables.data(), tables.size() * sizeof(RankTable));
-  std::memcpy(host.data() + views_bytes + tables_bytes, ints.data(), ints.size() * sizeof(int));
+  std::memcpy(host.data() + views_bytes + tables_bytes, hop_shifts.data(),
+              hop_shifts.size() * sizeof(double));
+  std::memcpy(host.data() + views_bytes + tables_bytes + doubles_bytes, ints.data(),
+              ints.size() * sizeof(int));
   if (total > 0) detail::copy_to_device_now(uploaded, host.data(), total);
   m.views = reinterpret_cast<const PulseView*>(uploaded);
   m.tables = reinterpret_cast<const RankTable*>(uploaded + views_bytes);
@@ -506,14 +527,15 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   int device = 0, sms = 0, per_sm = 0;
   HALOX_CUDA_CHECK(cudaGetDevice(&device));
   HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const std::size_t shared = m.shared_bytes();
   if (m.puts) {
-    per_sm = blocks_per_sm_with_puts(m.real == BasicKind::float32);
+    per_sm = blocks_per_sm_with_puts(m.real == BasicKind::float32, shared);
   } else if (m.real == BasicKind::float32) {
     HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, reverse_kernel<float, false>, 256, 0));
+        &per_sm, reverse_kernel<float, false>, 256, shared));
   } else {
     HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, reverse_kernel<double, false>, 256, 0));
+        &per_sm, reverse_kernel<double, false>, 256, shared));
   }
   const int concurrent = m.options.kernels == FusedKernels::all_pulses ? std::max(1, m.npulses) : 1;
   const double resident = m.share * sms * per_sm;
