@@ -23,13 +23,13 @@ namespace halox::detail {
 // No NVSHMEM, no peer reached by puts (PeerBlocks never makes one): never called.
 namespace fused_particle {
 template <class Real>
-void launch_with_puts(bool, dim3, std::size_t, const LaunchArgs&, Real* const*, cudaStream_t) {
+void launch_with_puts(bool, dim3, const LaunchArgs&, Real* const*, cudaStream_t) {
   throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
 }
 void launch_probe_with_puts(dim3, const LaunchArgs&) {
   throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
 }
-int blocks_per_sm_with_puts(bool, std::size_t) {
+int blocks_per_sm_with_puts(bool) {
   throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
 }
 }  // namespace fused_particle
@@ -129,9 +129,6 @@ struct DeviceHalo::Impl {
     return a;
   }
 
-  // The kernels' dynamic shared memory (their BlockTables).
-  std::size_t shared_bytes() const { return block_tables_bytes(ranks.size(), npulses); }
-
   // The per-rank array pointers live in device memory; forward (coordinates) and reverse
   // (forces) keep their own table, so alternating them never re-uploads (nor waits).
   void* pointer_table(bool forward, const std::vector<void*>& p, GpuStream stream) {
@@ -228,11 +225,11 @@ struct DeviceHalo::Impl {
     for (int k = 0; k < (all ? 1 : npulses); ++k) {
       const int p = all ? 0 : forward ? k : npulses - 1 - k;
       if (puts)
-        launch_with_puts<Real>(forward, grid, shared_bytes(), args(p, epoch), table, stream);
+        launch_with_puts<Real>(forward, grid, args(p, epoch), table, stream);
       else if (forward)
-        forward_kernel<Real, false><<<grid, 256, shared_bytes(), stream>>>(args(p, epoch), table);
+        forward_kernel<Real, false><<<grid, 256, 0, stream>>>(args(p, epoch), table);
       else
-        reverse_kernel<Real, false><<<grid, 256, shared_bytes(), stream>>>(args(p, epoch), table);
+        reverse_kernel<Real, false><<<grid, 256, 0, stream>>>(args(p, epoch), table);
       HALOX_CUDA_CHECK(cudaGetLastError());
     }
   }
@@ -527,15 +524,14 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   int device = 0, sms = 0, per_sm = 0;
   HALOX_CUDA_CHECK(cudaGetDevice(&device));
   HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const std::size_t shared = m.shared_bytes();
   if (m.puts) {
-    per_sm = blocks_per_sm_with_puts(m.real == BasicKind::float32, shared);
+    per_sm = blocks_per_sm_with_puts(m.real == BasicKind::float32);
   } else if (m.real == BasicKind::float32) {
     HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, reverse_kernel<float, false>, 256, shared));
+        &per_sm, reverse_kernel<float, false>, 256, 0));
   } else {
     HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, reverse_kernel<double, false>, 256, shared));
+        &per_sm, reverse_kernel<double, false>, 256, 0));
   }
   const int concurrent = m.options.kernels == FusedKernels::all_pulses ? std::max(1, m.npulses) : 1;
   const double resident = m.share * sms * per_sm;

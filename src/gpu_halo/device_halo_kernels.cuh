@@ -127,50 +127,6 @@ struct RankTable {
   const char* rev_in[kMaxPulses] = {};
 };
 
-// Per block, in shared memory: every launch rank's array and this rank's staging areas (one
-// per pulse), for the forwarded items. Their source is then one load away after its source
-// record instead of two (the pointer, then the item), which made the blocks with forwarded
-// items the slowest. Each thread loads its share at the block's start (TableShare: in flight
-// while the view loads) and stores it just before the forwarded items (publish: a sync, so
-// every thread of the block calls it there). The launch gives block_tables_bytes.
-template <class Real>
-struct BlockTables {
-  Real* const* arrays;
-  const char* const* staging;
-};
-template <class Real>
-struct TableShare {
-  Real* array = nullptr;
-  const char* staging = nullptr;
-};
-template <class Real>
-__device__ __forceinline__ TableShare<Real> load_table_share(Real* const* arrays,
-                                                             const char* const* staging,
-                                                             int npulses) {
-  TableShare<Real> mine;
-  if (threadIdx.x < gridDim.z) mine.array = arrays[threadIdx.x];
-  if (static_cast<int>(threadIdx.x) < npulses) mine.staging = staging[threadIdx.x];
-  return mine;
-}
-template <class Real>
-__device__ __forceinline__ BlockTables<Real> publish(const TableShare<Real>& mine,
-                                                     Real* const* arrays, int npulses) {
-  extern __shared__ __align__(16) unsigned char shared_tables[];
-  Real** s_arrays = reinterpret_cast<Real**>(shared_tables);
-  const char** s_staging =
-      reinterpret_cast<const char**>(shared_tables + gridDim.z * sizeof(Real*));
-  if (threadIdx.x < gridDim.z) s_arrays[threadIdx.x] = mine.array;
-  for (unsigned i = threadIdx.x + blockDim.x; i < gridDim.z; i += blockDim.x) {
-    s_arrays[i] = arrays[i];  // more launch ranks than threads
-  }
-  if (static_cast<int>(threadIdx.x) < npulses) s_staging[threadIdx.x] = mine.staging;
-  __syncthreads();
-  return {s_arrays, s_staging};
-}
-inline std::size_t block_tables_bytes(std::size_t launch_ranks, int npulses) {
-  return (launch_ranks + static_cast<std::size_t>(npulses)) * sizeof(void*);
-}
-
 struct LaunchArgs {
   const PulseView* views;
   const RankTable* tables;
@@ -199,6 +155,15 @@ __device__ __forceinline__ const Real* item_at(Real* const* arrays, const char* 
   return from >= 0 ? arrays[from] + 3 * static_cast<long long>(index)
                    : reinterpret_cast<const Real*>(staging[index & kPulseMask]) +
                          3 * static_cast<long long>(index >> kPulseBits);
+}
+
+// The first item at or after `start` of those thread `first` takes (every stride-th from
+// `first` on). The forwarded items keep the threads they would have in one loop over all
+// items, so with a thread per item (the usual grid) no thread packs a home item and then a
+// forwarded one: their chains of dependent loads would add up (measured: the pulses that
+// forward took twice as long per block as the one that does not).
+__device__ __forceinline__ int first_at_or_after(int start, int first, int stride) {
+  return first >= start ? first : first + (start - first + stride - 1) / stride * stride;
 }
 
 template <class Real>
@@ -251,9 +216,9 @@ __device__ inline bool wait_for_data(const LaunchArgs& a, const PulseView& v, in
 template <class Real, bool PUTS>
 __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
   const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
-  const TableShare<Real> share = load_table_share(xs, a.tables[r].fwd_in, a.npulses);
   const PulseView& v = a.views[r * a.npulses + p];
   if (v.rank == a.stall_rank) return;
+  const RankTable& table = a.tables[r];
   Real* x = xs[r];  // home items: read; halo items: written by the unpacks only
   const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
   const bool sys = a.system_scope != 0;
@@ -286,11 +251,10 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
         }
         record(a, v.rank, p, trace_deps_end, 0);
       }
-      const BlockTables<Real> t = publish(share, xs, a.npulses);
-      for (int k = v.first_forwarded + first; k < v.n_send; k += stride) {
+      for (int k = first_at_or_after(v.first_forwarded, first, stride); k < v.n_send; k += stride) {
         const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
         const int shifts = source[2];
-        const Real* src = item_at(t.arrays, t.staging, source[0], source[1]);
+        const Real* src = item_at(xs, table.fwd_in, source[0], source[1]);
         Real item[3] = {src[0], src[1], src[2]};
         // The shifts of the pulses it went through, added in order as the copies would have;
         // two loaded at a time, their loads in flight together with the item's.
@@ -333,7 +297,6 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
 template <class Real, bool PUTS>
 __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const* fs) {
   const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
-  const TableShare<Real> share = load_table_share(fs, a.tables[r].rev_in, a.npulses);
   const PulseView& v = a.views[r * a.npulses + p];
   if (v.rank == a.stall_rank) return;
   Real* f = fs[r];
@@ -371,6 +334,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
       // Items later pulses forwarded: my force plus the forces those pulses' reverses
       // returned, read from their staging as soon as it has arrived (pulses from other
       // ranks), or summed here from my own forces (pulses to myself).
+      const RankTable& table = a.tables[r];
       if (v.rev_deps != 0) {
         const PulseView* pulses = a.views + r * a.npulses;
         record(a, v.rank, p, trace_deps_begin, 1);
@@ -383,24 +347,14 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
         }
         record(a, v.rank, p, trace_deps_end, 1);
       }
-      const BlockTables<Real> t = publish(share, fs, a.npulses);
-      for (int j = v.rev_first_forwarded + first; j < v.n_recv; j += stride) {
+      for (int j = first_at_or_after(v.rev_first_forwarded, first, stride); j < v.n_recv;
+           j += stride) {
         const int k = v.rev_order[j], e = j - v.rev_first_forwarded;
         const Real* mine = f + 3 * (v.recv_offset + k);
         Real sum[3] = {mine[0], mine[1], mine[2]};
-        // Added in order; two at a time, so that their loads are in flight together.
-        const int end = v.rev_extra_start[e + 1];
-        for (int c = v.rev_extra_start[e]; c < end; c += 2) {
-          const bool two = c + 1 < end;
-          const int* pair = v.rev_extra + 2 * c;
-          const Real* in0 = item_at(t.arrays, t.staging, pair[0], pair[1]);
-          const Real* in1 = two ? item_at(t.arrays, t.staging, pair[2], pair[3]) : in0;
-          const Real first_in[3] = {in0[0], in0[1], in0[2]};
-          const Real second_in[3] = {in1[0], in1[1], in1[2]};
-          for (int d = 0; d < 3; ++d) sum[d] += first_in[d];
-          if (two) {
-            for (int d = 0; d < 3; ++d) sum[d] += second_in[d];
-          }
+        for (int c = v.rev_extra_start[e]; c < v.rev_extra_start[e + 1]; ++c) {
+          const Real* in = item_at(fs, table.rev_in, v.rev_extra[2 * c], v.rev_extra[2 * c + 1]);
+          for (int d = 0; d < 3; ++d) sum[d] += in[d];
         }
         give_back(k, sum);
       }
@@ -455,11 +409,10 @@ __global__ void probe_kernel(LaunchArgs a) {
 
 // The PUTS instantiations (device_halo_puts.cu; NVSHMEM builds only).
 template <class Real>
-void launch_with_puts(bool forward, dim3 grid, std::size_t shared, const LaunchArgs& a,
-                      Real* const* arrays, cudaStream_t stream);
+void launch_with_puts(bool forward, dim3 grid, const LaunchArgs& a, Real* const* arrays,
+                      cudaStream_t stream);
 void launch_probe_with_puts(dim3 grid, const LaunchArgs& a);
-/// Resident blocks per SM of the reverse kernel (the larger) with puts, given its dynamic
-/// shared memory.
-int blocks_per_sm_with_puts(bool float32, std::size_t shared);
+/// Resident blocks per SM of the reverse kernel (the larger) with puts.
+int blocks_per_sm_with_puts(bool float32);
 
 }  // namespace halox::detail::fused_particle

@@ -7,30 +7,28 @@
 namespace halox::detail::fused_particle {
 
 template <class Real>
-void launch_with_puts(bool forward, dim3 grid, std::size_t shared, const LaunchArgs& a,
-                      Real* const* arrays, cudaStream_t stream) {
+void launch_with_puts(bool forward, dim3 grid, const LaunchArgs& a, Real* const* arrays,
+                      cudaStream_t stream) {
   if (forward)
-    forward_kernel<Real, true><<<grid, 256, shared, stream>>>(a, arrays);
+    forward_kernel<Real, true><<<grid, 256, 0, stream>>>(a, arrays);
   else
-    reverse_kernel<Real, true><<<grid, 256, shared, stream>>>(a, arrays);
+    reverse_kernel<Real, true><<<grid, 256, 0, stream>>>(a, arrays);
 }
-template void launch_with_puts<float>(bool, dim3, std::size_t, const LaunchArgs&, float* const*,
-                                      cudaStream_t);
-template void launch_with_puts<double>(bool, dim3, std::size_t, const LaunchArgs&, double* const*,
-                                       cudaStream_t);
+template void launch_with_puts<float>(bool, dim3, const LaunchArgs&, float* const*, cudaStream_t);
+template void launch_with_puts<double>(bool, dim3, const LaunchArgs&, double* const*, cudaStream_t);
 
 void launch_probe_with_puts(dim3 grid, const LaunchArgs& a) {
   probe_kernel<true><<<grid, 32>>>(a);
 }
 
-int blocks_per_sm_with_puts(bool float32, std::size_t shared) {
+int blocks_per_sm_with_puts(bool float32) {
   int per_sm = 0;
   if (float32) {
     HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, reverse_kernel<float, true>, 256, shared));
+        &per_sm, reverse_kernel<float, true>, 256, 0));
   } else {
     HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, reverse_kernel<double, true>, 256, shared));
+        &per_sm, reverse_kernel<double, true>, 256, 0));
   }
   return per_sm;
 }
