@@ -25,8 +25,10 @@
 // Reverse, items a later pulse forwarded: their force is mine plus what the later pulses'
 // reverses returned for them, read from those pulses' staging once their data signals
 // arrive (the same one-hop wait as the forward's), never waiting for an unpack; what ranks
-// of this launch return is summed from their own forces directly. The reverse adds into
-// home items only: halo items keep the forces they had.
+// of this launch return is summed from their own forces directly, and what a rank outside
+// returns for an item whose origin is in this launch is added at that origin by the unpack
+// (no wait for it on the way back). The reverse adds into home items only: halo items keep
+// the forces they had.
 // Direct pulses (a peer in this launch whose staging of the pulse no forwarded item reads):
 // steps 3-5 become one: pack straight into the peer's halo (forward) or add straight into
 // its home items (reverse), with no staging, signal or wait. On one GPU the local engine's
@@ -369,13 +371,23 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
   if (v.send_rank >= 0 && !v.rev_arrives_direct) {
     if (!wait_for_data(a, v, p, 1, v.rev_in_data, v.send_rank, rev_data, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.rev_in);
-    // Home items only: the forwarded ones' forces are summed by the pulse that received them.
+    // Atomic: one home atom may get forces from several pulses at once.
+    auto add = [](Real* dst, const Real* force) {
+      atomicAdd(dst + 0, force[0]);
+      atomicAdd(dst + 1, force[1]);
+      atomicAdd(dst + 2, force[2]);
+    };
     for (int k = first; k < v.first_forwarded; k += stride) {
-      Real* dst = f + 3 * static_cast<long long>(v.send_index[k]);
-      // Atomic: one home atom may get forces from several pulses at once.
-      atomicAdd(dst + 0, in[3 * k + 0]);
-      atomicAdd(dst + 1, in[3 * k + 1]);
-      atomicAdd(dst + 2, in[3 * k + 2]);
+      add(f + 3 * static_cast<long long>(v.send_index[k]), in + 3 * k);
+    }
+    // Forwarded items, from a rank outside this launch: those whose origin is a home atom of
+    // this launch get their force there (ForwardingGraph::returned_terms leaves them out);
+    // the others, and all that ranks of this launch return, are summed by the pulse that
+    // received them.
+    for (int k = first_at_or_after(v.first_forwarded, first, stride);
+         !v.dest_in_launch && k < v.n_send; k += stride) {
+      const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
+      if (source[0] >= 0) add(fs[source[0]] + 3 * static_cast<long long>(source[1]), in + 3 * k);
     }
     record(a, v.rank, p, trace_unpack_end, 1);
   }

@@ -28,6 +28,9 @@ constexpr int staging_code(long long i, int q) {
 // the forces the hops would return, summed from the launch ranks' own forces. Only hops
 // from ranks outside the launch are waited for, through their staging and data signals; an
 // item that reaches one through another launch rank falls back to its first hop's staging.
+// What a rank outside the launch returns for such an item sent to it (its origin in the
+// launch) is added by the unpack straight into the origin's home force, so no pulse
+// waits for it to sum it on the way back (returned_terms leaves it out).
 class ForwardingGraph {
  public:
   ForwardingGraph(const std::vector<int>& ranks, const std::vector<const ParticlePlan*>& plans)
@@ -94,6 +97,23 @@ class ForwardingGraph {
     }
   }
 
+  /// Whether item j of launch rank k's pulse p (a forwarded one) has its origin in the
+  /// launch: every hop that brought it to k was between launch ranks (forward_source then
+  /// gives that origin; the reverse's unpack adds what comes back for it there).
+  bool origin_in_launch(int k, int p, std::size_t j) const {
+    int at_rank = k;
+    std::int64_t i = m_plans[k]->pulses[p].send_index[j];
+    for (;;) {
+      const ParticlePlan& plan = *m_plans[at_rank];
+      if (i < plan.home_count) return true;
+      const int q = plan.pulse_of(i);
+      const int from = local_of(plan.pulses[q].header.recv_rank);
+      if (from < 0) return false;
+      i = m_plans[from]->pulses[q].send_index[i - plan.pulses[q].recv_offset];
+      at_rank = from;
+    }
+  }
+
   /// Whether a later pulse forwarded halo item `slot` of launch rank k.
   bool forwarded(int k, std::int64_t slot) const {
     const std::int64_t h = slot - m_plans[k]->home_count;
@@ -102,8 +122,10 @@ class ForwardingGraph {
 
   /// Reverse: appends the terms of what the later pulses return for halo item `slot` of
   /// launch rank `at_rank` (besides its own force) as pairs (launch rank, item) or (-1,
-  /// staging code of k); adds the pulses of k to wait for to `deps`. False (nothing
-  /// appended) if a term would be a pulse from outside the launch at a rank other than k.
+  /// staging code of k); adds the pulses of k to wait for to `deps`. What ranks outside the
+  /// launch return for an item whose origin is in the launch is no term: the unpack adds
+  /// it at the origin. False (nothing appended) if a term would be a pulse from outside the
+  /// launch at a rank other than k.
   bool returned_terms(int k, int at_rank, std::int64_t slot, std::vector<int>& terms,
                       unsigned& deps) const {
     const ParticlePlan& plan = *m_plans[at_rank];
@@ -120,6 +142,8 @@ class ForwardingGraph {
         terms.push_back(static_cast<int>(delivered));
         if (returned_terms(k, to, delivered, terms, more)) continue;
         terms.resize(before);
+      } else if (origin_in_launch(at_rank, q, static_cast<std::size_t>(j))) {
+        continue;  // returned from outside straight to its origin
       }
       if (at_rank != k) {
         terms.resize(mark);

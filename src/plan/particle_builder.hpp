@@ -65,8 +65,19 @@ void build_particle_plans(const Box& box, double cutoff, std::vector<BuilderRank
     total[k] = plan.home_count;
   }
   const Topology& shape = *ranks[0].topology;
+  // Z, Y, X, except that the periodic axes one rank spans (a pulse to itself) go first. The
+  // images those pulses make are then of the rank's own atoms, so the pulses between ranks
+  // forward them from their origin (GPU-initiated: no wait), and what the other rank
+  // returns for them goes straight back to that origin: one hop between ranks each way, not
+  // two (the pulses to itself waiting for what another rank sent, as with Z first of a 1x1x2
+  // grid).
+  std::vector<int> axes;
+  for (int axis : {Z, Y, X})
+    if (shape.dims()[axis] == 1) axes.push_back(axis);
+  for (int axis : {Z, Y, X})
+    if (shape.dims()[axis] > 1) axes.push_back(axis);
   int number = 0;
-  for (int axis : {Z, Y, X}) {
+  for (int axis : axes) {
     const int dims = shape.dims()[axis];
     const double width = box.length[axis] / dims;
     const int pulses =

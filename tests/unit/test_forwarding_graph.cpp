@@ -1,15 +1,18 @@
 // ForwardingGraph (src/gpu_halo/forwarding_graph.hpp): where the fused particle kernels read
 // each forwarded item from. Checked on the CPU against a plain simulation of the host
 // transport's pulses: every forward source, with its shifts added in the order given, is
-// exactly the coordinate the pulse sends, and every reverse item's own force plus its terms
-// is exactly the force the reverse pulse sends back (integer-valued forces, so any order of
-// addition is exact). With every rank in the launch (the local engine on one GPU: no waits
-// at all, so every pulse can go direct), with each rank alone (the ipc and nvshmem engines:
-// pulses from other ranks waited for, pulses to itself never read from staging, so direct),
-// and with half the ranks (the local engine over two GPUs).
+// exactly the coordinate the pulse sends; and the reverse as the kernels do it (each
+// received item's own force plus its terms sent back, added into home items, or at the
+// origin where the item came back from outside the launch) ends with exactly the host
+// transport's home forces (integer-valued forces, so any order of addition is exact). With
+// every rank in the launch (the local engine on one GPU: no waits at all, so every pulse
+// can go direct), with each rank alone (the ipc and nvshmem engines: pulses from other
+// ranks waited for, pulses to itself never read from staging, so direct), and with half
+// the ranks (the local engine over two GPUs).
 #include <gtest/gtest.h>
 
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -29,8 +32,9 @@ namespace {
 
 struct Case {
   std::vector<ParticlePlan> plans;
-  std::vector<std::vector<double>> xyz;  // home and halo coordinates (the plans' view)
-  std::vector<std::vector<double>> f;    // forces before the reverse, integer-valued
+  std::vector<std::vector<double>> xyz;    // home and halo coordinates (the plans' view)
+  std::vector<std::vector<double>> f;      // forces before the reverse, integer-valued
+  std::vector<std::vector<double>> final;  // after the host transport's reverse
   // sent[r][p][j]: the force rank r sends back for its received item j of pulse p, as the
   // host transport computes it (reverse pulses last to first, adding into the senders).
   std::vector<std::vector<std::vector<std::array<double, 3>>>> sent;
@@ -77,6 +81,7 @@ Case make_case(std::array<int, 3> dims, double cutoff, std::uint64_t seed) {
       }
     }
   }
+  c.final = std::move(f);
   return c;
 }
 
@@ -134,35 +139,25 @@ void check_graph(const Case& c, const std::vector<int>& launch, const std::strin
       if (launch.size() == c.plans.size()) {
         EXPECT_EQ(deps, 0u) << at << ": every rank in the launch, yet a wait";
       }
-      // Reverse: own force plus the terms is what the host transport sends back.
+      // Reverse: the terms are other launch ranks' halo items, or staging that is waited for.
       unsigned rev_deps = 0;
       for (std::int64_t j = 0; j < pulse.recv_count; ++j) {
-        const std::int64_t slot = pulse.recv_offset + j;
         std::vector<int> terms;
-        const bool forwarded = graph.forwarded(static_cast<int>(k), slot);
-        ASSERT_TRUE(
-            graph.returned_terms(static_cast<int>(k), static_cast<int>(k), slot, terms, rev_deps));
-        EXPECT_EQ(forwarded, !terms.empty()) << at << " item " << j;
-        std::array<double, 3> v{};
-        for (int a = 0; a < 3; ++a) v[a] = c.f[rank][3 * static_cast<std::size_t>(slot) + a];
+        ASSERT_TRUE(graph.returned_terms(static_cast<int>(k), static_cast<int>(k),
+                                         pulse.recv_offset + j, terms, rev_deps));
         for (std::size_t t = 0; t < terms.size(); t += 2) {
-          const int from = terms[t], index = terms[t + 1];
-          if (from >= 0) {
-            const int owner = launch[from];
-            ASSERT_GE(index, c.plans[owner].home_count) << at << ": a term that is a home item";
-            for (int a = 0; a < 3; ++a) v[a] += c.f[owner][3 * static_cast<std::size_t>(index) + a];
-          } else {
-            // Pulse q's staging: what the rank I sent item i to in pulse q returns for it.
-            const int q = index & kPulseMask, i = index >> kPulseBits;
-            ASSERT_TRUE(rev_deps >> q & 1u) << at << ": staging of pulse " << q << " unwaited";
-            if (launch.size() == 1) {
-              ASSERT_NE(plan.pulses[q].header.send_rank, rank) << at << ": staging of a self pulse";
-            }
-            const int to = plan.pulses[q].header.send_rank;
-            for (int a = 0; a < 3; ++a) v[a] += c.sent[to][q][i][a];
+          if (terms[t] >= 0) {
+            ASSERT_GE(terms[t + 1], c.plans[launch[terms[t]]].home_count)
+                << at << ": a term that is a home item";
+            continue;
+          }
+          const int q = terms[t + 1] & kPulseMask;
+          ASSERT_GT(q, p) << at << ": a term from an earlier pulse";
+          ASSERT_TRUE(rev_deps >> q & 1u) << at << ": staging of pulse " << q << " unwaited";
+          if (launch.size() == 1) {
+            ASSERT_NE(plan.pulses[q].header.send_rank, rank) << at << ": staging of a self pulse";
           }
         }
-        for (int a = 0; a < 3; ++a) ASSERT_EQ(v[a], c.sent[rank][p][j][a]) << at << " item " << j;
       }
       if (launch.size() == c.plans.size()) {
         EXPECT_EQ(rev_deps, 0u) << at << ": every rank in the launch, yet a wait";
@@ -171,12 +166,102 @@ void check_graph(const Case& c, const std::vector<int>& launch, const std::strin
   }
 }
 
+// The reverse as the kernels do it, every rank in one of `launches`: rank r returns, for its
+// received item j of pulse p, its own force plus the terms (other launch ranks' own forces;
+// what a rank outside returned, read from staging). The sender adds that into its home item;
+// a forwarded item's force, from outside the launch, goes to the item's origin if that is
+// in the launch, else the pulse that received it sums it as a staging term (from inside,
+// the terms already hold it). The home forces must end as the host transport's.
+void check_reverse(const Case& c, const std::vector<std::vector<int>>& launches,
+                   const std::string& where) {
+  const int n = static_cast<int>(c.plans.size());
+  std::vector<int> launch_of(n), index_in(n);
+  std::vector<std::vector<const ParticlePlan*>> plans(launches.size());
+  for (std::size_t l = 0; l < launches.size(); ++l) {
+    for (std::size_t k = 0; k < launches[l].size(); ++k) {
+      launch_of[launches[l][k]] = static_cast<int>(l);
+      index_in[launches[l][k]] = static_cast<int>(k);
+      plans[l].push_back(&c.plans[launches[l][k]]);
+    }
+  }
+  std::vector<std::unique_ptr<ForwardingGraph>> graphs;
+  for (std::size_t l = 0; l < launches.size(); ++l)
+    graphs.push_back(std::make_unique<ForwardingGraph>(launches[l], plans[l]));
+  const int npulses = static_cast<int>(c.plans[0].pulses.size());
+  std::vector<std::vector<std::vector<std::array<double, 3>>>> out(
+      n, std::vector<std::vector<std::array<double, 3>>>(npulses));
+  for (int p = npulses - 1; p >= 0; --p) {
+    for (int r = 0; r < n; ++r) {
+      const ParticlePulse& pulse = c.plans[r].pulses[p];
+      const std::vector<int>& launch = launches[launch_of[r]];
+      for (std::int64_t j = 0; j < pulse.recv_count; ++j) {
+        const std::int64_t slot = pulse.recv_offset + j;
+        std::vector<int> terms;
+        unsigned deps = 0;
+        graphs[launch_of[r]]->returned_terms(index_in[r], index_in[r], slot, terms, deps);
+        std::array<double, 3> v{};
+        for (int a = 0; a < 3; ++a) v[a] = c.f[r][3 * static_cast<std::size_t>(slot) + a];
+        for (std::size_t t = 0; t < terms.size(); t += 2) {
+          if (terms[t] >= 0) {
+            const int owner = launch[terms[t]];
+            for (int a = 0; a < 3; ++a)
+              v[a] += c.f[owner][3 * static_cast<std::size_t>(terms[t + 1]) + a];
+          } else {
+            const int q = terms[t + 1] & kPulseMask, i = terms[t + 1] >> kPulseBits;
+            const int to = c.plans[r].pulses[q].header.send_rank;
+            for (int a = 0; a < 3; ++a) v[a] += out[to][q][i][a];
+          }
+        }
+        out[r][p].push_back(v);
+      }
+    }
+  }
+  std::vector<std::vector<double>> home(n);
+  for (int r = 0; r < n; ++r)
+    home[r].assign(c.f[r].begin(), c.f[r].begin() + 3 * c.plans[r].home_count);
+  for (int r = 0; r < n; ++r) {
+    for (int p = 0; p < npulses; ++p) {
+      const int from = c.plans[r].pulses[p].header.recv_rank;
+      if (from < 0) continue;
+      const ParticlePulse& theirs = c.plans[from].pulses[p];
+      for (std::size_t j = 0; j < theirs.send_index.size(); ++j) {
+        const std::int64_t item = theirs.send_index[j];
+        std::int64_t at = item;
+        int owner = from;
+        if (item >= c.plans[from].home_count) {
+          if (launch_of[r] == launch_of[from]) continue;  // in the terms
+          std::vector<int> source, shifts;
+          unsigned deps = 0;
+          graphs[launch_of[from]]->forward_source(index_in[from], p, j, source, shifts, deps);
+          if (source[0] < 0) continue;  // a staging term of the pulse that received it
+          owner = launches[launch_of[from]][source[0]];
+          at = source[1];
+        }
+        for (int a = 0; a < 3; ++a)
+          home[owner][3 * static_cast<std::size_t>(at) + a] += out[r][p][j][a];
+      }
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    for (std::size_t i = 0; i < home[r].size(); ++i) {
+      ASSERT_EQ(home[r][i], c.final[r][i]) << where << ": rank " << r << " home force " << i / 3;
+    }
+  }
+}
+
 }  // namespace
 
 TEST(ForwardingGraph, SourcesAndReturnedForcesEqualTheHostTransport) {
   const std::uint64_t seed = test_seed("ForwardingGraph", 0);
-  for (std::array<int, 3> dims :
-       {std::array<int, 3>{1, 1, 1}, {2, 1, 1}, {2, 2, 2}, {3, 2, 1}, {4, 2, 1}, {3, 3, 3}}) {
+  for (std::array<int, 3> dims : {std::array<int, 3>{1, 1, 1},
+                                  {2, 1, 1},
+                                  {1, 1, 2},
+                                  {1, 2, 1},
+                                  {2, 2, 2},
+                                  {3, 2, 1},
+                                  {4, 2, 1},
+                                  {1, 3, 3},
+                                  {3, 3, 3}}) {
     for (double cutoff : {2.4, 3.5}) {  // 3.5: two pulses along axes split 3 or 4 ways
       const Case c = make_case(dims, cutoff, seed);
       const int n = static_cast<int>(c.plans.size());
@@ -186,11 +271,19 @@ TEST(ForwardingGraph, SourcesAndReturnedForcesEqualTheHostTransport) {
       for (int r = 0; r < n; ++r) all[r] = r;
       check_graph(c, all, where + ", every rank in the launch");
       for (int r = 0; r < n; ++r) check_graph(c, {r}, where + ", rank alone");
+      check_reverse(c, {all}, where + ", one launch");
+      std::vector<std::vector<int>> alone;
+      for (int r = 0; r < n; ++r) alone.push_back({r});
+      check_reverse(c, alone, where + ", each rank alone");
       // The first half of the ranks (the local engine over two GPUs): items that reach a
       // rank outside through another launch rank fall back to their first hop's staging.
       if (n >= 2) {
         check_graph(c, std::vector<int>(all.begin(), all.begin() + n / 2),
                     where + ", half the ranks");
+        check_reverse(c,
+                      {std::vector<int>(all.begin(), all.begin() + n / 2),
+                       std::vector<int>(all.begin() + n / 2, all.end())},
+                      where + ", two halves");
       }
     }
   }
