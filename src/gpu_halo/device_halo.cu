@@ -473,19 +473,6 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       views.push_back(v);
     }
   }
-  // Protocol step 1's shares: per staging area, the pulses whose blocks read it (its own
-  // unpack, then every pulse that forwards from it), each reader pulse's place among them.
-  for (std::size_t k = 0; k < m.ranks.size(); ++k) {
-    PulseView* mine = views.data() + k * static_cast<std::size_t>(m.npulses);
-    for (int q = 0; q < m.npulses; ++q) {
-      for (int p = 0; p < m.npulses; ++p) {
-        if (mine[q].fwd_deps >> p & 1u)
-          mine[q].fwd_reader[p] = static_cast<unsigned char>(mine[p].fwd_readers++);
-        if (mine[q].rev_deps >> p & 1u)
-          mine[q].rev_reader[p] = static_cast<unsigned char>(mine[p].rev_readers++);
-      }
-    }
-  }
   if (m.options.direct_in_launch) m.mark_direct_pulses(views);
   std::vector<double> hop_shifts;
   std::vector<std::size_t> hop_shifts_at;
@@ -614,14 +601,11 @@ void DeviceHalo::check() const {
     s << "halox: rank " << e->rank << " timed out after " << m_impl->options.timeout_seconds
       << " s on pulse " << e->pulse << " waiting for rank " << e->peer << " (" << kind_name(e->kind)
       << "): ";
-    if (e->kind == fwd_data || e->kind == rev_data || e->kind == fwd_ready ||
-        e->kind == rev_ready) {
-      // Data and free signals count 2^32 per exchange, in shares of the blocks that wrote
-      // or read the staging area.
+    if (e->kind == fwd_data || e->kind == rev_data) {
+      // Data signals count 2^32 per exchange, in shares of the sender's blocks.
       const u64 seen = e->seen;
-      const bool data = e->kind == fwd_data || e->kind == rev_data;
-      s << "exchange " << (e->expected >> 32) << (data ? "'s data" : "'s reads")
-        << " expected, the signal is at exchange " << (seen >> 32) << " + "
+      s << "exchange " << (e->expected >> 32) << "'s data expected, the signal is at exchange "
+        << (seen >> 32) << " + "
         << static_cast<int>(100.0 * static_cast<double>(seen & 0xffffffffull) / 4294967296.0)
         << "% of its blocks";
     } else {

@@ -11,12 +11,8 @@
 // reached by puts gets steps 3-4 as: pack into my send staging, then one put-with-signal.
 //
 // Protocol per pulse and direction, with e = the exchange's counter (never reset):
-//   1. once a block has read my staging area of exchange e, it adds its share to my
-//      source's "free" slot for it (a release add; the shares of every block that reads it,
-//      the unpack's and those of the pulses that forward from it, make 2^32 per exchange),
-//      so a source never waits for my next launch, only for my reads
-//   2. wait until my destination's staging area is free: its reads of exchange e - 1 done
-//      (acquire load >= (e - 1) 2^32, time-out)
+//   1. tell my source that my staging area is free    (release store e into its slot)
+//   2. wait until my destination's staging area is free (acquire load >= e, time-out)
 //      (1 and 2 only with peers outside this launch: stream order covers the others)
 //   3. pack my items straight into the destination's staging area (items received by an
 //      earlier pulse from a rank outside this launch are read from that pulse's staging
@@ -86,11 +82,6 @@ struct PulseView {
   // rank whose coordinates hold it, or -1 for my staging; its item or staging code; start
   // << 5 | count of the shifts it still needs, the shift vectors of the pulses it went
   // through, in pulse order, at fwd_hop_shifts[3 start ..]).
-  // Protocol step 1: the pulses whose blocks read my staging area of this pulse (1 + those
-  // that forward from it; fwd, rev), and where this pulse's blocks come among the readers
-  // of pulse q's (by fwd_deps / rev_deps bit q; 0 is q's own unpack).
-  int fwd_readers = 1, rev_readers = 1;
-  unsigned char fwd_reader[kMaxPulses] = {}, rev_reader[kMaxPulses] = {};
   const int* fwd_source = nullptr;
   const double* fwd_hop_shifts = nullptr;
   // Forwarded received item e (rev_order[rev_first_forwarded + e]) gets the returned forces
@@ -184,15 +175,6 @@ __device__ __forceinline__ void copy_item(Real* dst, const Real* src, const doub
   dst[2] = src[2] + static_cast<Real>(shift[2]);
 }
 
-// Protocol step 1 (every thread of the block calls it, after its reads of a staging area that
-// a rank outside this launch fills): the block's share, `reader` of `readers` blocks, of
-// that area's free signal at the rank that fills it (slot, pe: the view's *_src_ready).
-template <bool PUTS>
-__device__ __forceinline__ void free_share(u64* slot, int pe, int reader, int readers, bool sys) {
-  __syncthreads();
-  if (threadIdx.x == 0) add_to_peer<PUTS>(slot, share_of(reader, readers), pe, sys);
-}
-
 // Protocol step 2 (every thread of the block calls it): wait until the destination's
 // staging area is free, traced; a peer in this launch needs no wait (stream order). False
 // when the wait timed out.
@@ -201,10 +183,7 @@ __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, 
                                        int peer, int kind, bool sys) {
   if (peer_in_launch) return true;
   record(a, v.rank, p, trace_ready_begin, direction);
-  if (!block_wait(slot, data_signal(a.epoch - 1), a.timeout_ns, a.error, v.rank, peer, p, kind,
-                  sys)) {
-    return false;
-  }
+  if (!block_wait(slot, a.epoch, a.timeout_ns, a.error, v.rank, peer, p, kind, sys)) return false;
   record(a, v.rank, p, trace_ready_end, direction);
   return true;
 }
@@ -245,6 +224,9 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
   Real* x = xs[r];  // home items: read; halo items: written by the unpacks only
   const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
   const bool sys = a.system_scope != 0;
+  if (v.recv_rank >= 0 && !v.source_in_launch && b == 0 && threadIdx.x == 0) {
+    signal_peer<PUTS>(v.fwd_src_ready, a.epoch, v.source_pe, sys);
+  }
   if (v.send_rank >= 0) {
     if (!wait_until_free(a, v, p, 0, v.dest_in_launch, v.fwd_in_ready, v.send_rank, fwd_ready,
                          sys)) {
@@ -295,13 +277,6 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
         }
         copy_item(out + 3 * k, item, v.shift);
       }
-      for (int q = 0; q < a.npulses; ++q) {  // step 1 for the staging areas read above
-        const PulseView& from = a.views[r * a.npulses + q];
-        if ((v.fwd_deps >> q & 1u) && !from.source_in_launch) {
-          free_share<PUTS>(from.fwd_src_ready, from.source_pe, a.blocks * v.fwd_reader[q] + b,
-                           a.blocks * from.fwd_readers, sys);
-        }
-      }
     }
     record(a, v.rank, p, trace_pack_end, 0);
     if (!direct) {
@@ -317,9 +292,6 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
     for (int k = first; k < v.n_recv; k += stride) {
       copy_item(x + 3 * (v.recv_offset + k), in + 3 * k, zero);
     }
-    if (!v.source_in_launch) {
-      free_share<PUTS>(v.fwd_src_ready, v.source_pe, b, a.blocks * v.fwd_readers, sys);
-    }
     record(a, v.rank, p, trace_unpack_end, 0);
   }
 }
@@ -334,6 +306,9 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
   const bool sys = a.system_scope != 0;
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
+  if (v.send_rank >= 0 && !v.dest_in_launch && b == 0 && threadIdx.x == 0) {
+    signal_peer<PUTS>(v.rev_src_ready, a.epoch, v.dest_pe, sys);
+  }
   if (v.recv_rank >= 0) {
     if (!wait_until_free(a, v, p, 1, v.source_in_launch, v.rev_in_ready, v.recv_rank, rev_ready,
                          sys)) {
@@ -385,13 +360,6 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
         }
         give_back(k, sum);
       }
-      for (int q = p + 1; q < a.npulses; ++q) {  // step 1 for the staging areas read above
-        const PulseView& to = a.views[r * a.npulses + q];
-        if ((v.rev_deps >> q & 1u) && !to.dest_in_launch) {
-          free_share<PUTS>(to.rev_src_ready, to.dest_pe, a.blocks * v.rev_reader[q] + b,
-                           a.blocks * to.rev_readers, sys);
-        }
-      }
     }
     record(a, v.rank, p, trace_pack_end, 1);
     if (homes == nullptr) {
@@ -420,9 +388,6 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
          !v.dest_in_launch && k < v.n_send; k += stride) {
       const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
       if (source[0] >= 0) add(fs[source[0]] + 3 * static_cast<long long>(source[1]), in + 3 * k);
-    }
-    if (!v.dest_in_launch) {
-      free_share<PUTS>(v.rev_src_ready, v.dest_pe, b, a.blocks * v.rev_readers, sys);
     }
     record(a, v.rank, p, trace_unpack_end, 1);
   }

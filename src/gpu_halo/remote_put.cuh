@@ -30,16 +30,6 @@ __device__ __forceinline__ void remote_signal(u64* slot, u64 value, int pe) {
 #endif
 }
 
-/// Adds `value` to `slot` (symmetric, on PE `pe`): the remote form of release_add.
-__device__ __forceinline__ void remote_add(u64* slot, u64 value, int pe) {
-#ifdef HALOX_DEVICE_PUTS
-  nvshmemx_signal_op(reinterpret_cast<uint64_t*>(slot), value, NVSHMEM_SIGNAL_ADD, pe);
-#else
-  (void)slot, (void)value, (void)pe;
-  __trap();
-#endif
-}
-
 /// Called by every block of a pack once its stores to `local` are done: the last block of
 /// `blocks` (counted in `packed`, a local counter that is never reset) puts the whole area to
 /// `remote` on PE `pe` and then sets `signal` there to `value`, all of its threads taking
@@ -83,15 +73,6 @@ __device__ __forceinline__ void signal_peer(u64* slot, u64 value, int pe, bool s
     remote_signal(slot, value, pe);
   else
     signal_release(slot, value, sys);
-}
-
-/// Adds `value` to a peer's signal slot, by a release add or (pe >= 0) by NVSHMEM.
-template <bool PUTS>
-__device__ __forceinline__ void add_to_peer(u64* slot, u64 value, int pe, bool sys) {
-  if (PUTS && pe >= 0)
-    remote_add(slot, value, pe);
-  else
-    release_add(slot, value, sys);
 }
 
 /// The self-test's probe to a peer, by stores or by puts.

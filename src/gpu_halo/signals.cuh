@@ -152,22 +152,16 @@ __device__ __forceinline__ u64 add_acq_rel(u64* counter, u64 value, bool sys) {
 __device__ __forceinline__ u64 data_signal(u64 exchange) {
   return exchange << 32;
 }
-// Part `part` of `parts`' share of 2^32 (the shares sum to 2^32 exactly).
-__device__ __forceinline__ u64 share_of(int part, int parts) {
-  const u64 b = static_cast<u64>(part), n = static_cast<u64>(parts);
-  return ((b + 1) << 32) / n - (b << 32) / n;
-}
-// Adds `value` to a signal with release semantics at GPU or system scope (no return value).
-__device__ __forceinline__ void release_add(u64* signal, u64 value, bool sys) {
-  if (sys) {
-    asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(signal), "l"(value) : "memory");
-  } else {
-    asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(signal), "l"(value) : "memory");
-  }
-}
 __device__ __forceinline__ void add_data_share(u64* signal, int block, int blocks, bool sys) {
   __syncthreads();
-  if (threadIdx.x == 0) release_add(signal, share_of(block, blocks), sys);
+  if (threadIdx.x != 0) return;
+  const u64 b = static_cast<u64>(block), n = static_cast<u64>(blocks);
+  const u64 share = ((b + 1) << 32) / n - (b << 32) / n;
+  if (sys) {
+    asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(signal), "l"(share) : "memory");
+  } else {
+    asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(signal), "l"(share) : "memory");
+  }
 }
 
 // The last of `blocks` blocks to arrive (per launch) returns true, with every block's prior
