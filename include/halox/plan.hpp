@@ -1,7 +1,8 @@
 // halox: halo plans. A plan is pure data: which items go to which neighbour in which pulse,
 // built once per neighbour search (particles) or once per run (grids), and used by every
 // transport. Pulses run Z, then Y, then X; later pulses forward what earlier ones received,
-// so 3 pulse pairs fill faces, edges and corners (6 messages instead of 26).
+// so 3 pulse pairs fill faces, edges and corners (6 messages instead of 26). Particle plans
+// put the periodic axes that one rank spans (pulses to itself) first.
 #pragma once
 
 #include <array>

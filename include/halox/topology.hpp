@@ -12,7 +12,8 @@
 
 namespace halox {
 
-/// Axes of the rank grid and of the simulation box. Pulses run Z, then Y, then X.
+/// Axes of the rank grid and of the simulation box. Pulses run Z, then Y, then X (particle
+/// plans: the periodic axes one rank spans first).
 enum Axis : int { X = 0, Y = 1, Z = 2 };
 
 /// A Cartesian grid of ranks, 1D to 3D (any dimension may be 1), periodic or not per axis.
