@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
 # Where a queued exchange's time goes (after check.sh built build/gpu): the fused kernels'
-# own GPU time (Nsight Compute, clocks left alone) and, where Nsight Systems is installed,
-# the GPU timeline of back-to-back exchanges (kernel durations and the gaps between them),
-# for the 8-rank local engine and an empty kernel.
+# own GPU time (Nsight Compute, clocks left alone) for the 8-rank local engine, and an empty
+# kernel's, to set against the queued exchange and launch that halox-bench times.
 #   scripts/device/diag/launch_gap.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${1:?usage: launch_gap.sh OUTDIR}
 mkdir -p "$out"
 bench=build/gpu/bench/halox-bench
-echo "nsys: $(command -v nsys || echo none); ncu: $(command -v ncu || echo none)"
 # --clock-control none: never lock the GPU's clocks; --cache-control none: the kernels run
 # on warm caches, as when queued. One run per kernel, past the warm-up launches.
 local8="halo-local --ranks 2x2x2 --in-launch direct --kernels all_pulses"
@@ -31,25 +29,3 @@ for f in sys.argv[1:]:
     for key, vals in sorted(d.items()):
         print(f"{key[0]:40s} {key[1]:32s} n={len(vals):3d} median={statistics.median(vals):10.1f} min={min(vals):10.1f} max={max(vals):10.1f}")
 PY
-if command -v nsys > /dev/null; then
-  nsys profile -o "$out/local" --force-overwrite true --trace cuda $bench $local8 > "$out/nsys.log" 2>&1
-  nsys stats --report cuda_gpu_trace --format csv --output "$out/gputrace" "$out/local.nsys-rep" > /dev/null 2>&1
-  python3 - "$out"/gputrace*.csv <<'PY'
-import csv, sys, statistics, collections
-rows = list(csv.DictReader(open(sys.argv[1])))
-ks = [r for r in rows if "kernel" in r.get("Name", "")]
-print("kernels in the timeline:", len(ks))
-# Gaps between consecutive kernels of one name run (back-to-back, same stream).
-by = collections.defaultdict(list)
-prev = None
-for r in ks:
-    name = r["Name"].split("(")[0].split("<")[0][-30:]
-    start, dur = float(r["Start (ns)"]), float(r["Duration (ns)"])
-    if prev and prev[0] == name:
-        by[name].append((dur, start - prev[1]))
-    prev = (name, start + dur)
-for name, v in by.items():
-    durs = [a for a, b in v]; gaps = [b for a, b in v]
-    print(f"{name:32s} n={len(v):5d} duration median {statistics.median(durs)/1e3:6.2f} us, gap to the previous median {statistics.median(gaps)/1e3:6.2f} us (p10 {sorted(gaps)[len(gaps)//10]/1e3:.2f})")
-PY
-fi
