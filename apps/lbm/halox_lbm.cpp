@@ -372,13 +372,13 @@ class Lbm {
     // Multiphase, with halox moving the faces: the back end keeps g right after f, so one
     // exchange of f's and g's crossing planes (a struct type spanning both) moves the two: one
     // launch and one handshake per step fewer than an exchange each.
+    m_fg_merged = cli.params.multiphase && halox_moves() && cli.fg_exchange == "merged";
     const std::int64_t plane_bytes =
         (std::int64_t)m_backend->row_pitch() * (m_n[1] + 2) * (m_n[2] + 2) * m_real_bytes;
-    m_fg_merged = cli.params.multiphase && halox_moves() && cli.fg_exchange == "merged" &&
-                  reinterpret_cast<std::uintptr_t>(m_backend->g()) ==
-                      reinterpret_cast<std::uintptr_t>(m_backend->f()) + Q * plane_bytes;
-    if (cli.params.multiphase && halox_moves() && cli.fg_exchange == "merged" && !m_fg_merged)
+    if (m_fg_merged && reinterpret_cast<std::uintptr_t>(m_backend->g()) !=
+                           reinterpret_cast<std::uintptr_t>(m_backend->f()) + Q * plane_bytes) {
       throw Error("halox-lbm: --fg-exchange merged needs g right after f in memory");
+    }
     m_f = make_halo(0, base, Q, m_fg_merged ? QG : 0);
     if (cli.params.multiphase) {
       m_g = make_halo(1, base, QG);
@@ -899,7 +899,7 @@ class LocalRanks {
     }
     const int fields = cli.params.multiphase ? 3 : 1;
     for (int k = 0; k < fields; ++k) {
-      if (k == 1 && m_ranks[0]->fg_merged()) {  // g moves with f (alike on every rank)
+      if (k == 1 && fg_merged()) {  // g moves with f (alike on every rank)
         m_exchanges.push_back(nullptr);
         continue;
       }
@@ -936,6 +936,7 @@ class LocalRanks {
   void reset_timers() { m_phases.reset(backend()); }
   std::array<int, 3> local() const { return m_ranks[0]->local(); }
   std::string wrapped_axes() const { return m_ranks[0]->wrapped_axes(); }
+  bool fg_merged() const { return m_ranks[0]->fg_merged(); }
   std::array<double, 4> totals() {
     std::array<double, 4> sum{};
     for (auto& lbm : m_ranks) {
@@ -974,7 +975,7 @@ class LocalRanks {
     gather_streams();
     b.mark(at);
     exchange(0);
-    if (m_cli.params.multiphase && !m_ranks[0]->fg_merged()) exchange(1);
+    if (m_cli.params.multiphase && !fg_merged()) exchange(1);
     b.mark(at + 1);
     scatter_streams();
     for (auto& lbm : m_ranks) lbm->first_update();
@@ -997,7 +998,7 @@ class LocalRanks {
     for (auto& lbm : m_ranks) lbm->update_inner(0);
     gather_streams();  // the shells of the last step: the faces
     exchange(0);
-    if (m_cli.params.multiphase && !m_ranks[0]->fg_merged()) exchange(1);
+    if (m_cli.params.multiphase && !fg_merged()) exchange(1);
     scatter_streams();
     for (auto& lbm : m_ranks) lbm->update_shell(0);
     if (m_cli.params.multiphase) {
@@ -1253,10 +1254,8 @@ int drive(Run& lbm, const Cli& cli, int rank) {
     std::printf("wrote %s (mid-z slice of %s)\n", cli.slice.c_str(), channel == 4 ? "phi" : "u_x");
   }
   if (rank == 0 && !cli.json.empty()) {
-    // How f and g moved: the hand-packed variants always move them one by one.
-    const bool by_halox = cli.comm == "datatype" || cli.comm == "overlap";
     const std::string fg_exchange = !cli.params.multiphase ? "none"
-                                    : by_halox             ? cli.fg_exchange
+                                    : lbm.fg_merged()      ? "merged"
                                                            : "separate";
     std::ofstream j(cli.json);
     j.precision(10);
