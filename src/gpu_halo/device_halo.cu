@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "../common/cuda_check.hpp"
+#include "../exchange/nvshmem_runtime_stub.hpp"
 #include "../trace/device_trace.hpp"
 #include "device_halo.hpp"
 #include "forwarding_graph.hpp"
@@ -24,13 +25,13 @@ namespace halox::detail {
 namespace fused_particle {
 template <class Real>
 void launch_with_puts(bool, dim3, const LaunchArgs&, Real* const*, cudaStream_t) {
-  throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
+  no_nvshmem();
 }
 void launch_probe_with_puts(dim3, const LaunchArgs&) {
-  throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
+  no_nvshmem();
 }
 int blocks_per_sm_with_puts(bool) {
-  throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
+  no_nvshmem();
 }
 }  // namespace fused_particle
 #endif

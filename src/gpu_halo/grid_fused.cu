@@ -47,13 +47,13 @@ namespace halox::detail {
 // No NVSHMEM, no peer reached by puts (PeerBlocks never makes one): never called.
 namespace fused_grid {
 void launch_grid_with_puts(dim3, const GridArgs&, char*, cudaStream_t, bool) {
-  throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
+  no_nvshmem();
 }
 void launch_grid_probe_with_puts(unsigned, const GridArgs&) {
-  throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
+  no_nvshmem();
 }
 int grid_blocks_per_sm_with_puts(bool) {
-  throw Error("halox: built without NVSHMEM: no peer can be reached by puts");
+  no_nvshmem();
 }
 }  // namespace fused_grid
 #endif
