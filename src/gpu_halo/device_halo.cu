@@ -375,10 +375,11 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   struct Places {
     std::size_t send_index, rev_order, fwd_source, rev_extra_start, rev_extra;
   };
-  // Per view, the hops of its forwarded items (launch rank << 5 | pulse), turned into the
-  // shift vectors of those pulses once every launch rank's plan is in: one array of doubles,
-  // uploaded with the rest.
-  std::vector<std::vector<int>> hops_of_view;
+  // The shift vectors of the hops of every view's forwarded items (ForwardingGraph gives them
+  // as launch rank << 5 | pulse), one array of doubles uploaded with the rest; each view's
+  // start in it.
+  std::vector<double> hop_shifts;
+  std::vector<std::size_t> hop_shifts_at;
   std::vector<Places> places;
   auto append = [&](auto first, auto last) {
     const std::size_t at = ints.size();
@@ -435,7 +436,11 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
           {append(pulse.send_index.begin(), pulse.send_index.end()),
            append(order.begin(), order.end()), append(fwd_source.begin(), fwd_source.end()),
            append(extra_start.begin(), extra_start.end()), append(extra.begin(), extra.end())});
-      hops_of_view.push_back(std::move(fwd_shifts));
+      hop_shifts_at.push_back(hop_shifts.size());
+      for (int hop : fwd_shifts) {
+        const auto& shift = m.plans[hop >> kPulseBits]->pulses[hop & kPulseMask].shift;
+        hop_shifts.insert(hop_shifts.end(), shift.begin(), shift.end());
+      }
       v.mine = reinterpret_cast<Slots*>(me.base);
       v.fwd_in = me.base + me.fwd_offset[p];
       v.rev_in = me.base + me.rev_offset[p];
@@ -475,15 +480,6 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
     }
   }
   if (m.options.direct_in_launch) m.mark_direct_pulses(views);
-  std::vector<double> hop_shifts;
-  std::vector<std::size_t> hop_shifts_at;
-  for (const std::vector<int>& hops : hops_of_view) {
-    hop_shifts_at.push_back(hop_shifts.size());
-    for (int hop : hops) {
-      const auto& shift = m.plans[hop >> kPulseBits]->pulses[hop & kPulseMask].shift;
-      hop_shifts.insert(hop_shifts.end(), shift.begin(), shift.end());
-    }
-  }
   // One copy (one host wait) for the views, the tables, the hop shifts and the index lists:
   // [views][tables][doubles][ints], the views pointing into the last two.
   auto round_up = [](std::size_t n) { return (n + 255) / 256 * 256; };
