@@ -50,4 +50,15 @@ inline void fill_device_now(void* device, int byte, std::size_t bytes) {
   HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
+/// Blocks of 256 threads of `kernel` the current GPU holds at once (its SMs times the
+/// occupancy calculator's blocks per SM): what a grid whose blocks all spin may use.
+template <class Kernel>
+int resident_blocks(Kernel kernel) {
+  int device = 0, sms = 0, per_sm = 0;
+  HALOX_CUDA_CHECK(cudaGetDevice(&device));
+  HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+  return sms * per_sm;
+}
+
 }  // namespace halox::detail

@@ -277,12 +277,7 @@ LocalGridFused::LocalGridFused(const std::vector<GridPlan>& plans,
   m.faces = faces;
   m.timeout_seconds = options.timeout_seconds;
   m.stall_rank = options.stall_rank;
-  int device = 0, sms = 0, per_sm = 0;
-  HALOX_CUDA_CHECK(cudaGetDevice(&device));
-  HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  HALOX_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, local_grid_kernel, 256, 0));
-  m.blocks = std::max(1, sms * per_sm);
+  m.blocks = std::max(1, resident_blocks(local_grid_kernel));
   if (options.self_test) m.self_test();
 }
 

@@ -30,7 +30,7 @@ void launch_with_puts(bool, dim3, const LaunchArgs&, Real* const*, cudaStream_t)
 void launch_probe_with_puts(dim3, const LaunchArgs&) {
   no_nvshmem();
 }
-int blocks_per_sm_with_puts(bool) {
+int resident_blocks_with_puts(bool) {
   no_nvshmem();
 }
 }  // namespace fused_particle
@@ -518,20 +518,12 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   m.tables = reinterpret_cast<const RankTable*>(uploaded + views_bytes);
   // Blocks per (rank, pulse): every spinning block of every rank sharing the GPU must be
   // resident at once, so the grid is sized from the occupancy calculator.
-  int device = 0, sms = 0, per_sm = 0;
-  HALOX_CUDA_CHECK(cudaGetDevice(&device));
-  HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (m.puts) {
-    per_sm = blocks_per_sm_with_puts(m.real == BasicKind::float32);
-  } else if (m.real == BasicKind::float32) {
-    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, reverse_kernel<float, false>, 256, 0));
-  } else {
-    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, reverse_kernel<double, false>, 256, 0));
-  }
+  const bool float32 = m.real == BasicKind::float32;
+  const int on_gpu = m.puts    ? resident_blocks_with_puts(float32)
+                     : float32 ? resident_blocks(reverse_kernel<float, false>)
+                               : resident_blocks(reverse_kernel<double, false>);
   const int concurrent = m.options.kernels == FusedKernels::all_pulses ? std::max(1, m.npulses) : 1;
-  const double resident = m.share * sms * per_sm;
+  const double resident = m.share * on_gpu;
   const int fit = static_cast<int>(resident / (static_cast<double>(m.ranks.size()) * concurrent));
   if (fit < 1) {
     throw Error("halox: " + std::to_string(m.ranks.size()) + " ranks x " +

@@ -424,7 +424,7 @@ template <class Real>
 void launch_with_puts(bool forward, dim3 grid, const LaunchArgs& a, Real* const* arrays,
                       cudaStream_t stream);
 void launch_probe_with_puts(dim3 grid, const LaunchArgs& a);
-/// Resident blocks per SM of the reverse kernel (the larger) with puts.
-int blocks_per_sm_with_puts(bool float32);
+/// resident_blocks of the reverse kernel (the larger) with puts.
+int resident_blocks_with_puts(bool float32);
 
 }  // namespace halox::detail::fused_particle

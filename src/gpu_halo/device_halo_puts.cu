@@ -21,16 +21,9 @@ void launch_probe_with_puts(dim3 grid, const LaunchArgs& a) {
   probe_kernel<true><<<grid, 32>>>(a);
 }
 
-int blocks_per_sm_with_puts(bool float32) {
-  int per_sm = 0;
-  if (float32) {
-    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, reverse_kernel<float, true>, 256, 0));
-  } else {
-    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, reverse_kernel<double, true>, 256, 0));
-  }
-  return per_sm;
+int resident_blocks_with_puts(bool float32) {
+  return float32 ? resident_blocks(reverse_kernel<float, true>)
+                 : resident_blocks(reverse_kernel<double, true>);
 }
 
 }  // namespace halox::detail::fused_particle

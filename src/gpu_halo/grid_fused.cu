@@ -52,7 +52,7 @@ void launch_grid_with_puts(dim3, const GridArgs&, char*, cudaStream_t, bool) {
 void launch_grid_probe_with_puts(unsigned, const GridArgs&) {
   no_nvshmem();
 }
-int grid_blocks_per_sm_with_puts(bool) {
+int grid_resident_blocks_with_puts(bool) {
   no_nvshmem();
 }
 }  // namespace fused_grid
@@ -260,22 +260,13 @@ class GridFusedTransport final : public Transport {
                          [](const GridOpView& v) { return v.dest_pe >= 0 || v.source_pe >= 0; });
     // Every block of every op spins at some point: all must be resident at once, with the GPU
     // shared by the processes on it.
-    int device = 0, sms = 0, per_sm = 0;
-    HALOX_CUDA_CHECK(cudaGetDevice(&device));
-    HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     // With tracing on, sized for the traced kernel (more registers, fewer resident blocks),
     // which then serves while tracing stays on.
     m_sized_for_trace = device_trace().records != nullptr;
-    if (m_puts) {
-      per_sm = grid_blocks_per_sm_with_puts(m_sized_for_trace);
-    } else if (m_sized_for_trace) {
-      HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, grid_exchange_kernel<false, true>, 256, 0));
-    } else {
-      HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, grid_exchange_kernel<false, false>, 256, 0));
-    }
-    const double resident = gpu_share(m_comm) * sms * per_sm;
+    const int on_gpu = m_puts              ? grid_resident_blocks_with_puts(m_sized_for_trace)
+                       : m_sized_for_trace ? resident_blocks(grid_exchange_kernel<false, true>)
+                                           : resident_blocks(grid_exchange_kernel<false, false>);
+    const double resident = gpu_share(m_comm) * on_gpu;
     const int fit =
         static_cast<int>(resident / static_cast<double>(std::max<std::size_t>(1, m_active.size())));
     if (fit < 1) {

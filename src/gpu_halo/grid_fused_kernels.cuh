@@ -186,6 +186,7 @@ __global__ void grid_probe_kernel(GridArgs a) {
 void launch_grid_with_puts(dim3 grid, const GridArgs& a, char* field, cudaStream_t stream,
                            bool traced);
 void launch_grid_probe_with_puts(unsigned ops, const GridArgs& a);
-int grid_blocks_per_sm_with_puts(bool traced);
+/// resident_blocks of the grid kernel with puts (traced or not).
+int grid_resident_blocks_with_puts(bool traced);
 
 }  // namespace halox::detail::fused_grid

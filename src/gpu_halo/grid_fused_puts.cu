@@ -18,16 +18,9 @@ void launch_grid_probe_with_puts(unsigned ops, const GridArgs& a) {
   grid_probe_kernel<true><<<ops, 32>>>(a);
 }
 
-int grid_blocks_per_sm_with_puts(bool traced) {
-  int per_sm = 0;
-  if (traced) {
-    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, grid_exchange_kernel<true, true>, 256, 0));
-  } else {
-    HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, grid_exchange_kernel<true, false>, 256, 0));
-  }
-  return per_sm;
+int grid_resident_blocks_with_puts(bool traced) {
+  return traced ? resident_blocks(grid_exchange_kernel<true, true>)
+                : resident_blocks(grid_exchange_kernel<true, false>);
 }
 
 }  // namespace halox::detail::fused_grid
