@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <map>
@@ -146,7 +147,10 @@ Scope::~Scope() {
   s.host.push_back({m_name, m_rank, "host", m_begin, end});
 }
 
-std::vector<Event> collect() {
+namespace {
+
+// collect() with the device records put on the host clock by `device_offset_ns`.
+std::vector<Event> collect_events(std::int64_t device_offset_ns) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   std::vector<Event> out = s.host;
@@ -169,7 +173,7 @@ std::vector<Event> collect() {
               ? "gpu grid op " + std::to_string(r.pulse) + " block " + std::to_string(r.block)
               : std::string(r.direction ? "gpu reverse" : "gpu forward") + " pulse " +
                     std::to_string(r.pulse) + " block " + std::to_string(r.block);
-      const std::int64_t t = static_cast<std::int64_t>(r.t) + s.device_offset_ns;
+      const std::int64_t t = static_cast<std::int64_t>(r.t) + device_offset_ns;
       if (r.event == detail::trace_signal) {
         out.push_back({"signal sent", r.rank, track, t, t});
         continue;
@@ -180,13 +184,21 @@ std::vector<Event> collect() {
         open[key] = r.t;
       } else if (auto it = open.find(key); it != open.end()) {
         out.push_back({event_name(r.event), r.rank, track,
-                       static_cast<std::int64_t>(it->second) + s.device_offset_ns, t});
+                       static_cast<std::int64_t>(it->second) + device_offset_ns, t});
         open.erase(it);
       }
     }
   }
+#else
+  (void)device_offset_ns;
 #endif
   return out;
+}
+
+}  // namespace
+
+std::vector<Event> collect() {
+  return collect_events(state().device_offset_ns);
 }
 
 std::string to_chrome_json(const std::vector<Event>& events) {
@@ -249,9 +261,45 @@ void write(MPI_Comm comm, const std::string& path) {
   int rank = 0, size = 1;
   HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
-  // Clock offsets to rank 0 from a ping per rank (zero on one node, where the clocks agree).
+  // Which clocks are shared: the host's realtime clock by the ranks of one node, a GPU's
+  // globaltimer by the ranks on it. Key: node name, then the GPU's UUID (zeros: none).
+  constexpr int kKeyBytes = MPI_MAX_PROCESSOR_NAME + 16;
+  std::vector<char> keys(static_cast<std::size_t>(size) * kKeyBytes, 0);
+  char* const my_key = keys.data() + static_cast<std::size_t>(rank) * kKeyBytes;
+  int name_length = 0;
+  HALOX_MPI_CHECK(MPI_Get_processor_name(my_key, &name_length));  // NUL-terminated
+#if HALOX_HAS_CUDA
+  int gpu = -1;
+  cudaDeviceProp prop{};
+  if (state().device.count && cudaGetDevice(&gpu) == cudaSuccess &&
+      cudaGetDeviceProperties(&prop, gpu) == cudaSuccess) {
+    std::memcpy(my_key + MPI_MAX_PROCESSOR_NAME, prop.uuid.bytes, 16);
+  }
+  cudaGetLastError();
+#endif
+  HALOX_MPI_CHECK(
+      MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, keys.data(), kKeyBytes, MPI_CHAR, comm));
+  auto key = [&](int r) { return keys.data() + static_cast<std::size_t>(r) * kKeyBytes; };
+  auto same_node = [&](int a, int b) { return std::strcmp(key(a), key(b)) == 0; };
+  // Ranks on one GPU take the device offset of the lowest of them, so that their device
+  // events keep the exact order the shared globaltimer gives them (each rank's own offset
+  // is only good to about a microsecond: a launch and a copy back).
+  std::vector<std::int64_t> device_offsets(size);
+  device_offsets[rank] = state().device_offset_ns;
+  HALOX_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, device_offsets.data(), 1,
+                                MPI_INT64_T, comm));
+  std::int64_t device_offset = device_offsets[rank];
+  for (int r = 0; r < rank; ++r) {
+    if (std::memcmp(key(r), my_key, kKeyBytes) == 0) {
+      device_offset = device_offsets[r];
+      break;
+    }
+  }
+  // Host clock offsets to rank 0: none on rank 0's node (one realtime clock), from a ping
+  // per rank elsewhere.
   std::int64_t offset = 0;
   for (int r = 1; r < size; ++r) {
+    if (same_node(0, r)) continue;
     if (rank == 0) {
       const std::int64_t sent = now_ns();
       std::int64_t theirs = 0;
@@ -268,7 +316,7 @@ void write(MPI_Comm comm, const std::string& path) {
     }
   }
   std::ostringstream lines;
-  for (const auto& e : collect()) {
+  for (const auto& e : collect_events(device_offset)) {
     lines << e.rank << '\t' << e.track << '\t' << e.name << '\t' << e.begin_ns - offset << '\t'
           << e.end_ns - offset << '\n';
   }

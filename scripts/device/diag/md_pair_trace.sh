@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Where a queued MD exchange's time goes, kernel by kernel (after check.sh built build/gpu):
+# halox-bench halo traced with two processes on the one GPU under MPS (ipc-fused,
+# nvshmem-fused), one process with one rank and one with 8 local ranks for comparison. The
+# last case's trace ends with the queued exchanges; trace-summary --kernels shows when each
+# phase of them ended and the idle time between them (ranks on one GPU share its clock).
+#   scripts/device/diag/md_pair_trace.sh OUTDIR [ATOMS_PER_RANK]
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+out=${1:?usage: md_pair_trace.sh OUTDIR [ATOMS_PER_RANK]}
+atoms=${2:-2000}
+mkdir -p "$out"
+bench=build/gpu/bench/halox-bench
+export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/halox-mps CUDA_MPS_LOG_DIRECTORY=/tmp/halox-mps-log
+mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+nvidia-cuda-mps-control -d 2>/dev/null
+run() {
+  local np=$1 name=$2; shift 2
+  echo "== $name"
+  CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n "$np" --oversubscribe --bind-to none \
+    $bench halo --app md --device gpu --atoms-per-rank "$atoms" --steps 50 \
+    --trace "$out/trace-$name.json" --json "$out/halo-$name.json" "$@" 2>&1 | tail -3
+  scripts/trace-summary "$out/trace-$name.json" --kernels 80 | sed -n '/^last/,$p'
+}
+run 2 np2-ipc-fused --transports ipc-fused
+run 2 np2-nvshmem-fused --transports nvshmem-fused
+run 1 np1-ipc-fused --transports ipc-fused
+run 1 local8 --transports local
+echo quit | nvidia-cuda-mps-control 2>/dev/null
+tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
