@@ -145,12 +145,13 @@ int halo_main(int argc, char** argv) {
         "including the neighbour search; queued = one exchange (the mean of forward and\n"
         "reverse) when %d are queued back to back, as the empty launch is timed; launch = one\n"
         "empty kernel launch timed so right after them, every rank at once (slowest rank),\n"
-        "and q/launch the ratio of the two\n\n",
-        o.steps, kQueued);
-    std::printf("%-12s %9s %10s %11s %11s %11s %11s %9s %8s %9s %9s %9s %9s %9s %9s\n", "transport",
-                "atoms/rk", "halo atoms", "forward us", "reverse us", "halo us", "re-plan us",
-                "step us", "share", "waits/st", "staged/x", "x/launch", "queued us", "launch us",
-                "q/launch");
+        "and q/launch the ratio of the two; pairs = one exchange when %d forward + reverse\n"
+        "pairs are queued alternately, as a run's steps exchange, and p/launch its ratio\n\n",
+        o.steps, kQueued, kQueued / 2);
+    std::printf("%-12s %9s %10s %11s %11s %11s %11s %9s %8s %9s %9s %9s %9s %9s %9s %9s %9s\n",
+                "transport", "atoms/rk", "halo atoms", "forward us", "reverse us", "halo us",
+                "re-plan us", "step us", "share", "waits/st", "staged/x", "x/launch", "queued us",
+                "launch us", "q/launch", "pairs us", "p/launch");
   }
   std::vector<Row> rows;
   for (long apr : o.atoms_per_rank) {
@@ -194,14 +195,20 @@ int halo_main(int argc, char** argv) {
       // Last (it leaves the forces summed twice): exchanges queued back to back.
       const double queued_forward = sim.queued_halo_seconds(true, kQueued);
       const double queued_reverse = sim.queued_halo_seconds(false, kQueued);
+      const double queued_pairs = sim.queued_halo_pair_seconds(kQueued / 2);
       const double case_launch = gpu ? launch_now() : 0;
-      double mine[6] = {t.halo_forward,           t.halo_reverse - t.halo_reverse_at_search,
-                        t.halo_reverse_at_search, t.total(),
-                        queued_forward,           queued_reverse},
-             worst[6];
-      MPI_Reduce(mine, worst, 6, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-      const double queued = 1e6 * (worst[4] + worst[5]) / 2;
+      double mine[7] = {t.halo_forward,
+                        t.halo_reverse - t.halo_reverse_at_search,
+                        t.halo_reverse_at_search,
+                        t.total(),
+                        queued_forward,
+                        queued_reverse,
+                        queued_pairs},
+             worst[7];
+      MPI_Reduce(mine, worst, 7, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      const double queued = 1e6 * (worst[4] + worst[5]) / 2, pairs = 1e6 * worst[6];
       const double queued_vs_launch = case_launch > 0 ? queued / case_launch : 0;
+      const double pairs_vs_launch = case_launch > 0 ? pairs / case_launch : 0;
       // Searches rebuild the halo with the plan: both figures cover the other steps, and the
       // reverse at a search step (the first exchange of the new plan, with the transport's
       // set-up for it) is reported apart, as its excess over a steady reverse.
@@ -222,11 +229,11 @@ int halo_main(int argc, char** argv) {
       if (rank == 0) {
         std::printf(
             "%-12s %9lld %10lld %11.2f %11.2f %11.2f %11.2f %9.2f %7.1f%% %9.2f %9.2f %9.2f %9.2f "
-            "%9.2f %9.2f\n",
+            "%9.2f %9.2f %9.2f %9.2f\n",
             name.c_str(), static_cast<long long>(sim.home_atoms()),
             static_cast<long long>(sim.halo_atoms()), fwd, rev, fwd + rev, replan, step,
             100 * (fwd + rev) / step, waits * 2, vs_staged, vs_launch, queued, case_launch,
-            queued_vs_launch);
+            queued_vs_launch, pairs, pairs_vs_launch);
         std::fflush(stdout);
         rows.push_back(Row()
                            .set("transport", name)
@@ -249,6 +256,8 @@ int halo_main(int argc, char** argv) {
                            .set("queued_forward_us", 1e6 * worst[4])
                            .set("queued_reverse_us", 1e6 * worst[5])
                            .set("queued_exchange_over_empty_launch", queued_vs_launch)
+                           .set("queued_pair_exchange_us", pairs)
+                           .set("queued_pair_exchange_over_empty_launch", pairs_vs_launch)
                            .set("empty_launch_us", launch)
                            .set("queued_empty_launch_us", case_launch));
       }

@@ -298,6 +298,17 @@ double Simulation::queued_halo_seconds(bool forward, int count) {
   return seconds / count;
 }
 
+double Simulation::queued_halo_pair_seconds(int count) {
+  HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+  const double seconds = m_ranks.front().backend->timed([&] {
+    for (int i = 0; i < count; ++i) {
+      halo(true);
+      halo(false);
+    }
+  });
+  return seconds / (2 * count);
+}
+
 template <class Phase>
 void Simulation::timed(double& slot, Phase&& phase) {
   if (m_config.barrier_before_halo &&

@@ -104,6 +104,9 @@ class Simulation {
   /// empty kernel launch is. The forward rewrites the halo coordinates with the same values;
   /// the reverse adds the halo forces into the home atoms again (end of a run only).
   double queued_halo_seconds(bool forward, int count);
+  /// The same for `count` forward + reverse pairs queued alternately, as the steps of a run
+  /// exchange (per exchange: half a pair).
+  double queued_halo_pair_seconds(int count);
   /// Searches at which twice the largest displacement since the previous one exceeded the
   /// skin (a pair may have entered the cutoff unseen).
   std::int64_t list_violations() const { return m_violations; }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/hammer_kernels.cuh"
 #include "../common/particle_world.hpp"
 #include "../common/seed.hpp"
 #include "halox/device.hpp"
@@ -227,36 +228,6 @@ TEST(LocalEngine, TwentySevenRanks) {
 }
 
 // --- hammer -------------------------------------------------------------------------------
-
-// Home coordinates = start + step * 0.5 (exact in double); halo poisoned with NaN.
-__global__ void set_step(double* x, const double* start, long long home, long long total,
-                         long long step) {
-  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < 3 * total;
-       k += gridDim.x * blockDim.x) {
-    x[k] = k < 3 * home ? start[k] + 0.5 * step : nan("");
-  }
-}
-__global__ void check_step(const double* x, const double* start, long long total, long long step,
-                           unsigned long long* wrong) {
-  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < 3 * total;
-       k += gridDim.x * blockDim.x) {
-    if (!(fabs(x[k] - (start[k] + 0.5 * step)) <= 1e-9 * (1 + fabs(start[k]))))
-      atomicAdd(wrong, 1ull);
-  }
-}
-__global__ void set_forces(double* f, long long total, long long step) {
-  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < 3 * total;
-       k += gridDim.x * blockDim.x) {
-    f[k] = 1.0 + (step % 7);
-  }
-}
-__global__ void check_forces(const double* f, const int* copies, long long home, long long step,
-                             unsigned long long* wrong) {
-  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < 3 * home;
-       k += gridDim.x * blockDim.x) {
-    if (f[k] != copies[k / 3] * (1.0 + (step % 7))) atomicAdd(wrong, 1ull);
-  }
-}
 
 // `steps` forward + reverse exchanges of 8 ranks on `gpus` GPUs, every item of every
 // exchange checked on the device: data must be visible before its signal.

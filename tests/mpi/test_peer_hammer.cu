@@ -1,0 +1,117 @@
+// The GPU-initiated transports between processes (HALOX_TEST_TRANSPORT: ipc-*, nvshmem-*,
+// with HALOX_NVSHMEM_PUTS=1 the put path), hammered: thousands of forward + reverse
+// exchanges queued on the stream, alternating as a run's steps do, each with new data set
+// and checked on the device, every item of every exchange. The peers' kernels then
+// overlap, so what this catches is a staging area overwritten before its reader is done
+// (the ready signals, including the one each kernel gives for the other direction) and
+// data read before it is visible (release / acquire).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "../common/hammer_kernels.cuh"
+#include "../common/particle_world.hpp"
+#include "../common/seed.hpp"
+#include "halox/device.hpp"
+#include "halox/error.hpp"
+#include "halox/exchange.hpp"
+#include "halox/plan.hpp"
+
+using namespace halox;
+using namespace halox::testing;
+
+namespace {
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+TransportKind test_transport() {
+  const char* env = std::getenv("HALOX_TEST_TRANSPORT");
+  return env ? parse_transport(env) : TransportKind::host;
+}
+
+bool gpu_initiated(TransportKind t) {
+  return t == TransportKind::ipc_pulse || t == TransportKind::ipc_fused ||
+         t == TransportKind::nvshmem_pulse || t == TransportKind::nvshmem_fused;
+}
+
+// `steps` forward + reverse exchanges on a 1 x 1 x (processes) grid; `cutoff` past half a
+// domain gives two pulses along z.
+void hammer(double cutoff, std::uint64_t seed, long long steps) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {1, 1, size});
+  const World w = make_world(seed, 2000);
+  std::vector<int> ids;
+  std::vector<double> xyz;
+  home_of(w, topology, topology.rank(), ids, xyz);
+  const ParticlePlan plan = build_particle_plan(topology, w.box, cutoff, xyz);
+  const std::string where = topology.describe() + " cutoff " + std::to_string(cutoff) + " (" +
+                            std::to_string(plan.pulses.size()) + " pulses)";
+  std::vector<int> copies;  // of each home atom over all ranks: its force after a reverse
+  for (int id : ids) {
+    int k = 0;
+    for (int q = 0; q < topology.size(); ++q)
+      k += images_in(w, domain_of(topology, w.box, q), cutoff, id);
+    copies.push_back(k);
+  }
+  ParticleExchange exchange(topology, plan, BasicKind::float64, {test_transport(), 96});
+  const long long home = plan.home_count, total = plan.total_count;
+  double *start = nullptr, *x = nullptr, *f = nullptr;
+  int* dev_copies = nullptr;
+  unsigned long long* wrong = nullptr;
+  const std::size_t bytes = std::max<std::size_t>(1, xyz.size()) * sizeof(double);
+  CUDA_OK(cudaMalloc(&start, bytes));
+  CUDA_OK(cudaMalloc(&x, bytes));
+  CUDA_OK(cudaMalloc(&f, bytes));
+  CUDA_OK(cudaMalloc(&dev_copies, std::max<std::size_t>(1, copies.size()) * sizeof(int)));
+  CUDA_OK(cudaMalloc(&wrong, 2 * sizeof(unsigned long long)));
+  CUDA_OK(cudaMemcpy(start, xyz.data(), xyz.size() * sizeof(double), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dev_copies, copies.data(), copies.size() * sizeof(int),
+                     cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(wrong, 0, 2 * sizeof(unsigned long long)));
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  for (long long step = 1; step <= steps; ++step) {
+    set_step<<<64, 256, 0, stream>>>(x, start, home, total, step);
+    set_forces<<<64, 256, 0, stream>>>(f, total, step);
+    exchange.forward(x, stream);
+    exchange.reverse(f, stream);
+    check_step<<<64, 256, 0, stream>>>(x, start, total, step, wrong);
+    check_forces<<<64, 256, 0, stream>>>(f, dev_copies, home, step, wrong + 1);
+    if (step % 1000 == 0) CUDA_OK(cudaStreamSynchronize(stream));
+  }
+  CUDA_OK(cudaStreamSynchronize(stream));
+  unsigned long long bad[2] = {0, 0};
+  CUDA_OK(cudaMemcpy(bad, wrong, sizeof bad, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(bad[0], 0u) << where << ": wrong coordinates over " << steps << " exchanges";
+  EXPECT_EQ(bad[1], 0u) << where << ": wrong forces over " << steps << " exchanges";
+  // A device-side wait that timed out is raised by the next exchange.
+  EXPECT_NO_THROW(exchange.forward(x, stream)) << where;
+  CUDA_OK(cudaStreamSynchronize(stream));
+  if (topology.rank() == 0) {
+    std::printf("GPU: %lld forward + reverse exchanges, %s, %s: every item checked\n", steps,
+                where.c_str(), to_string(test_transport()).c_str());
+  }
+  cudaStreamDestroy(stream);
+  cudaFree(start);
+  cudaFree(x);
+  cudaFree(f);
+  cudaFree(dev_copies);
+  cudaFree(wrong);
+}
+
+TEST(PeerTransports, ThousandsOfQueuedExchangesCheckedItemByItem) {
+  if (!gpu_initiated(test_transport())) GTEST_SKIP() << "GPU-initiated transports only";
+  if (visible_gpus() == 0) GTEST_SKIP() << "no GPU";
+  const auto seed = test_seed("PeerTransports.Hammer");
+  const long long steps = env_count("HALOX_HAMMER_STEPS", 10000);
+  hammer(2.4, seed, steps);          // one pulse along z
+  hammer(4.5, seed + 1, steps / 5);  // two along z (and the periodic images along x, y)
+}
+
+}  // namespace
