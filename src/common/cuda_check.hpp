@@ -6,7 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "halox/error.hpp"
 
@@ -59,6 +61,44 @@ int resident_blocks(Kernel kernel) {
   HALOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   HALOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
   return sms * per_sm;
+}
+
+/// Whether the exchange kernels are launched as programmatic dependents of the kernel before
+/// them (compute capability 9.0 and up; HALOX_PDL=0 turns it off): their blocks are
+/// scheduled while that kernel still runs and wait for it on the GPU
+/// (wait_for_previous_kernel), so the launch gap between queued kernels overlaps the
+/// previous one. Read once per process, for the current GPU at the first call.
+inline bool dependent_launch() {
+  static const bool on = [] {
+    const char* env = std::getenv("HALOX_PDL");
+    if (env != nullptr && std::string(env) == "0") return false;
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major >= 9;
+  }();
+  return on;
+}
+
+/// Launches `kernel` on `stream`, as a programmatic dependent of the kernel before it where
+/// dependent_launch() allows. The kernel must call wait_for_previous_kernel() (signals.cuh)
+/// before it touches memory.
+template <class... Params, class... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                      Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = dependent_launch() ? 1 : 0;
+  HALOX_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
 }  // namespace halox::detail

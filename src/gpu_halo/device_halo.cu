@@ -241,11 +241,9 @@ struct DeviceHalo::Impl {
       const int p = all ? 0 : forward ? k : npulses - 1 - k;
       if (puts)
         launch_with_puts<Real>(forward, grid, args(p, epoch, other_free), table, stream);
-      else if (forward)
-        forward_kernel<Real, false><<<grid, 256, 0, stream>>>(args(p, epoch, other_free), table);
       else
-        reverse_kernel<Real, false><<<grid, 256, 0, stream>>>(args(p, epoch, other_free), table);
-      HALOX_CUDA_CHECK(cudaGetLastError());
+        launch_dependent(forward ? forward_kernel<Real, false> : reverse_kernel<Real, false>, grid,
+                         256, stream, args(p, epoch, other_free), table);
     }
   }
 };

@@ -223,6 +223,7 @@ __device__ inline bool wait_for_data(const LaunchArgs& a, const PulseView& v, in
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
 template <class Real, bool PUTS>
 __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
+  wait_for_previous_kernel();
   const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
   const PulseView& v = a.views[r * a.npulses + p];
   if (v.rank == a.stall_rank) return;
@@ -307,6 +308,7 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
 
 template <class Real, bool PUTS>
 __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const* fs) {
+  wait_for_previous_kernel();
   const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
   const PulseView& v = a.views[r * a.npulses + p];
   if (v.rank == a.stall_rank) return;

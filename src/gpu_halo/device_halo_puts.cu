@@ -9,10 +9,8 @@ namespace halox::detail::fused_particle {
 template <class Real>
 void launch_with_puts(bool forward, dim3 grid, const LaunchArgs& a, Real* const* arrays,
                       cudaStream_t stream) {
-  if (forward)
-    forward_kernel<Real, true><<<grid, 256, 0, stream>>>(a, arrays);
-  else
-    reverse_kernel<Real, true><<<grid, 256, 0, stream>>>(a, arrays);
+  launch_dependent(forward ? forward_kernel<Real, true> : reverse_kernel<Real, true>, grid, 256,
+                   stream, a, arrays);
 }
 template void launch_with_puts<float>(bool, dim3, const LaunchArgs&, float* const*, cudaStream_t);
 template void launch_with_puts<double>(bool, dim3, const LaunchArgs&, double* const*, cudaStream_t);

@@ -72,6 +72,17 @@ __device__ inline void report_error(ErrorSink sink, int flag, int rank, int peer
   __threadfence_system();
 }
 
+// Programmatic dependent launch (launch_dependent, cuda_check.hpp): the first thing a kernel
+// launched so does is wait for the kernel before it in the stream to finish (its memory
+// then visible); it then lets the next one be scheduled, to wait likewise. Both are no-ops
+// for a kernel launched the usual way.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 namespace {
 
 __device__ __forceinline__ u64 now_ns() {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -39,12 +40,9 @@ bool gpu_initiated(TransportKind t) {
          t == TransportKind::nvshmem_pulse || t == TransportKind::nvshmem_fused;
 }
 
-// `steps` forward + reverse exchanges on a 1 x 1 x (processes) grid; `cutoff` past half a
-// domain gives two pulses along z.
-void hammer(double cutoff, std::uint64_t seed, long long steps) {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {1, 1, size});
+// `steps` forward + reverse exchanges on the rank grid `dims`.
+void hammer(std::array<int, 3> dims, double cutoff, std::uint64_t seed, long long steps) {
+  const Topology topology = Topology::from_mpi(MPI_COMM_WORLD, dims);
   const World w = make_world(seed, 2000);
   std::vector<int> ids;
   std::vector<double> xyz;
@@ -71,8 +69,8 @@ void hammer(double cutoff, std::uint64_t seed, long long steps) {
   CUDA_OK(cudaMalloc(&dev_copies, std::max<std::size_t>(1, copies.size()) * sizeof(int)));
   CUDA_OK(cudaMalloc(&wrong, 2 * sizeof(unsigned long long)));
   CUDA_OK(cudaMemcpy(start, xyz.data(), xyz.size() * sizeof(double), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(dev_copies, copies.data(), copies.size() * sizeof(int),
-                     cudaMemcpyHostToDevice));
+  CUDA_OK(
+      cudaMemcpy(dev_copies, copies.data(), copies.size() * sizeof(int), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(wrong, 0, 2 * sizeof(unsigned long long)));
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
@@ -110,8 +108,11 @@ TEST(PeerTransports, ThousandsOfQueuedExchangesCheckedItemByItem) {
   if (visible_gpus() == 0) GTEST_SKIP() << "no GPU";
   const auto seed = test_seed("PeerTransports.Hammer");
   const long long steps = env_count("HALOX_HAMMER_STEPS", 10000);
-  hammer(2.4, seed, steps);          // one pulse along z
-  hammer(4.5, seed + 1, steps / 5);  // two along z (and the periodic images along x, y)
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // Split along z, then along x (the pulses to itself along the other axes come first).
+  hammer({1, 1, size}, 2.4, seed, steps);
+  hammer({size, 1, 1}, 3.0, seed + 1, steps / 5);
 }
 
 }  // namespace

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Programmatic dependent launch of the fused particle kernels, A/B in one run (after
+# check.sh built build/gpu): halox-bench halo with HALOX_PDL=0 (plain launches) and 1,
+# alternated twice, for two processes on the one GPU under MPS (ipc-fused, nvshmem-fused)
+# and 8 ranks in one process, then halo-local.
+#   scripts/device/diag/pdl_ab.sh OUTDIR
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+out=${1:?usage: pdl_ab.sh OUTDIR}
+mkdir -p "$out"
+bench=build/gpu/bench/halox-bench
+export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/halox-mps CUDA_MPS_LOG_DIRECTORY=/tmp/halox-mps-log
+mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+nvidia-cuda-mps-control -d 2>/dev/null
+columns() { grep -E "^(ipc|nvshmem|local) " | awk '{printf "%-14s %7s fwd %6s rev %6s queued %6s launch %5s q/l %5s pairs %6s p/l %5s\n", $1, $2, $4, $5, $13, $14, $15, $16, $17}'; }
+for round in 1 2; do
+  for pdl in 0 1; do
+    echo "== round $round, HALOX_PDL=$pdl"
+    HALOX_PDL=$pdl CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n 2 --oversubscribe \
+      --bind-to none -x HALOX_PDL $bench halo --app md --device gpu --quick \
+      --transports ipc-fused,nvshmem-fused --json "$out/np2-pdl$pdl-$round.json" 2>&1 | columns
+    HALOX_PDL=$pdl timeout 120 mpirun -n 1 --bind-to none -x HALOX_PDL $bench halo --app md \
+      --device gpu --quick --transports local --json "$out/local8-pdl$pdl-$round.json" 2>&1 | columns
+  done
+done
+for pdl in 0 1; do
+  echo "== halo-local, HALOX_PDL=$pdl"
+  HALOX_PDL=$pdl $bench halo-local --ranks 2x2x2 --json "$out/halo-local-pdl$pdl.json" 2>&1 \
+    | grep -E "all_pulses"
+done
+echo quit | nvidia-cuda-mps-control 2>/dev/null
