@@ -59,6 +59,7 @@ struct LocalArgs {
 __global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
   __shared__ long long claimed;
   __shared__ int ok;
+  wait_for_previous_kernel();
   for (;;) {
     __syncthreads();  // every thread is done with the previous tile's shared values
     if (threadIdx.x == 0)
@@ -309,8 +310,7 @@ void LocalGridFused::exchange(const std::vector<void*>& fields, CUstream_st* str
   a.stall_rank = m.stall_rank;
   for (std::size_t r = 0; r < fields.size(); ++r) a.field[r] = static_cast<char*>(fields[r]);
   const int blocks = std::min(m.blocks, t.total_tiles);
-  local_grid_kernel<<<blocks, 256, 0, stream>>>(a);
-  HALOX_CUDA_CHECK(cudaGetLastError());
+  launch_dependent(local_grid_kernel, blocks, 256, stream, a);
   // Each block takes tickets until it draws one past the last tile.
   t.ticket_base += static_cast<u64>(t.total_tiles + blocks);
 }

@@ -114,11 +114,10 @@ class GridFusedTransport final : public Transport {
     char* f = static_cast<char*>(field);
     if (m_puts)
       launch_grid_with_puts(grid, a, f, stream, traced);
-    else if (traced)
-      grid_exchange_kernel<false, true><<<grid, 256, 0, stream>>>(a, f);
     else
-      grid_exchange_kernel<false, false><<<grid, 256, 0, stream>>>(a, f);
-    HALOX_CUDA_CHECK(cudaGetLastError());
+      launch_dependent(
+          traced ? grid_exchange_kernel<false, true> : grid_exchange_kernel<false, false>, grid,
+          256, stream, a, f);
     for (const Op& op : ops) {
       if (op.send_rank >= 0 && op.send_rank != m_rank) {
         stats.messages += 1;

@@ -87,7 +87,7 @@ __device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* fi
   const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
   auto record = [&](int event) {
-    if constexpr (TRACE) trace_record(a.trace, a.rank, op, event, 2);
+    if constexpr (TRACE) trace_record(a.trace, a.rank, op, event, 2, a.epoch);
   };
   if (v.send_rank == a.rank && v.recv_rank == a.rank) {
     // A message to myself (a periodic axis with one rank): straight from the send layout to
@@ -137,6 +137,7 @@ __device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* fi
 // (48 -> 64: one resident block fewer per SM) when tracing is off too.
 template <bool PUTS, bool TRACE>
 __global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* field) {
+  wait_for_previous_kernel();
   const int op = active_op(a.active, blockIdx.y);
   const GridOpView& v = a.views[op];
   const bool to_myself = v.send_rank == a.rank && v.recv_rank == a.rank;
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* fi
   // The edges and corners this face forwards: every block of the earlier stages' ops has
   // unpacked (each exchange adds gridDim.x per op).
   const u64 unpacked = a.epoch * gridDim.x;
-  if (TRACE && v.deps != 0) trace_record(a.trace, a.rank, op, trace_deps_begin, 2);
+  if (TRACE && v.deps != 0) trace_record(a.trace, a.rank, op, trace_deps_begin, 2, a.epoch);
   for (unsigned deps = v.deps; deps != 0; deps &= deps - 1) {
     const int k = __ffs(static_cast<int>(deps)) - 1;
     if (!block_wait(a.views[k].unpacked, unpacked, a.timeout_ns, a.error, a.rank,
@@ -154,7 +155,7 @@ __global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* fi
       return;
     }
   }
-  if (TRACE && v.deps != 0) trace_record(a.trace, a.rank, op, trace_deps_end, 2);
+  if (TRACE && v.deps != 0) trace_record(a.trace, a.rank, op, trace_deps_end, 2, a.epoch);
   switch (v.word) {
     case 16: move_op<16, PUTS, TRACE>(a, v, op, field); break;
     case 8: move_op<8, PUTS, TRACE>(a, v, op, field); break;

@@ -8,10 +8,8 @@ namespace halox::detail::fused_grid {
 
 void launch_grid_with_puts(dim3 grid, const GridArgs& a, char* field, cudaStream_t stream,
                            bool traced) {
-  if (traced)
-    grid_exchange_kernel<true, true><<<grid, 256, 0, stream>>>(a, field);
-  else
-    grid_exchange_kernel<true, false><<<grid, 256, 0, stream>>>(a, field);
+  launch_dependent(traced ? grid_exchange_kernel<true, true> : grid_exchange_kernel<true, false>,
+                   grid, 256, stream, a, field);
 }
 
 void launch_grid_probe_with_puts(unsigned ops, const GridArgs& a) {

@@ -11,8 +11,10 @@
 namespace halox::detail {
 
 // direction: 0 particles forward, 1 particles reverse, 2 a grid exchange (pulse = its op).
+// exchange: the kernel's exchange counter, which tells its records from the next launch's.
 __device__ __forceinline__ void trace_record(const DeviceTrace& trace, int rank, int pulse,
-                                             int event, int direction) {
+                                             int event, int direction,
+                                             unsigned long long exchange) {
 #if HALOX_HAS_TRACING
   if (trace.records == nullptr || threadIdx.x != 0) return;
   const unsigned long long i = atomicAdd(trace.count, 1ull) % trace.capacity;
@@ -25,8 +27,9 @@ __device__ __forceinline__ void trace_record(const DeviceTrace& trace, int rank,
   r.event = static_cast<unsigned char>(event);
   r.direction = static_cast<unsigned char>(direction);
   r.block = static_cast<int>(blockIdx.x);
+  r.exchange = static_cast<int>(exchange & 0x7fffffffull);
 #else
-  (void)trace, (void)rank, (void)pulse, (void)event, (void)direction;
+  (void)trace, (void)rank, (void)pulse, (void)event, (void)direction, (void)exchange;
 #endif
 }
 

@@ -13,7 +13,7 @@ struct DeviceRecord {
   unsigned char event;      // TraceEvent
   unsigned char direction;  // 0 forward, 1 reverse
   int block;
-  int pad;
+  int exchange;  // the kernel's exchange counter (low 31 bits): which launch it came from
 };
 
 enum TraceEvent : unsigned char {

@@ -175,7 +175,7 @@ std::vector<Event> collect_events(std::int64_t device_offset_ns) {
                     std::to_string(r.pulse) + " block " + std::to_string(r.block);
       const std::int64_t t = static_cast<std::int64_t>(r.t) + device_offset_ns;
       if (r.event == detail::trace_signal) {
-        out.push_back({"signal sent", r.rank, track, t, t});
+        out.push_back({"signal sent", r.rank, track, t, t, r.exchange});
         continue;
       }
       const auto key =
@@ -184,7 +184,7 @@ std::vector<Event> collect_events(std::int64_t device_offset_ns) {
         open[key] = r.t;
       } else if (auto it = open.find(key); it != open.end()) {
         out.push_back({event_name(r.event), r.rank, track,
-                       static_cast<std::int64_t>(it->second) + device_offset_ns, t});
+                       static_cast<std::int64_t>(it->second) + device_offset_ns, t, r.exchange});
         open.erase(it);
       }
     }
@@ -233,11 +233,13 @@ std::string to_chrome_json(const std::vector<Event>& events) {
     const double ts = (e.begin_ns - origin) / 1e3, dur = (e.end_ns - e.begin_ns) / 1e3;
     if (e.end_ns == e.begin_ns) {
       out << "{\"ph\": \"i\", \"s\": \"t\", \"name\": \"" << e.name << "\", \"pid\": " << e.rank
-          << ", \"tid\": " << it->second << ", \"ts\": " << ts << "}";
+          << ", \"tid\": " << it->second << ", \"ts\": " << ts;
     } else {
       out << "{\"ph\": \"X\", \"name\": \"" << e.name << "\", \"pid\": " << e.rank
-          << ", \"tid\": " << it->second << ", \"ts\": " << ts << ", \"dur\": " << dur << "}";
+          << ", \"tid\": " << it->second << ", \"ts\": " << ts << ", \"dur\": " << dur;
     }
+    if (e.exchange >= 0) out << ", \"args\": {\"exchange\": " << e.exchange << "}";
+    out << "}";
   }
   std::map<int, bool> ranks;
   for (const auto& e : sorted) ranks[e.rank] = true;
@@ -318,7 +320,7 @@ void write(MPI_Comm comm, const std::string& path) {
   std::ostringstream lines;
   for (const auto& e : collect_events(device_offset)) {
     lines << e.rank << '\t' << e.track << '\t' << e.name << '\t' << e.begin_ns - offset << '\t'
-          << e.end_ns - offset << '\n';
+          << e.end_ns - offset << '\t' << e.exchange << '\n';
   }
   const std::string mine = lines.str();
   int length = static_cast<int>(mine.size());
@@ -338,15 +340,17 @@ void write(MPI_Comm comm, const std::string& path) {
   for (std::string line; std::getline(in, line);) {
     std::istringstream f(line);
     Event e;
-    std::string r, b, t;
+    std::string r, b, t, x;
     std::getline(f, r, '\t');
     std::getline(f, e.track, '\t');
     std::getline(f, e.name, '\t');
     std::getline(f, b, '\t');
     std::getline(f, t, '\t');
+    std::getline(f, x, '\t');
     e.rank = std::stoi(r);
     e.begin_ns = std::stoll(b);
     e.end_ns = std::stoll(t);
+    e.exchange = std::stoll(x);
     events.push_back(e);
   }
   std::ofstream out(path);
