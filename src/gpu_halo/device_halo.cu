@@ -126,7 +126,6 @@ struct DeviceHalo::Impl {
     a.error = errors.sink();
     a.stall_rank = options.stall_rank;
     a.system_scope = system_scope ? 1 : 0;
-    a.trace = device_trace();
     return a;
   }
 
@@ -225,11 +224,13 @@ struct DeviceHalo::Impl {
     const dim3 grid(grid_blocks, all ? npulses : 1, nranks);
     for (int k = 0; k < (all ? 1 : npulses); ++k) {
       const int p = all ? 0 : forward ? k : npulses - 1 - k;
+      LaunchArgs a = args(p, epoch);
+      a.trace = device_trace(static_cast<unsigned long long>(grid.x) * grid.y * grid.z);
       if (puts)
-        launch_with_puts<Real>(forward, grid, args(p, epoch), table, stream);
+        launch_with_puts<Real>(forward, grid, a, table, stream);
       else
         launch_dependent(forward ? forward_kernel<Real, false> : reverse_kernel<Real, false>, grid,
-                         256, stream, args(p, epoch), table);
+                         256, stream, a, table);
     }
   }
 };

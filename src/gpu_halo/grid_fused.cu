@@ -106,9 +106,10 @@ class GridFusedTransport final : public Transport {
                static_cast<u64>(m_timeout_seconds * 1e9),
                m_errors.sink(),
                m_same_gpu ? 0 : 1,
-               device_trace()};
+               {}};
     for (const unsigned char op : m_active) a.active |= 1u << op;
     const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(m_active.size()));
+    a.trace = device_trace(static_cast<unsigned long long>(grid.x) * grid.y);
     // The traced kernel only where the grid was sized for it (tracing on at set-up).
     const bool traced = m_sized_for_trace && a.trace.records != nullptr;
     char* f = static_cast<char*>(field);

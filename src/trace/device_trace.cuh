@@ -1,6 +1,7 @@
 // The device side's one way to append to the event log (device_trace.hpp): thread 0 of a
-// block writes one record. Compiled out with HALOX_ENABLE_TRACING=OFF; a null ring when
-// tracing is off at run time. Include only from CUDA sources.
+// block writes one record, plain stores into its reserved slot. Compiled out with
+// HALOX_ENABLE_TRACING=OFF; a null ring when tracing is off at run time. Include only from
+// CUDA sources.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,15 +13,18 @@ namespace halox::detail {
 
 // direction: 0 particles forward, 1 particles reverse, 2 a grid exchange (pulse = its op).
 // exchange: the kernel's exchange counter, which tells its records from the next launch's.
+// The record goes to this block's slot for `event` in the launch's reservation.
 __device__ __forceinline__ void trace_record(const DeviceTrace& trace, int rank, int pulse,
                                              int event, int direction,
                                              unsigned long long exchange) {
 #if HALOX_HAS_TRACING
   if (trace.records == nullptr || threadIdx.x != 0) return;
-  const unsigned long long i = atomicAdd(trace.count, 1ull) % trace.capacity;
-  DeviceRecord& r = trace.records[i];
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  const unsigned long long block =
+      blockIdx.x + static_cast<unsigned long long>(gridDim.x) *
+                       (blockIdx.y + static_cast<unsigned long long>(gridDim.y) * blockIdx.z);
+  DeviceRecord& r = trace.records[(trace.base + block * kTraceSlots + event) % trace.capacity];
   r.t = t;
   r.rank = rank;
   r.pulse = static_cast<short>(pulse);

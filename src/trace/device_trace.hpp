@@ -1,5 +1,6 @@
-// The device side of the event log: a ring of records in device memory that kernels append
-// to with one atomic. Null pointers when tracing is off.
+// The device side of the event log: a ring of records in device memory. Each launch reserves
+// kTraceSlots slots per block on the host, one per event kind, so a kernel writes its records
+// with plain stores: no atomic round trip on the path it times. Null when tracing is off.
 #pragma once
 
 #include <cstdint>
@@ -30,13 +31,17 @@ enum TraceEvent : unsigned char {
   trace_signal,
 };
 
+/// Slots per block and launch: each event kind is recorded at most once by a block.
+constexpr int kTraceSlots = trace_signal + 1;
+
 struct DeviceTrace {
-  unsigned long long* count = nullptr;
   DeviceRecord* records = nullptr;
   unsigned long long capacity = 0;
+  unsigned long long base = 0;  // this launch's first slot (modulo capacity)
 };
 
-/// The current ring (all null when tracing is off or the build has no CUDA).
-DeviceTrace device_trace();
+/// The ring, with kTraceSlots slots per block reserved for a launch of `blocks` blocks (all
+/// null when tracing is off or the build has no CUDA; blocks = 0: whether it is on).
+DeviceTrace device_trace(unsigned long long blocks = 0);
 
 }  // namespace halox::detail

@@ -49,6 +49,7 @@ struct State {
   bool env_checked = false;
   std::vector<Event> host;
   detail::DeviceTrace device;
+  unsigned long long reserved = 0;    // device slots handed out since the last clear()
   std::int64_t device_offset_ns = 0;  // host realtime - device globaltimer
 };
 
@@ -80,11 +81,12 @@ void enable(std::size_t device_events) {
   s.on = true;
 #if HALOX_HAS_CUDA && HALOX_HAS_TRACING
   if (visible_gpus() > 0) {
-    if (cudaMalloc(&s.device.count, sizeof(unsigned long long)) == cudaSuccess &&
-        cudaMalloc(&s.device.records, device_events * sizeof(detail::DeviceRecord)) ==
-            cudaSuccess) {
-      detail::fill_device_now(s.device.count, 0, sizeof(unsigned long long));
+    if (cudaMalloc(&s.device.records, device_events * sizeof(detail::DeviceRecord)) ==
+        cudaSuccess) {
+      // Zeroed: a slot no block wrote (an event a block did not have) reads t = 0, skipped.
+      detail::fill_device_now(s.device.records, 0, device_events * sizeof(detail::DeviceRecord));
       s.device.capacity = device_events;
+      s.reserved = 0;
       // Align the device's globaltimer with the host's realtime clock.
       s.device_offset_ns = detail::device_clock_offset_ns();
     } else {
@@ -121,9 +123,10 @@ void clear() {
   std::lock_guard<std::mutex> lock(s.mutex);
   s.host.clear();
 #if HALOX_HAS_CUDA
-  if (s.device.count) {
+  if (s.device.records) {
     cudaDeviceSynchronize();
-    detail::fill_device_now(s.device.count, 0, sizeof(unsigned long long));
+    detail::fill_device_now(s.device.records, 0, s.device.capacity * sizeof(detail::DeviceRecord));
+    s.reserved = 0;
   }
 #endif
 }
@@ -155,14 +158,16 @@ std::vector<Event> collect_events(std::int64_t device_offset_ns) {
   std::lock_guard<std::mutex> lock(s.mutex);
   std::vector<Event> out = s.host;
 #if HALOX_HAS_CUDA
-  if (s.device.count) {
+  if (s.device.records) {
     cudaDeviceSynchronize();
-    unsigned long long count = 0;
-    cudaMemcpy(&count, s.device.count, sizeof count, cudaMemcpyDeviceToHost);
-    const unsigned long long n = std::min(count, s.device.capacity);
+    const unsigned long long n = std::min(s.reserved, s.device.capacity);
     std::vector<detail::DeviceRecord> records(n);
     cudaMemcpy(records.data(), s.device.records, n * sizeof(detail::DeviceRecord),
                cudaMemcpyDeviceToHost);
+    // Slots reserved but not written (events a block did not have) are still zero.
+    records.erase(std::remove_if(records.begin(), records.end(),
+                                 [](const detail::DeviceRecord& r) { return r.t == 0; }),
+                  records.end());
     std::sort(records.begin(), records.end(),
               [](const auto& a, const auto& b) { return a.t < b.t; });
     // Pair each begin with the next end of the same (rank, direction, pulse, block, kind).
@@ -273,7 +278,7 @@ void write(MPI_Comm comm, const std::string& path) {
 #if HALOX_HAS_CUDA
   int gpu = -1;
   cudaDeviceProp prop{};
-  if (state().device.count && cudaGetDevice(&gpu) == cudaSuccess &&
+  if (state().device.records && cudaGetDevice(&gpu) == cudaSuccess &&
       cudaGetDeviceProperties(&prop, gpu) == cudaSuccess) {
     std::memcpy(my_key + MPI_MAX_PROCESSOR_NAME, prop.uuid.bytes, 16);
   }
@@ -362,8 +367,14 @@ void write(MPI_Comm comm, const std::string& path) {
 }  // namespace trace
 
 namespace detail {
-DeviceTrace device_trace() {
-  return trace::enabled() ? trace::state().device : DeviceTrace{};
+DeviceTrace device_trace(unsigned long long blocks) {
+  if (!trace::enabled()) return {};
+  trace::State& s = trace::state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  DeviceTrace d = s.device;
+  d.base = s.reserved;
+  s.reserved += blocks * kTraceSlots;
+  return d;
 }
 }  // namespace detail
 
