@@ -93,10 +93,6 @@ struct DeviceHalo::Impl {
   const RankTable* tables = nullptr;
   ErrorChannel errors;
   u64 fwd_epoch = 0, rev_epoch = 0, probe_epoch = 0;
-  // The stream of the last forward [0] and reverse [1] launch on these blocks (launched:
-  // whether there was one). See other_free_epoch.
-  GpuStream last_stream[2] = {};
-  bool launched[2] = {false, false};
   int grid_blocks = 1;
   bool system_scope = true;
   bool put_staging = false;
@@ -118,9 +114,8 @@ struct DeviceHalo::Impl {
     capacity.clear();
   }
 
-  LaunchArgs args(int first_pulse, u64 epoch, u64 other_free_epoch = 0) const {
+  LaunchArgs args(int first_pulse, u64 epoch) const {
     LaunchArgs a{};
-    a.other_free_epoch = other_free_epoch;
     a.views = views;
     a.tables = tables;
     a.npulses = npulses;
@@ -223,22 +218,13 @@ struct DeviceHalo::Impl {
   void launch(bool forward, const std::vector<void*>& arrays, GpuStream stream) {
     Real* const* table = static_cast<Real* const*>(pointer_table(forward, arrays, stream));
     const u64 epoch = forward ? ++fwd_epoch : ++rev_epoch;
-    // Every kernel of the other direction on these blocks ran on this stream, so they are
-    // done when this one starts: its staging areas are free for the other direction's next
-    // exchange, which this launch tells the peers (LaunchArgs::other_free_epoch).
-    const int dir = forward ? 0 : 1, other = 1 - dir;
-    const u64 other_free = !launched[other] || last_stream[other] == stream
-                               ? (forward ? rev_epoch : fwd_epoch) + 1
-                               : 0;
-    launched[dir] = true;
-    last_stream[dir] = stream;
     const unsigned nranks = static_cast<unsigned>(ranks.size());
     if (npulses == 0) return;
     const bool all = options.kernels == FusedKernels::all_pulses;
     const dim3 grid(grid_blocks, all ? npulses : 1, nranks);
     for (int k = 0; k < (all ? 1 : npulses); ++k) {
       const int p = all ? 0 : forward ? k : npulses - 1 - k;
-      LaunchArgs a = args(p, epoch, other_free);
+      LaunchArgs a = args(p, epoch);
       a.trace = device_trace(static_cast<unsigned long long>(grid.x) * grid.y * grid.z);
       if (puts)
         launch_with_puts<Real>(forward, grid, a, table, stream);
@@ -347,10 +333,7 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
     pb.base = m.blocks[k];
     m.published[k] = pb;
   }
-  if (!keep) {
-    m.fwd_epoch = m.rev_epoch = m.probe_epoch = 0;
-    m.launched[0] = m.launched[1] = false;
-  }
+  if (!keep) m.fwd_epoch = m.rev_epoch = m.probe_epoch = 0;
   // A recorded time-out is forgotten (its blocks were just replaced: fits() refuses them).
   // Without one there is nothing to reset, and no synchronous memset per neighbour search.
   if (m.errors.record().flag != 0) m.errors.clear();

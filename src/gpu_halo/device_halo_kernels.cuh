@@ -11,8 +11,7 @@
 // reached by puts gets steps 3-4 as: pack into my send staging, then one put-with-signal.
 //
 // Protocol per pulse and direction, with e = the exchange's counter (never reset):
-//   1. tell my source that my staging area is free    (release store e into its slot;
-//      told earlier where the kernels alternate: see LaunchArgs::other_free_epoch)
+//   1. tell my source that my staging area is free    (release store e into its slot)
 //   2. wait until my destination's staging area is free (acquire load >= e, time-out)
 //      (1 and 2 only with peers outside this launch: stream order covers the others)
 //   3. pack my items straight into the destination's staging area (items received by an
@@ -137,11 +136,6 @@ struct LaunchArgs {
   int first_pulse;  // per-pulse launches: the pulse (grid.y == 1); all: 0
   int blocks;       // blocks per (rank, pulse)
   u64 epoch;        // signal value of this exchange
-  // > 0: every kernel of the other direction has finished (stream order), so my staging
-  // areas of that direction are free for its exchange other_free_epoch: step 1 for it, told
-  // now. Forward and reverse alternate in MD, so a sender's ready wait then finds its slot
-  // set one kernel earlier, not at the start of the receiver's kernel of the same exchange.
-  u64 other_free_epoch;
   u64 timeout_ns;
   ErrorSink error;
   int stall_rank;
@@ -231,11 +225,8 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
   Real* x = xs[r];  // home items: read; halo items: written by the unpacks only
   const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
   const bool sys = a.system_scope != 0;
-  if (b == 0 && threadIdx.x == 0) {
-    if (v.recv_rank >= 0 && !v.source_in_launch)
-      signal_peer<PUTS>(v.fwd_src_ready, a.epoch, v.source_pe, sys);
-    if (a.other_free_epoch != 0 && v.send_rank >= 0 && !v.dest_in_launch)
-      signal_peer<PUTS>(v.rev_src_ready, a.other_free_epoch, v.dest_pe, sys);
+  if (v.recv_rank >= 0 && !v.source_in_launch && b == 0 && threadIdx.x == 0) {
+    signal_peer<PUTS>(v.fwd_src_ready, a.epoch, v.source_pe, sys);
   }
   if (v.send_rank >= 0) {
     if (!wait_until_free(a, v, p, 0, v.dest_in_launch, v.fwd_in_ready, v.send_rank, fwd_ready,
@@ -317,11 +308,8 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
   const bool sys = a.system_scope != 0;
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
-  if (b == 0 && threadIdx.x == 0) {
-    if (v.send_rank >= 0 && !v.dest_in_launch)
-      signal_peer<PUTS>(v.rev_src_ready, a.epoch, v.dest_pe, sys);
-    if (a.other_free_epoch != 0 && v.recv_rank >= 0 && !v.source_in_launch)
-      signal_peer<PUTS>(v.fwd_src_ready, a.other_free_epoch, v.source_pe, sys);
+  if (v.send_rank >= 0 && !v.dest_in_launch && b == 0 && threadIdx.x == 0) {
+    signal_peer<PUTS>(v.rev_src_ready, a.epoch, v.dest_pe, sys);
   }
   if (v.recv_rank >= 0) {
     if (!wait_until_free(a, v, p, 1, v.source_in_launch, v.rev_in_ready, v.recv_rank, rev_ready,
