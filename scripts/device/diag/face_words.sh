@@ -2,15 +2,13 @@
 # Builds face_words.cpp against build/gpu (after check.sh built it) and runs it on 2 ranks (MPS).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
+source scripts/device/diag/common.sh
 b=build/gpu
 c++ -std=c++20 -O2 -Iinclude -I$b/include -I/usr/local/cuda/include $(mpicxx --showme:compile) -c scripts/device/diag/face_words.cpp -o /tmp/facediag.o || exit 1
 link=$(cd $b && ninja -t commands bench/halox-tune | tail -1)
 link=${link//bench\/CMakeFiles\/halox-tune.dir\/halox_tune.cpp.o//tmp/facediag.o}
 link=${link//-o bench\/halox-tune/-o /tmp/facediag}
 (cd $b && eval "$link") || exit 1
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/halox-mps CUDA_MPS_LOG_DIRECTORY=/tmp/halox-mps-log
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-nvidia-cuda-mps-control -d
+start_mps
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n 2 --oversubscribe --bind-to none /tmp/facediag
-echo quit | nvidia-cuda-mps-control
+stop_mps

@@ -6,13 +6,10 @@
 #   scripts/device/diag/lbm_exchange.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
+source scripts/device/diag/common.sh
 out=${1:?usage: lbm_exchange.sh OUTDIR}
 mkdir -p "$out"
-lbm=build/gpu/apps/lbm/halox-lbm
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/halox-mps CUDA_MPS_LOG_DIRECTORY=/tmp/halox-mps-log
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-nvidia-cuda-mps-control -d
+start_mps
 run() {
   CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 90 mpirun -n 2 --oversubscribe --bind-to none \
     $lbm --grid 256x128x128 --ranks 2x1x1 --device gpu "$@"
@@ -42,4 +39,4 @@ echo "== traced: multiphase, datatype, ipc-fused, 20 steps"
 run --steps 20 --comm datatype --transport ipc-fused --trace "$out/trace-lbm-ipc-fused.json" 2>&1 \
   | grep -E "MLUPS;"
 scripts/trace-summary "$out/trace-lbm-ipc-fused.json"
-echo quit | nvidia-cuda-mps-control
+stop_mps

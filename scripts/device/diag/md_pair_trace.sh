@@ -7,14 +7,11 @@
 #   scripts/device/diag/md_pair_trace.sh OUTDIR [ATOMS_PER_RANK]
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
+source scripts/device/diag/common.sh
 out=${1:?usage: md_pair_trace.sh OUTDIR [ATOMS_PER_RANK]}
 atoms=${2:-2000}
 mkdir -p "$out"
-bench=build/gpu/bench/halox-bench
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/halox-mps CUDA_MPS_LOG_DIRECTORY=/tmp/halox-mps-log
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-nvidia-cuda-mps-control -d 2>/dev/null
+start_mps
 run() {
   local np=$1 name=$2; shift 2
   echo "== $name"
@@ -27,5 +24,5 @@ run 2 np2-ipc-fused --transports ipc-fused
 run 2 np2-nvshmem-fused --transports nvshmem-fused
 run 1 np1-ipc-fused --transports ipc-fused
 run 1 local8 --transports local
-echo quit | nvidia-cuda-mps-control 2>/dev/null
+stop_mps
 tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"

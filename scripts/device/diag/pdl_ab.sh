@@ -6,13 +6,10 @@
 #   scripts/device/diag/pdl_ab.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
+source scripts/device/diag/common.sh
 out=${1:?usage: pdl_ab.sh OUTDIR}
 mkdir -p "$out"
-bench=build/gpu/bench/halox-bench
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/halox-mps CUDA_MPS_LOG_DIRECTORY=/tmp/halox-mps-log
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-nvidia-cuda-mps-control -d 2>/dev/null
+start_mps
 columns() { grep -E "^(ipc|nvshmem|local)[- ]" | awk '{printf "%-14s %7s fwd %6s rev %6s queued %6s launch %5s q/l %5s pairs %6s p/l %5s\n", $1, $2, $4, $5, $13, $14, $15, $16, $17}'; }
 for round in 1 2; do
   for pdl in 0 1; do
@@ -31,7 +28,6 @@ for pdl in 0 1; do
 done
 # The grid kernels: the multiphase LBM, 8 ranks in one process (local-fused) and two
 # processes (ipc-fused), 128^3 cells per rank, A/B/A/B.
-lbm=build/gpu/apps/lbm/halox-lbm
 for round in 1 2; do
   for pdl in 0 1; do
     echo "== LBM round $round, HALOX_PDL=$pdl"
@@ -43,4 +39,4 @@ for round in 1 2; do
       | grep -E "MLUPS;"
   done
 done
-echo quit | nvidia-cuda-mps-control 2>/dev/null
+stop_mps

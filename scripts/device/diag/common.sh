@@ -1,0 +1,29 @@
+# Sourced by the diagnostics in this folder, from the repository root (after check.sh built
+# build/gpu): the GPU machine's environment (never NVLink multicast; MPI as root; MPS, which
+# two processes on the one GPU need) and the programs' paths.
+export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/halox-mps CUDA_MPS_LOG_DIRECTORY=/tmp/halox-mps-log
+bench=build/gpu/bench/halox-bench
+lbm=build/gpu/apps/lbm/halox-lbm
+start_mps() {
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d 2>/dev/null
+}
+stop_mps() { echo quit | nvidia-cuda-mps-control 2>/dev/null; }
+# Per kernel and metric of Nsight Compute --csv files: how many, median, least, most.
+ncu_summary() {
+  python3 - "$@" <<'PY'
+import csv, sys, collections, statistics
+for f in sys.argv[1:]:
+    rows = [r for r in csv.reader(open(f)) if len(r) > 10]
+    if not rows: print(f, "no rows"); continue
+    head, rows = rows[0], rows[1:]
+    k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+    d = collections.defaultdict(list)
+    for r in rows:
+        d[(r[k].split("(")[0][:48], r[m])].append(float(r[v].replace(",", "")))
+    for key, vals in sorted(d.items()):
+        print(f"{key[0]:48s} {key[1]:52s} n={len(vals):3d} median={statistics.median(vals):10.1f} "
+              f"min={min(vals):10.1f} max={max(vals):10.1f}")
+PY
+}
