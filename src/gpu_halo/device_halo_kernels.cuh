@@ -214,6 +214,28 @@ __device__ inline bool wait_for_data(const LaunchArgs& a, const PulseView& v, in
   return true;
 }
 
+// Forwarded items (every thread of the block calls it), traced: waits for the data of the
+// pulses from other ranks that deliver them (direction 0: forward, the pulses in `deps`
+// before p; 1: reverse, after p). False when a wait timed out.
+__device__ inline bool wait_for_deps(const LaunchArgs& a, const PulseView& v, int r, int p,
+                                     int direction, unsigned deps, bool sys) {
+  if (deps == 0) return true;
+  record(a, v.rank, p, trace_deps_begin, direction);
+  const PulseView* pulses = a.views + r * a.npulses;
+  for (; deps != 0; deps &= deps - 1) {
+    const int q = __ffs(static_cast<int>(deps)) - 1;
+    const PulseView& from = pulses[q];
+    const bool ok = direction == 0
+                        ? block_wait(from.fwd_in_data, data_signal(a.epoch), a.timeout_ns, a.error,
+                                     v.rank, from.recv_rank, q, fwd_data, sys)
+                        : block_wait(from.rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error,
+                                     v.rank, from.send_rank, q, rev_data, sys);
+    if (!ok) return false;
+  }
+  record(a, v.rank, p, trace_deps_end, direction);
+  return true;
+}
+
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
 template <class Real, bool PUTS>
 __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
@@ -242,18 +264,7 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
     }
     if (v.first_forwarded < v.n_send) {
       // Forwarded items: wait only for the pulses from other ranks that deliver them.
-      if (v.fwd_deps != 0) {
-        record(a, v.rank, p, trace_deps_begin, 0);
-        for (int q = 0; q < a.npulses; ++q) {
-          const PulseView& from = a.views[r * a.npulses + q];
-          if ((v.fwd_deps >> q & 1u) &&
-              !block_wait(from.fwd_in_data, data_signal(a.epoch), a.timeout_ns, a.error, v.rank,
-                          from.recv_rank, q, fwd_data, sys)) {
-            return;
-          }
-        }
-        record(a, v.rank, p, trace_deps_end, 0);
-      }
+      if (!wait_for_deps(a, v, r, p, 0, v.fwd_deps, sys)) return;
       for (int k = first_at_or_after(v.first_forwarded, first, stride); k < v.n_send; k += stride) {
         const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
         const int shifts = source[2];
@@ -339,18 +350,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
       // returned, read from their staging as soon as it has arrived (pulses from other
       // ranks), or summed here from my own forces (pulses to myself).
       const RankTable& table = a.tables[r];
-      if (v.rev_deps != 0) {
-        const PulseView* pulses = a.views + r * a.npulses;
-        record(a, v.rank, p, trace_deps_begin, 1);
-        for (int q = p + 1; q < a.npulses; ++q) {
-          if ((v.rev_deps >> q & 1u) &&
-              !block_wait(pulses[q].rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error,
-                          v.rank, pulses[q].send_rank, q, rev_data, sys)) {
-            return;
-          }
-        }
-        record(a, v.rank, p, trace_deps_end, 1);
-      }
+      if (!wait_for_deps(a, v, r, p, 1, v.rev_deps, sys)) return;
       for (int j = first_at_or_after(v.rev_first_forwarded, first, stride); j < v.n_recv;
            j += stride) {
         const int k = v.rev_order[j], e = j - v.rev_first_forwarded;
@@ -386,10 +386,11 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     // this launch get their force there (ForwardingGraph::returned_terms leaves them out);
     // the others, and all that ranks of this launch return, are summed by the pulse that
     // received them.
-    for (int k = first_at_or_after(v.first_forwarded, first, stride);
-         !v.dest_in_launch && k < v.n_send; k += stride) {
-      const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
-      if (source[0] >= 0) add(fs[source[0]] + 3 * static_cast<long long>(source[1]), in + 3 * k);
+    if (!v.dest_in_launch) {
+      for (int k = first_at_or_after(v.first_forwarded, first, stride); k < v.n_send; k += stride) {
+        const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
+        if (source[0] >= 0) add(fs[source[0]] + 3 * static_cast<long long>(source[1]), in + 3 * k);
+      }
     }
     record(a, v.rank, p, trace_unpack_end, 1);
   }
