@@ -1,0 +1,42 @@
+// The event log's export: Chrome trace JSON with one process per rank, one named thread per
+// track, spans and instants, and each device event's exchange counter (what
+// scripts/trace-summary --kernels groups by); scripts/trace-summary's analysis of it is
+// checked by tests/apps/check_trace_summary.py.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "halox/trace.hpp"
+
+namespace {
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(Trace, ChromeJsonCarriesTheExchangeOfDeviceEventsOnly) {
+  const std::vector<halox::trace::Event> events = {
+      {"launch forward", 0, "host", 1000, 3000},
+      {"pack + store", 0, "gpu forward pulse 2 block 0", 4000, 5500, 7},
+      {"signal sent", 0, "gpu forward pulse 2 block 0", 6000, 6000, 7},
+      {"pack + store", 1, "gpu forward pulse 2 block 0", 4100, 5600, 8},
+  };
+  const std::string json = halox::trace::to_chrome_json(events);
+  EXPECT_EQ(count(json, "\"args\": {\"exchange\": 7}"), 2) << json;
+  EXPECT_EQ(count(json, "\"args\": {\"exchange\": 8}"), 1) << json;
+  // The host span has no exchange; every event is one object, braces balanced.
+  EXPECT_EQ(count(json, "\"exchange\""), 3) << json;
+  EXPECT_EQ(count(json, "{"), count(json, "}")) << json;
+  // Spans (X) and the instant (i), times from the earliest event, in us.
+  EXPECT_EQ(count(json, "\"ph\": \"X\""), 3) << json;
+  EXPECT_EQ(count(json, "\"ph\": \"i\""), 1) << json;
+  EXPECT_NE(json.find("\"ts\": 3.000, \"dur\": 1.500"), std::string::npos) << json;
+  // One named thread per (rank, track): host and the pulse's block on rank 0, one on rank 1.
+  EXPECT_EQ(count(json, "\"thread_name\""), 3) << json;
+  EXPECT_EQ(count(json, "\"process_name\""), 2) << json;
+}
+
+}  // namespace
