@@ -115,6 +115,17 @@ void append(Pieces& out, CanonicalPiece piece) {
   out.push_back(std::move(piece));
 }
 
+// Drops dimension d (the outer ones move in), leaving the unused slot zero.
+void erase_dimension(StridedBlock& s, int d) {
+  for (int k = d; k + 1 < s.ndims; ++k) {
+    s.count[k] = s.count[k + 1];
+    s.stride[k] = s.stride[k + 1];
+  }
+  --s.ndims;
+  s.count[s.ndims] = 0;
+  s.stride[s.ndims] = 0;
+}
+
 // Removes unit dimensions and folds dimensions that continue the one inside them.
 void simplify(StridedBlock& s) {
   bool changed = true;
@@ -125,25 +136,13 @@ void simplify(StridedBlock& s) {
       const bool into_block = d == 0 && s.stride[0] == s.block_bytes;
       if (unit || into_block) {
         if (into_block && !unit) s.block_bytes *= s.count[0];
-        for (int k = d; k + 1 < s.ndims; ++k) {
-          s.count[k] = s.count[k + 1];
-          s.stride[k] = s.stride[k + 1];
-        }
-        --s.ndims;
-        s.count[s.ndims] = 0;
-        s.stride[s.ndims] = 0;
+        erase_dimension(s, d);
         changed = true;
         break;
       }
       if (d + 1 < s.ndims && s.stride[d + 1] == s.count[d] * s.stride[d]) {
         s.count[d] *= s.count[d + 1];
-        for (int k = d + 1; k + 1 < s.ndims; ++k) {
-          s.count[k] = s.count[k + 1];
-          s.stride[k] = s.stride[k + 1];
-        }
-        --s.ndims;
-        s.count[s.ndims] = 0;
-        s.stride[s.ndims] = 0;
+        erase_dimension(s, d + 1);
         changed = true;
         break;
       }
