@@ -2,13 +2,15 @@
 // with HALOX_NVSHMEM_PUTS=1 the put path), hammered: thousands of forward + reverse
 // exchanges queued on the stream, alternating as a run's steps do, each with new data set
 // and checked on the device, every item of every exchange. The peers' kernels then
-// overlap, so what this catches is a staging area overwritten before its reader is done
-// (the ready signals, including the one each kernel gives for the other direction) and
-// data read before it is visible (release / acquire).
+// overlap, and with programmatic dependent launch a kernel's blocks are scheduled before the
+// one ahead of it ends, so what this catches is a staging area overwritten before its reader
+// is done (the ready signals, the wait for the previous kernel) and data read before it is
+// visible (release / acquire).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
