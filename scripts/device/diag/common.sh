@@ -10,20 +10,24 @@ start_mps() {
   nvidia-cuda-mps-control -d 2>/dev/null
 }
 stop_mps() { echo quit | nvidia-cuda-mps-control 2>/dev/null; }
-# Per kernel and metric of Nsight Compute --csv files: how many, median, least, most.
+# Per kernel (name with its template arguments, and grid size: halox-lbm's two exchanges
+# differ in it) and metric of Nsight Compute --csv files: how many, median, least, most.
 ncu_summary() {
   python3 - "$@" <<'PY'
-import csv, sys, collections, statistics
+import csv, sys, collections, statistics, re
 for f in sys.argv[1:]:
     rows = [r for r in csv.reader(open(f)) if len(r) > 10]
     if not rows: print(f, "no rows"); continue
     head, rows = rows[0], rows[1:]
-    k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+    k, g = head.index("Kernel Name"), head.index("Grid Size")
+    m, v = head.index("Metric Name"), head.index("Metric Value")
     d = collections.defaultdict(list)
     for r in rows:
-        d[(r[k].split("(")[0][:48], r[m])].append(float(r[v].replace(",", "")))
+        name = re.sub(r"(void |halox::|detail::|lbm::|fused_particle::|<unnamed>::)", "",
+                      r[k].split("(")[0])
+        d[(f"{name} grid {r[g]}", r[m])].append(float(r[v].replace(",", "")))
     for key, vals in sorted(d.items()):
-        print(f"{key[0]:48s} {key[1]:52s} n={len(vals):3d} median={statistics.median(vals):10.1f} "
+        print(f"{key[0]:72s} {key[1]:52s} n={len(vals):3d} median={statistics.median(vals):10.1f} "
               f"min={min(vals):10.1f} max={max(vals):10.1f}")
 PY
 }

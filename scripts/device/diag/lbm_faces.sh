@@ -9,7 +9,9 @@ cd "$(dirname "$0")/../../.."
 source scripts/device/diag/common.sh
 out=${1:?usage: lbm_faces.sh OUTDIR}
 mkdir -p "$out"
-ncu --clock-control none --cache-control none --launch-skip 40 --launch-count 12 --csv \
+# Every kernel of two steps past the warm-up: per step 8 phi passes, 8 updates and two
+# exchange kernels (f+g, then phi; told apart by their grid sizes).
+ncu --clock-control none --cache-control none --launch-skip 72 --launch-count 36 --csv \
   --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__registers_per_thread \
   $lbm --grid 256x256x256 --ranks 2x2x2 --transport local-fused --comm datatype --steps 20 \
   --device gpu > "$out/ncu-lbm-local8.csv" 2> "$out/ncu-lbm-local8.err"
