@@ -67,7 +67,9 @@ void usage(FILE* out) {
       "  --init I           multiphase: droplet (default) | spinodal; bgk: taylor-green (default) "
       "| uniform\n"
       "  --grid XxYxZ       global lattice (default 64x64x64); any size, uneven splits handled\n"
-      "  --ranks XxYxZ      rank grid (default: MPI_Dims_create)\n"
+      "  --ranks XxYxZ      rank grid (default: the one whose halo moves the fewest face\n"
+      "                     cells per rank, x faces, strided, counted 32 / element bytes\n"
+      "                     times: halox::grid_rank_dims; 0 in a place: MPI_Dims_create)\n"
       "  --steps N          time steps (default 100)\n"
       "  --device D         auto | cpu | gpu (default auto)\n"
       "  --precision P      float (default) | double\n"
@@ -1284,7 +1286,12 @@ int run(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const Cli cli = parse(argc, argv);
+  Cli cli = parse(argc, argv);
+  if (!cli.local && cli.ranks == std::array<int, 3>{0, 0, 0}) {
+    // The SoA fields are x fastest: an x face is one element per 32-byte sector.
+    cli.ranks =
+        grid_rank_dims(size, {cli.grid[0], cli.grid[1], cli.grid[2]}, 32.0 / (cli.single ? 4 : 8));
+  }
   if (cli.device != "cpu") select_device(MPI_COMM_WORLD);  // one GPU per rank
   for (int a = 0; a < 3; ++a) {
     if (cli.grid[a] <= 0) throw Error("halox-lbm: grid sizes must be positive");

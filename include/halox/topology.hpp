@@ -72,6 +72,17 @@ class Topology {
 #endif
 };
 
+/// A rank grid of `ranks` ranks for a periodic grid of `cells` cells (x fastest in memory)
+/// whose halo is cheap to move: the fewest face cells per rank, the cells of x faces counted
+/// `x_face_weight` times. An x face is one element per row: each 32-byte DRAM sector it
+/// reads or writes carries one element (and a halo element written into part of a sector is
+/// read back first), where a y or z face moves whole rows; 32 / element bytes is a fair
+/// weight. Axes one rank spans move nothing (the update wraps them, or a copy to itself);
+/// ties go to splitting the slower axes (z, then y). Each rank keeps at least one cell per
+/// axis; throws halox::Error when no grid fits.
+std::array<int, 3> grid_rank_dims(int ranks, const std::array<long, 3>& cells,
+                                  double x_face_weight);
+
 /// Parses "2x2x1" (or "4", "2x3") into rank-grid dimensions; missing trailing ones are 1.
 /// Throws halox::Error naming the text when it is not that form or a value is not positive.
 std::array<int, 3> parse_dims(const std::string& text);

@@ -60,6 +60,41 @@ Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims, std::array<b
 }
 #endif
 
+std::array<int, 3> grid_rank_dims(int ranks, const std::array<long, 3>& cells,
+                                  double x_face_weight) {
+  if (ranks < 1) throw Error("halox::grid_rank_dims: " + std::to_string(ranks) + " ranks");
+  std::array<int, 3> best{};
+  double best_cost = -1;
+  for (int dz = ranks; dz >= 1; --dz) {  // slower axes first: they win ties
+    if (ranks % dz != 0) continue;
+    for (int dy = ranks / dz; dy >= 1; --dy) {
+      if (ranks / dz % dy != 0) continue;
+      const std::array<int, 3> dims = {ranks / dz / dy, dy, dz};
+      bool fits = true;
+      std::array<double, 3> side{};  // the largest rank's extent along each axis
+      for (int a = 0; a < 3; ++a) {
+        fits = fits && cells[a] >= dims[a];
+        side[a] = static_cast<double>((cells[a] + dims[a] - 1) / dims[a]);
+      }
+      if (!fits) continue;
+      // Two faces per split axis: the cells of a face are the product of the other sides.
+      const double cost = (dims[0] > 1 ? 2 * x_face_weight * side[1] * side[2] : 0) +
+                          (dims[1] > 1 ? 2 * side[0] * side[2] : 0) +
+                          (dims[2] > 1 ? 2 * side[0] * side[1] : 0);
+      if (best_cost < 0 || cost < best_cost) {
+        best_cost = cost;
+        best = dims;
+      }
+    }
+  }
+  if (best_cost < 0) {
+    throw Error("halox::grid_rank_dims: no grid of " + std::to_string(ranks) + " ranks fits " +
+                std::to_string(cells[0]) + "x" + std::to_string(cells[1]) + "x" +
+                std::to_string(cells[2]) + " cells with one cell per rank and axis");
+  }
+  return best;
+}
+
 std::array<int, 3> Topology::coords_of(int rank) const {
   return {rank % m_dims[0], (rank / m_dims[0]) % m_dims[1], rank / (m_dims[0] * m_dims[1])};
 }

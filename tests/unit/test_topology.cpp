@@ -67,3 +67,30 @@ TEST(Domain, SplitsTheBoxEvenlyAndEndsAtTheEdge) {
   EXPECT_DOUBLE_EQ(d.lo[0], 20.0 / 3);
   EXPECT_EQ(d.hi[0], 10.0);
 }
+
+// The grid chooser against the face cells it is meant to minimise: x faces (strided, one
+// element per 32-byte sector) avoided, slower axes split first on ties, small grids respected.
+TEST(Topology, GridRankDimsKeepsTheHaloCheap) {
+  const std::array<long, 3> cube = {256, 256, 256};
+  EXPECT_EQ(grid_rank_dims(1, cube, 8), (std::array<int, 3>{1, 1, 1}));
+  EXPECT_EQ(grid_rank_dims(2, cube, 8), (std::array<int, 3>{1, 1, 2}));
+  // 2x2x2 moves 2 * (8 * 128^2 + 2 * 128^2) cells per rank; 1x2x4 2 * (256 * 64 + 256 * 128).
+  EXPECT_EQ(grid_rank_dims(8, cube, 8), (std::array<int, 3>{1, 2, 4}));
+  EXPECT_EQ(grid_rank_dims(64, cube, 8), (std::array<int, 3>{1, 8, 8}));
+  // Unweighted, 2x2x2 ties with 1x2x4 (3 * 2 * 128^2 face cells each): z first wins.
+  EXPECT_EQ(grid_rank_dims(8, cube, 1), (std::array<int, 3>{1, 2, 4}));
+  // A long x: unweighted, all along x (2 * 64^2 cells); weighted, x split less and z too.
+  EXPECT_EQ(grid_rank_dims(8, {1024, 64, 64}, 1), (std::array<int, 3>{8, 1, 1}));
+  EXPECT_EQ(grid_rank_dims(8, {1024, 64, 64}, 8), (std::array<int, 3>{4, 1, 2}));
+  // A thin z leaves the split to x and y: with 1 cell along z, no z split fits.
+  EXPECT_EQ(grid_rank_dims(4, {512, 512, 1}, 8), (std::array<int, 3>{1, 4, 1}));
+  // A prime count on a long x: all along x is the only way that fits a short y and z.
+  EXPECT_EQ(grid_rank_dims(7, {700, 3, 3}, 8), (std::array<int, 3>{7, 1, 1}));
+  EXPECT_THROW(grid_rank_dims(7, {3, 3, 3}, 8), Error);
+  EXPECT_THROW(grid_rank_dims(0, cube, 8), Error);
+  // Whatever it picks multiplies to the count.
+  for (int n = 1; n <= 48; ++n) {
+    const auto d = grid_rank_dims(n, {96, 80, 64}, 8);
+    EXPECT_EQ(d[0] * d[1] * d[2], n) << n;
+  }
+}
