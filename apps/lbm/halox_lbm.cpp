@@ -69,7 +69,7 @@ void usage(FILE* out) {
       "  --grid XxYxZ       global lattice (default 64x64x64); any size, uneven splits handled\n"
       "  --ranks XxYxZ      rank grid (default: the one whose halo moves the fewest face\n"
       "                     cells per rank, x faces, strided, counted 32 / element bytes\n"
-      "                     times: halox::grid_rank_dims; 0 in a place: MPI_Dims_create)\n"
+      "                     times: halox::grid_rank_dims)\n"
       "  --steps N          time steps (default 100)\n"
       "  --device D         auto | cpu | gpu (default auto)\n"
       "  --precision P      float (default) | double\n"
