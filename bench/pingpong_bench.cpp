@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -153,9 +152,7 @@ int pingpong_main(int argc, char** argv) {
       }
       return 0;
     } else if (a == "--transports") {
-      names.clear();
-      std::stringstream in(value());
-      for (std::string t; std::getline(in, t, ',');) names.push_back(t);
+      names = split(value());
     } else if (a == "--max-bytes")
       max_bytes = std::atoll(value().c_str());
     else if (a == "--json")

@@ -375,10 +375,8 @@ class Lbm {
     // exchange of f's and g's crossing planes (a struct type spanning both) moves the two: one
     // launch and one handshake per step fewer than an exchange each.
     m_fg_merged = cli.params.multiphase && halox_moves() && cli.fg_exchange == "merged";
-    const std::int64_t plane_bytes =
-        (std::int64_t)m_backend->row_pitch() * (m_n[1] + 2) * (m_n[2] + 2) * m_real_bytes;
     if (m_fg_merged && reinterpret_cast<std::uintptr_t>(m_backend->g()) !=
-                           reinterpret_cast<std::uintptr_t>(m_backend->f()) + Q * plane_bytes) {
+                           reinterpret_cast<std::uintptr_t>(m_backend->f()) + Q * plane_bytes()) {
       throw Error("halox-lbm: --fg-exchange merged needs g right after f in memory");
     }
     m_f = make_halo(0, base, Q, m_fg_merged ? QG : 0);
@@ -620,6 +618,11 @@ class Lbm {
   }
 
  private:
+  // Bytes of one population plane of the padded local array (halo layer included).
+  std::int64_t plane_bytes() const {
+    return static_cast<std::int64_t>(m_backend->row_pitch()) * (m_n[1] + 2) * (m_n[2] + 2) *
+           m_real_bytes;
+  }
   // Whether halox exchanges move the faces (the default and contig variants pack by hand).
   bool halox_moves() const {
     return m_cli.comm == "datatype" || m_cli.comm == "overlap";
@@ -671,8 +674,6 @@ class Lbm {
     FieldHalo h;
     h.field = field;
     h.plan = base;
-    const std::int64_t plane_bytes =
-        (std::int64_t)m_backend->row_pitch() * (m_n[1] + 2) * (m_n[2] + 2) * m_real_bytes;
     for (auto& pulse : h.plan.pulses) {
       std::vector<int> planes;
       if (field == 2) {
@@ -688,7 +689,7 @@ class Lbm {
         }
       }
       std::vector<std::int64_t> blocks(planes.size(), 1), disps;
-      for (int q : planes) disps.push_back(q * plane_bytes);
+      for (int q : planes) disps.push_back(q * plane_bytes());
       const std::vector<Datatype> sends(planes.size(), pulse.send_type),
           recvs(planes.size(), pulse.recv_type);
       pulse.send_type = Datatype::struct_(blocks, disps, sends).commit();

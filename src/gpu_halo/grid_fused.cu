@@ -21,9 +21,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
