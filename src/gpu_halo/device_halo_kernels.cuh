@@ -175,6 +175,14 @@ __device__ __forceinline__ void copy_item(Real* dst, const Real* src, const doub
   dst[2] = src[2] + static_cast<Real>(shift[2]);
 }
 
+// Atomic: one home item may get forces from several pulses at once.
+template <class Real>
+__device__ __forceinline__ void add_item(Real* dst, const Real* force) {
+  atomicAdd(dst + 0, force[0]);
+  atomicAdd(dst + 1, force[1]);
+  atomicAdd(dst + 2, force[2]);
+}
+
 // Protocol step 2 (every thread of the block calls it): wait until the destination's
 // staging area is free, traced; a peer in this launch needs no wait (stream order). False
 // when the wait timed out.
@@ -337,8 +345,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
       if (homes == nullptr) {
         for (int d = 0; d < 3; ++d) out[3 * k + d] = force[d];
       } else if (k < v.rev_direct_homes) {
-        Real* dst = homes + 3 * static_cast<long long>(v.rev_direct_index[k]);
-        for (int d = 0; d < 3; ++d) atomicAdd(dst + d, force[d]);
+        add_item(homes + 3 * static_cast<long long>(v.rev_direct_index[k]), force);
       }
     };
     for (int j = first; j < v.rev_first_forwarded; j += stride) {
@@ -373,14 +380,8 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
   if (v.send_rank >= 0 && !v.rev_arrives_direct) {
     if (!wait_for_data(a, v, p, 1, v.rev_in_data, v.send_rank, rev_data, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.rev_in);
-    // Atomic: one home atom may get forces from several pulses at once.
-    auto add = [](Real* dst, const Real* force) {
-      atomicAdd(dst + 0, force[0]);
-      atomicAdd(dst + 1, force[1]);
-      atomicAdd(dst + 2, force[2]);
-    };
     for (int k = first; k < v.first_forwarded; k += stride) {
-      add(f + 3 * static_cast<long long>(v.send_index[k]), in + 3 * k);
+      add_item(f + 3 * static_cast<long long>(v.send_index[k]), in + 3 * k);
     }
     // Forwarded items, from a rank outside this launch: those whose origin is a home atom of
     // this launch get their force there (ForwardingGraph::returned_terms leaves them out);
@@ -389,7 +390,8 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     if (!v.dest_in_launch) {
       for (int k = first_at_or_after(v.first_forwarded, first, stride); k < v.n_send; k += stride) {
         const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
-        if (source[0] >= 0) add(fs[source[0]] + 3 * static_cast<long long>(source[1]), in + 3 * k);
+        if (source[0] >= 0)
+          add_item(fs[source[0]] + 3 * static_cast<long long>(source[1]), in + 3 * k);
       }
     }
     record(a, v.rank, p, trace_unpack_end, 1);

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The local engine's fused grid kernel in halox-lbm (8 ranks in one process, 256^3), on the
+# rank grids that do (2x2x2) and do not (1x2x4, the default) cut x: every kernel of two
+# steps timed by Nsight Compute, then the exchange kernels' speed-of-light, memory and
+# warp-stall sections (clocks left alone). After check.sh built build/gpu.
+#   scripts/device/diag/lbm_local_kernel.sh OUTDIR
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+source scripts/device/diag/common.sh
+out=${1:?usage: lbm_local_kernel.sh OUTDIR}
+mkdir -p "$out"
+for ranks in 1x2x4 2x2x2; do
+  echo "== $ranks: every kernel of two steps"
+  ncu --clock-control none --cache-control none --launch-skip 72 --launch-count 36 --csv \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum,launch__grid_size \
+    $lbm --grid 256x256x256 --ranks $ranks --transport local-fused \
+    --comm datatype --steps 14 --device gpu > "$out/ncu-$ranks.csv" 2> "$out/ncu-$ranks.err"
+  ncu_summary "$out/ncu-$ranks.csv"
+  echo "== $ranks: the exchange kernels in detail"
+  ncu --clock-control none --cache-control none -k regex:local_grid_kernel --launch-skip 20 \
+    --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --section WarpStateStats --section Occupancy --section LaunchStats \
+    $lbm --grid 256x256x256 --ranks $ranks --transport local-fused --comm datatype --steps 14 \
+    --device gpu > "$out/ncu-detail-$ranks.txt" 2>&1
+  grep -vE "^==PROF==|^ +-+ " "$out/ncu-detail-$ranks.txt" | grep -E "local_grid_kernel|Duration|Throughput|Stall|Warp Cycles|Achieved|Registers|Hit Rate|Mem Busy|Max Bandwidth|Waves|Theoretical Occ|Block Limit|Issued" | head -80
+done
