@@ -8,6 +8,13 @@
 // No deadlock without co-residency: a block waits only for tiles with smaller tickets, which
 // running blocks hold and finish without waiting for anything later. Every wait has a
 // time-out that records the rank, the peer and the pulse; the next exchange throws.
+//
+// A tile's set-up is a chain of dependent loads, and the tables are cold by the time the
+// exchange runs (the updates before it stream hundreds of MB through L2): so a tile finds
+// its face in one load (tile_face) rather than a scan of the faces (up to 47 loads in a row:
+// the 8-rank LBM's phi exchange took 57 us for 3 MB), the face's waits carry what they test,
+// and the face's canonical pieces are copied into shared memory in one round, where each
+// word's piece search and offsets then read them.
 #include "local_grid_fused.hpp"
 
 #include <cuda_runtime.h>
@@ -32,6 +39,14 @@ constexpr int kMaxWaits =
     8;  // the faces of earlier stages into a sender (2 per stage with one pulse each)
 // Words per tile: 256 threads with kBatch words in flight each, twice.
 constexpr long long kTileWords = 256LL * kBatch * 2;
+// Canonical pieces per side that a tile copies into shared memory (more: read in place).
+constexpr int kSharedPieces = 8;
+
+// A face of an earlier stage that this face forwards from: all its tiles must be done.
+struct FaceWait {
+  int face, tiles;  // its index and tile count
+  int from, pulse;  // its sender and pulse, for the time-out's report
+};
 
 struct FaceView {
   DevicePackView send, recv;
@@ -39,12 +54,12 @@ struct FaceView {
   int from, to, pulse;
   int first_tile, tiles;
   int waits;
-  int wait_face[kMaxWaits];
+  FaceWait wait[kMaxWaits];
 };
 
 struct LocalArgs {
   const FaceView* faces;
-  int faces_count;
+  const int* tile_face;  // per tile: the face it belongs to
   int total_tiles;
   u64* done;        // per face: tiles finished, over all exchanges of this table
   u64* ticket;      // tickets handed out, over all exchanges of this table
@@ -56,9 +71,23 @@ struct LocalArgs {
   char* field[kMaxLocalRanks];
 };
 
+// Copies `pieces` canonical pieces to `to` (shared memory) with the block's threads, as words.
+constexpr int kDescWords = static_cast<int>(sizeof(DeviceDesc) / sizeof(u64));
+static_assert(sizeof(DeviceDesc) % sizeof(u64) == 0, "DeviceDesc is copied as u64 words");
+__device__ inline const DeviceDesc* copy_pieces(u64* to, const DeviceDesc* from, int pieces) {
+  for (int i = static_cast<int>(threadIdx.x); i < pieces * kDescWords;
+       i += static_cast<int>(blockDim.x)) {
+    to[i] = reinterpret_cast<const u64*>(from)[i];
+  }
+  return reinterpret_cast<const DeviceDesc*>(to);
+}
+
 __global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
   __shared__ long long claimed;
   __shared__ int ok;
+  // The tile's face's pieces, send side then receive side (raw words: DeviceDesc has
+  // default member initialisers, which a __shared__ variable may not).
+  __shared__ u64 pieces[2][kSharedPieces * kDescWords];
   wait_for_previous_kernel();
   for (;;) {
     __syncthreads();  // every thread is done with the previous tile's shared values
@@ -67,23 +96,28 @@ __global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
     __syncthreads();
     const long long t = claimed;
     if (t >= a.total_tiles) return;
-    // The face holding tile t (faces are few: a linear scan of the first tiles).
-    int k = 0;
-    while (k + 1 < a.faces_count && a.faces[k + 1].first_tile <= t) ++k;
+    const int k = a.tile_face[t];
     const FaceView& f = a.faces[k];
+    DevicePackView send = f.send, recv = f.recv;
+    // The pieces go to shared memory while thread 0 waits for the faces this one forwards.
+    const bool shared = send.pieces <= kSharedPieces && recv.pieces <= kSharedPieces;
+    if (shared) {
+      send.descs = copy_pieces(pieces[0], send.descs, send.pieces);
+      recv.descs = copy_pieces(pieces[1], recv.descs, recv.pieces);
+    }
     if (threadIdx.x == 0) {
       ok = 1;
       for (int w = 0; w < f.waits && ok; ++w) {
-        const FaceView& before = a.faces[f.wait_face[w]];
-        ok = wait_for(&a.done[f.wait_face[w]], a.epoch * static_cast<u64>(before.tiles),
-                      a.timeout_ns, a.error, f.from, before.from, before.pulse, 0, false);
+        const FaceWait& before = f.wait[w];
+        ok = wait_for(&a.done[before.face], a.epoch * static_cast<u64>(before.tiles), a.timeout_ns,
+                      a.error, f.from, before.from, before.pulse, 0, false);
       }
     }
     __syncthreads();
     if (!ok) return;
     if (f.from != a.stall_rank) {
       const long long first = (t - f.first_tile) * kTileWords;
-      const long long end = f.send.words < first + kTileWords ? f.send.words : first + kTileWords;
+      const long long end = send.words < first + kTileWords ? send.words : first + kTileWords;
       const char* src = a.field[f.from];
       char* dst = a.field[f.to];
       const long long me = first + threadIdx.x;
@@ -91,20 +125,19 @@ __global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
       // and this kernel's many blocks are not capped to stay resident.
       switch (f.word) {
         case 16:
-          move_face<16, Move::copy, unsigned, kBatch>(f.send, f.recv, me, end, blockDim.x, src,
-                                                      dst);
+          move_face<16, Move::copy, unsigned, kBatch>(send, recv, me, end, blockDim.x, src, dst);
           break;
         case 8:
-          move_face<8, Move::copy, unsigned, kBatch>(f.send, f.recv, me, end, blockDim.x, src, dst);
+          move_face<8, Move::copy, unsigned, kBatch>(send, recv, me, end, blockDim.x, src, dst);
           break;
         case 4:
-          move_face<4, Move::copy, unsigned, kBatch>(f.send, f.recv, me, end, blockDim.x, src, dst);
+          move_face<4, Move::copy, unsigned, kBatch>(send, recv, me, end, blockDim.x, src, dst);
           break;
         case 2:
-          move_face<2, Move::copy, unsigned, kBatch>(f.send, f.recv, me, end, blockDim.x, src, dst);
+          move_face<2, Move::copy, unsigned, kBatch>(send, recv, me, end, blockDim.x, src, dst);
           break;
         default:
-          move_face<1, Move::copy, unsigned, kBatch>(f.send, f.recv, me, end, blockDim.x, src, dst);
+          move_face<1, Move::copy, unsigned, kBatch>(send, recv, me, end, blockDim.x, src, dst);
           break;
       }
       __syncthreads();
@@ -148,6 +181,7 @@ struct LocalGridFused::Impl {
   // where the arrays start: f and its copy for the next step share one).
   struct Table {
     FaceView* faces = nullptr;
+    int* tile_face = nullptr;
     u64* counters = nullptr;  // done per face, then the ticket
     int total_tiles = 0;
     u64 ticket_base = 0, epoch = 0;
@@ -168,6 +202,7 @@ struct LocalGridFused::Impl {
     auto it = tables.find(key);
     if (it != tables.end()) return it->second;
     std::vector<FaceView> views;
+    std::vector<int> tile_face;
     int tiles = 0;
     for (std::size_t i = 0; i < faces.size(); ++i) {
       const LocalFace& lf = faces[i];
@@ -184,11 +219,13 @@ struct LocalGridFused::Impl {
       v.first_tile = tiles;
       v.tiles = static_cast<int>((v.send.words + kTileWords - 1) / kTileWords);
       tiles += v.tiles;
+      tile_face.insert(tile_face.end(), v.tiles, static_cast<int>(i));
       // The faces of earlier stages into my sender: what this face forwards.
       for (std::size_t j = 0; j < i; ++j) {
         if (faces[j].to != lf.from || faces[j].stage >= lf.stage) continue;
         if (v.waits == kMaxWaits) throw Error("halox::LocalGridExchange: too many forwarded faces");
-        v.wait_face[v.waits++] = static_cast<int>(j);
+        const FaceView& before = views[j];
+        v.wait[v.waits++] = {static_cast<int>(j), before.tiles, before.from, before.pulse};
       }
       views.push_back(v);
     }
@@ -196,6 +233,10 @@ struct LocalGridFused::Impl {
     t.total_tiles = tiles;
     HALOX_CUDA_CHECK(cudaMalloc(&t.faces, views.size() * sizeof(FaceView)));
     copy_to_device_now(t.faces, views.data(), views.size() * sizeof(FaceView));
+    if (tiles > 0) {
+      HALOX_CUDA_CHECK(cudaMalloc(&t.tile_face, tile_face.size() * sizeof(int)));
+      copy_to_device_now(t.tile_face, tile_face.data(), tile_face.size() * sizeof(int));
+    }
     HALOX_CUDA_CHECK(cudaMalloc(&t.counters, (views.size() + 1) * sizeof(u64)));
     fill_device_now(t.counters, 0, (views.size() + 1) * sizeof(u64));
     return tables.emplace(key, t).first->second;
@@ -287,6 +328,7 @@ LocalGridFused::~LocalGridFused() {
   cudaDeviceSynchronize();
   for (auto& [key, t] : m.tables) {
     cudaFree(t.faces);
+    cudaFree(t.tile_face);
     cudaFree(t.counters);
   }
 }
@@ -299,7 +341,7 @@ void LocalGridFused::exchange(const std::vector<void*>& fields, CUstream_st* str
   if (t.total_tiles == 0) return;  // faces of no words
   LocalArgs a{};
   a.faces = t.faces;
-  a.faces_count = static_cast<int>(m.faces.size());
+  a.tile_face = t.tile_face;
   a.total_tiles = t.total_tiles;
   a.done = t.counters;
   a.ticket = t.counters + m.faces.size();

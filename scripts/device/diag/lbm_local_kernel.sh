@@ -24,3 +24,8 @@ for ranks in 1x2x4 2x2x2; do
     --device gpu > "$out/ncu-detail-$ranks.txt" 2>&1
   grep -vE "^==PROF==|^ +-+ " "$out/ncu-detail-$ranks.txt" | grep -E "local_grid_kernel|Duration|Throughput|Stall|Warp Cycles|Achieved|Registers|Hit Rate|Mem Busy|Max Bandwidth|Waves|Theoretical Occ|Block Limit|Issued" | head -80
 done
+for ranks in 1x2x4 2x2x2; do
+  echo "== $ranks: 100 steps, untraced"
+  $lbm --grid 256x256x256 --ranks $ranks --transport local-fused --comm datatype --steps 100 \
+    --device gpu --json "$out/lbm-local8-$ranks.json" 2>&1 | grep -E "MLUPS;|alone"
+done
