@@ -259,14 +259,6 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
     signal_peer<PUTS>(v.fwd_src_ready, a.epoch, v.source_pe, sys);
   }
   if (v.send_rank >= 0) {
-    // The thread's first home item is loaded before the wait for the destination's staging:
-    // its two dependent loads (index, then coordinates) overlap the wait's instead of
-    // following it. The home items are final here (stream order); only the stores must wait.
-    Real held[3];
-    if (first < v.first_forwarded) {
-      const Real* src = x + 3 * static_cast<long long>(v.send_index[first]);
-      for (int d = 0; d < 3; ++d) held[d] = src[d];
-    }
     if (!wait_until_free(a, v, p, 0, v.dest_in_launch, v.fwd_in_ready, v.send_rank, fwd_ready,
                          sys)) {
       return;
@@ -275,8 +267,7 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
     const bool direct = v.fwd_direct_to >= 0;
     Real* out = direct ? xs[v.fwd_direct_to] + 3 * v.fwd_direct_offset
                        : reinterpret_cast<Real*>(PUTS && v.dest_pe >= 0 ? v.fwd_stage : v.fwd_out);
-    if (first < v.first_forwarded) copy_item(out + 3 * first, held, v.shift);
-    for (int k = first + stride; k < v.first_forwarded; k += stride) {
+    for (int k = first; k < v.first_forwarded; k += stride) {
       copy_item(out + 3 * k, x + 3 * static_cast<long long>(v.send_index[k]), v.shift);
     }
     if (v.first_forwarded < v.n_send) {
@@ -340,12 +331,6 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     signal_peer<PUTS>(v.rev_src_ready, a.epoch, v.dest_pe, sys);
   }
   if (v.recv_rank >= 0) {
-    // As in the forward: the thread's first item's force is loaded before the wait.
-    Real held[3];
-    if (first < v.rev_first_forwarded) {
-      const Real* mine = f + 3 * (v.recv_offset + v.rev_order[first]);
-      for (int d = 0; d < 3; ++d) held[d] = mine[d];
-    }
     if (!wait_until_free(a, v, p, 1, v.source_in_launch, v.rev_in_ready, v.recv_rank, rev_ready,
                          sys)) {
       return;
@@ -363,8 +348,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
         add_item(homes + 3 * static_cast<long long>(v.rev_direct_index[k]), force);
       }
     };
-    if (first < v.rev_first_forwarded) give_back(v.rev_order[first], held);
-    for (int j = first + stride; j < v.rev_first_forwarded; j += stride) {
+    for (int j = first; j < v.rev_first_forwarded; j += stride) {
       const int k = v.rev_order[j];
       give_back(k, f + 3 * (v.recv_offset + k));
     }
@@ -394,12 +378,9 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     }
   }
   if (v.send_rank >= 0 && !v.rev_arrives_direct) {
-    // The first item's home index is loaded before the wait for the data, as in the pack.
-    const int home = first < v.first_forwarded ? v.send_index[first] : 0;
     if (!wait_for_data(a, v, p, 1, v.rev_in_data, v.send_rank, rev_data, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.rev_in);
-    if (first < v.first_forwarded) add_item(f + 3 * static_cast<long long>(home), in + 3 * first);
-    for (int k = first + stride; k < v.first_forwarded; k += stride) {
+    for (int k = first; k < v.first_forwarded; k += stride) {
       add_item(f + 3 * static_cast<long long>(v.send_index[k]), in + 3 * k);
     }
     // Forwarded items, from a rank outside this launch: those whose origin is a home atom of
