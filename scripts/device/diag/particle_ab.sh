@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# A change to the GPU-initiated particle exchange, A/B in one run (after check.sh built
+# build/gpu from the change): the baseline is this tree with the files under .ab/ put back
+# (the same paths; carry .ab), built into /tmp/halox-base. halox-bench halo, baseline and
+# change alternated twice, for two processes on the one GPU under MPS (ipc-fused,
+# nvshmem-fused) and 8 ranks in one process (local).
+#   scripts/device/diag/particle_ab.sh OUTDIR
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+source scripts/device/diag/common.sh
+out=${1:?usage: particle_ab.sh OUTDIR}
+mkdir -p "$out"
+[ -d .ab ] || { echo "particle_ab.sh: no .ab folder with the baseline's files"; exit 1; }
+base=/tmp/halox-base
+rm -rf "$base" && mkdir -p "$base"
+tar --exclude=./build --exclude=./.git --exclude=./.ab -cf - . | tar -xf - -C "$base"
+cp -r .ab/. "$base/"
+nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+[ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
+cmake -S "$base" -B "$base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
+  -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/base-configure.log" 2>&1 &&
+  cmake --build "$base/build" -j "$(nproc)" --target halox-bench > "$out/base-build.log" 2>&1 ||
+  { echo "baseline build FAILED"; tail -20 "$out/base-build.log"; exit 1; }
+start_mps
+columns() { grep -E "^(ipc|nvshmem|local)[- ]" | awk '{printf "%-14s %7s fwd %6s rev %6s queued %6s launch %5s q/l %5s pairs %6s p/l %5s\n", $1, $2, $4, $5, $13, $14, $15, $16, $17}'; }
+for round in 1 2; do
+  for variant in base change; do
+    b=$([ $variant = base ] && echo "$base/build/bench/halox-bench" || echo "$bench")
+    echo "== round $round, $variant"
+    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n 2 --oversubscribe --bind-to none \
+      $b halo --app md --device gpu --quick --transports ipc-fused,nvshmem-fused \
+      --json "$out/np2-$variant-$round.json" 2>&1 | columns
+    timeout 120 mpirun -n 1 --bind-to none $b halo --app md --device gpu --quick \
+      --transports local --json "$out/local8-$variant-$round.json" 2>&1 | columns
+  done
+done
+stop_mps
