@@ -703,10 +703,16 @@ class Lbm {
     std::erase_if(h.moved.pulses, [&](const GridPulse& p) { return m_wrap[p.header.axis]; });
     const bool merged_into_f = field == 1 && m_fg_merged;
     if (halox_moves() && !m_cli.local && !h.moved.pulses.empty() && !merged_into_f) {
-      h.exchange =
-          std::make_unique<GridExchange>(m_topology, h.moved, ExchangeOptions{m_transport});
+      h.exchange = std::make_unique<GridExchange>(m_topology, h.moved, exchange_options(h));
     }
     return h;
+  }
+
+  // The field's exchange options: the transport, and its name in traces.
+  ExchangeOptions exchange_options(const FieldHalo& h) const {
+    ExchangeOptions options{m_transport};
+    options.name = h.field == 0 ? (m_fg_merged ? "f+g" : "f") : h.field == 1 ? "g" : "phi";
+    return options;
   }
 
   void* base(const FieldHalo& h) {
@@ -804,7 +810,9 @@ class Lbm {
       st.buffer = st.host.data();
     }
     if (!m_cli.local) {
-      st.exchange = std::make_unique<GridExchange>(m_topology, plan, ExchangeOptions{m_transport});
+      ExchangeOptions options = exchange_options(h);
+      options.name += std::string(" ") + "xyz"[h.plan.pulses[p0].header.axis];
+      st.exchange = std::make_unique<GridExchange>(m_topology, plan, options);
     }
     st.plan = std::move(plan);
   }

@@ -83,6 +83,10 @@ struct ExchangeOptions {
   /// map (another node); this runs and measures that path on one node. The environment
   /// variable HALOX_NVSHMEM_PUTS=1 sets it too.
   bool nvshmem_puts_only = false;
+  /// In traces (halox/trace.hpp): the name that this exchange's device events carry
+  /// (args.object), which tells them from another exchange's; empty: "#" and a number that
+  /// counts the process's traced exchange objects in the order of their first exchange.
+  std::string name{};
 };
 
 /// Counters since construction (or reset_stats()).

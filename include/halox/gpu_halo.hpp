@@ -39,6 +39,8 @@ struct GpuHaloOptions {
   /// item needs that pulse's staging. Off: through staging as between processes (tests of
   /// that path; a stalled rank then shows as a time-out, which a launch never waits for).
   bool direct_in_launch = true;
+  /// In traces: the name that this exchange's device events carry (ExchangeOptions::name).
+  std::string name{};
 };
 
 /// A device-side wait ran out of time (or the self-test found a broken link).

@@ -35,6 +35,7 @@ struct Event {
   std::string track;                      // e.g. "host", "gpu pulse 2 (z-) block 0"
   std::int64_t begin_ns = 0, end_ns = 0;  // CLOCK_REALTIME nanoseconds
   std::int64_t exchange = -1;             // device events: the kernel's exchange counter
+  std::string object{};                   // ... and the exchange object's name (or "#id")
 };
 
 /// Records a host span for `rank` (also an NVTX range while it lives).

@@ -139,9 +139,9 @@ class TransportChooser {
 #if HALOX_HAS_CUDA
         // Grid halos: one fused kernel for all stages, the pulse and the fused variants alike.
         const TransportKind t = m_options.transport;
-        m_device = detail::make_grid_fused_transport(m_comm, m_rank, peer_mapping(t, m_options),
-                                                     to_string(t), m_options.timeout_seconds,
-                                                     m_options.self_test);
+        m_device = detail::make_grid_fused_transport(
+            m_comm, m_rank, peer_mapping(t, m_options), to_string(t), m_options.name,
+            m_options.timeout_seconds, m_options.self_test);
         return *m_device;
 #endif
       }
@@ -467,6 +467,7 @@ struct ParticleExchange::Impl {
                         : FusedKernels::per_pulse;
         o.timeout_seconds = options.timeout_seconds;
         o.self_test = options.self_test;
+        o.name = options.name;
         ipc = std::make_unique<detail::PeerHalo>(topology.comm(), topology.rank(),
                                                  peer_mapping(t, options), real, o);
       }

@@ -98,6 +98,7 @@ struct DeviceHalo::Impl {
   bool put_staging = false;
   bool puts = false;        // some view reaches its peer by puts: the kernels that make them
   void* x_table = nullptr;  // device array of per-rank pointers
+  int trace_object = -1;    // this exchange in traces
   std::vector<void*> last_x, last_f;
   std::vector<char> last_direct;  // per view: fwd (1) / rev (2) arrives direct, last plan
 
@@ -225,7 +226,8 @@ struct DeviceHalo::Impl {
     for (int k = 0; k < (all ? 1 : npulses); ++k) {
       const int p = all ? 0 : forward ? k : npulses - 1 - k;
       LaunchArgs a = args(p, epoch);
-      a.trace = device_trace(static_cast<unsigned long long>(grid.x) * grid.y * grid.z);
+      a.trace =
+          device_trace(static_cast<unsigned long long>(grid.x) * grid.y * grid.z, trace_object);
       if (puts)
         launch_with_puts<Real>(forward, grid, a, table, stream);
       else
@@ -243,6 +245,7 @@ DeviceHalo::DeviceHalo(BasicKind real, GpuHaloOptions options, double gpu_share)
   m_impl->real = real;
   m_impl->options = options;
   m_impl->share = gpu_share;
+  m_impl->trace_object = trace_object(options.name);
   m_impl->item = 3 * (real == BasicKind::float32 ? 4 : 8);
 }
 

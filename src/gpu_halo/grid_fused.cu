@@ -65,11 +65,12 @@ namespace {
 class GridFusedTransport final : public Transport {
  public:
   GridFusedTransport(MPI_Comm comm, int rank, Mapping mapping, std::string name,
-                     double timeout_seconds, bool self_test)
+                     const std::string& trace_name, double timeout_seconds, bool self_test)
       : m_comm(comm),
         m_rank(rank),
         m_mapping(mapping),
         m_name(std::move(name)),
+        m_trace_object(trace_object(trace_name)),
         m_peers(comm, rank, mapping),
         m_timeout_seconds(timeout_seconds),
         m_self_test(self_test) {}
@@ -109,7 +110,7 @@ class GridFusedTransport final : public Transport {
                {}};
     for (const unsigned char op : m_active) a.active |= 1u << op;
     const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(m_active.size()));
-    a.trace = device_trace(static_cast<unsigned long long>(grid.x) * grid.y);
+    a.trace = device_trace(static_cast<unsigned long long>(grid.x) * grid.y, m_trace_object);
     // The traced kernel only where the grid was sized for it (tracing on at set-up).
     const bool traced = m_sized_for_trace && a.trace.records != nullptr;
     char* f = static_cast<char*>(field);
@@ -360,6 +361,7 @@ class GridFusedTransport final : public Transport {
   int m_rank;
   Mapping m_mapping;
   std::string m_name;
+  int m_trace_object;  // this exchange in traces
   PeerBlocks m_peers;
   double m_timeout_seconds;
   bool m_self_test;
@@ -383,9 +385,10 @@ class GridFusedTransport final : public Transport {
 
 std::unique_ptr<Transport> make_grid_fused_transport(MPI_Comm comm, int rank, Mapping mapping,
                                                      const std::string& name,
+                                                     const std::string& trace_name,
                                                      double timeout_seconds, bool self_test) {
-  return std::make_unique<GridFusedTransport>(comm, rank, mapping, name, timeout_seconds,
-                                              self_test);
+  return std::make_unique<GridFusedTransport>(comm, rank, mapping, name, trace_name,
+                                              timeout_seconds, self_test);
 }
 
 }  // namespace halox::detail

@@ -12,10 +12,12 @@
 
 namespace halox::detail {
 
-/// `name` is the transport's name in messages; ops must carry their datatypes. Collective
-/// on first use (maps the neighbours' blocks; self-test of every link when `self_test`).
+/// `name` is the transport's name in messages, `trace_name` the exchange's in traces
+/// (ExchangeOptions::name); ops must carry their datatypes. Collective on first use (maps
+/// the neighbours' blocks; self-test of every link when `self_test`).
 std::unique_ptr<Transport> make_grid_fused_transport(MPI_Comm comm, int rank, Mapping mapping,
                                                      const std::string& name,
+                                                     const std::string& trace_name,
                                                      double timeout_seconds, bool self_test);
 
 }  // namespace halox::detail

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace halox::detail {
 
@@ -40,8 +41,16 @@ struct DeviceTrace {
   unsigned long long base = 0;  // this launch's first slot (modulo capacity)
 };
 
-/// The ring, with kTraceSlots slots per block reserved for a launch of `blocks` blocks (all
-/// null when tracing is off or the build has no CUDA; blocks = 0: whether it is on).
-DeviceTrace device_trace(unsigned long long blocks = 0);
+/// The ring, with kTraceSlots slots per block reserved for a launch of `blocks` blocks by
+/// the exchange object `object` (trace_object; -1: none), so that its records are told
+/// apart from another object's whose exchange counter has the same value (all null when
+/// tracing is off or the build has no CUDA; blocks = 0: whether it is on).
+DeviceTrace device_trace(unsigned long long blocks = 0, int object = -1);
+
+/// Registers an exchange object whose kernels record device events; returns its id. In
+/// traces its events carry `name` (args.object), or "#id" when the name is empty: ids
+/// count the objects of a process in construction order, the same on every rank when
+/// they are constructed collectively.
+int trace_object(const std::string& name);
 
 }  // namespace halox::detail

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -43,6 +44,16 @@ std::int64_t now_ns() {
   return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// `text` as the inside of a JSON string.
+std::string json_escaped(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out;
+}
+
 struct State {
   std::mutex mutex;
   bool on = false;
@@ -51,6 +62,10 @@ struct State {
   detail::DeviceTrace device;
   unsigned long long reserved = 0;    // device slots handed out since the last clear()
   std::int64_t device_offset_ns = 0;  // host realtime - device globaltimer
+  std::vector<std::string> objects;   // trace_object's names, by id
+  // Per launch since the last clear(), in slot order: its first slot and its object. Those
+  // whose slots the ring has since overwritten are dropped.
+  std::deque<std::pair<unsigned long long, int>> launches;
 };
 
 State& state() {
@@ -127,6 +142,7 @@ void clear() {
     cudaDeviceSynchronize();
     detail::fill_device_now(s.device.records, 0, s.device.capacity * sizeof(detail::DeviceRecord));
     s.reserved = 0;
+    s.launches.clear();
   }
 #endif
 }
@@ -161,18 +177,34 @@ std::vector<Event> collect_events(std::int64_t device_offset_ns) {
   if (s.device.records) {
     cudaDeviceSynchronize();
     const unsigned long long n = std::min(s.reserved, s.device.capacity);
-    std::vector<detail::DeviceRecord> records(n);
-    cudaMemcpy(records.data(), s.device.records, n * sizeof(detail::DeviceRecord),
+    std::vector<detail::DeviceRecord> ring(n);
+    cudaMemcpy(ring.data(), s.device.records, n * sizeof(detail::DeviceRecord),
                cudaMemcpyDeviceToHost);
-    // Slots reserved but not written (events a block did not have) are still zero.
-    records.erase(std::remove_if(records.begin(), records.end(),
-                                 [](const detail::DeviceRecord& r) { return r.t == 0; }),
-                  records.end());
+    // Each record's exchange object, from the launch that reserved its slot: ring index i
+    // holds the one slot in [reserved - capacity, reserved) that is i modulo the capacity.
+    const unsigned long long capacity = s.device.capacity;
+    const unsigned long long oldest = s.reserved > capacity ? s.reserved - capacity : 0;
+    std::vector<std::pair<detail::DeviceRecord, int>> records;
+    for (unsigned long long i = 0; i < n; ++i) {
+      // Slots reserved but not written (events a block did not have) are still zero.
+      if (ring[i].t == 0) continue;
+      const unsigned long long slot = oldest + (i + capacity - oldest % capacity) % capacity;
+      const auto launch =
+          std::upper_bound(s.launches.begin(), s.launches.end(), slot,
+                           [](unsigned long long v, const std::pair<unsigned long long, int>& l) {
+                             return v < l.first;
+                           });
+      records.emplace_back(ring[i], launch == s.launches.begin() ? -1 : std::prev(launch)->second);
+    }
     std::sort(records.begin(), records.end(),
-              [](const auto& a, const auto& b) { return a.t < b.t; });
-    // Pair each begin with the next end of the same (rank, direction, pulse, block, kind).
-    std::map<std::tuple<int, int, int, int, int>, unsigned long long> open;
-    for (const auto& r : records) {
+              [](const auto& a, const auto& b) { return a.first.t < b.first.t; });
+    // Pair each begin with the next end of the same (object, rank, direction, pulse, block,
+    // kind).
+    std::map<std::tuple<int, int, int, int, int, int>, unsigned long long> open;
+    for (const auto& [r, object_id] : records) {
+      const std::string object = object_id >= 0 && object_id < static_cast<int>(s.objects.size())
+                                     ? s.objects[object_id]
+                                     : std::string();
       const std::string track =
           r.direction == 2
               ? "gpu grid op " + std::to_string(r.pulse) + " block " + std::to_string(r.block)
@@ -180,16 +212,17 @@ std::vector<Event> collect_events(std::int64_t device_offset_ns) {
                     std::to_string(r.pulse) + " block " + std::to_string(r.block);
       const std::int64_t t = static_cast<std::int64_t>(r.t) + device_offset_ns;
       if (r.event == detail::trace_signal) {
-        out.push_back({"signal sent", r.rank, track, t, t, r.exchange});
+        out.push_back({"signal sent", r.rank, track, t, t, r.exchange, object});
         continue;
       }
       const auto key =
-          std::make_tuple(r.rank, int(r.direction), int(r.pulse), r.block, r.event / 2);
+          std::make_tuple(object_id, r.rank, int(r.direction), int(r.pulse), r.block, r.event / 2);
       if (r.event % 2 == 0) {
         open[key] = r.t;
       } else if (auto it = open.find(key); it != open.end()) {
         out.push_back({event_name(r.event), r.rank, track,
-                       static_cast<std::int64_t>(it->second) + device_offset_ns, t, r.exchange});
+                       static_cast<std::int64_t>(it->second) + device_offset_ns, t, r.exchange,
+                       object});
         open.erase(it);
       }
     }
@@ -243,7 +276,11 @@ std::string to_chrome_json(const std::vector<Event>& events) {
       out << "{\"ph\": \"X\", \"name\": \"" << e.name << "\", \"pid\": " << e.rank
           << ", \"tid\": " << it->second << ", \"ts\": " << ts << ", \"dur\": " << dur;
     }
-    if (e.exchange >= 0) out << ", \"args\": {\"exchange\": " << e.exchange << "}";
+    if (e.exchange >= 0) {
+      out << ", \"args\": {\"exchange\": " << e.exchange;
+      if (!e.object.empty()) out << ", \"object\": \"" << json_escaped(e.object) << '"';
+      out << "}";
+    }
     out << "}";
   }
   std::map<int, bool> ranks;
@@ -325,7 +362,7 @@ void write(MPI_Comm comm, const std::string& path) {
   std::ostringstream lines;
   for (const auto& e : collect_events(device_offset)) {
     lines << e.rank << '\t' << e.track << '\t' << e.name << '\t' << e.begin_ns - offset << '\t'
-          << e.end_ns - offset << '\t' << e.exchange << '\n';
+          << e.end_ns - offset << '\t' << e.exchange << '\t' << e.object << '\n';
   }
   const std::string mine = lines.str();
   int length = static_cast<int>(mine.size());
@@ -352,6 +389,7 @@ void write(MPI_Comm comm, const std::string& path) {
     std::getline(f, b, '\t');
     std::getline(f, t, '\t');
     std::getline(f, x, '\t');
+    std::getline(f, e.object, '\t');
     e.rank = std::stoi(r);
     e.begin_ns = std::stoll(b);
     e.end_ns = std::stoll(t);
@@ -367,14 +405,32 @@ void write(MPI_Comm comm, const std::string& path) {
 }  // namespace trace
 
 namespace detail {
-DeviceTrace device_trace(unsigned long long blocks) {
+DeviceTrace device_trace(unsigned long long blocks, int object) {
   if (!trace::enabled()) return {};
   trace::State& s = trace::state();
   std::lock_guard<std::mutex> lock(s.mutex);
   DeviceTrace d = s.device;
   d.base = s.reserved;
+  if (blocks > 0 && d.records != nullptr) {
+    s.launches.emplace_back(s.reserved, object);
+    // The oldest launch's slots are all overwritten once the next one's start is.
+    while (s.launches.size() > 1 && s.launches[1].first + d.capacity <= s.reserved)
+      s.launches.pop_front();
+  }
   s.reserved += blocks * kTraceSlots;
   return d;
+}
+
+int trace_object(const std::string& name) {
+  trace::State& s = trace::state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const int id = static_cast<int>(s.objects.size());
+  // No tabs or line ends: write(comm) sends events as tab-separated lines.
+  std::string clean = name.empty() ? "#" + std::to_string(id) : name;
+  std::replace_if(
+      clean.begin(), clean.end(), [](char c) { return c == '\t' || c == '\n'; }, ' ');
+  s.objects.push_back(clean);
+  return id;
 }
 }  // namespace detail
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Checks scripts/trace-summary --kernels against a trace whose answer is known: two ranks,
-six queued exchanges each, every phase at a set time, the device events carrying their
-exchange's counter (args.exchange) as halox's do. Inside an exchange the blocks fall silent
-for as long as between two (1.1 us from pack to signal, 1.1 us from one exchange's end to
-the next one's start), as a block barrier and a release add make them on the GPU: grouping
-by idle time could not tell them apart. A trace without the counters must be refused with a
-message, not misread.
+two exchange objects ("f+g" and "phi", as halox-lbm names them) taking turns, six queued
+exchanges each, every phase at a set time (phi's phases half as long), the device events
+carrying their object's name and their exchange's counter (args.object, args.exchange) as
+halox's do. The two objects count their exchanges from the same value, so only the names
+tell their kernels apart. Inside an exchange the blocks fall silent for as long as between
+two (1.1 us from pack to signal, 1.1 us from one exchange's end to the next one's start),
+as a block barrier and a release add make them on the GPU: grouping by idle time could not
+tell them apart. A trace without the counters must be refused with a message, not misread.
 
 usage: check_trace_summary.py SCRIPTS_DIR
 """
@@ -16,27 +18,30 @@ import sys
 import tempfile
 
 PERIOD, SKEW = 6.3, 0.3  # us between exchanges; rank 1 starts later by this much
+OBJECTS = {"f+g": 1.0, "phi": 0.5}  # name: its phases' times, as a fraction of PHASES'
 # (name, start, duration) of one block's phases, us from the exchange's start.
 PHASES = [("wait: peer buffer free", 0.0, 1.0), ("pack + store", 1.0, 1.0),
           ("signal sent", 3.1, 0.0), ("wait: data", 3.2, 1.5), ("unpack", 4.7, 0.5)]
+# Each object's exchanges come every 2 PERIOD: its gap is to its own next one.
 EXPECTED = {"start": None, "wait: peer buffer free": 1.00, "pack + store": 2.00,
-            "signal sent": 3.10, "wait: data": 4.70, "unpack": 5.20, "span": 5.20,
-            "gap": PERIOD - 5.20}
+            "signal sent": 3.10, "wait: data": 4.70, "unpack": 5.20, "span": 5.20}
 
 
 def trace(with_counters):
     events = []
     for rank in (0, 1):
         events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": 1,
-                       "args": {"name": "gpu forward pulse 2 block 0"}})
+                       "args": {"name": "gpu grid op 4 block 0"}})
         for k in range(6):
-            t0 = k * PERIOD + rank * SKEW
-            for name, start, duration in PHASES:
-                e = {"name": name, "pid": rank, "tid": 1, "ts": t0 + start}
-                e.update({"ph": "X", "dur": duration} if duration else {"ph": "i", "s": "t"})
-                if with_counters:
-                    e["args"] = {"exchange": 100 + k}
-                events.append(e)
+            for turn, (obj, scale) in enumerate(OBJECTS.items()):
+                t0 = (2 * k + turn) * PERIOD + rank * SKEW
+                for name, start, duration in PHASES:
+                    e = {"name": name, "pid": rank, "tid": 1, "ts": t0 + scale * start}
+                    e.update({"ph": "X", "dur": scale * duration} if duration else
+                             {"ph": "i", "s": "t"})
+                    if with_counters:
+                        e["args"] = {"exchange": 100 + k, "object": obj}
+                    events.append(e)
     return {"traceEvents": events}
 
 
@@ -55,18 +60,28 @@ def main():
                 capture_output=True, text=True)
             if with_counters:
                 with open(tables) as f:
-                    rows = {r["rank"]: r for r in json.load(f)["exchanges"]}
+                    rows = {(r["rank"], r["object"]): r for r in json.load(f)["exchanges"]}
     out = runs[True].stdout
+    if len(rows) != 4:
+        print(f"{len(rows)} rows, want one per rank and object: {sorted(rows)}")
+        failures += 1
     for rank in (0, 1):
-        want = dict(EXPECTED, start=rank * SKEW)
-        for column, value in want.items():
-            got = rows[rank][column]
-            if got is None or abs(got - value) > 1e-6:
-                print(f"rank {rank} {column}: {got}, want {value}")
+        for obj, scale in OBJECTS.items():
+            row = rows.get((rank, obj))
+            if row is None:
+                print(f"no row for rank {rank}, object {obj}")
                 failures += 1
-        if rows[rank]["exchanges"] != 5 or rows[rank]["wait: forwarded items"] is not None:
-            print(f"rank {rank}: {rows[rank]}")
-            failures += 1
+                continue
+            want = {c: v * scale for c, v in EXPECTED.items() if v is not None}
+            want.update(start=rank * SKEW, gap=2 * PERIOD - EXPECTED["span"] * scale)
+            for column, value in want.items():
+                got = row[column]
+                if got is None or abs(got - value) > 1e-6:
+                    print(f"rank {rank} {obj} {column}: {got}, want {value}")
+                    failures += 1
+            if row["exchanges"] != 5 or row["wait: forwarded items"] is not None:
+                print(f"rank {rank} {obj}: {row}")
+                failures += 1
     refused = runs[False]
     if refused.returncode == 0 or "exchange counter" not in refused.stderr:
         print("a trace without exchange counters was not refused:", refused.stderr)
@@ -74,8 +89,8 @@ def main():
     if failures:
         print(out)
         sys.exit(1)
-    print("trace-summary --kernels: every phase, the skew and the gap as built; a trace "
-          "without exchange counters refused")
+    print("trace-summary --kernels: every phase, the skew and the gap of each exchange object "
+          "as built; a trace without exchange counters refused")
 
 
 if __name__ == "__main__":

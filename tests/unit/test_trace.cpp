@@ -1,6 +1,6 @@
 // The event log's export: Chrome trace JSON with one process per rank, one named thread per
-// track, spans and instants, and each device event's exchange counter (what
-// scripts/trace-summary --kernels groups by); scripts/trace-summary's analysis of it is
+// track, spans and instants, and each device event's exchange counter and exchange object
+// (what scripts/trace-summary --kernels groups by); scripts/trace-summary's analysis of it is
 // checked by tests/apps/check_trace_summary.py.
 #include <gtest/gtest.h>
 
@@ -37,6 +37,16 @@ TEST(Trace, ChromeJsonCarriesTheExchangeOfDeviceEventsOnly) {
   // One named thread per (rank, track): host and the pulse's block on rank 0, one on rank 1.
   EXPECT_EQ(count(json, "\"thread_name\""), 3) << json;
   EXPECT_EQ(count(json, "\"process_name\""), 2) << json;
+}
+
+TEST(Trace, ChromeJsonNamesTheExchangeObjectEscaped) {
+  const std::vector<halox::trace::Event> events = {
+      {"unpack", 0, "gpu grid op 4 block 0", 1000, 2000, 3, "phi"},
+      {"unpack", 0, "gpu grid op 4 block 0", 3000, 4000, 3, "f \"quoted\" \\ g"},
+  };
+  const std::string json = halox::trace::to_chrome_json(events);
+  EXPECT_EQ(count(json, "\"args\": {\"exchange\": 3, \"object\": \"phi\"}"), 1) << json;
+  EXPECT_EQ(count(json, "\"object\": \"f \\\"quoted\\\" \\\\ g\"}"), 1) << json;
 }
 
 }  // namespace
