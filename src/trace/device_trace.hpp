@@ -47,6 +47,12 @@ struct DeviceTrace {
 /// tracing is off or the build has no CUDA; blocks = 0: whether it is on).
 DeviceTrace device_trace(unsigned long long blocks = 0, int object = -1);
 
+/// The slot (counted since the last clear) that index `index` of a ring of `capacity`
+/// records holds once `reserved` slots have been handed out: the one of the last `capacity`
+/// slots that is `index` modulo `capacity` (index itself before the ring wraps).
+unsigned long long ring_slot(unsigned long long index, unsigned long long reserved,
+                             unsigned long long capacity);
+
 /// Registers an exchange object whose kernels record device events; returns its id. In
 /// traces its events carry `name` (args.object), or "#id" when the name is empty: ids
 /// count the objects of a process in construction order, the same on every rank when

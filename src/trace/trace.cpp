@@ -180,15 +180,12 @@ std::vector<Event> collect_events(std::int64_t device_offset_ns) {
     std::vector<detail::DeviceRecord> ring(n);
     cudaMemcpy(ring.data(), s.device.records, n * sizeof(detail::DeviceRecord),
                cudaMemcpyDeviceToHost);
-    // Each record's exchange object, from the launch that reserved its slot: ring index i
-    // holds the one slot in [reserved - capacity, reserved) that is i modulo the capacity.
-    const unsigned long long capacity = s.device.capacity;
-    const unsigned long long oldest = s.reserved > capacity ? s.reserved - capacity : 0;
+    // Each record's exchange object, from the launch that reserved its slot.
     std::vector<std::pair<detail::DeviceRecord, int>> records;
     for (unsigned long long i = 0; i < n; ++i) {
       // Slots reserved but not written (events a block did not have) are still zero.
       if (ring[i].t == 0) continue;
-      const unsigned long long slot = oldest + (i + capacity - oldest % capacity) % capacity;
+      const unsigned long long slot = detail::ring_slot(i, s.reserved, s.device.capacity);
       const auto launch =
           std::upper_bound(s.launches.begin(), s.launches.end(), slot,
                            [](unsigned long long v, const std::pair<unsigned long long, int>& l) {
@@ -419,6 +416,12 @@ DeviceTrace device_trace(unsigned long long blocks, int object) {
   }
   s.reserved += blocks * kTraceSlots;
   return d;
+}
+
+unsigned long long ring_slot(unsigned long long index, unsigned long long reserved,
+                             unsigned long long capacity) {
+  const unsigned long long oldest = reserved > capacity ? reserved - capacity : 0;
+  return oldest + (index + capacity - oldest % capacity) % capacity;
 }
 
 int trace_object(const std::string& name) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/trace/device_trace.hpp"
 #include "halox/trace.hpp"
 
 namespace {
@@ -47,6 +48,16 @@ TEST(Trace, ChromeJsonNamesTheExchangeObjectEscaped) {
   const std::string json = halox::trace::to_chrome_json(events);
   EXPECT_EQ(count(json, "\"args\": {\"exchange\": 3, \"object\": \"phi\"}"), 1) << json;
   EXPECT_EQ(count(json, "\"object\": \"f \\\"quoted\\\" \\\\ g\"}"), 1) << json;
+}
+
+// Which launch, hence which exchange object, a device record came from follows from its
+// slot, which its ring index gives once the ring has wrapped.
+TEST(Trace, RingIndexGivesTheSlotAfterTheRingWrapped) {
+  using halox::detail::ring_slot;
+  for (unsigned long long i = 0; i < 7; ++i) EXPECT_EQ(ring_slot(i, 7, 10), i);  // not wrapped
+  // 25 slots handed out into 10 records: slots 15..24 are there, slot s at index s % 10.
+  for (unsigned long long s = 15; s < 25; ++s) EXPECT_EQ(ring_slot(s % 10, 25, 10), s) << s;
+  for (unsigned long long s = 10; s < 20; ++s) EXPECT_EQ(ring_slot(s % 10, 20, 10), s) << s;
 }
 
 }  // namespace
