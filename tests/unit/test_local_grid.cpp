@@ -1,8 +1,10 @@
 // LocalGridExchange: every rank of a grid in one process, halos against the global field
 // (periodic wrap), with uneven splits, several halo widths, padded arrays, non-periodic edges
-// left untouched; in host memory, and on the GPU when there is one.
+// left untouched, and fields of several planes of which a face moves some (as halox-lbm's
+// populations); in host memory, and on the GPU when there is one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <string>
@@ -29,10 +31,18 @@ bool have_gpu() {
   return visible_gpus() > 0;
 }
 
+// A field of `count` planes one after the other (structure of arrays), each plane an array
+// of cells; the exchange moves the planes listed in `moved` (a struct type over them, one
+// canonical piece each unless their spacing lets pieces merge), the others keep their halos.
+struct Planes {
+  int count = 1;
+  std::vector<int> moved = {0};
+};
+
 // Rank sizes along each axis: `base` cells, the first `extra` coordinates one more.
 void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int, 3> base,
            std::array<int, 3> extra, int halo, int components, std::array<int, 3> padding,
-           bool device, bool fused) {
+           bool device, bool fused, const Planes& planes = {}) {
   const Topology shape(dims, periodic, 0);
   const int ranks = shape.size();
   auto size_at = [&](int a, int c) { return base[a] + (c < extra[a] ? 1 : 0); };
@@ -54,21 +64,46 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
   const Datatype element = Datatype::contiguous(components, Datatype::of<double>()).commit();
   LocalGridOptions options;
   options.fused = fused;
-  LocalGridExchange exchange(make_local_grid_plans(shape, interior, halo, element, allocated),
-                             options);
+  std::vector<GridPlan> plans = make_local_grid_plans(shape, interior, halo, element, allocated);
+  auto plane_elements = [&](int r) {
+    const auto& e = allocated[r];
+    return static_cast<std::size_t>(e[0] * e[1] * e[2] * components);
+  };
+  if (planes.moved != std::vector<int>{0}) {
+    for (int r = 0; r < ranks; ++r) {
+      const std::int64_t plane_bytes =
+          static_cast<std::int64_t>(plane_elements(r) * sizeof(double));
+      std::vector<std::int64_t> blocks(planes.moved.size(), 1), displacements;
+      for (int q : planes.moved) displacements.push_back(q * plane_bytes);
+      for (GridPulse& pulse : plans[r].pulses) {
+        pulse.send_type = Datatype::struct_(blocks, displacements,
+                                            std::vector<Datatype>(blocks.size(), pulse.send_type))
+                              .commit();
+        pulse.recv_type = Datatype::struct_(blocks, displacements,
+                                            std::vector<Datatype>(blocks.size(), pulse.recv_type))
+                              .commit();
+        pulse.header.send_size *= static_cast<std::int64_t>(blocks.size());
+        pulse.header.recv_size *= static_cast<std::int64_t>(blocks.size());
+      }
+    }
+  }
+  LocalGridExchange exchange(plans, options);
   const double poison = -12345.0;
   std::vector<std::vector<double>> fields(ranks);
+  // Component k of plane q: the global field's component q * components + k.
   for (int r = 0; r < ranks; ++r) {
     const auto& e = allocated[r];
     const auto c = shape.coords_of(r);
-    fields[r].assign(static_cast<std::size_t>(e[0] * e[1] * e[2] * components), poison);
-    for (std::int64_t z = halo; z < interior[r][2] + halo; ++z)
-      for (std::int64_t y = halo; y < interior[r][1] + halo; ++y)
-        for (std::int64_t x = halo; x < interior[r][0] + halo; ++x)
-          for (int k = 0; k < components; ++k)
-            fields[r][static_cast<std::size_t>(((z * e[1] + y) * e[0] + x) * components + k)] =
-                global_value(offset_at(0, c[0]) + x - halo, offset_at(1, c[1]) + y - halo,
-                             offset_at(2, c[2]) + z - halo, k);
+    fields[r].assign(plane_elements(r) * planes.count, poison);
+    for (int q = 0; q < planes.count; ++q)
+      for (std::int64_t z = halo; z < interior[r][2] + halo; ++z)
+        for (std::int64_t y = halo; y < interior[r][1] + halo; ++y)
+          for (std::int64_t x = halo; x < interior[r][0] + halo; ++x)
+            for (int k = 0; k < components; ++k)
+              fields[r][q * plane_elements(r) +
+                        static_cast<std::size_t>(((z * e[1] + y) * e[0] + x) * components + k)] =
+                  global_value(offset_at(0, c[0]) + x - halo, offset_at(1, c[1]) + y - halo,
+                               offset_at(2, c[2]) + z - halo, q * components + k);
   }
   std::vector<void*> pointers(ranks);
 #if HALOX_HAS_CUDA
@@ -103,26 +138,44 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
   for (int r = 0; r < ranks; ++r) {
     const auto& e = allocated[r];
     const auto c = shape.coords_of(r);
-    for (std::int64_t z = 0; z < e[2]; ++z)
-      for (std::int64_t y = 0; y < e[1]; ++y)
-        for (std::int64_t x = 0; x < e[0]; ++x) {
-          const std::array<std::int64_t, 3> offset = {offset_at(0, c[0]), offset_at(1, c[1]),
-                                                      offset_at(2, c[2])};
-          for (int k = 0; k < components; ++k) {
-            const double want =
-                expected_cell({x, y, z}, offset, interior[r], halo, global, periodic, k, poison);
-            const double got =
-                fields[r][static_cast<std::size_t>(((z * e[1] + y) * e[0] + x) * components + k)];
-            if (got != want && ++wrong <= 5) {
-              ADD_FAILURE() << "rank " << r << " cell (" << x << "," << y << "," << z
-                            << ") component " << k << ": " << got << " != " << want;
+    for (int q = 0; q < planes.count; ++q) {
+      const bool moved =
+          std::find(planes.moved.begin(), planes.moved.end(), q) != planes.moved.end();
+      for (std::int64_t z = 0; z < e[2]; ++z)
+        for (std::int64_t y = 0; y < e[1]; ++y)
+          for (std::int64_t x = 0; x < e[0]; ++x) {
+            const std::array<std::int64_t, 3> offset = {offset_at(0, c[0]), offset_at(1, c[1]),
+                                                        offset_at(2, c[2])};
+            const bool inside = x >= halo && x < interior[r][0] + halo && y >= halo &&
+                                y < interior[r][1] + halo && z >= halo && z < interior[r][2] + halo;
+            for (int k = 0; k < components; ++k) {
+              // A plane the exchange does not move keeps its poisoned halo.
+              const double want = moved || inside
+                                      ? expected_cell({x, y, z}, offset, interior[r], halo, global,
+                                                      periodic, q * components + k, poison)
+                                      : poison;
+              const double got =
+                  fields[r][q * plane_elements(r) +
+                            static_cast<std::size_t>(((z * e[1] + y) * e[0] + x) * components + k)];
+              if (got != want && ++wrong <= 5) {
+                ADD_FAILURE() << "rank " << r << " plane " << q << " cell (" << x << "," << y << ","
+                              << z << ") component " << k << ": " << got << " != " << want;
+              }
             }
           }
-        }
+    }
   }
   EXPECT_EQ(wrong, 0) << shape.describe() << " halo " << halo
                       << (device ? (fused ? " (GPU, fused)" : " (GPU, a kernel per face)")
                                  : " (host)");
+}
+
+// 20 planes of kManyPlanes at gaps 1, 2, ..., 19.
+constexpr int kManyPlanes = 191;
+std::vector<int> many_planes() {
+  std::vector<int> planes = {0};
+  for (int gap = 1; gap < 20; ++gap) planes.push_back(planes.back() + gap);
+  return planes;
 }
 
 void every_case(bool device, bool fused = false) {
@@ -133,6 +186,38 @@ void every_case(bool device, bool fused = false) {
   check({2, 1, 3}, {true, true, false}, {5, 4, 2}, {1, 0, 1}, 2, 1, {0, 2, 1}, device, fused);
   check({1, 1, 1}, {true, true, true}, {4, 4, 4}, {0, 0, 0}, 1, 3, {5, 0, 0}, device, fused);
   check({4, 2, 1}, {false, true, true}, {2, 3, 4}, {2, 1, 0}, 1, 1, {0, 0, 0}, device, fused);
+  // Planes: 5 of 8, and 20 of 191 at gaps that grow by one (canonical pieces merge
+  // in pairs at most, so 10 remain): faces of up to 8 pieces, which the fused kernel reads
+  // from shared memory, and of more, which it reads in place.
+  check({2, 2, 2}, {true, true, true}, {4, 3, 3}, {0, 1, 0}, 1, 1, {1, 0, 0}, device, fused,
+        {8, {1, 2, 4, 5, 7}});
+  check({2, 1, 2}, {true, true, true}, {3, 3, 3}, {0, 0, 1}, 1, 1, {0, 0, 0}, device, fused,
+        {kManyPlanes, many_planes()});
+}
+
+// The plane cases above give the fused kernel faces of up to 8 canonical pieces (read from
+// shared memory) and of more (read in place), as they are meant to.
+TEST(LocalGrid, PlaneCasesCoverFewAndManyPieces) {
+  const Datatype element = Datatype::of<double>().commit();
+  const Topology shape({2, 2, 2}, {true, true, true}, 0);
+  const GridPlan plan = make_grid_plan(shape, {4, 4, 4}, 1, element);
+  auto pieces = [&](const std::vector<int>& moved, std::int64_t plane_bytes) {
+    std::size_t most = 0;
+    for (const GridPulse& pulse : plan.pulses) {
+      std::vector<std::int64_t> blocks(moved.size(), 1), displacements;
+      for (int q : moved) displacements.push_back(q * plane_bytes);
+      const Datatype t = Datatype::struct_(blocks, displacements,
+                                           std::vector<Datatype>(blocks.size(), pulse.send_type))
+                             .commit();
+      most = std::max(most, t.canonical().pieces.size());
+    }
+    return most;
+  };
+  const std::int64_t plane_bytes = 6 * 6 * 6 * sizeof(double);
+  const std::size_t few = pieces({1, 2, 4, 5, 7}, plane_bytes);
+  EXPECT_GT(few, 1u);
+  EXPECT_LE(few, 8u);
+  EXPECT_GT(pieces(many_planes(), plane_bytes), 8u);
 }
 
 }  // namespace
