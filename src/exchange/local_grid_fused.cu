@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -37,8 +38,22 @@ namespace {
 constexpr int kMaxLocalRanks = 64;
 constexpr int kMaxWaits =
     8;  // the faces of earlier stages into a sender (2 per stage with one pulse each)
-// Words per tile: 256 threads with kBatch words in flight each, twice.
+// Words per tile: 256 threads with kBatch words in flight each, twice (by default; the
+// environment variable HALOX_LOCAL_TILE_WORDS, a multiple of 256 * kBatch, sets it for
+// measurements of the choice).
 constexpr long long kTileWords = 256LL * kBatch * 2;
+
+long long tile_words_from_environment() {
+  const char* env = std::getenv("HALOX_LOCAL_TILE_WORDS");
+  if (env == nullptr || *env == '\0') return kTileWords;
+  char* end = nullptr;
+  const long long words = std::strtoll(env, &end, 10);
+  if (*end != '\0' || words <= 0 || words % (256LL * kBatch) != 0) {
+    throw Error("halox: HALOX_LOCAL_TILE_WORDS must be a positive multiple of " +
+                std::to_string(256LL * kBatch) + ", not '" + env + "'");
+  }
+  return words;
+}
 // Canonical pieces per side that a tile copies into shared memory (more: read in place).
 constexpr int kSharedPieces = 8;
 
@@ -61,6 +76,7 @@ struct LocalArgs {
   const FaceView* faces;
   const int* tile_face;  // per tile: the face it belongs to
   int total_tiles;
+  long long tile_words;
   u64* done;        // per face: tiles finished, over all exchanges of this table
   u64* ticket;      // tickets handed out, over all exchanges of this table
   u64 ticket_base;  // the value of *ticket when this launch started
@@ -116,12 +132,12 @@ __global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
     __syncthreads();
     if (!ok) return;
     if (f.from != a.stall_rank) {
-      const long long first = (t - f.first_tile) * kTileWords;
-      const long long end = send.words < first + kTileWords ? send.words : first + kTileWords;
+      const long long first = (t - f.first_tile) * a.tile_words;
+      const long long end = send.words < first + a.tile_words ? send.words : first + a.tile_words;
       const char* src = a.field[f.from];
       char* dst = a.field[f.to];
       const long long me = first + threadIdx.x;
-      // kBatch words in flight whatever the word size: a tile is sized for that (kTileWords),
+      // kBatch words in flight whatever the word size: a tile is sized for that (tile_words),
       // and this kernel's many blocks are not capped to stay resident.
       switch (f.word) {
         case 16:
@@ -193,6 +209,7 @@ struct LocalGridFused::Impl {
   double timeout_seconds;
   int stall_rank;
   int blocks = 0;  // resident blocks of the whole GPU
+  long long tile_words = kTileWords;
   ErrorChannel errors;
 
   Table& table_for(const std::vector<void*>& fields) {
@@ -217,7 +234,7 @@ struct LocalGridFused::Impl {
       v.to = lf.to;
       v.pulse = lf.pulse;
       v.first_tile = tiles;
-      v.tiles = static_cast<int>((v.send.words + kTileWords - 1) / kTileWords);
+      v.tiles = static_cast<int>((v.send.words + tile_words - 1) / tile_words);
       tiles += v.tiles;
       tile_face.insert(tile_face.end(), v.tiles, static_cast<int>(i));
       // The faces of earlier stages into my sender: what this face forwards.
@@ -320,6 +337,7 @@ LocalGridFused::LocalGridFused(const std::vector<GridPlan>& plans,
   m.timeout_seconds = options.timeout_seconds;
   m.stall_rank = options.stall_rank;
   m.blocks = std::max(1, resident_blocks(local_grid_kernel));
+  m.tile_words = tile_words_from_environment();
   if (options.self_test) m.self_test();
 }
 
@@ -343,6 +361,7 @@ void LocalGridFused::exchange(const std::vector<void*>& fields, CUstream_st* str
   a.faces = t.faces;
   a.tile_face = t.tile_face;
   a.total_tiles = t.total_tiles;
+  a.tile_words = m.tile_words;
   a.done = t.counters;
   a.ticket = t.counters + m.faces.size();
   a.ticket_base = t.ticket_base;
