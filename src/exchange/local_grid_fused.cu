@@ -38,10 +38,12 @@ namespace {
 constexpr int kMaxLocalRanks = 64;
 constexpr int kMaxWaits =
     8;  // the faces of earlier stages into a sender (2 per stage with one pulse each)
-// Words per tile: 256 threads with kBatch words in flight each, twice (by default; the
-// environment variable HALOX_LOCAL_TILE_WORDS, a multiple of 256 * kBatch, sets it for
-// measurements of the choice).
-constexpr long long kTileWords = 256LL * kBatch * 2;
+// Words per tile: 256 threads with kBatch words in flight each, once. Measured on the 8-rank
+// LBM (docs/PERFORMANCE.md, 41e61ea): against two rounds per tile, the exchange kernels took
+// 15 and 32 us, not 22 and 35 (1x2x4), and 30 and 175, not 40 and 192 (2x2x2); four and eight
+// rounds were slower still. The environment variable HALOX_LOCAL_TILE_WORDS, a multiple of
+// 256 * kBatch, sets it for measurements of the choice.
+constexpr long long kTileWords = 256LL * kBatch;
 
 long long tile_words_from_environment() {
   const char* env = std::getenv("HALOX_LOCAL_TILE_WORDS");

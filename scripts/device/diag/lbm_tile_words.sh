@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../../.."
 source scripts/device/diag/common.sh
 out=${1:?usage: lbm_tile_words.sh OUTDIR [WORDS ...]}
 shift
-sizes=${*:-2048 4096 8192 1024}
+sizes=${*:-1024 2048 4096}
 mkdir -p "$out"
 for ranks in 1x2x4 2x2x2; do
   for words in $sizes; do
