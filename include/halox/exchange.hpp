@@ -85,7 +85,8 @@ struct ExchangeOptions {
   bool nvshmem_puts_only = false;
   /// In traces (halox/trace.hpp): the name that this exchange's device events carry
   /// (args.object), which tells them from another exchange's; empty: "#" and a number that
-  /// counts the process's traced exchange objects in the order of their first exchange.
+  /// counts the process's GPU-initiated exchanges in the order their kernels were set up
+  /// (at their first exchange), the same on every rank.
   std::string name{};
 };
 

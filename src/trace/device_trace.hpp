@@ -55,8 +55,8 @@ unsigned long long ring_slot(unsigned long long index, unsigned long long reserv
 
 /// Registers an exchange object whose kernels record device events; returns its id. In
 /// traces its events carry `name` (args.object), or "#id" when the name is empty: ids
-/// count the objects of a process in construction order, the same on every rank when
-/// they are constructed collectively.
+/// count a process's objects in the order they register, the same on every rank when
+/// they are set up collectively.
 int trace_object(const std::string& name);
 
 }  // namespace halox::detail

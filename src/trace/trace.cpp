@@ -420,6 +420,7 @@ DeviceTrace device_trace(unsigned long long blocks, int object) {
 
 unsigned long long ring_slot(unsigned long long index, unsigned long long reserved,
                              unsigned long long capacity) {
+  if (capacity == 0) return index;  // no ring
   const unsigned long long oldest = reserved > capacity ? reserved - capacity : 0;
   return oldest + (index + capacity - oldest % capacity) % capacity;
 }
