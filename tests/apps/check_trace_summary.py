@@ -60,7 +60,9 @@ def main():
                 capture_output=True, text=True)
             if with_counters:
                 with open(tables) as f:
-                    rows = {(r["rank"], r["object"]): r for r in json.load(f)["exchanges"]}
+                    both = json.load(f)
+                rows = {(r["rank"], r["object"]): r for r in both["exchanges"]}
+                spans = {(r["rank"], r["object"], r["event"]): r for r in both["events"]}
     out = runs[True].stdout
     if len(rows) != 4:
         print(f"{len(rows)} rows, want one per rank and object: {sorted(rows)}")
@@ -82,6 +84,12 @@ def main():
             if row["exchanges"] != 5 or row["wait: forwarded items"] is not None:
                 print(f"rank {rank} {obj}: {row}")
                 failures += 1
+    # The events table: each object's spans apart (phi's unpack is half as long as f+g's).
+    for obj, scale in OBJECTS.items():
+        row = spans.get((0, obj, "unpack"))
+        if row is None or row["count"] != 6 or abs(row["median_us"] - 0.5 * scale) > 1e-6:
+            print(f"events table, rank 0, {obj}, unpack: {row}")
+            failures += 1
     refused = runs[False]
     if refused.returncode == 0 or "exchange counter" not in refused.stderr:
         print("a trace without exchange counters was not refused:", refused.stderr)
@@ -90,7 +98,7 @@ def main():
         print(out)
         sys.exit(1)
     print("trace-summary --kernels: every phase, the skew and the gap of each exchange object "
-          "as built; a trace without exchange counters refused")
+          "as built; the events table per object; a trace without exchange counters refused")
 
 
 if __name__ == "__main__":
