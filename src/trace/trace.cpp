@@ -302,26 +302,31 @@ void write(MPI_Comm comm, const std::string& path) {
   int rank = 0, size = 1;
   HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
-  // Which clocks are shared: the host's realtime clock by the ranks of one node, a GPU's
-  // globaltimer by the ranks on it. Key: node name, then the GPU's UUID (zeros: none).
-  constexpr int kKeyBytes = MPI_MAX_PROCESSOR_NAME + 16;
+  // Which clocks are shared: the host's realtime clock by the ranks of one node (as MPI's
+  // shared-memory split sees nodes, like the rest of halox), a GPU's globaltimer by the
+  // ranks on it. Key: the node's lowest rank, then the GPU's UUID (zeros: none).
+  MPI_Comm node = MPI_COMM_NULL;
+  HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  int node_leader = rank;
+  HALOX_MPI_CHECK(MPI_Allreduce(&rank, &node_leader, 1, MPI_INT, MPI_MIN, node));
+  MPI_Comm_free(&node);
+  constexpr int kKeyBytes = sizeof(int) + 16;
   std::vector<char> keys(static_cast<std::size_t>(size) * kKeyBytes, 0);
   char* const my_key = keys.data() + static_cast<std::size_t>(rank) * kKeyBytes;
-  int name_length = 0;
-  HALOX_MPI_CHECK(MPI_Get_processor_name(my_key, &name_length));  // NUL-terminated
+  std::memcpy(my_key, &node_leader, sizeof(int));
 #if HALOX_HAS_CUDA
   int gpu = -1;
   cudaDeviceProp prop{};
   if (state().device.records && cudaGetDevice(&gpu) == cudaSuccess &&
       cudaGetDeviceProperties(&prop, gpu) == cudaSuccess) {
-    std::memcpy(my_key + MPI_MAX_PROCESSOR_NAME, prop.uuid.bytes, 16);
+    std::memcpy(my_key + sizeof(int), prop.uuid.bytes, 16);
   }
   cudaGetLastError();
 #endif
   HALOX_MPI_CHECK(
       MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, keys.data(), kKeyBytes, MPI_CHAR, comm));
   auto key = [&](int r) { return keys.data() + static_cast<std::size_t>(r) * kKeyBytes; };
-  auto same_node = [&](int a, int b) { return std::strcmp(key(a), key(b)) == 0; };
+  auto same_node = [&](int a, int b) { return std::memcmp(key(a), key(b), sizeof(int)) == 0; };
   // Ranks on one GPU take the device offset of the lowest of them, so that their device
   // events keep the exact order the shared globaltimer gives them (each rank's own offset
   // is only good to about a microsecond: a launch and a copy back).
