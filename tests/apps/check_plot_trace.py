@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Checks scripts/plot on a trace whose exchanges are known: two ranks, two exchange objects
+("f+g" and "phi") whose device events share counter values, a grid op of 60 blocks each.
+`--exchange N` alone must refuse (two objects have an exchange N) and name --object; with
+--object it must draw a PNG (60 blocks per op: a row per rank and op); an exchange that is
+not there must be refused with a message, not drawn empty.
+
+usage: check_plot_trace.py SCRIPTS_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BLOCKS = 60
+
+
+def trace():
+    events = []
+    for rank in (0, 1):
+        for block in range(BLOCKS):
+            tid = block + 1
+            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid,
+                           "args": {"name": f"gpu grid op 4 block {block}"}})
+            for turn, obj in enumerate(("f+g", "phi")):
+                t0 = 20.0 * turn + 0.01 * block
+                for name, start, duration in (("pack + store", 0.0, 3.0), ("unpack", 4.0, 2.0)):
+                    events.append({"ph": "X", "name": name, "pid": rank, "tid": tid,
+                                   "ts": t0 + start, "dur": duration,
+                                   "args": {"exchange": 7, "object": obj}})
+    return {"traceEvents": events}
+
+
+def main():
+    plot = os.path.join(sys.argv[1], "plot")
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        path, png = os.path.join(tmp, "trace.json"), os.path.join(tmp, "out.png")
+        with open(path, "w") as f:
+            json.dump(trace(), f)
+
+        def run(*args):
+            return subprocess.run([sys.executable, plot, path, "-o", png, "--direction", "grid",
+                                   *args], capture_output=True, text=True)
+
+        both = run("--exchange", "7")
+        if both.returncode == 0 or "--object" not in both.stderr + both.stdout:
+            print("an exchange of two objects was not refused:", both.stdout, both.stderr)
+            failures += 1
+        one = run("--exchange", "7", "--object", "phi")
+        if one.returncode != 0 or not os.path.exists(png) or os.path.getsize(png) < 1000:
+            print("--object phi did not draw:", one.stdout, one.stderr)
+            failures += 1
+        missing = run("--exchange", "8", "--object", "phi")
+        if missing.returncode == 0 or "no grid events of exchange 8" not in missing.stderr + missing.stdout:
+            print("a missing exchange was not refused:", missing.stdout, missing.stderr)
+            failures += 1
+    if failures:
+        sys.exit(1)
+    print("plot --exchange: two objects refused without --object, one object drawn, a missing "
+          "exchange refused")
+
+
+if __name__ == "__main__":
+    main()
