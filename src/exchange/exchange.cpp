@@ -10,6 +10,7 @@
 #include "halox/pack.hpp"
 #include "halox/trace.hpp"
 #include "halox/tuning.hpp"
+#include "auto_choice.hpp"
 #include "transport.hpp"
 #if HALOX_HAS_CUDA
 #include "../common/cuda_check.hpp"
@@ -48,7 +49,57 @@ TransportKind parse_transport(const std::string& name) {
 
 namespace detail {
 bool mpi_is_cuda_aware();
+
+AutoChoice choose_transport(bool all_local, bool have_nvshmem, std::int64_t largest_message,
+                            std::int64_t direct_until, std::int64_t pipelined_from, bool particle) {
+  TransportKind kind;
+  std::string why;
+  // On one node: direct stores (measured on the H200, docs/PERFORMANCE.md: the MD halo
+  // 3.5-5.4x staged's, the LBM with 2 processes on one GPU 1.2-1.8x nvshmem-stream's
+  // MLUPS), unless halox-tune measured NVSHMEM's copy-engine puts to win from a message
+  // size this exchange reaches (4 MiB on one H200 shared by 2 processes; about 4 MB
+  // between two H200s in pingpong).
+  const bool copy_engine = have_nvshmem && direct_until > 0 && largest_message >= direct_until;
+  // The size rule, said once for every branch that follows it.
+  const std::string crossover =
+      direct_until > 0 ? "largest message " + std::to_string(largest_message) + " bytes " +
+                             (copy_engine ? ">=" : "<") + " the measured crossover of " +
+                             std::to_string(direct_until) +
+                             " bytes from which NVSHMEM's copy-engine puts beat direct stores"
+                       : std::string("direct-store crossover not measured (halox-tune)");
+  if (all_local && !copy_engine) {
+    kind = TransportKind::ipc_fused;
+    why = std::string("every neighbour is on this node: one fused kernel ") +
+          (particle ? "for every pulse" : "for every face of every stage") +
+          " stores straight into their buffers (CUDA IPC), no host waits; " + crossover;
+  } else if (all_local) {
+    kind = TransportKind::nvshmem_stream;
+    why = "every neighbour is on this node; " + crossover;
+  } else if (have_nvshmem && !copy_engine) {
+    // Per link inside one kernel: nvshmem_ptr maps this node's peers (direct stores), the
+    // others get put-with-signal from the fused kernel (seed 003: GPU-initiated for the
+    // small, frequent messages of a halo). Not measured across nodes: one node here.
+    kind = TransportKind::nvshmem_fused;
+    why =
+        "neighbours on other nodes: one fused kernel, direct stores to this node's peers "
+        "and NVSHMEM put-with-signal to the others, no host waits; " +
+        crossover;
+  } else if (have_nvshmem) {
+    kind = TransportKind::nvshmem_stream;
+    why =
+        "neighbours on other nodes: NVSHMEM put-with-signal on the stream (copy engine or "
+        "NIC), no host waits; " +
+        crossover;
+  } else {
+    const std::int64_t from = pipelined_from;
+    kind = largest_message >= from ? TransportKind::pipelined : TransportKind::staged;
+    why = "largest message " + std::to_string(largest_message) + " bytes " +
+          (largest_message >= from ? ">=" : "<") + " the measured pipelining crossover of " +
+          std::to_string(from) + " bytes";
+  }
+  return {kind, why};
 }
+}  // namespace detail
 
 bool transport_available(TransportKind kind, std::string* why) {
   auto no = [&](const char* reason) {
@@ -191,51 +242,9 @@ class TransportChooser {
     long long most = 0;
     HALOX_MPI_CHECK(MPI_Allreduce(&local, &all_local, 1, MPI_INT, MPI_MIN, m_comm));
     HALOX_MPI_CHECK(MPI_Allreduce(&largest, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
-    TransportKind kind;
-    std::string why;
-    // On one node: direct stores (measured on the H200, docs/PERFORMANCE.md: the MD halo
-    // 3.5-5.4x staged's, the LBM with 2 processes on one GPU 1.2-1.8x nvshmem-stream's
-    // MLUPS), unless halox-tune measured NVSHMEM's copy-engine puts to win from a message
-    // size this exchange reaches (4 MiB on one H200 shared by 2 processes; about 4 MB
-    // between two H200s in pingpong).
-    const std::int64_t direct_until = tuned_direct_until_bytes();
-    const bool copy_engine = HALOX_HAS_NVSHMEM && direct_until > 0 && most >= direct_until;
-    // The size rule, said once for every branch that follows it.
-    const std::string crossover =
-        direct_until > 0
-            ? "largest message " + std::to_string(most) + " bytes " + (copy_engine ? ">=" : "<") +
-                  " the measured crossover of " + std::to_string(direct_until) +
-                  " bytes from which NVSHMEM's copy-engine puts beat direct stores"
-            : std::string("direct-store crossover not measured (halox-tune)");
-    if (all_local && !copy_engine) {
-      kind = TransportKind::ipc_fused;
-      why = std::string("every neighbour is on this node: one fused kernel ") +
-            (particle ? "for every pulse" : "for every face of every stage") +
-            " stores straight into their buffers (CUDA IPC), no host waits; " + crossover;
-    } else if (all_local) {
-      kind = TransportKind::nvshmem_stream;
-      why = "every neighbour is on this node; " + crossover;
-    } else if (HALOX_HAS_NVSHMEM && !copy_engine) {
-      // Per link inside one kernel: nvshmem_ptr maps this node's peers (direct stores), the
-      // others get put-with-signal from the fused kernel (seed 003: GPU-initiated for the
-      // small, frequent messages of a halo). Not measured across nodes: one node here.
-      kind = TransportKind::nvshmem_fused;
-      why =
-          "neighbours on other nodes: one fused kernel, direct stores to this node's peers "
-          "and NVSHMEM put-with-signal to the others, no host waits; " +
-          crossover;
-    } else if (HALOX_HAS_NVSHMEM) {
-      kind = TransportKind::nvshmem_stream;
-      why =
-          "neighbours on other nodes: NVSHMEM put-with-signal on the stream (copy engine or "
-          "NIC), no host waits; " +
-          crossover;
-    } else {
-      const std::int64_t from = tuned_pipelined_from_bytes();
-      kind = most >= from ? TransportKind::pipelined : TransportKind::staged;
-      why = "largest message " + std::to_string(most) + " bytes " + (most >= from ? ">=" : "<") +
-            " the measured pipelining crossover of " + std::to_string(from) + " bytes";
-    }
+    const auto [kind, why] = detail::choose_transport(all_local != 0, HALOX_HAS_NVSHMEM != 0, most,
+                                                      tuned_direct_until_bytes(),
+                                                      tuned_pipelined_from_bytes(), particle);
     if (m_rank == 0) {
       std::printf("halox: transport auto -> %s (%s)\n", to_string(kind).c_str(), why.c_str());
       std::fflush(stdout);
