@@ -21,7 +21,6 @@ struct AutoChoice {
 /// measured size from which pipelining beats staging. particle: a particle halo (else a
 /// grid's), for the text.
 AutoChoice choose_transport(bool all_local, bool have_nvshmem, std::int64_t largest_message,
-                            std::int64_t direct_until, std::int64_t pipelined_from,
-                            bool particle);
+                            std::int64_t direct_until, std::int64_t pipelined_from, bool particle);
 
 }  // namespace halox::detail
