@@ -39,7 +39,7 @@ using Clock = std::chrono::steady_clock;
 struct Cli {
   std::array<int, 3> grid = {64, 64, 64};
   std::array<int, 3> ranks = {0, 0, 0};
-  int rank_count = 0;                // --ranks N: N ranks on the rank grid grid_rank_dims picks
+  int rank_count = 0;  // --rank-count N: N ranks on the rank grid grid_rank_dims picks
   std::string model = "multiphase";  // multiphase | bgk
   std::string init;  // droplet | spinodal (multiphase); taylor-green | uniform (bgk)
   std::string device = "auto", comm = "datatype";
@@ -68,10 +68,10 @@ void usage(FILE* out) {
       "  --init I           multiphase: droplet (default) | spinodal; bgk: taylor-green (default) "
       "| uniform\n"
       "  --grid XxYxZ       global lattice (default 64x64x64); any size, uneven splits handled\n"
-      "  --ranks XxYxZ|N    rank grid, or a number of ranks on the grid whose halo moves\n"
-      "                     the fewest face cells per rank, x faces, strided, counted 32 /\n"
-      "                     element bytes times (halox::grid_rank_dims; default: the MPI\n"
-      "                     ranks on it)\n"
+      "  --ranks XxYxZ      rank grid (default: the one whose halo moves the fewest face\n"
+      "                     cells per rank, x faces, strided, counted 32 / element bytes\n"
+      "                     times: halox::grid_rank_dims)\n"
+      "  --rank-count N     N ranks on that grid (--transport local: how many it runs)\n"
       "  --steps N          time steps (default 100)\n"
       "  --device D         auto | cpu | gpu (default auto)\n"
       "  --precision P      float (default) | double\n"
@@ -137,17 +137,11 @@ Cli parse(int argc, char** argv) {
       c.init = value();
     else if (a == "--grid")
       c.grid = parse_dims(value());
-    else if (a == "--ranks") {
-      const std::string v = value();
-      if (v.find('x') == std::string::npos) {
-        char* end = nullptr;
-        const long n = std::strtol(v.c_str(), &end, 10);
-        if (end == v.c_str() || *end || n < 1)
-          throw Error("halox-lbm: --ranks: '" + v + "' is neither XxYxZ nor a number of ranks");
-        c.rank_count = static_cast<int>(n);
-      } else {
-        c.ranks = parse_dims(v);
-      }
+    else if (a == "--ranks")
+      c.ranks = parse_dims(value());
+    else if (a == "--rank-count") {
+      const double n = number();
+      c.rank_count = n == static_cast<int>(n) ? static_cast<int>(n) : -1;  // whole, or refused
     } else if (a == "--steps")
       c.steps = static_cast<int>(number());
     else if (a == "--device")
@@ -213,10 +207,13 @@ Cli parse(int argc, char** argv) {
   if (c.comm != "datatype" && c.comm != "default" && c.comm != "overlap" && c.comm != "contig") {
     throw Error("halox-lbm: --comm must be datatype, contig, default or overlap");
   }
+  if (c.rank_count < 0 || (c.rank_count > 0 && c.ranks != std::array<int, 3>{0, 0, 0})) {
+    throw Error("halox-lbm: --rank-count takes a positive whole number, and not with --ranks");
+  }
   if (c.local && c.rank_count == 0 && !(c.ranks[0] > 0 && c.ranks[1] > 0 && c.ranks[2] > 0)) {
     throw Error(
         "halox-lbm: --transport local needs the ranks it runs in this process (--ranks XxYxZ, "
-        "or --ranks N for N ranks on the rank grid halox picks)");
+        "or --rank-count N for N ranks on the rank grid halox picks)");
   }
   if (c.self_halo != "wrap" && c.self_halo != "exchange") {
     throw Error("halox-lbm: --self-halo must be wrap or exchange");

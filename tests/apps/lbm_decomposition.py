@@ -5,6 +5,8 @@ the single-rank run after the given steps.
 
 usage: lbm_decomposition.py MPIEXEC HALOX_LBM NP [--local | --local-fused] GRID... [-- extra halox-lbm arguments]
 
+GRID: a rank grid XxYxZ, or count=N for N ranks on the grid halox-lbm picks.
+
 --local: the decomposed runs keep every rank in one process (--transport local, NP = 1); the
 reference stays the ordinary single-rank run. --local-fused: likewise with --transport
 local-fused (one GPU-initiated kernel for every face of every rank).
@@ -41,7 +43,9 @@ def main():
         failed = []
         for grid in grids:
             out = os.path.join(work, f"{grid}.bin")
-            run(mpiexec, lbm, np, decomposed + ["--ranks", grid, "--dump", out])
+            # "count=N": N ranks on the rank grid halox-lbm picks (--rank-count N).
+            ranks = ["--rank-count", grid[6:]] if grid.startswith("count=") else ["--ranks", grid]
+            run(mpiexec, lbm, np, decomposed + ranks + ["--dump", out])
             got = open(out, "rb").read()
             same = got == want
             print(f"np {np} grid {grid} {' '.join(decomposed)}: fields {'bitwise identical' if same else 'DIFFER'} "
