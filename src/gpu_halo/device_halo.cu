@@ -93,6 +93,9 @@ struct DeviceHalo::Impl {
   const RankTable* tables = nullptr;
   ErrorChannel errors;
   u64 fwd_epoch = 0, rev_epoch = 0, probe_epoch = 0;
+  // The direction of the last launch on these blocks: 0 forward, 1 reverse, -1 none since
+  // they were (re)allocated (LaunchArgs::peers_known_free).
+  int last_direction = -1;
   int grid_blocks = 1;
   bool system_scope = true;
   bool put_staging = false;
@@ -221,11 +224,15 @@ struct DeviceHalo::Impl {
     const u64 epoch = forward ? ++fwd_epoch : ++rev_epoch;
     const unsigned nranks = static_cast<unsigned>(ranks.size());
     if (npulses == 0) return;
+    const int direction = forward ? 0 : 1;
+    const bool peers_known_free = last_direction == 1 - direction;
+    last_direction = direction;
     const bool all = options.kernels == FusedKernels::all_pulses;
     const dim3 grid(grid_blocks, all ? npulses : 1, nranks);
     for (int k = 0; k < (all ? 1 : npulses); ++k) {
       const int p = all ? 0 : forward ? k : npulses - 1 - k;
       LaunchArgs a = args(p, epoch);
+      a.peers_known_free = peers_known_free ? 1 : 0;
       a.trace =
           device_trace(static_cast<unsigned long long>(grid.x) * grid.y * grid.z, trace_object);
       if (puts)
@@ -337,6 +344,9 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
     m.published[k] = pb;
   }
   if (!keep) m.fwd_epoch = m.rev_epoch = m.probe_epoch = 0;
+  // Kept or not, the first exchange on the new plan waits for its peers' staging (a new
+  // neighbour's was not read by anything this rank received).
+  m.last_direction = -1;
   // A recorded time-out is forgotten (its blocks were just replaced: fits() refuses them).
   // Without one there is nothing to reset, and no synchronous memset per neighbour search.
   if (m.errors.record().flag != 0) m.errors.clear();

@@ -140,6 +140,15 @@ struct LaunchArgs {
   ErrorSink error;
   int stall_rank;
   int system_scope;
+  // 1: the launch before this one on the exchange was the other direction, so every
+  // destination's staging is known to be free and the ready waits are skipped. Why: the
+  // ranks launch the same sequence of exchanges, and that launch waited, on every pulse
+  // with a peer outside the launch, for the data the peer sent from its own launch of it,
+  // which stream order starts only after the peer's launch before it (this direction's
+  // previous one, the reader of that staging) has finished. So in a run's alternating
+  // forward / reverse no kernel waits for its peer's next kernel to start; queued
+  // exchanges of one direction still do.
+  int peers_known_free;
   DeviceTrace trace;  // null when tracing is off
 };
 
@@ -184,12 +193,13 @@ __device__ __forceinline__ void add_item(Real* dst, const Real* force) {
 }
 
 // Protocol step 2 (every thread of the block calls it): wait until the destination's
-// staging area is free, traced; a peer in this launch needs no wait (stream order). False
-// when the wait timed out.
+// staging area is free, traced; a peer in this launch needs no wait (stream order), nor does
+// any after a launch of the other direction (LaunchArgs::peers_known_free). False when the
+// wait timed out.
 __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, int p,
                                        int direction, bool peer_in_launch, const u64* slot,
                                        int peer, int kind, bool sys) {
-  if (peer_in_launch) return true;
+  if (peer_in_launch || a.peers_known_free != 0) return true;
   record(a, v.rank, p, trace_ready_begin, direction);
   if (!block_wait(slot, a.epoch, a.timeout_ns, a.error, v.rank, peer, p, kind, sys)) return false;
   record(a, v.rank, p, trace_ready_end, direction);

@@ -1,11 +1,11 @@
 // The GPU-initiated transports between processes (HALOX_TEST_TRANSPORT: ipc-*, nvshmem-*,
 // with HALOX_NVSHMEM_PUTS=1 the put path), hammered: thousands of forward + reverse
-// exchanges queued on the stream, alternating as a run's steps do, each with new data set
-// and checked on the device, every item of every exchange. The peers' kernels then
-// overlap, and with programmatic dependent launch a kernel's blocks are scheduled before the
-// one ahead of it ends, so what this catches is a staging area overwritten before its reader
-// is done (the ready signals, the wait for the previous kernel) and data read before it is
-// visible (release / acquire).
+// exchanges queued on the stream, alternating as a run's steps do with some of one direction
+// in a row, each with new data set and checked on the device, every item of every exchange. The
+// peers' kernels then overlap, and with programmatic dependent launch a kernel's blocks are
+// scheduled before the one ahead of it ends, so what this catches is a staging area overwritten
+// before its reader is done (the ready signals, the wait for the previous kernel) and data read
+// before it is visible (release / acquire).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -76,13 +76,25 @@ void hammer(std::array<int, 3> dims, double cutoff, std::uint64_t seed, long lon
   CUDA_OK(cudaMemset(wrong, 0, 2 * sizeof(unsigned long long)));
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
-  for (long long step = 1; step <= steps; ++step) {
-    set_step<<<64, 256, 0, stream>>>(x, start, home, total, step);
-    set_forces<<<64, 256, 0, stream>>>(f, total, step);
+  // Alternating, a launch skips the wait for its peers' staging (the launch of the other
+  // direction before it implies it is free); two of one direction in a row wait. Some steps
+  // add a forward before theirs or a reverse after it, each with data of its own, so that
+  // all four hand-overs (forward and reverse after either) are hammered.
+  auto forward = [&](long long value) {
+    set_step<<<64, 256, 0, stream>>>(x, start, home, total, value);
     exchange.forward(x, stream);
+    check_step<<<64, 256, 0, stream>>>(x, start, total, value, wrong);
+  };
+  auto reverse = [&](long long value) {
+    set_forces<<<64, 256, 0, stream>>>(f, total, value);
     exchange.reverse(f, stream);
-    check_step<<<64, 256, 0, stream>>>(x, start, total, step, wrong);
-    check_forces<<<64, 256, 0, stream>>>(f, dev_copies, home, step, wrong + 1);
+    check_forces<<<64, 256, 0, stream>>>(f, dev_copies, home, value, wrong + 1);
+  };
+  for (long long step = 1; step <= steps; ++step) {
+    if (step % 3 == 0) forward(steps + step);
+    forward(step);
+    reverse(step);
+    if (step % 5 == 0) reverse(step + 3);
     if (step % 1000 == 0) CUDA_OK(cudaStreamSynchronize(stream));
   }
   CUDA_OK(cudaStreamSynchronize(stream));
@@ -94,8 +106,9 @@ void hammer(std::array<int, 3> dims, double cutoff, std::uint64_t seed, long lon
   EXPECT_NO_THROW(exchange.forward(x, stream)) << where;
   CUDA_OK(cudaStreamSynchronize(stream));
   if (topology.rank() == 0) {
-    std::printf("GPU: %lld forward + reverse exchanges, %s, %s: every item checked\n", steps,
-                where.c_str(), to_string(test_transport()).c_str());
+    std::printf("GPU: %lld forward + %lld reverse exchanges, %s, %s: every item checked\n",
+                steps + steps / 3, steps + steps / 5, where.c_str(),
+                to_string(test_transport()).c_str());
   }
   cudaStreamDestroy(stream);
   cudaFree(start);
