@@ -192,40 +192,83 @@ __device__ __forceinline__ void add_item(Real* dst, const Real* force) {
   atomicAdd(dst + 2, force[2]);
 }
 
-// Protocol step 2 (every thread of the block calls it): wait until the destination's
-// staging area is free, traced; a peer in this launch needs no wait (stream order), nor does
-// any after a launch of the other direction (LaunchArgs::peers_known_free). False when the
-// wait timed out.
+// The start of every block of either kernel (direction 0: forward, 1: reverse): its rank
+// (launch index r), pulse and place among the pulse's items, and protocol step 1: block 0
+// tells the rank that fills my staging in this direction (forward: my source; reverse: my
+// destination) that it is free, unless that rank is of this launch (stream order tells it).
+struct BlockStart {
+  int r, p, stride, first;
+  bool sys;
+  const PulseView* v;  // null: this rank is the one stalled on purpose (tests)
+};
+template <bool PUTS>
+__device__ __forceinline__ BlockStart start_block(const LaunchArgs& a, int direction) {
+  wait_for_previous_kernel();
+  BlockStart s;
+  s.r = static_cast<int>(blockIdx.z);
+  s.p = a.first_pulse + static_cast<int>(blockIdx.y);
+  s.stride = a.blocks * static_cast<int>(blockDim.x);
+  s.first = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  s.sys = a.system_scope != 0;
+  const PulseView& v = a.views[s.r * a.npulses + s.p];
+  s.v = v.rank == a.stall_rank ? nullptr : &v;
+  const bool fwd = direction == 0;
+  if (s.v != nullptr && (fwd ? v.recv_rank : v.send_rank) >= 0 &&
+      !(fwd ? v.source_in_launch : v.dest_in_launch) && blockIdx.x == 0 && threadIdx.x == 0) {
+    signal_peer<PUTS>(fwd ? v.fwd_src_ready : v.rev_src_ready, a.epoch,
+                      fwd ? v.source_pe : v.dest_pe, s.sys);
+  }
+  return s;
+}
+
+// Protocol step 2 (every thread of the block calls it): wait until the staging I fill in
+// this direction (forward: my destination's; reverse: my source's) is free, traced; a peer in
+// this launch needs no wait (stream order), nor does any after a launch of the other direction
+// (LaunchArgs::peers_known_free). False when the wait timed out.
 __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, int p,
-                                       int direction, bool peer_in_launch, const u64* slot,
-                                       int peer, int kind, bool sys) {
-  if (peer_in_launch || a.peers_known_free != 0) return true;
+                                       int direction, bool sys) {
+  const bool fwd = direction == 0;
+  if ((fwd ? v.dest_in_launch : v.source_in_launch) || a.peers_known_free != 0) return true;
   record(a, v.rank, p, trace_ready_begin, direction);
-  if (!block_wait(slot, a.epoch, a.timeout_ns, a.error, v.rank, peer, p, kind, sys)) return false;
+  if (!block_wait(fwd ? v.fwd_in_ready : v.rev_in_ready, a.epoch, a.timeout_ns, a.error, v.rank,
+                  fwd ? v.send_rank : v.recv_rank, p, fwd ? fwd_ready : rev_ready, sys)) {
+    return false;
+  }
   record(a, v.rank, p, trace_ready_end, direction);
   return true;
 }
 
-// Protocol step 4, once this block's part of the pack is in `out`: the destination learns
-// it, by a share of its data signal per block, or (a peer reached by puts, `pe` >= 0) by one
-// put-with-signal of the whole staging from the last block to finish.
+// Protocol step 4, once this block's part of the pack is in place (forward: for my
+// destination; reverse: for my source): that rank learns it, by a share of its data signal per
+// block, or (a peer reached by puts) by one put-with-signal of my whole send staging from the
+// last block to finish; then traced.
 template <class Real, bool PUTS>
-__device__ __forceinline__ void send_packed(const LaunchArgs& a, int pe, u64* packed, char* remote,
-                                            const char* stage, int items, u64* data, bool sys) {
+__device__ __forceinline__ void send_packed(const LaunchArgs& a, const PulseView& v, int p,
+                                            int direction, bool sys) {
+  const bool fwd = direction == 0;
+  u64* data = fwd ? v.fwd_out_data : v.rev_out_data;
+  const int pe = fwd ? v.dest_pe : v.source_pe;
   if (PUTS && pe >= 0) {
-    put_when_packed(packed, a.blocks, remote, stage,
+    const int items = fwd ? v.n_send : v.n_recv;
+    put_when_packed(fwd ? &v.mine->fwd_packed[p] : &v.mine->rev_packed[p], a.blocks,
+                    fwd ? v.fwd_out : v.rev_out, fwd ? v.fwd_stage : v.rev_stage,
                     3 * sizeof(Real) * static_cast<std::size_t>(items), data, data_signal(a.epoch),
                     pe);
   } else {
     add_data_share(data, static_cast<int>(blockIdx.x), a.blocks, sys);
   }
+  record(a, v.rank, p, trace_signal, direction);
 }
 
-// Protocol step 5's wait (every thread of the block calls it), traced: false when it timed out.
+// Protocol step 5's wait (every thread of the block calls it) for what fills my staging in
+// this direction (forward: from my source; reverse: from my destination), traced: false when
+// it timed out.
 __device__ inline bool wait_for_data(const LaunchArgs& a, const PulseView& v, int p, int direction,
-                                     const u64* slot, int peer, int kind, bool sys) {
+                                     bool sys) {
+  const bool fwd = direction == 0;
   record(a, v.rank, p, trace_data_begin, direction);
-  if (!block_wait(slot, data_signal(a.epoch), a.timeout_ns, a.error, v.rank, peer, p, kind, sys))
+  if (!block_wait(fwd ? v.fwd_in_data : v.rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error,
+                  v.rank, fwd ? v.recv_rank : v.send_rank, p, fwd ? fwd_data : rev_data, sys))
     return false;
   record(a, v.rank, p, trace_data_end, direction);
   record(a, v.rank, p, trace_unpack_begin, direction);
@@ -257,22 +300,15 @@ __device__ inline bool wait_for_deps(const LaunchArgs& a, const PulseView& v, in
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
 template <class Real, bool PUTS>
 __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
-  wait_for_previous_kernel();
-  const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
-  const PulseView& v = a.views[r * a.npulses + p];
-  if (v.rank == a.stall_rank) return;
+  const BlockStart s = start_block<PUTS>(a, 0);
+  if (s.v == nullptr) return;
+  const PulseView& v = *s.v;
+  const int r = s.r, p = s.p, stride = s.stride, first = s.first;
+  const bool sys = s.sys;
   const RankTable& table = a.tables[r];
   Real* x = xs[r];  // home items: read; halo items: written by the unpacks only
-  const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
-  const bool sys = a.system_scope != 0;
-  if (v.recv_rank >= 0 && !v.source_in_launch && b == 0 && threadIdx.x == 0) {
-    signal_peer<PUTS>(v.fwd_src_ready, a.epoch, v.source_pe, sys);
-  }
   if (v.send_rank >= 0) {
-    if (!wait_until_free(a, v, p, 0, v.dest_in_launch, v.fwd_in_ready, v.send_rank, fwd_ready,
-                         sys)) {
-      return;
-    }
+    if (!wait_until_free(a, v, p, 0, sys)) return;
     record(a, v.rank, p, trace_pack_begin, 0);
     const bool direct = v.fwd_direct_to >= 0;
     Real* out = direct ? xs[v.fwd_direct_to] + 3 * v.fwd_direct_offset
@@ -310,13 +346,11 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
     }
     record(a, v.rank, p, trace_pack_end, 0);
     if (!direct) {
-      send_packed<Real, PUTS>(a, v.dest_pe, &v.mine->fwd_packed[p], v.fwd_out, v.fwd_stage,
-                              v.n_send, v.fwd_out_data, sys);
-      record(a, v.rank, p, trace_signal, 0);
+      send_packed<Real, PUTS>(a, v, p, 0, sys);
     }
   }
   if (v.recv_rank >= 0 && !v.fwd_arrives_direct) {
-    if (!wait_for_data(a, v, p, 0, v.fwd_in_data, v.recv_rank, fwd_data, sys)) return;
+    if (!wait_for_data(a, v, p, 0, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.fwd_in);
     const double zero[3] = {0, 0, 0};
     for (int k = first; k < v.n_recv; k += stride) {
@@ -328,23 +362,16 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
 
 template <class Real, bool PUTS>
 __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const* fs) {
-  wait_for_previous_kernel();
-  const int r = blockIdx.z, p = a.first_pulse + blockIdx.y, b = blockIdx.x;
-  const PulseView& v = a.views[r * a.npulses + p];
-  if (v.rank == a.stall_rank) return;
-  Real* f = fs[r];
-  const int stride = a.blocks * blockDim.x, first = b * blockDim.x + threadIdx.x;
-  const bool sys = a.system_scope != 0;
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
-  if (v.send_rank >= 0 && !v.dest_in_launch && b == 0 && threadIdx.x == 0) {
-    signal_peer<PUTS>(v.rev_src_ready, a.epoch, v.dest_pe, sys);
-  }
+  const BlockStart s = start_block<PUTS>(a, 1);
+  if (s.v == nullptr) return;
+  const PulseView& v = *s.v;
+  const int r = s.r, p = s.p, stride = s.stride, first = s.first;
+  const bool sys = s.sys;
+  Real* f = fs[r];
   if (v.recv_rank >= 0) {
-    if (!wait_until_free(a, v, p, 1, v.source_in_launch, v.rev_in_ready, v.recv_rank, rev_ready,
-                         sys)) {
-      return;
-    }
+    if (!wait_until_free(a, v, p, 1, sys)) return;
     record(a, v.rank, p, trace_pack_begin, 1);
     Real* out = reinterpret_cast<Real*>(PUTS && v.source_pe >= 0 ? v.rev_stage : v.rev_out);
     // Item k's force goes to the source: into its staging, or (direct) added into its home
@@ -382,13 +409,11 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     }
     record(a, v.rank, p, trace_pack_end, 1);
     if (homes == nullptr) {
-      send_packed<Real, PUTS>(a, v.source_pe, &v.mine->rev_packed[p], v.rev_out, v.rev_stage,
-                              v.n_recv, v.rev_out_data, sys);
-      record(a, v.rank, p, trace_signal, 1);
+      send_packed<Real, PUTS>(a, v, p, 1, sys);
     }
   }
   if (v.send_rank >= 0 && !v.rev_arrives_direct) {
-    if (!wait_for_data(a, v, p, 1, v.rev_in_data, v.send_rank, rev_data, sys)) return;
+    if (!wait_for_data(a, v, p, 1, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.rev_in);
     for (int k = first; k < v.first_forwarded; k += stride) {
       add_item(f + 3 * static_cast<long long>(v.send_index[k]), in + 3 * k);
