@@ -112,18 +112,6 @@ struct DeviceHalo::Impl {
   };
   std::function<void(char*)> free_block = [](char* p) { cudaFree(p); };
 
-  // Whether a rank's staging gets two copies (DeviceHalo::allocate): some pulse of its plan
-  // has a peer outside this launch (`ranks`), and there is no send staging.
-  bool double_buffered(const ParticlePlan& plan) const {
-    if (put_staging) return false;
-    for (const auto& pulse : plan.pulses) {
-      for (int peer : {pulse.header.send_rank, pulse.header.recv_rank}) {
-        if (peer >= 0 && launch_index(peer) < 0) return true;
-      }
-    }
-    return false;
-  }
-
   void release() {
     for (char* b : blocks) free_block(b);
     blocks.clear();
@@ -276,11 +264,10 @@ DeviceHalo::~DeviceHalo() {
 
 namespace {
 
-// A rank's block: Slots, then the forward staging of every pulse, then the reverse staging
-// (twice, `flip` bytes apart, when double-buffered); with send staging (put-with-signal
-// peers), what each pulse sends forward and returns.
+// A rank's block: Slots, then the forward staging of every pulse, then the reverse staging;
+// with send staging (put-with-signal peers), what each pulse sends forward and returns.
 PeerBlock layout(const ParticlePlan& plan, int npulses, int item, bool send_staging,
-                 bool double_buffered, long long& bytes) {
+                 long long& bytes) {
   PeerBlock pb;
   long long at = kSlotsBytes;
   auto area = [&](long long items) {
@@ -291,10 +278,6 @@ PeerBlock layout(const ParticlePlan& plan, int npulses, int item, bool send_stag
   for (int p = 0; p < npulses; ++p) pb.fwd_offset[p] = area(plan.pulses[p].recv_count);
   for (int p = 0; p < npulses; ++p) {
     pb.rev_offset[p] = area(static_cast<long long>(plan.pulses[p].send_index.size()));
-  }
-  if (double_buffered) {
-    pb.flip = at - kSlotsBytes;
-    at += pb.flip;
   }
   for (int p = 0; p < npulses && send_staging; ++p) {
     pb.fwd_send_offset[p] = area(static_cast<long long>(plan.pulses[p].send_index.size()));
@@ -307,12 +290,8 @@ PeerBlock layout(const ParticlePlan& plan, int npulses, int item, bool send_stag
 }  // namespace
 
 std::int64_t DeviceHalo::block_bytes(const ParticlePlan& plan) const {
-  // Either way (send staging or double-buffered), whichever the neighbours will need.
-  long long with_sends = 0, doubled = 0;
-  const int npulses = static_cast<int>(plan.pulses.size());
-  layout(plan, npulses, m_impl->item, true, false, with_sends);
-  layout(plan, npulses, m_impl->item, false, true, doubled);
-  const long long bytes = std::max(with_sends, doubled);
+  long long bytes = 0;
+  layout(plan, static_cast<int>(plan.pulses.size()), m_impl->item, m_impl->put_staging, bytes);
   return bytes + bytes / 4;
 }
 
@@ -325,7 +304,7 @@ bool DeviceHalo::fits(const std::vector<const ParticlePlan*>& plans) const {
     const int npulses = static_cast<int>(plans[k]->pulses.size());
     if (npulses != m.npulses) return false;
     long long bytes = 0;
-    layout(*plans[k], npulses, m.item, m.put_staging, m.double_buffered(*plans[k]), bytes);
+    layout(*plans[k], npulses, m.item, m.put_staging, bytes);
     if (bytes > m.capacity[k]) return false;
   }
   return true;
@@ -350,7 +329,7 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
                   std::to_string(kMaxPulses));
     }
     long long bytes = 0;
-    PeerBlock pb = layout(plan, m.npulses, m.item, m.put_staging, m.double_buffered(plan), bytes);
+    PeerBlock pb = layout(plan, m.npulses, m.item, m.put_staging, bytes);
     if (!keep) {
       // A quarter of headroom: the halo of a later plan may grow a little.
       const long long capacity = bytes + bytes / 4;
@@ -475,7 +454,6 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
         hop_shifts.insert(hop_shifts.end(), shift.begin(), shift.end());
       }
       v.mine = reinterpret_cast<Slots*>(me.base);
-      v.flip = me.flip;
       v.fwd_in = me.base + me.fwd_offset[p];
       v.rev_in = me.base + me.rev_offset[p];
       v.fwd_in_data = &v.mine->fwd_data[p];
@@ -494,7 +472,6 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
         if (v.dest_pe >= 0) v.fwd_stage = me.base + me.fwd_send_offset[p];
         v.dest = reinterpret_cast<Slots*>(dest.base);
         v.fwd_out = dest.base + dest.fwd_offset[p];
-        v.dest_flip = dest.flip;
         v.fwd_out_data = &v.dest->fwd_data[p];
         v.rev_src_ready = &v.dest->rev_ready[p];
       }
@@ -508,7 +485,6 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
         if (v.source_pe >= 0) v.rev_stage = me.base + me.rev_send_offset[p];
         v.source = reinterpret_cast<Slots*>(source.base);
         v.rev_out = source.base + source.rev_offset[p];
-        v.source_flip = source.flip;
         v.rev_out_data = &v.source->rev_data[p];
         v.fwd_src_ready = &v.source->fwd_ready[p];
       }

@@ -28,9 +28,6 @@ struct PeerBlock {
   /// items it sends; reverse: the forces it returns). Only with set_put_staging(true).
   std::array<long long, kMaxPulses> fwd_send_offset{};
   std::array<long long, kMaxPulses> rev_send_offset{};
-  /// Double-buffered staging: the second copy of every staging area above (not the send
-  /// staging) lies this many bytes after the first; 0: one copy.
-  long long flip = 0;
 };
 
 class DeviceHalo {
@@ -46,12 +43,8 @@ class DeviceHalo {
   /// The allocator is called once per local rank with that rank's size, in rank order.
   void set_allocator(std::function<char*(std::int64_t)> allocate, std::function<void(char*)> free);
   /// Allocates and zeroes the blocks of this process's ranks for their plans (waits for the
-  /// device first). A block's staging has two copies, used by alternate exchanges, when some
-  /// pulse of the block's rank has a peer outside this launch and there is no send staging:
-  /// a sender then waits only for the receiver's previous exchange to have started, not its
-  /// current one (the copies and the received bytes of both directions make twice the halo
-  /// bytes, as send staging does). ranks[k] is the global rank of plans[k]. keep_if_fits: the
-  /// current blocks stay when the plans fit them (same addresses; the signals are not zeroed and
+  /// device first). ranks[k] is the global rank of plans[k]. keep_if_fits: the current
+  /// blocks stay when the plans fit them (same addresses; the signals are not zeroed and
   /// the exchange counters run on, so no peer must wait for a reset); returns whether they
   /// stayed. Every process (and every GPU of a local engine) must pass the same decision:
   /// the counters of the peers must stay in step.

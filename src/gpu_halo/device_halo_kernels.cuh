@@ -101,11 +101,6 @@ struct PulseView {
   const char* rev_in = nullptr;
   u64* rev_in_data = nullptr;
   u64* rev_in_ready = nullptr;
-  // Double-buffered staging (DeviceHalo::allocate): exchange e of a direction uses copy e % 2
-  // of each staging area, the second `flip` bytes after the first; 0: one copy. Of my block
-  // (fwd_in, rev_in and what forwarded items read), my destination's (fwd_out) and my
-  // source's (rev_out).
-  long long flip = 0, dest_flip = 0, source_flip = 0;
   Slots* mine = nullptr;    // my slots (probes)
   Slots* dest = nullptr;    // send_rank's slots
   Slots* source = nullptr;  // recv_rank's slots
@@ -164,13 +159,12 @@ __device__ __forceinline__ void record(const LaunchArgs& a, int rank, int pulse,
 }
 
 // Where ForwardingGraph says an item is: item `index` of launch rank `from`'s array, or
-// (from < 0) a staging code of this rank, into `staging` (its pulses' staging areas, this
-// exchange's copy `shift` bytes on).
+// (from < 0) a staging code of this rank, into `staging` (its pulses' staging areas).
 template <class Real>
 __device__ __forceinline__ const Real* item_at(Real* const* arrays, const char* const* staging,
-                                               long long shift, int from, int index) {
+                                               int from, int index) {
   return from >= 0 ? arrays[from] + 3 * static_cast<long long>(index)
-                   : reinterpret_cast<const Real*>(staging[index & kPulseMask] + shift) +
+                   : reinterpret_cast<const Real*>(staging[index & kPulseMask]) +
                          3 * static_cast<long long>(index >> kPulseBits);
 }
 
@@ -205,7 +199,6 @@ __device__ __forceinline__ void add_item(Real* dst, const Real* force) {
 struct BlockStart {
   int r, p, stride, first;
   bool sys;
-  long long copy;      // of double-buffered staging: this exchange's (PulseView::flip)
   const PulseView* v;  // null: this rank is the one stalled on purpose (tests)
 };
 template <bool PUTS>
@@ -217,7 +210,6 @@ __device__ __forceinline__ BlockStart start_block(const LaunchArgs& a, int direc
   s.stride = a.blocks * static_cast<int>(blockDim.x);
   s.first = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   s.sys = a.system_scope != 0;
-  s.copy = static_cast<long long>(a.epoch & 1);
   const PulseView& v = a.views[s.r * a.npulses + s.p];
   s.v = v.rank == a.stall_rank ? nullptr : &v;
   const bool fwd = direction == 0;
@@ -232,17 +224,13 @@ __device__ __forceinline__ BlockStart start_block(const LaunchArgs& a, int direc
 // Protocol step 2 (every thread of the block calls it): wait until the staging I fill in
 // this direction (forward: my destination's; reverse: my source's) is free, traced; a peer in
 // this launch needs no wait (stream order), nor does any after a launch of the other direction
-// (LaunchArgs::peers_known_free). The peer signals this exchange's number as its kernel
-// starts, when its previous one, the last reader of its staging, has finished; double-buffered
-// staging was last read by the exchange before that, so the previous number is enough, and
-// that has usually come long before. False when the wait timed out.
+// (LaunchArgs::peers_known_free). False when the wait timed out.
 __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, int p,
                                        int direction, bool sys) {
   const bool fwd = direction == 0;
   if ((fwd ? v.dest_in_launch : v.source_in_launch) || a.peers_known_free != 0) return true;
-  const u64 freed_by = a.epoch - ((fwd ? v.dest_flip : v.source_flip) != 0 ? 1 : 0);
   record(a, v.rank, p, trace_ready_begin, direction);
-  if (!block_wait(fwd ? v.fwd_in_ready : v.rev_in_ready, freed_by, a.timeout_ns, a.error, v.rank,
+  if (!block_wait(fwd ? v.fwd_in_ready : v.rev_in_ready, a.epoch, a.timeout_ns, a.error, v.rank,
                   fwd ? v.send_rank : v.recv_rank, p, fwd ? fwd_ready : rev_ready, sys)) {
     return false;
   }
@@ -256,15 +244,14 @@ __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, 
 // last block to finish; then traced.
 template <class Real, bool PUTS>
 __device__ __forceinline__ void send_packed(const LaunchArgs& a, const PulseView& v, int p,
-                                            int direction, long long copy, bool sys) {
+                                            int direction, bool sys) {
   const bool fwd = direction == 0;
   u64* data = fwd ? v.fwd_out_data : v.rev_out_data;
   const int pe = fwd ? v.dest_pe : v.source_pe;
   if (PUTS && pe >= 0) {
     const int items = fwd ? v.n_send : v.n_recv;
-    char* remote = fwd ? v.fwd_out + copy * v.dest_flip : v.rev_out + copy * v.source_flip;
-    put_when_packed(fwd ? &v.mine->fwd_packed[p] : &v.mine->rev_packed[p], a.blocks, remote,
-                    fwd ? v.fwd_stage : v.rev_stage,
+    put_when_packed(fwd ? &v.mine->fwd_packed[p] : &v.mine->rev_packed[p], a.blocks,
+                    fwd ? v.fwd_out : v.rev_out, fwd ? v.fwd_stage : v.rev_stage,
                     3 * sizeof(Real) * static_cast<std::size_t>(items), data, data_signal(a.epoch),
                     pe);
   } else {
@@ -324,10 +311,8 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
     if (!wait_until_free(a, v, p, 0, sys)) return;
     record(a, v.rank, p, trace_pack_begin, 0);
     const bool direct = v.fwd_direct_to >= 0;
-    Real* out =
-        direct ? xs[v.fwd_direct_to] + 3 * v.fwd_direct_offset
-               : reinterpret_cast<Real*>(PUTS && v.dest_pe >= 0 ? v.fwd_stage
-                                                                : v.fwd_out + s.copy * v.dest_flip);
+    Real* out = direct ? xs[v.fwd_direct_to] + 3 * v.fwd_direct_offset
+                       : reinterpret_cast<Real*>(PUTS && v.dest_pe >= 0 ? v.fwd_stage : v.fwd_out);
     for (int k = first; k < v.first_forwarded; k += stride) {
       copy_item(out + 3 * k, x + 3 * static_cast<long long>(v.send_index[k]), v.shift);
     }
@@ -337,7 +322,7 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
       for (int k = first_at_or_after(v.first_forwarded, first, stride); k < v.n_send; k += stride) {
         const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
         const int shifts = source[2];
-        const Real* src = item_at(xs, table.fwd_in, s.copy * v.flip, source[0], source[1]);
+        const Real* src = item_at(xs, table.fwd_in, source[0], source[1]);
         Real item[3] = {src[0], src[1], src[2]};
         // The shifts of the pulses it went through, added in order as the copies would have;
         // two loaded at a time, their loads in flight together with the item's.
@@ -361,12 +346,12 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
     }
     record(a, v.rank, p, trace_pack_end, 0);
     if (!direct) {
-      send_packed<Real, PUTS>(a, v, p, 0, s.copy, sys);
+      send_packed<Real, PUTS>(a, v, p, 0, sys);
     }
   }
   if (v.recv_rank >= 0 && !v.fwd_arrives_direct) {
     if (!wait_for_data(a, v, p, 0, sys)) return;
-    const Real* in = reinterpret_cast<const Real*>(v.fwd_in + s.copy * v.flip);
+    const Real* in = reinterpret_cast<const Real*>(v.fwd_in);
     const double zero[3] = {0, 0, 0};
     for (int k = first; k < v.n_recv; k += stride) {
       copy_item(x + 3 * (v.recv_offset + k), in + 3 * k, zero);
@@ -388,8 +373,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
   if (v.recv_rank >= 0) {
     if (!wait_until_free(a, v, p, 1, sys)) return;
     record(a, v.rank, p, trace_pack_begin, 1);
-    Real* out = reinterpret_cast<Real*>(
-        PUTS && v.source_pe >= 0 ? v.rev_stage : v.rev_out + s.copy * v.source_flip);
+    Real* out = reinterpret_cast<Real*>(PUTS && v.source_pe >= 0 ? v.rev_stage : v.rev_out);
     // Item k's force goes to the source: into its staging, or (direct) added into its home
     // item, atomically (other pulses add into the same home items at once); what it
     // forwarded on is summed by its own pulse that received it.
@@ -417,8 +401,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
         const Real* mine = f + 3 * (v.recv_offset + k);
         Real sum[3] = {mine[0], mine[1], mine[2]};
         for (int c = v.rev_extra_start[e]; c < v.rev_extra_start[e + 1]; ++c) {
-          const Real* in = item_at(fs, table.rev_in, s.copy * v.flip, v.rev_extra[2 * c],
-                                   v.rev_extra[2 * c + 1]);
+          const Real* in = item_at(fs, table.rev_in, v.rev_extra[2 * c], v.rev_extra[2 * c + 1]);
           for (int d = 0; d < 3; ++d) sum[d] += in[d];
         }
         give_back(k, sum);
@@ -426,12 +409,12 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     }
     record(a, v.rank, p, trace_pack_end, 1);
     if (homes == nullptr) {
-      send_packed<Real, PUTS>(a, v, p, 1, s.copy, sys);
+      send_packed<Real, PUTS>(a, v, p, 1, sys);
     }
   }
   if (v.send_rank >= 0 && !v.rev_arrives_direct) {
     if (!wait_for_data(a, v, p, 1, sys)) return;
-    const Real* in = reinterpret_cast<const Real*>(v.rev_in + s.copy * v.flip);
+    const Real* in = reinterpret_cast<const Real*>(v.rev_in);
     for (int k = first; k < v.first_forwarded; k += stride) {
       add_item(f + 3 * static_cast<long long>(v.send_index[k]), in + 3 * k);
     }

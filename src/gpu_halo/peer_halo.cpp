@@ -173,7 +173,6 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
     offsets[p] = mine_block.fwd_offset[p];
     offsets[kMaxPulses + p] = mine_block.rev_offset[p];
   }
-  offsets[kFlipAt] = mine_block.flip;
   m_peers.publish(mine_block.base, offsets, neighbours, kept);
   m_halo->set_system_scope(!m_peers.same_gpu());
   m_halo->connect([&](int rank) {
@@ -186,7 +185,6 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
       block.fwd_offset[p] = o[p];
       block.rev_offset[p] = o[kMaxPulses + p];
     }
-    block.flip = o[kFlipAt];
     return block;
   });
   if (!links_changed) return;

@@ -25,10 +25,8 @@ inline bool symmetric(Mapping m) {
   return m != Mapping::ipc;
 }
 
-/// Up to 2 x kMaxPulses offsets into a block that its neighbours need (staging areas), then
-/// the distance to the second copy of double-buffered staging (PeerBlock::flip; 0: none).
-constexpr int kFlipAt = 2 * kMaxPulses;
-using BlockOffsets = std::array<long long, 2 * kMaxPulses + 1>;
+/// Up to 2 x kMaxPulses offsets into a block that its neighbours need (staging areas).
+using BlockOffsets = std::array<long long, 2 * kMaxPulses>;
 
 /// The neighbours' blocks of one rank, mapped into this process. Used by the particle
 /// (PeerHalo) and the grid (grid_fused) engines.
