@@ -138,6 +138,10 @@ class ParticleExchange {
   /// Replaces the plan after a neighbour search (buffers grow, never shrink).
   void set_plan(const ParticlePlan& plan);
   /// Coordinates: fills items [home_count, total_count) of `xyz` from the peers.
+  /// Device arrays: successive forward and reverse calls on one exchange must run in order on
+  /// the device (one stream, or ordered by the caller with events), as a run's steps are; the
+  /// GPU-initiated transports rely on it (a launch after one of the other direction knows the
+  /// peers' buffers are free and does not wait for them).
   void forward(void* xyz, GpuStream stream = nullptr);
   /// Forces: sends the forces on items [home_count, total_count) back to their owners, in
   /// reverse pulse order, and adds them there (so forwarded items are accumulated first).

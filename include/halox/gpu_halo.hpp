@@ -79,7 +79,8 @@ class LocalParticleExchange {
   void set_plans(std::vector<ParticlePlan> plans);
   /// xyz[r]: rank r's coordinates (3 reals per item; device or host memory, as constructed).
   /// Rank r's arrays live on its GPU. One stream per GPU of devices() (or one stream when
-  /// every rank is on one GPU); each GPU's launch is ordered on its stream.
+  /// every rank is on one GPU); each GPU's launch is ordered on its stream, and successive
+  /// calls must run in order on each GPU (ParticleExchange::forward says why).
   void forward(const std::vector<void*>& xyz, GpuStream stream);
   void reverse(const std::vector<void*>& forces, GpuStream stream);
   void forward(const std::vector<void*>& xyz, const std::vector<GpuStream>& streams);
