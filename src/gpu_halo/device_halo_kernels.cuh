@@ -192,18 +192,17 @@ __device__ __forceinline__ void add_item(Real* dst, const Real* force) {
   atomicAdd(dst + 2, force[2]);
 }
 
-// The start of every block of either kernel (direction 0: forward, 1: reverse): its rank
-// (launch index r), pulse and place among the pulse's items, and protocol step 1: block 0
-// tells the rank that fills my staging in this direction (forward: my source; reverse: my
-// destination) that it is free, unless that rank is of this launch (stream order tells it).
+// Where a block works: its rank (launch index r), pulse and place among the pulse's items.
+// Nothing here is the previous kernel's work: the views, like the index lists and the array
+// tables, are uploaded before any launch that reads them and never written by a kernel, so
+// they may be read before wait_for_previous_kernel(), their latency hidden behind that
+// kernel's end.
 struct BlockStart {
   int r, p, stride, first;
   bool sys;
   const PulseView* v;  // null: this rank is the one stalled on purpose (tests)
 };
-template <bool PUTS>
-__device__ __forceinline__ BlockStart start_block(const LaunchArgs& a, int direction) {
-  wait_for_previous_kernel();
+__device__ __forceinline__ BlockStart locate_block(const LaunchArgs& a) {
   BlockStart s;
   s.r = static_cast<int>(blockIdx.z);
   s.p = a.first_pulse + static_cast<int>(blockIdx.y);
@@ -212,13 +211,24 @@ __device__ __forceinline__ BlockStart start_block(const LaunchArgs& a, int direc
   s.sys = a.system_scope != 0;
   const PulseView& v = a.views[s.r * a.npulses + s.p];
   s.v = v.rank == a.stall_rank ? nullptr : &v;
+  return s;
+}
+
+// Once the previous kernel has finished (nothing of its work may be read before), protocol
+// step 1 (direction 0: forward, 1: reverse): block 0 tells the rank that fills my staging in
+// this direction (forward: my source; reverse: my destination) that it is free, unless that
+// rank is of this launch (stream order tells it).
+template <bool PUTS>
+__device__ __forceinline__ void start_exchange(const LaunchArgs& a, const BlockStart& s,
+                                               int direction) {
+  wait_for_previous_kernel();
+  const PulseView& v = *s.v;
   const bool fwd = direction == 0;
-  if (s.v != nullptr && (fwd ? v.recv_rank : v.send_rank) >= 0 &&
-      !(fwd ? v.source_in_launch : v.dest_in_launch) && blockIdx.x == 0 && threadIdx.x == 0) {
+  if ((fwd ? v.recv_rank : v.send_rank) >= 0 && !(fwd ? v.source_in_launch : v.dest_in_launch) &&
+      blockIdx.x == 0 && threadIdx.x == 0) {
     signal_peer<PUTS>(fwd ? v.fwd_src_ready : v.rev_src_ready, a.epoch,
                       fwd ? v.source_pe : v.dest_pe, s.sys);
   }
-  return s;
 }
 
 // Protocol step 2 (every thread of the block calls it): wait until the staging I fill in
@@ -300,13 +310,17 @@ __device__ inline bool wait_for_deps(const LaunchArgs& a, const PulseView& v, in
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
 template <class Real, bool PUTS>
 __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
-  const BlockStart s = start_block<PUTS>(a, 0);
+  const BlockStart s = locate_block(a);
   if (s.v == nullptr) return;
   const PulseView& v = *s.v;
   const int r = s.r, p = s.p, stride = s.stride, first = s.first;
   const bool sys = s.sys;
   const RankTable& table = a.tables[r];
   Real* x = xs[r];  // home items: read; halo items: written by the unpacks only
+  // The index of the thread's first home item to send, before the previous kernel ends
+  // (plan data: see BlockStart); its coordinates only after.
+  const int first_index = v.send_rank >= 0 && first < v.first_forwarded ? v.send_index[first] : 0;
+  start_exchange<PUTS>(a, s, 0);
   if (v.send_rank >= 0) {
     if (!wait_until_free(a, v, p, 0, sys)) return;
     record(a, v.rank, p, trace_pack_begin, 0);
@@ -314,7 +328,8 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
     Real* out = direct ? xs[v.fwd_direct_to] + 3 * v.fwd_direct_offset
                        : reinterpret_cast<Real*>(PUTS && v.dest_pe >= 0 ? v.fwd_stage : v.fwd_out);
     for (int k = first; k < v.first_forwarded; k += stride) {
-      copy_item(out + 3 * k, x + 3 * static_cast<long long>(v.send_index[k]), v.shift);
+      const int index = k == first ? first_index : v.send_index[k];
+      copy_item(out + 3 * k, x + 3 * static_cast<long long>(index), v.shift);
     }
     if (v.first_forwarded < v.n_send) {
       // Forwarded items: wait only for the pulses from other ranks that deliver them.
@@ -364,12 +379,18 @@ template <class Real, bool PUTS>
 __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const* fs) {
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
-  const BlockStart s = start_block<PUTS>(a, 1);
+  const BlockStart s = locate_block(a);
   if (s.v == nullptr) return;
   const PulseView& v = *s.v;
   const int r = s.r, p = s.p, stride = s.stride, first = s.first;
   const bool sys = s.sys;
   Real* f = fs[r];
+  // As in the forward: the thread's first indices (the item whose force it returns, the home
+  // item it adds a returned force to) before the previous kernel ends.
+  const int first_order =
+      v.recv_rank >= 0 && first < v.rev_first_forwarded ? v.rev_order[first] : 0;
+  const int first_home = v.send_rank >= 0 && first < v.first_forwarded ? v.send_index[first] : 0;
+  start_exchange<PUTS>(a, s, 1);
   if (v.recv_rank >= 0) {
     if (!wait_until_free(a, v, p, 1, sys)) return;
     record(a, v.rank, p, trace_pack_begin, 1);
@@ -386,7 +407,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
       }
     };
     for (int j = first; j < v.rev_first_forwarded; j += stride) {
-      const int k = v.rev_order[j];
+      const int k = j == first ? first_order : v.rev_order[j];
       give_back(k, f + 3 * (v.recv_offset + k));
     }
     if (v.rev_first_forwarded < v.n_recv) {
@@ -416,7 +437,8 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     if (!wait_for_data(a, v, p, 1, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.rev_in);
     for (int k = first; k < v.first_forwarded; k += stride) {
-      add_item(f + 3 * static_cast<long long>(v.send_index[k]), in + 3 * k);
+      const int home = k == first ? first_home : v.send_index[k];
+      add_item(f + 3 * static_cast<long long>(home), in + 3 * k);
     }
     // Forwarded items, from a rank outside this launch: those whose origin is a home atom of
     // this launch get their force there (ForwardingGraph::returned_terms leaves them out);
