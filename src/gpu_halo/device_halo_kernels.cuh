@@ -177,6 +177,26 @@ __device__ __forceinline__ int first_at_or_after(int start, int first, int strid
   return first >= start ? first : first + (start - first + stride - 1) / stride * stride;
 }
 
+// A thread's first forwarded item of a send list (k, from first_at_or_after) and its
+// fwd_source entry, read before the previous kernel ends (plan data: see BlockStart); k ==
+// n_send when it has none.
+struct FirstForwarded {
+  int k, from, index, shifts;
+};
+__device__ __forceinline__ FirstForwarded first_forwarded_item(const PulseView& v, int first,
+                                                               int stride, bool sends) {
+  FirstForwarded f{first_at_or_after(v.first_forwarded, first, stride), 0, 0, 0};
+  if (!sends || f.k >= v.n_send) {
+    f.k = v.n_send;
+    return f;
+  }
+  const int* source = v.fwd_source + 3 * (f.k - v.first_forwarded);
+  f.from = source[0];
+  f.index = source[1];
+  f.shifts = source[2];
+  return f;
+}
+
 template <class Real>
 __device__ __forceinline__ void copy_item(Real* dst, const Real* src, const double* shift) {
   dst[0] = src[0] + static_cast<Real>(shift[0]);
@@ -320,6 +340,7 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
   // The index of the thread's first home item to send, before the previous kernel ends
   // (plan data: see BlockStart); its coordinates only after.
   const int first_index = v.send_rank >= 0 && first < v.first_forwarded ? v.send_index[first] : 0;
+  const FirstForwarded forwarded = first_forwarded_item(v, first, stride, v.send_rank >= 0);
   start_exchange<PUTS>(a, s, 0);
   if (v.send_rank >= 0) {
     if (!wait_until_free(a, v, p, 0, sys)) return;
@@ -334,10 +355,12 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
     if (v.first_forwarded < v.n_send) {
       // Forwarded items: wait only for the pulses from other ranks that deliver them.
       if (!wait_for_deps(a, v, r, p, 0, v.fwd_deps, sys)) return;
-      for (int k = first_at_or_after(v.first_forwarded, first, stride); k < v.n_send; k += stride) {
+      for (int k = forwarded.k; k < v.n_send; k += stride) {
         const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
-        const int shifts = source[2];
-        const Real* src = item_at(xs, table.fwd_in, source[0], source[1]);
+        const bool held = k == forwarded.k;
+        const int shifts = held ? forwarded.shifts : source[2];
+        const Real* src = item_at(xs, table.fwd_in, held ? forwarded.from : source[0],
+                                  held ? forwarded.index : source[1]);
         Real item[3] = {src[0], src[1], src[2]};
         // The shifts of the pulses it went through, added in order as the copies would have;
         // two loaded at a time, their loads in flight together with the item's.
