@@ -3,10 +3,14 @@
 ("f+g" and "phi") whose device events share counter values, a grid op of 60 blocks each.
 `--exchange N` alone must refuse (two objects have an exchange N) and name --object; with
 --object it must draw a PNG (60 blocks per op: a row per rank and op); an exchange that is
-not there must be refused with a message, not drawn empty.
+not there must be refused with a message, not drawn empty. The device phases must keep their
+colours whichever of them a trace has and in whatever order (pictures of two runs compared),
+and spans of other names must get colours of their own.
 
 usage: check_plot_trace.py SCRIPTS_DIR
 """
+import importlib.machinery
+import importlib.util
 import json
 import os
 import subprocess
@@ -56,10 +60,32 @@ def main():
         if missing.returncode == 0 or "no grid events of exchange 8" not in missing.stderr + missing.stdout:
             print("a missing exchange was not refused:", missing.stdout, missing.stderr)
             failures += 1
+    failures += check_colors(plot)
     if failures:
         sys.exit(1)
     print("plot --exchange: two objects refused without --object, one object drawn, a missing "
-          "exchange refused")
+          "exchange refused; phase colours fixed, other spans' distinct")
+
+
+def check_colors(plot):
+    loader = importlib.machinery.SourceFileLoader("halox_plot", plot)
+    spec = importlib.util.spec_from_loader("halox_plot", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    queued = module.span_colors(["wait: peer buffer free", "pack + store", "wait: data", "unpack"])
+    pairs = module.span_colors(["pack + store", "wait: data", "unpack", "grid exchange",
+                                "halo forward", "launch forward"])
+    failures = 0
+    for name in ("pack + store", "wait: data", "unpack"):
+        if queued[name] != pairs[name]:
+            print(f"'{name}' drawn {queued[name]} in one trace and {pairs[name]} in another")
+            failures += 1
+    import matplotlib.colors as mc
+    hexes = [mc.to_hex(c) for c in pairs.values()]
+    if len(set(hexes)) != len(hexes):
+        print("two span names share a colour:", pairs)
+        failures += 1
+    return failures
 
 
 if __name__ == "__main__":
