@@ -8,6 +8,8 @@ tell their kernels apart. Inside an exchange the blocks fall silent for as long 
 two (1.1 us from pack to signal, 1.1 us from one exchange's end to the next one's start),
 as a block barrier and a release add make them on the GPU: grouping by idle time could not
 tell them apart. A trace without the counters must be refused with a message, not misread.
+--skip M takes the exchanges before the last M: 3 of them with --kernels 3 --skip 2, and the
+4 there are with --kernels 5 --skip 2.
 
 usage: check_trace_summary.py SCRIPTS_DIR
 """
@@ -90,6 +92,18 @@ def main():
         if row is None or row["count"] != 6 or abs(row["median_us"] - 0.5 * scale) > 1e-6:
             print(f"events table, rank 0, {obj}, unpack: {row}")
             failures += 1
+    for count, want in ((3, 3), (5, 4)):
+        with tempfile.TemporaryDirectory() as tmp:
+            path, tables = os.path.join(tmp, "trace.json"), os.path.join(tmp, "tables.json")
+            with open(path, "w") as f:
+                json.dump(trace(True), f)
+            subprocess.run([sys.executable, script, path, "--kernels", str(count), "--skip", "2",
+                            "--json", tables], capture_output=True, text=True, check=True)
+            with open(tables) as f:
+                got = sorted({r["exchanges"] for r in json.load(f)["exchanges"]})
+        if got != [want]:
+            print(f"--kernels {count} --skip 2: {got} exchanges per row, want {want}")
+            failures += 1
     refused = runs[False]
     if refused.returncode == 0 or "exchange counter" not in refused.stderr:
         print("a trace without exchange counters was not refused:", refused.stderr)
@@ -98,7 +112,8 @@ def main():
         print(out)
         sys.exit(1)
     print("trace-summary --kernels: every phase, the skew and the gap of each exchange object "
-          "as built; the events table per object; a trace without exchange counters refused")
+          "as built; the events table per object; --skip; a trace without exchange counters "
+          "refused")
 
 
 if __name__ == "__main__":
