@@ -10,6 +10,11 @@ start_mps() {
   nvidia-cuda-mps-control -d 2>/dev/null
 }
 stop_mps() { echo quit | nvidia-cuda-mps-control 2>/dev/null; }
+# The GPU-initiated rows of `halox-bench halo --app md` (stdin), the columns an A/B compares:
+# transport, atoms per rank, forward, reverse, queued, launch, q/launch, pairs, p/launch.
+halo_columns() {
+  grep -E "^(ipc|nvshmem|local)[- ]" | awk '{printf "%-14s %7s fwd %6s rev %6s queued %6s launch %5s q/l %5s pairs %6s p/l %5s\n", $1, $2, $4, $5, $13, $14, $15, $16, $17}'
+}
 # Per kernel (name with its template arguments, and grid size: halox-lbm's two exchanges
 # differ in it) and metric of Nsight Compute --csv files: how many, median, least, most.
 ncu_summary() {

@@ -22,16 +22,15 @@ cmake -S "$base" -B "$base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_EN
   cmake --build "$base/build" -j "$(nproc)" --target halox-bench > "$out/base-build.log" 2>&1 ||
   { echo "baseline build FAILED"; tail -20 "$out/base-build.log"; exit 1; }
 start_mps
-columns() { grep -E "^(ipc|nvshmem|local)[- ]" | awk '{printf "%-14s %7s fwd %6s rev %6s queued %6s launch %5s q/l %5s pairs %6s p/l %5s\n", $1, $2, $4, $5, $13, $14, $15, $16, $17}'; }
 for round in 1 2; do
   for variant in base change; do
     b=$([ $variant = base ] && echo "$base/build/bench/halox-bench" || echo "$bench")
     echo "== round $round, $variant"
     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n 2 --oversubscribe --bind-to none \
       $b halo --app md --device gpu --quick --transports ipc-fused,nvshmem-fused \
-      --json "$out/np2-$variant-$round.json" 2>&1 | columns
+      --json "$out/np2-$variant-$round.json" 2>&1 | halo_columns
     timeout 120 mpirun -n 1 --bind-to none $b halo --app md --device gpu --quick \
-      --transports local --json "$out/local8-$variant-$round.json" 2>&1 | columns
+      --transports local --json "$out/local8-$variant-$round.json" 2>&1 | halo_columns
   done
 done
 stop_mps

@@ -10,15 +10,14 @@ source scripts/device/diag/common.sh
 out=${1:?usage: pdl_ab.sh OUTDIR}
 mkdir -p "$out"
 start_mps
-columns() { grep -E "^(ipc|nvshmem|local)[- ]" | awk '{printf "%-14s %7s fwd %6s rev %6s queued %6s launch %5s q/l %5s pairs %6s p/l %5s\n", $1, $2, $4, $5, $13, $14, $15, $16, $17}'; }
 for round in 1 2; do
   for pdl in 0 1; do
     echo "== round $round, HALOX_PDL=$pdl"
     HALOX_PDL=$pdl CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n 2 --oversubscribe \
       --bind-to none -x HALOX_PDL $bench halo --app md --device gpu --quick \
-      --transports ipc-fused,nvshmem-fused --json "$out/np2-pdl$pdl-$round.json" 2>&1 | columns
+      --transports ipc-fused,nvshmem-fused --json "$out/np2-pdl$pdl-$round.json" 2>&1 | halo_columns
     HALOX_PDL=$pdl timeout 120 mpirun -n 1 --bind-to none -x HALOX_PDL $bench halo --app md \
-      --device gpu --quick --transports local --json "$out/local8-pdl$pdl-$round.json" 2>&1 | columns
+      --device gpu --quick --transports local --json "$out/local8-pdl$pdl-$round.json" 2>&1 | halo_columns
   done
 done
 for pdl in 0 1; do
