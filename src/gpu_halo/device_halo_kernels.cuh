@@ -267,13 +267,11 @@ __device__ __forceinline__ bool receive_flagged(const char* staging, long long k
   u64 got[words];
 #pragma unroll
   for (int w = 0; w < words; ++w) got[w] = in[w];
-  u64 start = 0;
+  PollClock clock;
 #pragma unroll
   for (int w = 0; w < words; ++w) {
     while (static_cast<unsigned>(got[w] >> 32) != flag) {
-      const u64 t = now_ns();
-      if (start == 0) start = t;
-      if (t - start > a.timeout_ns) {
+      if (clock.expired(a.timeout_ns)) {
         report_error(a.error, 1, rank, peer, pulse, kind,
                      (got[w] >> 32 << 32) | static_cast<unsigned>(k), flag);
         return false;

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # A change to the GPU-initiated particle exchange, A/B in one run (after check.sh built
-# build/gpu from the change): the baseline is this tree with the files under .ab/ put back
-# (the same paths; carry .ab), built into /tmp/halox-base. halox-bench halo, baseline and
-# change alternated twice, for two processes on the one GPU under MPS (ipc-fused,
-# nvshmem-fused) and 8 ranks in one process (local).
-#   scripts/device/diag/particle_ab.sh OUTDIR
+# build/gpu from the change): the baseline is this tree with the files under .ab/ (or the
+# folder named second, .ab-something) put back (the same paths; carry it), built into
+# /tmp/halox-base-<folder>. halox-bench halo, baseline and change alternated twice, for two
+# processes on the one GPU under MPS (ipc-fused, nvshmem-fused) and 8 ranks in one process
+# (local).
+#   scripts/device/diag/particle_ab.sh OUTDIR [BASELINE_FOLDER]
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source scripts/device/diag/common.sh
-out=${1:?usage: particle_ab.sh OUTDIR}
+out=${1:?usage: particle_ab.sh OUTDIR [BASELINE_FOLDER]}
+files=${2:-.ab}
 mkdir -p "$out"
-[ -d .ab ] || { echo "particle_ab.sh: no .ab folder with the baseline's files"; exit 1; }
-base=/tmp/halox-base
+[ -d "$files" ] || { echo "particle_ab.sh: no $files folder with the baseline's files"; exit 1; }
+base=/tmp/halox-base-$(basename "$files")
 rm -rf "$base" && mkdir -p "$base"
-tar --exclude=./build --exclude=./.git --exclude=./.ab -cf - . | tar -xf - -C "$base"
-cp -r .ab/. "$base/"
+tar --exclude=./build --exclude=./.git --exclude='./.ab*' -cf - . | tar -xf - -C "$base"
+cp -r "$files/." "$base/"
 nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null || true)
 [ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
 cmake -S "$base" -B "$base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
