@@ -48,8 +48,6 @@ const char* kind_name(int kind) {
     case rev_data: return "reverse: the returned forces";
     case probe_fwd: return "self-test, forward link";
     case probe_rev: return "self-test, reverse link";
-    case fwd_item: return "forward: the halo data";
-    case rev_item: return "reverse: the returned forces";
   }
   return "?";
 }
@@ -101,7 +99,6 @@ struct DeviceHalo::Impl {
   int grid_blocks = 1;
   bool system_scope = true;
   bool put_staging = false;
-  bool blocks_put_staging = false;  // what the current blocks were laid out for
   bool puts = false;        // some view reaches its peer by puts: the kernels that make them
   void* x_table = nullptr;  // device array of per-rank pointers
   int trace_object = -1;    // this exchange in traces
@@ -133,7 +130,6 @@ struct DeviceHalo::Impl {
     a.error = errors.sink();
     a.stall_rank = options.stall_rank;
     a.system_scope = system_scope ? 1 : 0;
-    a.flagged = put_staging ? 0 : 1;
     return a;
   }
 
@@ -274,21 +270,18 @@ PeerBlock layout(const ParticlePlan& plan, int npulses, int item, bool send_stag
                  long long& bytes) {
   PeerBlock pb;
   long long at = kSlotsBytes;
-  auto area = [&](long long items, long long item_bytes) {
+  auto area = [&](long long items) {
     const long long start = at;
-    at += (items * item_bytes + 255) / 256 * 256;
+    at += (items * item + 255) / 256 * 256;
     return start;
   };
-  // What arrives: flagged (twice the bytes, LaunchArgs::flagged) unless there is send
-  // staging for puts; either way about twice the halo bytes in all.
-  const long long in_item = send_staging ? item : 2 * item;
-  for (int p = 0; p < npulses; ++p) pb.fwd_offset[p] = area(plan.pulses[p].recv_count, in_item);
+  for (int p = 0; p < npulses; ++p) pb.fwd_offset[p] = area(plan.pulses[p].recv_count);
   for (int p = 0; p < npulses; ++p) {
-    pb.rev_offset[p] = area(static_cast<long long>(plan.pulses[p].send_index.size()), in_item);
+    pb.rev_offset[p] = area(static_cast<long long>(plan.pulses[p].send_index.size()));
   }
   for (int p = 0; p < npulses && send_staging; ++p) {
-    pb.fwd_send_offset[p] = area(static_cast<long long>(plan.pulses[p].send_index.size()), item);
-    pb.rev_send_offset[p] = area(plan.pulses[p].recv_count, item);
+    pb.fwd_send_offset[p] = area(static_cast<long long>(plan.pulses[p].send_index.size()));
+    pb.rev_send_offset[p] = area(plan.pulses[p].recv_count);
   }
   bytes = at;
   return pb;
@@ -305,8 +298,6 @@ std::int64_t DeviceHalo::block_bytes(const ParticlePlan& plan) const {
 bool DeviceHalo::fits(const std::vector<const ParticlePlan*>& plans) const {
   const Impl& m = *m_impl;
   if (m.blocks.size() != plans.size()) return false;
-  // Plain items where flagged ones were (or the reverse) could pass for this exchange's.
-  if (m.blocks_put_staging != m.put_staging) return false;
   // After a time-out the signals are out of step: only new (zeroed) blocks recover.
   if (m.errors.record().flag != 0) return false;
   for (std::size_t k = 0; k < plans.size(); ++k) {
@@ -346,15 +337,13 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
       m.blocks.push_back(block);
       m.capacity.push_back(capacity);
     }
-    // New blocks: signals restart from epoch 0 (every rank re-plans together), and the
-    // staging holds no flag of any exchange. Kept blocks: the signals run on, with no reset
-    // to wait for, and every flag in the staging is of an exchange before the next.
-    if (!keep) detail::fill_device_now(m.blocks[k], 0, static_cast<std::size_t>(m.capacity[k]));
+    // New blocks: signals restart from epoch 0 (every rank re-plans together). Kept
+    // blocks: the signals run on, with no reset to wait for.
+    if (!keep) detail::fill_device_now(m.blocks[k], 0, kSlotsBytes);
     pb.base = m.blocks[k];
     m.published[k] = pb;
   }
   if (!keep) m.fwd_epoch = m.rev_epoch = m.probe_epoch = 0;
-  m.blocks_put_staging = m.put_staging;
   // Kept or not, the first exchange on the new plan waits for its peers' staging (a new
   // neighbour's was not read by anything this rank received).
   m.last_direction = -1;
@@ -613,11 +602,7 @@ void DeviceHalo::check() const {
     s << "halox: rank " << e->rank << " timed out after " << m_impl->options.timeout_seconds
       << " s on pulse " << e->pulse << " waiting for rank " << e->peer << " (" << kind_name(e->kind)
       << "): ";
-    if (e->kind == fwd_item || e->kind == rev_item) {
-      // Flagged staging: the item and the flag its slot held (exchange counters' low bits).
-      s << "exchange " << e->expected << "'s item " << (e->seen & 0xffffffffull)
-        << " expected, its slot holds exchange " << (e->seen >> 32) << "'s";
-    } else if (e->kind == fwd_data || e->kind == rev_data) {
+    if (e->kind == fwd_data || e->kind == rev_data) {
       // Data signals count 2^32 per exchange, in shares of the sender's blocks.
       const u64 seen = e->seen;
       s << "exchange " << (e->expected >> 32) << "'s data expected, the signal is at exchange "

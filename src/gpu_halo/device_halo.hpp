@@ -58,9 +58,8 @@ class DeviceHalo {
   /// The block of local rank k (to publish to peers).
   PeerBlock block(int k) const;
   /// Blocks get send staging too, for peers reached by put-with-signal (NVSHMEM blocks, only
-  /// when some neighbour is); without it they receive flagged items (twice the bytes, no
-  /// signal wait: device_halo_kernels.cuh). About twice the halo bytes in all either way.
-  /// Every process must set the same. Call before fits() and allocate().
+  /// when some neighbour is): about twice the halo bytes in all. Call before fits() and
+  /// allocate().
   void set_put_staging(bool on);
   /// Signals and fences at system scope (a peer on another GPU) or GPU scope (every peer
   /// on this GPU: cheaper). Default: system.

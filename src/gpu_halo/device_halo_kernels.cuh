@@ -22,16 +22,6 @@
 //      done (release add; the shares make 2^32 per exchange)
 //   5. wait for my own data, then unpack it (forward: copy into the coordinates; reverse:
 //      add into the forces of the home items I sent).
-// Flagged staging (LaunchArgs::flagged: every peer stores directly, no puts): step 3 stores
-// each 32-bit word of an item with the exchange's flag beside it in one 64-bit store, and
-// step 5 waits item by item, each thread polling the words of its own items until their
-// flags are this exchange's. An 8-byte store is seen whole or not at all, so a word with the
-// right flag carries its data: the unpack needs neither the release after the pack nor the
-// signal's hop (measured on one H200, 2 processes: 0.8-1.0 us from a block's last store to
-// its signal, then 0.7 us until the peer saw it). The signal of step 4 still goes, for the
-// forwarded items that read the staging of an earlier pulse (they wait for it, then read the
-// words without polling). Twice the bytes in the staging: what the puts' send staging
-// costs, which flagged blocks do not have.
 // Reverse, items a later pulse forwarded: their force is mine plus what the later pulses'
 // reverses returned for them, read from those pulses' staging once their data signals
 // arrive (the same one-hop wait as the forward's), never waiting for an unpack; what ranks
@@ -48,7 +38,6 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <cstring>
 
 #include "../trace/device_trace.cuh"
 #include "device_halo.hpp"
@@ -75,16 +64,7 @@ struct Slots {
 };
 constexpr long long kSlotsBytes = (sizeof(Slots) + 255) / 256 * 256;
 
-enum WaitKind : int {
-  fwd_ready,
-  fwd_data,
-  rev_ready,
-  rev_data,
-  probe_fwd,
-  probe_rev,
-  fwd_item,  // flagged staging: seen = (the flag found << 32) | the item, expected = the flag
-  rev_item
-};
+enum WaitKind : int { fwd_ready, fwd_data, rev_ready, rev_data, probe_fwd, probe_rev };
 
 struct PulseView {
   int rank = -1, pulse = 0, send_rank = -1, recv_rank = -1;
@@ -169,9 +149,6 @@ struct LaunchArgs {
   // forward / reverse no kernel waits for its peer's next kernel to start; queued
   // exchanges of one direction still do.
   int peers_known_free;
-  // 1: the staging areas are flagged (see the top of this file); the blocks then have no
-  // send staging (DeviceHalo: every process decides alike), so no peer is reached by puts.
-  int flagged;
   DeviceTrace trace;  // null when tracing is off
 };
 
@@ -233,78 +210,6 @@ __device__ __forceinline__ void add_item(Real* dst, const Real* force) {
   atomicAdd(dst + 0, force[0]);
   atomicAdd(dst + 1, force[1]);
   atomicAdd(dst + 2, force[2]);
-}
-
-// Flagged staging (see the top of this file): item k takes kFlaggedWords 64-bit words, each
-// one 32-bit word of the item (low half) and the exchange's flag (high half). The flag is
-// the exchange counter's low 32 bits: it repeats after 2^32 exchanges of one direction, when
-// nothing of those long before can still be in the staging. New blocks are zeroed and the
-// counters start at 1, so no stale word matches.
-template <class Real>
-constexpr int kFlaggedWords = 3 * static_cast<int>(sizeof(Real)) / 4;
-
-template <class Real>
-__device__ __forceinline__ void store_flagged(char* staging, long long k, const Real* item,
-                                              unsigned flag) {
-  constexpr int words = kFlaggedWords<Real>;
-  unsigned value[words];
-  memcpy(value, item, sizeof value);
-  // volatile: each word one 8-byte store, as it is (not merged, not split).
-  volatile u64* out = reinterpret_cast<u64*>(staging) + words * k;
-  const u64 high = static_cast<u64>(flag) << 32;
-#pragma unroll
-  for (int w = 0; w < words; ++w) out[w] = high | value[w];
-}
-
-// Item k of flagged staging once every word carries `flag` (polled, volatile loads: all
-// words first, so their latencies overlap); false on time-out, recorded with the flag found.
-template <class Real>
-__device__ __forceinline__ bool receive_flagged(const char* staging, long long k, unsigned flag,
-                                                Real* item, const LaunchArgs& a, int rank, int peer,
-                                                int pulse, int kind) {
-  constexpr int words = kFlaggedWords<Real>;
-  const volatile u64* in = reinterpret_cast<const u64*>(staging) + words * k;
-  u64 got[words];
-#pragma unroll
-  for (int w = 0; w < words; ++w) got[w] = in[w];
-  PollClock clock;
-#pragma unroll
-  for (int w = 0; w < words; ++w) {
-    while (static_cast<unsigned>(got[w] >> 32) != flag) {
-      if (clock.expired(a.timeout_ns)) {
-        report_error(a.error, 1, rank, peer, pulse, kind,
-                     (got[w] >> 32 << 32) | static_cast<unsigned>(k), flag);
-        return false;
-      }
-      got[w] = in[w];
-    }
-  }
-  unsigned value[words];
-#pragma unroll
-  for (int w = 0; w < words; ++w) value[w] = static_cast<unsigned>(got[w]);
-  memcpy(item, value, sizeof value);
-  return true;
-}
-
-// An item where ForwardingGraph says it is (item_at), read from flagged staging when it is
-// there: only after the data signal of the pulse that delivered it (no polling).
-template <class Real>
-__device__ __forceinline__ void load_item(Real* const* arrays, const char* const* staging, int from,
-                                          int index, bool flagged, Real* item) {
-  if (from < 0 && flagged) {
-    constexpr int words = kFlaggedWords<Real>;
-    const u64* in = reinterpret_cast<const u64*>(staging[index & kPulseMask]) +
-                    words * static_cast<long long>(index >> kPulseBits);
-    unsigned value[words];
-#pragma unroll
-    for (int w = 0; w < words; ++w) value[w] = static_cast<unsigned>(in[w]);
-    memcpy(item, value, sizeof value);
-    return;
-  }
-  const Real* src = item_at(arrays, staging, from, index);
-  item[0] = src[0];
-  item[1] = src[1];
-  item[2] = src[2];
 }
 
 // Where a block works: its rank (launch index r), pulse and place among the pulse's items.
@@ -387,14 +292,12 @@ __device__ __forceinline__ void send_packed(const LaunchArgs& a, const PulseView
 
 // Protocol step 5's wait (every thread of the block calls it) for what fills my staging in
 // this direction (forward: from my source; reverse: from my destination), traced: false when
-// it timed out. Flagged staging has no wait here: each item is waited for as it is unpacked
-// (the trace's unpack then holds the wait).
+// it timed out.
 __device__ inline bool wait_for_data(const LaunchArgs& a, const PulseView& v, int p, int direction,
-                                     bool sys, bool flagged) {
+                                     bool sys) {
   const bool fwd = direction == 0;
   record(a, v.rank, p, trace_data_begin, direction);
-  if (!flagged &&
-      !block_wait(fwd ? v.fwd_in_data : v.rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error,
+  if (!block_wait(fwd ? v.fwd_in_data : v.rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error,
                   v.rank, fwd ? v.recv_rank : v.send_rank, p, fwd ? fwd_data : rev_data, sys))
     return false;
   record(a, v.rank, p, trace_data_end, direction);
@@ -431,8 +334,7 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
   if (s.v == nullptr) return;
   const PulseView& v = *s.v;
   const int r = s.r, p = s.p, stride = s.stride, first = s.first;
-  const bool sys = s.sys, flagged = !PUTS && a.flagged != 0;
-  const unsigned flag = static_cast<unsigned>(a.epoch);
+  const bool sys = s.sys;
   const RankTable& table = a.tables[r];
   Real* x = xs[r];  // home items: read; halo items: written by the unpacks only
   // The index of the thread's first home item to send, before the previous kernel ends
@@ -443,22 +345,12 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
   if (v.send_rank >= 0) {
     if (!wait_until_free(a, v, p, 0, sys)) return;
     record(a, v.rank, p, trace_pack_begin, 0);
-    const bool direct = v.fwd_direct_to >= 0, to_flagged = flagged && !direct;
+    const bool direct = v.fwd_direct_to >= 0;
     Real* out = direct ? xs[v.fwd_direct_to] + 3 * v.fwd_direct_offset
                        : reinterpret_cast<Real*>(PUTS && v.dest_pe >= 0 ? v.fwd_stage : v.fwd_out);
-    // Item k, its shift added, into the halo or the staging (flagged or not).
-    auto send = [&](int k, const Real* item) {
-      Real shifted[3];
-      copy_item(shifted, item, v.shift);
-      if (to_flagged) {
-        store_flagged(v.fwd_out, k, shifted, flag);
-      } else {
-        for (int d = 0; d < 3; ++d) out[3 * k + d] = shifted[d];
-      }
-    };
     for (int k = first; k < v.first_forwarded; k += stride) {
       const int index = k == first ? first_index : v.send_index[k];
-      send(k, x + 3 * static_cast<long long>(index));
+      copy_item(out + 3 * k, x + 3 * static_cast<long long>(index), v.shift);
     }
     if (v.first_forwarded < v.n_send) {
       // Forwarded items: wait only for the pulses from other ranks that deliver them.
@@ -467,9 +359,9 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
         const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
         const bool held = k == forwarded.k;
         const int shifts = held ? forwarded.shifts : source[2];
-        Real item[3];
-        load_item(xs, table.fwd_in, held ? forwarded.from : source[0],
-                  held ? forwarded.index : source[1], flagged, item);
+        const Real* src = item_at(xs, table.fwd_in, held ? forwarded.from : source[0],
+                                  held ? forwarded.index : source[1]);
+        Real item[3] = {src[0], src[1], src[2]};
         // The shifts of the pulses it went through, added in order as the copies would have;
         // two loaded at a time, their loads in flight together with the item's.
         const double* hop = v.fwd_hop_shifts + 3 * (shifts >> kPulseBits);
@@ -487,7 +379,7 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
             for (int d = 0; d < 3; ++d) item[d] += static_cast<Real>(shift[i][d]);
           }
         }
-        send(k, item);
+        copy_item(out + 3 * k, item, v.shift);
       }
     }
     record(a, v.rank, p, trace_pack_end, 0);
@@ -496,16 +388,11 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
     }
   }
   if (v.recv_rank >= 0 && !v.fwd_arrives_direct) {
-    if (!wait_for_data(a, v, p, 0, sys, flagged)) return;
+    if (!wait_for_data(a, v, p, 0, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.fwd_in);
     const double zero[3] = {0, 0, 0};
     for (int k = first; k < v.n_recv; k += stride) {
-      Real* halo = x + 3 * (v.recv_offset + k);
-      if (!flagged) {
-        copy_item(halo, in + 3 * k, zero);
-      } else if (!receive_flagged(v.fwd_in, k, flag, halo, a, v.rank, v.recv_rank, p, fwd_item)) {
-        return;
-      }
+      copy_item(x + 3 * (v.recv_offset + k), in + 3 * k, zero);
     }
     record(a, v.rank, p, trace_unpack_end, 0);
   }
@@ -519,8 +406,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
   if (s.v == nullptr) return;
   const PulseView& v = *s.v;
   const int r = s.r, p = s.p, stride = s.stride, first = s.first;
-  const bool sys = s.sys, flagged = !PUTS && a.flagged != 0;
-  const unsigned flag = static_cast<unsigned>(a.epoch);
+  const bool sys = s.sys;
   Real* f = fs[r];
   // As in the forward: the thread's first indices (the item whose force it returns, the home
   // item it adds a returned force to) before the previous kernel ends.
@@ -537,9 +423,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     // forwarded on is summed by its own pulse that received it.
     Real* const homes = v.rev_direct_to >= 0 ? fs[v.rev_direct_to] : nullptr;
     auto give_back = [&](int k, const Real* force) {
-      if (homes == nullptr && flagged) {
-        store_flagged(v.rev_out, k, force, flag);
-      } else if (homes == nullptr) {
+      if (homes == nullptr) {
         for (int d = 0; d < 3; ++d) out[3 * k + d] = force[d];
       } else if (k < v.rev_direct_homes) {
         add_item(homes + 3 * static_cast<long long>(v.rev_direct_index[k]), force);
@@ -561,8 +445,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
         const Real* mine = f + 3 * (v.recv_offset + k);
         Real sum[3] = {mine[0], mine[1], mine[2]};
         for (int c = v.rev_extra_start[e]; c < v.rev_extra_start[e + 1]; ++c) {
-          Real in[3];
-          load_item(fs, table.rev_in, v.rev_extra[2 * c], v.rev_extra[2 * c + 1], flagged, in);
+          const Real* in = item_at(fs, table.rev_in, v.rev_extra[2 * c], v.rev_extra[2 * c + 1]);
           for (int d = 0; d < 3; ++d) sum[d] += in[d];
         }
         give_back(k, sum);
@@ -574,20 +457,11 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     }
   }
   if (v.send_rank >= 0 && !v.rev_arrives_direct) {
-    if (!wait_for_data(a, v, p, 1, sys, flagged)) return;
+    if (!wait_for_data(a, v, p, 1, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.rev_in);
-    // Item k's returned force (flagged: once it has arrived; false on time-out).
-    auto returned = [&](int k, Real* force) {
-      if (flagged)
-        return receive_flagged(v.rev_in, k, flag, force, a, v.rank, v.send_rank, p, rev_item);
-      for (int d = 0; d < 3; ++d) force[d] = in[3 * k + d];
-      return true;
-    };
     for (int k = first; k < v.first_forwarded; k += stride) {
       const int home = k == first ? first_home : v.send_index[k];
-      Real force[3];
-      if (!returned(k, force)) return;
-      add_item(f + 3 * static_cast<long long>(home), force);
+      add_item(f + 3 * static_cast<long long>(home), in + 3 * k);
     }
     // Forwarded items, from a rank outside this launch: those whose origin is a home atom of
     // this launch get their force there (ForwardingGraph::returned_terms leaves them out);
@@ -596,10 +470,8 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     if (!v.dest_in_launch) {
       for (int k = first_at_or_after(v.first_forwarded, first, stride); k < v.n_send; k += stride) {
         const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
-        if (source[0] < 0) continue;
-        Real force[3];
-        if (!returned(k, force)) return;
-        add_item(fs[source[0]] + 3 * static_cast<long long>(source[1]), force);
+        if (source[0] >= 0)
+          add_item(fs[source[0]] + 3 * static_cast<long long>(source[1]), in + 3 * k);
       }
     }
     record(a, v.rank, p, trace_unpack_end, 1);

@@ -146,12 +146,9 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
     // before deciding whether any neighbour is reached by puts: only then do the blocks
     // carry send staging, so that direct stores keep to the halo bytes plus headroom.
     ensure_nvshmem(m_comm, 2 * m_halo->block_bytes(plan));
-    // Decided alike by every process: blocks with send staging receive plain items, those
-    // without flagged ones (DeviceHalo), and both ends of a link must agree.
-    int puts = m_mapping == Mapping::nvshmem_puts ? 1 : 0;
-    for (int n : neighbours) puts = puts != 0 || !symmetric_reachable(n) ? 1 : 0;
-    HALOX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &puts, 1, MPI_INT, MPI_MAX, m_comm));
-    m_halo->set_put_staging(puts != 0);
+    bool puts = m_mapping == Mapping::nvshmem_puts;
+    for (int n : neighbours) puts = puts || !symmetric_reachable(n);
+    m_halo->set_put_staging(puts);
   }
   // Every rank's new plan fits its current block (the usual case after a neighbour search):
   // the blocks stay where they are, the peers' mappings stay valid and the signals run on.

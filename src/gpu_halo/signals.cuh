@@ -108,33 +108,18 @@ __device__ __forceinline__ u64 load_acquire(const u64* slot, bool sys) {
   }
   return v;
 }
-// A polling loop's time-out that reads the clock once every 256 turns: a turn is one load
-// and a compare, so the loop sees its value soon after it lands, and %globaltimer is slow
-// to read. The time-out starts at the first reading (at most 256 turns late).
-class PollClock {
- public:
-  __device__ __forceinline__ bool expired(u64 timeout_ns) {
-    if ((++m_turns & 255u) != 0) return false;
-    const u64 t = now_ns();
-    if (m_start == 0) m_start = t;
-    return t - m_start > timeout_ns;
-  }
-
- private:
-  u64 m_start = 0;
-  unsigned m_turns = 0;
-};
-
 // Waits until *slot >= target; on time-out records (rank, peer, pulse, kind, seen) once.
 __device__ bool wait_for(const u64* slot, u64 target, u64 timeout_ns, ErrorSink error, int rank,
                          int peer, int pulse, int kind, bool sys) {
-  u64 seen;
-  PollClock clock;
+  u64 seen = load_acquire(slot, sys);
+  if (seen >= target) return true;
+  const u64 start = now_ns();
   while ((seen = load_acquire(slot, sys)) < target) {
-    if (clock.expired(timeout_ns)) {
+    if (now_ns() - start > timeout_ns) {
       report_error(error, 1, rank, peer, pulse, kind, seen, target);
       return false;
     }
+    __nanosleep(32);
   }
   return true;
 }
