@@ -197,19 +197,26 @@ __device__ __forceinline__ FirstForwarded first_forwarded_item(const PulseView& 
   return f;
 }
 
+// Every load before the first store: the compiler cannot tell that dst and src do not
+// overlap, so a store between two loads holds the second until the first has arrived (three
+// round trips to memory per item instead of one; the PTX had them in that order).
 template <class Real>
 __device__ __forceinline__ void copy_item(Real* dst, const Real* src, const double* shift) {
-  dst[0] = src[0] + static_cast<Real>(shift[0]);
-  dst[1] = src[1] + static_cast<Real>(shift[1]);
-  dst[2] = src[2] + static_cast<Real>(shift[2]);
+  const Real a = src[0], b = src[1], c = src[2];
+  const double sa = shift[0], sb = shift[1], sc = shift[2];
+  dst[0] = a + static_cast<Real>(sa);
+  dst[1] = b + static_cast<Real>(sb);
+  dst[2] = c + static_cast<Real>(sc);
 }
 
-// Atomic: one home item may get forces from several pulses at once.
+// Atomic: one home item may get forces from several pulses at once. The force is loaded
+// whole first, as in copy_item.
 template <class Real>
 __device__ __forceinline__ void add_item(Real* dst, const Real* force) {
-  atomicAdd(dst + 0, force[0]);
-  atomicAdd(dst + 1, force[1]);
-  atomicAdd(dst + 2, force[2]);
+  const Real a = force[0], b = force[1], c = force[2];
+  atomicAdd(dst + 0, a);
+  atomicAdd(dst + 1, b);
+  atomicAdd(dst + 2, c);
 }
 
 // Where a block works: its rank (launch index r), pulse and place among the pulse's items.
@@ -359,8 +366,12 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
         const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
         const bool held = k == forwarded.k;
         const int shifts = held ? forwarded.shifts : source[2];
-        const Real* src = item_at(xs, table.fwd_in, held ? forwarded.from : source[0],
-                                  held ? forwarded.index : source[1]);
+        // An item of my own (always, with one rank per launch) is at x, in a register: the
+        // table load it saves would be one more round trip in the chain.
+        const int from = held ? forwarded.from : source[0];
+        const int index = held ? forwarded.index : source[1];
+        const Real* src = from == r ? x + 3 * static_cast<long long>(index)
+                                    : item_at(xs, table.fwd_in, from, index);
         Real item[3] = {src[0], src[1], src[2]};
         // The shifts of the pulses it went through, added in order as the copies would have;
         // two loaded at a time, their loads in flight together with the item's.
@@ -424,7 +435,10 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     Real* const homes = v.rev_direct_to >= 0 ? fs[v.rev_direct_to] : nullptr;
     auto give_back = [&](int k, const Real* force) {
       if (homes == nullptr) {
-        for (int d = 0; d < 3; ++d) out[3 * k + d] = force[d];
+        const Real a = force[0], b = force[1], c = force[2];  // loads first (copy_item)
+        out[3 * k] = a;
+        out[3 * k + 1] = b;
+        out[3 * k + 2] = c;
       } else if (k < v.rev_direct_homes) {
         add_item(homes + 3 * static_cast<long long>(v.rev_direct_index[k]), force);
       }
@@ -467,11 +481,17 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     // this launch get their force there (ForwardingGraph::returned_terms leaves them out);
     // the others, and all that ranks of this launch return, are summed by the pulse that
     // received them.
+    // The view's fields in registers, and both of the entry's loads before its branch: after
+    // an atomic the compiler reloads what it cannot prove untouched (the PTX reloaded the
+    // view each turn).
     if (!v.dest_in_launch) {
-      for (int k = first_at_or_after(v.first_forwarded, first, stride); k < v.n_send; k += stride) {
-        const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
-        if (source[0] >= 0)
-          add_item(fs[source[0]] + 3 * static_cast<long long>(source[1]), in + 3 * k);
+      const int first_forwarded = v.first_forwarded, n_send = v.n_send;
+      const int* const fwd_source = v.fwd_source;
+      for (int k = first_at_or_after(first_forwarded, first, stride); k < n_send; k += stride) {
+        const int* source = fwd_source + 3 * (k - first_forwarded);
+        const int from = source[0], item = source[1];
+        if (from < 0) continue;
+        add_item(fs[from] + 3 * static_cast<long long>(item), in + 3 * k);
       }
     }
     record(a, v.rank, p, trace_unpack_end, 1);
