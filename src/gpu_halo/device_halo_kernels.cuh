@@ -481,9 +481,8 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     // this launch get their force there (ForwardingGraph::returned_terms leaves them out);
     // the others, and all that ranks of this launch return, are summed by the pulse that
     // received them.
-    // The view's fields in registers, and both of the entry's loads before its branch: after
-    // an atomic the compiler reloads what it cannot prove untouched (the PTX reloaded the
-    // view each turn).
+    // The view's fields in registers: after an atomic the compiler reloads what it cannot
+    // prove untouched (the PTX reloaded them each turn, before the entry could be read).
     if (!v.dest_in_launch) {
       const int first_forwarded = v.first_forwarded, n_send = v.n_send;
       const int* const fwd_source = v.fwd_source;
