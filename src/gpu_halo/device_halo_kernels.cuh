@@ -209,6 +209,16 @@ __device__ __forceinline__ void copy_item(Real* dst, const Real* src, const doub
   dst[2] = c + static_cast<Real>(sc);
 }
 
+// The same copy without a shift (the received staging into the halo, a force into the
+// staging).
+template <class Real>
+__device__ __forceinline__ void copy_item(Real* dst, const Real* src) {
+  const Real a = src[0], b = src[1], c = src[2];
+  dst[0] = a;
+  dst[1] = b;
+  dst[2] = c;
+}
+
 // Atomic: one home item may get forces from several pulses at once. The force is loaded
 // whole first, as in copy_item.
 template <class Real>
@@ -336,7 +346,7 @@ __device__ inline bool wait_for_deps(const LaunchArgs& a, const PulseView& v, in
 
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
 template <class Real, bool PUTS>
-__global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const* xs) {
+__global__ void __launch_bounds__(256, 1) forward_kernel(LaunchArgs a, Real* const* xs) {
   const BlockStart s = locate_block(a);
   if (s.v == nullptr) return;
   const PulseView& v = *s.v;
@@ -401,16 +411,15 @@ __global__ void __launch_bounds__(256) forward_kernel(LaunchArgs a, Real* const*
   if (v.recv_rank >= 0 && !v.fwd_arrives_direct) {
     if (!wait_for_data(a, v, p, 0, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.fwd_in);
-    const double zero[3] = {0, 0, 0};
     for (int k = first; k < v.n_recv; k += stride) {
-      copy_item(x + 3 * (v.recv_offset + k), in + 3 * k, zero);
+      copy_item(x + 3 * (v.recv_offset + k), in + 3 * k);
     }
     record(a, v.rank, p, trace_unpack_end, 0);
   }
 }
 
 template <class Real, bool PUTS>
-__global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const* fs) {
+__global__ void __launch_bounds__(256, 1) reverse_kernel(LaunchArgs a, Real* const* fs) {
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
   const BlockStart s = locate_block(a);
@@ -435,10 +444,7 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
     Real* const homes = v.rev_direct_to >= 0 ? fs[v.rev_direct_to] : nullptr;
     auto give_back = [&](int k, const Real* force) {
       if (homes == nullptr) {
-        const Real a = force[0], b = force[1], c = force[2];  // loads first (copy_item)
-        out[3 * k] = a;
-        out[3 * k + 1] = b;
-        out[3 * k + 2] = c;
+        copy_item(out + 3 * k, force);
       } else if (k < v.rev_direct_homes) {
         add_item(homes + 3 * static_cast<long long>(v.rev_direct_index[k]), force);
       }
@@ -459,7 +465,10 @@ __global__ void __launch_bounds__(256) reverse_kernel(LaunchArgs a, Real* const*
         const Real* mine = f + 3 * (v.recv_offset + k);
         Real sum[3] = {mine[0], mine[1], mine[2]};
         for (int c = v.rev_extra_start[e]; c < v.rev_extra_start[e + 1]; ++c) {
-          const Real* in = item_at(fs, table.rev_in, v.rev_extra[2 * c], v.rev_extra[2 * c + 1]);
+          // As in the forward: a force of my own is at f, in a register.
+          const int from = v.rev_extra[2 * c], index = v.rev_extra[2 * c + 1];
+          const Real* in = from == r ? f + 3 * static_cast<long long>(index)
+                                     : item_at(fs, table.rev_in, from, index);
           for (int d = 0; d < 3; ++d) sum[d] += in[d];
         }
         give_back(k, sum);

@@ -136,7 +136,7 @@ __device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* fi
 // events into a.trace; a variant of its own, since the records cost the kernel 16 registers
 // (48 -> 64: one resident block fewer per SM) when tracing is off too.
 template <bool PUTS, bool TRACE>
-__global__ void __launch_bounds__(256) grid_exchange_kernel(GridArgs a, char* field) {
+__global__ void __launch_bounds__(256, 1) grid_exchange_kernel(GridArgs a, char* field) {
   wait_for_previous_kernel();
   const int op = active_op(a.active, blockIdx.y);
   const GridOpView& v = a.views[op];

@@ -4,7 +4,8 @@
 # folder named second, .ab-something) put back (the same paths; carry it), built into
 # /tmp/halox-base-<folder>. halox-bench halo, baseline and change alternated twice, for two
 # processes on the one GPU under MPS (ipc-fused, nvshmem-fused) and 8 ranks in one process
-# (local).
+# (local). HALOX_AB_LBM=1 adds the grid kernel's figure: the 2-process multiphase LBM step
+# (ipc-fused, nvshmem-fused), baseline and change alternated twice.
 #   scripts/device/diag/particle_ab.sh OUTDIR [BASELINE_FOLDER]
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -21,7 +22,8 @@ nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>
 [ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
 cmake -S "$base" -B "$base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
   -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/base-configure.log" 2>&1 &&
-  cmake --build "$base/build" -j "$(nproc)" --target halox-bench > "$out/base-build.log" 2>&1 ||
+  cmake --build "$base/build" -j "$(nproc)" --target halox-bench \
+    $([ "${HALOX_AB_LBM:-0}" = 1 ] && echo halox-lbm) > "$out/base-build.log" 2>&1 ||
   { echo "baseline build FAILED"; tail -20 "$out/base-build.log"; exit 1; }
 start_mps
 for round in 1 2; do
@@ -35,4 +37,18 @@ for round in 1 2; do
       --transports local --json "$out/local8-$variant-$round.json" 2>&1 | halo_columns
   done
 done
+if [ "${HALOX_AB_LBM:-0}" = 1 ]; then
+  for round in 1 2; do
+    for variant in base change; do
+      l=$([ $variant = base ] && echo "$base/build/apps/lbm/halox-lbm" || echo "$lbm")
+      for transport in ipc-fused nvshmem-fused; do
+        echo "== lbm round $round, $variant, $transport"
+        CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 90 mpirun -n 2 --oversubscribe --bind-to none \
+          $l --grid 256x128x128 --ranks 2x1x1 --device gpu --steps 200 --comm datatype \
+          --transport $transport --json "$out/lbm-$transport-$variant-$round.json" 2>&1 |
+          grep -E "MLUPS;|exchange"
+      done
+    done
+  done
+fi
 stop_mps
