@@ -5,7 +5,8 @@
 #   scripts/device/check.sh OUTDIR [--quick]
 # HALOX_CHECK_PARTS picks sections (default: all of: sanitizer tests pack local notrace info
 # tune pingpong lbm md puts); HALOX_CHECK_SECONDS (default 480) is the time after which remaining
-# sections are skipped, so that the results are always packed before the device's limit.
+# sections are skipped, so that the results are always packed before the device's limit;
+# HALOX_CHECK_TESTS is a ctest -R filter for the tests section.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: check.sh OUTDIR [--quick]}
@@ -60,7 +61,7 @@ nvidia-cuda-mps-control -d && log "MPS started" || log "MPS did not start"
 
 want tests && {
 log "gpu tests"
-(cd build/gpu && ctest -L '^gpu$' --output-on-failure -V --timeout 150) > "$out/gpu-tests.log" 2>&1
+(cd build/gpu && ctest -L '^gpu$' -R "${HALOX_CHECK_TESTS:-.}" --output-on-failure -V --timeout 150) > "$out/gpu-tests.log" 2>&1
 rc=$?; grep -h "seed\|GPU:\|tests passed\|FAILED" "$out/gpu-tests.log" | tee -a "$out/summary.txt"
 [ $rc -eq 0 ] && log "gpu tests PASSED" || log "gpu tests FAILED"
 }
