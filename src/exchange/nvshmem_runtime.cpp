@@ -27,7 +27,9 @@ void ensure_nvshmem(MPI_Comm comm, std::int64_t heap_bytes_hint) {
     return;
   }
   // The heap from the plan, not NVSHMEM's default of a gigabyte per PE: four times the first
-  // exchange's need (later plans may grow), at least 32 MiB; every PE must agree.
+  // exchange's need, at least 32 MiB; every PE must agree. A later plan that needs more
+  // grows it: on x86 the heap is dynamic (CUDA VMM), nvshmem_malloc maps more memory when it
+  // is full (test_peer_hammer checks a plan beyond it).
   long long want = std::max<long long>(32ll << 20, 4 * heap_bytes_hint), agreed = 0;
   HALOX_MPI_CHECK(MPI_Allreduce(&want, &agreed, 1, MPI_LONG_LONG, MPI_MAX, comm));
   agreed = (agreed + (1 << 20) - 1) / (1 << 20) * (1 << 20);

@@ -10,7 +10,8 @@ namespace halox::detail {
 
 /// Collective over `comm` on first use: initialises NVSHMEM with one PE per rank of `comm`
 /// (PE = rank). The symmetric heap is sized from `heap_bytes_hint` (the first plan's need,
-/// with room to grow) unless NVSHMEM_SYMMETRIC_SIZE is set. Throws halox::Error when a
+/// with room to spare; NVSHMEM's dynamic heap grows past it) unless NVSHMEM_SYMMETRIC_SIZE is
+/// set. Throws halox::Error when a
 /// later communicator differs in size.
 void ensure_nvshmem(MPI_Comm comm, std::int64_t heap_bytes_hint);
 
