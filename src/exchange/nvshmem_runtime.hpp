@@ -11,8 +11,7 @@ namespace halox::detail {
 /// Collective over `comm` on first use: initialises NVSHMEM with one PE per rank of `comm`
 /// (PE = rank). The symmetric heap is sized from `heap_bytes_hint` (the first plan's need,
 /// with room to spare; NVSHMEM's dynamic heap grows past it) unless NVSHMEM_SYMMETRIC_SIZE is
-/// set. Throws halox::Error when a
-/// later communicator differs in size.
+/// set. Throws halox::Error when a later communicator differs in size.
 void ensure_nvshmem(MPI_Comm comm, std::int64_t heap_bytes_hint);
 
 /// nvshmem_malloc / nvshmem_free (collective; the same size on every PE).
