@@ -532,8 +532,8 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   // resident at once, so the grid is sized from the occupancy calculator.
   const bool float32 = m.real == BasicKind::float32;
   const int on_gpu = m.puts    ? resident_blocks_with_puts(float32)
-                     : float32 ? resident_blocks(reverse_kernel<float, false>)
-                               : resident_blocks(reverse_kernel<double, false>);
+                     : float32 ? resident_blocks_both_directions<float, false>()
+                               : resident_blocks_both_directions<double, false>();
   const int concurrent = m.options.kernels == FusedKernels::all_pulses ? std::max(1, m.npulses) : 1;
   const double resident = m.share * on_gpu;
   const int fit = static_cast<int>(resident / (static_cast<double>(m.ranks.size()) * concurrent));

@@ -537,7 +537,17 @@ template <class Real>
 void launch_with_puts(bool forward, dim3 grid, const LaunchArgs& a, Real* const* arrays,
                       cudaStream_t stream);
 void launch_probe_with_puts(dim3 grid, const LaunchArgs& a);
-/// resident_blocks of the reverse kernel (the larger) with puts.
+/// Blocks the forward and the reverse kernel both hold at once on this GPU: one grid size
+/// serves both directions and every block may spin, so the kernel with fewer resident blocks
+/// decides (which one that is follows ptxas's register choice: with __launch_bounds__(256, 1)
+/// the forward takes more registers than the reverse, and in float a block fewer per SM).
+template <class Real, bool PUTS>
+int resident_blocks_both_directions() {
+  const int forward = resident_blocks(forward_kernel<Real, PUTS>);
+  const int reverse = resident_blocks(reverse_kernel<Real, PUTS>);
+  return forward < reverse ? forward : reverse;
+}
+/// resident_blocks_both_directions with puts.
 int resident_blocks_with_puts(bool float32);
 
 }  // namespace halox::detail::fused_particle

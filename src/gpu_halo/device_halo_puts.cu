@@ -20,8 +20,8 @@ void launch_probe_with_puts(dim3 grid, const LaunchArgs& a) {
 }
 
 int resident_blocks_with_puts(bool float32) {
-  return float32 ? resident_blocks(reverse_kernel<float, true>)
-                 : resident_blocks(reverse_kernel<double, true>);
+  return float32 ? resident_blocks_both_directions<float, true>()
+                 : resident_blocks_both_directions<double, true>();
 }
 
 }  // namespace halox::detail::fused_particle
