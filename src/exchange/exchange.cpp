@@ -91,11 +91,11 @@ AutoChoice choose_transport(bool all_local, bool have_nvshmem, std::int64_t larg
         "NIC), no host waits; " +
         crossover;
   } else {
-    const std::int64_t from = pipelined_from;
-    kind = largest_message >= from ? TransportKind::pipelined : TransportKind::staged;
+    const bool pipelined = largest_message >= pipelined_from;
+    kind = pipelined ? TransportKind::pipelined : TransportKind::staged;
     why = "largest message " + std::to_string(largest_message) + " bytes " +
-          (largest_message >= from ? ">=" : "<") + " the measured pipelining crossover of " +
-          std::to_string(from) + " bytes";
+          (pipelined ? ">=" : "<") + " the measured pipelining crossover of " +
+          std::to_string(pipelined_from) + " bytes";
   }
   return {kind, why};
 }

@@ -39,6 +39,15 @@ struct Planes {
   std::vector<int> moved = {0};
 };
 
+// A face type `face` of one plane, taken in each of the planes `moved` (`plane_bytes` apart).
+Datatype over_planes(const Datatype& face, const std::vector<int>& moved,
+                     std::int64_t plane_bytes) {
+  std::vector<std::int64_t> blocks(moved.size(), 1), displacements;
+  for (int q : moved) displacements.push_back(q * plane_bytes);
+  return Datatype::struct_(blocks, displacements, std::vector<Datatype>(moved.size(), face))
+      .commit();
+}
+
 // Rank sizes along each axis: `base` cells, the first `extra` coordinates one more.
 void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int, 3> base,
            std::array<int, 3> extra, int halo, int components, std::array<int, 3> padding,
@@ -73,17 +82,12 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
     for (int r = 0; r < ranks; ++r) {
       const std::int64_t plane_bytes =
           static_cast<std::int64_t>(plane_elements(r) * sizeof(double));
-      std::vector<std::int64_t> blocks(planes.moved.size(), 1), displacements;
-      for (int q : planes.moved) displacements.push_back(q * plane_bytes);
+      const auto moved = static_cast<std::int64_t>(planes.moved.size());
       for (GridPulse& pulse : plans[r].pulses) {
-        pulse.send_type = Datatype::struct_(blocks, displacements,
-                                            std::vector<Datatype>(blocks.size(), pulse.send_type))
-                              .commit();
-        pulse.recv_type = Datatype::struct_(blocks, displacements,
-                                            std::vector<Datatype>(blocks.size(), pulse.recv_type))
-                              .commit();
-        pulse.header.send_size *= static_cast<std::int64_t>(blocks.size());
-        pulse.header.recv_size *= static_cast<std::int64_t>(blocks.size());
+        pulse.send_type = over_planes(pulse.send_type, planes.moved, plane_bytes);
+        pulse.recv_type = over_planes(pulse.recv_type, planes.moved, plane_bytes);
+        pulse.header.send_size *= moved;
+        pulse.header.recv_size *= moved;
       }
     }
   }
@@ -204,12 +208,8 @@ TEST(LocalGrid, PlaneCasesCoverFewAndManyPieces) {
   auto pieces = [&](const std::vector<int>& moved, std::int64_t plane_bytes) {
     std::size_t most = 0;
     for (const GridPulse& pulse : plan.pulses) {
-      std::vector<std::int64_t> blocks(moved.size(), 1), displacements;
-      for (int q : moved) displacements.push_back(q * plane_bytes);
-      const Datatype t = Datatype::struct_(blocks, displacements,
-                                           std::vector<Datatype>(blocks.size(), pulse.send_type))
-                             .commit();
-      most = std::max(most, t.canonical().pieces.size());
+      most = std::max(most,
+                      over_planes(pulse.send_type, moved, plane_bytes).canonical().pieces.size());
     }
     return most;
   };
