@@ -31,8 +31,9 @@ class Backend {
   virtual void half_kick(double dt) = 0;
   virtual void drift(double dt) = 0;
   virtual void halo_forward(ParticleExchange& exchange) = 0;
-  /// Forces on every local atom from the list (queued on the GPU).
-  virtual void forces(double cutoff) = 0;
+  /// Forces on every local atom from the list (queued on the GPU); `energy_shift` is added
+  /// to each pair's energy inside the cutoff (lj.hpp).
+  virtual void forces(double cutoff, double energy_shift) = 0;
   /// This rank's energy and virial from the last forces() call (waits for it).
   virtual Sums last_sums() = 0;
   virtual void halo_reverse(ParticleExchange& exchange) = 0;
@@ -63,8 +64,10 @@ class Backend {
 /// The cell grid of a neighbour search for `plan` with list radius `rlist`.
 struct CellGrid;
 CellGrid make_cell_grid(const ParticlePlan& plan, double rlist);
+/// plan.home_axes of every local atom (x: home then halo coordinates, as load() gets them).
+std::vector<std::uint8_t> home_axes_of(const ParticlePlan& plan, const std::vector<double>& x);
 
-std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cpu_backend(bool single_precision);
 /// Throws halox::Error when halox-md was built without CUDA or no GPU is visible.
 /// `shared`: order the back end's work on this stream (several ranks of one process, one
 /// stream: the local engine's exchange follows all of their kernels) instead of its own.

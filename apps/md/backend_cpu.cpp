@@ -7,17 +7,23 @@ namespace halox::md {
 
 namespace {
 
+// Real: double, or float for the same rounding as the GPU's float back end (on every
+// machine, so the precision's tests run in CI).
+template <class Real>
 class CpuBackend final : public Backend {
  public:
-  std::string name() const override { return "cpu (double)"; }
-  BasicKind real() const override { return BasicKind::float64; }
+  std::string name() const override { return sizeof(Real) == 8 ? "cpu (double)" : "cpu (float)"; }
+  BasicKind real() const override {
+    return sizeof(Real) == 8 ? BasicKind::float64 : BasicKind::float32;
+  }
 
   void load(const std::vector<double>& x, const std::vector<double>& v, const ParticlePlan& plan,
             double rlist) override {
-    m_x = x;
-    m_v = v;
+    m_x.assign(x.begin(), x.end());
+    m_v.assign(v.begin(), v.end());
     m_home = plan.home_count;
-    m_f.assign(x.size(), 0.0);
+    m_f.assign(x.size(), Real(0));
+    const std::vector<std::uint8_t> axes = home_axes_of(plan, x);
     // Counting sort of the atoms by cell, then the rows in the shared visiting order.
     const CellGrid grid = make_cell_grid(plan, rlist);
     const std::int64_t total = plan.total_count;
@@ -34,26 +40,26 @@ class CpuBackend final : public Backend {
     m_offsets.assign(total + 1, 0);
     m_neighbors.clear();
     for (std::int64_t i = 0; i < total; ++i) {
-      for_each_listed(i, m_x.data(), grid, start.data(), members.data(),
+      for_each_listed(i, m_x.data(), axes.data(), grid, start.data(), members.data(),
                       [&](std::int32_t j) { m_neighbors.push_back(j); });
       m_offsets[i + 1] = static_cast<std::int32_t>(m_neighbors.size());
     }
   }
   void half_kick(double dt) override {
-    for (std::int64_t i = 0; i < m_home; ++i) kick(i, 0.5 * dt, m_f.data(), m_v.data());
+    for (std::int64_t i = 0; i < m_home; ++i) kick(i, Real(0.5 * dt), m_f.data(), m_v.data());
   }
   void drift(double dt) override {
-    for (std::int64_t i = 0; i < m_home; ++i) md::drift(i, dt, m_v.data(), m_x.data());
+    for (std::int64_t i = 0; i < m_home; ++i) md::drift(i, Real(dt), m_v.data(), m_x.data());
   }
   void halo_forward(ParticleExchange& exchange) override { exchange.forward(m_x.data()); }
-  void forces(double cutoff) override {
+  void forces(double cutoff, double energy_shift) override {
     NeighborList list{static_cast<std::int64_t>(m_offsets.size()) - 1, m_offsets.data(),
                       m_neighbors.data()};
     Sums sums;
     for (std::int64_t i = 0; i < list.atoms; ++i) {
-      double e = 0, w = 0;
-      force_on_atom<double>(i, m_x.data(), list, cutoff * cutoff, lj_energy_shift(cutoff),
-                            m_f.data(), e, w);
+      Real e = 0, w = 0;
+      force_on_atom<Real>(i, m_x.data(), list, Real(cutoff * cutoff), Real(energy_shift),
+                          m_f.data(), e, w);
       sums.energy += e;
       sums.virial += w;
     }
@@ -65,12 +71,12 @@ class CpuBackend final : public Backend {
   void* force_array() override { return m_f.data(); }
   double velocity_squared() override {
     double s = 0;
-    for (std::int64_t k = 0; k < 3 * m_home; ++k) s += m_v[k] * m_v[k];
+    for (std::int64_t k = 0; k < 3 * m_home; ++k) s += double(m_v[k]) * double(m_v[k]);
     return s;
   }
   void fetch(std::vector<double>& x, std::vector<double>& v) override {
     x.assign(m_x.begin(), m_x.begin() + 3 * m_home);
-    v = m_v;
+    v.assign(m_v.begin(), m_v.end());
   }
   void fetch_forces(std::vector<double>& f) override {
     f.assign(m_f.begin(), m_f.begin() + 3 * m_home);
@@ -78,7 +84,7 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
 
  private:
-  std::vector<double> m_x, m_v, m_f;
+  std::vector<Real> m_x, m_v, m_f;
   std::int64_t m_home = 0;
   Sums m_sums;
   std::vector<std::int32_t> m_offsets, m_neighbors;
@@ -93,15 +99,20 @@ CellGrid make_cell_grid(const ParticlePlan& plan, double rlist) {
     const double extent = plan.domain.hi[d] + rlist - g.lo[d];
     g.cells[d] = std::max(1, static_cast<int>(extent / rlist));
     g.size[d] = extent / g.cells[d];
-    g.owner_lo[d] = plan.domain.lo[d];
-    g.owner_hi[d] = plan.domain.hi[d];
   }
   g.rlist2 = rlist * rlist;
   return g;
 }
 
-std::unique_ptr<Backend> make_cpu_backend() {
-  return std::make_unique<CpuBackend>();
+std::vector<std::uint8_t> home_axes_of(const ParticlePlan& plan, const std::vector<double>& x) {
+  std::vector<std::uint8_t> axes(static_cast<std::size_t>(plan.total_count));
+  for (std::size_t i = 0; i < axes.size(); ++i) axes[i] = plan.home_axes(&x[3 * i]);
+  return axes;
+}
+
+std::unique_ptr<Backend> make_cpu_backend(bool single_precision) {
+  if (single_precision) return std::make_unique<CpuBackend<float>>();
+  return std::make_unique<CpuBackend<double>>();
 }
 
 }  // namespace halox::md

@@ -101,24 +101,24 @@ __global__ void cell_kernel(const Real* x, std::int64_t n, CellGrid grid, std::i
 }
 
 template <class Real>
-__global__ void count_kernel(const Real* x, std::int64_t n, CellGrid grid,
+__global__ void count_kernel(const Real* x, const std::uint8_t* axes, std::int64_t n, CellGrid grid,
                              const std::int32_t* start, const std::int32_t* members,
                              std::int32_t* counts) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   std::int32_t c = 0;
-  for_each_listed(i, x, grid, start, members, [&](std::int32_t) { ++c; });
+  for_each_listed(i, x, axes, grid, start, members, [&](std::int32_t) { ++c; });
   counts[i] = c;
 }
 
 template <class Real>
-__global__ void fill_kernel(const Real* x, std::int64_t n, CellGrid grid, const std::int32_t* start,
-                            const std::int32_t* members, const std::int32_t* offsets,
-                            std::int32_t* neighbors) {
+__global__ void fill_kernel(const Real* x, const std::uint8_t* axes, std::int64_t n, CellGrid grid,
+                            const std::int32_t* start, const std::int32_t* members,
+                            const std::int32_t* offsets, std::int32_t* neighbors) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   std::int32_t at = offsets[i];
-  for_each_listed(i, x, grid, start, members, [&](std::int32_t j) { neighbors[at++] = j; });
+  for_each_listed(i, x, axes, grid, start, members, [&](std::int32_t j) { neighbors[at++] = j; });
 }
 
 int blocks(std::int64_t n) {
@@ -152,6 +152,10 @@ class GpuBackend final : public Backend {
     m_atoms = plan.total_count;
     upload(m_x, x);
     upload(m_v, v);
+    const std::vector<std::uint8_t> axes = home_axes_of(plan, x);
+    m_axes.resize(axes.size());
+    MD_CUDA(
+        cudaMemcpyAsync(m_axes.get(), axes.data(), axes.size(), cudaMemcpyHostToDevice, m_stream));
     m_f.resize(x.size());
     MD_CUDA(cudaMemsetAsync(m_f.get(), 0, x.size() * sizeof(Real), m_stream));
     // Cells: sort atom indices by cell (stable: by index within a cell), find each cell's
@@ -172,7 +176,7 @@ class GpuBackend final : public Backend {
                         thrust::counting_iterator<int>(ncells + 1), m_start.get());
     MD_CUDA(cudaMemsetAsync(m_offsets.get() + n, 0, sizeof(std::int32_t), m_stream));
     count_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(
-        m_x.get(), m_atoms, grid, m_start.get(), m_members.get(), m_offsets.get());
+        m_x.get(), m_axes.get(), m_atoms, grid, m_start.get(), m_members.get(), m_offsets.get());
     MD_CUDA(cudaGetLastError());
     thrust::exclusive_scan(policy, m_offsets.get(), m_offsets.get() + n + 1, m_offsets.get());
     std::int32_t entries = 0;
@@ -180,7 +184,7 @@ class GpuBackend final : public Backend {
                             m_stream));
     synchronize();
     m_neighbors.resize(static_cast<std::size_t>(entries));
-    fill_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_atoms, grid,
+    fill_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_axes.get(), m_atoms, grid,
                                                              m_start.get(), m_members.get(),
                                                              m_offsets.get(), m_neighbors.get());
     MD_CUDA(cudaGetLastError());
@@ -196,12 +200,11 @@ class GpuBackend final : public Backend {
     MD_CUDA(cudaGetLastError());
   }
   void halo_forward(ParticleExchange& exchange) override { exchange.forward(m_x.get(), m_stream); }
-  void forces(double cutoff) override {
+  void forces(double cutoff, double energy_shift) override {
     MD_CUDA(cudaMemsetAsync(m_sums.get(), 0, 2 * sizeof(double), m_stream));
     NeighborList list{m_atoms, m_offsets.get(), m_neighbors.get()};
     force_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(
-        m_x.get(), list, Real(cutoff * cutoff), Real(lj_energy_shift(cutoff)), m_f.get(),
-        m_sums.get());
+        m_x.get(), list, Real(cutoff * cutoff), Real(energy_shift), m_f.get(), m_sums.get());
     MD_CUDA(cudaGetLastError());
     // The sums are read after the step's last kernel (synchronize or velocity_squared).
     MD_CUDA(cudaMemcpyAsync(m_host_sums, m_sums.get(), 2 * sizeof(double), cudaMemcpyDeviceToHost,
@@ -265,6 +268,7 @@ class GpuBackend final : public Backend {
   cudaEvent_t m_event_start = nullptr, m_event_stop = nullptr;
   DeviceArray<Real> m_x, m_v, m_f;
   DeviceArray<std::int32_t> m_offsets, m_neighbors, m_cell, m_members, m_start;
+  DeviceArray<std::uint8_t> m_axes;
   DeviceArray<double> m_sums;
   double* m_host_sums = nullptr;
   std::int64_t m_home = 0, m_atoms = 0;

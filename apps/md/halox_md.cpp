@@ -46,7 +46,10 @@ void usage(FILE* out) {
       "  --thermo N          thermo line every N steps (default 10; 0: first and last only)\n"
       "  --ranks XxYxZ       rank grid (default: MPI_Dims_create)\n"
       "  --device D          auto | cpu | gpu (default auto: gpu when one is visible)\n"
-      "  --precision P       double | float (GPU only; default double)\n"
+      "  --precision P       double | float (default double)\n"
+      "  --lj-shift S        cutoff | none (default cutoff: each pair's energy shifted by\n"
+      "                      -u(rc), continuous at the cutoff; none: plain truncated LJ,\n"
+      "                      LAMMPS's lj/cut, GROMACS's vdw-modifier = None)\n"
       "  --transport T       host | staged | pipelined | mpi-direct | ipc-pulse | ipc-fused\n"
       "                      (default: host on the CPU,\n"
       "                      staged on the GPU); local: every rank of --ranks in this one\n"
@@ -108,6 +111,11 @@ Cli parse(int argc, char** argv) {
       if (p != "double" && p != "float")
         throw Error("halox-md: --precision must be double or float");
       c.single_precision = p == "float";
+    } else if (a == "--lj-shift") {
+      const std::string shift = value();
+      if (shift != "cutoff" && shift != "none")
+        throw Error("halox-md: --lj-shift must be cutoff or none (got " + shift + ")");
+      c.lj_shift = shift == "none" ? LjShift::none : LjShift::cutoff;
     } else if (a == "--transport") {
       const std::string t = value();
       if (t == "local") {
@@ -151,9 +159,10 @@ int run(int argc, char** argv) {
   Simulation sim(MPI_COMM_WORLD, cli.config);
   const Config& c = sim.config();
   if (rank == 0) {
-    std::printf("halox-md: %lld atoms, box %.4f, %s ranks, rc %.3g + skin %.3g, dt %g, %s\n",
+    std::printf("halox-md: %lld atoms, box %.4f, %s ranks, rc %.3g + skin %.3g, LJ %s, dt %g, %s\n",
                 static_cast<long long>(sim.atoms()), sim.box_length(),
-                sim.topology().describe().c_str(), c.cutoff, c.skin, c.dt,
+                sim.topology().describe().c_str(), c.cutoff, c.skin,
+                c.lj_shift == LjShift::none ? "truncated" : "shifted at rc", c.dt,
                 sim.transport_name().c_str());
     const auto& p = sim.plan().pulses_per_axis;
     std::printf("halo: %d/%d/%d pulses in x/y/z; rank 0 has %lld home and %lld halo atoms\n", p[0],
@@ -242,8 +251,10 @@ int run(int argc, char** argv) {
       << sim.topology().describe() << "\",\n  \"transport\": \"" << sim.transport_name()
       << "\",\n  \"config\": {\"cells\": " << c.cells << ", \"density\": " << c.density
       << ", \"temperature\": " << c.temperature << ", \"cutoff\": " << c.cutoff
-      << ", \"skin\": " << c.skin << ", \"dt\": " << c.dt << ", \"nstlist\": " << c.nstlist
-      << ", \"steps\": " << cli.steps << "},\n  \"thermo\": [";
+      << ", \"skin\": " << c.skin << ", \"lj_shift\": \""
+      << (c.lj_shift == LjShift::none ? "none" : "cutoff") << "\", \"precision\": \""
+      << (c.single_precision ? "float" : "double") << "\", \"dt\": " << c.dt
+      << ", \"nstlist\": " << c.nstlist << ", \"steps\": " << cli.steps << "},\n  \"thermo\": [";
     for (std::size_t k = 0; k < thermo.size(); ++k) {
       const Thermo& h = thermo[k];
       j << (k ? ",\n    " : "\n    ") << "{\"step\": " << h.step

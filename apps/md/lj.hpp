@@ -22,10 +22,11 @@ struct NeighborList {
 
 /// The cell grid of a neighbour search over a rank's local region [lo, hi + rlist): cells at
 /// least rlist wide, so a pair within rlist lies in neighbouring cells (no periodic wrap:
-/// the halo holds explicit images). `owner_lo/hi` is the home domain: a pair belongs to this
-/// rank when the component-wise minimum of its two positions lies inside it (plan.hpp).
+/// the halo holds explicit images). Which pairs this rank owns comes from each atom's
+/// home-axes mask (ParticlePlan::home_axes, decided in double at search time), not from
+/// its coordinates, so that rounding them to float cannot count a pair twice or never.
 struct CellGrid {
-  double lo[3], size[3], owner_lo[3], owner_hi[3];
+  double lo[3], size[3];
   int cells[3];
   double rlist2;
 
@@ -38,25 +39,23 @@ struct CellGrid {
   HALOX_MD_HD int cell_of(const Real* p) const {
     return cell_along(p, 0) + cells[0] * (cell_along(p, 1) + cells[1] * cell_along(p, 2));
   }
-  /// Whether (p, q) goes into the list: within rlist and owned by this rank.
+  /// Whether (p, q) goes into the list: within rlist and owned by this rank (their masks
+  /// cover every axis, as ParticlePlan::owns_pair).
   template <class Real>
-  HALOX_MD_HD bool listed(const Real* p, const Real* q) const {
+  HALOX_MD_HD bool listed(const Real* p, const Real* q, std::uint8_t p_axes,
+                          std::uint8_t q_axes) const {
+    if ((p_axes | q_axes) != 7) return false;
     const Real dx = p[0] - q[0], dy = p[1] - q[1], dz = p[2] - q[2];
-    if (!(double(dx * dx + dy * dy + dz * dz) < rlist2)) return false;
-    for (int d = 0; d < 3; ++d) {
-      const double m = double(p[d] < q[d] ? p[d] : q[d]);
-      if (m < owner_lo[d] || m >= owner_hi[d]) return false;
-    }
-    return true;
+    return double(dx * dx + dy * dy + dz * dz) < rlist2;
   }
 };
 
 /// Visits the neighbours of atom i (cells sorted so cell c's atoms are
 /// members[start[c] .. start[c + 1])) in a fixed order: the same list on CPU and GPU.
 template <class Real, class Visit>
-HALOX_MD_HD void for_each_listed(std::int64_t i, const Real* x, const CellGrid& grid,
-                                 const std::int32_t* start, const std::int32_t* members,
-                                 Visit&& visit) {
+HALOX_MD_HD void for_each_listed(std::int64_t i, const Real* x, const std::uint8_t* home_axes,
+                                 const CellGrid& grid, const std::int32_t* start,
+                                 const std::int32_t* members, Visit&& visit) {
   const Real* p = x + 3 * i;
   const int c[3] = {grid.cell_along(p, 0), grid.cell_along(p, 1), grid.cell_along(p, 2)};
   for (int dz = -1; dz <= 1; ++dz) {
@@ -70,7 +69,10 @@ HALOX_MD_HD void for_each_listed(std::int64_t i, const Real* x, const CellGrid& 
         const int id = n[0] + grid.cells[0] * (n[1] + grid.cells[1] * n[2]);
         for (std::int32_t k = start[id]; k < start[id + 1]; ++k) {
           const std::int32_t j = members[k];
-          if (j != i && grid.listed(p, x + 3 * static_cast<std::int64_t>(j))) visit(j);
+          if (j != i &&
+              grid.listed(p, x + 3 * static_cast<std::int64_t>(j), home_axes[i], home_axes[j])) {
+            visit(j);
+          }
         }
       }
     }
@@ -79,9 +81,11 @@ HALOX_MD_HD void for_each_listed(std::int64_t i, const Real* x, const CellGrid& 
 
 /// Force on atom i from its row, and half the energy and virial of its pairs (each pair is
 /// in two rows). Pairs beyond the cutoff (the list holds cutoff + skin) contribute nothing.
-/// Reduced units (epsilon = sigma = mass = 1). The forces are plain truncated LJ; the energy
-/// is shifted by `energy_shift` = -u(cutoff) so that it does not jump when a pair crosses
-/// the cutoff, which makes the total-energy drift a measure of the integration.
+/// Reduced units (epsilon = sigma = mass = 1). The forces are plain truncated LJ; each
+/// pair's energy gets `energy_shift` added: -u(cutoff) (lj_energy_shift, the default) so
+/// that it does not jump when a pair crosses the cutoff, which makes the total-energy drift
+/// a measure of the integration, or 0 for the plain truncated potential of LAMMPS's
+/// lj/cut and GROMACS's vdw-modifier = None.
 template <class Real>
 HALOX_MD_HD void force_on_atom(std::int64_t i, const Real* x, NeighborList list, Real cutoff2,
                                Real energy_shift, Real* f, Real& half_energy, Real& half_virial) {
@@ -109,7 +113,7 @@ HALOX_MD_HD void force_on_atom(std::int64_t i, const Real* x, NeighborList list,
   half_virial = Real(0.5) * w;
 }
 
-/// -u(cutoff): added to each pair's energy inside the cutoff.
+/// -u(cutoff): added to each pair's energy inside the cutoff (--lj-shift cutoff).
 inline double lj_energy_shift(double cutoff) {
   const double inv6 = 1.0 / (cutoff * cutoff * cutoff * cutoff * cutoff * cutoff);
   return -4.0 * inv6 * (inv6 - 1.0);

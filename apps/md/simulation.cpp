@@ -7,6 +7,7 @@
 
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
+#include "lj.hpp"
 
 namespace halox::md {
 
@@ -102,7 +103,7 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
     r.backend = gpu ? make_gpu_backend(
                           config.single_precision,
                           m_ranks.front().backend ? m_ranks.front().backend->stream() : nullptr)
-                    : make_cpu_backend();
+                    : make_cpu_backend(config.single_precision);
   }
   if (!m_config.transport_given) {
     m_config.transport = gpu ? TransportKind::staged : TransportKind::host;
@@ -158,7 +159,7 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
   }
 
   neighbor_search(true);
-  for (Rank& r : m_ranks) r.backend->forces(config.cutoff);
+  for (Rank& r : m_ranks) r.backend->forces(config.cutoff, energy_shift());
   halo(false);
   for (Rank& r : m_ranks) r.backend->synchronize();
 }
@@ -168,6 +169,10 @@ Simulation::~Simulation() {
   m_local_exchange.reset();
   m_exchange.reset();
   while (!m_ranks.empty()) m_ranks.pop_back();
+}
+
+double Simulation::energy_shift() const {
+  return m_config.lj_shift == LjShift::cutoff ? lj_energy_shift(m_config.cutoff) : 0.0;
 }
 
 double Simulation::sum(double local) {
@@ -336,7 +341,7 @@ void Simulation::step() {
     timed(m_timers.halo_forward, [&] { halo(true); });
   }
   timed(m_timers.force, [&] {
-    for (Rank& r : m_ranks) r.backend->forces(m_config.cutoff);
+    for (Rank& r : m_ranks) r.backend->forces(m_config.cutoff, energy_shift());
   });
   const double reverse_before = m_timers.halo_reverse;
   timed(m_timers.halo_reverse, [&] { halo(false); });

@@ -19,6 +19,11 @@
 
 namespace halox::md {
 
+/// The pair energy: `cutoff` shifts it by -u(rc) so it is continuous at the cutoff (halox-md's
+/// default: the total-energy drift then measures the integration); `none` is the plain
+/// truncated LJ of LAMMPS's lj/cut and GROMACS's vdw-modifier = None. Forces are the same.
+enum class LjShift { cutoff, none };
+
 struct Config {
   int cells = 8;              ///< fcc unit cells per box edge (4 atoms each)
   double density = 0.8442;    ///< reduced number density
@@ -29,7 +34,8 @@ struct Config {
   int nstlist = 10;  ///< neighbour search (and migration, plan rebuild) every N steps
   std::array<int, 3> ranks = {0, 0, 0};  ///< 0: chosen by MPI_Dims_create
   std::string device = "auto";           ///< auto | cpu | gpu
-  bool single_precision = false;         ///< GPU only
+  bool single_precision = false;         ///< float coordinates, forces and velocities
+  LjShift lj_shift = LjShift::cutoff;
   TransportKind transport = TransportKind::host;
   bool transport_given = false;  ///< otherwise host on the CPU, staged on the GPU
   /// --transport local: every rank of `ranks` in this one process (no MPI between them),
@@ -126,6 +132,8 @@ class Simulation {
   void neighbor_search(bool first);
   void migrate();
   void halo(bool forward);
+  /// The energy shift each pair inside the cutoff gets (Config::lj_shift).
+  double energy_shift() const;
   double sum(double local);
   /// Runs `phase` for every rank of this process, timed into `slot`.
   template <class Phase>

@@ -78,6 +78,16 @@ struct ParticlePlan {
   std::array<int, 3> pulses_per_axis{};
   /// Which pulse delivered item `i` (-1 for home items).
   int pulse_of(std::int64_t i) const;
+  /// Bit d (1 << d) set when coordinate d of `position` (this rank's local frame, as the
+  /// plan builder delivers halo items) lies inside the home domain [lo, hi), clear when it
+  /// lies in the imported shell above it. Every local item lies at or above lo, so this
+  /// rank owns a pair exactly when, along every axis, one of its two items is inside:
+  /// owns_pair(home_axes(a), home_axes(b)). Decided once in double at plan time, the masks
+  /// keep ownership exact when the coordinates are later rounded (float): comparing rounded
+  /// coordinates with the domain bounds can count a pair and its periodic image both or
+  /// neither (an atom at x = 0 and its image at float(L) < L).
+  std::uint8_t home_axes(const double* position) const;
+  static bool owns_pair(std::uint8_t axes_a, std::uint8_t axes_b) { return (axes_a | axes_b) == 7; }
   /// Whether this rank computes the pair at positions a and b (in its local frame, as the
   /// halo exchange delivers them): it owns their component-wise minimum.
   bool owns_pair(const double* a, const double* b) const;

@@ -38,6 +38,14 @@ int ParticlePlan::pulse_of(std::int64_t i) const {
   return -1;
 }
 
+std::uint8_t ParticlePlan::home_axes(const double* position) const {
+  std::uint8_t axes = 0;
+  for (int k = 0; k < 3; ++k) {
+    if (position[k] >= domain.lo[k] && position[k] < domain.hi[k]) axes |= 1u << k;
+  }
+  return axes;
+}
+
 bool ParticlePlan::owns_pair(const double* a, const double* b) const {
   for (int k = 0; k < 3; ++k) {
     const double m = std::min(a[k], b[k]);

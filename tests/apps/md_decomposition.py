@@ -3,10 +3,20 @@
 compares with the single-rank run: forces at step 0 to 1e-12 relative, energies after 20
 steps to 1e-9 relative (CPU, double). --bad-input checks that bad input is refused cleanly.
 
+--lattice checks perfect and near-perfect fcc lattices (jitter 0, 1e-7, 1e-6: atoms on or
+within rounding of cell and domain boundaries), float and double, on one rank, 2x2x2 and
+3x1x2 grids (one process, --transport local, and MPI_NP real ranks): potential and pressure
+at step 0 against the double single-rank run (1e-6 relative for float, 1e-12 for double)
+and, for the perfect lattice, against the analytic lattice sums, with --lj-shift cutoff and
+none.
+
 usage: md_decomposition.py MPIEXEC HALOX_MD NP GRID... [--device cpu|gpu] [--transport T]
                            [--force-tol X] [--energy-tol X]
        md_decomposition.py MPIEXEC HALOX_MD --bad-input
+       md_decomposition.py MPIEXEC HALOX_MD --lattice [--device cpu|gpu] [--mpi-transport T]
 """
+import itertools
+import math
 import json
 import os
 import subprocess
@@ -36,8 +46,85 @@ def simulate(mpiexec, md, np, grid, extra, workdir, steps=20):
         return table, json.load(f)
 
 
+def fcc_lattice_sums(density, cutoff, cells):
+    """Per atom of a perfect fcc lattice: the LJ energy (truncated at the cutoff) and the
+    virial sum of r.F over its pairs within the cutoff, both halved (each pair is shared)."""
+    a = (4.0 / density) ** (1.0 / 3.0)
+    basis = [(0, 0, 0), (0.5, 0.5, 0), (0.5, 0, 0.5), (0, 0.5, 0.5)]
+    reach = int(math.ceil(cutoff / a)) + 1
+    energy = virial = shift_pairs = 0.0
+    for i, j, k in itertools.product(range(-reach, reach + 1), repeat=3):
+        for b in basis:
+            r = [(i + b[0]) * a, (j + b[1]) * a, (k + b[2]) * a]
+            r2 = sum(c * c for c in r)
+            if r2 == 0 or r2 >= cutoff * cutoff:
+                continue
+            inv6 = 1.0 / r2 ** 3
+            energy += 0.5 * 4 * inv6 * (inv6 - 1)
+            virial += 0.5 * 48 * inv6 * (inv6 - 0.5)
+            shift_pairs += 0.5
+    box = cells * a
+    assert cutoff < box / 2, "the lattice sums assume no image of an atom within the cutoff"
+    return energy, virial, shift_pairs
+
+
+def lattice(mpiexec, md, args):
+    device = args[args.index("--device") + 1] if "--device" in args else "cpu"
+    mpi_transport = args[args.index("--mpi-transport") + 1] if "--mpi-transport" in args else None
+    cells, density, cutoff, temperature = 6, 0.8442, 2.5, 1.44
+    base = ["--cells", str(cells), "--steps", "0", "--quiet", "--device", device]
+    failures = []
+    with tempfile.TemporaryDirectory() as work:
+        def step0(np, grid, precision, jitter, shift, transport):
+            out = os.path.join(work, "lattice.json")
+            extra = ["--ranks", grid, "--precision", precision, "--jitter", str(jitter),
+                     "--lj-shift", shift, "--json", out]
+            if transport:
+                extra += ["--transport", transport]
+            run(mpiexec, md, np, base + extra)
+            with open(out) as f:
+                return json.load(f)["thermo"][0]
+
+        e_pair, w_pair, pairs = fcc_lattice_sums(density, cutoff, cells)
+        inv6 = 1.0 / cutoff ** 6
+        u_rc = 4 * inv6 * (inv6 - 1)
+        for shift in ("cutoff", "none"):
+            for jitter in (0, 1e-7, 1e-6):
+                ref = step0(1, "1x1x1", "double", jitter, shift, None)
+                if jitter == 0:
+                    analytic = {"potential": e_pair - (u_rc * pairs if shift == "cutoff" else 0),
+                                "pressure": density * temperature + density * w_pair / 3}
+                    for k, v in analytic.items():
+                        err = abs(ref[k] - v) / abs(v)
+                        print(f"perfect lattice, --lj-shift {shift}: {k} {ref[k]:.10f}, "
+                              f"analytic {v:.10f}, error {err:.1e}")
+                        if not err <= 1e-12:
+                            failures.append(f"analytic {k} (--lj-shift {shift})")
+                runs = [(1, "1x1x1", None), (1, "2x2x2", "local"), (1, "3x1x2", "local")]
+                if mpi_transport:
+                    runs += [(2, "1x1x2", mpi_transport)]
+                for precision in ("double", "float"):
+                    tol = 1e-12 if precision == "double" else 1e-6
+                    for np, grid, transport in runs:
+                        got = step0(np, grid, precision, jitter, shift, transport)
+                        err = max(abs(got[k] - ref[k]) / abs(ref[k])
+                                  for k in ("potential", "pressure"))
+                        where = (f"{precision} jitter {jitter:g} --lj-shift {shift} {grid} "
+                                 f"({np} process{'es' if np > 1 else ''}"
+                                 f"{', ' + transport if transport else ''})")
+                        print(f"{where}: potential {got['potential']:.10f} pressure "
+                              f"{got['pressure']:.8f}, error {err:.1e} (tol {tol:g})")
+                        if not err <= tol:
+                            failures.append(where)
+    if failures:
+        sys.exit("FAILED: " + "; ".join(failures))
+
+
 def main():
     mpiexec, md = sys.argv[1], sys.argv[2]
+    if sys.argv[3] == "--lattice":
+        lattice(mpiexec, md, sys.argv[4:])
+        return
     if sys.argv[3] == "--bad-input":
         cases = [
             (1, ["--density", "0"], "density"),
