@@ -1,9 +1,11 @@
 // halox: MPI-compatible derived datatypes and their canonical strided form.
 //
-// A Datatype is a cheap, copyable value (a shared pointer to an immutable type tree). It
-// follows MPI's type-map semantics exactly: size, extent, lb, true_lb and true_extent are
-// those MPI_Type_size / MPI_Type_get_extent / MPI_Type_get_true_extent report (including
-// Open MPI's alignment padding of the extent and the sticky bounds of resized types).
+// A Datatype is a cheap, copyable value (a shared pointer to an immutable type tree). Its
+// constructors follow the MPI standard's type map: size, extent, lb, true_lb and true_extent
+// are those of the standard, with the extent padded once per constructor to the largest
+// alignment (the standard's epsilon) and the sticky bounds of resized types. MPI libraries
+// pad differently where displacements are misaligned (Open MPI pads after every block);
+// from_mpi (halox/mpi.hpp) takes the bounds the library reports instead, at every level.
 // commit() computes the canonical form once; pack and unpack are driven by it.
 #pragma once
 
@@ -116,6 +118,11 @@ struct CanonicalForm {
   /// Human-readable description, e.g. "strided{off=8 bytes=8 dims=[(256,2048)]}".
   std::string describe() const;
 };
+
+/// The deepest nest of constructors a Datatype may have (each constructor adds one to three
+/// levels); deeper ones raise DatatypeError, in the constructors and in from_mpi, instead of
+/// exhausting the stack. Real codes nest a handful of levels.
+inline constexpr int kMaxDatatypeDepth = 1024;
 
 /// An MPI-style derived datatype.
 class Datatype {

@@ -90,14 +90,6 @@ struct Bounds {
   }
 };
 
-// Open MPI (the reference of the property test) turns vector-like types of no blocks and
-// indexed-like types without data into MPI_DATATYPE_NULL-like empty types: no bounds, no
-// sticky markers. MPI leaves this corner to the implementation.
-void make_empty(Node& node) {
-  node.lb = node.ub = node.true_lb = node.true_ub = 0;
-  node.explicit_bounds = false;
-}
-
 std::shared_ptr<Node> make_node(Node::Shape shape, const char* combiner) {
   auto node = std::make_shared<Node>();
   node->shape = shape;
@@ -108,8 +100,20 @@ std::shared_ptr<Node> make_node(Node::Shape shape, const char* combiner) {
 }  // namespace
 
 // Wraps finished nodes into Datatype values (the constructor is private).
+// Every node passes here: the nesting depth is bounded so that commit(), the import and the
+// destruction of the tree (all recursive) cannot exhaust the stack.
 struct DatatypeFactory {
-  static Datatype wrap(std::shared_ptr<const Node> node) { return Datatype(std::move(node)); }
+  static Datatype wrap(std::shared_ptr<Node> node) {
+    int depth = 0;
+    for (const Datatype& child : node->children) depth = std::max(depth, child.node()->depth);
+    node->depth = depth + 1;
+    if (node->depth > kMaxDatatypeDepth) {
+      fail(node->combiner, "the type would be nested " + std::to_string(node->depth) +
+                               " levels deep, more than the " + std::to_string(kMaxDatatypeDepth) +
+                               " halox supports");
+    }
+    return Datatype(std::move(node));
+  }
 };
 
 std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* where) {
@@ -164,8 +168,9 @@ Datatype blocks_type(const char* where, const char* combiner,
     size = checked_add(size, checked_mul(blocklengths[b], child.size, where), where);
   }
   node->size = size;
+  // A type without data keeps the sticky bounds of resized children it places, as the type
+  // map does (Open MPI drops them for some constructors; from_mpi follows the library).
   bounds.store(*node, where);
-  if (one_type && size == 0) make_empty(*node);
   return DatatypeFactory::wrap(std::move(node));
 }
 
@@ -186,7 +191,6 @@ Datatype strided_type(const char* where, const char* combiner, std::int64_t coun
   }
   node->size = checked_mul(checked_mul(count, blocklength, where), child.size, where);
   bounds.store(*node, where);
-  if (count == 0 || blocklength == 0) make_empty(*node);
   return DatatypeFactory::wrap(std::move(node));
 }
 

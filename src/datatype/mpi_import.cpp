@@ -1,9 +1,16 @@
 // Import of real MPI datatypes: the envelope/contents walk lets an MPI code hand its
-// existing types to halox with no rewrite.
+// existing types to halox with no rewrite. The MPI library, not halox's reading of the
+// standard, is the reference: every level is resized to the bounds the library reports, and
+// a level whose data the library places elsewhere than halox would is refused, so that the
+// import packs exactly the bytes MPI_Pack does and never leaves the library's footprint.
+#include <algorithm>
+#include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "halox/mpi.hpp"
+#include "halox/pack.hpp"
 
 namespace halox {
 
@@ -69,25 +76,95 @@ Order order_of(int order) {
   return order == MPI_ORDER_FORTRAN ? Order::fortran : Order::c;
 }
 
-Datatype import(MPI_Datatype type) {
+const char* combiner_name(int combiner) {
+  switch (combiner) {
+    case MPI_COMBINER_DUP: return "MPI_Type_dup";
+    case MPI_COMBINER_CONTIGUOUS: return "MPI_Type_contiguous";
+    case MPI_COMBINER_VECTOR: return "MPI_Type_vector";
+    case MPI_COMBINER_HVECTOR: return "MPI_Type_create_hvector";
+    case MPI_COMBINER_INDEXED: return "MPI_Type_indexed";
+    case MPI_COMBINER_HINDEXED: return "MPI_Type_create_hindexed";
+    case MPI_COMBINER_INDEXED_BLOCK: return "MPI_Type_create_indexed_block";
+    case MPI_COMBINER_HINDEXED_BLOCK: return "MPI_Type_create_hindexed_block";
+    case MPI_COMBINER_STRUCT: return "MPI_Type_create_struct";
+    case MPI_COMBINER_SUBARRAY: return "MPI_Type_create_subarray";
+    case MPI_COMBINER_DARRAY: return "MPI_Type_create_darray";
+    case MPI_COMBINER_RESIZED: return "MPI_Type_create_resized";
+    default: return "a named type";
+  }
+}
+
+// Gives `built` (halox's reading of one level of `type`) the size and bounds the MPI library
+// reports for it. MPI libraries pad extents their own way (Open MPI pads after every
+// misaligned block, the standard once); resizing to the library's lb and extent makes every
+// parent place and repeat its children as the library does. The true bounds are where the
+// data lies: they must agree already, or the two type maps differ and halox refuses.
+Datatype conform(Datatype built, MPI_Datatype type, int combiner, int depth) {
+  MPI_Count size = 0, lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+  HALOX_MPI_CHECK(MPI_Type_size_x(type, &size));
+  HALOX_MPI_CHECK(MPI_Type_get_extent_x(type, &lb, &extent));
+  HALOX_MPI_CHECK(MPI_Type_get_true_extent_x(type, &true_lb, &true_extent));
+  auto refuse = [&](const std::string& what) {
+    throw DatatypeError(std::string("halox::from_mpi: ") + combiner_name(combiner) + " at depth " +
+                        std::to_string(depth) + ": " + what);
+  };
+  if (built.size() != size) {
+    refuse("the MPI library reports " + std::to_string(size) + " bytes of data, halox reads " +
+           std::to_string(built.size()) + " from its constructor");
+  }
+  // Libraries report arbitrary true bounds for types without data (Open MPI: INT64_MAX).
+  if (size > 0 && (built.true_lb() != true_lb || built.true_extent() != true_extent)) {
+    refuse("the MPI library places the data at [" + std::to_string(true_lb) + ", " +
+           std::to_string(true_lb + true_extent) + "), halox's reading of the constructor at [" +
+           std::to_string(built.true_lb()) + ", " +
+           std::to_string(built.true_lb() + built.true_extent()) +
+           "); the type maps differ, so halox cannot pack it as the library does");
+  }
+  if (built.lb() != lb || built.extent() != extent) return Datatype::resized(built, lb, extent);
+  return built;
+}
+
+Datatype import_level(MPI_Datatype type, int nints, int naddrs, int ntypes, int combiner,
+                      int depth);
+
+// Deeper nests than any real code builds are refused before they can exhaust the stack (here,
+// in commit() and in the destruction of the tree).
+constexpr int kMaxImportDepth = kMaxDatatypeDepth;
+
+Datatype import(MPI_Datatype type, int depth) {
   // Open MPI builds empty derived types as duplicates of MPI_DATATYPE_NULL.
   if (type == MPI_DATATYPE_NULL) return Datatype::contiguous(0, Datatype::basic(BasicKind::byte_));
+  if (depth > kMaxImportDepth) {
+    throw DatatypeError("halox::from_mpi: the type is nested deeper than " +
+                        std::to_string(kMaxImportDepth) + " levels");
+  }
   int nints = 0, naddrs = 0, ntypes = 0, combiner = 0;
   HALOX_MPI_CHECK(MPI_Type_get_envelope(type, &nints, &naddrs, &ntypes, &combiner));
   if (combiner == MPI_COMBINER_NAMED) return named(type);
+  return conform(import_level(type, nints, naddrs, ntypes, combiner, depth), type, combiner, depth);
+}
+
+Datatype import_level(MPI_Datatype type, int nints, int naddrs, int ntypes, int combiner,
+                      int depth) {
   std::vector<int> ints(static_cast<std::size_t>(nints));
   std::vector<MPI_Aint> addrs(static_cast<std::size_t>(naddrs));
   std::vector<MPI_Datatype> mpi_types(static_cast<std::size_t>(ntypes));
   HALOX_MPI_CHECK(MPI_Type_get_contents(type, nints, naddrs, ntypes, ints.data(), addrs.data(),
                                         mpi_types.data()));
   std::vector<Datatype> types;
-  for (MPI_Datatype t : mpi_types) {
-    types.push_back(import(t));
-    if (t == MPI_DATATYPE_NULL) continue;
-    int ni = 0, na = 0, nt = 0, c = 0;
-    HALOX_MPI_CHECK(MPI_Type_get_envelope(t, &ni, &na, &nt, &c));
-    if (c != MPI_COMBINER_NAMED) HALOX_MPI_CHECK(MPI_Type_free(&t));  // contents returns copies
-  }
+  // Contents returns copies of the derived children: freed on every path, errors included.
+  struct FreeCopies {
+    std::vector<MPI_Datatype>& types;
+    ~FreeCopies() {
+      for (MPI_Datatype t : types) {
+        if (t == MPI_DATATYPE_NULL) continue;
+        int ni = 0, na = 0, nt = 0, c = 0;
+        if (MPI_Type_get_envelope(t, &ni, &na, &nt, &c) == MPI_SUCCESS && c != MPI_COMBINER_NAMED)
+          MPI_Type_free(&t);
+      }
+    }
+  } free_copies{mpi_types};
+  for (MPI_Datatype t : mpi_types) types.push_back(import(t, depth + 1));
   auto int_range = [&](std::size_t begin, std::size_t n) {
     return std::vector<std::int64_t>(ints.begin() + static_cast<std::ptrdiff_t>(begin),
                                      ints.begin() + static_cast<std::ptrdiff_t>(begin + n));
@@ -100,8 +177,16 @@ Datatype import(MPI_Datatype type) {
   switch (combiner) {
     case MPI_COMBINER_DUP: return types[0].dup();
     case MPI_COMBINER_CONTIGUOUS: return Datatype::contiguous(ints[0], types[0]);
-    case MPI_COMBINER_VECTOR: return Datatype::vector(ints[0], ints[1], ints[2], types[0]);
-    case MPI_COMBINER_HVECTOR: return Datatype::hvector(ints[0], ints[1], addrs[0], types[0]);
+    // Open MPI takes a byte stride of exactly -1 (stride * extent == -1) for "the natural
+    // extent" and lays the blocks out contiguously; conform() checks the library did so.
+    case MPI_COMBINER_VECTOR:
+      if (static_cast<std::int64_t>(ints[2]) * types[0].extent() == -1) {
+        return Datatype::contiguous(std::int64_t{ints[0]} * ints[1], types[0]);
+      }
+      return Datatype::vector(ints[0], ints[1], ints[2], types[0]);
+    case MPI_COMBINER_HVECTOR:
+      if (addrs[0] == -1) return Datatype::contiguous(std::int64_t{ints[0]} * ints[1], types[0]);
+      return Datatype::hvector(ints[0], ints[1], addrs[0], types[0]);
     case MPI_COMBINER_INDEXED:
       return Datatype::indexed(int_range(1, n), int_range(1 + n, n), types[0]);
     case MPI_COMBINER_HINDEXED:
@@ -136,10 +221,48 @@ Datatype import(MPI_Datatype type) {
   }
 }
 
+// The last word is the library's own MPI_Pack: two instances of a probe buffer packed by both
+// must agree byte for byte (Open MPI 4.1 packs some types with sticky bounds contiguously,
+// against the extent it reports; no bound can tell). Types whose two instances span more than
+// kProbeBytes are not probed: their bounds were checked level by level.
+void check_against_mpi_pack(const Datatype& imported, MPI_Datatype type) {
+  constexpr std::int64_t kProbeBytes = 1 << 20;
+  if (imported.size() == 0) return;
+  const std::int64_t extent = imported.extent();
+  const std::int64_t lo = imported.true_lb() + std::min<std::int64_t>(0, extent);
+  const std::int64_t hi =
+      imported.true_lb() + imported.true_extent() + std::max<std::int64_t>(0, extent);
+  if (hi - lo > kProbeBytes || 2 * imported.size() > kProbeBytes) return;
+  std::vector<unsigned char> probe(static_cast<std::size_t>(hi - lo));
+  for (std::size_t i = 0; i < probe.size(); ++i) {
+    probe[i] = static_cast<unsigned char>((i * 131 + i / 251) % 256);
+  }
+  const unsigned char* base = probe.data() - lo;
+  const std::int64_t bytes = 2 * imported.size();
+  std::vector<unsigned char> theirs(static_cast<std::size_t>(bytes)), ours(theirs.size());
+  int position = 0;
+  HALOX_MPI_CHECK(
+      MPI_Pack(base, 2, type, theirs.data(), static_cast<int>(bytes), &position, MPI_COMM_SELF));
+  pack(base, 2, imported, ours.data());
+  if (position != bytes || theirs != ours) {
+    std::int64_t at = 0;
+    while (at < bytes && theirs[static_cast<std::size_t>(at)] == ours[static_cast<std::size_t>(at)])
+      ++at;
+    throw DatatypeError(
+        "halox::from_mpi: the MPI library's MPI_Pack of two instances differs from the type "
+        "map of the bounds it reports (from byte " +
+        std::to_string(at) +
+        " of the packed stream): an MPI library bug halox cannot follow; build the type with "
+        "halox's constructors instead");
+  }
+}
+
 }  // namespace
 
 Datatype from_mpi(MPI_Datatype type) {
-  return import(type).commit();
+  Datatype imported = import(type, 1).commit();
+  check_against_mpi_pack(imported, type);
+  return imported;
 }
 
 }  // namespace halox

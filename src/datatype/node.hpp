@@ -29,6 +29,7 @@ struct Datatype::Node {
   // attributes, as MPI defines them
   std::int64_t size = 0, lb = 0, ub = 0, true_lb = 0, true_ub = 0, align = 1;
   bool explicit_bounds = false;  // carries resized's sticky lb/ub markers
+  int depth = 1;                 // levels of nodes down to the deepest basic type
   bool homogeneous = true;
   BasicKind homogeneous_kind = BasicKind::byte_;
 

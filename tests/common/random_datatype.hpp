@@ -109,10 +109,14 @@ inline Datatype to_halox(const Recipe& r) {
 
 /// Random recipes. `regular_only` restricts to contiguous/vector/hvector/subarray, whose
 /// canonical form must be a single strided block; it keeps the strided dimensions within
-/// kMaxStridedDims.
+/// kMaxStridedDims. `awkward` adds what the default keeps away from because MPI libraries
+/// and the standard differ there (for from_mpi, which must follow the library): misaligned,
+/// unordered and negative displacements of odd sizes, byte strides of -1 to -5 and touching
+/// negative strides, resized types without data and empty types at any level.
 class RecipeGenerator {
  public:
-  explicit RecipeGenerator(std::uint64_t seed) : m_rng(seed) {}
+  explicit RecipeGenerator(std::uint64_t seed, bool awkward = false)
+      : m_rng(seed), m_awkward(awkward) {}
 
   Recipe random(int depth, bool regular_only = false) {
     int dim_budget = kMaxStridedDims;
@@ -157,6 +161,10 @@ class RecipeGenerator {
     }
     const int nkids = r.kind == K::struct_ ? static_cast<int>(uniform(1, 3)) : 1;
     for (int i = 0; i < nkids; ++i) r.children.push_back(make(depth - 1, regular_only, dim_budget));
+    // MPI refuses subarrays and darrays of types without data.
+    if ((r.kind == K::subarray || r.kind == K::darray) && to_halox(r.children[0]).size() == 0) {
+      r.children[0] = leaf();
+    }
     const std::int64_t ext = std::max<std::int64_t>(1, extent_of(r.children[0]));
     const std::int64_t align = align_of(r.children[0]);
     switch (r.kind) {
@@ -169,6 +177,7 @@ class RecipeGenerator {
         // negative-stride vectors whose blocks touch (|stride| <= blocklength), a bug of the
         // reference, not of halox (see docs/datatypes.md).
         if (uniform(0, 3) == 0) r.stride = -(r.blocklength + uniform(1, 3));
+        if (m_awkward && uniform(0, 2) == 0) r.stride = -uniform(1, 5);
         if (regular_only) r.stride = r.blocklength + uniform(0, 3);
         break;
       case K::hvector:
@@ -176,6 +185,9 @@ class RecipeGenerator {
         r.blocklength = uniform(1, 3);
         r.stride = r.blocklength * ext + uniform(0, 3) * uniform(1, 2) * align;
         if (uniform(0, 4) == 0) r.stride = -(r.blocklength * ext + uniform(1, 2) * align);
+        if (m_awkward && uniform(0, 2) == 0) {
+          r.stride = uniform(0, 1) ? -uniform(1, 5) : r.blocklength * ext + uniform(-3, 3);
+        }
         if (regular_only) r.stride = r.blocklength * ext + uniform(0, 16);
         break;
       case K::indexed:
@@ -191,9 +203,13 @@ class RecipeGenerator {
               r.kind == K::indexed || r.kind == K::hindexed ? uniform(0, 3) : r.blocklength;
           r.lengths.push_back(len);
           r.disps.push_back(bytes ? at * ext + uniform(0, 2) * align : at);
+          if (m_awkward && bytes) r.disps.back() += uniform(-3, 3);
           at += len + uniform(0, 2);
+          if (m_awkward && uniform(0, 3) == 0) at = -at - uniform(0, 3);
         }
-        if (uniform(0, 4) == 0) std::shuffle(r.disps.begin(), r.disps.end(), m_rng);
+        if (uniform(0, m_awkward ? 1 : 4) == 0) {
+          std::shuffle(r.disps.begin(), r.disps.end(), m_rng);
+        }
         break;
       }
       case K::struct_: {
@@ -201,6 +217,7 @@ class RecipeGenerator {
         for (const auto& c : r.children) {
           const std::int64_t a = align_of(c);
           at = (at % a == 0) ? at : at + (a - ((at % a) + a) % a);
+          if (m_awkward) at += uniform(-3, 3);
           const std::int64_t len = uniform(1, 3);
           r.lengths.push_back(len);
           r.disps.push_back(at);
@@ -242,16 +259,25 @@ class RecipeGenerator {
       case K::resized:
         r.lb = uniform(-8, 8);
         r.extent = ext + uniform(0, 16);
+        if (m_awkward && uniform(0, 2) == 0) {  // a resized type without data
+          Recipe empty;
+          empty.kind = K::contiguous;
+          empty.count = 0;
+          empty.children = {leaf()};
+          r.children = {empty};
+          r.extent = uniform(1, 40);
+        }
         break;
       default: break;
     }
     // Types without data are left out: MPI leaves their bounds to the implementation and
     // Open MPI's constructors do not even agree among themselves (docs/datatypes.md).
-    if (to_halox(r).size() == 0) return leaf();
+    if (!m_awkward && to_halox(r).size() == 0) return leaf();
     return r;
   }
 
   std::mt19937_64 m_rng;
+  bool m_awkward = false;
 };
 
 }  // namespace halox::testing

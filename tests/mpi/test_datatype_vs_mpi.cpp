@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -11,6 +13,11 @@
 #include "../common/seed.hpp"
 #include "halox/mpi.hpp"
 #include "halox/pack.hpp"
+#if HALOX_TEST_DEVICE_MEMORY
+#include <cuda_runtime.h>
+
+#include "halox/pack_gpu.hpp"
+#endif
 
 using namespace halox;
 using namespace halox::testing;
@@ -136,6 +143,207 @@ TEST(DatatypeVsMpi, RandomTypesPackLikeMpiPack) {
   std::printf("rank %d: %ld random types packed like MPI_Pack, %ld also unpacked\n", world_rank(),
               tested, unpacked);
   EXPECT_GT(tested, n_types / 2);
+}
+
+// A buffer laid out by the MPI library's bounds for `count` instances of `m`, with `guard`
+// poisoned bytes on each side: what the library's footprint allows and nothing more.
+struct Footprint {
+  std::vector<unsigned char> bytes;
+  std::int64_t origin = 0, lo = 0, hi = 0;  // [lo, hi) relative to origin is the footprint
+  unsigned char* base() { return bytes.data() + origin; }
+};
+
+Footprint library_footprint(MPI_Datatype m, std::int64_t count, std::int64_t guard,
+                            std::mt19937_64& rng) {
+  MPI_Aint lb, extent, tlb, textent;
+  MPI_Type_get_extent(m, &lb, &extent);
+  MPI_Type_get_true_extent(m, &tlb, &textent);
+  const std::int64_t span = (count - 1) * extent;
+  Footprint f;
+  f.lo = tlb + std::min<std::int64_t>(0, span);
+  f.hi = tlb + textent + std::max<std::int64_t>(0, span);
+  f.bytes.resize(static_cast<std::size_t>(f.hi - f.lo + 2 * guard));
+  for (auto& c : f.bytes) c = static_cast<unsigned char>(rng());
+  f.origin = guard - f.lo;
+  return f;
+}
+
+// The constructs where MPI libraries and the standard part ways, imported with from_mpi:
+// the import must follow the library (bounds at every level, MPI_Pack's bytes, MPI_Unpack's
+// writes) and never touch a byte outside the library's footprint, or refuse with a
+// DatatypeError.
+TEST(DatatypeVsMpi, ImportedAwkwardTypesFollowTheLibrary) {
+  const std::uint64_t seed =
+      test_seed("DatatypeVsMpi.ImportedAwkwardTypesFollowTheLibrary", world_rank());
+  RecipeGenerator gen(seed, /*awkward=*/true);
+  const long n_types = env_count("HALOX_AWKWARD_COUNT", 10000);
+  const std::int64_t guard = 64;
+  long packed_types = 0, refused = 0;
+  for (long i = 0; i < n_types; ++i) {
+    const Recipe recipe = gen.random(5);
+    const std::string what = "awkward type #" + std::to_string(i) + ": " + recipe.describe();
+    MPI_Datatype m = to_mpi(recipe);
+    MPI_Type_commit(&m);
+    Datatype imported;
+    try {
+      imported = from_mpi(m);
+    } catch (const DatatypeError& e) {
+      if (refused++ < 5) std::printf("refused (%s): %s\n", e.what(), what.c_str());
+      free_type(m);
+      continue;
+    }
+    expect_attributes(imported, m, what);
+    if (::testing::Test::HasFailure()) {
+      free_type(m);
+      return;
+    }
+    if (imported.size() == 0 || imported.true_extent() > (1 << 20) ||
+        std::abs(imported.extent()) > (1 << 20)) {
+      free_type(m);
+      continue;
+    }
+    const std::int64_t count = gen.uniform(1, 3);
+    Footprint in = library_footprint(m, count, guard, gen.rng());
+    const std::int64_t packed = packed_size(imported, count);
+    std::vector<unsigned char> ref(static_cast<std::size_t>(packed) + 1, 0x5A);
+    int position = 0;
+    ASSERT_EQ(MPI_Pack(in.base(), static_cast<int>(count), m, ref.data(),
+                       static_cast<int>(ref.size()), &position, MPI_COMM_SELF),
+              MPI_SUCCESS);
+    ASSERT_EQ(position, packed) << what;
+    std::vector<unsigned char> out(ref.size(), 0xC3);
+    ASSERT_EQ(pack(in.base(), count, imported, out.data()), packed);
+    ASSERT_EQ(std::memcmp(out.data(), ref.data(), static_cast<std::size_t>(packed)), 0) << what;
+    // Unpack writes what MPI_Unpack writes, inside the footprint only (the guards stay).
+    if (!imported.overlaps(count)) {
+      Footprint mine = in, theirs = in;
+      unpack(ref.data(), mine.base(), count, imported);
+      position = 0;
+      MPI_Unpack(ref.data(), static_cast<int>(packed), &position, theirs.base(),
+                 static_cast<int>(count), m, MPI_COMM_SELF);
+      ASSERT_EQ(mine.bytes, theirs.bytes) << "unpack: " << what;
+      ASSERT_TRUE(std::equal(in.bytes.begin(), in.bytes.begin() + guard, mine.bytes.begin()) &&
+                  std::equal(in.bytes.end() - guard, in.bytes.end(), mine.bytes.end() - guard))
+          << "unpack wrote outside the library's footprint: " << what;
+#if HALOX_TEST_DEVICE_MEMORY
+      // The same on device memory: GPU pack equals MPI_Pack, GPU unpack equals MPI_Unpack.
+      void *d_in = nullptr, *d_packed = nullptr;
+      ASSERT_EQ(cudaMalloc(&d_in, in.bytes.size()), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&d_packed, ref.size()), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(d_in, in.bytes.data(), in.bytes.size(), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemset(d_packed, 0xC3, ref.size()), cudaSuccess);
+      pack_async(static_cast<unsigned char*>(d_in) + in.origin, count, imported, d_packed, nullptr);
+      std::vector<unsigned char> gpu(ref.size());
+      ASSERT_EQ(cudaMemcpy(gpu.data(), d_packed, gpu.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(std::memcmp(gpu.data(), ref.data(), static_cast<std::size_t>(packed)), 0)
+          << "GPU pack: " << what;
+      ASSERT_EQ(gpu.back(), 0xC3) << "GPU pack wrote past the end: " << what;
+      ASSERT_EQ(cudaMemcpy(d_packed, ref.data(), ref.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      unpack_async(d_packed, static_cast<unsigned char*>(d_in) + in.origin, count, imported,
+                   nullptr);
+      std::vector<unsigned char> gpu_unpacked(in.bytes.size());
+      ASSERT_EQ(cudaMemcpy(gpu_unpacked.data(), d_in, gpu_unpacked.size(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      ASSERT_EQ(gpu_unpacked, theirs.bytes) << "GPU unpack: " << what;
+      cudaFree(d_in);
+      cudaFree(d_packed);
+#endif
+    }
+    free_type(m);
+    ++packed_types;
+  }
+  std::printf("rank %d: %ld awkward types imported and packed like MPI_Pack, %ld refused\n",
+              world_rank(), packed_types, refused);
+  EXPECT_LE(refused, n_types / 100) << "more than 1% of the types refused";
+  EXPECT_GT(packed_types, n_types / 3);
+}
+
+// The minimal reproducers of the classes the random search found, each checked by itself.
+TEST(DatatypeVsMpi, ImportFollowsTheLibraryOnKnownDepartures) {
+  auto check = [](MPI_Datatype m, int count, const char* what) {
+    MPI_Type_commit(&m);
+    const Datatype imported = from_mpi(m);
+    expect_attributes(imported, m, what);
+    std::mt19937_64 rng(7);
+    Footprint in = library_footprint(m, count, 64, rng);
+    const std::int64_t packed = packed_size(imported, count);
+    std::vector<unsigned char> ref(static_cast<std::size_t>(packed) + 1), out(ref.size());
+    int position = 0;
+    MPI_Pack(in.base(), count, m, ref.data(), static_cast<int>(ref.size()), &position,
+             MPI_COMM_SELF);
+    EXPECT_EQ(position, packed) << what;
+    pack(in.base(), count, imported, out.data());
+    EXPECT_EQ(std::memcmp(out.data(), ref.data(), static_cast<std::size_t>(packed)), 0) << what;
+    MPI_Type_free(&m);
+  };
+  MPI_Datatype a, b, c, p, v, hv, empty, resized, hib, st;
+  const MPI_Aint misaligned[3] = {0, 3, -3};
+  MPI_Type_create_hindexed_block(3, 1, misaligned, MPI_SHORT, &a);
+  MPI_Type_commit(&a);
+  const int far[1] = {2048};
+  MPI_Type_create_indexed_block(1, 1, far, a, &b);
+  check(b, 1, "indexed_block(1, 1, {2048}, hindexed_block(3, 1, {0, 3, -3}, short))");
+  check(a, 2, "hindexed_block(3, 1, {0, 3, -3}, short)");
+  const MPI_Aint c_disps[3] = {0, 1, -2}, p_disps[2] = {0, 1};
+  MPI_Type_create_hindexed_block(3, 1, c_disps, MPI_INT, &c);
+  MPI_Type_commit(&c);
+  MPI_Type_create_hindexed_block(2, 1, p_disps, c, &p);
+  check(p, 2, "nested padding");
+  MPI_Type_free(&c);
+  MPI_Type_vector(2, 1, -1, MPI_BYTE, &v);
+  check(v, 2, "vector(2, 1, -1, byte)");
+  MPI_Type_create_hvector(2, 1, -1, MPI_SHORT, &hv);
+  check(hv, 2, "hvector(2, 1, -1, short)");
+  MPI_Type_contiguous(0, MPI_INT, &empty);
+  MPI_Type_create_resized(empty, 3, 32, &resized);
+  const MPI_Aint minus7[1] = {-7};
+  MPI_Type_create_hindexed_block(1, 1, minus7, resized, &hib);
+  const int lengths[2] = {1, 1};
+  const MPI_Aint st_disps[2] = {0, 100};
+  MPI_Datatype st_types[2] = {hib, MPI_INT};
+  MPI_Type_create_struct(2, lengths, st_disps, st_types, &st);
+  check(st, 2, "struct{hindexed_block(1, 1, {-7}, resized(contig(0, int), 3, 32)), int at 100}");
+  MPI_Type_free(&hib);
+  MPI_Type_free(&resized);
+  MPI_Type_free(&empty);
+}
+
+// halox's own constructors follow the type map: a (h)indexed_block of a resized type without
+// data keeps the child's sticky bounds.
+TEST(DatatypeVsMpi, EmptyResizedChildKeepsItsBounds) {
+  const Datatype rz = Datatype::resized(Datatype::contiguous(0, Datatype::of<int>()), 3, 32);
+  const std::int64_t minus7[1] = {-7}, lengths[2] = {1, 1}, disps[2] = {0, 100};
+  const Datatype hib = Datatype::hindexed_block(1, minus7, rz);
+  EXPECT_EQ(hib.lb(), -4);
+  EXPECT_EQ(hib.extent(), 32);
+  const Datatype types[2] = {hib, Datatype::of<int>()};
+  const Datatype st = Datatype::struct_(lengths, disps, types);
+  EXPECT_EQ(st.lb(), -4);
+  EXPECT_EQ(st.extent(), 32);
+}
+
+// Nests deeper than kMaxDatatypeDepth are refused (construction and import), not a crash.
+TEST(DatatypeVsMpi, DeepNestsAreRefused) {
+  Datatype t = Datatype::of<int>();
+  bool refused = false;
+  try {
+    for (int i = 0; i < 100000; ++i) t = Datatype::contiguous(1, t);
+  } catch (const DatatypeError&) {
+    refused = true;
+  }
+  EXPECT_TRUE(refused);
+  t.commit();  // the deepest accepted nest commits without exhausting the stack
+  EXPECT_EQ(t.size(), 4);
+  std::vector<MPI_Datatype> nest = {MPI_INT};
+  for (int i = 0; i < 20000; ++i) {
+    MPI_Datatype next;
+    MPI_Type_contiguous(1, nest.back(), &next);
+    nest.push_back(next);
+  }
+  MPI_Type_commit(&nest.back());
+  EXPECT_THROW(from_mpi(nest.back()), DatatypeError);
+  for (std::size_t i = 1; i < nest.size(); ++i) MPI_Type_free(&nest[i]);
 }
 
 TEST(DatatypeVsMpi, RegularTypesAreOneStridedBlock) {
