@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <string>
 
 #include "halox/config.hpp"
@@ -21,18 +22,24 @@ enum Axis : int { X = 0, Y = 1, Z = 2 };
 class Topology {
  public:
   /// A grid of dims[X] x dims[Y] x dims[Z] ranks seen from `rank`. Throws halox::Error
-  /// when a dimension is not positive or the rank is outside the grid.
+  /// when a dimension is not positive, the product does not fit in an int, or the rank is
+  /// outside the grid.
   Topology(std::array<int, 3> dims, std::array<bool, 3> periodic, int rank);
 
 #if HALOX_HAS_MPI
-  /// The grid over every rank of `comm`. Dimensions given as 0 are chosen by
-  /// MPI_Dims_create; a product that differs from the communicator size is an error that
-  /// names both. The communicator is kept (not duplicated) for the plans and transports.
+  /// Collective over `comm`: the grid over every rank of `comm`. Dimensions given as 0 are
+  /// chosen by MPI_Dims_create; a product that differs from the communicator size is an
+  /// error that names both. halox duplicates `comm` (MPI_Comm_dup) for its plans and
+  /// transports, so its messages never meet the caller's, even a receive with
+  /// MPI_ANY_SOURCE and MPI_ANY_TAG; copies of the Topology share the duplicate, which the
+  /// last one frees.
   static Topology from_mpi(MPI_Comm comm, std::array<int, 3> dims = {0, 0, 0},
                            std::array<bool, 3> periodic = {true, true, true});
-  /// The communicator this topology was built from (MPI_COMM_NULL when built without one).
+  /// halox's own communicator: the duplicate of the one from_mpi was given (MPI_COMM_NULL
+  /// when built without one). Collectives of the caller on it are safe; the caller's
+  /// point-to-point messages belong on its own communicator.
   MPI_Comm comm() const {
-    return m_comm;
+    return m_comm ? *m_comm : MPI_COMM_NULL;
   }
 #endif
 
@@ -68,7 +75,7 @@ class Topology {
   std::array<bool, 3> m_periodic;
   int m_rank;
 #if HALOX_HAS_MPI
-  MPI_Comm m_comm = MPI_COMM_NULL;
+  std::shared_ptr<const MPI_Comm> m_comm;  // halox's duplicate, freed with the last copy
 #endif
 };
 

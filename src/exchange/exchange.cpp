@@ -12,6 +12,7 @@
 #include "halox/tuning.hpp"
 #include "auto_choice.hpp"
 #include "transport.hpp"
+#include "../common/mpi_tags.hpp"
 #if HALOX_HAS_CUDA
 #include "../common/cuda_check.hpp"
 #include "../gpu_halo/grid_fused.hpp"
@@ -279,7 +280,7 @@ struct GridExchange::Impl {
       op.stage = pulse.header.stage;
       op.send_rank = pulse.header.send_rank;
       op.recv_rank = pulse.header.recv_rank;
-      op.tag = 500 + static_cast<int>(i);
+      op.tag = detail::tags::kGridPulse + static_cast<int>(i);
       op.send_bytes = pulse.header.send_size;
       op.recv_bytes = pulse.header.recv_size;
       op.granule = 16;
@@ -391,7 +392,7 @@ struct ParticleExchange::Impl {
       fwd.stage = i;
       fwd.send_rank = pulse.header.send_rank;
       fwd.recv_rank = pulse.header.recv_rank;
-      fwd.tag = 1000 + i;
+      fwd.tag = detail::tags::kParticleForward + i;
       fwd.send_bytes = static_cast<std::int64_t>(pulse.send_index.size()) * item;
       fwd.recv_bytes = pulse.recv_count * item;
       fwd.granule = item;
@@ -402,7 +403,7 @@ struct ParticleExchange::Impl {
       rev.stage = n - 1 - i;
       rev.send_rank = pulse.header.recv_rank;
       rev.recv_rank = pulse.header.send_rank;
-      rev.tag = 2000 + i;
+      rev.tag = detail::tags::kParticleReverse + i;
       std::swap(rev.send_bytes, rev.recv_bytes);
       rev.name = pulse.header.name(i) + " reverse";
       const std::int32_t* index = pulse.send_index.data();

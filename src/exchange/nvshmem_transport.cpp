@@ -13,6 +13,7 @@
 #include "halox/mpi.hpp"
 #include "nvshmem_runtime.hpp"
 #include "transport.hpp"
+#include "../common/mpi_tags.hpp"
 
 namespace halox::detail {
 
@@ -112,12 +113,12 @@ class NvshmemStreamTransport final : public Transport {
       MPI_Request r;
       if (ops[i].send_rank >= 0) {
         HALOX_MPI_CHECK(MPI_Irecv(&m_peer_recv_offset[i], 1, MPI_LONG_LONG, ops[i].send_rank,
-                                  9200 + static_cast<int>(i), m_comm, &r));
+                                  detail::tags::kNvshmemOffsets + static_cast<int>(i), m_comm, &r));
         requests.push_back(r);
       }
       if (ops[i].recv_rank >= 0) {
         HALOX_MPI_CHECK(MPI_Isend(&m_recv_offset[i], 1, MPI_LONG_LONG, ops[i].recv_rank,
-                                  9200 + static_cast<int>(i), m_comm, &r));
+                                  detail::tags::kNvshmemOffsets + static_cast<int>(i), m_comm, &r));
         requests.push_back(r);
       }
     }

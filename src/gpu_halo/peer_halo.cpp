@@ -13,6 +13,7 @@
 #include "../plan/collective.hpp"
 #include "gpu_share.hpp"
 #include "halox/mpi.hpp"
+#include "../common/mpi_tags.hpp"
 
 namespace halox::detail {
 
@@ -72,9 +73,11 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
   std::size_t k = 0;
   for (int n : neighbours) {
     MPI_Request r;
-    HALOX_MPI_CHECK(MPI_Irecv(&in[k++], sizeof(BlockInfo), MPI_BYTE, n, 9100, m_comm, &r));
+    HALOX_MPI_CHECK(
+        MPI_Irecv(&in[k++], sizeof(BlockInfo), MPI_BYTE, n, detail::tags::kPeerBlocks, m_comm, &r));
     requests.push_back(r);
-    HALOX_MPI_CHECK(MPI_Isend(&out, sizeof(BlockInfo), MPI_BYTE, n, 9100, m_comm, &r));
+    HALOX_MPI_CHECK(
+        MPI_Isend(&out, sizeof(BlockInfo), MPI_BYTE, n, detail::tags::kPeerBlocks, m_comm, &r));
     requests.push_back(r);
   }
   HALOX_MPI_CHECK(

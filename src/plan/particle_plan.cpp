@@ -9,6 +9,7 @@
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "halox/plan.hpp"
+#include "../common/mpi_tags.hpp"
 
 namespace halox {
 
@@ -76,7 +77,7 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
   std::vector<long long> sent(pulses.size()), seen(pulses.size(), -1);
   std::vector<MPI_Request> requests;
   for (std::size_t p = 0; p < pulses.size(); ++p) {
-    const int tag = 7000 + static_cast<int>(p);
+    const int tag = detail::tags::kPlanCheck + static_cast<int>(p);
     sent[p] = pulses[p].send_size;
     MPI_Request r;
     HALOX_MPI_CHECK(
@@ -154,7 +155,7 @@ void migrate_particles(const Topology& topology, const Box& box, std::vector<dou
   ranks[0].data = &data;
   const std::string error = detail::migrate_particles_of(box, ranks, stride, [&](int axis) {
     detail::MigrateRank& r = ranks[0];
-    const int tag = 300 + 4 * axis;
+    const int tag = detail::tags::kMigrate + 4 * axis;
     shift_doubles(comm, topology.neighbor(axis, -1), topology.neighbor(axis, +1), tag, r.down,
                   r.arrived);
     shift_doubles(comm, topology.neighbor(axis, +1), topology.neighbor(axis, -1), tag + 2, r.up,

@@ -1,5 +1,6 @@
 #include "halox/topology.hpp"
 
+#include <limits>
 #include <sstream>
 
 #include "halox/error.hpp"
@@ -11,11 +12,18 @@ namespace halox {
 
 Topology::Topology(std::array<int, 3> dims, std::array<bool, 3> periodic, int rank)
     : m_dims(dims), m_periodic(periodic), m_rank(rank) {
+  long long product = 1;
   for (int a = 0; a < 3; ++a) {
     if (dims[a] <= 0) {
       throw Error("halox::Topology: dimension " + std::to_string(a) + " is " +
                   std::to_string(dims[a]) + "; every dimension must be >= 1");
     }
+    product *= dims[a];  // each factor < 2^31: the product of three fits in 64 bits
+  }
+  if (product > std::numeric_limits<int>::max()) {
+    throw Error("halox::Topology: a rank grid of " + std::to_string(dims[0]) + "x" +
+                std::to_string(dims[1]) + "x" + std::to_string(dims[2]) + " = " +
+                std::to_string(product) + " ranks is more than an int counts");
   }
   if (rank < 0 || rank >= size()) {
     throw Error("halox::Topology: rank " + std::to_string(rank) + " is outside the " + describe() +
@@ -48,14 +56,23 @@ Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims, std::array<b
     HALOX_MPI_CHECK(MPI_Dims_create(size, 3, mpi_dims));
     dims = {mpi_dims[2], mpi_dims[1], mpi_dims[0]};
   }
-  if (dims[0] * dims[1] * dims[2] != size) {
+  const long long product = 1LL * dims[0] * dims[1] * dims[2];
+  if (product != size) {
     throw Error("halox::Topology::from_mpi: a rank grid of " + std::to_string(dims[0]) + "x" +
                 std::to_string(dims[1]) + "x" + std::to_string(dims[2]) + " = " +
-                std::to_string(dims[0] * dims[1] * dims[2]) +
-                " ranks does not match the communicator's " + std::to_string(size) + " ranks");
+                std::to_string(product) + " ranks does not match the communicator's " +
+                std::to_string(size) + " ranks");
   }
   Topology topology(dims, periodic, rank);
-  topology.m_comm = comm;
+  MPI_Comm own = MPI_COMM_NULL;
+  HALOX_MPI_CHECK(MPI_Comm_dup(comm, &own));
+  topology.m_comm = std::shared_ptr<const MPI_Comm>(new MPI_Comm(own), [](const MPI_Comm* c) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    MPI_Comm doomed = *c;
+    if (!finalized) MPI_Comm_free(&doomed);  // nothing to report from a destructor
+    delete c;
+  });
   return topology;
 }
 #endif

@@ -171,6 +171,41 @@ TEST(GridHalo, MismatchedPlansAreCaughtWhenBuilt) {
   }
 }
 
+// halox talks on its own duplicate of the communicator: a user's wildcard receive posted on
+// the communicator before a plan is built and exchanges run gets only the user's message.
+TEST(GridHalo, UserWildcardReceiveGetsOnlyTheUsersMessage) {
+  const int rank = world_rank(), size = world_size();
+  std::array<long long, 2> got = {-1, -1};
+  MPI_Request user;
+  ASSERT_EQ(
+      MPI_Irecv(got.data(), 2, MPI_LONG_LONG, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &user),
+      MPI_SUCCESS);
+  {
+    Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {size, 1, 1});
+    const Datatype element = Datatype::of<double>().commit();
+    GridPlan plan = build_grid_plan(topology, {4, 3, 2}, 1, element);
+    const auto e = plan.extent;
+    std::vector<double> field(static_cast<std::size_t>(e[0] * e[1] * e[2]), 1.0 + rank);
+    GridExchange exchange(topology, plan, ExchangeOptions{test_transport(), 4096});
+    for (int i = 0; i < 3; ++i) {
+      run_on(field, [&](void* p, GpuStream s) { exchange.exchange(p, s); });
+    }
+    int done = 0;
+    ASSERT_EQ(MPI_Test(&user, &done, MPI_STATUS_IGNORE), MPI_SUCCESS);
+    EXPECT_FALSE(done) << "the user's wildcard receive matched one of halox's messages";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank has tested before any user message is sent
+  // Now the user's own message, from the next rank, with a tag halox also uses.
+  const std::array<long long, 2> mine = {4242, rank};
+  ASSERT_EQ(MPI_Send(mine.data(), 2, MPI_LONG_LONG, (rank + size - 1) % size, 500, MPI_COMM_WORLD),
+            MPI_SUCCESS);
+  MPI_Status status;
+  ASSERT_EQ(MPI_Wait(&user, &status), MPI_SUCCESS);
+  EXPECT_EQ(got[0], 4242);
+  EXPECT_EQ(got[1], (rank + 1) % size);
+  EXPECT_EQ(status.MPI_TAG, 500);
+}
+
 // --- particles ----------------------------------------------------------------------------
 
 void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed) {
