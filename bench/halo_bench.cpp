@@ -13,6 +13,7 @@
 
 #include "halox/config.hpp"
 #include "halox/error.hpp"
+#include "halox/mpi.hpp"
 #include "halox/trace.hpp"
 #include "report.hpp"
 #include "simulation.hpp"
@@ -109,8 +110,8 @@ HaloOptions parse_halo(int argc, char** argv) {
 
 int halo_main(int argc, char** argv) {
   int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  HALOX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  HALOX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
   const HaloOptions o = parse_halo(argc, argv);
   const bool gpu = o.device == "gpu" || (o.device == "auto" && md::gpu_present());
   std::vector<std::string> transports = o.transports;
@@ -125,9 +126,9 @@ int halo_main(int argc, char** argv) {
   auto launch_now = [&] {
     double us = 0;
 #if HALOX_HAS_CUDA
-    MPI_Barrier(MPI_COMM_WORLD);
+    HALOX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     const double mine = empty_launch_us();
-    MPI_Allreduce(&mine, &us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    HALOX_MPI_CHECK(MPI_Allreduce(&mine, &us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
 #endif
     return us;
   };
@@ -205,7 +206,7 @@ int halo_main(int argc, char** argv) {
                         queued_reverse,
                         queued_pairs},
              worst[7];
-      MPI_Reduce(mine, worst, 7, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      HALOX_MPI_CHECK(MPI_Reduce(mine, worst, 7, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
       const double queued = 1e6 * (worst[4] + worst[5]) / 2, pairs = 1e6 * worst[6];
       const double queued_vs_launch = case_launch > 0 ? queued / case_launch : 0;
       const double pairs_vs_launch = case_launch > 0 ? pairs / case_launch : 0;

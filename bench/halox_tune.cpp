@@ -6,6 +6,9 @@
 //
 //   mpiexec -n 2 halox-tune [--message BYTES] [--reps R] [--dry-run]
 #include <cuda_runtime.h>
+
+#include "../apps/common/cuda_check.hpp"
+#define BENCH_CUDA(call) HALOX_APP_CUDA("halox-bench: ", call)
 #include <mpi.h>
 
 #include <algorithm>
@@ -53,8 +56,8 @@ void usage(FILE* out) {
 int tune(int argc, char** argv) {
   halox::select_device(MPI_COMM_WORLD);  // one GPU per rank on multi-GPU nodes
   int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  HALOX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  HALOX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
   std::int64_t message = 4 << 20;
   int reps = 30;
   bool dry = false;
@@ -85,19 +88,19 @@ int tune(int argc, char** argv) {
     throw Error("halox-tune: cannot allocate the device field (is a GPU visible?)");
   }
   cudaStream_t stream;
-  cudaStreamCreate(&stream);
+  BENCH_CUDA(cudaStreamCreate(&stream));
   const std::int64_t face = nx * ny * 4;
   auto measure_on = [&](const GridPlan& on, void* data, TransportKind kind, std::int64_t chunk) {
     GridExchange exchange(topology, on, ExchangeOptions{kind, chunk});
     std::vector<double> t;
     for (int r = 0; r < reps + 3; ++r) {
-      MPI_Barrier(MPI_COMM_WORLD);
+      HALOX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
       const auto start = std::chrono::steady_clock::now();
       exchange.exchange(data, stream);
-      cudaStreamSynchronize(stream);
+      BENCH_CUDA(cudaStreamSynchronize(stream));
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       double worst = 0;
-      MPI_Allreduce(&s, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      HALOX_MPI_CHECK(MPI_Allreduce(&s, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
       if (r >= 3) t.push_back(worst);
     }
     return bench::median(t);
@@ -139,7 +142,7 @@ int tune(int argc, char** argv) {
       const std::size_t data_bytes = static_cast<std::size_t>((nx + 2) * (rows + 2) * 4 * 4);
       if (cudaMalloc(&data, data_bytes) != cudaSuccess)
         throw Error("halox-tune: cudaMalloc failed");
-      cudaMemset(data, 1, data_bytes);
+      BENCH_CUDA(cudaMemset(data, 1, data_bytes));
       const Race r{nx * rows * 4, measure_on(sized, data, first, first_chunk),
                    measure_on(sized, data, second, second_chunk)};
       cudaFree(data);

@@ -112,20 +112,20 @@ int main(int argc, char** argv) {
   }
   const int reps = 20;
   cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
   auto timeit = [&](auto&& launch) {
     launch();
     launch();
     CK(cudaDeviceSynchronize());
     std::vector<float> t;
     for (int r = 0; r < reps; ++r) {
-      cudaEventRecord(e0);
+      CK(cudaEventRecord(e0));
       launch();
-      cudaEventRecord(e1);
-      cudaEventSynchronize(e1);
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
       float ms;
-      cudaEventElapsedTime(&ms, e0, e1);
+      CK(cudaEventElapsedTime(&ms, e0, e1));
       t.push_back(ms);
     }
     CK(cudaGetLastError());
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   void *a, *b;
   CK(cudaMalloc(&a, bytes));
   CK(cudaMalloc(&b, bytes));
-  double tm = timeit([&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice); });
+  double tm = timeit([&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); });
   double tk = timeit([&] { copy4<<<132 * 16, 256>>>((float4*)a, (float4*)b, bytes / 16); });
   const double ceil = 2.0 * bytes / tm / 1e9;
   printf("copy ceiling: memcpy %.0f GB/s, float4 kernel %.0f GB/s; BGK bound %.0f MLUPS (152 B)\n",

@@ -31,17 +31,17 @@ double median_over_gpus_us(const std::vector<int>& devices,
   if (streams.size() == 1) return median_event_us(streams[0], reps, inner, f);
   std::vector<cudaEvent_t> marks(streams.size());  // on each stream's own GPU
   for (std::size_t k = 0; k < streams.size(); ++k) {
-    cudaSetDevice(devices[k]);
-    cudaEventCreateWithFlags(&marks[k], cudaEventDisableTiming);
+    BENCH_CUDA(cudaSetDevice(devices[k]));
+    BENCH_CUDA(cudaEventCreateWithFlags(&marks[k], cudaEventDisableTiming));
   }
-  cudaSetDevice(devices[0]);
+  BENCH_CUDA(cudaSetDevice(devices[0]));
   const double t = median_event_us(streams[0], reps, 1, [&] {
-    cudaEventRecord(marks[0], streams[0]);
+    BENCH_CUDA(cudaEventRecord(marks[0], streams[0]));
     for (std::size_t k = 1; k < streams.size(); ++k) cudaStreamWaitEvent(streams[k], marks[0]);
     for (int i = 0; i < inner; ++i) f();
     for (std::size_t k = 1; k < streams.size(); ++k) {
-      cudaEventRecord(marks[k], streams[k]);
-      cudaStreamWaitEvent(streams[0], marks[k]);
+      BENCH_CUDA(cudaEventRecord(marks[k], streams[k]));
+      BENCH_CUDA(cudaStreamWaitEvent(streams[0], marks[k]));
     }
   });
   for (auto e : marks) cudaEventDestroy(e);
@@ -134,7 +134,7 @@ int local_halo_main(int argc, char** argv) {
   cudaStream_t stream = streams[0];
   const double launch = empty_launch_us();
   cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, 0);
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("halox-bench halo-local: %d x %s, %s; one empty kernel launch: %.2f us\n", gpus,
               prop.name, today().c_str(), launch);
   std::printf("%-8s %8s %10s %10s %-11s %-9s %9s %10s %10s %10s %8s %9s\n", "ranks", "atoms",

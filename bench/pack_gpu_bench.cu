@@ -160,8 +160,8 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
   cudaDeviceProp prop{};
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   int driver = 0, runtime = 0;
-  cudaDriverGetVersion(&driver);
-  cudaRuntimeGetVersion(&runtime);
+  BENCH_CUDA(cudaDriverGetVersion(&driver));
+  BENCH_CUDA(cudaRuntimeGetVersion(&runtime));
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreate(&stream));
   const int halo_reps = quick ? 5 : std::max(reps, 51);
@@ -180,7 +180,7 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
         static_cast<const float4*>(ca), static_cast<float4*>(cb), copy_bytes / 16);
   });
   const double t_memcpy = median_event_us(stream, bw_reps, 1, [&] {
-    cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice, stream);
+    BENCH_CUDA(cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice, stream));
   });
   BENCH_CUDA(cudaFree(ca));
   BENCH_CUDA(cudaFree(cb));

@@ -4,6 +4,9 @@
 // per exchange and "bandwidth" the bytes one rank sends per second. Grid transports move an
 // N-byte face; particle-only transports move N/12 items of 3 floats (sizes from 12 B).
 #include <cuda_runtime.h>
+
+#include "../apps/common/cuda_check.hpp"
+#define BENCH_CUDA(call) HALOX_APP_CUDA("halox-bench: ", call)
 #include <mpi.h>
 
 #include <cstdio>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "halox/error.hpp"
+#include "halox/mpi.hpp"
 #include "halox/exchange.hpp"
 #include "report.hpp"
 
@@ -34,13 +38,13 @@ struct Result {
 template <class F>
 double time_exchanges(int reps, cudaStream_t stream, F&& exchange) {
   for (int i = 0; i < 5; ++i) exchange();
-  cudaStreamSynchronize(stream);
-  MPI_Barrier(MPI_COMM_WORLD);
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  HALOX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   const double start = MPI_Wtime();
   for (int i = 0; i < reps; ++i) exchange();
-  cudaStreamSynchronize(stream);
+  BENCH_CUDA(cudaStreamSynchronize(stream));
   double t = (MPI_Wtime() - start) / reps, worst = 0;
-  MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  HALOX_MPI_CHECK(MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   return worst * 1e6;
 }
 
@@ -57,9 +61,9 @@ Result grid_exchange(TransportKind kind, std::int64_t bytes, int reps, cudaStrea
     host.assign(field_bytes, 1);
     field = host.data();
   } else {
-    cudaMalloc(&field, field_bytes);
-    cudaMemset(field, 1, field_bytes);
-    cudaDeviceSynchronize();  // done before the non-blocking stream reads it
+    BENCH_CUDA(cudaMalloc(&field, field_bytes));
+    BENCH_CUDA(cudaMemset(field, 1, field_bytes));
+    BENCH_CUDA(cudaDeviceSynchronize());  // done before the non-blocking stream reads it
   }
   Result r{time_exchanges(reps, stream, [&] { exchange.exchange(field, stream); }), bytes};
   if (kind != TransportKind::host) cudaFree(field);
@@ -83,9 +87,9 @@ Result particle_exchange(TransportKind kind, std::int64_t bytes, int reps, cudaS
   ParticleExchange exchange(topology, plan, BasicKind::float32, {kind});
   std::vector<float> x(xyz.begin(), xyz.end());
   void* device = nullptr;
-  cudaMalloc(&device, x.size() * sizeof(float));
-  cudaMemcpy(device, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice);
-  cudaDeviceSynchronize();  // landed before the non-blocking stream reads it
+  BENCH_CUDA(cudaMalloc(&device, x.size() * sizeof(float)));
+  BENCH_CUDA(cudaMemcpy(device, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaDeviceSynchronize());  // landed before the non-blocking stream reads it
   Result r{time_exchanges(reps, stream, [&] { exchange.forward(device, stream); }), items * 12};
   cudaFree(device);
   return r;
@@ -96,31 +100,31 @@ Result particle_exchange(TransportKind kind, std::int64_t bytes, int reps, cudaS
 double peer_copy_gbs(int my_device, int peer_device) {
   if (my_device < 0 || peer_device < 0 || my_device == peer_device) return 0;
   int access = 0;
-  cudaDeviceCanAccessPeer(&access, my_device, peer_device);
+  BENCH_CUDA(cudaDeviceCanAccessPeer(&access, my_device, peer_device));
   if (!access) return 0;
-  cudaDeviceEnablePeerAccess(peer_device, 0);
+  BENCH_CUDA(cudaDeviceEnablePeerAccess(peer_device, 0));
   cudaGetLastError();  // already enabled is fine
   const std::size_t bytes = std::size_t(256) << 20;
   void *mine = nullptr, *theirs = nullptr;
-  cudaMalloc(&mine, bytes);
-  cudaSetDevice(peer_device);
-  cudaMalloc(&theirs, bytes);
-  cudaSetDevice(my_device);
+  BENCH_CUDA(cudaMalloc(&mine, bytes));
+  BENCH_CUDA(cudaSetDevice(peer_device));
+  BENCH_CUDA(cudaMalloc(&theirs, bytes));
+  BENCH_CUDA(cudaSetDevice(my_device));
   cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  cudaMemcpyPeerAsync(theirs, peer_device, mine, my_device, bytes, nullptr);
-  cudaEventRecord(a, nullptr);
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  BENCH_CUDA(cudaMemcpyPeerAsync(theirs, peer_device, mine, my_device, bytes, nullptr));
+  BENCH_CUDA(cudaEventRecord(a, nullptr));
   for (int i = 0; i < 5; ++i)
     cudaMemcpyPeerAsync(theirs, peer_device, mine, my_device, bytes, nullptr);
-  cudaEventRecord(b, nullptr);
-  cudaEventSynchronize(b);
+  BENCH_CUDA(cudaEventRecord(b, nullptr));
+  BENCH_CUDA(cudaEventSynchronize(b));
   float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
+  BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
   cudaFree(mine);
-  cudaSetDevice(peer_device);
+  BENCH_CUDA(cudaSetDevice(peer_device));
   cudaFree(theirs);
-  cudaSetDevice(my_device);
+  BENCH_CUDA(cudaSetDevice(my_device));
   return ms > 0 ? 5.0 * bytes / (ms * 1e-3) / 1e9 : 0;
 }
 
@@ -128,8 +132,8 @@ double peer_copy_gbs(int my_device, int peer_device) {
 
 int pingpong_main(int argc, char** argv) {
   int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  HALOX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  HALOX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
   std::vector<std::string> names = {"host", "staged", "pipelined", "ipc-pulse", "ipc-fused"};
   std::int64_t max_bytes = 4 << 20;
   std::string json;
@@ -162,12 +166,12 @@ int pingpong_main(int argc, char** argv) {
   }
   if (size != 2) throw Error("halox-bench pingpong: run it on 2 ranks");
   cudaStream_t stream;
-  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::vector<Row> rows;
   int device = -1;
-  cudaGetDevice(&device);
+  BENCH_CUDA(cudaGetDevice(&device));
   int devices[2] = {-1, -1};
-  MPI_Allgather(&device, 1, MPI_INT, devices, 1, MPI_INT, MPI_COMM_WORLD);
+  HALOX_MPI_CHECK(MPI_Allgather(&device, 1, MPI_INT, devices, 1, MPI_INT, MPI_COMM_WORLD));
   const double peer = rank == 0 ? peer_copy_gbs(devices[0], devices[1]) : 0;
   if (rank == 0) {
     std::printf("halox-bench pingpong: 2 ranks, %s, %s\n", host_name().c_str(), today().c_str());
@@ -197,10 +201,11 @@ int pingpong_main(int argc, char** argv) {
                                            : grid_exchange(kind, bytes, reps, stream);
       // The same bytes through cudaMemcpyAsync device to device, same run.
       void *a = nullptr, *b = nullptr;
-      cudaMalloc(&a, r.bytes);
-      cudaMalloc(&b, r.bytes);
-      const double copy = time_exchanges(
-          reps, stream, [&] { cudaMemcpyAsync(b, a, r.bytes, cudaMemcpyDeviceToDevice, stream); });
+      BENCH_CUDA(cudaMalloc(&a, r.bytes));
+      BENCH_CUDA(cudaMalloc(&b, r.bytes));
+      const double copy = time_exchanges(reps, stream, [&] {
+        BENCH_CUDA(cudaMemcpyAsync(b, a, r.bytes, cudaMemcpyDeviceToDevice, stream));
+      });
       cudaFree(a);
       cudaFree(b);
       if (rank == 0) {

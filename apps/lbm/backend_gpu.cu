@@ -251,17 +251,17 @@ class GpuBackend final : public Backend {
       return 0;
     }
     cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, m_stream);  // warm-up
+    LBM_CUDA(cudaEventCreate(&start));
+    LBM_CUDA(cudaEventCreate(&stop));
+    LBM_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, m_stream));  // warm-up
     float best = 1e30f;
     for (int i = 0; i < 5; ++i) {
-      cudaEventRecord(start, m_stream);
-      cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, m_stream);
-      cudaEventRecord(stop, m_stream);
-      cudaEventSynchronize(stop);
+      LBM_CUDA(cudaEventRecord(start, m_stream));
+      LBM_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, m_stream));
+      LBM_CUDA(cudaEventRecord(stop, m_stream));
+      LBM_CUDA(cudaEventSynchronize(stop));
       float ms = 0;
-      cudaEventElapsedTime(&ms, start, stop);
+      LBM_CUDA(cudaEventElapsedTime(&ms, start, stop));
       best = std::min(best, ms);
     }
     cudaEventDestroy(start);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "../common/agree.hpp"
 #include "../common/mpi_main.hpp"
 #include "halox/device.hpp"
 #include "halox/error.hpp"
@@ -28,6 +29,9 @@
 #include "halox/trace.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
+
+#include "../common/cuda_check.hpp"
+#define LBM_CUDA(call) HALOX_APP_CUDA("halox-lbm: ", call)
 #endif
 
 namespace {
@@ -126,7 +130,16 @@ Cli parse(int argc, char** argv) {
       const double d = std::strtod(v.c_str(), &end);
       if (end == v.c_str() || *end)
         throw Error("halox-lbm: " + a + ": '" + v + "' is not a number");
+      if (!std::isfinite(d)) throw Error("halox-lbm: " + a + ": '" + v + "' is not finite");
       return d;
+    };
+    // Counts: whole numbers an int holds (a cast of 1e20 or 2.5 would be wrong silently).
+    auto integer = [&]() {
+      const double d = number();
+      if (d != std::floor(d) || std::abs(d) > 2147483647.0)
+        throw Error("halox-lbm: " + a + ": " + std::to_string(d) +
+                    " is not a whole number an int holds");
+      return static_cast<int>(d);
     };
     if (a == "--help" || a == "-h") {
       usage(stdout);
@@ -143,7 +156,7 @@ Cli parse(int argc, char** argv) {
       const double n = number();
       c.rank_count = n == static_cast<int>(n) ? static_cast<int>(n) : -1;  // whole, or refused
     } else if (a == "--steps")
-      c.steps = static_cast<int>(number());
+      c.steps = integer();
     else if (a == "--device")
       c.device = value();
     else if (a == "--precision") {
@@ -174,9 +187,9 @@ Cli parse(int argc, char** argv) {
     else if (a == "--velocity")
       c.velocity = number();
     else if (a == "--report")
-      c.report_every = static_cast<int>(number());
+      c.report_every = integer();
     else if (a == "--warmup")
-      c.warmup = static_cast<int>(number());
+      c.warmup = integer();
     else if (a == "--seed")
       c.seed = static_cast<std::uint64_t>(number());
     else if (a == "--check-taylor-green")
@@ -200,6 +213,11 @@ Cli parse(int argc, char** argv) {
   }
   if (c.model != "multiphase" && c.model != "bgk")
     throw Error("halox-lbm: --model must be multiphase or bgk");
+  if (c.device != "auto" && c.device != "cpu" && c.device != "gpu")
+    throw Error("halox-lbm: --device must be auto, cpu or gpu (got " + c.device + ")");
+  // The lattice's sound speed is 1/sqrt(3): flows near it are outside what LBM describes.
+  if (!(std::abs(c.velocity) < 0.3))
+    throw Error("halox-lbm: --velocity must be below 0.3 in lattice units (Mach ~0.5)");
   if (c.init.empty()) c.init = c.model == "bgk" ? "taylor-green" : "droplet";
   const bool ok_init = c.model == "bgk" ? (c.init == "taylor-green" || c.init == "uniform")
                                         : (c.init == "droplet" || c.init == "spinodal");
@@ -527,7 +545,8 @@ class Lbm {
   std::array<double, 4> totals() {
     const std::array<double, 4> local = local_totals();
     std::array<double, 4> global{};
-    MPI_Allreduce(local.data(), global.data(), 4, MPI_DOUBLE, MPI_SUM, m_topology.comm());
+    HALOX_MPI_CHECK(
+        MPI_Allreduce(local.data(), global.data(), 4, MPI_DOUBLE, MPI_SUM, m_topology.comm()));
     return global;
   }
   // This rank's share of them.
@@ -547,20 +566,21 @@ class Lbm {
   std::vector<double> gather() {
     const std::vector<double> mine = tagged_moments();
     int size = 0, rank = 0;
-    MPI_Comm_size(m_topology.comm(), &size);
-    MPI_Comm_rank(m_topology.comm(), &rank);
+    HALOX_MPI_CHECK(MPI_Comm_size(m_topology.comm(), &size));
+    HALOX_MPI_CHECK(MPI_Comm_rank(m_topology.comm(), &rank));
     int count = static_cast<int>(mine.size());
     std::vector<int> counts(size), displs(size);
-    MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, m_topology.comm());
+    HALOX_MPI_CHECK(
+        MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, m_topology.comm()));
     int total = 0;
     for (int r = 0; r < size; ++r) {
       displs[r] = total;
       total += counts[r];
     }
     std::vector<double> all(rank == 0 ? total : 0);
-    MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(), displs.data(),
-                MPI_DOUBLE, 0, m_topology.comm());
-    return in_global_order(all);
+    HALOX_MPI_CHECK(MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
+                                displs.data(), MPI_DOUBLE, 0, m_topology.comm()));
+    return rank == 0 ? in_global_order(all, m_cli.grid) : std::vector<double>{};
   }
   // This rank's cells: the global cell number, then rho, ux, uy, uz, phi, per cell.
   std::vector<double> tagged_moments() {
@@ -580,10 +600,25 @@ class Lbm {
     return mine;
   }
   // Tagged moments of every rank (any order) -> the moments in global cell order.
-  static std::vector<double> in_global_order(const std::vector<double>& all) {
-    std::vector<double> out(all.size() / 6 * 5);
+  // Every cell of the global grid exactly once, or an error: ranks that disagree on the grid
+  // send cells that do not fit it (they once overflowed this buffer).
+  static std::vector<double> in_global_order(const std::vector<double>& all,
+                                             const std::array<int, 3>& grid) {
+    const std::size_t cells = static_cast<std::size_t>(grid[0]) * grid[1] * grid[2];
+    if (all.size() != 6 * cells) {
+      throw Error("halox-lbm: the ranks' cells add up to " + std::to_string(all.size() / 6) +
+                  ", not the " + std::to_string(cells) + " of the global grid");
+    }
+    std::vector<double> out(5 * cells);
+    std::vector<bool> seen(cells, false);
     for (std::size_t k = 0; k + 6 <= all.size(); k += 6) {
-      const std::size_t gi = static_cast<std::size_t>(all[k]);
+      const double g = all[k];
+      const std::size_t gi = static_cast<std::size_t>(g);
+      if (!(g >= 0) || gi >= cells || seen[gi]) {
+        throw Error("halox-lbm: a rank sent cell " + std::to_string(g) +
+                    ", outside the global grid or twice");
+      }
+      seen[gi] = true;
       std::copy(&all[k + 1], &all[k + 6], &out[5 * gi]);
     }
     return out;
@@ -856,15 +891,17 @@ class Lbm {
 #if HALOX_HAS_CUDA
     if (m_backend->on_device()) {
       if (m_device_bytes < bytes) {
-        cudaFree(m_device_send);
-        cudaFree(m_device_recv);
-        cudaMalloc(&m_device_send, bytes);
-        cudaMalloc(&m_device_recv, bytes);
+        LBM_CUDA(cudaFree(m_device_send));
+        LBM_CUDA(cudaFree(m_device_recv));
+        m_device_send = m_device_recv = nullptr;
+        m_device_bytes = 0;
+        LBM_CUDA(cudaMalloc(&m_device_send, bytes));
+        LBM_CUDA(cudaMalloc(&m_device_recv, bytes));
         m_device_bytes = bytes;
       }
       m_backend->pack_box(h.field, fb.send_lo, fb.send_hi, h.planes[p], m_device_send);
-      cudaMemcpyAsync(m_host_send.data(), m_device_send, bytes, cudaMemcpyDeviceToHost,
-                      m_backend->stream_handle());
+      LBM_CUDA(cudaMemcpyAsync(m_host_send.data(), m_device_send, bytes, cudaMemcpyDeviceToHost,
+                               m_backend->stream_handle()));
       m_backend->synchronize();
       return bytes;
     }
@@ -876,8 +913,8 @@ class Lbm {
     const FaceBoxes fb = face_boxes(h.plan.pulses[p].header, m_n);
 #if HALOX_HAS_CUDA
     if (m_backend->on_device()) {
-      cudaMemcpyAsync(m_device_recv, m_host_recv.data(), m_host_recv.size(), cudaMemcpyHostToDevice,
-                      m_backend->stream_handle());
+      LBM_CUDA(cudaMemcpyAsync(m_device_recv, m_host_recv.data(), m_host_recv.size(),
+                               cudaMemcpyHostToDevice, m_backend->stream_handle()));
       m_backend->unpack_box(h.field, fb.recv_lo, fb.recv_hi, h.planes[p], m_device_recv);
       m_backend->synchronize();
       return;
@@ -972,7 +1009,7 @@ class LocalRanks {
       const auto mine = lbm->tagged_moments();
       all.insert(all.end(), mine.begin(), mine.end());
     }
-    return Lbm::in_global_order(all);
+    return Lbm::in_global_order(all, m_cli.grid);
   }
   void synchronize() {
     for (auto& lbm : m_ranks) lbm->synchronize();
@@ -1135,7 +1172,7 @@ int drive(Run& lbm, const Cli& cli, int rank) {
     lbm.step();
     if (s == cli.warmup) {
       lbm.synchronize();
-      MPI_Barrier(MPI_COMM_WORLD);
+      HALOX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
       lbm.reset_timers();
       start = Clock::now();
     }
@@ -1149,10 +1186,19 @@ int drive(Run& lbm, const Cli& cli, int rank) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (!cli.trace.empty()) trace::write(MPI_COMM_WORLD, cli.trace);
   const auto last = lbm.totals();
+  // The same sums on every rank: all stop together, with a non-zero exit.
+  for (int k = 0; k < 4; ++k) {
+    if (!std::isfinite(last[k])) {
+      throw Error("halox-lbm: the fluid's totals became non-finite after " +
+                  std::to_string(cli.steps) + " steps (mass " + std::to_string(last[0]) +
+                  ", kinetic energy " + std::to_string(last[3]) +
+                  "): the run diverged; raise --tau or lower --velocity");
+    }
+  }
   // overlap: one span, the whole run (its steps do not wait for the GPU one by one).
   double worst[2] = {0, 0},
          mine[2] = {lbm.time_exchange(), cli.comm == "overlap" ? seconds : lbm.time_compute()};
-  MPI_Reduce(mine, worst, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  HALOX_MPI_CHECK(MPI_Reduce(mine, worst, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
   const double mlups = timed > 0 ? cells * double(timed) / seconds / 1e6 : 0;
   // The update kernels alone (the slowest rank's compute phases; not for overlap, whose one
   // span holds the exchange too): the rate if the exchange were free.
@@ -1303,40 +1349,43 @@ int drive(Run& lbm, const Cli& cli, int rank) {
 
 int run(int argc, char** argv) {
   int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  Cli cli = parse(argc, argv);
-  if (cli.rank_count > 0 || (!cli.local && cli.ranks == std::array<int, 3>{0, 0, 0})) {
-    // The SoA fields are x fastest: an x face is one element per 32-byte sector.
-    cli.ranks =
-        grid_rank_dims(cli.rank_count > 0 ? cli.rank_count : size,
-                       {cli.grid[0], cli.grid[1], cli.grid[2]}, 32.0 / (cli.single ? 4 : 8));
-  }
-  if (cli.device != "cpu") select_device(MPI_COMM_WORLD);  // one GPU per rank
-  for (int a = 0; a < 3; ++a) {
-    if (cli.grid[a] <= 0) throw Error("halox-lbm: grid sizes must be positive");
-  }
-  if (cli.local && size != 1) {
-    throw Error(
-        "halox-lbm: --transport local runs every rank in one process: start it without "
-        "mpirun (or with one MPI rank), not " +
-        std::to_string(size));
-  }
-  if (!cli.local) {
-    const auto& r = cli.ranks;
-    const bool all = r[0] && r[1] && r[2];
-    if (all && r[0] * r[1] * r[2] != size) {
-      throw Error("halox-lbm: the rank grid " + std::to_string(r[0]) + "x" + std::to_string(r[1]) +
-                  "x" + std::to_string(r[2]) + " does not match the " + std::to_string(size) +
-                  " MPI ranks");
+  HALOX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  HALOX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  Cli cli;
+  halox::apps::check_input_collectively(MPI_COMM_WORLD, "halox-lbm", argc, argv, [&] {
+    cli = parse(argc, argv);
+    for (int a = 0; a < 3; ++a) {
+      if (cli.grid[a] <= 0) throw Error("halox-lbm: grid sizes must be positive");
     }
-  }
-  if (cli.model == "multiphase" &&
-      2 * cli.radius >= *std::min_element(cli.grid.begin(), cli.grid.end()) &&
-      cli.init == "droplet") {
-    throw Error("halox-lbm: the droplet (radius " + std::to_string(cli.radius) +
-                ") does not fit the grid");
-  }
+    if (cli.rank_count > 0 || (!cli.local && cli.ranks == std::array<int, 3>{0, 0, 0})) {
+      // The SoA fields are x fastest: an x face is one element per 32-byte sector.
+      cli.ranks =
+          grid_rank_dims(cli.rank_count > 0 ? cli.rank_count : size,
+                         {cli.grid[0], cli.grid[1], cli.grid[2]}, 32.0 / (cli.single ? 4 : 8));
+    }
+    if (cli.local && size != 1) {
+      throw Error(
+          "halox-lbm: --transport local runs every rank in one process: start it without "
+          "mpirun (or with one MPI rank), not " +
+          std::to_string(size));
+    }
+    if (!cli.local) {
+      const auto& r = cli.ranks;
+      const bool all = r[0] && r[1] && r[2];
+      if (all && 1LL * r[0] * r[1] * r[2] != size) {
+        throw Error("halox-lbm: the rank grid " + std::to_string(r[0]) + "x" +
+                    std::to_string(r[1]) + "x" + std::to_string(r[2]) + " does not match the " +
+                    std::to_string(size) + " MPI ranks");
+      }
+    }
+    if (cli.model == "multiphase" &&
+        2 * cli.radius >= *std::min_element(cli.grid.begin(), cli.grid.end()) &&
+        cli.init == "droplet") {
+      throw Error("halox-lbm: the droplet (radius " + std::to_string(cli.radius) +
+                  ") does not fit the grid");
+    }
+  });
+  if (cli.device != "cpu") select_device(MPI_COMM_WORLD);  // one GPU per rank
   {
     const Topology shape = cli.local ? Topology(cli.ranks, {true, true, true}, 0)
                                      : Topology::from_mpi(MPI_COMM_WORLD, cli.ranks);

@@ -28,8 +28,9 @@ class DeviceArray {
   T* get() const { return m_ptr; }
   void resize(std::size_t n) {
     if (n > m_capacity) {
-      cudaFree(m_ptr);
+      MD_CUDA(cudaFree(m_ptr));
       m_ptr = nullptr;
+      m_capacity = 0;
       MD_CUDA(cudaMalloc(&m_ptr, std::max<std::size_t>(n, 1) * sizeof(T)));
       m_capacity = n;
     }

@@ -2,12 +2,14 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "../common/agree.hpp"
 #include "../common/mpi_main.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
@@ -18,6 +20,7 @@ namespace {
 
 using namespace halox;
 using namespace halox::md;
+using halox::apps::check_input_collectively;
 
 struct Cli {
   Config config;
@@ -79,13 +82,22 @@ Cli parse(int argc, char** argv) {
       const double d = std::strtod(v.c_str(), &end);
       if (end == v.c_str() || *end != '\0')
         throw Error("halox-md: " + a + ": '" + v + "' is not a number");
+      if (!std::isfinite(d)) throw Error("halox-md: " + a + ": '" + v + "' is not finite");
       return d;
+    };
+    // Counts: whole numbers an int holds (a cast of 1e20 or 2.5 would be wrong silently).
+    auto integer = [&]() {
+      const double d = number();
+      if (d != std::floor(d) || std::abs(d) > 2147483647.0)
+        throw Error("halox-md: " + a + ": " + std::to_string(d) +
+                    " is not a whole number an int holds");
+      return static_cast<int>(d);
     };
     if (a == "--help" || a == "-h") {
       usage(stdout);
       std::exit(0);
     } else if (a == "--cells")
-      c.cells = static_cast<int>(number());
+      c.cells = integer();
     else if (a == "--density")
       c.density = number();
     else if (a == "--temperature")
@@ -97,11 +109,11 @@ Cli parse(int argc, char** argv) {
     else if (a == "--dt")
       c.dt = number();
     else if (a == "--steps")
-      cli.steps = static_cast<int>(number());
+      cli.steps = integer();
     else if (a == "--nstlist")
-      c.nstlist = static_cast<int>(number());
+      c.nstlist = integer();
     else if (a == "--thermo")
-      cli.thermo_every = static_cast<int>(number());
+      cli.thermo_every = integer();
     else if (a == "--ranks")
       c.ranks = parse_dims(value());
     else if (a == "--device")
@@ -149,10 +161,13 @@ bool g_input_checked = false;  // after this, an error may be on one rank only
 
 int run(int argc, char** argv) {
   int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const Cli cli = parse(argc, argv);
-  validate(cli.config, size);
+  HALOX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  HALOX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  Cli cli;
+  check_input_collectively(MPI_COMM_WORLD, "halox-md", argc, argv, [&] {
+    cli = parse(argc, argv);
+    validate(cli.config, size);
+  });
   if (cli.config.device != "cpu") select_device(MPI_COMM_WORLD);  // one GPU per rank
   g_input_checked = true;
   const auto wall_start = std::chrono::steady_clock::now();
@@ -184,6 +199,12 @@ int run(int argc, char** argv) {
   auto report = [&] {
     thermo.push_back(sim.thermo());
     const Thermo& t = thermo.back();
+    // The same sums on every rank: all stop together, with a non-zero exit.
+    if (!std::isfinite(t.total) || !std::isfinite(t.pressure) || !std::isfinite(t.temperature)) {
+      throw Error("halox-md: the energy became non-finite at step " + std::to_string(t.step) +
+                  " (temperature " + std::to_string(t.temperature) + ", total energy/N " +
+                  std::to_string(t.total) + "): the run diverged; lower --dt");
+    }
     if (rank == 0 && !cli.quiet) {
       if (thermo.size() == 1) {
         std::printf("%8s %12s %14s %14s %12s\n", "step", "temperature", "potential/N", "total/N",
@@ -214,7 +235,7 @@ int run(int argc, char** argv) {
   // Timing: the slowest rank's time per phase.
   Timers t = sim.timers();
   double mine[6] = {t.force, t.halo_forward, t.halo_reverse, t.integrate, t.search, loop}, worst[6];
-  MPI_Reduce(mine, worst, 6, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  HALOX_MPI_CHECK(MPI_Reduce(mine, worst, 6, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
   const long long violations = sim.list_violations();  // the same on every rank
   const ExchangeStats stats = sim.exchange_stats();
   const double exchanges_per_step = cli.steps > 0 ? 1.0 * stats.host_waits / cli.steps : 0;

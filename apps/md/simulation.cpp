@@ -5,6 +5,8 @@
 #include <cmath>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "lj.hpp"
@@ -42,11 +44,26 @@ double gaussian(std::uint64_t seed, std::int64_t id, int component) {
 
 void validate(const Config& c, int ranks) {
   auto fail = [](const std::string& m) { throw Error("halox-md: " + m); };
+  for (double v : {c.density, c.temperature, c.cutoff, c.skin, c.dt, c.jitter}) {
+    if (!std::isfinite(v)) fail("every real parameter must be finite");
+  }
   if (!(c.density > 0)) fail("--density must be positive (got " + std::to_string(c.density) + ")");
   if (!(c.temperature > 0)) {
     fail("--temperature must be positive (got " + std::to_string(c.temperature) + ")");
   }
   if (c.cells < 1) fail("--cells must be >= 1");
+  // Memory grows as cells^3: refuse what this node cannot hold, with the figure, before hours
+  // of lattice building (each process holds its share; the host arrays, the migration's
+  // copies and the lists take about 400 bytes per atom).
+  const double atoms = 4.0 * c.cells * c.cells * c.cells;
+  const double bytes = 400.0 * atoms / ranks;
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  if (memory > 0 && bytes > memory) {
+    std::ostringstream s;
+    s << "--cells " << c.cells << " is " << atoms << " atoms: about " << bytes / 1e9
+      << " GB per process, more than this node's " << memory / 1e9 << " GB of memory";
+    fail(s.str());
+  }
   if (!(c.cutoff > 0) || !(c.skin >= 0)) fail("--cutoff must be positive and --skin >= 0");
   if (!(c.dt > 0)) fail("--dt must be positive");
   if (!(c.jitter >= 0 && c.jitter < 0.25)) fail("--jitter must be in [0, 0.25)");
@@ -382,8 +399,8 @@ std::vector<std::pair<std::int64_t, std::array<double, 3>>> Simulation::gather_f
     }
   }
   int size = 0, rank = 0;
-  MPI_Comm_size(m_comm, &size);
-  MPI_Comm_rank(m_comm, &rank);
+  HALOX_MPI_CHECK(MPI_Comm_size(m_comm, &size));
+  HALOX_MPI_CHECK(MPI_Comm_rank(m_comm, &rank));
   int count = static_cast<int>(mine.size());
   std::vector<int> counts(size), displs(size);
   HALOX_MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, m_comm));

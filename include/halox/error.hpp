@@ -20,6 +20,14 @@ class DatatypeError : public Error {
   using Error::Error;
 };
 
+/// A wait of a halo exchange (on the host or in a kernel) ran past its time-out, or the
+/// self-test found a broken link. The message names this rank, the peer, the pulse, the
+/// transport and what did not arrive.
+class HaloTimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A CUDA, MPI, NCCL or NVSHMEM call returned an error.
 class BackendError : public Error {
  public:

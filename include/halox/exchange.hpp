@@ -73,8 +73,9 @@ struct ExchangeOptions {
   TransportKind transport = TransportKind::host;
   /// Pipelined chunk size in bytes; 0 takes it from the tuning file (see tuning.hpp).
   std::int64_t chunk_bytes = 0;
-  /// GPU-initiated transports: device-side wait time-out in seconds and the start-up
-  /// self-test of every link.
+  /// Every wait of an exchange, host (MPI) and device, ends after this many seconds with a
+  /// HaloTimeoutError naming the rank, the peer, the pulse and the transport; the
+  /// GPU-initiated transports also run a start-up self-test of every link.
   double timeout_seconds = 5.0;
   bool self_test = true;
   /// nvshmem-pulse and nvshmem-fused: the fused kernels reach every peer by NVSHMEM

@@ -43,12 +43,6 @@ struct GpuHaloOptions {
   std::string name{};
 };
 
-/// A device-side wait ran out of time (or the self-test found a broken link).
-class HaloTimeoutError : public Error {
- public:
-  using Error::Error;
-};
-
 /// Where the arrays of a LocalParticleExchange's ranks live.
 enum class LocalMemory { gpu, host };
 

@@ -67,7 +67,7 @@ Datatype named(MPI_Datatype type) {
   }
   char name[MPI_MAX_OBJECT_NAME] = {};
   int length = 0;
-  MPI_Type_get_name(type, name, &length);
+  HALOX_MPI_CHECK(MPI_Type_get_name(type, name, &length));
   throw DatatypeError(std::string("halox::from_mpi: the named type ") + name +
                       " has no halox equivalent");
 }

@@ -1,9 +1,32 @@
 // Enumerates the contiguous runs of a canonical piece in packed order.
 #pragma once
 
+#include <algorithm>
+#include <string>
+
 #include "halox/datatype.hpp"
 
 namespace halox::detail {
+
+/// Throws DatatypeError unless every byte `count` instances of `type` address, and every
+/// packed position, has a 64-bit offset from the buffer's address: pack and unpack compute
+/// instance * extent + offset and instance * size + position.
+inline void check_footprint(const Datatype& type, std::int64_t count, const char* where) {
+  if (count <= 0) return;
+  std::int64_t span = 0, lo = 0, hi = 0, true_ub = 0, bytes = 0;
+  const bool overflow =
+      __builtin_mul_overflow(count - 1, type.extent(), &span) ||
+      __builtin_add_overflow(type.true_lb(), type.true_extent(), &true_ub) ||
+      __builtin_add_overflow(type.true_lb(), std::min<std::int64_t>(0, span), &lo) ||
+      __builtin_add_overflow(true_ub, std::max<std::int64_t>(0, span), &hi) ||
+      __builtin_mul_overflow(count, type.size(), &bytes);
+  if (overflow) {
+    throw DatatypeError(std::string("halox::") + where + ": " + std::to_string(count) +
+                        " instances of the " + type.combiner_name() + " type (extent " +
+                        std::to_string(type.extent()) + ", size " + std::to_string(type.size()) +
+                        ") span more bytes than a 64-bit offset addresses");
+  }
+}
 
 /// Calls visit(memory_offset) for every run of `piece`, in packed order, starting at run
 /// `first_run`; stops early when visit returns false.

@@ -2,9 +2,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "../common/cuda_check.hpp"
 #include "device_buffer.hpp"
+#include "host_wait.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"
@@ -36,8 +38,8 @@ bool to_self(const Op& op, int rank) {
 
 class StagedTransport final : public Transport {
  public:
-  StagedTransport(MPI_Comm comm, int rank, bool direct)
-      : m_comm(comm), m_rank(rank), m_direct(direct) {}
+  StagedTransport(MPI_Comm comm, int rank, bool direct, double timeout_seconds)
+      : m_comm(comm), m_rank(rank), m_direct(direct), m_timeout(timeout_seconds) {}
   std::string name() const override { return m_direct ? "mpi-direct" : "staged"; }
 
   void run(const std::vector<Op>& ops, void* field, GpuStream stream,
@@ -62,7 +64,7 @@ class StagedTransport final : public Transport {
                                            cudaMemcpyDeviceToHost, stream));
         }
       }
-      std::vector<MPI_Request>& requests = m_requests;  // reused: no allocation per exchange
+      std::vector<PendingMessage>& requests = m_requests;  // reused: no allocation per exchange
       requests.clear();
       if (any_remote) {
         // Wait 1: the packed data (and the previous stage's copies up) are complete.
@@ -81,13 +83,13 @@ class StagedTransport final : public Transport {
                 m_direct ? b.dev_recv.at_least(op.recv_bytes) : b.host_recv.at_least(op.recv_bytes);
             HALOX_MPI_CHECK(MPI_Irecv(in, static_cast<int>(op.recv_bytes), MPI_BYTE, op.recv_rank,
                                       op.tag, m_comm, &r));
-            requests.push_back(r);
+            requests.push_back({r, op.recv_rank, op.recv_bytes, &op.name});
           }
           if (remote(op.send_rank, m_rank)) {
             const char* out = m_direct ? b.dev_send.get() : b.host_send.get();
             HALOX_MPI_CHECK(MPI_Isend(out, static_cast<int>(op.send_bytes), MPI_BYTE, op.send_rank,
                                       op.tag, m_comm, &r));
-            requests.push_back(r);
+            requests.push_back({r, op.send_rank, -1, &op.name});
             stats.messages += 1;
             stats.bytes_sent += op.send_bytes;
           }
@@ -95,8 +97,7 @@ class StagedTransport final : public Transport {
         // Wait 2: the messages have arrived.
         {
           trace::Scope scope("wait: MPI", m_rank);
-          HALOX_MPI_CHECK(
-              MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+          wait_all(requests, {m_rank, m_direct ? "mpi-direct" : "staged", m_timeout});
         }
         stats.host_waits += 1;
       }
@@ -123,8 +124,9 @@ class StagedTransport final : public Transport {
   MPI_Comm m_comm;
   int m_rank;
   bool m_direct;
+  double m_timeout;
   std::vector<OpBuffers> m_buffers;
-  std::vector<MPI_Request> m_requests;
+  std::vector<PendingMessage> m_requests;
 };
 
 // Seed 002's pipeline: chunk c of a message is packed (caller's stream), copied down (copy-out
@@ -132,8 +134,8 @@ class StagedTransport final : public Transport {
 // (copy-in stream) as soon as it arrives, so the stages of different chunks overlap.
 class PipelinedTransport final : public Transport {
  public:
-  PipelinedTransport(MPI_Comm comm, int rank, std::int64_t chunk_bytes)
-      : m_comm(comm), m_rank(rank), m_chunk(chunk_bytes) {
+  PipelinedTransport(MPI_Comm comm, int rank, std::int64_t chunk_bytes, double timeout_seconds)
+      : m_comm(comm), m_rank(rank), m_chunk(chunk_bytes), m_timeout(timeout_seconds) {
     HALOX_CUDA_CHECK(cudaStreamCreateWithFlags(&m_copy_out, cudaStreamNonBlocking));
     HALOX_CUDA_CHECK(cudaStreamCreateWithFlags(&m_copy_in, cudaStreamNonBlocking));
   }
@@ -253,7 +255,23 @@ class PipelinedTransport final : public Transport {
     trace::Scope progress("pipeline progress", m_rank);
     std::size_t next_send = 0, received = 0;
     if (!sends.empty() || !recvs.empty()) stats.host_waits += 1;
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(m_timeout));
     while (next_send < sends.size() || received < recvs.size()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        for (const Chunk& c : recvs) {
+          if (c.done) continue;
+          throw HaloTimeoutError("rank " + std::to_string(m_rank) + " timed out after " +
+                                 std::to_string(m_timeout) + " s on " + ops[c.op].name +
+                                 " waiting for rank " + std::to_string(ops[c.op].recv_rank) +
+                                 " (the chunk at byte " + std::to_string(c.offset) +
+                                 " did not arrive; pipelined transport)");
+        }
+        throw HaloTimeoutError("rank " + std::to_string(m_rank) + " timed out after " +
+                               std::to_string(m_timeout) +
+                               " s copying its chunks to the host (pipelined transport)");
+      }
       while (next_send < sends.size()) {
         Chunk& c = sends[next_send];
         const cudaError_t q = cudaEventQuery(c.copied);
@@ -270,11 +288,21 @@ class PipelinedTransport final : public Transport {
       for (Chunk& c : recvs) {
         if (c.done) continue;
         int flag = 0;
-        HALOX_MPI_CHECK(MPI_Test(&c.request, &flag, MPI_STATUS_IGNORE));
+        MPI_Status status;
+        HALOX_MPI_CHECK(MPI_Test(&c.request, &flag, &status));
         if (!flag) continue;
         c.done = true;
         ++received;
         const Op& op = ops[c.op];
+        int bytes = 0;
+        HALOX_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &bytes));
+        if (bytes != c.bytes) {
+          throw Error("halox: rank " + std::to_string(m_rank) + " on " + op.name +
+                      " (pipelined transport): the chunk from rank " +
+                      std::to_string(op.recv_rank) + " at byte " + std::to_string(c.offset) +
+                      " has " + std::to_string(bytes) + " bytes, this rank's plan " +
+                      std::to_string(c.bytes) + ": the ranks' plans differ");
+        }
         OpBuffers& b = m_buffers[c.op];
         HALOX_CUDA_CHECK(cudaMemcpyAsync(b.dev_recv.get() + c.offset, b.host_recv.get() + c.offset,
                                          static_cast<std::size_t>(c.bytes), cudaMemcpyHostToDevice,
@@ -282,11 +310,10 @@ class PipelinedTransport final : public Transport {
         op.unpack(field, b.dev_recv.get() + c.offset, c.offset, c.bytes, m_copy_in);
       }
     }
-    std::vector<MPI_Request>& pending = m_pending;
+    std::vector<PendingMessage>& pending = m_pending;
     pending.clear();
-    for (Chunk& c : sends) pending.push_back(c.request);
-    HALOX_MPI_CHECK(
-        MPI_Waitall(static_cast<int>(pending.size()), pending.data(), MPI_STATUSES_IGNORE));
+    for (Chunk& c : sends) pending.push_back({c.request, ops[c.op].send_rank, -1, &ops[c.op].name});
+    wait_all(pending, {m_rank, "pipelined", m_timeout});
     // The caller's stream continues after the last unpack.
     cudaEvent_t end = event(events++);
     HALOX_CUDA_CHECK(cudaEventRecord(end, m_copy_in));
@@ -296,11 +323,12 @@ class PipelinedTransport final : public Transport {
   MPI_Comm m_comm;
   int m_rank;
   std::int64_t m_chunk;
+  double m_timeout;
   cudaStream_t m_copy_out = nullptr, m_copy_in = nullptr;
   std::vector<cudaEvent_t> m_events;
   std::vector<OpBuffers> m_buffers;
   std::vector<Chunk> m_sends, m_recvs;
-  std::vector<MPI_Request> m_pending;
+  std::vector<PendingMessage> m_pending;
 };
 
 }  // namespace
@@ -314,19 +342,20 @@ bool mpi_is_cuda_aware() {
 }
 
 std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm comm, int rank,
-                                                 std::int64_t chunk_bytes) {
+                                                 std::int64_t chunk_bytes, double timeout_seconds) {
   switch (kind) {
-    case TransportKind::staged: return std::make_unique<StagedTransport>(comm, rank, false);
+    case TransportKind::staged:
+      return std::make_unique<StagedTransport>(comm, rank, false, timeout_seconds);
     case TransportKind::mpi_direct:
       if (!mpi_is_cuda_aware()) {
         throw Error(
             "halox: the mpi-direct transport needs a CUDA-aware MPI, and this one says it is "
             "not (MPIX_Query_cuda_support); use staged or pipelined");
       }
-      return std::make_unique<StagedTransport>(comm, rank, true);
+      return std::make_unique<StagedTransport>(comm, rank, true, timeout_seconds);
     case TransportKind::pipelined:
       return std::make_unique<PipelinedTransport>(
-          comm, rank, chunk_bytes > 0 ? chunk_bytes : tuned_chunk_bytes());
+          comm, rank, chunk_bytes > 0 ? chunk_bytes : tuned_chunk_bytes(), timeout_seconds);
     case TransportKind::nccl:
 #if HALOX_HAS_NCCL
       return make_nccl_transport(comm, rank);

@@ -157,7 +157,7 @@ class TransportChooser {
  public:
   TransportChooser(const Topology& topology, ExchangeOptions options)
       : m_comm(topology.comm()), m_rank(topology.rank()), m_options(options) {
-    m_host = detail::make_host_transport(m_comm, m_rank);
+    m_host = detail::make_host_transport(m_comm, m_rank, m_options.timeout_seconds);
   }
 
   bool on_device(const void* field) {
@@ -183,29 +183,32 @@ class TransportChooser {
 
   detail::Transport& for_field(const void* field) {
     if (!on_device(field)) return *m_host;
+#if HALOX_HAS_CUDA
     if (!m_device) {
       if (m_options.transport == TransportKind::automatic) {
         throw Error("halox: internal: the auto transport was not resolved");
       }
       if (gpu_initiated(m_options.transport)) {
-#if HALOX_HAS_CUDA
         // Grid halos: one fused kernel for all stages, the pulse and the fused variants alike.
         const TransportKind t = m_options.transport;
         m_device = detail::make_grid_fused_transport(
             m_comm, m_rank, peer_mapping(t, m_options), to_string(t), m_options.name,
             m_options.timeout_seconds, m_options.self_test);
         return *m_device;
-#endif
       }
       if (m_options.transport == TransportKind::host) {
         throw Error("halox: the field at " + address(field) +
                     " is in device memory; the host transport moves host memory only (choose "
                     "staged, pipelined or mpi-direct)");
       }
-      m_device =
-          detail::make_device_transport(m_options.transport, m_comm, m_rank, m_options.chunk_bytes);
+      m_device = detail::make_device_transport(m_options.transport, m_comm, m_rank,
+                                               m_options.chunk_bytes, m_options.timeout_seconds);
     }
     return *m_device;
+#else
+    // Without CUDA no pointer is device memory (on_device is false): not reached.
+    throw Error("halox: internal: a device field in a build without CUDA");
+#endif
   }
 
   std::string name(const void* field) {
@@ -227,9 +230,9 @@ class TransportChooser {
     for (int i = 0; i < node_size; ++i) node_ranks[i] = i;
     HALOX_MPI_CHECK(MPI_Group_translate_ranks(node_group, node_size, node_ranks.data(), world_group,
                                               world_ranks.data()));
-    MPI_Group_free(&node_group);
-    MPI_Group_free(&world_group);
-    MPI_Comm_free(&node);
+    HALOX_MPI_CHECK(MPI_Group_free(&node_group));
+    HALOX_MPI_CHECK(MPI_Group_free(&world_group));
+    HALOX_MPI_CHECK(MPI_Comm_free(&node));
     int local = 1;
     long long largest = 0;
     for (const auto& p : pulses) {

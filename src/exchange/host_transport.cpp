@@ -4,6 +4,7 @@
 
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"
+#include "host_wait.hpp"
 #include "transport.hpp"
 
 namespace halox::detail {
@@ -18,7 +19,8 @@ namespace {
 
 class HostTransport final : public Transport {
  public:
-  HostTransport(MPI_Comm comm, int rank) : m_comm(comm), m_rank(rank) {}
+  HostTransport(MPI_Comm comm, int rank, double timeout_seconds)
+      : m_comm(comm), m_rank(rank), m_timeout(timeout_seconds) {}
   std::string name() const override { return "host"; }
 
   void run(const std::vector<Op>& ops, void* field, GpuStream stream,
@@ -26,7 +28,7 @@ class HostTransport final : public Transport {
     m_send.resize(ops.size());
     m_recv.resize(ops.size());
     for (int stage = 0; stage < stage_count(ops); ++stage) {
-      std::vector<MPI_Request>& requests = m_requests;  // reused: no allocation per exchange
+      std::vector<PendingMessage>& requests = m_pending;  // reused: no allocation per exchange
       requests.clear();
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
@@ -35,7 +37,7 @@ class HostTransport final : public Transport {
         HALOX_MPI_CHECK(MPI_Irecv(m_recv[i].at_least(op.recv_bytes),
                                   static_cast<int>(op.recv_bytes), MPI_BYTE, op.recv_rank, op.tag,
                                   m_comm, &r));
-        requests.push_back(r);
+        requests.push_back({r, op.recv_rank, op.recv_bytes, &op.name});
       }
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
@@ -46,14 +48,13 @@ class HostTransport final : public Transport {
         MPI_Request r;
         HALOX_MPI_CHECK(MPI_Isend(out, static_cast<int>(op.send_bytes), MPI_BYTE, op.send_rank,
                                   op.tag, m_comm, &r));
-        requests.push_back(r);
+        requests.push_back({r, op.send_rank, -1, &op.name});
         stats.messages += 1;
         stats.bytes_sent += op.send_bytes;
       }
       if (!requests.empty()) {
         trace::Scope scope("wait: MPI", m_rank);
-        HALOX_MPI_CHECK(
-            MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+        wait_all(requests, {m_rank, "host", m_timeout});
         stats.host_waits += 1;
       }
       for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -70,14 +71,15 @@ class HostTransport final : public Transport {
  private:
   MPI_Comm m_comm;
   int m_rank;
+  double m_timeout;
   std::vector<HostBuffer> m_send, m_recv;
-  std::vector<MPI_Request> m_requests;
+  std::vector<PendingMessage> m_pending;
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> make_host_transport(MPI_Comm comm, int rank) {
-  return std::make_unique<HostTransport>(comm, rank);
+std::unique_ptr<Transport> make_host_transport(MPI_Comm comm, int rank, double timeout_seconds) {
+  return std::make_unique<HostTransport>(comm, rank, timeout_seconds);
 }
 
 }  // namespace halox::detail

@@ -52,11 +52,13 @@ class Transport {
                    ExchangeStats& stats) = 0;
 };
 
-std::unique_ptr<Transport> make_host_transport(MPI_Comm comm, int rank);
+/// Every host-side wait of these transports ends after `timeout_seconds` with a
+/// HaloTimeoutError (host_wait.hpp).
+std::unique_ptr<Transport> make_host_transport(MPI_Comm comm, int rank, double timeout_seconds);
 /// Device transports (throw halox::Error when the build has no CUDA or, for mpi-direct,
 /// when MPI is not CUDA-aware).
 std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm comm, int rank,
-                                                 std::int64_t chunk_bytes);
+                                                 std::int64_t chunk_bytes, double timeout_seconds);
 
 std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, int rank);
 std::unique_ptr<Transport> make_nvshmem_stream_transport(MPI_Comm comm, int rank);

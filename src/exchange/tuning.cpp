@@ -50,7 +50,7 @@ std::int64_t tuning_member(const char* name, std::int64_t otherwise) {
   text << in.rdbuf();
   const std::string s = text.str();
   std::smatch m;
-  if (in && std::regex_search(s, m, std::regex("\"" + std::string(name) + "\"\\s*:\\s*([0-9]+)"))) {
+  if (in && std::regex_search(s, m, std::regex(std::string("\"") + name + "\"\\s*:\\s*([0-9]+)"))) {
     return static_cast<std::int64_t>(std::stoll(m[1]));
   }
   return otherwise;

@@ -36,7 +36,7 @@ double gpu_share(MPI_Comm comm) {
   HALOX_MPI_CHECK(MPI_Comm_size(node, &size));
   std::vector<int> devices(size);
   HALOX_MPI_CHECK(MPI_Allgather(&device, 1, MPI_INT, devices.data(), 1, MPI_INT, node));
-  MPI_Comm_free(&node);
+  HALOX_MPI_CHECK(MPI_Comm_free(&node));
   int same = 0;
   for (int d : devices) same += d == device;
   const char* percent = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");

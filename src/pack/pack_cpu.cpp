@@ -22,6 +22,7 @@ Range check_range(const char* where, const Datatype& type, std::int64_t count,
     throw DatatypeError(prefix + "max_bytes = " + std::to_string(max_bytes) + " must be >= 0");
   }
   type.canonical();  // throws when not committed
+  detail::check_footprint(type, count, where);
   const std::int64_t total = packed_size(type, count);
   if (packed_offset < 0 || packed_offset > total) {
     throw DatatypeError(prefix + "packed_offset = " + std::to_string(packed_offset) +

@@ -21,6 +21,7 @@
 
 #include "../common/cuda_check.hpp"
 #include "../datatype/node.hpp"
+#include "../datatype/runs.hpp"
 #include "pack_device.cuh"
 #include "halox/pack.hpp"
 #include "halox/pack_gpu.hpp"
@@ -291,6 +292,7 @@ void run(PackOp op, const void* in, void* out, std::int64_t count, const Datatyp
                         " must be >= 0");
   }
   type.canonical();  // throws when not committed
+  detail::check_footprint(type, count, where);
   if (op != PackOp::pack && type.overlaps(count)) {
     throw DatatypeError(std::string("halox::") + where + ": the " + type.combiner_name() +
                         " type addresses some bytes twice; unpacking into it is undefined");

@@ -15,7 +15,7 @@ int select_device(MPI_Comm comm) {
   HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int local = 0;
   HALOX_MPI_CHECK(MPI_Comm_rank(node, &local));
-  MPI_Comm_free(&node);
+  HALOX_MPI_CHECK(MPI_Comm_free(&node));
   const int count = visible_gpus();
   if (count == 0) return -1;
   int device = local % count;

@@ -66,6 +66,9 @@ Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims, std::array<b
   Topology topology(dims, periodic, rank);
   MPI_Comm own = MPI_COMM_NULL;
   HALOX_MPI_CHECK(MPI_Comm_dup(comm, &own));
+  // halox's calls on its communicator report errors (a truncated message, a dead peer) as
+  // exceptions naming the call, instead of aborting the caller's job from inside MPI.
+  HALOX_MPI_CHECK(MPI_Comm_set_errhandler(own, MPI_ERRORS_RETURN));
   topology.m_comm = std::shared_ptr<const MPI_Comm>(new MPI_Comm(own), [](const MPI_Comm* c) {
     int finalized = 0;
     MPI_Finalized(&finalized);

@@ -139,7 +139,7 @@ void clear() {
   s.host.clear();
 #if HALOX_HAS_CUDA
   if (s.device.records) {
-    cudaDeviceSynchronize();
+    HALOX_CUDA_CHECK(cudaDeviceSynchronize());
     detail::fill_device_now(s.device.records, 0, s.device.capacity * sizeof(detail::DeviceRecord));
     s.reserved = 0;
     s.launches.clear();
@@ -175,11 +175,11 @@ std::vector<Event> collect_events(std::int64_t device_offset_ns) {
   std::vector<Event> out = s.host;
 #if HALOX_HAS_CUDA
   if (s.device.records) {
-    cudaDeviceSynchronize();
+    HALOX_CUDA_CHECK(cudaDeviceSynchronize());
     const unsigned long long n = std::min(s.reserved, s.device.capacity);
     std::vector<detail::DeviceRecord> ring(n);
-    cudaMemcpy(ring.data(), s.device.records, n * sizeof(detail::DeviceRecord),
-               cudaMemcpyDeviceToHost);
+    HALOX_CUDA_CHECK(cudaMemcpy(ring.data(), s.device.records, n * sizeof(detail::DeviceRecord),
+                                cudaMemcpyDeviceToHost));
     // Each record's exchange object, from the launch that reserved its slot.
     std::vector<std::pair<detail::DeviceRecord, int>> records;
     for (unsigned long long i = 0; i < n; ++i) {
@@ -309,7 +309,7 @@ void write(MPI_Comm comm, const std::string& path) {
   HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
   int node_leader = rank;
   HALOX_MPI_CHECK(MPI_Allreduce(&rank, &node_leader, 1, MPI_INT, MPI_MIN, node));
-  MPI_Comm_free(&node);
+  HALOX_MPI_CHECK(MPI_Comm_free(&node));
   constexpr int kKeyBytes = sizeof(int) + 16;
   std::vector<char> keys(static_cast<std::size_t>(size) * kKeyBytes, 0);
   char* const my_key = keys.data() + static_cast<std::size_t>(rank) * kKeyBytes;
@@ -435,7 +435,7 @@ int trace_object(const std::string& name) {
   std::lock_guard<std::mutex> lock(s.mutex);
   const int id = static_cast<int>(s.objects.size());
   // No tabs or line ends: write(comm) sends events as tab-separated lines.
-  std::string clean = name.empty() ? "#" + std::to_string(id) : name;
+  std::string clean = name.empty() ? std::string("#") + std::to_string(id) : name;
   std::replace_if(
       clean.begin(), clean.end(), [](char c) { return c == '\t' || c == '\n'; }, ' ');
   s.objects.push_back(clean);

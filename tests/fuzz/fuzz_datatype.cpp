@@ -31,9 +31,9 @@ void run(const std::uint8_t* data, std::size_t size) {
   using halox::Datatype;
   Reader in(data, size);
   std::vector<Datatype> stack{Datatype::of<double>()};
-  for (int step = 0; step < 12 && !in.done(); ++step) {
+  for (int step = 0; step < 64 && !in.done(); ++step) {
     const Datatype top = stack.back();
-    const int op = in.byte() % 12;
+    const int op = in.byte() % 13;
     std::vector<std::int64_t> a, b;
     const int n = in.byte() % 4;
     for (int i = 0; i < n; ++i) a.push_back(in.number());
@@ -75,19 +75,35 @@ void run(const std::uint8_t* data, std::size_t size) {
         break;
       }
       case 10: stack.push_back(Datatype::resized(top, in.number(), in.number())); break;
+      case 11: {  // a deep nest: past kMaxDatatypeDepth it must be refused, not overflow
+        Datatype t = top;
+        const int levels = 16 * in.byte();
+        for (int i = 0; i < levels; ++i) t = Datatype::contiguous(1, t);
+        stack.push_back(t);
+        break;
+      }
       default: stack.push_back(top.dup()); break;
     }
   }
   Datatype type = stack.back();
   type.commit();
-  const std::int64_t count = 1 + in.byte() % 3;
+  // Sometimes a huge count: pack and unpack must refuse what 64-bit offsets cannot address.
+  const std::uint8_t c = in.byte();
+  const std::int64_t count = c == 0xFF ? std::int64_t{1} << (in.byte() % 63) : 1 + c % 3;
   // Keep the buffers small enough for a fuzzer's iteration budget (the span computed without
   // overflow: extents of 2^62 with count 3 do not fit in 64 bits).
   const std::int64_t extent = type.extent() < 0 ? -type.extent() : type.extent();
-  std::int64_t repeats = 0, span = 0;
+  std::int64_t repeats = 0, span = 0, bytes_total = 0;
   if (__builtin_mul_overflow(count - 1, extent, &repeats) ||
-      __builtin_add_overflow(type.true_extent(), repeats, &span)) {
-    return;
+      __builtin_add_overflow(type.true_extent(), repeats, &span) ||
+      __builtin_mul_overflow(count, type.size(), &bytes_total)) {
+    unsigned char small[64] = {};
+    try {
+      halox::pack(small, count, type, small);
+    } catch (const halox::DatatypeError&) {
+      return;  // refused, as it must be
+    }
+    __builtin_trap();  // packed what no 64-bit offset addresses
   }
   if (type.size() > (1 << 16) || span > (1 << 20) || type.canonical().runs() > (1 << 16)) return;
   const std::int64_t lo = type.true_lb() + std::min<std::int64_t>(0, (count - 1) * type.extent());

@@ -171,6 +171,32 @@ TEST(GridHalo, MismatchedPlansAreCaughtWhenBuilt) {
   }
 }
 
+// An exchange whose plans differ between ranks (built without validation) raises a clear
+// error on both ranks of the mismatched link, instead of a short halo on one and an abort in
+// MPI_ERR_TRUNCATE on the other.
+TEST(GridHalo, ExchangesCheckReceivedSizesAgainstThePlan) {
+  if (world_size() != 2) GTEST_SKIP() << "needs two ranks";
+  const TransportKind t = test_transport();
+  if (t != TransportKind::host && t != TransportKind::staged && t != TransportKind::pipelined &&
+      t != TransportKind::mpi_direct) {
+    GTEST_SKIP() << "the MPI-based transports check message sizes on the host";
+  }
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {2, 1, 1});
+  const std::int64_t ny = world_rank() == 1 ? 7 : 6;  // rank 1's x faces are larger
+  GridPlan plan = make_grid_plan(topology, {4, ny, 4}, 1, Datatype::of<double>().commit());
+  const auto e = plan.extent;
+  std::vector<double> field(static_cast<std::size_t>(e[0] * e[1] * e[2]), 1.0);
+  GridExchange exchange(topology, plan, ExchangeOptions{t, 4096});
+  try {
+    run_on(field, [&](void* p, GpuStream s) { exchange.exchange(p, s); });
+    ADD_FAILURE() << "no error on rank " << world_rank();
+  } catch (const Error& error) {
+    const std::string m = error.what();
+    EXPECT_NE(m.find("plans differ"), std::string::npos) << m;
+    EXPECT_NE(m.find("from rank " + std::to_string(1 - world_rank())), std::string::npos) << m;
+  }
+}
+
 // halox talks on its own duplicate of the communicator: a user's wildcard receive posted on
 // the communicator before a plan is built and exchanges run gets only the user's message.
 TEST(GridHalo, UserWildcardReceiveGetsOnlyTheUsersMessage) {

@@ -94,3 +94,8 @@ TEST(Topology, GridRankDimsKeepsTheHaloCheap) {
     EXPECT_EQ(d[0] * d[1] * d[2], n) << n;
   }
 }
+
+TEST(Topology, GridsWhoseRankCountOverflowsAnIntAreRefused) {
+  EXPECT_THROW(halox::Topology({6, 715827883, 1}, {true, true, true}, 0), halox::Error);
+  EXPECT_THROW(halox::Topology({65536, 65536, 2}, {true, true, true}, 0), halox::Error);
+}

@@ -1,0 +1,95 @@
+#include "host_wait.hpp"
+
+#include <chrono>
+#include <sstream>
+
+#include "halox/error.hpp"
+#include "halox/mpi.hpp"
+
+namespace halox::detail {
+
+namespace {
+
+std::string describe(const PendingMessage& m) {
+  std::ostringstream s;
+  s << (m.pulse ? *m.pulse : std::string("a pulse")) << " waiting for rank " << m.peer;
+  if (m.expected_bytes >= 0) {
+    s << " (its " << m.expected_bytes << "-byte message to this rank did not arrive)";
+  } else {
+    s << " (to take this rank's message)";
+  }
+  return s.str();
+}
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+}  // namespace
+
+void wait_all(std::vector<PendingMessage>& pending, const WaitContext& context) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(context.timeout_seconds));
+  std::vector<MPI_Request> requests(pending.size());
+  for (std::size_t i = 0; i < pending.size(); ++i) requests[i] = pending[i].request;
+  std::vector<int> done(pending.size());
+  std::vector<MPI_Status> statuses(pending.size());
+  std::size_t left = pending.size();
+  // A message of the wrong size is reported after the others have landed: the buffers they
+  // land in must not be freed (by an exception unwinding) under MPI's writes.
+  std::string wrong_size;
+  while (left > 0) {
+    int count = 0;
+    const int rc = MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count,
+                                done.data(), statuses.data());
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+      throw BackendError("halox: rank " + std::to_string(context.rank) + " (" +
+                         context.transport + " transport): MPI_Testsome failed: " +
+                         mpi_error_text(rc));
+    }
+    for (int k = 0; k < (count == MPI_UNDEFINED ? 0 : count); ++k) {
+      const PendingMessage& m = pending[static_cast<std::size_t>(done[k])];
+      const MPI_Status& status = statuses[static_cast<std::size_t>(k)];
+      --left;
+      if (m.expected_bytes < 0) continue;
+      const std::string where = "halox: rank " + std::to_string(context.rank) + " on " +
+                                (m.pulse ? *m.pulse : std::string("a pulse")) + " (" +
+                                context.transport + " transport): the message from rank " +
+                                std::to_string(m.peer);
+      if (!wrong_size.empty()) continue;
+      if (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR != MPI_SUCCESS) {
+        wrong_size = where + " is larger than the " + std::to_string(m.expected_bytes) +
+                     " bytes of this rank's plan (" + mpi_error_text(status.MPI_ERROR) +
+                     "): the ranks' plans differ";
+        continue;
+      }
+      int bytes = 0;
+      HALOX_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &bytes));
+      if (bytes != m.expected_bytes) {
+        wrong_size = where + " has " + std::to_string(bytes) + " bytes, this rank's plan " +
+                     std::to_string(m.expected_bytes) + ": the ranks' plans differ";
+      }
+    }
+    if (count == MPI_UNDEFINED) break;  // every request done
+    if (left > 0 && Clock::now() > deadline) {
+      if (!wrong_size.empty()) throw Error(wrong_size);
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        if (requests[i] == MPI_REQUEST_NULL) continue;
+        std::ostringstream s;
+        s << "rank " << context.rank << " timed out after " << context.timeout_seconds
+          << " s on " << describe(pending[i]) << " (" << context.transport
+          << " transport); that rank is stalled, dead or not exchanging";
+        throw HaloTimeoutError(s.str());
+      }
+    }
+  }
+  pending.clear();
+  if (!wrong_size.empty()) throw Error(wrong_size);
+}
+
+}  // namespace halox::detail
