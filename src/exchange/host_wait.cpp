@@ -32,9 +32,8 @@ std::string mpi_error_text(int code) {
 
 void wait_all(std::vector<PendingMessage>& pending, const WaitContext& context) {
   using Clock = std::chrono::steady_clock;
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(context.timeout_seconds));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(context.timeout_seconds));
   std::vector<MPI_Request> requests(pending.size());
   for (std::size_t i = 0; i < pending.size(); ++i) requests[i] = pending[i].request;
   std::vector<int> done(pending.size());
@@ -48,9 +47,8 @@ void wait_all(std::vector<PendingMessage>& pending, const WaitContext& context) 
     const int rc = MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count,
                                 done.data(), statuses.data());
     if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
-      throw BackendError("halox: rank " + std::to_string(context.rank) + " (" +
-                         context.transport + " transport): MPI_Testsome failed: " +
-                         mpi_error_text(rc));
+      throw BackendError("halox: rank " + std::to_string(context.rank) + " (" + context.transport +
+                         " transport): MPI_Testsome failed: " + mpi_error_text(rc));
     }
     for (int k = 0; k < (count == MPI_UNDEFINED ? 0 : count); ++k) {
       const PendingMessage& m = pending[static_cast<std::size_t>(done[k])];
@@ -81,8 +79,8 @@ void wait_all(std::vector<PendingMessage>& pending, const WaitContext& context) 
       for (std::size_t i = 0; i < requests.size(); ++i) {
         if (requests[i] == MPI_REQUEST_NULL) continue;
         std::ostringstream s;
-        s << "rank " << context.rank << " timed out after " << context.timeout_seconds
-          << " s on " << describe(pending[i]) << " (" << context.transport
+        s << "rank " << context.rank << " timed out after " << context.timeout_seconds << " s on "
+          << describe(pending[i]) << " (" << context.transport
           << " transport); that rank is stalled, dead or not exchanging";
         throw HaloTimeoutError(s.str());
       }

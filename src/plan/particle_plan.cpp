@@ -30,6 +30,23 @@ void raise_if_any(MPI_Comm comm, const std::string& error) {
   throw Error(rank == first ? message : "rank " + std::to_string(first) + ": " + message);
 }
 
+void agree_on_grid(const Topology& topology, MPI_Comm comm, const char* where) {
+  const auto& d = topology.dims();
+  const auto& p = topology.periodic();
+  const int mine[6] = {d[0], d[1], d[2], p[0], p[1], p[2]};
+  int lo[6], hi[6];
+  HALOX_MPI_CHECK(MPI_Allreduce(mine, lo, 6, MPI_INT, MPI_MIN, comm));
+  HALOX_MPI_CHECK(MPI_Allreduce(mine, hi, 6, MPI_INT, MPI_MAX, comm));
+  std::string error;
+  for (int k = 0; k < 6 && error.empty(); ++k) {
+    if (lo[k] == hi[k]) continue;
+    error = std::string("halox::") + where + ": the ranks disagree on the rank grid's " +
+            (k < 3 ? "dimensions" : "periodicity") + " (this rank: " + topology.describe() +
+            "); every rank must build its Topology alike";
+  }
+  raise_if_any(comm, error);
+}
+
 }  // namespace detail
 
 namespace {
@@ -64,7 +81,9 @@ void shift_doubles(MPI_Comm comm, int send_rank, int recv_rank, int tag,
 
 void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pulses) {
   MPI_Comm comm = comm_of(topology, "validate_plan");
-  // Different pulse counts would leave some messages unmatched: check that first.
+  // Collectively first (no message can then go unmatched): the rank grid, the pulse count,
+  // and each pulse's peers; point-to-point messages only when all agree.
+  detail::agree_on_grid(topology, comm, "validate_plan");
   int n = static_cast<int>(pulses.size()), lo = 0, hi = 0;
   HALOX_MPI_CHECK(MPI_Allreduce(&n, &lo, 1, MPI_INT, MPI_MIN, comm));
   HALOX_MPI_CHECK(MPI_Allreduce(&n, &hi, 1, MPI_INT, MPI_MAX, comm));
@@ -72,6 +91,30 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
   if (lo != hi) {
     error = "halox::validate_plan: the ranks' plans have between " + std::to_string(lo) + " and " +
             std::to_string(hi) + " pulses (this rank: " + std::to_string(n) + ")";
+    detail::raise_if_any(comm, error);
+  }
+  {
+    int size = 1;
+    HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
+    std::vector<int> mine(2 * pulses.size()), all(mine.size() * static_cast<std::size_t>(size));
+    for (std::size_t p = 0; p < pulses.size(); ++p) {
+      mine[2 * p] = pulses[p].send_rank;
+      mine[2 * p + 1] = pulses[p].recv_rank;
+    }
+    HALOX_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT, all.data(),
+                                  static_cast<int>(mine.size()), MPI_INT, comm));
+    for (std::size_t p = 0; p < pulses.size() && error.empty(); ++p) {
+      const int to = pulses[p].send_rank, me = topology.rank();
+      if (to < 0) continue;
+      const int their_source =
+          to < size ? all[static_cast<std::size_t>(to) * mine.size() + 2 * p + 1] : -2;
+      if (their_source != me) {
+        error = "halox::validate_plan: " + pulses[p].name(static_cast<int>(p)) + ": rank " +
+                std::to_string(me) + " sends to rank " + std::to_string(to) +
+                ", which expects this pulse from rank " + std::to_string(their_source) +
+                ": the ranks' plans or rank grids differ";
+      }
+    }
     detail::raise_if_any(comm, error);
   }
   std::vector<long long> sent(pulses.size()), seen(pulses.size(), -1);
@@ -103,6 +146,7 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
 ParticlePlan build_particle_plan(const Topology& topology, const Box& box, double cutoff,
                                  std::vector<double>& xyz) {
   MPI_Comm comm = comm_of(topology, "build_particle_plan");
+  detail::agree_on_grid(topology, comm, "build_particle_plan");
   // Every rank must build with the same box and cutoff, or their pulse counts differ and the
   // builder's messages would not match: compare first.
   const double mine[4] = {cutoff, box.length[0], box.length[1], box.length[2]};
@@ -150,6 +194,7 @@ GridPlan build_grid_plan(const Topology& topology, std::array<std::int64_t, 3> i
 void migrate_particles(const Topology& topology, const Box& box, std::vector<double>& data,
                        int stride) {
   MPI_Comm comm = comm_of(topology, "migrate_particles");
+  detail::agree_on_grid(topology, comm, "migrate_particles");
   std::vector<detail::MigrateRank> ranks(1);
   ranks[0].topology = &topology;
   ranks[0].data = &data;

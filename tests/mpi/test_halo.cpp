@@ -171,6 +171,23 @@ TEST(GridHalo, MismatchedPlansAreCaughtWhenBuilt) {
   }
 }
 
+// Ranks that build their topologies differently are told collectively, before any
+// point-to-point message (which would otherwise wait for a peer that never sends).
+TEST(GridHalo, RanksThatDisagreeOnTheRankGridAreToldNotHung) {
+  if (world_size() != 2) GTEST_SKIP() << "needs two ranks";
+  const std::array<int, 3> dims =
+      world_rank() == 0 ? std::array<int, 3>{1, 1, 2} : std::array<int, 3>{1, 2, 1};
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD, dims);
+  EXPECT_THROW(build_grid_plan(topology, {4, 4, 4}, 1, Datatype::of<float>().commit()), Error);
+  std::vector<double> xyz = {0.1, 0.1, 0.1};
+  EXPECT_THROW(migrate_particles(topology, Box{{4.0, 4.0, 4.0}}, xyz, 3), Error);
+  EXPECT_THROW(build_particle_plan(topology, Box{{4.0, 4.0, 4.0}}, 1.0, xyz), Error);
+  // Alike in shape but not in periodicity.
+  Topology periodic =
+      Topology::from_mpi(MPI_COMM_WORLD, {2, 1, 1}, {world_rank() == 0, true, true});
+  EXPECT_THROW(build_grid_plan(periodic, {4, 4, 4}, 1, Datatype::of<float>().commit()), Error);
+}
+
 // An exchange whose plans differ between ranks (built without validation) raises a clear
 // error on both ranks of the mismatched link, instead of a short halo on one and an abort in
 // MPI_ERR_TRUNCATE on the other.
