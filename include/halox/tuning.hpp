@@ -14,8 +14,23 @@ std::string tuning_file_path();
 /// Default chunk when no tuning file exists (the middle of the 4 KiB..1 MiB sweep).
 constexpr std::int64_t kDefaultChunkBytes = 256 * 1024;
 
+/// What a tuning file holds (defaults for absent members).
+struct TuningValues {
+  bool found = true;  ///< false: no file at the path (the defaults)
+  std::int64_t chunk_bytes = kDefaultChunkBytes;
+  std::int64_t pipelined_from_bytes = std::int64_t{1} << 20;
+  std::int64_t direct_until_bytes = -1;
+};
+
+/// Reads and checks the tuning file at `path` (see tuned_chunk_bytes for what it may hold).
+/// Throws halox::Error naming the file and the reason for anything else.
+TuningValues read_tuning_file(const std::string& path);
+
 /// The chunk size from the tuning file, or kDefaultChunkBytes (with a one-time notice on
-/// stderr saying the machine is not tuned).
+/// stderr saying the machine is not tuned). The file is read once per process: a regular
+/// file of at most 64 KiB holding a JSON object whose members "chunk_bytes" (16 B to 1 GiB),
+/// "pipelined_from_bytes" (0 to 1 TiB) and "direct_until_bytes" (-1 to 1 TiB) are whole
+/// numbers; anything else throws halox::Error naming the file and the reason.
 std::int64_t tuned_chunk_bytes();
 
 /// The message size from which pipelining beat the staged transport in halox-tune's sweep

@@ -2,9 +2,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
-#include <regex>
-#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "halox/error.hpp"
 #include "halox/tuning.hpp"
@@ -19,53 +19,98 @@ std::string tuning_file_path() {
   return std::string(home ? home : ".") + "/.config/halox/tuning.json";
 }
 
-std::int64_t tuned_chunk_bytes() {
-  static std::once_flag once;
-  static std::int64_t chunk = kDefaultChunkBytes;
-  std::call_once(once, [] {
+namespace {
+
+// The tuning file is small: halox-tune writes a few hundred bytes.
+constexpr std::uintmax_t kMaxTuningFileBytes = 64 * 1024;
+
+[[noreturn]] void bad_file(const std::string& path, const std::string& why) {
+  throw Error("halox: the tuning file " + path + " " + why +
+              " (fix or delete it, or run halox-tune to write it anew)");
+}
+
+// An integer member in [lo, hi], or `otherwise` when absent; anything else is an error.
+std::int64_t member(const nlohmann::json& j, const std::string& path, const char* name,
+                    std::int64_t lo, std::int64_t hi, std::int64_t otherwise) {
+  const auto it = j.find(name);
+  if (it == j.end()) return otherwise;
+  if (!it->is_number_integer()) {
+    bad_file(path, std::string("has \"") + name + "\": " + it->dump() + ", not a whole number");
+  }
+  const std::int64_t v = it->get<std::int64_t>();
+  if (v < lo || v > hi || (it->is_number_unsigned() && it->get<std::uint64_t>() > 1ull << 62)) {
+    bad_file(path, std::string("has \"") + name + "\": " + it->dump() + ", outside [" +
+                       std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return v;
+}
+
+}  // namespace
+
+// A regular file of bounded size (not a FIFO or a device, which could block or never end),
+// parsed as JSON and every value checked.
+TuningValues read_tuning_file(const std::string& path) {
+  TuningValues t;
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    t.found = false;
+    return t;
+  }
+  if (!std::filesystem::is_regular_file(status)) bad_file(path, "is not a regular file");
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) bad_file(path, "cannot be read (" + ec.message() + ")");
+  if (size > kMaxTuningFileBytes) {
+    bad_file(path, "has " + std::to_string(size) + " bytes, more than a tuning file's " +
+                       std::to_string(kMaxTuningFileBytes));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string text(static_cast<std::size_t>(size), '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(size))) bad_file(path, "cannot be read");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    bad_file(path, std::string("is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad_file(path, "is not a JSON object");
+  constexpr std::int64_t kGiB = std::int64_t{1} << 30, kTiB = std::int64_t{1} << 40;
+  t.chunk_bytes = member(j, path, "chunk_bytes", 16, kGiB, t.chunk_bytes);
+  t.pipelined_from_bytes = member(j, path, "pipelined_from_bytes", 0, kTiB, t.pipelined_from_bytes);
+  t.direct_until_bytes = member(j, path, "direct_until_bytes", -1, kTiB, t.direct_until_bytes);
+  return t;
+}
+
+namespace {
+
+// Read once per process, at the first use.
+const TuningValues& tuning() {
+  static const TuningValues value = [] {
     const std::string path = tuning_file_path();
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    std::smatch m;
-    const std::string s = text.str();
-    if (in && std::regex_search(s, m, std::regex("\"chunk_bytes\"\\s*:\\s*([0-9]+)"))) {
-      chunk = std::max<std::int64_t>(16, std::stoll(m[1]));
-    } else {
+    TuningValues t = read_tuning_file(path);
+    if (!t.found) {
       std::fprintf(stderr,
                    "halox: no tuning file at %s; the pipelined transport uses %lld KiB chunks "
                    "(run halox-tune to measure the best size on this machine)\n",
                    path.c_str(), static_cast<long long>(kDefaultChunkBytes / 1024));
     }
-  });
-  return chunk;
-}
-
-namespace {
-
-// The tuning file's integer member `name`, or `otherwise` (no file, or no such member).
-std::int64_t tuning_member(const char* name, std::int64_t otherwise) {
-  std::ifstream in(tuning_file_path());
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string s = text.str();
-  std::smatch m;
-  if (in && std::regex_search(s, m, std::regex(std::string("\"") + name + "\"\\s*:\\s*([0-9]+)"))) {
-    return static_cast<std::int64_t>(std::stoll(m[1]));
-  }
-  return otherwise;
+    return t;
+  }();
+  return value;
 }
 
 }  // namespace
 
+std::int64_t tuned_chunk_bytes() {
+  return tuning().chunk_bytes;
+}
+
 std::int64_t tuned_pipelined_from_bytes() {
-  static const std::int64_t value = tuning_member("pipelined_from_bytes", std::int64_t{1} << 20);
-  return value;
+  return tuning().pipelined_from_bytes;
 }
 
 std::int64_t tuned_direct_until_bytes() {
-  static const std::int64_t value = tuning_member("direct_until_bytes", -1);
-  return value;
+  return tuning().direct_until_bytes;
 }
 
 void write_tuning_file(const std::string& json) {
@@ -74,6 +119,7 @@ void write_tuning_file(const std::string& json) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
   std::ofstream out(path);
   out << json;
+  out.close();
   if (!out) throw Error("halox: cannot write the tuning file " + path.string());
 }
 
