@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "halox/error.hpp"
+#include "env.hpp"
 
 namespace halox::detail {
 
@@ -70,8 +71,7 @@ int resident_blocks(Kernel kernel) {
 /// previous one. Read once per process, for the current GPU at the first call.
 inline bool dependent_launch() {
   static const bool on = [] {
-    const char* env = std::getenv("HALOX_PDL");
-    if (env != nullptr && std::string(env) == "0") return false;
+    if (!env_flag("HALOX_PDL", true)) return false;
     int device = 0, major = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {

@@ -18,6 +18,7 @@
 #include "../gpu_halo/grid_fused.hpp"
 #include "../gpu_halo/peer_halo.hpp"
 #include "device_kernels.hpp"
+#include "../common/env.hpp"
 #endif
 
 namespace halox {
@@ -146,8 +147,7 @@ detail::Mapping peer_mapping(TransportKind kind, const ExchangeOptions& options)
   if (kind == TransportKind::ipc_fused || kind == TransportKind::ipc_pulse) {
     return detail::Mapping::ipc;
   }
-  const char* env = std::getenv("HALOX_NVSHMEM_PUTS");
-  const bool puts = options.nvshmem_puts_only || (env && std::strcmp(env, "1") == 0);
+  const bool puts = options.nvshmem_puts_only || detail::env_flag("HALOX_NVSHMEM_PUTS", false);
   return puts ? detail::Mapping::nvshmem_puts : detail::Mapping::nvshmem;
 }
 #endif

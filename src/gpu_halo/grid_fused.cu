@@ -40,6 +40,7 @@
 #include "halox/config.hpp"
 #include "halox/gpu_halo.hpp"
 #include "halox/mpi.hpp"
+#include "../common/env.hpp"
 
 namespace halox::detail {
 
@@ -280,8 +281,7 @@ class GridFusedTransport final : public Transport {
     // win where the words are few is not established.
     m_blocks = std::min(128, fit);
     // Diagnostics: HALOX_GRID_BLOCKS=N forces N blocks per op (still at most what fits).
-    if (const char* forced = std::getenv("HALOX_GRID_BLOCKS"))
-      m_blocks = std::clamp(std::atoi(forced), 1, fit);
+    m_blocks = static_cast<int>(detail::env_int("HALOX_GRID_BLOCKS", 1, fit, m_blocks));
     m_ready = true;
     if (m_self_test) self_test(ops);
   }

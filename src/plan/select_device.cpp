@@ -3,6 +3,7 @@
 #include "halox/config.hpp"
 #include "halox/device.hpp"
 #include "halox/mpi.hpp"
+#include "../common/env.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -19,7 +20,7 @@ int select_device(MPI_Comm comm) {
   const int count = visible_gpus();
   if (count == 0) return -1;
   int device = local % count;
-  if (const char* forced = std::getenv("HALOX_DEVICE")) device = std::atoi(forced) % count;
+  device = static_cast<int>(detail::env_int("HALOX_DEVICE", 0, count - 1, device));
   if (cudaSetDevice(device) != cudaSuccess) {
     cudaGetLastError();
     return -1;

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "../common/env.hpp"
 #include "device_trace.hpp"
 #include "halox/device.hpp"
 #include "halox/error.hpp"
@@ -54,11 +55,15 @@ std::string json_escaped(const std::string& text) {
   return out;
 }
 
+// Host events kept (about 150 bytes each): the last steps of any run, as the device ring keeps
+// its last records.
+constexpr std::size_t kMaxHostEvents = std::size_t{1} << 16;
+
 struct State {
   std::mutex mutex;
   bool on = false;
   bool env_checked = false;
-  std::vector<Event> host;
+  std::deque<Event> host;  // the newest kMaxHostEvents: a long traced run stays bounded
   detail::DeviceTrace device;
   unsigned long long reserved = 0;    // device slots handed out since the last clear()
   std::int64_t device_offset_ns = 0;  // host realtime - device globaltimer
@@ -126,9 +131,8 @@ void disable() {
 bool enabled() {
   State& s = state();
   if (!s.env_checked) {
-    const char* env = std::getenv("HALOX_TRACE");
     s.env_checked = true;
-    if (env && std::string(env) != "0") enable();
+    if (detail::env_flag("HALOX_TRACE", false)) enable();
   }
   return s.on;
 }
@@ -163,6 +167,7 @@ Scope::~Scope() {
 #endif
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.host.size() >= kMaxHostEvents) s.host.pop_front();
   s.host.push_back({m_name, m_rank, "host", m_begin, end});
 }
 
@@ -172,7 +177,7 @@ namespace {
 std::vector<Event> collect_events(std::int64_t device_offset_ns) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  std::vector<Event> out = s.host;
+  std::vector<Event> out(s.host.begin(), s.host.end());
 #if HALOX_HAS_CUDA
   if (s.device.records) {
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());

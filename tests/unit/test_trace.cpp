@@ -4,9 +4,11 @@
 // checked by tests/apps/check_trace_summary.py.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "../../src/common/env.hpp"
 #include "../../src/trace/device_trace.hpp"
 #include "halox/trace.hpp"
 
@@ -61,3 +63,35 @@ TEST(Trace, RingIndexGivesTheSlotAfterTheRingWrapped) {
 }
 
 }  // namespace
+
+// Environment switches are parsed strictly: HALOX_TRACE=off once switched tracing on.
+TEST(Trace, EnvironmentSwitchesTakeOnlyTheirWords) {
+  ::setenv("HALOX_TEST_SWITCH", "off", 1);
+  EXPECT_FALSE(halox::detail::env_flag("HALOX_TEST_SWITCH", true));
+  ::setenv("HALOX_TEST_SWITCH", "ON", 1);
+  EXPECT_TRUE(halox::detail::env_flag("HALOX_TEST_SWITCH", false));
+  ::setenv("HALOX_TEST_SWITCH", "0", 1);
+  EXPECT_FALSE(halox::detail::env_flag("HALOX_TEST_SWITCH", true));
+  ::setenv("HALOX_TEST_SWITCH", "maybe", 1);
+  EXPECT_THROW(halox::detail::env_flag("HALOX_TEST_SWITCH", false), halox::Error);
+  ::unsetenv("HALOX_TEST_SWITCH");
+  EXPECT_TRUE(halox::detail::env_flag("HALOX_TEST_SWITCH", true));
+  ::setenv("HALOX_TEST_NUMBER", "12x", 1);
+  EXPECT_THROW(halox::detail::env_int("HALOX_TEST_NUMBER", 1, 100, 5), halox::Error);
+  ::setenv("HALOX_TEST_NUMBER", "99999999999999999999", 1);
+  EXPECT_THROW(halox::detail::env_int("HALOX_TEST_NUMBER", 1, 100, 5), halox::Error);
+  ::setenv("HALOX_TEST_NUMBER", "42", 1);
+  EXPECT_EQ(halox::detail::env_int("HALOX_TEST_NUMBER", 1, 100, 5), 42);
+  ::unsetenv("HALOX_TEST_NUMBER");
+}
+
+// A long traced run keeps its newest host events only: the log does not grow without bound.
+TEST(Trace, HostEventLogIsBounded) {
+  halox::trace::enable();
+  halox::trace::clear();
+  for (int i = 0; i < 300000; ++i) halox::trace::Scope scope("step", 0);
+  const auto events = halox::trace::collect();
+  EXPECT_LE(events.size(), std::size_t{1} << 16);
+  EXPECT_GT(events.size(), std::size_t{1} << 15);
+  halox::trace::clear();
+}
