@@ -21,6 +21,7 @@
 #include "backend.hpp"
 #include "../common/agree.hpp"
 #include "../common/mpi_main.hpp"
+#include "../common/watchdog.hpp"
 #include "halox/device.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
@@ -59,6 +60,7 @@ struct Cli {
   int warmup = -1;  // untimed first steps; -1: min(10, steps / 10)
   std::uint64_t seed = 7;
   std::string json, dump, slice, trace;
+  double watchdog = 30;
   bool check_taylor_green = false, check_mass = false;
 };
 
@@ -112,6 +114,8 @@ void usage(FILE* out) {
       "  --dump FILE        rho, u, phi of every cell after the run (binary, global order)\n"
       "  --slice FILE.pgm   the order parameter (or |u|) in the mid z plane as a PGM image\n"
       "  --trace FILE       Chrome trace JSON of the last steps\n"
+      "  --watchdog S       end the job when a rank's steps make no progress for S seconds\n"
+      "                     (a rank stalled or dead; default 30, 0: off)\n"
       "  --json FILE        results as JSON\n"
       "  --help             this text\n");
 }
@@ -206,6 +210,8 @@ Cli parse(int argc, char** argv) {
       c.slice = value();
     else if (a == "--trace")
       c.trace = value();
+    else if (a == "--watchdog")
+      c.watchdog = number();
     else if (a == "--json")
       c.json = value();
     else
@@ -1167,8 +1173,10 @@ int drive(Run& lbm, const Cli& cli, int rank) {
   // exchanges of NCCL and NVSHMEM set up connections and would count ~0.4 s otherwise).
   auto start = Clock::now();
   const int timed = cli.steps - cli.warmup;
+  halox::apps::Watchdog watchdog("halox-lbm", rank, cli.watchdog);
   for (int s = 1; s <= cli.steps; ++s) {
     if (!cli.trace.empty() && s == std::max(1, cli.steps - 2)) trace::clear();
+    watchdog.beat("a step");
     lbm.step();
     if (s == cli.warmup) {
       lbm.synchronize();

@@ -11,6 +11,7 @@
 
 #include "../common/agree.hpp"
 #include "../common/mpi_main.hpp"
+#include "../common/watchdog.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"
@@ -26,6 +27,7 @@ struct Cli {
   Config config;
   int steps = 100;
   int thermo_every = 10;
+  double watchdog = 30;
   std::string json, dump_forces, trace;
   bool quiet = false;
 };
@@ -64,6 +66,8 @@ void usage(FILE* out) {
       "  --dump-forces FILE  write 'id fx fy fz' of every atom at step 0\n"
       "  --quiet             no thermo table\n"
       "  --trace FILE        Chrome trace JSON (Perfetto) of the last 4 steps, all ranks\n"
+      "  --watchdog S        end the job when a rank's steps make no progress for S seconds\n"
+      "                      (a rank stalled or dead; default 30, 0: off)\n"
       "  --help              this text\n");
 }
 
@@ -150,6 +154,8 @@ Cli parse(int argc, char** argv) {
       cli.quiet = true;
     else if (a == "--trace")
       cli.trace = value();
+    else if (a == "--watchdog")
+      cli.watchdog = number();
     else
       throw Error("halox-md: unknown option " + a + " (see --help)");
   }
@@ -220,8 +226,10 @@ int run(int argc, char** argv) {
   sim.reset_exchange_stats();
   const auto loop_start = std::chrono::steady_clock::now();
   if (!cli.trace.empty()) trace::enable();
+  halox::apps::Watchdog watchdog("halox-md", rank, cli.watchdog);
   for (int s = 1; s <= cli.steps; ++s) {
     if (!cli.trace.empty() && s == std::max(1, cli.steps - 3)) trace::clear();
+    watchdog.beat("a step");
     sim.step();
     if ((cli.thermo_every > 0 && s % cli.thermo_every == 0) || s == cli.steps) report();
   }

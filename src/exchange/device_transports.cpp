@@ -258,8 +258,10 @@ class PipelinedTransport final : public Transport {
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               std::chrono::duration<double>(m_timeout));
+    std::string wrong_size;
     while (next_send < sends.size() || received < recvs.size()) {
       if (std::chrono::steady_clock::now() > deadline) {
+        if (!wrong_size.empty()) throw Error(wrong_size);
         for (const Chunk& c : recvs) {
           if (c.done) continue;
           throw HaloTimeoutError("rank " + std::to_string(m_rank) + " timed out after " +
@@ -289,21 +291,36 @@ class PipelinedTransport final : public Transport {
         if (c.done) continue;
         int flag = 0;
         MPI_Status status;
-        HALOX_MPI_CHECK(MPI_Test(&c.request, &flag, &status));
-        if (!flag) continue;
+        const int rc = MPI_Test(&c.request, &flag, &status);
+        if (rc == MPI_SUCCESS && !flag) continue;
         c.done = true;
         ++received;
         const Op& op = ops[c.op];
+        OpBuffers& b = m_buffers[c.op];
+        // A chunk of the wrong size is reported once every other message has landed (the
+        // buffers must outlive MPI's writes), and is not unpacked.
+        auto where = [&] {
+          return "halox: rank " + std::to_string(m_rank) + " on " + op.name +
+                 " (pipelined transport): the chunk from rank " + std::to_string(op.recv_rank) +
+                 " at byte " + std::to_string(c.offset);
+        };
+        if (rc != MPI_SUCCESS) {
+          if (wrong_size.empty()) {
+            wrong_size = where() + " is larger than the " + std::to_string(c.bytes) +
+                         " bytes of this rank's plan (" + mpi_error_text(rc) +
+                         "): the ranks' plans differ";
+          }
+          continue;
+        }
         int bytes = 0;
         HALOX_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &bytes));
         if (bytes != c.bytes) {
-          throw Error("halox: rank " + std::to_string(m_rank) + " on " + op.name +
-                      " (pipelined transport): the chunk from rank " +
-                      std::to_string(op.recv_rank) + " at byte " + std::to_string(c.offset) +
-                      " has " + std::to_string(bytes) + " bytes, this rank's plan " +
-                      std::to_string(c.bytes) + ": the ranks' plans differ");
+          if (wrong_size.empty()) {
+            wrong_size = where() + " has " + std::to_string(bytes) + " bytes, this rank's plan " +
+                         std::to_string(c.bytes) + ": the ranks' plans differ";
+          }
+          continue;
         }
-        OpBuffers& b = m_buffers[c.op];
         HALOX_CUDA_CHECK(cudaMemcpyAsync(b.dev_recv.get() + c.offset, b.host_recv.get() + c.offset,
                                          static_cast<std::size_t>(c.bytes), cudaMemcpyHostToDevice,
                                          m_copy_in));
@@ -314,6 +331,7 @@ class PipelinedTransport final : public Transport {
     pending.clear();
     for (Chunk& c : sends) pending.push_back({c.request, ops[c.op].send_rank, -1, &ops[c.op].name});
     wait_all(pending, {m_rank, "pipelined", m_timeout});
+    if (!wrong_size.empty()) throw Error(wrong_size);
     // The caller's stream continues after the last unpack.
     cudaEvent_t end = event(events++);
     HALOX_CUDA_CHECK(cudaEventRecord(end, m_copy_in));

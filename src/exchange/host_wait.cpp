@@ -21,14 +21,14 @@ std::string describe(const PendingMessage& m) {
   return s.str();
 }
 
+}  // namespace
+
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
   MPI_Error_string(code, text, &length);
   return std::string(text, static_cast<std::size_t>(length));
 }
-
-}  // namespace
 
 void wait_all(std::vector<PendingMessage>& pending, const WaitContext& context) {
   using Clock = std::chrono::steady_clock;

@@ -27,6 +27,9 @@ struct WaitContext {
   double timeout_seconds = 5.0;
 };
 
+/// MPI's text for an error code.
+std::string mpi_error_text(int code);
+
 /// Waits for every message. Throws HaloTimeoutError naming this rank, the first peer still
 /// missing, its pulse and the transport when the time-out passes first, and halox::Error
 /// when a received message's size differs from the plan's (or MPI reports an error for it).
