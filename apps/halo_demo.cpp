@@ -14,6 +14,7 @@
 
 #include "halox/mpi.hpp"
 #include "halox/pack.hpp"
+#include "common/memory.hpp"
 
 namespace {
 
@@ -61,6 +62,15 @@ int main(int argc, char** argv) {
   }
   if (n < 2 || steps < 1) {
     if (rank == 0) std::fprintf(stderr, "halox-halo-demo: --n must be >= 2, --steps >= 1\n");
+    MPI_Finalize();
+    return 2;
+  }
+  try {  // the field and its copy, (n + 2)^3 doubles each
+    const double side = static_cast<double>(n) + 2;
+    halox::apps::require_memory("halox-halo-demo: --n " + std::to_string(n),
+                                2.0 * 8.0 * side * side * side);
+  } catch (const halox::Error& e) {
+    if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
     MPI_Finalize();
     return 2;
   }

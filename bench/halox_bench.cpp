@@ -16,6 +16,7 @@
 
 #include "halox/mpi.hpp"
 #endif
+#include "../apps/common/memory.hpp"
 #include "halox/pack.hpp"
 #include "pack_cases.hpp"
 #include "report.hpp"
@@ -94,8 +95,16 @@ Options parse(int argc, char** argv) {
     std::fprintf(stderr, "halox-bench: --device must be cpu or gpu\n");
     std::exit(2);
   }
-  if (o.n < 8 || o.reps < 1) {
-    std::fprintf(stderr, "halox-bench: --n must be >= 8 and --reps >= 1\n");
+  if (o.n < 8 || o.n > 100000 || o.reps < 1) {
+    std::fprintf(stderr, "halox-bench: --n must be in [8, 100000] and --reps >= 1\n");
+    std::exit(2);
+  }
+  try {  // the array, its faces and their packed copies: about three n^3 arrays of doubles
+    const double n = static_cast<double>(o.n);
+    halox::apps::require_memory("halox-bench pack: --n " + std::to_string(o.n),
+                                3.0 * 8.0 * n * n * n);
+  } catch (const halox::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
     std::exit(2);
   }
   if (o.quick) o.reps = std::min(o.reps, 5);

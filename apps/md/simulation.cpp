@@ -5,8 +5,7 @@
 #include <cmath>
 #include <sstream>
 
-#include <unistd.h>
-
+#include "../common/memory.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "lj.hpp"
@@ -56,14 +55,9 @@ void validate(const Config& c, int ranks) {
   // of lattice building (each process holds its share; the host arrays, the migration's
   // copies and the lists take about 400 bytes per atom).
   const double atoms = 4.0 * c.cells * c.cells * c.cells;
-  const double bytes = 400.0 * atoms / ranks;
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  if (memory > 0 && bytes > memory) {
-    std::ostringstream s;
-    s << "--cells " << c.cells << " is " << atoms << " atoms: about " << bytes / 1e9
-      << " GB per process, more than this node's " << memory / 1e9 << " GB of memory";
-    fail(s.str());
-  }
+  std::ostringstream what;
+  what << "halox-md: --cells " << c.cells << " (" << atoms << " atoms, each process its share)";
+  apps::require_memory(what.str(), 400.0 * atoms / ranks);
   if (!(c.cutoff > 0) || !(c.skin >= 0)) fail("--cutoff must be positive and --skin >= 0");
   if (!(c.dt > 0)) fail("--dt must be positive");
   if (!(c.jitter >= 0 && c.jitter < 0.25)) fail("--jitter must be in [0, 0.25)");
