@@ -245,10 +245,16 @@ int tune(int argc, char** argv) {
 
 }  // namespace
 
-// Never past input checking: every error is reported as an input error is, once by rank 0
-// with exit code 2 (the measurements are collective and fail alike on every rank).
-const bool kInputChecked = false;
+// Every error is reported as an input error is, once by rank 0 with exit code 2 (the
+// measurements are collective and fail alike on every rank).
+int tune_reporting_as_input(int argc, char** argv) {
+  try {
+    return tune(argc, argv);
+  } catch (const halox::Error& e) {
+    throw halox::apps::InputError(e.what());
+  }
+}
 
 int main(int argc, char** argv) {
-  return halox::apps::mpi_main("halox-tune", argc, argv, tune, kInputChecked);
+  return halox::apps::mpi_main("halox-tune", argc, argv, tune_reporting_as_input);
 }

@@ -11,6 +11,7 @@
 
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
+#include "mpi_main.hpp"
 
 namespace halox::apps {
 
@@ -45,7 +46,7 @@ inline std::vector<std::string> all_gather_text(MPI_Comm comm, const std::string
 /// Collective over `comm`, before any other communication of the run. Runs `check` on every
 /// rank (parse and validate this rank's input; throws halox::Error for bad input, and must
 /// not communicate), then compares the ranks' command lines (argv[1..]) with rank 0's. Throws
-/// one halox::Error, the same on every rank, when some rank's input is bad (the lowest such
+/// one InputError, the same on every rank, when some rank's input is bad (the lowest such
 /// rank's message, naming it) or a rank's command line differs from rank 0's (naming the
 /// rank and the first argument that differs).
 template <class Check>
@@ -62,7 +63,7 @@ void check_input_collectively(MPI_Comm comm, const char* program, int argc, char
     if (errors[r].empty()) continue;
     bool everywhere = true;
     for (const std::string& e : errors) everywhere = everywhere && e == errors[r];
-    throw Error(everywhere ? errors[r] : errors[r] + " (on rank " + std::to_string(r) + ")");
+    throw InputError(everywhere ? errors[r] : errors[r] + " (on rank " + std::to_string(r) + ")");
   }
   // Arguments separated by a byte no command line holds.
   std::string line;
@@ -86,10 +87,10 @@ void check_input_collectively(MPI_Comm comm, const char* program, int argc, char
     auto shown = [](const std::vector<std::string>& a, std::size_t k) {
       return k < a.size() ? "'" + a[k] + "'" : std::string("nothing");
     };
-    throw Error(std::string(program) + ": the ranks were started with different parameters: " +
-                "argument " + std::to_string(k + 1) + " is " + shown(first, k) + " on rank 0 but " +
-                shown(args, k) + " on rank " + std::to_string(r) +
-                "; every rank of a run must get the same parameters");
+    throw InputError(std::string(program) + ": the ranks were started with different parameters: " +
+                     "argument " + std::to_string(k + 1) + " is " + shown(first, k) +
+                     " on rank 0 but " + shown(args, k) + " on rank " + std::to_string(r) +
+                     "; every rank of a run must get the same parameters");
   }
 }
 

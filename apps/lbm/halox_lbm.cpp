@@ -1146,8 +1146,6 @@ class LocalRanks {
   long m_steps = 0;
 };
 
-bool g_input_checked = false;
-
 // The run and its report, for one MPI rank (Lbm) or every rank in this process (LocalRanks).
 template <class Run>
 int drive(Run& lbm, const Cli& cli, int rank) {
@@ -1394,7 +1392,7 @@ int run(int argc, char** argv) {
     }
   });
   if (cli.device != "cpu") select_device(MPI_COMM_WORLD);  // one GPU per rank
-  {
+  try {  // collective, and the same on every rank (the ranks agreed on their input)
     const Topology shape = cli.local ? Topology(cli.ranks, {true, true, true}, 0)
                                      : Topology::from_mpi(MPI_COMM_WORLD, cli.ranks);
     for (int a = 0; a < 3; ++a) {
@@ -1404,8 +1402,9 @@ int run(int argc, char** argv) {
                     " ranks: at least one each");
       }
     }
+  } catch (const Error& e) {
+    throw halox::apps::InputError(e.what());
   }
-  g_input_checked = true;
   if (cli.local) {
     LocalRanks ranks(cli);
     return drive(ranks, cli, rank);
@@ -1417,5 +1416,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return halox::apps::mpi_main("halox-lbm", argc, argv, run, g_input_checked);
+  return halox::apps::mpi_main("halox-lbm", argc, argv, run);
 }

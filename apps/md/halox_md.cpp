@@ -163,8 +163,6 @@ Cli parse(int argc, char** argv) {
   return cli;
 }
 
-bool g_input_checked = false;  // after this, an error may be on one rank only
-
 int run(int argc, char** argv) {
   int rank = 0, size = 1;
   HALOX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -175,7 +173,6 @@ int run(int argc, char** argv) {
     validate(cli.config, size);
   });
   if (cli.config.device != "cpu") select_device(MPI_COMM_WORLD);  // one GPU per rank
-  g_input_checked = true;
   const auto wall_start = std::chrono::steady_clock::now();
   Simulation sim(MPI_COMM_WORLD, cli.config);
   const Config& c = sim.config();
@@ -306,5 +303,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return halox::apps::mpi_main("halox-md", argc, argv, run, g_input_checked);
+  return halox::apps::mpi_main("halox-md", argc, argv, run);
 }

@@ -2,7 +2,6 @@
 
 #include <nvshmem_host.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -14,9 +13,7 @@ namespace halox::detail {
 namespace {
 bool g_initialised = false;
 int g_pes = 0;
-// Set after a halo time-out: NVSHMEM's collective calls (nvshmem_free's barrier, finalize)
-// would wait for the stalled PE forever, so the error never got out of the destructors.
-std::atomic<bool> g_abandoned{false};
+
 }  // namespace
 
 void ensure_nvshmem(MPI_Comm comm, std::int64_t heap_bytes_hint) {
@@ -63,9 +60,7 @@ void ensure_nvshmem(MPI_Comm comm, std::int64_t heap_bytes_hint) {
   }
   g_initialised = true;
   g_pes = size;
-  std::atexit([] {
-    if (!g_abandoned) nvshmem_finalize();
-  });
+  std::atexit([] { nvshmem_finalize(); });
 }
 
 void* symmetric_alloc(std::int64_t bytes) {
@@ -78,11 +73,7 @@ void* symmetric_alloc(std::int64_t bytes) {
 }
 
 void symmetric_free(void* p) {
-  if (p && !g_abandoned) nvshmem_free(p);
-}
-
-void symmetric_abandon() {
-  g_abandoned = true;
+  if (p) nvshmem_free(p);
 }
 
 void* symmetric_peer_pointer(void* p, int pe) {

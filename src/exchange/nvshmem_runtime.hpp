@@ -14,13 +14,12 @@ namespace halox::detail {
 /// set. Throws halox::Error when a later communicator differs in size.
 void ensure_nvshmem(MPI_Comm comm, std::int64_t heap_bytes_hint);
 
-/// nvshmem_malloc / nvshmem_free (collective; the same size on every PE).
+/// nvshmem_malloc / nvshmem_free (collective; the same size on every PE). Being collective,
+/// a free waits for every PE: after a HaloTimeoutError caused by a stalled PE, a process
+/// that destroys its NVSHMEM exchanges waits for that PE too. End such a process without
+/// unwinding (the mini-apps let the error escape main: see apps/common/mpi_main.hpp).
 void* symmetric_alloc(std::int64_t bytes);
 void symmetric_free(void* p);
-/// After a halo time-out (a PE stalled or dead): later symmetric_free calls and the
-/// finalisation at exit do nothing, so that unwinding to the error's report cannot block in
-/// their collective barriers. The process is expected to end with the error.
-void symmetric_abandon();
 /// nvshmem_ptr: a load/store pointer to `p` on `pe`, or null when not reachable.
 void* symmetric_peer_pointer(void* p, int pe);
 /// Whether nvshmem_ptr reaches `pe` (it is in NVSHMEM_TEAM_SHARED), known before any

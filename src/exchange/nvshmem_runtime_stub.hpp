@@ -23,7 +23,6 @@ inline void* symmetric_alloc(std::int64_t) {
   no_nvshmem();
 }
 inline void symmetric_free(void*) {}
-inline void symmetric_abandon() {}
 inline void* symmetric_peer_pointer(void*, int) {
   no_nvshmem();
 }

@@ -614,7 +614,6 @@ void DeviceHalo::check() const {
     }
     s << ". The exchange is unusable; is rank " << e->peer << " stalled or its plan different?";
   }
-  symmetric_abandon();  // the stalled peer would never join NVSHMEM's collective frees
   throw HaloTimeoutError(s.str());
 }
 

@@ -55,7 +55,7 @@ def main():
     # Non-finite and out-of-range input.
     expect(mpiexec, [md_cpu + ["--dt", "inf", "--steps", "1"]], 2, "not finite")
     expect(mpiexec, [md_cpu + ["--steps", "1e20"]], 2, "whole number")
-    expect(mpiexec, [md_cpu + ["--cells", "2000000"]], 2, "GB of memory")
+    expect(mpiexec, [md_cpu + ["--cells", "2000000"]], 2, "GB, more than this node")
     expect(mpiexec, [lbm_cpu + ["--device", "tpu"]], 2, "--device must be")
     expect(mpiexec, [lbm_cpu + ["--tau", "inf"]], 2, "not finite")
     expect(mpiexec, [lbm_cpu + ["--velocity", "5"]], 2, "--velocity")
