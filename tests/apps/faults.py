@@ -55,11 +55,19 @@ def start(mpiexec, md, steps, json_path):
     # The launcher's pid tags its ranks: set after fork, so use a placeholder and re-export.
     p = subprocess.Popen(["sh", "-c", 'HALOX_FAULT_JOB=$$ exec "$@"', "sh"] + args, env=ENV,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 30
+    return wait_for_ranks(p, md)
+
+
+def wait_for_ranks(p, md):
+    deadline = time.time() + 60
     while time.time() < deadline:
         pids = rank_pids(p, os.path.basename(md))
         if len(pids) == NP:
             return p, pids
+        if p.poll() is not None:
+            out, err = p.communicate()
+            sys.exit(f"FAILED: the job ended (rc {p.returncode}) before its {NP} ranks were "
+                     f"seen:\n{out}\n{err}")
         time.sleep(0.1)
     p.kill()
     sys.exit(f"FAILED: the {NP} ranks did not start")
@@ -72,14 +80,7 @@ def start_collective(mpiexec, md, json_path):
         "--json", json_path]
     p = subprocess.Popen(["sh", "-c", 'HALOX_FAULT_JOB=$$ exec "$@"', "sh"] + args, env=ENV,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        pids = rank_pids(p, os.path.basename(md))
-        if len(pids) == NP:
-            return p, pids
-        time.sleep(0.1)
-    p.kill()
-    sys.exit(f"FAILED: the {NP} ranks did not start")
+    return wait_for_ranks(p, md)
 
 
 def finish(p, limit):
@@ -144,6 +145,10 @@ def main():
         # exchange time-out or the watchdog (3 s here) ends the job.
         p, pids = start_collective(mpiexec, md, os.path.join(work, "collective.json"))
         time.sleep(3)
+        if p.poll() is not None:
+            out, err = p.communicate()
+            sys.exit(f"FAILED: the run with collectives ended (rc {p.returncode}) before the "
+                     f"stop:\n{out}\n{err}")
         os.kill(pids[stalled], signal.SIGSTOP)
         at = time.time()
         rc, out, err = finish(p, TIMEOUT + 10)
