@@ -10,6 +10,7 @@ The run has no neighbour searches and thermo output only at its ends (--nstlist 
 usage: faults.py MPIEXEC HALOX_MD [--np N] [--steps N] [-- halox-md arguments, e.g.
                   --device gpu --transport nvshmem-fused]
 --steps: the length of the undisturbed and the stopped-and-continued runs (default 1500)
+--only stop,kill: run only those scenarios (stop, kill, collectives, continue)
 """
 import json
 import os
@@ -97,89 +98,93 @@ def main():
     global NP, EXTRA
     mpiexec, md = sys.argv[1:3]
     rest = sys.argv[3:]
-    if "--np" in rest:
-        NP = int(rest[rest.index("--np") + 1])
-    cont_steps = int(rest[rest.index("--steps") + 1]) if "--steps" in rest[:rest.index("--")
-                                                                             if "--" in rest
-                                                                             else len(rest)] else 1500
+    head = rest[:rest.index("--")] if "--" in rest else rest
     if "--" in rest:
         EXTRA = rest[rest.index("--") + 1:]
+    if "--np" in head:
+        NP = int(head[head.index("--np") + 1])
+    cont_steps = int(head[head.index("--steps") + 1]) if "--steps" in head else 1500
+    only = set(head[head.index("--only") + 1].split(",")) if "--only" in head else {
+        "stop", "kill", "collectives", "continue"}
     stalled, killed, paused = (2, 1, 3) if NP >= 4 else (NP - 1, NP - 1, NP - 1)
     with tempfile.TemporaryDirectory() as work:
-        ref_json = os.path.join(work, "ref.json")
-        p, _ = start(mpiexec, md, cont_steps, ref_json)
-        rc, out, err = finish(p, 300)
-        if rc != 0:
-            sys.exit(f"FAILED: the undisturbed run: rc {rc}\n{out}\n{err}")
-        with open(ref_json) as f:
-            ref = json.load(f)["thermo"][-1]
+        if "stop" in only:  # the job ends within the time-out + 10 s, the stopped rank named
+            p, pids = start(mpiexec, md, 100000000, os.path.join(work, "stop.json"))
+            time.sleep(3)
+            os.kill(pids[stalled], signal.SIGSTOP)
+            at = time.time()
+            rc, out, err = finish(p, TIMEOUT + 10)
+            took = time.time() - at
+            kill_all(pids)
+            named = f"waiting for rank {stalled}"
+            if rc is None or rc == 0 or named not in err:
+                sys.exit(f"FAILED: SIGSTOP of rank {stalled}: rc {rc} after {took:.1f} s\n{err}")
+            line = next(l for l in err.splitlines() if named in l)
+            print(f"ok: SIGSTOP of rank {stalled} ended the job in {took:.1f} s (rc {rc}):\n"
+                  f"    {line}")
+        if "kill" in only:  # the job ends
+            p, pids = start(mpiexec, md, 100000000, os.path.join(work, "kill.json"))
+            time.sleep(3)
+            os.kill(pids[killed], signal.SIGKILL)
+            at = time.time()
+            rc, out, err = finish(p, TIMEOUT + 10)
+            took = time.time() - at
+            kill_all(pids)
+            if rc is None or rc == 0:
+                sys.exit(f"FAILED: SIGKILL of rank {killed}: rc {rc} after {took:.1f} s\n{err}")
+            print(f"ok: SIGKILL of rank {killed} ended the job in {took:.1f} s (rc {rc})")
+        if "collectives" in only:
+            # Stopped while the ranks meet in collectives every step (reductions, plans): the
+            # exchange time-out or the watchdog (3 s here) ends the job.
+            p, pids = start_collective(mpiexec, md, os.path.join(work, "collective.json"))
+            time.sleep(3)
+            if p.poll() is not None:
+                out, err = p.communicate()
+                sys.exit(f"FAILED: the run with collectives ended (rc {p.returncode}) before "
+                         f"the stop:\n{out}\n{err}")
+            os.kill(pids[stalled], signal.SIGSTOP)
+            at = time.time()
+            rc, out, err = finish(p, TIMEOUT + 10)
+            took = time.time() - at
+            kill_all(pids)
+            if rc is None or rc == 0 or ("no progress" not in err and "timed out" not in err):
+                sys.exit(f"FAILED: SIGSTOP amid collectives: rc {rc} after {took:.1f} s\n{err}")
+            line = next(l for l in err.splitlines() if "no progress" in l or "timed out" in l)
+            print(f"ok: SIGSTOP of rank {stalled} amid collectives ended the job in {took:.1f} s "
+                  f"(rc {rc}):\n    {line}")
+        if "continue" in only:  # stopped and continued within the time-out: nothing changes
+            ref_json = os.path.join(work, "ref.json")
+            p, _ = start(mpiexec, md, cont_steps, ref_json)
+            rc, out, err = finish(p, 300)
+            if rc != 0:
+                sys.exit(f"FAILED: the undisturbed run: rc {rc}\n{out}\n{err}")
+            with open(ref_json) as f:
+                ref = json.load(f)["thermo"][-1]
+            cont_json = os.path.join(work, "cont.json")
+            p, pids = start(mpiexec, md, cont_steps, cont_json)
+            time.sleep(0.5)
+            os.kill(pids[paused], signal.SIGSTOP)
+            time.sleep(TIMEOUT / 2)
+            os.kill(pids[paused], signal.SIGCONT)
+            rc, out, err = finish(p, 300)
+            if rc != 0:
+                sys.exit(f"FAILED: stopped and continued within the time-out: rc {rc}\n{err}")
+            with open(cont_json) as f:
+                got = json.load(f)["thermo"][-1]
+            # The GPU sums energies with atomics (order-dependent last bits); the CPU is exact.
+            worst = max(abs(got[k] - ref[k]) / max(abs(ref[k]), 1e-300)
+                        for k in ref if k != "step")
+            if got["step"] != ref["step"] or worst > 1e-12:
+                sys.exit(f"FAILED: stopped and continued: {got} != undisturbed {ref}")
+            print(f"ok: rank {paused} stopped for {TIMEOUT / 2:.1f} s and continued: the same "
+                  f"final thermo as the undisturbed run (step {got['step']}, total "
+                  f"{got['total']:.10f})")
 
-        # 1. SIGSTOP of one rank: the job ends within the time-out + 10 s, that rank named.
-        p, pids = start(mpiexec, md, 100000000, os.path.join(work, "stop.json"))
-        time.sleep(3)
-        os.kill(pids[stalled], signal.SIGSTOP)
-        stopped = time.time()
-        rc, out, err = finish(p, TIMEOUT + 10)
-        took = time.time() - stopped
-        for pid in pids.values():
-            if os.path.exists(f"/proc/{pid}"):
-                os.kill(pid, signal.SIGKILL)
-        named = f"waiting for rank {stalled}"
-        if rc is None or rc == 0 or named not in err:
-            sys.exit(f"FAILED: SIGSTOP of rank {stalled}: rc {rc} after {took:.1f} s\n{err}")
-        line = next(l for l in err.splitlines() if named in l)
-        print(f"ok: SIGSTOP of rank {stalled} ended the job in {took:.1f} s (rc {rc}):\n    {line}")
 
-        # 2. SIGKILL of one rank: the job ends.
-        p, pids = start(mpiexec, md, 100000000, os.path.join(work, "kill.json"))
-        time.sleep(3)
-        os.kill(pids[killed], signal.SIGKILL)
-        at = time.time()
-        rc, out, err = finish(p, TIMEOUT + 10)
-        took = time.time() - at
-        if rc is None or rc == 0:
-            sys.exit(f"FAILED: SIGKILL of rank {killed}: rc {rc} after {took:.1f} s\n{err}")
-        print(f"ok: SIGKILL of rank {killed} ended the job in {took:.1f} s (rc {rc})")
-
-        # 2b. SIGSTOP while the ranks meet in collectives every step (reductions, plans): the
-        # exchange time-out or the watchdog (3 s here) ends the job.
-        p, pids = start_collective(mpiexec, md, os.path.join(work, "collective.json"))
-        time.sleep(3)
-        if p.poll() is not None:
-            out, err = p.communicate()
-            sys.exit(f"FAILED: the run with collectives ended (rc {p.returncode}) before the "
-                     f"stop:\n{out}\n{err}")
-        os.kill(pids[stalled], signal.SIGSTOP)
-        at = time.time()
-        rc, out, err = finish(p, TIMEOUT + 10)
-        took = time.time() - at
-        for pid in pids.values():
-            if os.path.exists(f"/proc/{pid}"):
-                os.kill(pid, signal.SIGKILL)
-        if rc is None or rc == 0 or ("no progress" not in err and "timed out" not in err):
-            sys.exit(f"FAILED: SIGSTOP amid collectives: rc {rc} after {took:.1f} s\n{err}")
-        line = next(l for l in err.splitlines() if "no progress" in l or "timed out" in l)
-        print(f"ok: SIGSTOP of rank {stalled} amid collectives ended the job in {took:.1f} s "
-              f"(rc {rc}):\n    {line}")
-
-        # 3. SIGSTOP, then SIGCONT within the time-out: the same result as undisturbed.
-        cont_json = os.path.join(work, "cont.json")
-        p, pids = start(mpiexec, md, cont_steps, cont_json)
-        time.sleep(0.5)
-        os.kill(pids[paused], signal.SIGSTOP)
-        time.sleep(TIMEOUT / 2)
-        os.kill(pids[paused], signal.SIGCONT)
-        rc, out, err = finish(p, 300)
-        if rc != 0:
-            sys.exit(f"FAILED: stopped and continued within the time-out: rc {rc}\n{err}")
-        with open(cont_json) as f:
-            got = json.load(f)["thermo"][-1]
-        # The GPU sums energies with atomics (order-dependent last bits); the CPU is exact.
-        worst = max(abs(got[k] - ref[k]) / max(abs(ref[k]), 1e-300) for k in ref if k != "step")
-        if got["step"] != ref["step"] or worst > 1e-12:
-            sys.exit(f"FAILED: stopped and continued: {got} != undisturbed {ref}")
-        print(f"ok: rank {paused} stopped for {TIMEOUT / 2:.1f} s and continued: the same final thermo "
-              f"as the undisturbed run (step {got['step']}, total {got['total']:.10f})")
+def kill_all(pids):
+    for pid in pids.values():
+        if os.path.exists(f"/proc/{pid}"):
+            os.kill(pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":
