@@ -49,17 +49,14 @@ NP = 4
 EXTRA = ["--device", "cpu", "--cells", "6"]
 
 
-def start(mpiexec, md, steps, json_path):
+def start(mpiexec, md, steps, json_path, run=("--nstlist", "100000000", "--thermo", "0")):
+    """Starts the job; returns it and {rank: pid} once every rank runs. By default without
+    searches and with thermo output only at the ends: between them the ranks only exchange."""
     args = [mpiexec, "-n", str(NP), "--oversubscribe", "-x", "HALOX_FAULT_JOB", md] + EXTRA + [
-        "--steps", str(steps), "--nstlist", "100000000", "--thermo", "0", "--quiet", "--json",
-        json_path]
-    # The launcher's pid tags its ranks: set after fork, so use a placeholder and re-export.
+        "--steps", str(steps)] + list(run) + ["--quiet", "--json", json_path]
+    # The launcher's pid tags its ranks (exec keeps it), so their environments name their job.
     p = subprocess.Popen(["sh", "-c", 'HALOX_FAULT_JOB=$$ exec "$@"', "sh"] + args, env=ENV,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return wait_for_ranks(p, md)
-
-
-def wait_for_ranks(p, md):
     deadline = time.time() + 60
     while time.time() < deadline:
         pids = rank_pids(p, os.path.basename(md))
@@ -74,14 +71,8 @@ def wait_for_ranks(p, md):
     sys.exit(f"FAILED: the {NP} ranks did not start")
 
 
-def start_collective(mpiexec, md, json_path):
-    """A run that reduces and re-plans every step (collectives), watched with a 3 s limit."""
-    args = [mpiexec, "-n", str(NP), "--oversubscribe", "-x", "HALOX_FAULT_JOB", md] + EXTRA + [
-        "--steps", "100000000", "--nstlist", "1", "--thermo", "1", "--quiet", "--watchdog", "3",
-        "--json", json_path]
-    p = subprocess.Popen(["sh", "-c", 'HALOX_FAULT_JOB=$$ exec "$@"', "sh"] + args, env=ENV,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return wait_for_ranks(p, md)
+# A search and a reduction every step (collectives), watched with a 3 s limit.
+COLLECTIVES = ("--nstlist", "1", "--thermo", "1", "--watchdog", "3")
 
 
 def finish(p, limit):
@@ -136,7 +127,8 @@ def main():
         if "collectives" in only:
             # Stopped while the ranks meet in collectives every step (reductions, plans): the
             # exchange time-out or the watchdog (3 s here) ends the job.
-            p, pids = start_collective(mpiexec, md, os.path.join(work, "collective.json"))
+            p, pids = start(mpiexec, md, 100000000, os.path.join(work, "collective.json"),
+                            COLLECTIVES)
             time.sleep(3)
             if p.poll() is not None:
                 out, err = p.communicate()
