@@ -55,13 +55,14 @@ void wait_all(std::vector<PendingMessage>& pending, const WaitContext& context) 
       const MPI_Status& status = statuses[static_cast<std::size_t>(k)];
       --left;
       if (m.expected_bytes < 0) continue;
-      const std::string where = "halox: rank " + std::to_string(context.rank) + " on " +
-                                (m.pulse ? *m.pulse : std::string("a pulse")) + " (" +
-                                context.transport + " transport): the message from rank " +
-                                std::to_string(m.peer);
       if (!wrong_size.empty()) continue;
+      auto where = [&] {
+        return "halox: rank " + std::to_string(context.rank) + " on " +
+               (m.pulse ? *m.pulse : std::string("a pulse")) + " (" + context.transport +
+               " transport): the message from rank " + std::to_string(m.peer);
+      };
       if (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR != MPI_SUCCESS) {
-        wrong_size = where + " is larger than the " + std::to_string(m.expected_bytes) +
+        wrong_size = where() + " is larger than the " + std::to_string(m.expected_bytes) +
                      " bytes of this rank's plan (" + mpi_error_text(status.MPI_ERROR) +
                      "): the ranks' plans differ";
         continue;
@@ -69,7 +70,7 @@ void wait_all(std::vector<PendingMessage>& pending, const WaitContext& context) 
       int bytes = 0;
       HALOX_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &bytes));
       if (bytes != m.expected_bytes) {
-        wrong_size = where + " has " + std::to_string(bytes) + " bytes, this rank's plan " +
+        wrong_size = where() + " has " + std::to_string(bytes) + " bytes, this rank's plan " +
                      std::to_string(m.expected_bytes) + ": the ranks' plans differ";
       }
     }

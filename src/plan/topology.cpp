@@ -36,7 +36,7 @@ Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims, std::array<b
   int size = 0, rank = 0;
   HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
   HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  int given = 1;
+  long long given = 1;
   bool any_free = false;
   for (int d : dims) {
     if (d < 0) throw Error("halox::Topology::from_mpi: negative dimension " + std::to_string(d));
