@@ -3,9 +3,13 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "halox/error.hpp"
 
@@ -23,33 +27,99 @@ inline const char*& program_name() {
   static const char* name = "halox";
   return name;
 }
+// Where the ranks' last words go: a communicator of its own, so that no message of the run
+// can match them.
+inline MPI_Comm& report_comm() {
+  static MPI_Comm comm = MPI_COMM_NULL;
+  return comm;
+}
+constexpr int kReportTag = 77;
+constexpr double kReportSeconds = 2.0;  // rank 0 collects the others' reports this long
+constexpr double kGraceSeconds = 7.0;   // the others wait this long for rank 0 to print
+
+inline double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A rank that ends in an error tells rank 0 (without blocking), which prints one table of
+// every rank's state: the job's output then names the stalled rank even when the ranks that
+// waited for it are not rank 0. Every wait here is bounded: a stalled rank 0 or a stalled
+// peer cannot hold the job.
+inline void report_and_abort(const std::string& what) {
+  int rank = 0, size = 1;
+  MPI_Comm comm = report_comm();
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::fprintf(stderr, "%s: rank %d: %s\n", program_name(), rank, what.c_str());
+  std::fflush(stderr);
+  if (comm != MPI_COMM_NULL && rank != 0) {
+    MPI_Request request;
+    if (MPI_Isend(what.data(), static_cast<int>(what.size()), MPI_CHAR, 0, kReportTag, comm,
+                  &request) == MPI_SUCCESS) {
+      const double until = seconds_now() + kGraceSeconds;
+      while (seconds_now() < until) {  // rank 0 prints and aborts the job meanwhile
+        int done = 0;
+        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  } else if (comm != MPI_COMM_NULL) {
+    std::vector<std::string> state(static_cast<std::size_t>(size));
+    state[0] = what;
+    const double until = seconds_now() + kReportSeconds;
+    while (seconds_now() < until) {
+      int flag = 0;
+      MPI_Status status;
+      MPI_Iprobe(MPI_ANY_SOURCE, kReportTag, comm, &flag, &status);
+      if (!flag) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      int length = 0;
+      MPI_Get_count(&status, MPI_CHAR, &length);
+      std::string text(static_cast<std::size_t>(length), '\0');
+      MPI_Recv(text.data(), length, MPI_CHAR, status.MPI_SOURCE, kReportTag, comm,
+               MPI_STATUS_IGNORE);
+      state[static_cast<std::size_t>(status.MPI_SOURCE)] = text;
+    }
+    std::fprintf(stderr, "%s: the ranks' states (rank 0's view, after %.0f s):\n", program_name(),
+                 kReportSeconds);
+    for (int r = 0; r < size; ++r) {
+      const std::string& s = state[static_cast<std::size_t>(r)];
+      std::fprintf(stderr, "  rank %4d  %s\n", r,
+                   s.empty() ? "no error reported (stalled, dead, or still waiting)" : s.c_str());
+    }
+    std::fflush(stderr);
+  }
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  std::_Exit(3);
+}
 }  // namespace detail
 
 /// Runs `run` between MPI_Init and MPI_Finalize. InputError: rank 0 prints it, every rank
 /// exits with 2. Any other error may be on one rank only (the others would wait forever) and
 /// is deliberately not caught: with no handler, the exception leaves main without unwinding
 /// the stack, so no destructor runs that could wait on a stalled peer (an NVSHMEM exchange's
-/// collective free would), and the terminate handler prints "program: rank r: message" and
+/// collective free would), and the terminate handler prints "program: rank r: message",
+/// sends it to rank 0, which prints one table of every rank's state (each wait bounded), and
 /// aborts the job with 3.
 inline int mpi_main(const char* name, int argc, char** argv, int (*run)(int, char**)) {
   detail::program_name() = name;
   MPI_Init(&argc, &argv);
+  MPI_Comm_dup(MPI_COMM_WORLD, &detail::report_comm());
   std::set_terminate([] {
-    int rank = -1, initialized = 0, finalized = 0;
+    int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
-    if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    const char* what = "an unknown error";
+    std::string what = "an unknown error";
     try {
       if (const std::exception_ptr e = std::current_exception()) std::rethrow_exception(e);
     } catch (const std::exception& e) {
       what = e.what();
-      std::fprintf(stderr, "%s: rank %d: %s\n", detail::program_name(), rank, what);
     } catch (...) {
-      std::fprintf(stderr, "%s: rank %d: %s\n", detail::program_name(), rank, what);
     }
-    std::fflush(stderr);
-    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 3);
+    if (initialized && !finalized) detail::report_and_abort(what);
+    std::fprintf(stderr, "%s: %s\n", detail::program_name(), what.c_str());
     std::_Exit(3);
   });
   int rc = 0;
@@ -61,6 +131,7 @@ inline int mpi_main(const char* name, int argc, char** argv, int (*run)(int, cha
     if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
     rc = 2;
   }
+  MPI_Comm_free(&detail::report_comm());
   MPI_Finalize();
   return rc;
 }

@@ -111,8 +111,13 @@ def main():
             if rc is None or rc == 0 or named not in err:
                 sys.exit(f"FAILED: SIGSTOP of rank {stalled}: rc {rc} after {took:.1f} s\n{err}")
             line = next(l for l in err.splitlines() if named in l)
+            # Rank 0 prints one table of every rank's state, the stalled one without a report.
+            rows = [l for l in err.splitlines() if l.strip().startswith("rank ") and "  " in l]
+            stalled_row = next((l for l in rows if l.split()[1] == str(stalled)), "")
+            if "the ranks' states" not in err or "no error reported" not in stalled_row:
+                sys.exit(f"FAILED: SIGSTOP of rank {stalled}: no table naming it\n{err}")
             print(f"ok: SIGSTOP of rank {stalled} ended the job in {took:.1f} s (rc {rc}):\n"
-                  f"    {line}")
+                  f"    {line}\n    table row: {stalled_row.strip()}")
         if "kill" in only:  # the job ends
             p, pids = start(mpiexec, md, 100000000, os.path.join(work, "kill.json"))
             time.sleep(3)
