@@ -18,7 +18,7 @@ cmake --build build/test -j "$jobs"
 # CUDA-only code once linked in Release only).
 echo "== build (cpu preset, Debug)"
 cmake --preset cpu -B build/cpu-debug -DCMAKE_BUILD_TYPE=Debug -DHALOX_WARNINGS_AS_ERRORS=ON \
-  -DHALOX_BUILD_TESTS=OFF >/dev/null  # the library and every program; the tests run above
+  -DHALOX_BUILD_TESTS=OFF >/dev/null  # the library and every program; tests: the Release build
 cmake --build build/cpu-debug -j "$jobs"
 
 echo "== tests"
