@@ -146,8 +146,7 @@ Cli parse(int argc, char** argv) {
       return static_cast<int>(d);
     };
     if (a == "--help" || a == "-h") {
-      usage(stdout);
-      std::exit(0);
+      halox::apps::print_help_and_exit(usage);
     } else if (a == "--model")
       c.model = value();
     else if (a == "--init")
