@@ -327,6 +327,13 @@ void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed)
       for (int a = 0; a < 3; ++a)
         r2 += (xyz[3 * i + a] - xyz[3 * j + a]) * (xyz[3 * i + a] - xyz[3 * j + a]);
       if (r2 < cutoff * cutoff && plan.owns_pair(&xyz[3 * i], &xyz[3 * j])) ++owned;
+      // The home-axes masks (what a float code decides ownership by) own the same pairs.
+      const bool by_masks =
+          ParticlePlan::owns_pair(plan.home_axes(&xyz[3 * i]), plan.home_axes(&xyz[3 * j]));
+      if (r2 < cutoff * cutoff && by_masks != plan.owns_pair(&xyz[3 * i], &xyz[3 * j])) {
+        ADD_FAILURE() << where << ": the masks and the coordinates disagree on pair " << i << ", "
+                      << j;
+      }
     }
   long long total = 0;
   MPI_Allreduce(&owned, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
