@@ -100,13 +100,8 @@ def main():
     stalled, killed, paused = (2, 1, 3) if NP >= 4 else (NP - 1, NP - 1, NP - 1)
     with tempfile.TemporaryDirectory() as work:
         if "stop" in only:  # the job ends within the time-out + 10 s, the stopped rank named
-            p, pids = start(mpiexec, md, 100000000, os.path.join(work, "stop.json"))
-            time.sleep(3)
-            os.kill(pids[stalled], signal.SIGSTOP)
-            at = time.time()
-            rc, out, err = finish(p, TIMEOUT + 10)
-            took = time.time() - at
-            kill_all(pids)
+            rc, err, took = signal_one(mpiexec, md, os.path.join(work, "stop.json"), stalled,
+                                       signal.SIGSTOP)
             named = f"waiting for rank {stalled}"
             if rc is None or rc == 0 or named not in err:
                 sys.exit(f"FAILED: SIGSTOP of rank {stalled}: rc {rc} after {took:.1f} s\n{err}")
@@ -119,31 +114,16 @@ def main():
             print(f"ok: SIGSTOP of rank {stalled} ended the job in {took:.1f} s (rc {rc}):\n"
                   f"    {line}\n    table row: {stalled_row.strip()}")
         if "kill" in only:  # the job ends
-            p, pids = start(mpiexec, md, 100000000, os.path.join(work, "kill.json"))
-            time.sleep(3)
-            os.kill(pids[killed], signal.SIGKILL)
-            at = time.time()
-            rc, out, err = finish(p, TIMEOUT + 10)
-            took = time.time() - at
-            kill_all(pids)
+            rc, err, took = signal_one(mpiexec, md, os.path.join(work, "kill.json"), killed,
+                                       signal.SIGKILL)
             if rc is None or rc == 0:
                 sys.exit(f"FAILED: SIGKILL of rank {killed}: rc {rc} after {took:.1f} s\n{err}")
             print(f"ok: SIGKILL of rank {killed} ended the job in {took:.1f} s (rc {rc})")
         if "collectives" in only:
             # Stopped while the ranks meet in collectives every step (reductions, plans): the
             # exchange time-out or the watchdog (3 s here) ends the job.
-            p, pids = start(mpiexec, md, 100000000, os.path.join(work, "collective.json"),
-                            COLLECTIVES)
-            time.sleep(3)
-            if p.poll() is not None:
-                out, err = p.communicate()
-                sys.exit(f"FAILED: the run with collectives ended (rc {p.returncode}) before "
-                         f"the stop:\n{out}\n{err}")
-            os.kill(pids[stalled], signal.SIGSTOP)
-            at = time.time()
-            rc, out, err = finish(p, TIMEOUT + 10)
-            took = time.time() - at
-            kill_all(pids)
+            rc, err, took = signal_one(mpiexec, md, os.path.join(work, "collective.json"),
+                                       stalled, signal.SIGSTOP, COLLECTIVES)
             if rc is None or rc == 0 or ("no progress" not in err and "timed out" not in err):
                 sys.exit(f"FAILED: SIGSTOP amid collectives: rc {rc} after {took:.1f} s\n{err}")
             line = next(l for l in err.splitlines() if "no progress" in l or "timed out" in l)
@@ -176,6 +156,22 @@ def main():
             print(f"ok: rank {paused} stopped for {TIMEOUT / 2:.1f} s and continued: the same "
                   f"final thermo as the undisturbed run (step {got['step']}, total "
                   f"{got['total']:.10f})")
+
+
+def signal_one(mpiexec, md, json_path, rank, sig, run=None):
+    """Starts a long job, sends `sig` to `rank` after 3 s; returns (rc, stderr, seconds until
+    the job ended), rc None when it outlived the time-out + 10 s."""
+    p, pids = start(mpiexec, md, 100000000, json_path, *([run] if run else []))
+    time.sleep(3)
+    if p.poll() is not None:
+        out, err = p.communicate()
+        sys.exit(f"FAILED: the job ended (rc {p.returncode}) before the signal:\n{out}\n{err}")
+    os.kill(pids[rank], sig)
+    at = time.time()
+    rc, _, err = finish(p, TIMEOUT + 10)
+    took = time.time() - at
+    kill_all(pids)
+    return rc, err, took
 
 
 def kill_all(pids):
