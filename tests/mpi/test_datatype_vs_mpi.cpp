@@ -54,6 +54,19 @@ void free_type(MPI_Datatype& t) {
   if (c != MPI_COMBINER_NAMED) MPI_Type_free(&t);
 }
 
+// The library's MPI_Pack of `count` instances at `base` into `ref` (packed bytes plus one
+// sentinel byte, 0x5A): its position, or -1 when MPI_Pack fails.
+int mpi_pack_reference(const void* base, std::int64_t count, MPI_Datatype m, std::int64_t packed,
+                       std::vector<unsigned char>& ref) {
+  ref.assign(static_cast<std::size_t>(packed) + 1, 0x5A);
+  int position = 0;
+  if (MPI_Pack(base, static_cast<int>(count), m, ref.data(), static_cast<int>(ref.size()),
+               &position, MPI_COMM_SELF) != MPI_SUCCESS) {
+    return -1;
+  }
+  return position;
+}
+
 void expect_attributes(const Datatype& h, MPI_Datatype m, const std::string& what) {
   int size = 0;
   MPI_Aint lb, extent, tlb, textent;
@@ -93,11 +106,8 @@ TEST(DatatypeVsMpi, RandomTypesPackLikeMpiPack) {
     Buffer in = make_buffer(h, count, gen.rng());
     const std::int64_t packed = packed_size(h, count);
 
-    std::vector<unsigned char> ref(static_cast<std::size_t>(packed) + 1, 0x5A);
-    int position = 0;
-    ASSERT_EQ(MPI_Pack(in.base(), static_cast<int>(count), m, ref.data(),
-                       static_cast<int>(ref.size()), &position, MPI_COMM_SELF),
-              MPI_SUCCESS);
+    std::vector<unsigned char> ref;
+    int position = mpi_pack_reference(in.base(), count, m, packed, ref);
     ASSERT_EQ(position, packed) << what;
 
     std::vector<unsigned char> out(ref.size(), 0xC3);  // poison
@@ -205,11 +215,8 @@ TEST(DatatypeVsMpi, ImportedAwkwardTypesFollowTheLibrary) {
     const std::int64_t count = gen.uniform(1, 3);
     Footprint in = library_footprint(m, count, guard, gen.rng());
     const std::int64_t packed = packed_size(imported, count);
-    std::vector<unsigned char> ref(static_cast<std::size_t>(packed) + 1, 0x5A);
-    int position = 0;
-    ASSERT_EQ(MPI_Pack(in.base(), static_cast<int>(count), m, ref.data(),
-                       static_cast<int>(ref.size()), &position, MPI_COMM_SELF),
-              MPI_SUCCESS);
+    std::vector<unsigned char> ref;
+    int position = mpi_pack_reference(in.base(), count, m, packed, ref);
     ASSERT_EQ(position, packed) << what;
     std::vector<unsigned char> out(ref.size(), 0xC3);
     ASSERT_EQ(pack(in.base(), count, imported, out.data()), packed);
@@ -268,11 +275,9 @@ TEST(DatatypeVsMpi, ImportFollowsTheLibraryOnKnownDepartures) {
     std::mt19937_64 rng(7);
     Footprint in = library_footprint(m, count, 64, rng);
     const std::int64_t packed = packed_size(imported, count);
-    std::vector<unsigned char> ref(static_cast<std::size_t>(packed) + 1), out(ref.size());
-    int position = 0;
-    MPI_Pack(in.base(), count, m, ref.data(), static_cast<int>(ref.size()), &position,
-             MPI_COMM_SELF);
-    EXPECT_EQ(position, packed) << what;
+    std::vector<unsigned char> ref;
+    EXPECT_EQ(mpi_pack_reference(in.base(), count, m, packed, ref), packed) << what;
+    std::vector<unsigned char> out(ref.size());
     pack(in.base(), count, imported, out.data());
     EXPECT_EQ(std::memcmp(out.data(), ref.data(), static_cast<std::size_t>(packed)), 0) << what;
     MPI_Type_free(&m);
