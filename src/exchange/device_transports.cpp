@@ -64,7 +64,7 @@ class StagedTransport final : public Transport {
                                            cudaMemcpyDeviceToHost, stream));
         }
       }
-      std::vector<PendingMessage>& requests = m_requests;  // reused: no allocation per exchange
+      MessageWait& requests = m_requests;  // reused: no allocation per exchange
       requests.clear();
       if (any_remote) {
         // Wait 1: the packed data (and the previous stage's copies up) are complete.
@@ -83,13 +83,13 @@ class StagedTransport final : public Transport {
                 m_direct ? b.dev_recv.at_least(op.recv_bytes) : b.host_recv.at_least(op.recv_bytes);
             HALOX_MPI_CHECK(MPI_Irecv(in, static_cast<int>(op.recv_bytes), MPI_BYTE, op.recv_rank,
                                       op.tag, m_comm, &r));
-            requests.push_back({r, op.recv_rank, op.recv_bytes, &op.name});
+            requests.add({r, op.recv_rank, op.recv_bytes, &op.name});
           }
           if (remote(op.send_rank, m_rank)) {
             const char* out = m_direct ? b.dev_send.get() : b.host_send.get();
             HALOX_MPI_CHECK(MPI_Isend(out, static_cast<int>(op.send_bytes), MPI_BYTE, op.send_rank,
                                       op.tag, m_comm, &r));
-            requests.push_back({r, op.send_rank, -1, &op.name});
+            requests.add({r, op.send_rank, -1, &op.name});
             stats.messages += 1;
             stats.bytes_sent += op.send_bytes;
           }
@@ -97,7 +97,7 @@ class StagedTransport final : public Transport {
         // Wait 2: the messages have arrived.
         {
           trace::Scope scope("wait: MPI", m_rank);
-          wait_all(requests, {m_rank, m_direct ? "mpi-direct" : "staged", m_timeout});
+          requests.wait({m_rank, m_direct ? "mpi-direct" : "staged", m_timeout});
         }
         stats.host_waits += 1;
       }
@@ -126,7 +126,7 @@ class StagedTransport final : public Transport {
   bool m_direct;
   double m_timeout;
   std::vector<OpBuffers> m_buffers;
-  std::vector<PendingMessage> m_requests;
+  MessageWait m_requests;
 };
 
 // Seed 002's pipeline: chunk c of a message is packed (caller's stream), copied down (copy-out
@@ -327,10 +327,10 @@ class PipelinedTransport final : public Transport {
         op.unpack(field, b.dev_recv.get() + c.offset, c.offset, c.bytes, m_copy_in);
       }
     }
-    std::vector<PendingMessage>& pending = m_pending;
+    MessageWait& pending = m_pending;
     pending.clear();
-    for (Chunk& c : sends) pending.push_back({c.request, ops[c.op].send_rank, -1, &ops[c.op].name});
-    wait_all(pending, {m_rank, "pipelined", m_timeout});
+    for (Chunk& c : sends) pending.add({c.request, ops[c.op].send_rank, -1, &ops[c.op].name});
+    pending.wait({m_rank, "pipelined", m_timeout});
     if (!wrong_size.empty()) throw Error(wrong_size);
     // The caller's stream continues after the last unpack.
     cudaEvent_t end = event(events++);
@@ -346,7 +346,7 @@ class PipelinedTransport final : public Transport {
   std::vector<cudaEvent_t> m_events;
   std::vector<OpBuffers> m_buffers;
   std::vector<Chunk> m_sends, m_recvs;
-  std::vector<PendingMessage> m_pending;
+  MessageWait m_pending;
 };
 
 }  // namespace

@@ -28,7 +28,7 @@ class HostTransport final : public Transport {
     m_send.resize(ops.size());
     m_recv.resize(ops.size());
     for (int stage = 0; stage < stage_count(ops); ++stage) {
-      std::vector<PendingMessage>& requests = m_pending;  // reused: no allocation per exchange
+      MessageWait& requests = m_wait;  // reused: no allocation per exchange
       requests.clear();
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
@@ -37,7 +37,7 @@ class HostTransport final : public Transport {
         HALOX_MPI_CHECK(MPI_Irecv(m_recv[i].at_least(op.recv_bytes),
                                   static_cast<int>(op.recv_bytes), MPI_BYTE, op.recv_rank, op.tag,
                                   m_comm, &r));
-        requests.push_back({r, op.recv_rank, op.recv_bytes, &op.name});
+        requests.add({r, op.recv_rank, op.recv_bytes, &op.name});
       }
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
@@ -48,13 +48,13 @@ class HostTransport final : public Transport {
         MPI_Request r;
         HALOX_MPI_CHECK(MPI_Isend(out, static_cast<int>(op.send_bytes), MPI_BYTE, op.send_rank,
                                   op.tag, m_comm, &r));
-        requests.push_back({r, op.send_rank, -1, &op.name});
+        requests.add({r, op.send_rank, -1, &op.name});
         stats.messages += 1;
         stats.bytes_sent += op.send_bytes;
       }
       if (!requests.empty()) {
         trace::Scope scope("wait: MPI", m_rank);
-        wait_all(requests, {m_rank, "host", m_timeout});
+        requests.wait({m_rank, "host", m_timeout});
         stats.host_waits += 1;
       }
       for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -73,7 +73,7 @@ class HostTransport final : public Transport {
   int m_rank;
   double m_timeout;
   std::vector<HostBuffer> m_send, m_recv;
-  std::vector<PendingMessage> m_pending;
+  MessageWait m_wait;
 };
 
 }  // namespace

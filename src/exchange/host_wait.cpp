@@ -30,17 +30,19 @@ std::string mpi_error_text(int code) {
   return std::string(text, static_cast<std::size_t>(length));
 }
 
-void wait_all(std::vector<PendingMessage>& pending, const WaitContext& context) {
+void MessageWait::wait(const WaitContext& context) {
+  std::vector<PendingMessage>& pending = m_pending;
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(context.timeout_seconds));
-  std::vector<MPI_Request> requests(pending.size());
+  std::vector<MPI_Request>& requests = m_requests;
+  requests.resize(pending.size());
   for (std::size_t i = 0; i < pending.size(); ++i) requests[i] = pending[i].request;
-  std::vector<int> done(pending.size());
-  std::vector<MPI_Status> statuses(pending.size());
+  std::vector<int>& done = m_done;
+  done.resize(pending.size());
+  std::vector<MPI_Status>& statuses = m_statuses;
+  statuses.resize(pending.size());
   std::size_t left = pending.size();
-  // A message of the wrong size is reported after the others have landed: the buffers they
-  // land in must not be freed (by an exception unwinding) under MPI's writes.
   std::string wrong_size;
   while (left > 0) {
     int count = 0;

@@ -30,10 +30,25 @@ struct WaitContext {
 /// MPI's text for an error code.
 std::string mpi_error_text(int code);
 
-/// Waits for every message. Throws HaloTimeoutError naming this rank, the first peer still
-/// missing, its pulse and the transport when the time-out passes first, and halox::Error
-/// when a received message's size differs from the plan's (or MPI reports an error for it).
-/// Clears `pending`.
-void wait_all(std::vector<PendingMessage>& pending, const WaitContext& context);
+/// The messages of one stage in flight, and the one wait for them. A transport keeps one and
+/// reuses it, so waiting allocates nothing on the exchange path after the first exchange.
+class MessageWait {
+ public:
+  void clear() { m_pending.clear(); }
+  bool empty() const { return m_pending.empty(); }
+  void add(const PendingMessage& message) { m_pending.push_back(message); }
+  /// Waits for every message added since clear(), then clears. Throws HaloTimeoutError
+  /// naming this rank, the first peer still missing, its pulse and the transport when the
+  /// time-out passes first, and halox::Error when a received message's size differs from the
+  /// plan's (after the stage's other messages have landed: their buffers must outlive MPI's
+  /// writes).
+  void wait(const WaitContext& context);
+
+ private:
+  std::vector<PendingMessage> m_pending;
+  std::vector<MPI_Request> m_requests;
+  std::vector<int> m_done;
+  std::vector<MPI_Status> m_statuses;
+};
 
 }  // namespace halox::detail

@@ -10,6 +10,7 @@
 #include "halox/mpi.hpp"
 #include "halox/plan.hpp"
 #include "../common/mpi_tags.hpp"
+#include "../exchange/host_wait.hpp"
 
 namespace halox {
 
@@ -50,6 +51,10 @@ void agree_on_grid(const Topology& topology, MPI_Comm comm, const char* where) {
 }  // namespace detail
 
 namespace {
+
+// The plan builders' point-to-point waits: longer than an exchange's, as ranks reach a plan
+// after their own set-up work.
+constexpr double kPlanWaitSeconds = 30.0;
 
 int peer(int rank) {
   return rank < 0 ? MPI_PROC_NULL : rank;
@@ -118,20 +123,23 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
     detail::raise_if_any(comm, error);
   }
   std::vector<long long> sent(pulses.size()), seen(pulses.size(), -1);
-  std::vector<MPI_Request> requests;
+  std::vector<std::string> names(pulses.size());
+  detail::MessageWait requests;
   for (std::size_t p = 0; p < pulses.size(); ++p) {
     const int tag = detail::tags::kPlanCheck + static_cast<int>(p);
     sent[p] = pulses[p].send_size;
+    names[p] = pulses[p].name(static_cast<int>(p)) + " (plan check)";
     MPI_Request r;
     HALOX_MPI_CHECK(
         MPI_Irecv(&seen[p], 1, MPI_LONG_LONG, peer(pulses[p].recv_rank), tag, comm, &r));
-    requests.push_back(r);
+    const std::int64_t expected = pulses[p].recv_rank >= 0 ? sizeof(long long) : -1;
+    requests.add({r, pulses[p].recv_rank, expected, &names[p]});
     HALOX_MPI_CHECK(
         MPI_Isend(&sent[p], 1, MPI_LONG_LONG, peer(pulses[p].send_rank), tag, comm, &r));
-    requests.push_back(r);
+    requests.add({r, pulses[p].send_rank, -1, &names[p]});
   }
-  HALOX_MPI_CHECK(
-      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+  // The peers agreed above, so these messages match; a peer that stalls now is named.
+  requests.wait({topology.rank(), "validate_plan", kPlanWaitSeconds});
   for (std::size_t p = 0; p < pulses.size() && error.empty(); ++p) {
     if (pulses[p].recv_rank >= 0 && seen[p] != pulses[p].recv_size) {
       error = "halox::validate_plan: " + pulses[p].name(static_cast<int>(p)) + ": rank " +
