@@ -21,6 +21,7 @@
 #include "backend.hpp"
 #include "../common/agree.hpp"
 #include "../common/mpi_main.hpp"
+#include "../common/numbers.hpp"
 #include "../common/watchdog.hpp"
 #include "halox/device.hpp"
 #include "halox/error.hpp"
@@ -128,23 +129,8 @@ Cli parse(int argc, char** argv) {
       if (i + 1 >= argc) throw Error("halox-lbm: " + a + " needs a value");
       return argv[++i];
     };
-    auto number = [&]() {
-      const std::string v = value();
-      char* end = nullptr;
-      const double d = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end)
-        throw Error("halox-lbm: " + a + ": '" + v + "' is not a number");
-      if (!std::isfinite(d)) throw Error("halox-lbm: " + a + ": '" + v + "' is not finite");
-      return d;
-    };
-    // Counts: whole numbers an int holds (a cast of 1e20 or 2.5 would be wrong silently).
-    auto integer = [&]() {
-      const double d = number();
-      if (d != std::floor(d) || std::abs(d) > 2147483647.0)
-        throw Error("halox-lbm: " + a + ": " + std::to_string(d) +
-                    " is not a whole number an int holds");
-      return static_cast<int>(d);
-    };
+    auto number = [&] { return halox::apps::parse_number("halox-lbm", a, value()); };
+    auto integer = [&] { return halox::apps::parse_count("halox-lbm", a, value()); };
     if (a == "--help" || a == "-h") {
       halox::apps::print_help_and_exit(usage);
     } else if (a == "--model")

@@ -71,7 +71,7 @@ int resident_blocks(Kernel kernel) {
 /// previous one. Read once per process, for the current GPU at the first call.
 inline bool dependent_launch() {
   static const bool on = [] {
-    if (!env_flag("HALOX_PDL", true)) return false;
+    if (!env_dependent_launch()) return false;
     int device = 0, major = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {

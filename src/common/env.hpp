@@ -40,4 +40,44 @@ inline std::int64_t env_int(const char* name, std::int64_t lo, std::int64_t hi,
   return v;
 }
 
+// Every knob halox reads, declared here with its parsing and range; the code calls these.
+
+/// HALOX_TRACE: switch the event log on at start-up (default off).
+inline bool env_trace() {
+  return env_flag("HALOX_TRACE", false);
+}
+/// HALOX_PDL: launch the fused kernels as programmatic dependents (default on, sm_90+).
+inline bool env_dependent_launch() {
+  return env_flag("HALOX_PDL", true);
+}
+/// HALOX_NVSHMEM_PUTS: reach every peer by put-with-signal, even mapped ones (default off).
+inline bool env_nvshmem_puts() {
+  return env_flag("HALOX_NVSHMEM_PUTS", false);
+}
+/// HALOX_GRID_BLOCKS (diagnostics): blocks per op of the fused grid kernel, 1 to `fit`.
+inline int env_grid_blocks(int fit, int otherwise) {
+  return static_cast<int>(env_int("HALOX_GRID_BLOCKS", 1, fit, otherwise));
+}
+/// HALOX_DEVICE: the GPU select_device picks, 0 to count - 1 (default: node-local rank).
+inline int env_device(int count, int otherwise) {
+  return static_cast<int>(env_int("HALOX_DEVICE", 0, count - 1, otherwise));
+}
+/// HALOX_LOCAL_TILE_WORDS (measurements): the local grid kernel's tile, a positive multiple
+/// of `granule` words.
+inline long long env_local_tile_words(long long granule, long long otherwise) {
+  const long long words =
+      env_int("HALOX_LOCAL_TILE_WORDS", granule, std::int64_t{1} << 40, otherwise);
+  if (words % granule != 0) {
+    throw Error("halox: HALOX_LOCAL_TILE_WORDS must be a positive multiple of " +
+                std::to_string(granule) + ", not " + std::to_string(words));
+  }
+  return words;
+}
+/// HALOX_TUNING_FILE: the tuning file's path (else the XDG default, tuning.hpp); null when
+/// unset or empty.
+inline const char* env_tuning_file() {
+  const char* raw = std::getenv("HALOX_TUNING_FILE");
+  return raw && *raw ? raw : nullptr;
+}
+
 }  // namespace halox::detail

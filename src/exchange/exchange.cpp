@@ -147,7 +147,7 @@ detail::Mapping peer_mapping(TransportKind kind, const ExchangeOptions& options)
   if (kind == TransportKind::ipc_fused || kind == TransportKind::ipc_pulse) {
     return detail::Mapping::ipc;
   }
-  const bool puts = options.nvshmem_puts_only || detail::env_flag("HALOX_NVSHMEM_PUTS", false);
+  const bool puts = options.nvshmem_puts_only || detail::env_nvshmem_puts();
   return puts ? detail::Mapping::nvshmem_puts : detail::Mapping::nvshmem;
 }
 #endif

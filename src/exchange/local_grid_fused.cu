@@ -30,6 +30,7 @@
 #include "../gpu_halo/signals.cuh"
 #include "../pack/pack_device.cuh"
 #include "halox/gpu_halo.hpp"
+#include "../common/env.hpp"
 
 namespace halox::detail {
 
@@ -46,15 +47,7 @@ constexpr int kMaxWaits =
 constexpr long long kTileWords = 256LL * kBatch;
 
 long long tile_words_from_environment() {
-  const char* env = std::getenv("HALOX_LOCAL_TILE_WORDS");
-  if (env == nullptr || *env == '\0') return kTileWords;
-  char* end = nullptr;
-  const long long words = std::strtoll(env, &end, 10);
-  if (*end != '\0' || words <= 0 || words % (256LL * kBatch) != 0) {
-    throw Error("halox: HALOX_LOCAL_TILE_WORDS must be a positive multiple of " +
-                std::to_string(256LL * kBatch) + ", not '" + env + "'");
-  }
-  return words;
+  return detail::env_local_tile_words(256LL * kBatch, kTileWords);
 }
 // Canonical pieces per side that a tile copies into shared memory (more: read in place).
 constexpr int kSharedPieces = 8;

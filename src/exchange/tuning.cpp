@@ -8,11 +8,12 @@
 
 #include "halox/error.hpp"
 #include "halox/tuning.hpp"
+#include "../common/env.hpp"
 
 namespace halox {
 
 std::string tuning_file_path() {
-  if (const char* file = std::getenv("HALOX_TUNING_FILE")) return file;
+  if (const char* file = detail::env_tuning_file()) return file;
   if (const char* xdg = std::getenv("XDG_CONFIG_HOME"))
     return std::string(xdg) + "/halox/tuning.json";
   const char* home = std::getenv("HOME");

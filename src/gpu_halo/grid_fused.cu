@@ -281,7 +281,7 @@ class GridFusedTransport final : public Transport {
     // win where the words are few is not established.
     m_blocks = std::min(128, fit);
     // Diagnostics: HALOX_GRID_BLOCKS=N forces N blocks per op (still at most what fits).
-    m_blocks = static_cast<int>(detail::env_int("HALOX_GRID_BLOCKS", 1, fit, m_blocks));
+    m_blocks = detail::env_grid_blocks(fit, m_blocks);
     m_ready = true;
     if (m_self_test) self_test(ops);
   }

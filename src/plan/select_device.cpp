@@ -20,7 +20,7 @@ int select_device(MPI_Comm comm) {
   const int count = visible_gpus();
   if (count == 0) return -1;
   int device = local % count;
-  device = static_cast<int>(detail::env_int("HALOX_DEVICE", 0, count - 1, device));
+  device = detail::env_device(count, device);
   if (cudaSetDevice(device) != cudaSuccess) {
     cudaGetLastError();
     return -1;

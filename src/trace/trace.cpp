@@ -132,7 +132,7 @@ bool enabled() {
   State& s = state();
   if (!s.env_checked) {
     s.env_checked = true;
-    if (detail::env_flag("HALOX_TRACE", false)) enable();
+    if (detail::env_trace()) enable();
   }
   return s.on;
 }
