@@ -2,6 +2,8 @@
 // peer, but a rank can also wait in a collective (a reduction of thermo output, a plan
 // builder's agreement) for a rank that stalled or died. A watchdog thread ends such a process
 // with a message and a non-zero exit when the main loop makes no progress for its limit.
+// It watches from MPI_Init on: the start-up (the input check, the set-up's collectives, the
+// first plan) gets kSetupSeconds, each step --watchdog seconds.
 #pragma once
 
 #include <atomic>
@@ -12,13 +14,16 @@
 
 namespace halox::apps {
 
+constexpr double kSetupSeconds = 300;  // start-up and set-up: lattice, plans, NVSHMEM init
+
 class Watchdog {
  public:
-  /// `seconds` <= 0: off.
-  Watchdog(const char* program, int rank, double seconds)
-      : m_program(program), m_rank(rank), m_seconds(seconds) {
-    beat("start");
-    if (seconds > 0) m_thread = std::thread([this] { watch(); });
+  /// Watches from here: `phase` (a string literal) names where the main loop is, `seconds`
+  /// (<= 0: not watched) how long it may stay there without a beat.
+  Watchdog(const char* program, int rank, const char* phase, double seconds)
+      : m_program(program), m_rank(rank) {
+    beat(phase, seconds);
+    m_thread = std::thread([this] { watch(); });
   }
   ~Watchdog() {
     m_stop = true;
@@ -27,7 +32,11 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  /// The main loop made progress; `phase` (a string literal) names where it is now.
+  /// The main loop made progress and is now in `phase`, with `seconds` to make the next.
+  void beat(const char* phase, double seconds) {
+    m_seconds.store(seconds, std::memory_order_relaxed);
+    beat(phase);
+  }
   void beat(const char* phase) {
     m_phase.store(phase, std::memory_order_relaxed);
     m_last.store(now(), std::memory_order_release);
@@ -41,8 +50,9 @@ class Watchdog {
   void watch() {
     while (!m_stop) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const double limit = m_seconds.load(std::memory_order_relaxed);
       const double quiet = now() - m_last.load(std::memory_order_acquire);
-      if (quiet > m_seconds) {
+      if (limit > 0 && quiet > limit) {
         std::fprintf(stderr,
                      "%s: rank %d: no progress for %.0f s (in %s): a rank this one waits for is "
                      "stalled or dead; ending the job (--watchdog sets the limit)\n",
@@ -55,7 +65,7 @@ class Watchdog {
 
   const char* m_program;
   int m_rank;
-  double m_seconds;
+  std::atomic<double> m_seconds{0};
   std::atomic<double> m_last{0};
   std::atomic<const char*> m_phase{"start"};
   std::atomic<bool> m_stop{false};

@@ -1133,7 +1133,7 @@ class LocalRanks {
 
 // The run and its report, for one MPI rank (Lbm) or every rank in this process (LocalRanks).
 template <class Run>
-int drive(Run& lbm, const Cli& cli, int rank) {
+int drive(Run& lbm, const Cli& cli, int rank, halox::apps::Watchdog& watchdog) {
   const long long cells = (long long)cli.grid[0] * cli.grid[1] * cli.grid[2];
   const auto first = lbm.totals();
   const std::string wrapped = lbm.wrapped_axes();
@@ -1156,7 +1156,7 @@ int drive(Run& lbm, const Cli& cli, int rank) {
   // exchanges of NCCL and NVSHMEM set up connections and would count ~0.4 s otherwise).
   auto start = Clock::now();
   const int timed = cli.steps - cli.warmup;
-  halox::apps::Watchdog watchdog("halox-lbm", rank, cli.watchdog);
+  watchdog.beat("a step", cli.watchdog);
   for (int s = 1; s <= cli.steps; ++s) {
     if (!cli.trace.empty() && s == std::max(1, cli.steps - 2)) trace::clear();
     watchdog.beat("a step");
@@ -1175,6 +1175,7 @@ int drive(Run& lbm, const Cli& cli, int rank) {
   }
   lbm.synchronize();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  watchdog.beat("the summary", cli.watchdog > 0 ? halox::apps::kSetupSeconds : 0);
   if (!cli.trace.empty()) trace::write(MPI_COMM_WORLD, cli.trace);
   const auto last = lbm.totals();
   // The same sums on every rank: all stop together, with a non-zero exit.
@@ -1342,6 +1343,7 @@ int run(int argc, char** argv) {
   int rank = 0, size = 1;
   HALOX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   HALOX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  halox::apps::Watchdog watchdog("halox-lbm", rank, "start-up", halox::apps::kSetupSeconds);
   Cli cli;
   halox::apps::check_input_collectively(MPI_COMM_WORLD, "halox-lbm", argc, argv, [&] {
     cli = parse(argc, argv);
@@ -1376,6 +1378,7 @@ int run(int argc, char** argv) {
                   ") does not fit the grid");
     }
   });
+  watchdog.beat("set-up", cli.watchdog > 0 ? halox::apps::kSetupSeconds : 0);
   if (cli.device != "cpu") select_device(MPI_COMM_WORLD);  // one GPU per rank
   try {  // collective, and the same on every rank (the ranks agreed on their input)
     const Topology shape = cli.local ? Topology(cli.ranks, {true, true, true}, 0)
@@ -1392,10 +1395,10 @@ int run(int argc, char** argv) {
   }
   if (cli.local) {
     LocalRanks ranks(cli);
-    return drive(ranks, cli, rank);
+    return drive(ranks, cli, rank, watchdog);
   }
   Lbm lbm(MPI_COMM_WORLD, cli);
-  return drive(lbm, cli, rank);
+  return drive(lbm, cli, rank, watchdog);
 }
 
 }  // namespace

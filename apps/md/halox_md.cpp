@@ -56,10 +56,11 @@ void usage(FILE* out) {
       "  --lj-shift S        cutoff | none (default cutoff: each pair's energy shifted by\n"
       "                      -u(rc), continuous at the cutoff; none: plain truncated LJ,\n"
       "                      LAMMPS's lj/cut, GROMACS's vdw-modifier = None)\n"
-      "  --transport T       host | staged | pipelined | mpi-direct | ipc-pulse | ipc-fused\n"
-      "                      (default: host on the CPU,\n"
-      "                      staged on the GPU); local: every rank of --ranks in this one\n"
-      "                      process (start 1 MPI rank), halox's local engine between them\n"
+      "  --transport T       host | staged | pipelined | mpi-direct | ipc-pulse | ipc-fused |\n"
+      "                      nvshmem-stream | nvshmem-pulse | nvshmem-fused | auto (default:\n"
+      "                      host on the CPU, staged on the GPU); local: every rank of --ranks\n"
+      "                      in this one process (start 1 MPI rank), halox's local engine\n"
+      "                      between them\n"
       "  --chunk BYTES       pipelined chunk size (default: the tuning file)\n"
       "  --seed S            velocity and lattice-jitter seed (default 2026)\n"
       "  --jitter J          random lattice displacement in lattice constants (default 0.02)\n"
@@ -152,11 +153,13 @@ int run(int argc, char** argv) {
   int rank = 0, size = 1;
   HALOX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   HALOX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  halox::apps::Watchdog watchdog("halox-md", rank, "start-up", halox::apps::kSetupSeconds);
   Cli cli;
   check_input_collectively(MPI_COMM_WORLD, "halox-md", argc, argv, [&] {
     cli = parse(argc, argv);
     validate(cli.config, size);
   });
+  watchdog.beat("set-up", cli.watchdog > 0 ? halox::apps::kSetupSeconds : 0);
   if (cli.config.device != "cpu") select_device(MPI_COMM_WORLD);  // one GPU per rank
   const auto wall_start = std::chrono::steady_clock::now();
   Simulation sim(MPI_COMM_WORLD, cli.config);
@@ -171,6 +174,7 @@ int run(int argc, char** argv) {
     std::printf("halo: %d/%d/%d pulses in x/y/z; rank 0 has %lld home and %lld halo atoms\n", p[0],
                 p[1], p[2], static_cast<long long>(sim.home_atoms()),
                 static_cast<long long>(sim.halo_atoms()));
+    std::fflush(stdout);  // the set-up is done: say so now, also into a pipe
   }
   if (!cli.dump_forces.empty()) {
     const auto forces = sim.gather_forces();
@@ -208,7 +212,7 @@ int run(int argc, char** argv) {
   sim.reset_exchange_stats();
   const auto loop_start = std::chrono::steady_clock::now();
   if (!cli.trace.empty()) trace::enable();
-  halox::apps::Watchdog watchdog("halox-md", rank, cli.watchdog);
+  watchdog.beat("a step", cli.watchdog);
   for (int s = 1; s <= cli.steps; ++s) {
     if (!cli.trace.empty() && s == std::max(1, cli.steps - 3)) trace::clear();
     watchdog.beat("a step");
@@ -217,6 +221,7 @@ int run(int argc, char** argv) {
   }
   const double loop =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
+  watchdog.beat("the summary", cli.watchdog > 0 ? halox::apps::kSetupSeconds : 0);
   if (!cli.trace.empty()) {
     trace::write(MPI_COMM_WORLD, cli.trace);
     if (rank == 0) std::printf("wrote trace %s (the last steps, every rank)\n", cli.trace.c_str());

@@ -10,7 +10,8 @@ The run has no neighbour searches and thermo output only at its ends (--nstlist 
 usage: faults.py MPIEXEC HALOX_MD [--np N] [--steps N] [-- halox-md arguments, e.g.
                   --device gpu --transport nvshmem-fused]
 --steps: the length of the undisturbed and the stopped-and-continued runs (default 1500)
---only stop,kill: run only those scenarios (stop, kill, collectives, continue)
+--only stop,kill: run only those scenarios (stop, collectives, continue, kill; in that order:
+        a killed MPS client may leave the GPU to the next job in a state of its own)
 """
 import json
 import os
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -49,40 +51,81 @@ NP = 4
 EXTRA = ["--device", "cpu", "--cells", "6"]
 
 
+class Job:
+    """A launched mpiexec whose stdout and stderr are read as they come (so that the test can
+    wait for a line, and a pipe never fills)."""
+
+    def __init__(self, args):
+        self.p = subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        self.out, self.err = [], []
+        self.readers = [threading.Thread(target=self._read, args=(f, lines), daemon=True)
+                        for f, lines in ((self.p.stdout, self.out), (self.p.stderr, self.err))]
+        for r in self.readers:
+            r.start()
+
+    @staticmethod
+    def _read(f, lines):
+        for line in f:
+            lines.append(line)
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def poll(self):
+        return self.p.poll()
+
+    def text(self):
+        return "".join(self.out), "".join(self.err)
+
+    def finish(self, limit):
+        """(rc, stdout, stderr) once the job ended; rc None when it outlived `limit` seconds."""
+        try:
+            rc = self.p.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+            rc = None
+        for r in self.readers:
+            r.join(timeout=10)
+        return (rc,) + self.text()
+
+
 def start(mpiexec, md, steps, json_path, run=("--nstlist", "100000000", "--thermo", "0")):
-    """Starts the job; returns it and {rank: pid} once every rank runs. By default without
-    searches and with thermo output only at the ends: between them the ranks only exchange."""
+    """Starts the job; returns it and {rank: pid} once every rank runs and rank 0 has printed
+    its set-up summary (its "halo:" line: every rank is past its set-up collectives). By
+    default without searches and with thermo output only at the ends: between them the ranks
+    only exchange."""
     args = [mpiexec, "-n", str(NP), "--oversubscribe", "-x", "HALOX_FAULT_JOB", md] + EXTRA + [
         "--steps", str(steps)] + list(run) + ["--quiet", "--json", json_path]
     # The launcher's pid tags its ranks (exec keeps it), so their environments name their job.
-    p = subprocess.Popen(["sh", "-c", 'HALOX_FAULT_JOB=$$ exec "$@"', "sh"] + args, env=ENV,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
+    job = Job(["sh", "-c", 'HALOX_FAULT_JOB=$$ exec "$@"', "sh"] + args)
+    deadline = time.time() + 120
+    pids = {}
     while time.time() < deadline:
-        pids = rank_pids(p, os.path.basename(md))
-        if len(pids) == NP:
-            return p, pids
-        if p.poll() is not None:
-            out, err = p.communicate()
-            sys.exit(f"FAILED: the job ended (rc {p.returncode}) before its {NP} ranks were "
-                     f"seen:\n{out}\n{err}")
+        if len(pids) < NP:
+            pids = rank_pids(job, os.path.basename(md))
+        if len(pids) == NP and any(l.startswith("halo:") for l in job.out):
+            return job, pids
+        if job.poll() is not None:
+            rc, out, err = job.finish(10)
+            sys.exit(f"FAILED: the job ended (rc {rc}) before its {NP} ranks were seen "
+                     f"stepping:\n{out}\n{err}")
         time.sleep(0.1)
-    p.kill()
-    sys.exit(f"FAILED: the {NP} ranks did not start")
+    # Say what was seen: the processes of this job and what the job printed so far.
+    listing = subprocess.run(["ps", "-eo", "pid,ppid,stat,etime,args"], capture_output=True,
+                             text=True).stdout
+    mine = "\n".join(l for l in listing.splitlines() if os.path.basename(md) in l or
+                     "mpirun" in l or "orted" in l)
+    rc, out, err = job.finish(0)
+    sys.exit(f"FAILED: after 120 s {len(pids)} of the {NP} ranks seen ({pids}), set-up "
+             f"summary {'printed' if 'halo:' in out else 'not printed'}; processes:\n"
+             f"{mine}\nthe job's output:\n{out}\n{err}")
 
 
 # A search and a reduction every step (collectives), watched with a 3 s limit.
 COLLECTIVES = ("--nstlist", "1", "--thermo", "1", "--watchdog", "3")
-
-
-def finish(p, limit):
-    try:
-        out, err = p.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate()
-        return None, out, err
-    return p.returncode, out, err
 
 
 def main():
@@ -113,12 +156,6 @@ def main():
                 sys.exit(f"FAILED: SIGSTOP of rank {stalled}: no table naming it\n{err}")
             print(f"ok: SIGSTOP of rank {stalled} ended the job in {took:.1f} s (rc {rc}):\n"
                   f"    {line}\n    table row: {stalled_row.strip()}")
-        if "kill" in only:  # the job ends
-            rc, err, took = signal_one(mpiexec, md, os.path.join(work, "kill.json"), killed,
-                                       signal.SIGKILL)
-            if rc is None or rc == 0:
-                sys.exit(f"FAILED: SIGKILL of rank {killed}: rc {rc} after {took:.1f} s\n{err}")
-            print(f"ok: SIGKILL of rank {killed} ended the job in {took:.1f} s (rc {rc})")
         if "collectives" in only:
             # Stopped while the ranks meet in collectives every step (reductions, plans): the
             # exchange time-out or the watchdog (3 s here) ends the job.
@@ -131,19 +168,18 @@ def main():
                   f"(rc {rc}):\n    {line}")
         if "continue" in only:  # stopped and continued within the time-out: nothing changes
             ref_json = os.path.join(work, "ref.json")
-            p, _ = start(mpiexec, md, cont_steps, ref_json)
-            rc, out, err = finish(p, 300)
+            job, _ = start(mpiexec, md, cont_steps, ref_json)
+            rc, out, err = job.finish(300)
             if rc != 0:
                 sys.exit(f"FAILED: the undisturbed run: rc {rc}\n{out}\n{err}")
             with open(ref_json) as f:
                 ref = json.load(f)["thermo"][-1]
             cont_json = os.path.join(work, "cont.json")
-            p, pids = start(mpiexec, md, cont_steps, cont_json)
-            time.sleep(0.5)
+            job, pids = start(mpiexec, md, cont_steps, cont_json)
             os.kill(pids[paused], signal.SIGSTOP)
             time.sleep(TIMEOUT / 2)
             os.kill(pids[paused], signal.SIGCONT)
-            rc, out, err = finish(p, 300)
+            rc, out, err = job.finish(300)
             if rc != 0:
                 sys.exit(f"FAILED: stopped and continued within the time-out: rc {rc}\n{err}")
             with open(cont_json) as f:
@@ -156,19 +192,25 @@ def main():
             print(f"ok: rank {paused} stopped for {TIMEOUT / 2:.1f} s and continued: the same "
                   f"final thermo as the undisturbed run (step {got['step']}, total "
                   f"{got['total']:.10f})")
+        if "kill" in only:  # the job ends
+            rc, err, took = signal_one(mpiexec, md, os.path.join(work, "kill.json"), killed,
+                                       signal.SIGKILL)
+            if rc is None or rc == 0:
+                sys.exit(f"FAILED: SIGKILL of rank {killed}: rc {rc} after {took:.1f} s\n{err}")
+            print(f"ok: SIGKILL of rank {killed} ended the job in {took:.1f} s (rc {rc})")
 
 
 def signal_one(mpiexec, md, json_path, rank, sig, run=None):
-    """Starts a long job, sends `sig` to `rank` after 3 s; returns (rc, stderr, seconds until
-    the job ended), rc None when it outlived the time-out + 10 s."""
-    p, pids = start(mpiexec, md, 100000000, json_path, *([run] if run else []))
-    time.sleep(3)
-    if p.poll() is not None:
-        out, err = p.communicate()
-        sys.exit(f"FAILED: the job ended (rc {p.returncode}) before the signal:\n{out}\n{err}")
+    """Starts a long job, sends `sig` to `rank` 2 s into its steps; returns (rc, stderr,
+    seconds until the job ended), rc None when it outlived the time-out + 10 s."""
+    job, pids = start(mpiexec, md, 100000000, json_path, *([run] if run else []))
+    time.sleep(2)
+    if job.poll() is not None:
+        rc, out, err = job.finish(10)
+        sys.exit(f"FAILED: the job ended (rc {rc}) before the signal:\n{out}\n{err}")
     os.kill(pids[rank], sig)
     at = time.time()
-    rc, _, err = finish(p, TIMEOUT + 10)
+    rc, _, err = job.finish(TIMEOUT + 10)
     took = time.time() - at
     kill_all(pids)
     return rc, err, took
