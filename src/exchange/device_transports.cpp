@@ -382,7 +382,7 @@ std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm co
 #endif
     case TransportKind::nvshmem_stream:
 #if HALOX_HAS_NVSHMEM
-      return make_nvshmem_stream_transport(comm, rank);
+      return make_nvshmem_stream_transport(comm, rank, timeout_seconds);
 #else
       throw Error("halox: the nvshmem-stream transport needs a build with NVSHMEM");
 #endif

@@ -2,18 +2,22 @@
 // first step): per message, on the caller's stream, wait until the receiver has consumed
 // the previous exchange (its "ready" signal), pack into the symmetric send area, put with
 // signal into the receiver's symmetric area; the receiver waits for the signal on its
-// stream, unpacks, and signals "ready" back. No host waits.
+// stream, unpacks, and signals "ready" back. No host waits. The two waits are halox's own
+// one-thread kernels with a deadline (stream_wait.hpp), not NVSHMEM's stream waits, which
+// wait forever for a stalled peer.
 #include <cuda_runtime.h>
 #include <nvshmem_host.h>
 
+#include <sstream>
 #include <string>
 
 #include "../common/cuda_check.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
-#include "nvshmem_runtime.hpp"
-#include "transport.hpp"
 #include "../common/mpi_tags.hpp"
+#include "nvshmem_runtime.hpp"
+#include "stream_wait.hpp"
+#include "transport.hpp"
 
 namespace halox::detail {
 
@@ -21,7 +25,8 @@ namespace {
 
 class NvshmemStreamTransport final : public Transport {
  public:
-  NvshmemStreamTransport(MPI_Comm comm, int rank) : m_comm(comm), m_rank(rank) {}
+  NvshmemStreamTransport(MPI_Comm comm, int rank, double timeout_seconds)
+      : m_comm(comm), m_rank(rank), m_timeout(timeout_seconds) {}
   ~NvshmemStreamTransport() override {
     cudaDeviceSynchronize();
     symmetric_free(m_base);
@@ -30,6 +35,7 @@ class NvshmemStreamTransport final : public Transport {
 
   void run(const std::vector<Op>& ops, void* field, GpuStream stream,
            ExchangeStats& stats) override {
+    check(ops);
     if (!m_base || layout_changed(ops)) setup(ops);
     const std::uint64_t epoch = ++m_epoch;
     char* base = static_cast<char*>(m_base);
@@ -40,7 +46,8 @@ class NvshmemStreamTransport final : public Transport {
         char* out = base + m_send_offset[i];
         const bool remote = op.send_rank != m_rank;
         if (remote) {
-          nvshmemx_signal_wait_until_on_stream(ready_slot(i), NVSHMEM_CMP_GE, epoch - 1, stream);
+          m_waits.wait_async(ready_slot(i), epoch - 1, m_timeout, m_rank, op.send_rank,
+                             static_cast<int>(i), kWaitReady, stream);
         }
         op.pack(field, out, 0, op.send_bytes, stream);
         if (remote) {
@@ -58,7 +65,8 @@ class NvshmemStreamTransport final : public Transport {
           op.unpack(field, base + m_send_offset[i], 0, op.recv_bytes, stream);
           continue;
         }
-        nvshmemx_signal_wait_until_on_stream(data_slot(i), NVSHMEM_CMP_GE, epoch, stream);
+        m_waits.wait_async(data_slot(i), epoch, m_timeout, m_rank, op.recv_rank,
+                           static_cast<int>(i), kWaitData, stream);
         op.unpack(field, base + m_recv_offset[i], 0, op.recv_bytes, stream);
         nvshmemx_signal_op_on_stream(ready_slot(i), epoch, NVSHMEM_SIGNAL_SET, op.recv_rank,
                                      stream);
@@ -68,6 +76,27 @@ class NvshmemStreamTransport final : public Transport {
   }
 
  private:
+  static constexpr int kWaitReady = 0, kWaitData = 1;
+
+  // A wait that timed out (in an earlier exchange's stream work) is an error naming the
+  // ranks and the pulse.
+  void check(const std::vector<Op>& ops) const {
+    const auto f = m_waits.failure();
+    if (!f) return;
+    const std::string pulse = f->pulse >= 0 && f->pulse < static_cast<int>(ops.size())
+                                  ? ops[f->pulse].name
+                                  : "pulse " + std::to_string(f->pulse);
+    std::ostringstream s;
+    s << "halox: rank " << f->rank << " timed out after " << m_timeout << " s on " << pulse
+      << " waiting for rank " << f->peer
+      << (f->kind == kWaitData ? " (the halo data it sends)"
+                               : " (to take this rank's previous message)")
+      << ": signal " << f->seen << ", expected " << f->expected
+      << " (nvshmem-stream transport). The exchange is unusable; is rank " << f->peer
+      << " stalled or its plan different?";
+    throw HaloTimeoutError(s.str());
+  }
+
   // Slot i: [data, ready] at the start of the symmetric area, the same offset on every PE.
   std::uint64_t* data_slot(std::size_t i) const {
     return static_cast<std::uint64_t*>(m_base) + 2 * i;
@@ -129,6 +158,8 @@ class NvshmemStreamTransport final : public Transport {
 
   MPI_Comm m_comm;
   int m_rank;
+  double m_timeout;
+  StreamWaits m_waits;
   void* m_base = nullptr;
   std::uint64_t m_epoch = 0;
   std::vector<std::pair<std::int64_t, std::int64_t>> m_sizes;
@@ -137,8 +168,9 @@ class NvshmemStreamTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_nvshmem_stream_transport(MPI_Comm comm, int rank) {
-  return std::make_unique<NvshmemStreamTransport>(comm, rank);
+std::unique_ptr<Transport> make_nvshmem_stream_transport(MPI_Comm comm, int rank,
+                                                         double timeout_seconds) {
+  return std::make_unique<NvshmemStreamTransport>(comm, rank, timeout_seconds);
 }
 
 }  // namespace halox::detail

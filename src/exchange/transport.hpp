@@ -61,7 +61,8 @@ std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm co
                                                  std::int64_t chunk_bytes, double timeout_seconds);
 
 std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, int rank);
-std::unique_ptr<Transport> make_nvshmem_stream_transport(MPI_Comm comm, int rank);
+std::unique_ptr<Transport> make_nvshmem_stream_transport(MPI_Comm comm, int rank,
+                                                         double timeout_seconds);
 
 /// Number of stages (the highest stage + 1).
 int stage_count(const std::vector<Op>& ops);

@@ -14,6 +14,7 @@ usage: faults.py MPIEXEC HALOX_MD [--np N] [--steps N] [-- halox-md arguments, e
         a killed MPS client may leave the GPU to the next job in a state of its own)
 """
 import json
+import math
 import os
 import signal
 import subprocess
@@ -92,7 +93,8 @@ class Job:
         return (rc,) + self.text()
 
 
-def start(mpiexec, md, steps, json_path, run=("--nstlist", "100000000", "--thermo", "0")):
+def start(mpiexec, md, steps, json_path, run=("--nstlist", "100000000", "--thermo", "0"),
+          attempt=1):
     """Starts the job; returns it and {rank: pid} once every rank runs and rank 0 has printed
     its set-up summary (its "halo:" line: every rank is past its set-up collectives). By
     default without searches and with thermo output only at the ends: between them the ranks
@@ -110,6 +112,11 @@ def start(mpiexec, md, steps, json_path, run=("--nstlist", "100000000", "--therm
             return job, pids
         if job.poll() is not None:
             rc, out, err = job.finish(10)
+            if "busy or unavailable" in err and attempt < 3:
+                # The MPS server still frees the contexts of the previous job's killed
+                # processes (seen for a few seconds after a SIGKILL on the H200).
+                time.sleep(5)
+                return start(mpiexec, md, steps, json_path, run, attempt + 1)
             sys.exit(f"FAILED: the job ended (rc {rc}) before its {NP} ranks were seen "
                      f"stepping:\n{out}\n{err}")
         time.sleep(0.1)
@@ -167,31 +174,51 @@ def main():
             print(f"ok: SIGSTOP of rank {stalled} amid collectives ended the job in {took:.1f} s "
                   f"(rc {rc}):\n    {line}")
         if "continue" in only:  # stopped and continued within the time-out: nothing changes
-            ref_json = os.path.join(work, "ref.json")
-            job, _ = start(mpiexec, md, cont_steps, ref_json)
-            rc, out, err = job.finish(300)
-            if rc != 0:
-                sys.exit(f"FAILED: the undisturbed run: rc {rc}\n{out}\n{err}")
-            with open(ref_json) as f:
-                ref = json.load(f)["thermo"][-1]
-            cont_json = os.path.join(work, "cont.json")
-            job, pids = start(mpiexec, md, cont_steps, cont_json)
-            os.kill(pids[paused], signal.SIGSTOP)
-            time.sleep(TIMEOUT / 2)
-            os.kill(pids[paused], signal.SIGCONT)
-            rc, out, err = job.finish(300)
-            if rc != 0:
-                sys.exit(f"FAILED: stopped and continued within the time-out: rc {rc}\n{err}")
-            with open(cont_json) as f:
-                got = json.load(f)["thermo"][-1]
-            # The GPU sums energies with atomics (order-dependent last bits); the CPU is exact.
-            worst = max(abs(got[k] - ref[k]) / max(abs(ref[k]), 1e-300)
-                        for k in ref if k != "step")
-            if got["step"] != ref["step"] or worst > 1e-12:
+            def final_thermo(name, pause=False):
+                path = os.path.join(work, name)
+                job, pids = start(mpiexec, md, cont_steps, path)
+                if pause:
+                    os.kill(pids[paused], signal.SIGSTOP)
+                    time.sleep(TIMEOUT / 2)
+                    os.kill(pids[paused], signal.SIGCONT)
+                rc, out, err = job.finish(300)
+                if rc != 0:
+                    sys.exit(f"FAILED: the {'stopped and continued' if pause else 'undisturbed'}"
+                             f" run: rc {rc}\n{out}\n{err}")
+                with open(path) as f:
+                    return json.load(f)["thermo"][-1]
+
+            def differ(a, b, keys):
+                return max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-300) for k in keys)
+
+            keys = ("temperature", "potential", "total", "pressure")
+            ref, again = final_thermo("ref.json"), final_thermo("again.json")
+            got = final_thermo("cont.json", pause=True)
+            if got["step"] != ref["step"]:
                 sys.exit(f"FAILED: stopped and continued: {got} != undisturbed {ref}")
-            print(f"ok: rank {paused} stopped for {TIMEOUT / 2:.1f} s and continued: the same "
-                  f"final thermo as the undisturbed run (step {got['step']}, total "
-                  f"{got['total']:.10f})")
+            spread = differ(again, ref, keys)
+            if spread <= 1e-12:  # the transport reproduces itself: so must the continued run
+                worst = differ(got, ref, keys)
+                if worst > 1e-12:
+                    sys.exit(f"FAILED: stopped and continued: {got} != undisturbed {ref}")
+                print(f"ok: rank {paused} stopped for {TIMEOUT / 2:.1f} s and continued: the "
+                      f"same final thermo as the undisturbed run (step {got['step']}, total "
+                      f"{got['total']:.10f})")
+            else:
+                # Reverse sums in atomics (the fused kernels: several pulses add into one home
+                # atom at once) make two undisturbed runs differ in their last bits, and
+                # 20,000 chaotic steps make that a different trajectory. What a stale or lost
+                # exchange would break is the conserved total energy: it must stay within
+                # ten times the undisturbed runs' own spread of it.
+                spread_total = max(differ(again, ref, ("total",)), 1e-9)
+                worst = differ(got, ref, ("total",))
+                if worst > 10 * spread_total or not all(map(math.isfinite, got.values())):
+                    sys.exit(f"FAILED: stopped and continued: total energy {got['total']!r} vs "
+                             f"undisturbed {ref['total']!r} and {again['total']!r}")
+                print(f"ok: rank {paused} stopped for {TIMEOUT / 2:.1f} s and continued; the "
+                      f"transport does not reproduce its own runs bit for bit (two undisturbed "
+                      f"runs differ by {spread:.1e}), the continued run's total energy is "
+                      f"within {worst:.1e} of theirs ({spread_total:.1e} between them)")
         if "kill" in only:  # the job ends
             rc, err, took = signal_one(mpiexec, md, os.path.join(work, "kill.json"), killed,
                                        signal.SIGKILL)
@@ -217,9 +244,16 @@ def signal_one(mpiexec, md, json_path, rank, sig, run=None):
 
 
 def kill_all(pids):
+    """Kills what is left of a job and waits until its processes are gone (under MPS the
+    server then frees their contexts; a job started before that may find the GPU busy)."""
     for pid in pids.values():
-        if os.path.exists(f"/proc/{pid}"):
+        try:
             os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + 30
+    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids.values()):
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":
