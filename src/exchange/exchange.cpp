@@ -211,6 +211,13 @@ class TransportChooser {
 #endif
   }
 
+  /// The exchange's plan changed (collective): the transports made so far learn it.
+  void new_plan() {
+    for (auto* t : {&m_host, &m_device}) {
+      if (*t) (*t)->new_plan();
+    }
+  }
+
   std::string name(const void* field) {
     return for_field(field).name();
   }
@@ -381,6 +388,7 @@ struct ParticleExchange::Impl {
 
   void build(const ParticlePlan& p) {
     plan = p;
+    chooser.new_plan();
     ipc_ready = false;
     device_index.clear();
     device_index_ready = false;

@@ -30,6 +30,39 @@ std::string mpi_error_text(int code) {
   return std::string(text, static_cast<std::size_t>(length));
 }
 
+void wait_collective(MPI_Request& request, const WaitContext& context, const char* what) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(context.timeout_seconds));
+  for (;;) {
+    int done = 0;
+    HALOX_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (Clock::now() > deadline) {
+      std::ostringstream s;
+      s << "rank " << context.rank << " timed out after " << context.timeout_seconds << " s in "
+        << what << " waiting for every rank to arrive (" << context.transport
+        << " transport); a rank is stalled, dead or not exchanging";
+      throw HaloTimeoutError(s.str());
+    }
+  }
+}
+
+void bounded_barrier(MPI_Comm comm, const WaitContext& context, const char* what) {
+  MPI_Request request;
+  HALOX_MPI_CHECK(MPI_Ibarrier(comm, &request));
+  wait_collective(request, context, what);
+}
+
+long long bounded_max(MPI_Comm comm, long long value, const WaitContext& context,
+                      const char* what) {
+  long long most = 0;
+  MPI_Request request;
+  HALOX_MPI_CHECK(MPI_Iallreduce(&value, &most, 1, MPI_LONG_LONG, MPI_MAX, comm, &request));
+  wait_collective(request, context, what);
+  return most;
+}
+
 void MessageWait::wait(const WaitContext& context) {
   std::vector<PendingMessage>& pending = m_pending;
   using Clock = std::chrono::steady_clock;

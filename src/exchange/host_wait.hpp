@@ -30,6 +30,16 @@ struct WaitContext {
 /// MPI's text for an error code.
 std::string mpi_error_text(int code);
 
+/// Waits for a nonblocking collective (MPI_Ibarrier, MPI_Iallreduce, ...) until the time-out,
+/// then throws HaloTimeoutError naming this rank and `what` ("nvshmem-stream set-up"): a
+/// rank stalled or dead before a collective ends the wait instead of holding it. halox enters
+/// a collective that it cannot bound (NVSHMEM's allocation barriers) only after one of these.
+void wait_collective(MPI_Request& request, const WaitContext& context, const char* what);
+/// MPI_Ibarrier + wait_collective.
+void bounded_barrier(MPI_Comm comm, const WaitContext& context, const char* what);
+/// The largest `value` of all ranks, MPI_Iallreduce + wait_collective.
+long long bounded_max(MPI_Comm comm, long long value, const WaitContext& context, const char* what);
+
 /// The messages of one stage in flight, and the one wait for them. A transport keeps one and
 /// reuses it, so waiting allocates nothing on the exchange path after the first exchange.
 class MessageWait {

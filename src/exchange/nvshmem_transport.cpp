@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <nvshmem_host.h>
 
+#include <deque>
 #include <sstream>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "../common/mpi_tags.hpp"
+#include "host_wait.hpp"
 #include "nvshmem_runtime.hpp"
 #include "stream_wait.hpp"
 #include "transport.hpp"
@@ -29,31 +31,32 @@ class NvshmemStreamTransport final : public Transport {
       : m_comm(comm), m_rank(rank), m_timeout(timeout_seconds) {}
   ~NvshmemStreamTransport() override {
     cudaDeviceSynchronize();
-    symmetric_free(m_base);
+    for (Area& area : m_areas) symmetric_free(area.base);
   }
   std::string name() const override { return "nvshmem-stream"; }
+  void new_plan() override { m_stale = true; }
 
   void run(const std::vector<Op>& ops, void* field, GpuStream stream,
            ExchangeStats& stats) override {
     check(ops);
-    if (!m_base || layout_changed(ops)) setup(ops);
-    const std::uint64_t epoch = ++m_epoch;
-    char* base = static_cast<char*>(m_base);
+    Area& area = area_for(ops);
+    const std::uint64_t epoch = ++area.epoch;
+    char* base = static_cast<char*>(area.base);
     for (int stage = 0; stage < stage_count(ops); ++stage) {
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
         if (op.stage != stage || op.send_rank < 0) continue;
-        char* out = base + m_send_offset[i];
+        char* out = base + area.send_offset[i];
         const bool remote = op.send_rank != m_rank;
         if (remote) {
-          m_waits.wait_async(ready_slot(i), epoch - 1, m_timeout, m_rank, op.send_rank,
+          m_waits.wait_async(area.ready_slot(i), epoch - 1, m_timeout, m_rank, op.send_rank,
                              static_cast<int>(i), kWaitReady, stream);
         }
         op.pack(field, out, 0, op.send_bytes, stream);
         if (remote) {
-          nvshmemx_putmem_signal_on_stream(base + m_peer_recv_offset[i], out,
-                                           static_cast<std::size_t>(op.send_bytes), data_slot(i),
-                                           epoch, NVSHMEM_SIGNAL_SET, op.send_rank, stream);
+          nvshmemx_putmem_signal_on_stream(
+              base + area.peer_recv_offset[i], out, static_cast<std::size_t>(op.send_bytes),
+              area.data_slot(i), epoch, NVSHMEM_SIGNAL_SET, op.send_rank, stream);
           stats.messages += 1;
           stats.bytes_sent += op.send_bytes;
         }
@@ -62,13 +65,13 @@ class NvshmemStreamTransport final : public Transport {
         const Op& op = ops[i];
         if (op.stage != stage || op.recv_rank < 0) continue;
         if (op.recv_rank == m_rank) {
-          op.unpack(field, base + m_send_offset[i], 0, op.recv_bytes, stream);
+          op.unpack(field, base + area.send_offset[i], 0, op.recv_bytes, stream);
           continue;
         }
-        m_waits.wait_async(data_slot(i), epoch, m_timeout, m_rank, op.recv_rank,
+        m_waits.wait_async(area.data_slot(i), epoch, m_timeout, m_rank, op.recv_rank,
                            static_cast<int>(i), kWaitData, stream);
-        op.unpack(field, base + m_recv_offset[i], 0, op.recv_bytes, stream);
-        nvshmemx_signal_op_on_stream(ready_slot(i), epoch, NVSHMEM_SIGNAL_SET, op.recv_rank,
+        op.unpack(field, base + area.recv_offset[i], 0, op.recv_bytes, stream);
+        nvshmemx_signal_op_on_stream(area.ready_slot(i), epoch, NVSHMEM_SIGNAL_SET, op.recv_rank,
                                      stream);
       }
     }
@@ -77,6 +80,83 @@ class NvshmemStreamTransport final : public Transport {
 
  private:
   static constexpr int kWaitReady = 0, kWaitData = 1;
+
+  // One symmetric area per op list (an exchange's forward and its reverse each have one, with
+  // their own sizes and epochs), set up at its first use after a new plan. Set-up is
+  // collective: it happens when a plan is new, which every rank learns at the same exchange,
+  // never on a rank's own reading of its sizes (a rank whose sizes happened not to change
+  // would skip it while the others wait).
+  struct Area {
+    const std::vector<Op>* ops = nullptr;
+    void* base = nullptr;
+    std::uint64_t epoch = 0;
+    std::vector<long long> send_offset, recv_offset, peer_recv_offset;
+    // Slot i: [data, ready] at the start of the area, the same offset on every PE.
+    std::uint64_t* data_slot(std::size_t i) const {
+      return static_cast<std::uint64_t*>(base) + 2 * i;
+    }
+    std::uint64_t* ready_slot(std::size_t i) const {
+      return static_cast<std::uint64_t*>(base) + 2 * i + 1;
+    }
+  };
+
+  WaitContext context() const { return {m_rank, "nvshmem-stream", m_timeout}; }
+
+  Area& area_for(const std::vector<Op>& ops) {
+    if (m_stale) {  // a new plan: the old areas go, in the order every rank made them
+      HALOX_CUDA_CHECK(cudaDeviceSynchronize());
+      if (!m_areas.empty()) bounded_barrier(m_comm, context(), "the nvshmem-stream re-plan");
+      for (Area& area : m_areas) symmetric_free(area.base);
+      m_areas.clear();
+      m_stale = false;
+    }
+    for (Area& area : m_areas) {
+      if (area.ops == &ops) return area;
+    }
+    return set_up(ops);
+  }
+
+  // Collective: a symmetric area of the largest size any rank needs, then each sender
+  // learns where its receiver's area is. Every wait is bounded, and NVSHMEM's own barrier
+  // (in nvshmem_malloc) is entered only once every rank has arrived.
+  Area& set_up(const std::vector<Op>& ops) {
+    auto round = [](std::int64_t n) { return (n + 255) / 256 * 256; };
+    Area area;
+    area.ops = &ops;
+    std::int64_t at = round(static_cast<std::int64_t>(ops.size()) * 16);
+    area.send_offset.assign(ops.size(), 0);
+    area.recv_offset.assign(ops.size(), 0);
+    area.peer_recv_offset.assign(ops.size(), 0);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      area.recv_offset[i] = at;
+      at += round(ops[i].recv_bytes);
+      area.send_offset[i] = at;
+      at += round(ops[i].send_bytes);
+    }
+    ensure_nvshmem(m_comm, at);
+    const long long most = bounded_max(m_comm, at, context(), "the nvshmem-stream set-up");
+    area.base = symmetric_alloc(most);
+    detail::fill_device_now(area.base, 0, static_cast<std::size_t>(ops.size()) * 16);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      MPI_Request r;
+      if (ops[i].send_rank >= 0) {
+        HALOX_MPI_CHECK(MPI_Irecv(&area.peer_recv_offset[i], 1, MPI_LONG_LONG, ops[i].send_rank,
+                                  detail::tags::kNvshmemOffsets + static_cast<int>(i), m_comm, &r));
+        m_offsets.add(
+            {r, ops[i].send_rank, static_cast<std::int64_t>(sizeof(long long)), &ops[i].name});
+      }
+      if (ops[i].recv_rank >= 0) {
+        HALOX_MPI_CHECK(MPI_Isend(&area.recv_offset[i], 1, MPI_LONG_LONG, ops[i].recv_rank,
+                                  detail::tags::kNvshmemOffsets + static_cast<int>(i), m_comm, &r));
+        m_offsets.add({r, ops[i].recv_rank, -1, &ops[i].name});
+      }
+    }
+    m_offsets.wait(context());
+    // Every area zeroed before anyone signals into it.
+    bounded_barrier(m_comm, context(), "the nvshmem-stream set-up");
+    m_areas.push_back(std::move(area));
+    return m_areas.back();
+  }
 
   // A wait that timed out (in an earlier exchange's stream work) is an error naming the
   // ranks and the pulse.
@@ -97,73 +177,13 @@ class NvshmemStreamTransport final : public Transport {
     throw HaloTimeoutError(s.str());
   }
 
-  // Slot i: [data, ready] at the start of the symmetric area, the same offset on every PE.
-  std::uint64_t* data_slot(std::size_t i) const {
-    return static_cast<std::uint64_t*>(m_base) + 2 * i;
-  }
-  std::uint64_t* ready_slot(std::size_t i) const {
-    return static_cast<std::uint64_t*>(m_base) + 2 * i + 1;
-  }
-
-  bool layout_changed(const std::vector<Op>& ops) const {
-    if (ops.size() != m_sizes.size()) return true;
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (m_sizes[i] != std::make_pair(ops[i].send_bytes, ops[i].recv_bytes)) return true;
-    }
-    return false;
-  }
-
-  // Collective (every rank runs its first exchange together): a symmetric area of the
-  // largest size any rank needs, then each sender learns where its receiver's area is.
-  void setup(const std::vector<Op>& ops) {
-    auto round = [](std::int64_t n) { return (n + 255) / 256 * 256; };
-    std::int64_t at = round(static_cast<std::int64_t>(ops.size()) * 16);
-    m_sizes.clear();
-    m_send_offset.assign(ops.size(), 0);
-    m_recv_offset.assign(ops.size(), 0);
-    m_peer_recv_offset.assign(ops.size(), 0);
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      m_sizes.emplace_back(ops[i].send_bytes, ops[i].recv_bytes);
-      m_recv_offset[i] = at;
-      at += round(ops[i].recv_bytes);
-      m_send_offset[i] = at;
-      at += round(ops[i].send_bytes);
-    }
-    ensure_nvshmem(m_comm, at);
-    long long need = at, most = 0;
-    HALOX_MPI_CHECK(MPI_Allreduce(&need, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
-    HALOX_CUDA_CHECK(cudaDeviceSynchronize());
-    symmetric_free(m_base);
-    m_base = symmetric_alloc(most);
-    detail::fill_device_now(m_base, 0, static_cast<std::size_t>(ops.size()) * 16);
-    m_epoch = 0;
-    std::vector<MPI_Request> requests;
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      MPI_Request r;
-      if (ops[i].send_rank >= 0) {
-        HALOX_MPI_CHECK(MPI_Irecv(&m_peer_recv_offset[i], 1, MPI_LONG_LONG, ops[i].send_rank,
-                                  detail::tags::kNvshmemOffsets + static_cast<int>(i), m_comm, &r));
-        requests.push_back(r);
-      }
-      if (ops[i].recv_rank >= 0) {
-        HALOX_MPI_CHECK(MPI_Isend(&m_recv_offset[i], 1, MPI_LONG_LONG, ops[i].recv_rank,
-                                  detail::tags::kNvshmemOffsets + static_cast<int>(i), m_comm, &r));
-        requests.push_back(r);
-      }
-    }
-    HALOX_MPI_CHECK(
-        MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
-    HALOX_MPI_CHECK(MPI_Barrier(m_comm));  // every area zeroed before anyone signals into it
-  }
-
   MPI_Comm m_comm;
   int m_rank;
   double m_timeout;
   StreamWaits m_waits;
-  void* m_base = nullptr;
-  std::uint64_t m_epoch = 0;
-  std::vector<std::pair<std::int64_t, std::int64_t>> m_sizes;
-  std::vector<long long> m_send_offset, m_recv_offset, m_peer_recv_offset;
+  MessageWait m_offsets;
+  std::deque<Area> m_areas;  // stable references while more are added
+  bool m_stale = false;
 };
 
 }  // namespace

@@ -50,6 +50,9 @@ class Transport {
   /// Runs every stage in order; ops of one stage run concurrently.
   virtual void run(const std::vector<Op>& ops, void* field, GpuStream stream,
                    ExchangeStats& stats) = 0;
+  /// The exchange has a new plan (collective: every rank learns it at the same call): a
+  /// transport that sets up per op list does so again at the next run of each list.
+  virtual void new_plan() {}
 };
 
 /// Every host-side wait of these transports ends after `timeout_seconds` with a

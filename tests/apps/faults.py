@@ -225,6 +225,9 @@ def main():
             if rc is None or rc == 0:
                 sys.exit(f"FAILED: SIGKILL of rank {killed}: rc {rc} after {took:.1f} s\n{err}")
             print(f"ok: SIGKILL of rank {killed} ended the job in {took:.1f} s (rc {rc})")
+            # Under MPS the server frees a killed client's context after it is gone: a GPU
+            # job started at once (the next test) can find the device busy.
+            time.sleep(10 if "gpu" in EXTRA else 0)
 
 
 def signal_one(mpiexec, md, json_path, rank, sig, run=None):

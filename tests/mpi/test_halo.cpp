@@ -18,6 +18,7 @@
 #include "../common/grid_field.hpp"
 #include "../common/particle_world.hpp"
 #include "../common/seed.hpp"
+#include "../../src/exchange/host_wait.hpp"
 #include "halox/device.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
@@ -423,12 +424,14 @@ TEST(ParticleHalo, RanksThatDisagreeOnTheCutoffAreCaughtNotHung) {
 // The GPU-initiated transports across processes: rank 1 stops exchanging (as if it had
 // stalled); rank 0's device-side waits run out of time, and its next exchange throws an
 // error that names both ranks, for particles and for grids, instead of hanging. With
-// HALOX_NVSHMEM_PUTS=1 the waits are those of the put-with-signal path.
+// HALOX_NVSHMEM_PUTS=1 the waits are those of the put-with-signal path. nvshmem-stream's
+// stream waits are halox's bounded wait kernels: the same.
 TEST(Transports, AStalledRankBecomesAnErrorNamingItNotAHang) {
   const TransportKind t = test_transport();
   if (t != TransportKind::ipc_pulse && t != TransportKind::ipc_fused &&
-      t != TransportKind::nvshmem_pulse && t != TransportKind::nvshmem_fused) {
-    GTEST_SKIP() << "GPU-initiated transports only";
+      t != TransportKind::nvshmem_pulse && t != TransportKind::nvshmem_fused &&
+      t != TransportKind::nvshmem_stream) {
+    GTEST_SKIP() << "transports whose waits are on the device";
   }
   if (world_size() != 2) GTEST_SKIP() << "two ranks";
 #if HALOX_HAS_CUDA
@@ -482,6 +485,32 @@ TEST(Transports, AStalledRankBecomesAnErrorNamingItNotAHang) {
   cudaFree(x);
   cudaFree(field);
 #endif
+}
+
+// A collective that one rank does not join in time ends on the others in an error naming
+// the step, not a hang (halox's set-up collectives before NVSHMEM's unbounded barriers).
+TEST(Collectives, ABoundedBarrierEndsWhenARankStaysAway) {
+  if (world_size() != 2) GTEST_SKIP() << "two ranks";
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  const detail::WaitContext context{world_rank(), "test", 0.3};
+  if (world_rank() == 0) {
+    try {
+      detail::bounded_barrier(comm, context, "the test's set-up");
+      ADD_FAILURE() << "the barrier ended without rank 1";
+    } catch (const HaloTimeoutError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("rank 0 timed out after 0.3 s in the test's set-up"), std::string::npos)
+          << m;
+    }
+    MPI_Send(nullptr, 0, MPI_BYTE, 1, 0, comm);  // now rank 1 may come
+  } else {
+    MPI_Recv(nullptr, 0, MPI_BYTE, 0, 0, comm, MPI_STATUS_IGNORE);
+    detail::bounded_barrier(comm, context, "the test's set-up");  // matches rank 0's
+    EXPECT_EQ(detail::bounded_max(comm, 7, context, "a maximum"), 7);
+  }
+  if (world_rank() == 0) EXPECT_EQ(detail::bounded_max(comm, 3, context, "a maximum"), 7);
+  MPI_Comm_free(&comm);
 }
 
 TEST(ParticleHalo, BadCutoffIsRefusedOnEveryRank) {
