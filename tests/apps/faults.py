@@ -225,9 +225,8 @@ def main():
             if rc is None or rc == 0:
                 sys.exit(f"FAILED: SIGKILL of rank {killed}: rc {rc} after {took:.1f} s\n{err}")
             print(f"ok: SIGKILL of rank {killed} ended the job in {took:.1f} s (rc {rc})")
-            # Under MPS the server frees a killed client's context after it is gone: a GPU
-            # job started at once (the next test) can find the device busy.
-            time.sleep(10 if "gpu" in EXTRA else 0)
+            if "gpu" in EXTRA:
+                wait_for_free_gpu(md)
 
 
 def signal_one(mpiexec, md, json_path, rank, sig, run=None):
@@ -244,6 +243,22 @@ def signal_one(mpiexec, md, json_path, rank, sig, run=None):
     took = time.time() - at
     kill_all(pids)
     return rc, err, took
+
+
+def wait_for_free_gpu(md):
+    """Under MPS the server frees a killed client's context some time after the process is
+    gone (more than 10 s after an NVSHMEM job on the H200): until then a new client finds the
+    device "busy or unavailable". Waits until a one-step GPU run starts, so that the next
+    test does not meet it."""
+    began = time.time()
+    while time.time() - began < 120:
+        probe = subprocess.run([md, "--device", "gpu", "--cells", "4", "--steps", "1", "--quiet"],
+                               env=ENV, capture_output=True, text=True)
+        if probe.returncode == 0:
+            print(f"ok: the GPU takes a new job again {time.time() - began:.1f} s after the kill")
+            return
+        time.sleep(2)
+    sys.exit(f"FAILED: the GPU refused new jobs for 120 s after the kill:\n{probe.stderr}")
 
 
 def kill_all(pids):
