@@ -13,6 +13,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include "../apps/common/output.hpp"
+
 namespace halox::bench {
 
 inline std::string today() {
@@ -67,45 +69,23 @@ struct Row {
   }
 };
 
-inline std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
-/// Writes {"benchmark":..., "machine":..., "date":..., "rows":[...]} to `path`.
+/// Writes {"benchmark":..., "date":..., "machine":..., "rows":[...]} to `path` (numbers as
+/// numbers, non-finite ones as null); a file that cannot be written is an error.
 inline void write_json(const std::string& path, const std::string& benchmark,
                        const std::map<std::string, std::string>& machine,
                        const std::vector<Row>& rows) {
-  std::ofstream out(path);
-  out << "{\n  \"benchmark\": \"" << json_escape(benchmark) << "\",\n  \"date\": \"" << today()
-      << "\",\n  \"machine\": {";
-  bool first = true;
-  for (const auto& [k, v] : machine) {
-    out << (first ? "" : ", ") << "\"" << json_escape(k) << "\": \"" << json_escape(v) << "\"";
-    first = false;
+  halox::apps::Json j;
+  j["benchmark"] = benchmark;
+  j["date"] = today();
+  j["machine"] = machine;
+  j["rows"] = halox::apps::Json::array();
+  for (const Row& row : rows) {
+    halox::apps::Json r;
+    for (const auto& [k, v] : row.text) r[k] = v;
+    for (const auto& [k, v] : row.numbers) r[k] = v;
+    j["rows"].push_back(std::move(r));
   }
-  out << "},\n  \"rows\": [\n";
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    out << "    {";
-    bool f = true;
-    for (const auto& [k, v] : rows[i].text) {
-      out << (f ? "" : ", ") << "\"" << k << "\": \"" << json_escape(v) << "\"";
-      f = false;
-    }
-    for (const auto& [k, v] : rows[i].numbers) {
-      std::ostringstream num;
-      num.precision(10);
-      num << v;
-      out << (f ? "" : ", ") << "\"" << k << "\": " << num.str();
-      f = false;
-    }
-    out << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
-  }
-  out << "  ]\n}\n";
+  halox::apps::write_json("halox-bench", path, j);
 }
 
 }  // namespace halox::bench

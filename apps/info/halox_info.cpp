@@ -30,6 +30,8 @@
 #include <non_abi/nvshmem_version.h>
 #endif
 
+#include "../common/output.hpp"
+
 namespace {
 
 struct Json {
@@ -277,8 +279,7 @@ int main(int argc, char** argv) {
     std::printf("halox-info\n");
     for (const auto& [k, v] : table) std::printf("  %-28s %s\n", k.c_str(), v.c_str());
     if (!json_path.empty()) {
-      std::ofstream out(json_path);
-      out << "{\n" << j.out.str() << "\n}\n";
+      halox::apps::write_file("halox-info", json_path, "{\n" + j.out.str() + "\n}\n");
       std::printf("wrote %s\n", json_path.c_str());
     }
   }

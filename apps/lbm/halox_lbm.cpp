@@ -22,6 +22,7 @@
 #include "../common/agree.hpp"
 #include "../common/mpi_main.hpp"
 #include "../common/numbers.hpp"
+#include "../common/output.hpp"
 #include "../common/watchdog.hpp"
 #include "halox/device.hpp"
 #include "halox/error.hpp"
@@ -1279,19 +1280,20 @@ int drive(Run& lbm, const Cli& cli, int rank, halox::apps::Watchdog& watchdog) {
           "%.6e\n",
           cli.radius, dp, inside, outside, dp * cli.radius);
       if (!cli.json.empty()) {
-        std::ofstream j(cli.json + ".droplet");
-        j << dp << "\n";
+        char text[64];
+        std::snprintf(text, sizeof text, "%.17g\n", dp);
+        halox::apps::write_file("halox-lbm", cli.json + ".droplet", text);
       }
     }
   }
   if (rank == 0 && !cli.dump.empty()) {
-    std::ofstream out(cli.dump, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(fields.data()),
-              static_cast<std::streamsize>(fields.size() * sizeof(double)));
+    halox::apps::write_file(
+        "halox-lbm", cli.dump,
+        std::string(reinterpret_cast<const char*>(fields.data()), fields.size() * sizeof(double)));
   }
   if (rank == 0 && !cli.slice.empty()) {
-    std::ofstream out(cli.slice, std::ios::binary);
-    out << "P5\n" << cli.grid[0] << " " << cli.grid[1] << "\n255\n";
+    std::string image =
+        "P5\n" + std::to_string(cli.grid[0]) + " " + std::to_string(cli.grid[1]) + "\n255\n";
     const int z = cli.grid[2] / 2;
     double lo = 1e300, hi = -1e300;
     const int channel = cli.model == "multiphase" ? 4 : 1;
@@ -1308,33 +1310,44 @@ int drive(Run& lbm, const Cli& cli, int rank, halox::apps::Watchdog& watchdog) {
         const double v =
             fields[5 * ((static_cast<std::size_t>(z) * cli.grid[1] + y) * cli.grid[0] + x) +
                    channel];
-        out.put(static_cast<char>(hi > lo ? 255.0 * (v - lo) / (hi - lo) : 0));
+        image += static_cast<char>(hi > lo ? 255.0 * (v - lo) / (hi - lo) : 0);
       }
+    halox::apps::write_file("halox-lbm", cli.slice, image);
     std::printf("wrote %s (mid-z slice of %s)\n", cli.slice.c_str(), channel == 4 ? "phi" : "u_x");
   }
   if (rank == 0 && !cli.json.empty()) {
     const std::string fg_exchange = !cli.params.multiphase ? "none"
                                     : lbm.fg_merged()      ? "merged"
                                                            : "separate";
-    std::ofstream j(cli.json);
-    j.precision(10);
-    j << "{\n  \"app\": \"halox-lbm\",\n  \"model\": \"" << cli.model << "\",\n  \"init\": \""
-      << cli.init << "\",\n  \"grid\": [" << cli.grid[0] << ", " << cli.grid[1] << ", "
-      << cli.grid[2] << "],\n  \"ranks\": \"" << lbm.topology().describe()
-      << "\",\n  \"backend\": \"" << lbm.backend().name() << "\",\n  \"variant\": \"" << cli.comm
-      << "\",\n  \"transport\": \"" << lbm.transport() << "\",\n  \"self_halo\": \""
-      << cli.self_halo << "\",\n  \"fg_exchange\": \"" << fg_exchange
-      << "\",\n  \"wrapped_axes\": \"" << wrapped << "\",\n  \"steps\": " << cli.steps
-      << ",\n  \"warmup_steps\": " << cli.warmup << ",\n  \"timed_steps\": " << timed
-      << ",\n  \"seconds\": " << seconds << ",\n  \"mlups\": " << mlups
-      << ",\n  \"exchange_seconds\": " << worst[0] << ",\n  \"compute_seconds\": " << worst[1]
-      << ",\n  \"compute_mlups\": " << compute_mlups << ",\n  \"bytes_per_cell\": "
-      << double(lbm.backend().bytes()) / (double(lbm.local()[0]) * lbm.local()[1] * lbm.local()[2])
-      << ",\n  \"bytes_per_cell_update\": " << cell_bytes
-      << ",\n  \"copy_ceiling_gbs\": " << ceiling << ",\n  \"bound_mlups\": " << bound
-      << ",\n  \"fraction_of_bound\": " << (bound > 0 ? mlups / bound : 0)
-      << ",\n  \"mass_change\": " << mass_error << ",\n  \"taylor_green_error\": " << tg_error
-      << "\n}\n";
+    halox::apps::Json j;
+    j["app"] = "halox-lbm";
+    j["model"] = cli.model;
+    j["init"] = cli.init;
+    j["grid"] = cli.grid;
+    j["ranks"] = lbm.topology().describe();
+    j["backend"] = lbm.backend().name();
+    j["variant"] = cli.comm;
+    j["transport"] = lbm.transport();
+    j["self_halo"] = cli.self_halo;
+    j["fg_exchange"] = fg_exchange;
+    j["wrapped_axes"] = wrapped;
+    j["steps"] = cli.steps;
+    j["warmup_steps"] = cli.warmup;
+    j["timed_steps"] = timed;
+    j["seconds"] = seconds;
+    j["mlups"] = mlups;
+    j["exchange_seconds"] = worst[0];
+    j["compute_seconds"] = worst[1];
+    j["compute_mlups"] = compute_mlups;
+    j["bytes_per_cell"] =
+        double(lbm.backend().bytes()) / (double(lbm.local()[0]) * lbm.local()[1] * lbm.local()[2]);
+    j["bytes_per_cell_update"] = cell_bytes;
+    j["copy_ceiling_gbs"] = ceiling;
+    j["bound_mlups"] = bound;
+    j["fraction_of_bound"] = bound > 0 ? mlups / bound : 0;
+    j["mass_change"] = mass_error;
+    j["taylor_green_error"] = tg_error;
+    halox::apps::write_json("halox-lbm", cli.json, j);
   }
   return rc;
 }

@@ -12,6 +12,7 @@
 #include "../common/agree.hpp"
 #include "../common/mpi_main.hpp"
 #include "../common/numbers.hpp"
+#include "../common/output.hpp"
 #include "../common/watchdog.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
@@ -23,6 +24,7 @@ namespace {
 using namespace halox;
 using namespace halox::md;
 using halox::apps::check_input_collectively;
+using halox::apps::Json;
 
 struct Cli {
   Config config;
@@ -179,12 +181,14 @@ int run(int argc, char** argv) {
   if (!cli.dump_forces.empty()) {
     const auto forces = sim.gather_forces();
     if (rank == 0) {
-      FILE* f = std::fopen(cli.dump_forces.c_str(), "w");
-      if (!f) throw Error("halox-md: cannot write " + cli.dump_forces);
+      std::string text;
+      char line[128];
       for (const auto& [id, v] : forces) {
-        std::fprintf(f, "%lld %.17g %.17g %.17g\n", static_cast<long long>(id), v[0], v[1], v[2]);
+        std::snprintf(line, sizeof line, "%lld %.17g %.17g %.17g\n", static_cast<long long>(id),
+                      v[0], v[1], v[2]);
+        text += line;
       }
-      std::fclose(f);
+      halox::apps::write_file("halox-md", cli.dump_forces, text);
     }
   }
   std::vector<Thermo> thermo;
@@ -261,31 +265,39 @@ int run(int argc, char** argv) {
         violations);
   }
   if (!cli.json.empty()) {
-    std::ofstream j(cli.json);
-    j.precision(17);
-    j << "{\n  \"app\": \"halox-md\",\n  \"atoms\": " << sim.atoms() << ",\n  \"ranks\": \""
-      << sim.topology().describe() << "\",\n  \"transport\": \"" << sim.transport_name()
-      << "\",\n  \"config\": {\"cells\": " << c.cells << ", \"density\": " << c.density
-      << ", \"temperature\": " << c.temperature << ", \"cutoff\": " << c.cutoff
-      << ", \"skin\": " << c.skin << ", \"lj_shift\": \""
-      << (c.lj_shift == LjShift::none ? "none" : "cutoff") << "\", \"precision\": \""
-      << (c.single_precision ? "float" : "double") << "\", \"dt\": " << c.dt
-      << ", \"nstlist\": " << c.nstlist << ", \"steps\": " << cli.steps << "},\n  \"thermo\": [";
-    for (std::size_t k = 0; k < thermo.size(); ++k) {
-      const Thermo& h = thermo[k];
-      j << (k ? ",\n    " : "\n    ") << "{\"step\": " << h.step
-        << ", \"temperature\": " << h.temperature << ", \"potential\": " << h.potential
-        << ", \"total\": " << h.total << ", \"pressure\": " << h.pressure << "}";
+    Json j;
+    j["app"] = "halox-md";
+    j["atoms"] = sim.atoms();
+    j["ranks"] = sim.topology().describe();
+    j["transport"] = sim.transport_name();
+    j["config"] = {{"cells", c.cells},
+                   {"density", c.density},
+                   {"temperature", c.temperature},
+                   {"cutoff", c.cutoff},
+                   {"skin", c.skin},
+                   {"lj_shift", c.lj_shift == LjShift::none ? "none" : "cutoff"},
+                   {"precision", c.single_precision ? "float" : "double"},
+                   {"dt", c.dt},
+                   {"nstlist", c.nstlist},
+                   {"steps", cli.steps}};
+    j["thermo"] = Json::array();
+    for (const Thermo& h : thermo) {
+      j["thermo"].push_back({{"step", h.step},
+                             {"temperature", h.temperature},
+                             {"potential", h.potential},
+                             {"total", h.total},
+                             {"pressure", h.pressure}});
     }
-    j << "\n  ],\n  \"timing_seconds\": {";
-    for (int k = 0; k < 5; ++k) j << "\"" << keys[k] << "\": " << worst[k] << ", ";
-    j << "\"loop\": " << worst[5]
-      << "},\n  \"steps_per_second\": " << (worst[5] > 0 ? cli.steps / worst[5] : 0.0)
-      << ",\n  \"host_waits_per_step\": " << exchanges_per_step
-      << ",\n  \"energy_drift\": " << drift << ",\n  \"list_violations\": " << violations
-      << ",\n  \"max_displacement\": " << sim.max_displacement() << ",\n  \"wall_seconds\": "
-      << std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count()
-      << "\n}\n";
+    for (int k = 0; k < 5; ++k) j["timing_seconds"][keys[k]] = worst[k];
+    j["timing_seconds"]["loop"] = worst[5];
+    j["steps_per_second"] = worst[5] > 0 ? cli.steps / worst[5] : 0.0;
+    j["host_waits_per_step"] = exchanges_per_step;
+    j["energy_drift"] = drift;
+    j["list_violations"] = violations;
+    j["max_displacement"] = sim.max_displacement();
+    j["wall_seconds"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    halox::apps::write_json("halox-md", cli.json, j);
   }
   return 0;
 }

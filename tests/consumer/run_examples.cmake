@@ -1,0 +1,48 @@
+# What a user does with halox's install tree and its examples, in CI:
+#  1. installs the build tree into a scratch prefix; every installed program starts
+#     (--help exits 0: the libraries it needs are found from the install);
+#  2. builds examples/ against it with find_package(halox), and runs each example (each
+#     checks its own result);
+#  3. builds an example with halox taken in by FetchContent (the README's snippet).
+set(work "${BUILD_DIR}/examples-test")
+set(prefix "${work}/prefix")
+file(REMOVE_RECURSE "${work}")
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+  string(REGEX REPLACE "\n$" "" out "${out}")
+  message(STATUS "${what}: ok ${out}")
+endfunction()
+
+run("install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}")
+file(GLOB programs "${prefix}/bin/halox-*")
+if(NOT programs)
+  message(FATAL_ERROR "no programs installed in ${prefix}/bin")
+endif()
+foreach(program ${programs})
+  get_filename_component(name "${program}" NAME)
+  if(name STREQUAL "halox-bench")
+    run("installed ${name} --help" "${program}" pack --help)
+  else()
+    run("installed ${name} --help" "${program}" --help)
+  endif()
+endforeach()
+
+set(mpi "${MPIEXEC}" --oversubscribe)
+run("configure examples" "${CMAKE_COMMAND}" -S "${SOURCE_DIR}/examples" -B "${work}/examples"
+    "-DCMAKE_PREFIX_PATH=${prefix}" -DCMAKE_BUILD_TYPE=Release)
+run("build examples" "${CMAKE_COMMAND}" --build "${work}/examples")
+run("heat3d on 4 MPI ranks" ${mpi} -n 4 "${work}/examples/heat3d")
+run("heat3d on 3 MPI ranks (3x1x1)" ${mpi} -n 3 "${work}/examples/heat3d")
+run("heat3d, 2x2x2 ranks in one process" "${work}/examples/heat3d" --local 2x2x2)
+run("heat3d, 3x1x2 ranks in one process" "${work}/examples/heat3d" --local 3x1x2)
+run("particles on 1 rank" ${mpi} -n 1 "${work}/examples/particles")
+run("particles on 4 MPI ranks" ${mpi} -n 4 "${work}/examples/particles")
+
+run("configure the FetchContent project" "${CMAKE_COMMAND}" -S "${SOURCE_DIR}/tests/consumer/fetch"
+    -B "${work}/fetch" -G Ninja "-DFETCHCONTENT_SOURCE_DIR_HALOX=${SOURCE_DIR}"
+    "-DHALOX_EXAMPLES=${SOURCE_DIR}/examples" -DHALOX_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=Release)
+run("build the FetchContent project" "${CMAKE_COMMAND}" --build "${work}/fetch")
+run("heat3d through FetchContent" ${mpi} -n 2 "${work}/fetch/heat3d")
