@@ -27,8 +27,8 @@ inline void write_file(const char* program, const std::string& path, const std::
   const int write_errno = errno;
   const bool closed = std::fclose(f) == 0;
   if (!written || !closed) {
-    throw Error(std::string(program) + ": writing " + path + " failed: " +
-                std::strerror(written ? errno : write_errno));
+    throw Error(std::string(program) + ": writing " + path +
+                " failed: " + std::strerror(written ? errno : write_errno));
   }
 }
 

@@ -15,9 +15,9 @@
 
 namespace {
 
-constexpr int kCells = 24;          // global cells per axis
+constexpr int kCells = 24;  // global cells per axis
 constexpr int kSteps = 50;
-constexpr double kLambda = 0.1;     // alpha dt / h^2 (stable below 1/6)
+constexpr double kLambda = 0.1;  // alpha dt / h^2 (stable below 1/6)
 const double kPi = std::acos(-1.0);
 
 // One rank's block: its plan, its field (halo included) and where it sits in the box.
@@ -39,8 +39,8 @@ Block make_block(const halox::Topology& grid, int rank, const halox::GridPlan& p
       for (int x = 1; x <= plan.interior[0]; ++x) {
         const double k = 2 * kPi / kCells;
         b.u[(z * e[1] + y) * e[0] + x] = std::sin(k * (b.origin[0] + x - 1)) *
-                                        std::sin(k * (b.origin[1] + y - 1)) *
-                                        std::sin(k * (b.origin[2] + z - 1));
+                                         std::sin(k * (b.origin[1] + y - 1)) *
+                                         std::sin(k * (b.origin[2] + z - 1));
       }
   return b;
 }
@@ -54,8 +54,8 @@ void update(Block& b) {
       for (long x = 1; x <= b.plan.interior[0]; ++x) {
         const long i = z * sz + y * sy + x * sx;
         const double* u = b.u.data();
-        b.next[i] = u[i] + kLambda * (u[i - sx] + u[i + sx] + u[i - sy] + u[i + sy] +
-                                      u[i - sz] + u[i + sz] - 6 * u[i]);
+        b.next[i] = u[i] + kLambda * (u[i - sx] + u[i + sx] + u[i - sy] + u[i + sy] + u[i - sz] +
+                                      u[i + sz] - 6 * u[i]);
       }
   std::swap(b.u, b.next);
 }
@@ -130,8 +130,8 @@ int main(int argc, char** argv) {
     }
     MPI_Bcast(&error, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (rank == 0)
-      std::printf("%d^3 cells, %d steps: largest error %.2e against the exact solution\n",
-                  kCells, kSteps, error);
+      std::printf("%d^3 cells, %d steps: largest error %.2e against the exact solution\n", kCells,
+                  kSteps, error);
     code = std::isfinite(error) && error < 1e-12 ? 0 : 1;
   } catch (const halox::Error& e) {
     std::fprintf(stderr, "heat3d: rank %d: %s\n", rank, e.what());

@@ -90,10 +90,11 @@ int main(int argc, char** argv) {
     double worst_all = 0;
     MPI_Allreduce(&worst, &worst_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (grid.rank() == 0)
-      std::printf("particles: %d atoms on %s ranks, rank 0 imports %lld: largest force error "
-                  "%.2e against all pairs\n",
-                  kAtoms, grid.describe().c_str(),
-                  static_cast<long long>(plan.total_count - plan.home_count), worst_all);
+      std::printf(
+          "particles: %d atoms on %s ranks, rank 0 imports %lld: largest force error "
+          "%.2e against all pairs\n",
+          kAtoms, grid.describe().c_str(),
+          static_cast<long long>(plan.total_count - plan.home_count), worst_all);
     code = std::isfinite(worst_all) && worst_all < 1e-12 ? 0 : 1;
   } catch (const halox::Error& e) {
     std::fprintf(stderr, "particles: %s\n", e.what());
