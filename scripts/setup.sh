@@ -14,6 +14,7 @@ have clang++ || need_apt+=(clang)
 have clang-format || need_apt+=(clang-format)
 [ -f /usr/lib/x86_64-linux-gnu/cmake/GTest/GTestConfig.cmake ] || need_apt+=(libgtest-dev)
 [ -f /usr/include/nlohmann/json.hpp ] || need_apt+=(nlohmann-json3-dev)
+[ -f /usr/include/CLI/CLI.hpp ] || need_apt+=(libcli11-dev)
 ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
   need_apt+=(libclang-rt-14-dev)
 have python3 || need_apt+=(python3 python3-pip)

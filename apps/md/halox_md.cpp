@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "../common/agree.hpp"
+#include "../common/cli.hpp"
 #include "../common/mpi_main.hpp"
-#include "../common/numbers.hpp"
 #include "../common/output.hpp"
 #include "../common/watchdog.hpp"
 #include "halox/error.hpp"
@@ -35,119 +35,63 @@ struct Cli {
   bool quiet = false;
 };
 
-void usage(FILE* out) {
-  std::fprintf(
-      out,
-      "usage: mpiexec -n N halox-md [options]\n"
-      "  Lennard-Jones fluid (reduced units) on an fcc lattice, velocity Verlet NVE, Verlet\n"
-      "  lists from cell lists, periodic box split over a rank grid; the particle halo runs\n"
-      "  through halox (coordinates forward, forces back).\n"
-      "options:\n"
-      "  --cells N           fcc unit cells per box edge, 4 atoms each (default 8: 2048 atoms)\n"
-      "  --density RHO       reduced density (default 0.8442)\n"
-      "  --temperature T     initial reduced temperature (default 1.44)\n"
-      "  --cutoff RC         LJ cutoff (default 2.5)\n"
-      "  --skin S            Verlet list skin (default 0.6)\n"
-      "  --dt DT             time step (default 0.005)\n"
-      "  --steps N           steps to run (default 100)\n"
-      "  --nstlist N         neighbour search every N steps (default 10)\n"
-      "  --thermo N          thermo line every N steps (default 10; 0: first and last only)\n"
-      "  --ranks XxYxZ       rank grid (default: MPI_Dims_create)\n"
-      "  --device D          auto | cpu | gpu (default auto: gpu when one is visible)\n"
-      "  --precision P       double | float (default double)\n"
-      "  --lj-shift S        cutoff | none (default cutoff: each pair's energy shifted by\n"
-      "                      -u(rc), continuous at the cutoff; none: plain truncated LJ,\n"
-      "                      LAMMPS's lj/cut, GROMACS's vdw-modifier = None)\n"
-      "  --transport T       host | staged | pipelined | mpi-direct | ipc-pulse | ipc-fused |\n"
-      "                      nvshmem-stream | nvshmem-pulse | nvshmem-fused | auto (default:\n"
-      "                      host on the CPU, staged on the GPU); local: every rank of --ranks\n"
-      "                      in this one process (start 1 MPI rank), halox's local engine\n"
-      "                      between them\n"
-      "  --chunk BYTES       pipelined chunk size (default: the tuning file)\n"
-      "  --seed S            velocity and lattice-jitter seed (default 2026)\n"
-      "  --jitter J          random lattice displacement in lattice constants (default 0.02)\n"
-      "  --json FILE         write thermo, timings and configuration as JSON\n"
-      "  --dump-forces FILE  write 'id fx fy fz' of every atom at step 0\n"
-      "  --quiet             no thermo table\n"
-      "  --trace FILE        Chrome trace JSON (Perfetto) of the last 4 steps, all ranks\n"
-      "  --watchdog S        end the job when a rank's steps make no progress for S seconds\n"
-      "                      (a rank stalled or dead; default 30, 0: off)\n"
-      "  --help              this text\n");
-}
-
 Cli parse(int argc, char** argv) {
   Cli cli;
   Config& c = cli.config;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw Error("halox-md: " + a + " needs a value");
-      return argv[++i];
-    };
-    auto number = [&] { return halox::apps::parse_number("halox-md", a, value()); };
-    auto integer = [&] { return halox::apps::parse_count("halox-md", a, value()); };
-    if (a == "--help" || a == "-h") {
-      halox::apps::print_help_and_exit(usage);
-    } else if (a == "--cells")
-      c.cells = integer();
-    else if (a == "--density")
-      c.density = number();
-    else if (a == "--temperature")
-      c.temperature = number();
-    else if (a == "--cutoff")
-      c.cutoff = number();
-    else if (a == "--skin")
-      c.skin = number();
-    else if (a == "--dt")
-      c.dt = number();
-    else if (a == "--steps")
-      cli.steps = integer();
-    else if (a == "--nstlist")
-      c.nstlist = integer();
-    else if (a == "--thermo")
-      cli.thermo_every = integer();
-    else if (a == "--ranks")
-      c.ranks = parse_dims(value());
-    else if (a == "--device")
-      c.device = value();
-    else if (a == "--precision") {
-      const std::string p = value();
-      if (p != "double" && p != "float")
-        throw Error("halox-md: --precision must be double or float");
-      c.single_precision = p == "float";
-    } else if (a == "--lj-shift") {
-      const std::string shift = value();
-      if (shift != "cutoff" && shift != "none")
-        throw Error("halox-md: --lj-shift must be cutoff or none (got " + shift + ")");
-      c.lj_shift = shift == "none" ? LjShift::none : LjShift::cutoff;
-    } else if (a == "--transport") {
-      const std::string t = value();
-      if (t == "local") {
-        c.local = true;
-      } else {
-        c.transport = parse_transport(t);
-        c.transport_given = true;
-      }
-    } else if (a == "--chunk")
-      c.chunk_bytes = static_cast<std::int64_t>(number());
-    else if (a == "--seed")
-      c.seed = static_cast<std::uint64_t>(number());
-    else if (a == "--jitter")
-      c.jitter = number();
-    else if (a == "--json")
-      cli.json = value();
-    else if (a == "--dump-forces")
-      cli.dump_forces = value();
-    else if (a == "--quiet")
-      cli.quiet = true;
-    else if (a == "--trace")
-      cli.trace = value();
-    else if (a == "--watchdog")
-      cli.watchdog = number();
-    else
-      throw Error("halox-md: unknown option " + a + " (see --help)");
+  halox::apps::CommandLine line(
+      "halox-md",
+      "Lennard-Jones fluid (reduced units) on an fcc lattice, velocity Verlet NVE, Verlet lists\n"
+      "from cell lists, periodic box split over a rank grid; the particle halo runs through\n"
+      "halox (coordinates forward, forces back). Run it as mpiexec -n N halox-md [options].");
+  line.count("--cells", c.cells, "fcc unit cells per box edge, 4 atoms each", 1);
+  line.number("--density", c.density, "reduced number density", 1e-6, 10);
+  line.number("--temperature", c.temperature, "initial reduced temperature", 0, 1e6);
+  line.number("--cutoff", c.cutoff, "LJ cutoff", 1e-6, 1e6);
+  line.number("--skin", c.skin, "Verlet list skin", 0, 1e6);
+  line.number("--dt", c.dt, "time step", 1e-300);  // too large a step diverges: stopped then
+  line.count("--steps", cli.steps, "steps to run");
+  line.count("--nstlist", c.nstlist, "neighbour search every N steps", 1);
+  line.count("--thermo", cli.thermo_every, "thermo line every N steps (0: first and last only)");
+  std::string ranks, transport, precision = "double", lj_shift = "cutoff";
+  line.text("--ranks", ranks, "rank grid (default: MPI_Dims_create)", "XxYxZ");
+  line.choice("--device", c.device, "auto: gpu when one is visible", {"auto", "cpu", "gpu"});
+  line.choice("--precision", precision, "arithmetic and storage", {"double", "float"});
+  line.choice("--lj-shift", lj_shift,
+              "cutoff: each pair's energy shifted by -u(rc), continuous at the cutoff; none: "
+              "plain truncated LJ (LAMMPS's lj/cut, GROMACS's vdw-modifier = None)",
+              {"cutoff", "none"});
+  line.text("--transport", transport,
+            "host | staged | pipelined | mpi-direct | ipc-pulse | ipc-fused | nvshmem-stream | "
+            "nvshmem-pulse | nvshmem-fused | auto (default: host on the CPU, staged on the "
+            "GPU); local: every rank of --ranks in this one process (start 1 MPI rank), "
+            "halox's local engine between them");
+  double chunk = 0, seed = static_cast<double>(c.seed);
+  line.number("--chunk", chunk, "pipelined chunk size in bytes (0: the tuning file's)", 0, 1e12);
+  line.number("--seed", seed, "velocity and lattice-jitter seed", 0, 9e15);
+  line.number("--jitter", c.jitter, "random lattice displacement in lattice constants", 0, 0.5);
+  line.text("--json", cli.json, "write thermo, timings and configuration as JSON");
+  line.text("--dump-forces", cli.dump_forces, "write 'id fx fy fz' of every atom at step 0");
+  line.flag("--quiet", cli.quiet, "no thermo table");
+  line.text("--trace", cli.trace, "Chrome trace JSON (Perfetto) of the last 4 steps, all ranks");
+  line.number("--watchdog", cli.watchdog,
+              "end the job when a rank's steps make no progress for this many seconds (a rank "
+              "stalled or dead; 0: off)",
+              0, 1e9);
+  line.parse(argc, argv);
+  if (!ranks.empty()) c.ranks = parse_dims(ranks);
+  if (!transport.empty()) {
+    if (transport == "local") {
+      c.local = true;
+    } else {
+      c.transport = parse_transport(transport);
+      c.transport_given = true;
+    }
   }
-  if (cli.steps < 0) throw Error("halox-md: --steps must be >= 0");
+  c.single_precision = precision == "float";
+  c.lj_shift = lj_shift == "none" ? LjShift::none : LjShift::cutoff;
+  c.chunk_bytes = static_cast<std::int64_t>(chunk);
+  if (seed != std::floor(seed)) throw Error("halox-md: --seed must be a whole number");
+  c.seed = static_cast<std::uint64_t>(seed);
   return cli;
 }
 

@@ -50,11 +50,13 @@ def main():
                          ("--dt", "0.005", "0.004"), ("--seed", "1", "2")]:
         expect(mpiexec, [md_cpu + [option, a], md_cpu + [option, b]], 2, differ)
     # An input error on one rank only reaches the job's output, naming that rank.
-    expect(mpiexec, [md_cpu, md_cpu + ["--cells", "0"]], 2, "--cells must be >= 1 (on rank 1)")
+    expect(mpiexec, [md_cpu, md_cpu + ["--cells", "0"]], 2,
+           "--cells: '0' is outside [1, 2147483647] (see --help) (on rank 1)")
     expect(mpiexec, [lbm_cpu, lbm_cpu + ["--tau", "0.4"]], 2, "(on rank 1)")
     # Non-finite and out-of-range input.
     expect(mpiexec, [md_cpu + ["--dt", "inf", "--steps", "1"]], 2, "not finite")
-    expect(mpiexec, [md_cpu + ["--steps", "1e20"]], 2, "whole number")
+    expect(mpiexec, [md_cpu + ["--steps", "1e20"]], 2, "--steps: '1e20' is outside")
+    expect(mpiexec, [md_cpu + ["--steps", "2.5"]], 2, "--steps: '2.5' is not a whole number")
     expect(mpiexec, [md_cpu + ["--cells", "2000000"]], 2, "GB, more than this node")
     expect(mpiexec, [lbm_cpu + ["--device", "tpu"]], 2, "--device must be")
     expect(mpiexec, [lbm_cpu + ["--tau", "inf"]], 2, "not finite")

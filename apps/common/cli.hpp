@@ -1,0 +1,119 @@
+// The programs' one command line (CLI11, linked into the programs only): --help and
+// --version everywhere, "--opt value" and "--opt=value", every number checked (finite, in
+// its range; counts whole), one wording for bad input: "halox-md: --cells: ... (see
+// --help)". Under MPI, --help and --version print once (rank 0) and every rank finalises
+// MPI and exits with 0.
+#pragma once
+
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "halox/config.hpp"
+#include "halox/error.hpp"
+
+namespace halox::apps {
+
+class CommandLine {
+ public:
+  CommandLine(const char* program, const std::string& description)
+      : m_program(program), m_app(description, program) {
+    m_app.set_version_flag("--version", std::string(program) + " (halox) " + HALOX_VERSION);
+    // A later value overrides an earlier one (scripts append overrides).
+    m_app.option_defaults()->always_capture_default()->multi_option_policy(
+        CLI::MultiOptionPolicy::TakeLast);
+    m_app.get_formatter()->column_width(30);
+  }
+
+  CLI::App& app() { return m_app; }
+
+  /// A finite number in [lo, hi].
+  CLI::Option* number(const std::string& name, double& value, const std::string& help,
+                      double lo = -std::numeric_limits<double>::max(),
+                      double hi = std::numeric_limits<double>::max()) {
+    return m_app.add_option(name, value, help)->check(in_range(lo, hi))->type_name("X");
+  }
+  /// A whole number in [lo, hi] (written as 100 or 1e6).
+  CLI::Option* count(const std::string& name, int& value, const std::string& help, int lo = 0,
+                     int hi = std::numeric_limits<int>::max()) {
+    auto* o = m_app.add_option_function<double>(
+        name, [&value](double d) { value = static_cast<int>(d); }, help);
+    o->check(in_range(lo, hi))
+        ->check(CLI::Validator(
+            [](std::string& text) -> std::string {
+              const double d = std::strtod(text.c_str(), nullptr);
+              return d == std::floor(d) ? "" : "'" + text + "' is not a whole number";
+            },
+            ""));
+    o->type_name("N")->default_str(std::to_string(value));
+    return o;
+  }
+  /// One of `choices`.
+  CLI::Option* choice(const std::string& name, std::string& value, const std::string& help,
+                      const std::vector<std::string>& choices) {
+    std::string names;
+    for (const std::string& c : choices) names += (names.empty() ? "" : "|") + c;
+    return m_app.add_option(name, value, help)->check(CLI::IsMember(choices))->type_name(names);
+  }
+  CLI::Option* text(const std::string& name, std::string& value, const std::string& help,
+                    const std::string& type = "TEXT") {
+    return m_app.add_option(name, value, help)->type_name(type);
+  }
+  CLI::Option* flag(const std::string& name, bool& value, const std::string& help) {
+    return m_app.add_flag(name, value, help);
+  }
+
+  /// Parses argv; bad input throws halox::Error naming the program and the option.
+  void parse(int argc, char** argv) {
+    try {
+      m_app.parse(argc, argv);
+    } catch (const CLI::Success& done) {  // --help, --version
+      const std::string text = done.get_name() == "CallForVersion" ? m_app.version() + "\n"
+                                                                   : m_app.help();
+      finish_with(text);
+    } catch (const CLI::ParseError& e) {
+      throw Error(m_program + ": " + e.what() + " (see --help)");
+    }
+  }
+
+ private:
+  static std::string g(double d) {
+    char text[32];
+    std::snprintf(text, sizeof text, d == std::floor(d) && std::abs(d) < 1e15 ? "%.0f" : "%g", d);
+    return text;
+  }
+  static CLI::Validator in_range(double lo, double hi) {
+    return CLI::Validator(
+        [lo, hi](std::string& text) -> std::string {
+          char* end = nullptr;
+          const double d = std::strtod(text.c_str(), &end);
+          if (end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
+          if (!std::isfinite(d)) return "'" + text + "' is not finite";
+          if (d < lo || d > hi) return "'" + text + "' is outside [" + g(lo) + ", " + g(hi) + "]";
+          return "";
+        },
+        "");
+  }
+
+  // Help and version: once under mpirun, then a clean end on every rank.
+  [[noreturn]] static void finish_with(const std::string& text) {
+    int initialized = 0, rank = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+    if (initialized) MPI_Finalize();
+    std::exit(0);
+  }
+
+  std::string m_program;
+  CLI::App m_app;
+};
+
+}  // namespace halox::apps
