@@ -59,7 +59,9 @@ class CommandLine {
                       const std::vector<std::string>& choices) {
     std::string names;
     for (const std::string& c : choices) names += (names.empty() ? "" : "|") + c;
-    return m_app.add_option(name, value, help)->check(CLI::IsMember(choices))->type_name(names);
+    CLI::Validator member = CLI::IsMember(choices);
+    member.description("");  // the type name lists the choices
+    return m_app.add_option(name, value, help)->check(member)->type_name(names);
   }
   CLI::Option* text(const std::string& name, std::string& value, const std::string& help,
                     const std::string& type = "TEXT") {
@@ -74,8 +76,8 @@ class CommandLine {
     try {
       m_app.parse(argc, argv);
     } catch (const CLI::Success& done) {  // --help, --version
-      const std::string text = done.get_name() == "CallForVersion" ? m_app.version() + "\n"
-                                                                   : m_app.help();
+      const std::string text =
+          done.get_name() == "CallForVersion" ? m_app.version() + "\n" : m_app.help();
       finish_with(text);
     } catch (const CLI::ParseError& e) {
       throw Error(m_program + ": " + e.what() + " (see --help)");

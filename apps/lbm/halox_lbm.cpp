@@ -21,7 +21,7 @@
 #include "backend.hpp"
 #include "../common/agree.hpp"
 #include "../common/mpi_main.hpp"
-#include "../common/numbers.hpp"
+#include "../common/cli.hpp"
 #include "../common/output.hpp"
 #include "../common/watchdog.hpp"
 #include "halox/device.hpp"
@@ -66,147 +66,85 @@ struct Cli {
   bool check_taylor_green = false, check_mass = false;
 };
 
-void usage(FILE* out) {
-  std::fprintf(
-      out,
-      "usage: mpiexec -n N halox-lbm [options]\n"
-      "  Lattice Boltzmann on a periodic box split over a rank grid; halo exchange by halox.\n"
-      "options:\n"
-      "  --model M          multiphase (D3Q19 + D3Q7 free energy, default) | bgk (D3Q19)\n"
-      "  --init I           multiphase: droplet (default) | spinodal; bgk: taylor-green (default) "
-      "| uniform\n"
-      "  --grid XxYxZ       global lattice (default 64x64x64); any size, uneven splits handled\n"
-      "  --ranks XxYxZ      rank grid (default: the one whose halo moves the fewest face\n"
-      "                     cells per rank, x faces, strided, counted 32 / element bytes\n"
-      "                     times: halox::grid_rank_dims)\n"
-      "  --rank-count N     N ranks on that grid (--transport local: how many it runs)\n"
-      "  --steps N          time steps (default 100)\n"
-      "  --device D         auto | cpu | gpu (default auto)\n"
-      "  --precision P      float (default) | double\n"
-      "  --comm V           datatype (halox datatypes describe the faces, halox packs and moves\n"
-      "                     them, default) | default (hand-written pack kernels + host copies +\n"
-      "                     MPI) | contig (the hand-written pack, moved by a halox transport) |\n"
-      "                     overlap (datatype, inner cells updated while the halo moves)\n"
-      "  --transport T      for --comm datatype/contig/overlap: host | staged | pipelined |\n"
-      "                     nvshmem-stream | ipc-fused | nvshmem-fused (one GPU-initiated kernel\n"
-      "                     per stage) | nccl | auto (default: host on the CPU, staged on the\n"
-      "                     GPU) | local (every rank of --ranks in this one process, run\n"
-      "                     without mpirun: datatype and overlap copy faces between the ranks'\n"
-      "                     arrays, one kernel per face, contig moves the stage buffers, default\n"
-      "                     copies host buffers in place of MPI) | local-fused (datatype or\n"
-      "                     overlap, GPU: one GPU-initiated kernel moves every face of every\n"
-      "                     rank, the forwarded faces waiting on the device)\n"
-      "  --tau T            momentum relaxation time (default 0.8; must exceed 0.5)\n"
-      "  --tau-g T          order-parameter relaxation time (default 1.0)\n"
-      "  --A A --kappa K    free-energy parameters (default 0.04, 0.04)\n"
-      "  --mobility G       order-parameter mobility (default 0.5)\n"
-      "  --radius R         droplet radius (default 12)\n"
-      "  --velocity U       Taylor-Green amplitude (default 0.02)\n"
-      "  --report N         progress line every N steps (default: 10 lines per run)\n"
-      "  --warmup N         the first N steps are not timed (default min(10, steps/10)): they\n"
-      "                     carry the transports' lazy set-up (NCCL, NVSHMEM: ~0.4 s)\n"
-      "  --check-taylor-green  compare the decay with the analytic solution (1%% tolerance)\n"
-      "  --check-mass       check conservation of each phase and of the fluid (1e-10)\n"
-      "  --self-halo M      a periodic axis that one rank spans alone: wrap (the update reads\n"
-      "                     the opposite edge in place, no exchange; default) | exchange (its\n"
-      "                     halo moves like any other, a message to oneself)\n"
-      "  --fg-exchange M    multiphase with --comm datatype or overlap: merged (one exchange\n"
-      "                     moves the crossing planes of f and g, which lie in one array;\n"
-      "                     default) | separate (one exchange each, for comparison)\n"
-      "  --dump FILE        rho, u, phi of every cell after the run (binary, global order)\n"
-      "  --slice FILE.pgm   the order parameter (or |u|) in the mid z plane as a PGM image\n"
-      "  --trace FILE       Chrome trace JSON of the last steps\n"
-      "  --watchdog S       end the job when a rank's steps make no progress for S seconds\n"
-      "                     (a rank stalled or dead; default 30, 0: off)\n"
-      "  --json FILE        results as JSON\n"
-      "  --help             this text\n");
-}
-
 Cli parse(int argc, char** argv) {
   Cli c;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw Error("halox-lbm: " + a + " needs a value");
-      return argv[++i];
-    };
-    auto number = [&] { return halox::apps::parse_number("halox-lbm", a, value()); };
-    auto integer = [&] { return halox::apps::parse_count("halox-lbm", a, value()); };
-    if (a == "--help" || a == "-h") {
-      halox::apps::print_help_and_exit(usage);
-    } else if (a == "--model")
-      c.model = value();
-    else if (a == "--init")
-      c.init = value();
-    else if (a == "--grid")
-      c.grid = parse_dims(value());
-    else if (a == "--ranks")
-      c.ranks = parse_dims(value());
-    else if (a == "--rank-count") {
-      const double n = number();
-      c.rank_count = n == static_cast<int>(n) ? static_cast<int>(n) : -1;  // whole, or refused
-    } else if (a == "--steps")
-      c.steps = integer();
-    else if (a == "--device")
-      c.device = value();
-    else if (a == "--precision") {
-      const std::string p = value();
-      if (p != "float" && p != "double")
-        throw Error("halox-lbm: --precision must be float or double");
-      c.single = p == "float";
-    } else if (a == "--comm")
-      c.comm = value();
-    else if (a == "--transport") {
-      const std::string t = value();
-      c.local = t == "local" || t == "local-fused";
-      c.local_fused = t == "local-fused";
-      if (!c.local) c.transport = parse_transport(t);
-      c.transport_given = true;
-    } else if (a == "--tau")
-      c.params.tau = number();
-    else if (a == "--tau-g")
-      c.params.tau_g = number();
-    else if (a == "--A")
-      c.params.A = number();
-    else if (a == "--kappa")
-      c.params.kappa = number();
-    else if (a == "--mobility")
-      c.params.mobility = number();
-    else if (a == "--radius")
-      c.radius = number();
-    else if (a == "--velocity")
-      c.velocity = number();
-    else if (a == "--report")
-      c.report_every = integer();
-    else if (a == "--warmup")
-      c.warmup = integer();
-    else if (a == "--seed")
-      c.seed = static_cast<std::uint64_t>(number());
-    else if (a == "--check-taylor-green")
-      c.check_taylor_green = true;
-    else if (a == "--check-mass")
-      c.check_mass = true;
-    else if (a == "--self-halo")
-      c.self_halo = value();
-    else if (a == "--fg-exchange")
-      c.fg_exchange = value();
-    else if (a == "--dump")
-      c.dump = value();
-    else if (a == "--slice")
-      c.slice = value();
-    else if (a == "--trace")
-      c.trace = value();
-    else if (a == "--watchdog")
-      c.watchdog = number();
-    else if (a == "--json")
-      c.json = value();
-    else
-      throw Error("halox-lbm: unknown option " + a + " (see --help)");
+  halox::apps::CommandLine line(
+      "halox-lbm",
+      "Lattice Boltzmann on a periodic box split over a rank grid; halo exchange by halox.\n"
+      "Run it as mpiexec -n N halox-lbm [options].");
+  line.choice("--model", c.model, "multiphase: D3Q19 + D3Q7 free energy; bgk: D3Q19",
+              {"multiphase", "bgk"});
+  line.choice("--init", c.init,
+              "multiphase: droplet (default) | spinodal; bgk: taylor-green (default) | uniform",
+              {"droplet", "spinodal", "taylor-green", "uniform"});
+  std::string grid = "64x64x64", ranks, precision = "float", transport;
+  line.text("--grid", grid, "global lattice; any size, uneven splits handled", "XxYxZ");
+  line.text("--ranks", ranks,
+            "rank grid (default: the one whose halo moves the fewest face cells per rank, x "
+            "faces, strided, counted 32 / element bytes times: halox::grid_rank_dims)",
+            "XxYxZ");
+  line.count("--rank-count", c.rank_count,
+             "N ranks on that grid (--transport local: how many it runs)", 1);
+  line.count("--steps", c.steps, "time steps");
+  line.choice("--device", c.device, "auto: gpu when one is visible", {"auto", "cpu", "gpu"});
+  line.choice("--precision", precision, "arithmetic and storage", {"float", "double"});
+  line.choice("--comm", c.comm,
+              "datatype: halox datatypes describe the faces, halox packs and moves them; "
+              "default: hand-written pack kernels + host copies + MPI; contig: the "
+              "hand-written pack, moved by a halox transport; overlap: datatype, inner cells "
+              "updated while the halo moves",
+              {"datatype", "default", "contig", "overlap"});
+  line.text("--transport", transport,
+            "for --comm datatype/contig/overlap: host | staged | pipelined | nvshmem-stream | "
+            "ipc-fused | nvshmem-fused | nccl | auto (default: host on the CPU, staged on the "
+            "GPU) | local (every rank of --ranks in this one process, run without mpirun) | "
+            "local-fused (datatype or overlap, GPU: one kernel moves every face of every rank)");
+  line.number("--tau", c.params.tau, "momentum relaxation time (must exceed 0.5)", 0, 1e6);
+  line.number("--tau-g", c.params.tau_g, "order-parameter relaxation time", 0, 1e6);
+  line.number("--A", c.params.A, "bulk free-energy coefficient", 0, 1e6);
+  line.number("--kappa", c.params.kappa, "interface stiffness", 0, 1e6);
+  line.number("--mobility", c.params.mobility, "order-parameter mobility", 0, 1e6);
+  line.number("--radius", c.radius, "droplet radius", 0, 1e6);
+  line.number("--velocity", c.velocity, "Taylor-Green amplitude");
+  line.count("--report", c.report_every, "progress line every N steps (0: 10 lines per run)");
+  line.count("--warmup", c.warmup,
+             "the first N steps are not timed (default min(10, steps/10)): they carry the "
+             "transports' lazy set-up (NCCL, NVSHMEM: ~0.4 s)",
+             -1);
+  double seed = static_cast<double>(c.seed);
+  line.number("--seed", seed, "spinodal noise seed", 0, 9e15);
+  line.flag("--check-taylor-green", c.check_taylor_green,
+            "compare the decay with the analytic solution (1% tolerance)");
+  line.flag("--check-mass", c.check_mass,
+            "check conservation of each phase and of the fluid (1e-10)");
+  line.choice("--self-halo", c.self_halo,
+              "a periodic axis that one rank spans alone: wrap (the update reads the opposite "
+              "edge in place, no exchange) | exchange (its halo moves like any other)",
+              {"wrap", "exchange"});
+  line.choice("--fg-exchange", c.fg_exchange,
+              "multiphase with --comm datatype or overlap: merged (one exchange moves the "
+              "crossing planes of f and g, which lie in one array) | separate (one each)",
+              {"merged", "separate"});
+  line.text("--dump", c.dump, "rho, u, phi of every cell after the run (binary, global order)");
+  line.text("--slice", c.slice, "the order parameter (or |u|) in the mid z plane as a PGM image");
+  line.text("--trace", c.trace, "Chrome trace JSON of the last steps");
+  line.number("--watchdog", c.watchdog,
+              "end the job when a rank's steps make no progress for this many seconds (a rank "
+              "stalled or dead; 0: off)",
+              0, 1e9);
+  line.text("--json", c.json, "results as JSON");
+  line.parse(argc, argv);
+  c.grid = parse_dims(grid);
+  if (!ranks.empty()) c.ranks = parse_dims(ranks);
+  c.single = precision == "float";
+  if (!transport.empty()) {
+    c.local = transport == "local" || transport == "local-fused";
+    c.local_fused = transport == "local-fused";
+    if (!c.local) c.transport = parse_transport(transport);
+    c.transport_given = true;
   }
-  if (c.model != "multiphase" && c.model != "bgk")
-    throw Error("halox-lbm: --model must be multiphase or bgk");
-  if (c.device != "auto" && c.device != "cpu" && c.device != "gpu")
-    throw Error("halox-lbm: --device must be auto, cpu or gpu (got " + c.device + ")");
+  if (seed != std::floor(seed)) throw Error("halox-lbm: --seed must be a whole number");
+  c.seed = static_cast<std::uint64_t>(seed);
   // The lattice's sound speed is 1/sqrt(3): flows near it are outside what LBM describes.
   if (!(std::abs(c.velocity) < 0.3))
     throw Error("halox-lbm: --velocity must be below 0.3 in lattice units (Mach ~0.5)");
@@ -214,22 +152,13 @@ Cli parse(int argc, char** argv) {
   const bool ok_init = c.model == "bgk" ? (c.init == "taylor-green" || c.init == "uniform")
                                         : (c.init == "droplet" || c.init == "spinodal");
   if (!ok_init) throw Error("halox-lbm: --init " + c.init + " does not fit --model " + c.model);
-  if (c.comm != "datatype" && c.comm != "default" && c.comm != "overlap" && c.comm != "contig") {
-    throw Error("halox-lbm: --comm must be datatype, contig, default or overlap");
-  }
-  if (c.rank_count < 0 || (c.rank_count > 0 && c.ranks != std::array<int, 3>{0, 0, 0})) {
-    throw Error("halox-lbm: --rank-count takes a positive whole number, and not with --ranks");
+  if (c.rank_count > 0 && c.ranks != std::array<int, 3>{0, 0, 0}) {
+    throw Error("halox-lbm: --rank-count and --ranks exclude each other");
   }
   if (c.local && c.rank_count == 0 && !(c.ranks[0] > 0 && c.ranks[1] > 0 && c.ranks[2] > 0)) {
     throw Error(
         "halox-lbm: --transport local needs the ranks it runs in this process (--ranks XxYxZ, "
         "or --rank-count N for N ranks on the rank grid halox picks)");
-  }
-  if (c.self_halo != "wrap" && c.self_halo != "exchange") {
-    throw Error("halox-lbm: --self-halo must be wrap or exchange");
-  }
-  if (c.fg_exchange != "merged" && c.fg_exchange != "separate") {
-    throw Error("halox-lbm: --fg-exchange must be merged or separate");
   }
   if (c.local_fused && (c.comm == "default" || c.comm == "contig")) {
     throw Error("halox-lbm: --transport local-fused moves the faces of --comm datatype or overlap");
@@ -237,7 +166,6 @@ Cli parse(int argc, char** argv) {
   if (!(c.params.tau > 0.5)) throw Error("halox-lbm: --tau must exceed 0.5 (unstable otherwise)");
   if (!(c.params.tau_g > 0.5))
     throw Error("halox-lbm: --tau-g must exceed 0.5 (unstable otherwise)");
-  if (c.steps < 0) throw Error("halox-lbm: --steps must be >= 0");
   if (c.warmup < 0) c.warmup = std::min(10, c.steps / 10);
   if (c.warmup > c.steps) throw Error("halox-lbm: --warmup must be at most --steps");
   if (c.params.A <= 0 || c.params.kappa <= 0)

@@ -58,7 +58,7 @@ def main():
     expect(mpiexec, [md_cpu + ["--steps", "1e20"]], 2, "--steps: '1e20' is outside")
     expect(mpiexec, [md_cpu + ["--steps", "2.5"]], 2, "--steps: '2.5' is not a whole number")
     expect(mpiexec, [md_cpu + ["--cells", "2000000"]], 2, "GB, more than this node")
-    expect(mpiexec, [lbm_cpu + ["--device", "tpu"]], 2, "--device must be")
+    expect(mpiexec, [lbm_cpu + ["--device", "tpu"]], 2, "--device: tpu not in {auto,cpu,gpu}")
     expect(mpiexec, [lbm_cpu + ["--tau", "inf"]], 2, "not finite")
     expect(mpiexec, [lbm_cpu + ["--velocity", "5"]], 2, "--velocity")
     # A run that diverges stops with an error and a non-zero exit.
