@@ -14,6 +14,7 @@
 
 #include "halox/mpi.hpp"
 #include "halox/pack.hpp"
+#include "common/cli.hpp"
 #include "common/memory.hpp"
 
 namespace {
@@ -37,31 +38,18 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::int64_t n = 32;
-  int steps = 10;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help") {
-      if (rank == 0) {
-        std::printf(
-            "usage: mpirun -n R halox-halo-demo [--n N] [--steps S]\n"
-            "  N^3 cells per rank (default 32), S exchanges timed (default 10)\n");
-      }
-      MPI_Finalize();
-      return 0;
-    }
-    if (a == "--n" && i + 1 < argc)
-      n = std::atoll(argv[++i]);
-    else if (a == "--steps" && i + 1 < argc)
-      steps = std::atoi(argv[++i]);
-    else {
-      if (rank == 0) std::fprintf(stderr, "halox-halo-demo: unknown argument '%s'\n", a.c_str());
-      MPI_Finalize();
-      return 2;
-    }
-  }
-  if (n < 2 || steps < 1) {
-    if (rank == 0) std::fprintf(stderr, "halox-halo-demo: --n must be >= 2, --steps >= 1\n");
+  int n = 32, steps = 10;
+  try {
+    halox::apps::CommandLine line(
+        "halox-halo-demo",
+        "A checked grid halo exchange: every rank's N^3 block of doubles, its halo filled by\n"
+        "halox and compared cell by cell with the values it must hold.\n"
+        "Run it as mpirun -n R halox-halo-demo [options].");
+    line.count("--n", n, "cells per rank and axis", 2, 100000);
+    line.count("--steps", steps, "exchanges timed", 1);
+    line.parse(argc, argv);
+  } catch (const halox::Error& e) {
+    if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
     MPI_Finalize();
     return 2;
   }

@@ -14,6 +14,8 @@
 #include "halox/config.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
+#include "../apps/common/agree.hpp"
+#include "../apps/common/cli.hpp"
 #include "halox/trace.hpp"
 #include "report.hpp"
 #include "simulation.hpp"
@@ -38,71 +40,33 @@ struct HaloOptions {
   bool quick = false;
 };
 
-void halo_usage(FILE* out) {
-  std::fprintf(
-      out,
-      "usage: mpiexec -n N halox-bench halo --app md [options]\n"
-      "  Runs halox-md and reports the particle halo's time per step (forward + reverse),\n"
-      "  its share of the step and the host-blocking waits, per transport and size.\n"
-      "options:\n"
-      "  --transports A,B      default: host on the CPU; staged,pipelined,ipc-pulse,ipc-fused\n"
-      "                        on the GPU (nvshmem-stream,nvshmem-pulse,nvshmem-fused: in a\n"
-      "                        run of their own, as NVSHMEM's proxy thread slows the others)\n"
-      "                        local: every rank of --local-ranks in this process (run it\n"
-      "                        on 1 MPI rank: halox-md --transport local)\n"
-      "  --local-ranks XxYxZ   the local transport's rank grid (default 2x2x2)\n"
-      "  --atoms-per-rank A,B  default 2000,20000,200000\n"
-      "  --steps N             timed steps per case (default 200, after 20 warm-up steps)\n"
-      "  --device D            auto | cpu | gpu (default auto)\n"
-      "  --quick               2000 and 20000 atoms per rank, 50 steps\n"
-      "  --json FILE           also write the rows as JSON\n"
-      "  --trace FILE          Chrome trace JSON of the last case (all ranks)\n");
-}
-
 HaloOptions parse_halo(int argc, char** argv) {
   HaloOptions o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw Error("halox-bench halo: " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      halo_usage(stdout);
-      std::exit(0);
-    } else if (a == "--app")
-      o.app = value();
-    else if (a == "--transports")
-      o.transports = split(value());
-    else if (a == "--local-ranks") {
-      const std::string v = value();
-      if (std::sscanf(v.c_str(), "%dx%dx%d", &o.local_ranks[0], &o.local_ranks[1],
-                      &o.local_ranks[2]) != 3 ||
-          o.local_ranks[0] < 1 || o.local_ranks[1] < 1 || o.local_ranks[2] < 1) {
-        throw Error("halox-bench halo: --local-ranks must be XxYxZ with positive sizes");
-      }
-    } else if (a == "--atoms-per-rank") {
-      o.atoms_per_rank.clear();
-      for (const auto& v : split(value())) o.atoms_per_rank.push_back(std::atol(v.c_str()));
-    } else if (a == "--steps")
-      o.steps = std::atoi(value().c_str());
-    else if (a == "--device")
-      o.device = value();
-    else if (a == "--json")
-      o.json = value();
-    else if (a == "--trace")
-      o.trace = value();
-    else if (a == "--quick")
-      o.quick = true;
-    else
-      throw Error("halox-bench halo: unknown option " + a + " (see --help)");
-  }
-  if (o.app != "md") throw Error("halox-bench halo: --app must be md (lbm comes with halox-lbm)");
+  halox::apps::CommandLine line(
+      "halox-bench halo",
+      "Runs halox-md and reports the particle halo's time per step (forward + reverse), its\n"
+      "share of the step and the host-blocking waits, per transport and size.\n"
+      "Run it as mpiexec -n N halox-bench halo --app md [options].");
+  line.choice("--app", o.app, "the application (lbm comes with halox-lbm)", {"md"});
+  line.list("--transports", o.transports,
+            "default: host on the CPU; staged,pipelined,ipc-pulse,ipc-fused on the GPU "
+            "(nvshmem-stream,nvshmem-pulse,nvshmem-fused: in a run of their own, as NVSHMEM's "
+            "proxy thread slows the others); local: every rank of --local-ranks in this "
+            "process (run it on 1 MPI rank)");
+  std::string local = "2x2x2";
+  line.text("--local-ranks", local, "the local transport's rank grid", "XxYxZ");
+  line.counts("--atoms-per-rank", o.atoms_per_rank, "atoms per rank, one case each");
+  line.count("--steps", o.steps, "timed steps per case (after 20 warm-up steps)", 1);
+  line.choice("--device", o.device, "auto: gpu when one is visible", {"auto", "cpu", "gpu"});
+  line.flag("--quick", o.quick, "2000 and 20000 atoms per rank, 50 steps");
+  line.text("--json", o.json, "also write the rows as JSON", "FILE");
+  line.text("--trace", o.trace, "Chrome trace JSON of the last case (all ranks)", "FILE");
+  line.parse(argc, argv);
+  o.local_ranks = halox::parse_dims(local);
   if (o.quick) {
     o.atoms_per_rank = {2000, 20000};
     o.steps = std::min(o.steps, 50);
   }
-  if (o.steps < 1) throw Error("halox-bench halo: --steps must be >= 1");
   return o;
 }
 
@@ -112,7 +76,9 @@ int halo_main(int argc, char** argv) {
   int rank = 0, size = 1;
   HALOX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   HALOX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  const HaloOptions o = parse_halo(argc, argv);
+  HaloOptions o;  // every rank parses; bad input: one message, every rank stops (exit 2)
+  halox::apps::check_input_collectively(MPI_COMM_WORLD, "halox-bench halo", argc, argv,
+                                        [&] { o = parse_halo(argc, argv); });
   const bool gpu = o.device == "gpu" || (o.device == "auto" && md::gpu_present());
   std::vector<std::string> transports = o.transports;
   if (transports.empty()) {

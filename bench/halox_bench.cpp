@@ -14,11 +14,13 @@
 #if HALOX_HAS_MPI
 #include <mpi.h>
 
+#include "../apps/common/agree.hpp"
 #include "halox/mpi.hpp"
 #endif
 #include "../apps/common/memory.hpp"
 #include "halox/pack.hpp"
 #include "pack_cases.hpp"
+#include "../apps/common/cli.hpp"
 #include "report.hpp"
 
 #if HALOX_HAS_CUDA
@@ -38,67 +40,27 @@ struct Options {
   bool quick = false;
 };
 
-void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: halox-bench pack [options]\n"
-               "       mpiexec -n N halox-bench halo --app md [options]  (see halo --help)\n"
-               "       halox-bench halo-local [options]  (ranks in one process; see --help)\n"
-               "       mpiexec -n 2 halox-bench pingpong [options]  (see pingpong --help)\n"
-               "  Packs halo-shaped datatypes and reports GB/s against the copy ceiling\n"
-               "  measured in the same run.\n"
-               "options:\n"
-               "  --device cpu|gpu  where the data lives and the pack runs (default cpu)\n"
-               "  --n N             edge of the cubic array for the CPU faces (default 256)\n"
-               "  --reps R          timed repetitions, the median is reported (default 21)\n"
-               "  --quick           fewer shapes and repetitions (for smoke tests)\n"
-               "  --json FILE       also write the results as JSON\n"
-               "  --help            this text\n");
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "halox-bench: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      usage(stdout);
-      std::exit(0);
-    } else if (a == "--device") {
-      o.device = value();
-    } else if (a == "--n") {
-      o.n = std::atoll(value().c_str());
-    } else if (a == "--reps") {
-      o.reps = std::atoi(value().c_str());
-    } else if (a == "--json") {
-      o.json = value();
-    } else if (a == "--quick") {
-      o.quick = true;
-    } else if (o.command.empty() && a[0] != '-') {
-      o.command = a;
-    } else {
-      std::fprintf(stderr, "halox-bench: unknown argument '%s'\n", a.c_str());
-      usage(stderr);
-      std::exit(2);
-    }
-  }
-  if (o.command != "pack") {
-    usage(stderr);
+  o.command = "pack";
+  halox::apps::CommandLine line(
+      "halox-bench pack",
+      "Packs halo-shaped datatypes and reports GB/s against the copy ceiling measured in the\n"
+      "same run. The other benchmarks: halox-bench halo --app md (mpiexec -n N), halo-local\n"
+      "(ranks in one process), pingpong (mpiexec -n 2); each has its --help.");
+  line.choice("--device", o.device, "where the data lives and the pack runs", {"cpu", "gpu"});
+  int n = static_cast<int>(o.n);
+  line.count("--n", n, "edge of the cubic array for the CPU faces", 8, 100000);
+  line.count("--reps", o.reps, "timed repetitions, the median is reported", 1);
+  line.flag("--quick", o.quick, "fewer shapes and repetitions (for smoke tests)");
+  line.text("--json", o.json, "also write the results as JSON", "FILE");
+  try {
+    line.parse(argc, argv);
+  } catch (const halox::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
     std::exit(2);
   }
-  if (o.device != "cpu" && o.device != "gpu") {
-    std::fprintf(stderr, "halox-bench: --device must be cpu or gpu\n");
-    std::exit(2);
-  }
-  if (o.n < 8 || o.n > 100000 || o.reps < 1) {
-    std::fprintf(stderr, "halox-bench: --n must be in [8, 100000] and --reps >= 1\n");
-    std::exit(2);
-  }
+  o.n = n;
   try {  // the array, its faces and their packed copies: about three n^3 arrays of doubles
     const double n = static_cast<double>(o.n);
     halox::apps::require_memory("halox-bench pack: --n " + std::to_string(o.n),
@@ -179,6 +141,12 @@ int mpi_command(int (*command)(int, char**), int argc, char** argv) {
   int rc = 0;
   try {
     rc = command(argc - 1, argv + 1);
+  } catch (const halox::apps::InputError& e) {  // the same on every rank: said once
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
+    MPI_Finalize();
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     MPI_Abort(MPI_COMM_WORLD, 2);
@@ -215,6 +183,12 @@ int main(int argc, char** argv) {
   }
 #endif
 #endif
+  // "pack" is the default command, named or not.
+  if (argc > 1 && std::string(argv[1]) == "pack") {
+    argv[1] = argv[0];
+    --argc;
+    ++argv;
+  }
   const Options o = parse(argc, argv);
   try {
     if (o.device == "cpu") return pack_cpu(o);

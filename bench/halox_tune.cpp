@@ -24,6 +24,7 @@
 #include "halox/exchange.hpp"
 #include "halox/mpi.hpp"
 #include "halox/tuning.hpp"
+#include "../apps/common/cli.hpp"
 #include "../apps/common/mpi_main.hpp"
 #include "report.hpp"
 
@@ -36,47 +37,27 @@ struct Point {
   double seconds;
 };
 
-void usage(FILE* out) {
-  std::fprintf(
-      out,
-      "usage: mpiexec -n 2 halox-tune [options]\n"
-      "  Measures one GPU-to-GPU message of --message bytes through the pipelined transport\n"
-      "  for chunk sizes 4 KiB..1 MiB, prints the fit of T(N) = (N/n + 2) T_block(n), and\n"
-      "  writes the fastest chunk size to the tuning file (%s), with the message sizes\n"
-      "  (16 KiB..16 MiB) from which pipelined beats staged and, with NVSHMEM, from which\n"
-      "  nvshmem-stream's copy-engine puts beat ipc-fused's direct stores (what auto uses).\n"
-      "options:\n"
-      "  --message BYTES  message size (default 4194304)\n"
-      "  --reps R         timed exchanges per chunk size, median reported (default 30)\n"
-      "  --dry-run        print, do not write the tuning file\n"
-      "  --help           this text\n",
-      tuning_file_path().c_str());
-}
-
 int tune(int argc, char** argv) {
   halox::select_device(MPI_COMM_WORLD);  // one GPU per rank on multi-GPU nodes
   int rank = 0, size = 1;
   HALOX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   HALOX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  std::int64_t message = 4 << 20;
-  int reps = 30;
+  int message = 4 << 20, reps = 30;
   bool dry = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      if (rank == 0) usage(stdout);
-      return 0;
-    } else if (a == "--message" && i + 1 < argc)
-      message = std::atoll(argv[++i]);
-    else if (a == "--reps" && i + 1 < argc)
-      reps = std::atoi(argv[++i]);
-    else if (a == "--dry-run")
-      dry = true;
-    else
-      throw Error("halox-tune: unknown option " + a + " (see --help)");
-  }
+  halox::apps::CommandLine line(
+      "halox-tune",
+      "Measures one GPU-to-GPU message of --message bytes through the pipelined transport for\n"
+      "chunk sizes 4 KiB..1 MiB, prints the fit of T(N) = (N/n + 2) T_block(n), and writes the\n"
+      "fastest chunk size to the tuning file (" +
+          tuning_file_path() +
+          "), with the message sizes (16 KiB..16 MiB) from which pipelined beats staged and,\n"
+          "with NVSHMEM, from which nvshmem-stream's copy-engine puts beat ipc-fused's direct\n"
+          "stores (what auto uses). Run it as mpiexec -n 2 halox-tune [options].");
+  line.count("--message", message, "message size in bytes", 4096);
+  line.count("--reps", reps, "timed exchanges per chunk size, the median reported", 1);
+  line.flag("--dry-run", dry, "print, do not write the tuning file");
+  line.parse(argc, argv);
   if (size != 2) throw Error("halox-tune: run it on 2 ranks (mpiexec -n 2 halox-tune)");
-  if (message < 4096 || reps < 1) throw Error("halox-tune: --message >= 4096 and --reps >= 1");
   // A field whose z face is the message: two ranks along z, each sends one face.
   const std::int64_t nx = 1024, ny = std::max<std::int64_t>(1, message / (nx * 4));
   Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {1, 1, 2}, {false, false, false});

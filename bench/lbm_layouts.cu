@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "apps/common/cli.hpp"
 #include "apps/lbm/lattice.hpp"
 using namespace halox::lbm;
 #define CK(x)                                                     \
@@ -101,13 +102,15 @@ __global__ void copy4(const float4* a, float4* b, size_t n) {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
-    std::printf("usage: halox-lbm-layouts [N]   (N^3 cells, default 256; needs a CUDA GPU)\n");
-    return 0;
-  }
-  const int n = argc > 1 ? atoi(argv[1]) : 256;
-  if (n < 8 || n > 600) {
-    std::printf("halox-lbm-layouts: N must be in [8, 600]\n");
+  int n = 256;
+  try {
+    halox::apps::CommandLine line("halox-lbm-layouts",
+                                  "The LBM field layouts behind halox-lbm's padded rows, timed "
+                                  "on this GPU (N^3 cells).");
+    line.count("--n", n, "cells per axis", 8, 600);
+    line.parse(argc, argv);
+  } catch (const halox::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
   const int reps = 20;

@@ -15,6 +15,7 @@
 #include "halox/gpu_halo.hpp"
 #include "halox/trace.hpp"
 #include "cuda_timing.cuh"
+#include "../apps/common/cli.hpp"
 #include "report.hpp"
 
 namespace halox::bench {
@@ -66,54 +67,33 @@ int local_halo_main(int argc, char** argv) {
   int gpus = 1;
   std::vector<bool> direct_modes = {true, false};  // GpuHaloOptions::direct_in_launch
   std::vector<FusedKernels> kernel_kinds = {FusedKernels::per_pulse, FusedKernels::all_pulses};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw Error("halox-bench halo-local: " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::printf(
-          "usage: halox-bench halo-local [--ranks 2x2x2,3x3x3] [--atoms 32000] [--gpus 1]\n"
-          "                             [--in-launch direct,staged] [--kernels "
-          "per_pulse,all_pulses]\n"
-          "                             [--json FILE] [--trace FILE]\n"
-          "  LJ atoms (fcc, density 0.8442, halo distance cutoff 2.5 + skin 0.3) split over\n"
-          "  R ranks in one process on one GPU (or spread over --gpus GPUs, consecutive ranks\n"
-          "  sharing one); forward + reverse halo per step through the local engine (per-pulse\n"
-          "  and all-pulse fused kernels) vs one empty kernel launch. --in-launch: between ranks\n"
-          "  of one launch, direct stores into the peers' arrays (the default) or staging with a\n"
-          "  signal and a wait per pulse (as between processes); --trace traces the first.\n");
-      return 0;
-    } else if (a == "--ranks") {
-      grids = split(value());
-    } else if (a == "--atoms")
-      atoms = std::atol(value().c_str());
-    else if (a == "--gpus")
-      gpus = std::atoi(value().c_str());
-    else if (a == "--json")
-      json = value();
-    else if (a == "--trace")
-      trace_file = value();
-    else if (a == "--in-launch") {
-      direct_modes.clear();
-      for (const std::string& mode : split(value())) {
-        if (mode != "direct" && mode != "staged")
-          throw Error("halox-bench halo-local: --in-launch takes direct and/or staged, not " +
-                      mode);
-        direct_modes.push_back(mode == "direct");
-      }
-    } else if (a == "--kernels") {
-      kernel_kinds.clear();
-      for (const std::string& kind : split(value())) {
-        if (kind != "per_pulse" && kind != "all_pulses")
-          throw Error("halox-bench halo-local: --kernels takes per_pulse and/or all_pulses, not " +
-                      kind);
-        kernel_kinds.push_back(kind == "all_pulses" ? FusedKernels::all_pulses
-                                                    : FusedKernels::per_pulse);
-      }
-    } else
-      throw Error("halox-bench halo-local: unknown option " + a);
+  std::vector<std::string> in_launch = {"direct", "staged"}, kernels = {"per_pulse", "all_pulses"};
+  int atom_count = static_cast<int>(atoms);
+  halox::apps::CommandLine line(
+      "halox-bench halo-local",
+      "LJ atoms (fcc, density 0.8442, halo distance cutoff 2.5 + skin 0.3) split over R ranks\n"
+      "in one process on one GPU (or spread over --gpus GPUs, consecutive ranks sharing one);\n"
+      "forward + reverse halo per step through the local engine (per-pulse and all-pulse\n"
+      "fused kernels) vs one empty kernel launch.");
+  line.list("--ranks", grids, "rank grids, one case each");
+  line.count("--atoms", atom_count, "atoms in all", 1);
+  line.count("--gpus", gpus, "GPUs the ranks are spread over", 1);
+  line.list("--in-launch", in_launch,
+            "between ranks of one launch: direct stores into the peers' arrays and/or staging "
+            "with a signal and a wait per pulse (as between processes)")
+      ->check(CLI::IsMember({"direct", "staged"}));
+  line.list("--kernels", kernels, "kernel designs")
+      ->check(CLI::IsMember({"per_pulse", "all_pulses"}));
+  line.text("--json", json, "also write the rows as JSON", "FILE");
+  line.text("--trace", trace_file, "Chrome trace of the first case", "FILE");
+  line.parse(argc, argv);
+  atoms = atom_count;
+  direct_modes.clear();
+  for (const std::string& mode : in_launch) direct_modes.push_back(mode == "direct");
+  kernel_kinds.clear();
+  for (const std::string& kind : kernels) {
+    kernel_kinds.push_back(kind == "all_pulses" ? FusedKernels::all_pulses
+                                                : FusedKernels::per_pulse);
   }
   const int visible = visible_gpus();
   if (gpus < 1 || gpus > visible) {

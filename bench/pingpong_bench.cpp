@@ -18,6 +18,8 @@
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "halox/exchange.hpp"
+#include "../apps/common/agree.hpp"
+#include "../apps/common/cli.hpp"
 #include "report.hpp"
 
 namespace halox::bench {
@@ -135,35 +137,21 @@ int pingpong_main(int argc, char** argv) {
   HALOX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   HALOX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
   std::vector<std::string> names = {"host", "staged", "pipelined", "ipc-pulse", "ipc-fused"};
-  std::int64_t max_bytes = 4 << 20;
+  int max_bytes = 4 << 20;
   std::string json;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw Error("halox-bench pingpong: " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      if (rank == 0) {
-        std::printf(
-            "usage: mpiexec -n 2 halox-bench pingpong [--transports A,B] [--max-bytes N] [--json "
-            "F]\n"
-            "  Latency and bandwidth of an N-byte exchange (both ranks send at once), 1 B .. 4 "
-            "MiB,\n"
-            "  per transport, beside cudaMemcpy device-to-device of the same size (same run).\n"
-            "  default transports: host,staged,pipelined,ipc-pulse,ipc-fused (NVSHMEM and NCCL by\n"
-            "  name: nvshmem-stream, nvshmem-pulse, nvshmem-fused, nccl, mpi-direct)\n");
-      }
-      return 0;
-    } else if (a == "--transports") {
-      names = split(value());
-    } else if (a == "--max-bytes")
-      max_bytes = std::atoll(value().c_str());
-    else if (a == "--json")
-      json = value();
-    else
-      throw Error("halox-bench pingpong: unknown option " + a);
-  }
+  halox::apps::check_input_collectively(MPI_COMM_WORLD, "halox-bench pingpong", argc, argv, [&] {
+    halox::apps::CommandLine line(
+        "halox-bench pingpong",
+        "Latency and bandwidth of an N-byte exchange (both ranks send at once), 1 B .. 4 MiB,\n"
+        "per transport, beside cudaMemcpy device-to-device of the same size (same run).\n"
+        "Run it as mpiexec -n 2 halox-bench pingpong [options].");
+    line.list("--transports", names,
+              "default host,staged,pipelined,ipc-pulse,ipc-fused (NVSHMEM and NCCL by name: "
+              "nvshmem-stream, nvshmem-pulse, nvshmem-fused, nccl, mpi-direct)");
+    line.count("--max-bytes", max_bytes, "the largest message", 1);
+    line.text("--json", json, "also write the rows as JSON", "FILE");
+    line.parse(argc, argv);
+  });
   if (size != 2) throw Error("halox-bench pingpong: run it on 2 ranks");
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -5,8 +5,6 @@
 // MPI and exits with 0.
 #pragma once
 
-#include <mpi.h>
-
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +15,9 @@
 
 #include "halox/config.hpp"
 #include "halox/error.hpp"
+#if HALOX_HAS_MPI
+#include <mpi.h>
+#endif
 
 namespace halox::apps {
 
@@ -67,8 +68,30 @@ class CommandLine {
                     const std::string& type = "TEXT") {
     return m_app.add_option(name, value, help)->type_name(type);
   }
+  /// A comma-separated list ("a,b,c"); each element checked by the caller.
+  CLI::Option* list(const std::string& name, std::vector<std::string>& value,
+                    const std::string& help) {
+    return m_app.add_option(name, value, help)->delimiter(',')->type_name("A,B")->expected(1);
+  }
+  /// A comma-separated list of whole numbers in [lo, hi].
+  CLI::Option* counts(const std::string& name, std::vector<long>& value, const std::string& help,
+                      long lo = 1, long hi = std::numeric_limits<int>::max()) {
+    return m_app.add_option(name, value, help)
+        ->delimiter(',')
+        ->check(in_range(static_cast<double>(lo), static_cast<double>(hi)))
+        ->type_name("N,M")
+        ->expected(1);
+  }
   CLI::Option* flag(const std::string& name, bool& value, const std::string& help) {
     return m_app.add_flag(name, value, help);
+  }
+
+  /// The mini-apps' --watchdog (watchdog.hpp).
+  CLI::Option* watchdog(double& seconds) {
+    return number("--watchdog", seconds,
+                  "end the job when a rank's steps make no progress for this many seconds (a "
+                  "rank stalled or dead; 0: off)",
+                  0, 1e9);
   }
 
   /// Parses argv; bad input throws halox::Error naming the program and the option.
@@ -106,11 +129,15 @@ class CommandLine {
   // Help and version: once under mpirun, then a clean end on every rank.
   [[noreturn]] static void finish_with(const std::string& text) {
     int initialized = 0, rank = 0;
+#if HALOX_HAS_MPI
     MPI_Initialized(&initialized);
     if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+#endif
     if (rank == 0) std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
+#if HALOX_HAS_MPI
     if (initialized) MPI_Finalize();
+#endif
     std::exit(0);
   }
 

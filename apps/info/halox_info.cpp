@@ -30,6 +30,7 @@
 #include <non_abi/nvshmem_version.h>
 #endif
 
+#include "../common/cli.hpp"
 #include "../common/output.hpp"
 
 namespace {
@@ -84,26 +85,18 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   std::string json_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      if (rank == 0) {
-        std::printf(
-            "usage: [mpiexec -n N] halox-info [--json FILE]\n"
-            "  Prints what this machine and job can do: versions, GPUs and peer access,\n"
-            "  the transports available per rank pair and the automatic choice, the\n"
-            "  tuning file, MPS. Works without a GPU.\n");
-      }
-      MPI_Finalize();
-      return 0;
-    } else if (a == "--json" && i + 1 < argc) {
-      json_path = argv[++i];
-    } else {
-      if (rank == 0)
-        std::fprintf(stderr, "halox-info: unknown argument %s (see --help)\n", a.c_str());
-      MPI_Finalize();
-      return 2;
-    }
+  try {
+    halox::apps::CommandLine line(
+        "halox-info",
+        "Prints what this machine and job can do: versions, GPUs and peer access, the\n"
+        "transports available per rank pair and the automatic choice, the tuning file, MPS.\n"
+        "Works without a GPU. Run it as [mpiexec -n N] halox-info [options].");
+    line.text("--json", json_path, "the same as JSON", "FILE");
+    line.parse(argc, argv);
+  } catch (const halox::Error& e) {
+    if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
+    MPI_Finalize();
+    return 2;
   }
   Json j;
   std::vector<std::pair<std::string, std::string>> table;

@@ -128,10 +128,7 @@ Cli parse(int argc, char** argv) {
   line.text("--dump", c.dump, "rho, u, phi of every cell after the run (binary, global order)");
   line.text("--slice", c.slice, "the order parameter (or |u|) in the mid z plane as a PGM image");
   line.text("--trace", c.trace, "Chrome trace JSON of the last steps");
-  line.number("--watchdog", c.watchdog,
-              "end the job when a rank's steps make no progress for this many seconds (a rank "
-              "stalled or dead; 0: off)",
-              0, 1e9);
+  line.watchdog(c.watchdog);
   line.text("--json", c.json, "results as JSON");
   line.parse(argc, argv);
   c.grid = parse_dims(grid);

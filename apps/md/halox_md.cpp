@@ -73,10 +73,7 @@ Cli parse(int argc, char** argv) {
   line.text("--dump-forces", cli.dump_forces, "write 'id fx fy fz' of every atom at step 0");
   line.flag("--quiet", cli.quiet, "no thermo table");
   line.text("--trace", cli.trace, "Chrome trace JSON (Perfetto) of the last 4 steps, all ranks");
-  line.number("--watchdog", cli.watchdog,
-              "end the job when a rank's steps make no progress for this many seconds (a rank "
-              "stalled or dead; 0: off)",
-              0, 1e9);
+  line.watchdog(cli.watchdog);
   line.parse(argc, argv);
   if (!ranks.empty()) c.ranks = parse_dims(ranks);
   if (!transport.empty()) {
