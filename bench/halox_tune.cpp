@@ -77,7 +77,7 @@ int tune(int argc, char** argv) {
     for (int r = 0; r < reps + 3; ++r) {
       HALOX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
       const auto start = std::chrono::steady_clock::now();
-      exchange.exchange(data, stream);
+      exchange.exchange_async(data, stream);
       BENCH_CUDA(cudaStreamSynchronize(stream));
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       double worst = 0;

@@ -181,11 +181,11 @@ int local_halo_main(int argc, char** argv) {
         const bool direct = direct_modes[m];
         LocalParticleExchange exchange(topology, plans, BasicKind::float32,
                                        {kernels, 5.0, true, -1, direct}, device_of);
-        const double fwd = time([&] { exchange.forward(x, streams); });
-        const double rev = time([&] { exchange.reverse(f, streams); });
+        const double fwd = time([&] { exchange.forward_async(x, streams); });
+        const double rev = time([&] { exchange.reverse_async(f, streams); });
         const double step = time([&] {
-          exchange.forward(x, streams);
-          exchange.reverse(f, streams);
+          exchange.forward_async(x, streams);
+          exchange.reverse_async(f, streams);
         });
         exchange.check();
         const char* name = kernels == FusedKernels::all_pulses ? "all_pulses" : "per_pulse";
@@ -194,13 +194,13 @@ int local_halo_main(int argc, char** argv) {
           // Tracing overhead in the same run, then one traced step into the file.
           trace::enable();
           const double traced = time([&] {
-            exchange.forward(x, streams);
-            exchange.reverse(f, streams);
+            exchange.forward_async(x, streams);
+            exchange.reverse_async(f, streams);
           });
           for (auto s : streams) BENCH_CUDA(cudaStreamSynchronize(s));
           trace::clear();
-          exchange.forward(x, streams);
-          exchange.reverse(f, streams);
+          exchange.forward_async(x, streams);
+          exchange.reverse_async(f, streams);
           trace::write(trace_file);
           trace::disable();
           std::printf("tracing: step %.2f us with the log on vs %.2f us off (%+.1f%%); wrote %s\n",

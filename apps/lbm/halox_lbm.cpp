@@ -687,7 +687,7 @@ class Lbm {
     } else if (m_cli.comm == "default") {
       exchange_by_hand(h);
     } else if (h.exchange) {  // none when every axis wraps
-      h.exchange->exchange(base(h), m_backend->stream_handle());
+      h.exchange->exchange_async(base(h), m_backend->stream_handle());
     }
   }
 
@@ -698,7 +698,7 @@ class Lbm {
     for (int s = 0; s < 3; ++s) {
       if (stage_wraps(h, s)) continue;
       contig_pack(h, s);
-      h.stages[s].exchange->exchange(h.stages[s].buffer, m_backend->stream_handle());
+      h.stages[s].exchange->exchange_async(h.stages[s].buffer, m_backend->stream_handle());
       contig_unpack(h, s);
     }
   }
@@ -999,7 +999,7 @@ class LocalRanks {
     std::vector<void*>& pointers = m_pointers;
     pointers.clear();
     for (auto& lbm : m_ranks) pointers.push_back(lbm->field(field));
-    m_exchanges[field]->exchange(pointers, m_ranks[0]->backend().stream_handle());
+    m_exchanges[field]->exchange_async(pointers, m_ranks[0]->backend().stream_handle());
   }
 
   // contig: stage by stage, every rank packs its two faces by hand into its stage buffer, one
@@ -1021,7 +1021,7 @@ class LocalRanks {
       std::vector<void*>& buffers = m_pointers;
       buffers.clear();
       for (auto& lbm : m_ranks) buffers.push_back(lbm->halo(field).stages[s].buffer);
-      stage->exchange(buffers, m_ranks[0]->backend().stream_handle());
+      stage->exchange_async(buffers, m_ranks[0]->backend().stream_handle());
       m_ranks[0]->synchronize();
       for (auto& lbm : m_ranks) lbm->contig_unpack(lbm->halo(field), s);
     }

@@ -302,8 +302,8 @@ void Simulation::halo(bool forward) {
     m_arrays.push_back(forward ? r.backend->coordinates() : r.backend->force_array());
   }
   GpuStream stream = m_ranks.front().backend->stream();
-  forward ? m_local_exchange->forward(m_arrays, stream)
-          : m_local_exchange->reverse(m_arrays, stream);
+  forward ? m_local_exchange->forward_async(m_arrays, stream)
+          : m_local_exchange->reverse_async(m_arrays, stream);
 }
 
 double Simulation::queued_halo_seconds(bool forward, int count) {

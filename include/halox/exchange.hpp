@@ -113,7 +113,9 @@ class GridExchange {
   /// Fills the halo of `field` (host or device memory). Device fields: ordered on `stream`
   /// (the call may still block the host, as the staged transports do); host fields: done on
   /// return.
-  void exchange(void* field, GpuStream stream = nullptr);
+  void exchange_async(void* field, GpuStream stream);
+  /// The same, done on return for device fields too (the default stream synchronised).
+  void exchange(void* field);
 
   const GridPlan& plan() const;
   const ExchangeStats& stats() const;
@@ -143,13 +145,16 @@ class ParticleExchange {
   /// the device (one stream, or ordered by the caller with events), as a run's steps are; the
   /// GPU-initiated transports rely on it (a launch after one of the other direction knows the
   /// peers' buffers are free and does not wait for them).
-  void forward(void* xyz, GpuStream stream = nullptr);
+  void forward_async(void* xyz, GpuStream stream);
   /// Forces: sends the forces on items [home_count, total_count) back to their owners, in
   /// reverse pulse order, and adds them there (so forwarded items are accumulated first).
   /// Afterwards the home items hold their total forces; the halo items' forces are
   /// transport-dependent (the GPU-initiated transports sum forwarded items' forces on the
   /// way and leave the halo items as they were).
-  void reverse(void* forces, GpuStream stream = nullptr);
+  void reverse_async(void* forces, GpuStream stream);
+  /// forward_async and reverse_async on the default stream, done on return.
+  void forward(void* xyz);
+  void reverse(void* forces);
 
   const ParticlePlan& plan() const;
   const ExchangeStats& stats() const;

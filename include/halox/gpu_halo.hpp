@@ -75,10 +75,13 @@ class LocalParticleExchange {
   /// Rank r's arrays live on its GPU. One stream per GPU of devices() (or one stream when
   /// every rank is on one GPU); each GPU's launch is ordered on its stream, and successive
   /// calls must run in order on each GPU (ParticleExchange::forward says why).
-  void forward(const std::vector<void*>& xyz, GpuStream stream);
-  void reverse(const std::vector<void*>& forces, GpuStream stream);
-  void forward(const std::vector<void*>& xyz, const std::vector<GpuStream>& streams);
-  void reverse(const std::vector<void*>& forces, const std::vector<GpuStream>& streams);
+  void forward_async(const std::vector<void*>& xyz, GpuStream stream);
+  void reverse_async(const std::vector<void*>& forces, GpuStream stream);
+  void forward_async(const std::vector<void*>& xyz, const std::vector<GpuStream>& streams);
+  void reverse_async(const std::vector<void*>& forces, const std::vector<GpuStream>& streams);
+  /// The same on each GPU's default stream, done on return.
+  void forward(const std::vector<void*>& xyz);
+  void reverse(const std::vector<void*>& forces);
   /// Throws HaloTimeoutError when a device-side wait expired (no host synchronisation:
   /// reads a flag in mapped host memory). forward and reverse call it first.
   void check() const;

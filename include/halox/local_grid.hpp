@@ -54,7 +54,9 @@ class LocalGridExchange {
   LocalGridExchange& operator=(const LocalGridExchange&) = delete;
 
   /// fields[r]: rank r's array (all on the host, or all on this process's current GPU).
-  void exchange(const std::vector<void*>& fields, CUstream_st* stream = nullptr);
+  void exchange_async(const std::vector<void*>& fields, CUstream_st* stream);
+  /// The same on the default stream, done on return.
+  void exchange(const std::vector<void*>& fields);
 
   const std::vector<GridPlan>& plans() const;
   /// Faces moved per exchange.

@@ -49,10 +49,9 @@ struct PulseHeader {
 struct ParticlePulse {
   PulseHeader header;
   std::vector<std::int32_t> send_index;
-  /// send_index[first_forwarded..] are items received by earlier pulses (index >=
-  /// dependency_offset); the ones before are home items and can be sent at once.
+  /// send_index[first_forwarded..] are items received by earlier pulses (indices >=
+  /// home_count); the ones before are home items and can be sent at once.
   std::int64_t first_forwarded = 0;
-  std::int64_t dependency_offset = 0;
   std::int64_t recv_offset = 0;
   std::int64_t recv_count = 0;
   std::array<double, 3> shift{};  ///< added to the coordinates this rank sends

@@ -331,7 +331,23 @@ GridExchange::GridExchange(const Topology& topology, GridPlan plan, ExchangeOpti
     : m_impl(std::make_unique<Impl>(topology, std::move(plan), options)) {}
 GridExchange::~GridExchange() = default;
 
-void GridExchange::exchange(void* field, GpuStream stream) {
+namespace {
+// The synchronous calls: their work on the default stream is done on return.
+void finish_default_stream(bool device) {
+#if HALOX_HAS_CUDA
+  if (device) HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+#else
+  (void)device;
+#endif
+}
+}  // namespace
+
+void GridExchange::exchange(void* field) {
+  exchange_async(field, nullptr);
+  finish_default_stream(m_impl->chooser.on_device(field));
+}
+
+void GridExchange::exchange_async(void* field, GpuStream stream) {
   trace::Scope scope("grid exchange", m_impl->topology.rank());
   const bool device = m_impl->chooser.on_device(field);
   if (device) m_impl->chooser.resolve(m_impl->plan, 1, false);
@@ -542,11 +558,19 @@ ParticleExchange::~ParticleExchange() = default;
 void ParticleExchange::set_plan(const ParticlePlan& plan) {
   m_impl->build(plan);
 }
-void ParticleExchange::forward(void* xyz, GpuStream stream) {
+void ParticleExchange::forward_async(void* xyz, GpuStream stream) {
   m_impl->run(true, xyz, stream);
 }
-void ParticleExchange::reverse(void* forces, GpuStream stream) {
+void ParticleExchange::reverse_async(void* forces, GpuStream stream) {
   m_impl->run(false, forces, stream);
+}
+void ParticleExchange::forward(void* xyz) {
+  forward_async(xyz, nullptr);
+  finish_default_stream(m_impl->chooser.on_device(xyz));
+}
+void ParticleExchange::reverse(void* forces) {
+  reverse_async(forces, nullptr);
+  finish_default_stream(m_impl->chooser.on_device(forces));
 }
 const ParticlePlan& ParticleExchange::plan() const {
   return m_impl->plan;

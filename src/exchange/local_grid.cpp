@@ -94,7 +94,17 @@ LocalGridExchange::LocalGridExchange(std::vector<GridPlan> plans, LocalGridOptio
 
 LocalGridExchange::~LocalGridExchange() = default;
 
-void LocalGridExchange::exchange(const std::vector<void*>& fields, CUstream_st* stream) {
+void LocalGridExchange::exchange(const std::vector<void*>& fields) {
+  exchange_async(fields, nullptr);
+#if HALOX_HAS_CUDA
+  const auto known = m_impl->on_device.find(fields[0]);
+  if (known != m_impl->on_device.end() && known->second) {
+    HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  }
+#endif
+}
+
+void LocalGridExchange::exchange_async(const std::vector<void*>& fields, CUstream_st* stream) {
   Impl& m = *m_impl;
   if (fields.size() != m.plans.size()) {
     throw Error("halox::LocalGridExchange: " + std::to_string(fields.size()) +

@@ -300,6 +300,21 @@ struct LocalParticleExchange::Impl {
 #endif
   }
 
+  // The synchronous calls: each GPU's default stream done (nothing to wait for in host
+  // memory).
+  void finish_default_streams() const {
+#if HALOX_HAS_CUDA
+    if (memory == LocalMemory::host) return;
+    int current = 0;
+    HALOX_CUDA_CHECK(cudaGetDevice(&current));
+    for (const int d : devices) {
+      HALOX_CUDA_CHECK(cudaSetDevice(d));
+      HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    }
+    HALOX_CUDA_CHECK(cudaSetDevice(current));
+#endif
+  }
+
   // A stream belongs to one GPU: several GPUs take one stream each, or the default stream
   // (none in host memory).
   const std::vector<GpuStream>& one_stream(GpuStream stream) {
@@ -341,19 +356,27 @@ const std::vector<int>& LocalParticleExchange::devices() const {
 void LocalParticleExchange::set_plans(std::vector<ParticlePlan> plans) {
   m_impl->install(std::move(plans));
 }
-void LocalParticleExchange::forward(const std::vector<void*>& xyz, GpuStream stream) {
-  forward(xyz, m_impl->one_stream(stream));
+void LocalParticleExchange::forward_async(const std::vector<void*>& xyz, GpuStream stream) {
+  forward_async(xyz, m_impl->one_stream(stream));
 }
-void LocalParticleExchange::reverse(const std::vector<void*>& forces, GpuStream stream) {
-  reverse(forces, m_impl->one_stream(stream));
+void LocalParticleExchange::reverse_async(const std::vector<void*>& forces, GpuStream stream) {
+  reverse_async(forces, m_impl->one_stream(stream));
 }
-void LocalParticleExchange::forward(const std::vector<void*>& xyz,
-                                    const std::vector<GpuStream>& streams) {
+void LocalParticleExchange::forward_async(const std::vector<void*>& xyz,
+                                          const std::vector<GpuStream>& streams) {
   m_impl->run(xyz, streams, true);
 }
-void LocalParticleExchange::reverse(const std::vector<void*>& forces,
-                                    const std::vector<GpuStream>& streams) {
+void LocalParticleExchange::reverse_async(const std::vector<void*>& forces,
+                                          const std::vector<GpuStream>& streams) {
   m_impl->run(forces, streams, false);
+}
+void LocalParticleExchange::forward(const std::vector<void*>& xyz) {
+  forward_async(xyz, nullptr);
+  m_impl->finish_default_streams();
+}
+void LocalParticleExchange::reverse(const std::vector<void*>& forces) {
+  reverse_async(forces, nullptr);
+  m_impl->finish_default_streams();
 }
 void LocalParticleExchange::check() const {
   m_impl->check();

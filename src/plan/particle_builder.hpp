@@ -101,7 +101,6 @@ void build_particle_plans(const Box& box, double cutoff, std::vector<BuilderRank
         h.stage = number;
         h.send_rank = t.neighbor(axis, -1);
         h.recv_rank = t.neighbor(axis, +1);
-        pulse.dependency_offset = plan.home_count;
         // Crossing the lower periodic edge: the receiver sees these atoms one box up.
         if (t.coords()[axis] == 0 && h.send_rank >= 0) pulse.shift[axis] = box.length[axis];
         if (h.send_rank >= 0) {

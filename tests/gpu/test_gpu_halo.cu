@@ -127,7 +127,7 @@ void verify_exchange(LocalParticleExchange& exchange, const HaloCase& s, const S
   }
   std::vector<Real*> x = upload<Real>(start, device_of);
   std::vector<void*> xp(x.begin(), x.end());
-  for (int repeat = 0; repeat < 3; ++repeat) exchange.forward(xp, streams.streams);
+  for (int repeat = 0; repeat < 3; ++repeat) exchange.forward_async(xp, streams.streams);
   streams.synchronize();
   exchange.check();
   const double tol = sizeof(Real) == 4 ? 1e-5 : 0.0;
@@ -149,7 +149,7 @@ void verify_exchange(LocalParticleExchange& exchange, const HaloCase& s, const S
     }
   }
   std::vector<Real*> f = upload<Real>(forces, device_of);
-  exchange.reverse(std::vector<void*>(f.begin(), f.end()), streams.streams);
+  exchange.reverse_async(std::vector<void*>(f.begin(), f.end()), streams.streams);
   streams.synchronize();
   exchange.check();
   for (int r = 0; r < n; ++r) {
@@ -271,8 +271,8 @@ void hammer(std::uint64_t seed, int gpus, long long steps, bool direct = true) {
                                              s.plans[r].total_count, step);
       set_forces<<<64, 256, 0, stream_of[r]>>>(f[r], s.plans[r].total_count, step);
     }
-    exchange.forward(xp, streams.streams);
-    exchange.reverse(fp, streams.streams);
+    exchange.forward_async(xp, streams.streams);
+    exchange.reverse_async(fp, streams.streams);
     for (int r = 0; r < n; ++r) {
       CUDA_OK(cudaSetDevice(device_of[r]));
       check_step<<<64, 256, 0, stream_of[r]>>>(x[r], start[r], s.plans[r].total_count, step,
@@ -344,7 +344,7 @@ TEST(LocalEngine, AStalledRankBecomesAnErrorNamingIt) {
   LocalParticleExchange exchange(s.topology, s.plans, BasicKind::float64,
                                  {FusedKernels::all_pulses, 0.2, false, 3, false});
   std::vector<double*> x = upload<double>(s.xyz);
-  exchange.forward(std::vector<void*>(x.begin(), x.end()), nullptr);
+  exchange.forward_async(std::vector<void*>(x.begin(), x.end()), nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   try {
     exchange.check();

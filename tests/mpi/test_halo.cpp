@@ -123,7 +123,7 @@ void check_grid(std::array<int, 3> dims, std::array<bool, 3> periodic,
                            c[2] * interior[2] + z - halo, k);
   GridExchange exchange(topology, plan, ExchangeOptions{test_transport(), 4096});
   for (int repeat = 0; repeat < 2; ++repeat) {
-    run_on(field, [&](void* p, GpuStream s) { exchange.exchange(p, s); });
+    run_on(field, [&](void* p, GpuStream s) { exchange.exchange_async(p, s); });
   }
   std::int64_t wrong = 0;
   for (std::int64_t z = 0; z < e[2]; ++z)
@@ -206,7 +206,7 @@ TEST(GridHalo, ExchangesCheckReceivedSizesAgainstThePlan) {
   std::vector<double> field(static_cast<std::size_t>(e[0] * e[1] * e[2]), 1.0);
   GridExchange exchange(topology, plan, ExchangeOptions{t, 4096});
   try {
-    run_on(field, [&](void* p, GpuStream s) { exchange.exchange(p, s); });
+    run_on(field, [&](void* p, GpuStream s) { exchange.exchange_async(p, s); });
     ADD_FAILURE() << "no error on rank " << world_rank();
   } catch (const Error& error) {
     const std::string m = error.what();
@@ -232,7 +232,7 @@ TEST(GridHalo, UserWildcardReceiveGetsOnlyTheUsersMessage) {
     std::vector<double> field(static_cast<std::size_t>(e[0] * e[1] * e[2]), 1.0 + rank);
     GridExchange exchange(topology, plan, ExchangeOptions{test_transport(), 4096});
     for (int i = 0; i < 3; ++i) {
-      run_on(field, [&](void* p, GpuStream s) { exchange.exchange(p, s); });
+      run_on(field, [&](void* p, GpuStream s) { exchange.exchange_async(p, s); });
     }
     int done = 0;
     ASSERT_EQ(MPI_Test(&user, &done, MPI_STATUS_IGNORE), MPI_SUCCESS);
@@ -285,7 +285,7 @@ void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed)
     std::vector<double> x(xyz.size(), -777.0);
     std::copy(xyz.begin(), xyz.begin() + 3 * plan.home_count, x.begin());
     ParticleExchange exchange(topology, plan, BasicKind::float64, {test_transport(), 96});
-    run_on(x, [&](void* p, GpuStream s) { exchange.forward(p, s); });
+    run_on(x, [&](void* p, GpuStream s) { exchange.forward_async(p, s); });
     EXPECT_EQ(x, xyz) << where;
     std::vector<float> xf(xyz.size(), -777.0f), ref(xyz.size());
     for (std::size_t k = 0; k < xyz.size(); ++k) {
@@ -293,7 +293,7 @@ void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed)
       ref[k] = static_cast<float>(xyz[k]);
     }
     ParticleExchange exchange_f(topology, plan, BasicKind::float32, {test_transport(), 96});
-    run_on(xf, [&](void* p, GpuStream s) { exchange_f.forward(p, s); });
+    run_on(xf, [&](void* p, GpuStream s) { exchange_f.forward_async(p, s); });
     for (std::size_t k = 0; k < xyz.size(); ++k)
       ASSERT_NEAR(xf[k], ref[k], 2e-5 * std::abs(ref[k]) + 1e-6);
   }
@@ -308,7 +308,7 @@ void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed)
     for (int a = 0; a < 3; ++a) f[3 * k + a] = (a + 1) * (found->second + 1.0);
   }
   ParticleExchange exchange(topology, plan, BasicKind::float64, {test_transport(), 96});
-  run_on(f, [&](void* p, GpuStream s) { exchange.reverse(p, s); });
+  run_on(f, [&](void* p, GpuStream s) { exchange.reverse_async(p, s); });
   for (std::size_t h = 0; h < home_ids.size(); ++h) {
     int copies = 0;
     for (int r = 0; r < topology.size(); ++r) {
@@ -455,22 +455,22 @@ TEST(Transports, AStalledRankBecomesAnErrorNamingItNotAHang) {
             cudaSuccess);
   ASSERT_EQ(cudaMemset(field, 1, field_bytes), cudaSuccess);
   // Both ranks once: the plans set up and self-tested.
-  particle_exchange.forward(x, nullptr);
-  grid_exchange.exchange(field, nullptr);
+  particle_exchange.forward_async(x, nullptr);
+  grid_exchange.exchange_async(field, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   MPI_Barrier(MPI_COMM_WORLD);
   std::string particle_error, grid_error;
   if (world_rank() == 0) {
-    particle_exchange.forward(x, nullptr);
-    grid_exchange.exchange(field, nullptr);
+    particle_exchange.forward_async(x, nullptr);
+    grid_exchange.exchange_async(field, nullptr);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the kernels gave up, no hang
     try {
-      particle_exchange.forward(x, nullptr);
+      particle_exchange.forward_async(x, nullptr);
     } catch (const HaloTimeoutError& e) {
       particle_error = e.what();
     }
     try {
-      grid_exchange.exchange(field, nullptr);
+      grid_exchange.exchange_async(field, nullptr);
     } catch (const HaloTimeoutError& e) {
       grid_error = e.what();
     }

@@ -96,12 +96,12 @@ void hammer_steps(ParticleExchange& exchange, const HammerCase& c, cudaStream_t 
   // all four hand-overs (forward and reverse after either) are hammered.
   auto forward = [&](long long value) {
     set_step<<<64, 256, 0, stream>>>(x, start, home, total, value);
-    exchange.forward(x, stream);
+    exchange.forward_async(x, stream);
     check_step<<<64, 256, 0, stream>>>(x, start, total, value, wrong);
   };
   auto reverse = [&](long long value) {
     set_forces<<<64, 256, 0, stream>>>(f, total, value);
-    exchange.reverse(f, stream);
+    exchange.reverse_async(f, stream);
     check_forces<<<64, 256, 0, stream>>>(f, dev_copies, home, value, wrong + 1);
   };
   for (long long step = 1; step <= steps; ++step) {
@@ -117,7 +117,7 @@ void hammer_steps(ParticleExchange& exchange, const HammerCase& c, cudaStream_t 
   EXPECT_EQ(bad[0], 0u) << c.where << ": wrong coordinates over " << steps << " exchanges";
   EXPECT_EQ(bad[1], 0u) << c.where << ": wrong forces over " << steps << " exchanges";
   // A device-side wait that timed out is raised by the next exchange.
-  EXPECT_NO_THROW(exchange.forward(x, stream)) << c.where;
+  EXPECT_NO_THROW(exchange.forward_async(x, stream)) << c.where;
   CUDA_OK(cudaStreamSynchronize(stream));
   if (c.topology.rank() == 0) {
     std::printf("GPU: %lld forward + %lld reverse exchanges, %s, %s: every item checked\n",

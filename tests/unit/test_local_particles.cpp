@@ -45,7 +45,7 @@ void check_host(std::array<int, 3> dims, double cutoff, std::uint64_t seed) {
     }
     xp[r] = x[r].data();
   }
-  exchange.forward(xp, nullptr);
+  exchange.forward_async(xp, nullptr);
   for (int r = 0; r < n; ++r) {
     for (std::size_t k = 0; k < x[r].size(); ++k) {
       ASSERT_NEAR(x[r][k], xyz[r][k], sizeof(Real) == 4 ? 2e-5 * (1 + std::abs(xyz[r][k])) : 0.0)
@@ -64,7 +64,7 @@ void check_host(std::array<int, 3> dims, double cutoff, std::uint64_t seed) {
     }
     fp[r] = f[r].data();
   }
-  exchange.reverse(fp, nullptr);
+  exchange.reverse_async(fp, nullptr);
   for (int r = 0; r < n; ++r) {
     for (std::size_t h = 0; h < ids[r].size(); ++h) {
       int copies = 0;
@@ -100,5 +100,5 @@ TEST(LocalParticles, WrongNumberOfArraysIsRefused) {
   LocalParticleExchange exchange(topology, build_local_particle_plans(topology, w.box, 2.0, xyz),
                                  BasicKind::float64, {}, {}, LocalMemory::host);
   std::vector<void*> three(3, xyz[0].data());
-  EXPECT_THROW(exchange.forward(three, nullptr), Error);
+  EXPECT_THROW(exchange.forward_async(three, nullptr), Error);
 }
