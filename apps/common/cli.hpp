@@ -71,7 +71,10 @@ class CommandLine {
   /// A comma-separated list ("a,b,c"); each element checked by the caller.
   CLI::Option* list(const std::string& name, std::vector<std::string>& value,
                     const std::string& help) {
-    return m_app.add_option(name, value, help)->delimiter(',')->type_name("A,B")->expected(1);
+    return m_app.add_option(name, value, help)
+        ->delimiter(',')
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)  // every element, not the last
+        ->type_name("A,B");
   }
   /// A comma-separated list of whole numbers in [lo, hi].
   CLI::Option* counts(const std::string& name, std::vector<long>& value, const std::string& help,
@@ -79,8 +82,8 @@ class CommandLine {
     return m_app.add_option(name, value, help)
         ->delimiter(',')
         ->check(in_range(static_cast<double>(lo), static_cast<double>(hi)))
-        ->type_name("N,M")
-        ->expected(1);
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->type_name("N,M");
   }
   CLI::Option* flag(const std::string& name, bool& value, const std::string& help) {
     return m_app.add_flag(name, value, help);
