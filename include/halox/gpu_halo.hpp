@@ -74,7 +74,7 @@ class LocalParticleExchange {
   /// xyz[r]: rank r's coordinates (3 reals per item; device or host memory, as constructed).
   /// Rank r's arrays live on its GPU. One stream per GPU of devices() (or one stream when
   /// every rank is on one GPU); each GPU's launch is ordered on its stream, and successive
-  /// calls must run in order on each GPU (ParticleExchange::forward says why).
+  /// calls must run in order on each GPU (ParticleExchange::forward_async says why).
   void forward_async(const std::vector<void*>& xyz, GpuStream stream);
   void reverse_async(const std::vector<void*>& forces, GpuStream stream);
   void forward_async(const std::vector<void*>& xyz, const std::vector<GpuStream>& streams);
