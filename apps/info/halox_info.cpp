@@ -35,35 +35,6 @@
 
 namespace {
 
-struct Json {
-  std::ostringstream out;
-  bool first = true;
-  void key(const std::string& k) {
-    out << (first ? "" : ",\n") << "  \"" << k << "\": ";
-    first = false;
-  }
-  static std::string quote(const std::string& s) {
-    std::string q = "\"";
-    for (char c : s) {
-      if (c == '"' || c == '\\') q += '\\';
-      if (c == '\n') {
-        q += "\\n";
-        continue;
-      }
-      q += c;
-    }
-    return q + "\"";
-  }
-  void text(const std::string& k, const std::string& v) {
-    key(k);
-    out << quote(v);
-  }
-  void raw(const std::string& k, const std::string& v) {
-    key(k);
-    out << v;
-  }
-};
-
 std::string version_text(int v) {  // CUDA's 13000 -> "13.0"
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
@@ -98,11 +69,11 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
-  Json j;
+  halox::apps::Json j;
   std::vector<std::pair<std::string, std::string>> table;
   auto put = [&](const std::string& k, const std::string& v) {
     table.emplace_back(k, v);
-    j.text(k, v);
+    j[k] = v;
   };
   put("halox", HALOX_VERSION);
   put("built with", std::string("CUDA ") + (HALOX_HAS_CUDA ? "yes" : "no") + ", MPI yes, NCCL " +
@@ -154,8 +125,7 @@ int main(int argc, char** argv) {
   put("NVSHMEM", "not built in");
 #endif
   // GPUs and the peer matrix.
-  std::ostringstream gpu_json, matrix;
-  gpu_json << "[";
+  halox::apps::Json gpu_list = halox::apps::Json::array(), matrix = halox::apps::Json::array();
 #if HALOX_HAS_CUDA
   for (int d = 0; d < gpus; ++d) {
     cudaDeviceProp p{};
@@ -164,11 +134,10 @@ int main(int argc, char** argv) {
                              " MiB, " + std::to_string(p.multiProcessorCount) + " SMs, sm_" +
                              std::to_string(p.major) + std::to_string(p.minor);
     table.emplace_back("GPU " + std::to_string(d), line);
-    gpu_json << (d ? ", " : "") << Json::quote(line);
+    gpu_list.push_back(line);
   }
-  matrix << "[";
   for (int a = 0; a < gpus; ++a) {
-    matrix << (a ? ", " : "") << "[";
+    halox::apps::Json access_row = halox::apps::Json::array();
     std::string row;
     for (int b = 0; b < gpus; ++b) {
       int access = a == b, perf = 0;
@@ -176,21 +145,17 @@ int main(int argc, char** argv) {
         cudaDeviceCanAccessPeer(&access, a, b);
         cudaDeviceGetP2PAttribute(&perf, cudaDevP2PAttrPerformanceRank, a, b);
       }
-      matrix << (b ? ", " : "") << access;
+      access_row.push_back(access);
       row += a == b ? " self" : access ? " peer(rank " + std::to_string(perf) + ")" : " none";
     }
-    matrix << "]";
+    matrix.push_back(access_row);
     table.emplace_back("peer access from GPU " + std::to_string(a), row);
   }
-  matrix << "]";
-#else
-  matrix << "[]";
 #endif
-  gpu_json << "]";
   if (!gpu_note.empty()) table.emplace_back("GPUs", gpu_note);
-  j.raw("gpus", gpu_json.str());
-  j.raw("peer_access", matrix.str());
-  if (!gpu_note.empty()) j.text("gpu_note", gpu_note);
+  j["gpus"] = gpu_list;
+  j["peer_access"] = matrix;
+  if (!gpu_note.empty()) j["gpu_note"] = gpu_note;
   // Transports this build and MPI can run.
   std::string available, missing;
   for (auto kind : halox::all_transports()) {
@@ -217,8 +182,7 @@ int main(int argc, char** argv) {
 #endif
   std::vector<int> devices(size);
   MPI_Gather(&device, 1, MPI_INT, devices.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-  std::ostringstream pairs;
-  pairs << "[";
+  halox::apps::Json pairs = halox::apps::Json::array();
   const std::int64_t direct_until = halox::tuned_direct_until_bytes();
   for (int a = 0; a < size && rank == 0; ++a) {
     for (int b = a + 1; b < size; ++b) {
@@ -244,13 +208,10 @@ int main(int argc, char** argv) {
                      : "staged/pipelined by size";
       }
       table.emplace_back("ranks " + std::to_string(a) + "-" + std::to_string(b), choice);
-      pairs << (pairs.tellp() > 1 ? ", " : "") << "{\"a\": " << a << ", \"b\": " << b
-            << ", \"same_node\": " << (same_node ? "true" : "false")
-            << ", \"auto\": " << Json::quote(choice) << "}";
+      pairs.push_back({{"a", a}, {"b", b}, {"same_node", same_node}, {"auto", choice}});
     }
   }
-  pairs << "]";
-  j.raw("rank_pairs", pairs.str());
+  j["rank_pairs"] = pairs;
   // Tuning file and MPS.
   const std::string tuning = read_tuning();
   put("tuning file",
@@ -272,7 +233,7 @@ int main(int argc, char** argv) {
     std::printf("halox-info\n");
     for (const auto& [k, v] : table) std::printf("  %-28s %s\n", k.c_str(), v.c_str());
     if (!json_path.empty()) {
-      halox::apps::write_file("halox-info", json_path, "{\n" + j.out.str() + "\n}\n");
+      halox::apps::write_json("halox-info", json_path, j);
       std::printf("wrote %s\n", json_path.c_str());
     }
   }
