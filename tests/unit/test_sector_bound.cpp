@@ -1,0 +1,52 @@
+// The pack benchmark's sector bound (bench/sector_bound.hpp): the 32-byte sectors a pack
+// reads, counted against hand-counted cases.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "../../bench/sector_bound.hpp"
+
+namespace {
+
+using halox::Datatype;
+using halox::bench::sector_bytes_moved;
+using halox::bench::sector_bytes_read;
+
+TEST(SectorBound, XFaceReadsOneSectorPerElement) {
+  // The x = 1 face of a 64^3 C-order float array: one 4-byte element per 256-byte row.
+  const std::vector<std::int64_t> sizes = {64, 64, 64}, sub = {64, 64, 1}, start = {0, 0, 1};
+  Datatype face = Datatype::subarray(sizes, sub, start, halox::Order::c, Datatype::of<float>());
+  face.commit();
+  const std::int64_t array = 64 * 64 * 64 * 4;
+  EXPECT_EQ(sector_bytes_read(face.canonical(), array), 64 * 64 * 32);
+  // read 32 per element + write 4 per element: 36 bytes moved for 8 counted (4 + 4).
+  EXPECT_EQ(sector_bytes_moved(face.canonical(), array), 64 * 64 * 32 + 64 * 64 * 4);
+}
+
+TEST(SectorBound, TwoWideXFaceSharesItsSectors) {
+  const std::vector<std::int64_t> sizes = {16, 16, 64}, sub = {16, 16, 2}, start = {0, 0, 1};
+  Datatype face = Datatype::subarray(sizes, sub, start, halox::Order::c, Datatype::of<float>());
+  face.commit();
+  EXPECT_EQ(sector_bytes_read(face.canonical(), 16 * 16 * 64 * 4), 16 * 16 * 32);
+}
+
+TEST(SectorBound, ContiguousAndMisalignedRuns) {
+  Datatype block = Datatype::contiguous(1024, Datatype::of<double>());
+  block.commit();
+  EXPECT_EQ(sector_bytes_read(block.canonical(), 8192), 8192);
+  // 8 doubles from byte 24: bytes 24..87 touch sectors 0, 1 and 2.
+  const std::vector<std::int64_t> lengths = {8}, displacements = {3};
+  Datatype shifted = Datatype::indexed(lengths, displacements, Datatype::of<double>());
+  shifted.commit();
+  EXPECT_EQ(sector_bytes_read(shifted.canonical(), 8192), 3 * 32);
+}
+
+TEST(SectorBound, GatheredIndicesCountEachSectorOnce) {
+  // Two floats in one sector, a third in another: 2 sectors.
+  const std::vector<std::int64_t> displacements = {0, 1, 100};
+  Datatype gather = Datatype::indexed_block(1, displacements, Datatype::of<float>());
+  gather.commit();
+  EXPECT_EQ(sector_bytes_read(gather.canonical(), 4096), 2 * 32);
+}
+
+}  // namespace
