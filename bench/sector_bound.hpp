@@ -17,9 +17,8 @@ constexpr std::int64_t kSectorBytes = 32;
 /// Bytes of the distinct 32-byte sectors (of an array starting on a sector) that one
 /// instance of `form` reads, its footprint within [0, array_bytes).
 inline std::int64_t sector_bytes_read(const CanonicalForm& form, std::int64_t array_bytes) {
-  std::vector<bool> touched(static_cast<std::size_t>((array_bytes + kSectorBytes - 1) /
-                                                     kSectorBytes),
-                            false);
+  std::vector<bool> touched(
+      static_cast<std::size_t>((array_bytes + kSectorBytes - 1) / kSectorBytes), false);
   std::int64_t sectors = 0;
   auto mark = [&](std::int64_t offset, std::int64_t bytes) {
     if (bytes <= 0) return;
