@@ -96,16 +96,6 @@ inline void report_and_abort(const std::string& what) {
 }
 }  // namespace detail
 
-/// --help: the text once (rank 0), even under mpirun, then every rank ends cleanly.
-[[noreturn]] inline void print_help_and_exit(void (*usage)(FILE*)) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0) usage(stdout);
-  std::fflush(stdout);
-  MPI_Finalize();
-  std::exit(0);
-}
-
 /// Runs `run` between MPI_Init and MPI_Finalize. InputError: rank 0 prints it, every rank
 /// exits with 2. Any other error may be on one rank only (the others would wait forever) and
 /// is deliberately not caught: with no handler, the exception leaves main without unwinding

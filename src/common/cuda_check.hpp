@@ -52,6 +52,10 @@ inline void fill_device_now(void* device, int byte, std::size_t bytes) {
   HALOX_CUDA_CHECK(cudaMemsetAsync(device, byte, bytes, nullptr));
   HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
+/// The synchronous exchange calls: what they queued on the default stream is done.
+inline void finish_default_stream() {
+  HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+}
 
 /// Blocks of 256 threads of `kernel` the current GPU holds at once (its SMs times the
 /// occupancy calculator's blocks per SM): what a grid whose blocks all spin may use.

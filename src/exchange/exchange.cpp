@@ -332,10 +332,9 @@ GridExchange::GridExchange(const Topology& topology, GridPlan plan, ExchangeOpti
 GridExchange::~GridExchange() = default;
 
 namespace {
-// The synchronous calls: their work on the default stream is done on return.
 void finish_default_stream(bool device) {
 #if HALOX_HAS_CUDA
-  if (device) HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  if (device) detail::finish_default_stream();
 #else
   (void)device;
 #endif

@@ -99,7 +99,7 @@ void LocalGridExchange::exchange(const std::vector<void*>& fields) {
 #if HALOX_HAS_CUDA
   const auto known = m_impl->on_device.find(fields[0]);
   if (known != m_impl->on_device.end() && known->second) {
-    HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    detail::finish_default_stream();
   }
 #endif
 }

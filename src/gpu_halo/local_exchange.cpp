@@ -309,7 +309,7 @@ struct LocalParticleExchange::Impl {
     HALOX_CUDA_CHECK(cudaGetDevice(&current));
     for (const int d : devices) {
       HALOX_CUDA_CHECK(cudaSetDevice(d));
-      HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+      detail::finish_default_stream();
     }
     HALOX_CUDA_CHECK(cudaSetDevice(current));
 #endif
