@@ -51,10 +51,10 @@ HaloOptions parse_halo(int argc, char** argv) {
   line.list("--transports", o.transports,
             "default: host on the CPU; staged,pipelined,ipc-pulse,ipc-fused on the GPU "
             "(nvshmem-stream,nvshmem-pulse,nvshmem-fused: in a run of their own, as NVSHMEM's "
-            "proxy thread slows the others); local: every rank of --local-ranks in this "
-            "process (run it on 1 MPI rank)");
+            "proxy thread slows the others); local-pulse, local-fused: every rank of "
+            "--local-ranks in this process (run it on 1 MPI rank)");
   std::string local = "2x2x2";
-  line.text("--local-ranks", local, "the local transport's rank grid", "XxYxZ");
+  line.text("--local-ranks", local, "the local transports' rank grid", "XxYxZ");
   line.counts("--atoms-per-rank", o.atoms_per_rank, "atoms per rank, one case each");
   line.count("--steps", o.steps, "timed steps per case (after 20 warm-up steps)", 1);
   line.choice("--device", o.device, "auto: gpu when one is visible", {"auto", "cpu", "gpu"});
@@ -126,8 +126,11 @@ int halo_main(int argc, char** argv) {
     for (const auto& name : transports) {
       md::Config c;
       c.device = gpu ? "gpu" : "cpu";
-      // local: every rank of the grid in this process, the local engine between them.
-      c.local = name == "local";
+      c.transport = parse_transport(name);
+      c.transport_given = true;
+      // local-*: every rank of the grid in this process (Ranks::local).
+      c.local =
+          c.transport == TransportKind::local_pulse || c.transport == TransportKind::local_fused;
       int ranks = size;
       if (c.local) {
         if (size != 1) {
@@ -136,9 +139,6 @@ int halo_main(int argc, char** argv) {
         }
         c.ranks = o.local_ranks;
         ranks = o.local_ranks[0] * o.local_ranks[1] * o.local_ranks[2];
-      } else {
-        c.transport = parse_transport(name);
-        c.transport_given = true;
       }
       c.cells = std::max(4, static_cast<int>(std::lround(std::cbrt(double(apr) * ranks / 4.0))));
       c.nstlist = 20;  // the halo between searches is what is measured

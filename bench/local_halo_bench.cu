@@ -12,7 +12,7 @@
 
 #include "halox/error.hpp"
 #include "halox/device.hpp"
-#include "halox/gpu_halo.hpp"
+#include "halox/exchange.hpp"
 #include "halox/trace.hpp"
 #include "cuda_timing.cuh"
 #include "../apps/common/cli.hpp"
@@ -65,16 +65,17 @@ int local_halo_main(int argc, char** argv) {
   double density = 0.8442, cutoff = 2.5, skin = 0.3;
   std::string json, trace_file;
   int gpus = 1;
-  std::vector<bool> direct_modes = {true, false};  // GpuHaloOptions::direct_in_launch
-  std::vector<FusedKernels> kernel_kinds = {FusedKernels::per_pulse, FusedKernels::all_pulses};
+  std::vector<bool> direct_modes = {true, false};  // ExchangeOptions::testing.direct_in_launch
+  std::vector<TransportKind> kernel_kinds = {TransportKind::local_pulse,
+                                             TransportKind::local_fused};
   std::vector<std::string> in_launch = {"direct", "staged"}, kernels = {"per_pulse", "all_pulses"};
   int atom_count = static_cast<int>(atoms);
   halox::apps::CommandLine line(
       "halox-bench halo-local",
       "LJ atoms (fcc, density 0.8442, halo distance cutoff 2.5 + skin 0.3) split over R ranks\n"
       "in one process on one GPU (or spread over --gpus GPUs, consecutive ranks sharing one);\n"
-      "forward + reverse halo per step through the local engine (per-pulse and all-pulse\n"
-      "fused kernels) vs one empty kernel launch.");
+      "forward + reverse halo per step through ParticleExchange over Ranks::local (per_pulse:\n"
+      "local-pulse, all_pulses: local-fused) vs one empty kernel launch.");
   line.list("--ranks", grids, "rank grids, one case each");
   line.count("--atoms", atom_count, "atoms in all", 1);
   line.count("--gpus", gpus, "GPUs the ranks are spread over", 1);
@@ -92,8 +93,8 @@ int local_halo_main(int argc, char** argv) {
   for (const std::string& mode : in_launch) direct_modes.push_back(mode == "direct");
   kernel_kinds.clear();
   for (const std::string& kind : kernels) {
-    kernel_kinds.push_back(kind == "all_pulses" ? FusedKernels::all_pulses
-                                                : FusedKernels::per_pulse);
+    kernel_kinds.push_back(kind == "all_pulses" ? TransportKind::local_fused
+                                                : TransportKind::local_pulse);
   }
   const int visible = visible_gpus();
   if (gpus < 1 || gpus > visible) {
@@ -158,8 +159,7 @@ int local_halo_main(int argc, char** argv) {
     std::vector<ParticlePlan> plans = build_local_particle_plans(topology, box, cutoff + skin, xyz);
     long halo = 0;
     for (const auto& p : plans) halo += p.total_count - p.home_count;
-    const std::vector<int> device_of =
-        LocalParticleExchange::spread_over_gpus(topology.size(), gpus);
+    const std::vector<int> device_of = Ranks::spread_over_gpus(topology.size(), gpus);
     std::vector<void*> x(topology.size()), f(topology.size());
     for (int r = 0; r < topology.size(); ++r) {
       BENCH_CUDA(cudaSetDevice(device_of[r]));
@@ -177,10 +177,13 @@ int local_halo_main(int argc, char** argv) {
     BENCH_CUDA(cudaSetDevice(0));
     auto time = [&](auto&& f) { return median_over_gpus_us(devices, streams, 11, 100, f); };
     for (std::size_t m = 0; m < direct_modes.size(); ++m)
-      for (FusedKernels kernels : kernel_kinds) {
+      for (TransportKind kernels : kernel_kinds) {
         const bool direct = direct_modes[m];
-        LocalParticleExchange exchange(topology, plans, BasicKind::float32,
-                                       {kernels, 5.0, true, -1, direct}, device_of);
+        ExchangeOptions options;
+        options.transport = kernels;
+        options.testing.direct_in_launch = direct;
+        ParticleExchange exchange(Ranks::local(topology, device_of), plans, BasicKind::float32,
+                                  options);
         const double fwd = time([&] { exchange.forward_async(x, streams); });
         const double rev = time([&] { exchange.reverse_async(f, streams); });
         const double step = time([&] {
@@ -188,8 +191,8 @@ int local_halo_main(int argc, char** argv) {
           exchange.reverse_async(f, streams);
         });
         exchange.check();
-        const char* name = kernels == FusedKernels::all_pulses ? "all_pulses" : "per_pulse";
-        if (!trace_file.empty() && kernels == FusedKernels::all_pulses && grid == grids.front() &&
+        const char* name = kernels == TransportKind::local_fused ? "all_pulses" : "per_pulse";
+        if (!trace_file.empty() && kernels == TransportKind::local_fused && grid == grids.front() &&
             m == 0) {
           // Tracing overhead in the same run, then one traced step into the file.
           trace::enable();

@@ -27,7 +27,6 @@
 #include "halox/device.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
-#include "halox/local_grid.hpp"
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"
 #if HALOX_HAS_CUDA
@@ -54,7 +53,8 @@ struct Cli {
   std::string fg_exchange = "merged";  // multiphase, halox moving the faces: merged | separate
   TransportKind transport = TransportKind::host;
   bool transport_given = false, single = true;
-  bool local = false;        // --transport local(-fused): every rank of --ranks in this one process
+  bool local =
+      false;  // --transport local-pulse or local-fused: every rank of --ranks in this process
   bool local_fused = false;  // --transport local-fused: one kernel for all faces of all ranks
   Params params;
   double radius = 12, velocity = 0.02;
@@ -84,7 +84,7 @@ Cli parse(int argc, char** argv) {
             "faces, strided, counted 32 / element bytes times: halox::grid_rank_dims)",
             "XxYxZ");
   line.count("--rank-count", c.rank_count,
-             "N ranks on that grid (--transport local: how many it runs)", 1);
+             "N ranks on that grid (--transport local-*: how many it runs)", 1);
   line.count("--steps", c.steps, "time steps");
   line.choice("--device", c.device, "auto: gpu when one is visible", {"auto", "cpu", "gpu"});
   line.choice("--precision", precision, "arithmetic and storage", {"float", "double"});
@@ -97,8 +97,9 @@ Cli parse(int argc, char** argv) {
   line.text("--transport", transport,
             "for --comm datatype/contig/overlap: host | staged | pipelined | nvshmem-stream | "
             "ipc-fused | nvshmem-fused | nccl | auto (default: host on the CPU, staged on the "
-            "GPU) | local (every rank of --ranks in this one process, run without mpirun) | "
-            "local-fused (datatype or overlap, GPU: one kernel moves every face of every rank)");
+            "GPU) | local-pulse (every rank of --ranks in this one process, run without mpirun; "
+            "GPU: one kernel per face) | local-fused (the same, datatype or overlap; GPU: one "
+            "kernel moves every face of every rank)");
   line.number("--tau", c.params.tau, "momentum relaxation time (must exceed 0.5)", 0, 1e6);
   line.number("--tau-g", c.params.tau_g, "order-parameter relaxation time", 0, 1e6);
   line.number("--A", c.params.A, "bulk free-energy coefficient", 0, 1e6);
@@ -135,9 +136,9 @@ Cli parse(int argc, char** argv) {
   if (!ranks.empty()) c.ranks = parse_dims(ranks);
   c.single = precision == "float";
   if (!transport.empty()) {
-    c.local = transport == "local" || transport == "local-fused";
-    c.local_fused = transport == "local-fused";
-    if (!c.local) c.transport = parse_transport(transport);
+    c.transport = parse_transport(transport);
+    c.local_fused = c.transport == TransportKind::local_fused;
+    c.local = c.local_fused || c.transport == TransportKind::local_pulse;
     c.transport_given = true;
   }
   if (seed != std::floor(seed)) throw Error("halox-lbm: --seed must be a whole number");
@@ -153,9 +154,9 @@ Cli parse(int argc, char** argv) {
     throw Error("halox-lbm: --rank-count and --ranks exclude each other");
   }
   if (c.local && c.rank_count == 0 && !(c.ranks[0] > 0 && c.ranks[1] > 0 && c.ranks[2] > 0)) {
-    throw Error(
-        "halox-lbm: --transport local needs the ranks it runs in this process (--ranks XxYxZ, "
-        "or --rank-count N for N ranks on the rank grid halox picks)");
+    throw Error("halox-lbm: --transport " + to_string(c.transport) +
+                " needs the ranks it runs in this process (--ranks XxYxZ, "
+                "or --rank-count N for N ranks on the rank grid halox picks)");
   }
   if (c.local_fused && (c.comm == "default" || c.comm == "contig")) {
     throw Error("halox-lbm: --transport local-fused moves the faces of --comm datatype or overlap");
@@ -198,7 +199,7 @@ struct FieldHalo {
   // exchange of its byte ranges.
   struct Stage {
     GridPlan plan;                           // the stage's two pulses over byte ranges
-    std::unique_ptr<GridExchange> exchange;  // none with --transport local
+    std::unique_ptr<GridExchange> exchange;  // none with local ranks (LocalRanks has them)
     std::array<std::int64_t, 2> bytes{};
     char* buffer = nullptr;
     std::vector<char> host;
@@ -280,7 +281,7 @@ class Lbm {
 
  public:
   Lbm(MPI_Comm comm, const Cli& cli) : Lbm(Topology::from_mpi(comm, cli.ranks), cli) {}
-  /// One rank of `topology`; with --transport local, one of several ranks of this process,
+  /// One rank of `topology`; with --transport local-*, one of several ranks of this process,
   /// whose exchanges a LocalRanks driver does (no MPI here then).
   Lbm(Topology topology, const Cli& cli) : m_cli(cli), m_topology(std::move(topology)) {
     const auto dims = m_topology.dims(), c = m_topology.coords();
@@ -857,11 +858,11 @@ class Lbm {
   long m_steps = 0;
 };
 
-// --transport local: every rank of --ranks in this one process, stepped in lockstep. Between
-// the updates, one LocalGridExchange per field moves every rank's faces straight into its
-// neighbours' arrays (host memory: CPU copies; GPU: one kernel per face, or with local-fused
-// one kernel for all of them, on rank 0's stream). The ranks' streams are ordered through
-// events, not the host: rank 0's stream waits for every rank's updates before an exchange,
+// --transport local-pulse or local-fused: every rank of --ranks in this one process, stepped
+// in lockstep. Between the updates, one GridExchange over Ranks::local per field moves every rank's
+// faces straight into its neighbours' arrays (host memory: CPU copies; GPU: one kernel per face, or
+// with local-fused one kernel for all of them, on rank 0's stream). The ranks' streams are ordered
+// through events, not the host: rank 0's stream waits for every rank's updates before an exchange,
 // and every rank's stream waits for the exchange before its next update, so the steps queue
 // without a host wait (the contig and default variants still pass through the host). The
 // fields stay bitwise those of one rank.
@@ -880,9 +881,10 @@ class LocalRanks {
       }
       std::vector<GridPlan> plans;
       for (auto& lbm : m_ranks) plans.push_back(lbm->plan(k));
-      LocalGridOptions options;
-      options.fused = cli.local_fused;
-      m_exchanges.push_back(std::make_unique<LocalGridExchange>(std::move(plans), options));
+      ExchangeOptions options;
+      options.transport = cli.transport;
+      m_exchanges.push_back(
+          std::make_unique<GridExchange>(Ranks::local(m_shape), std::move(plans), options));
     }
   }
 
@@ -898,8 +900,8 @@ class LocalRanks {
   Backend& backend() { return m_ranks[0]->backend(); }
   const Topology& topology() const { return m_shape; }
   std::string transport() const {
-    const std::string where =
-        "local (" + std::to_string(m_ranks.size()) + " ranks in this process)";
+    const std::string where = to_string(m_cli.transport) + " (" + std::to_string(m_ranks.size()) +
+                              " ranks in this process)";
     if (m_cli.comm == "default") {
       return "default (hand-written pack + host copies between the ranks), " + where;
     }
@@ -1003,20 +1005,20 @@ class LocalRanks {
   }
 
   // contig: stage by stage, every rank packs its two faces by hand into its stage buffer, one
-  // LocalGridExchange per field and stage moves the byte ranges between the ranks' buffers,
-  // and every rank unpacks.
+  // GridExchange (local-pulse) per field and stage moves the byte ranges between the ranks'
+  // buffers, and every rank unpacks.
   void exchange_contiguous(int field) {
     for (int s = 0; s < 3; ++s) {
       if (m_ranks[0]->stage_wraps(m_ranks[0]->halo(field), s)) continue;  // alike on every rank
       for (auto& lbm : m_ranks) lbm->contig_pack(lbm->halo(field), s);
       synchronize();
-      std::unique_ptr<LocalGridExchange>& stage = m_stage_exchanges[3 * field + s];
+      std::unique_ptr<GridExchange>& stage = m_stage_exchanges[3 * field + s];
       if (!stage) {
         std::vector<GridPlan> plans;
         for (auto& lbm : m_ranks) plans.push_back(lbm->halo(field).stages[s].plan);
-        LocalGridOptions options;
-        options.fused = false;  // contig: the stage buffers move one kernel per face
-        stage = std::make_unique<LocalGridExchange>(std::move(plans), options);
+        ExchangeOptions options;
+        options.transport = TransportKind::local_pulse;  // the stage buffers: one kernel per face
+        stage = std::make_unique<GridExchange>(Ranks::local(m_shape), std::move(plans), options);
       }
       std::vector<void*>& buffers = m_pointers;
       buffers.clear();
@@ -1050,8 +1052,8 @@ class LocalRanks {
   Cli m_cli;
   Topology m_shape;
   std::vector<std::unique_ptr<Lbm>> m_ranks;
-  std::vector<std::unique_ptr<LocalGridExchange>> m_exchanges;          // f, then g and phi
-  std::array<std::unique_ptr<LocalGridExchange>, 9> m_stage_exchanges;  // contig: field, stage
+  std::vector<std::unique_ptr<GridExchange>> m_exchanges;          // f, then g and phi
+  std::array<std::unique_ptr<GridExchange>, 9> m_stage_exchanges;  // contig: field, stage
   std::vector<void*> m_pointers;
   PhaseClock m_phases;
   long m_steps = 0;
@@ -1296,7 +1298,8 @@ int run(int argc, char** argv) {
     }
     if (cli.local && size != 1) {
       throw Error(
-          "halox-lbm: --transport local runs every rank in one process: start it without "
+          "halox-lbm: --transport local-pulse and local-fused run every rank in one process: start "
+          "it without "
           "mpirun (or with one MPI rank), not " +
           std::to_string(size));
     }

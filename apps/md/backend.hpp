@@ -30,20 +30,18 @@ class Backend {
                     const ParticlePlan& plan, double rlist) = 0;
   virtual void half_kick(double dt) = 0;
   virtual void drift(double dt) = 0;
-  virtual void halo_forward(ParticleExchange& exchange) = 0;
   /// Forces on every local atom from the list (queued on the GPU); `energy_shift` is added
   /// to each pair's energy inside the cutoff (lj.hpp).
   virtual void forces(double cutoff, double energy_shift) = 0;
   /// This rank's energy and virial from the last forces() call (waits for it).
   virtual Sums last_sums() = 0;
-  virtual void halo_reverse(ParticleExchange& exchange) = 0;
   /// Sum of v^2 over home atoms.
   virtual double velocity_squared() = 0;
   /// Home coordinates and velocities back on the host (neighbour search, output).
   virtual void fetch(std::vector<double>& x, std::vector<double>& v) = 0;
   virtual void fetch_forces(std::vector<double>& f) = 0;
   /// Every local atom's coordinates and forces where the back end keeps them (host or
-  /// device memory, 3 reals per atom): what the local engine's exchange moves in place.
+  /// device memory, 3 reals per atom): what the halo exchange moves in place.
   virtual void* coordinates() = 0;
   virtual void* force_array() = 0;
   /// The stream the back end's work is ordered on (nullptr on the CPU).

@@ -51,7 +51,6 @@ class CpuBackend final : public Backend {
   void drift(double dt) override {
     for (std::int64_t i = 0; i < m_home; ++i) md::drift(i, Real(dt), m_v.data(), m_x.data());
   }
-  void halo_forward(ParticleExchange& exchange) override { exchange.forward(m_x.data()); }
   void forces(double cutoff, double energy_shift) override {
     NeighborList list{static_cast<std::int64_t>(m_offsets.size()) - 1, m_offsets.data(),
                       m_neighbors.data()};
@@ -66,7 +65,6 @@ class CpuBackend final : public Backend {
     m_sums = sums;
   }
   Sums last_sums() override { return m_sums; }
-  void halo_reverse(ParticleExchange& exchange) override { exchange.reverse(m_f.data()); }
   void* coordinates() override { return m_x.data(); }
   void* force_array() override { return m_f.data(); }
   double velocity_squared() override {

@@ -200,9 +200,6 @@ class GpuBackend final : public Backend {
         <<<blocks(m_home), 256, 0, m_stream>>>(m_home, Real(dt), m_v.get(), m_x.get());
     MD_CUDA(cudaGetLastError());
   }
-  void halo_forward(ParticleExchange& exchange) override {
-    exchange.forward_async(m_x.get(), m_stream);
-  }
   void forces(double cutoff, double energy_shift) override {
     MD_CUDA(cudaMemsetAsync(m_sums.get(), 0, 2 * sizeof(double), m_stream));
     NeighborList list{m_atoms, m_offsets.get(), m_neighbors.get()};
@@ -216,9 +213,6 @@ class GpuBackend final : public Backend {
   Sums last_sums() override {
     synchronize();
     return {m_host_sums[0], m_host_sums[1]};
-  }
-  void halo_reverse(ParticleExchange& exchange) override {
-    exchange.reverse_async(m_f.get(), m_stream);
   }
   double velocity_squared() override {
     MD_CUDA(cudaMemsetAsync(m_sums.get() + 2, 0, sizeof(double), m_stream));

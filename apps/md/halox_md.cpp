@@ -63,8 +63,8 @@ Cli parse(int argc, char** argv) {
   line.text("--transport", transport,
             "host | staged | pipelined | mpi-direct | ipc-pulse | ipc-fused | nvshmem-stream | "
             "nvshmem-pulse | nvshmem-fused | auto (default: host on the CPU, staged on the "
-            "GPU); local: every rank of --ranks in this one process (start 1 MPI rank), "
-            "halox's local engine between them");
+            "GPU); local-pulse | local-fused: every rank of --ranks in this one process "
+            "(start 1 MPI rank), one kernel per pulse or one for all");
   double chunk = 0, seed = static_cast<double>(c.seed);
   line.number("--chunk", chunk, "pipelined chunk size in bytes (0: the tuning file's)", 0, 1e12);
   line.number("--seed", seed, "velocity and lattice-jitter seed", 0, 9e15);
@@ -77,12 +77,10 @@ Cli parse(int argc, char** argv) {
   line.parse(argc, argv);
   if (!ranks.empty()) c.ranks = parse_dims(ranks);
   if (!transport.empty()) {
-    if (transport == "local") {
-      c.local = true;
-    } else {
-      c.transport = parse_transport(transport);
-      c.transport_given = true;
-    }
+    c.transport = parse_transport(transport);
+    c.transport_given = true;
+    c.local =
+        c.transport == TransportKind::local_pulse || c.transport == TransportKind::local_fused;
   }
   c.single_precision = precision == "float";
   c.lj_shift = lj_shift == "none" ? LjShift::none : LjShift::cutoff;

@@ -75,10 +75,12 @@ void validate(const Config& c, int ranks) {
   const bool all_given = c.ranks[0] && c.ranks[1] && c.ranks[2];
   if (c.local) {
     if (ranks != 1) {
-      fail("--transport local runs every rank in one process: start 1 MPI rank, not " +
-           std::to_string(ranks));
+      fail("--transport " + to_string(c.transport) +
+           " runs every rank in one process: start 1 MPI rank, not " + std::to_string(ranks));
     }
-    if (!all_given) fail("--transport local needs the whole rank grid: --ranks XxYxZ");
+    if (!all_given) {
+      fail("--transport " + to_string(c.transport) + " needs the whole rank grid: --ranks XxYxZ");
+    }
   } else if ((all_given && given != ranks) || (!all_given && ranks % given != 0)) {
     fail("the rank grid " + std::to_string(c.ranks[0]) + "x" + std::to_string(c.ranks[1]) + "x" +
          std::to_string(c.ranks[2]) + " does not match the " + std::to_string(ranks) +
@@ -87,12 +89,14 @@ void validate(const Config& c, int ranks) {
   if (c.device != "auto" && c.device != "cpu" && c.device != "gpu") {
     fail("--device must be auto, cpu or gpu (got " + c.device + ")");
   }
-  if (c.transport_given && c.device == "cpu" && c.transport != TransportKind::host) {
+  // Local ranks' host arrays are copied by the CPU whatever the kind.
+  if (c.transport_given && c.device == "cpu" && c.transport != TransportKind::host && !c.local) {
     fail("the CPU back end keeps its arrays in host memory: use --transport host (" +
          to_string(c.transport) + " moves device memory)");
   }
   std::string why;
-  if (c.transport_given && c.device != "cpu" && !transport_available(c.transport, &why)) {
+  if (c.transport_given && c.device != "cpu" && !c.local &&
+      !transport_available(c.transport, &why)) {
     fail("the " + to_string(c.transport) + " transport is not available: " + why);
   }
 }
@@ -177,7 +181,6 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
 
 Simulation::~Simulation() {
   // The first rank's back end owns the stream the others share: it goes last.
-  m_local_exchange.reset();
   m_exchange.reset();
   while (!m_ranks.empty()) m_ranks.pop_back();
 }
@@ -195,7 +198,8 @@ double Simulation::sum(double local) {
 std::string Simulation::transport_name() const {
   const std::string backend = m_ranks.front().backend->name();
   if (m_config.local) {
-    return backend + ", local (" + std::to_string(m_ranks.size()) + " ranks in this process)";
+    return backend + ", " + to_string(m_config.transport) + " (" + std::to_string(m_ranks.size()) +
+           " ranks in this process)";
   }
   return backend + ", " + to_string(m_config.transport);
 }
@@ -267,22 +271,25 @@ void Simulation::neighbor_search(bool first) {
     for (std::size_t k = 0; k < m_ranks.size(); ++k) {
       m_ranks[k].backend->load(xyz[k], m_ranks[k].v, m_ranks[k].plan, rlist);
     }
-    if (!m_local_exchange) {
-      const bool gpu = m_ranks.front().backend->stream() != nullptr;
-      m_local_exchange = std::make_unique<LocalParticleExchange>(
-          m_ranks.front().topology, std::move(plans), m_ranks.front().backend->real(),
-          GpuHaloOptions{}, std::vector<int>{}, gpu ? LocalMemory::gpu : LocalMemory::host);
+    if (!m_exchange) {
+      ExchangeOptions options;
+      options.transport = m_config.transport;
+      m_exchange = std::make_unique<ParticleExchange>(Ranks::local(m_ranks.front().topology),
+                                                      std::move(plans),
+                                                      m_ranks.front().backend->real(), options);
     } else {
-      m_local_exchange->set_plans(std::move(plans));
+      m_exchange->set_plans(std::move(plans));
     }
   } else {
     Rank& r = m_ranks.front();
     r.plan = build_particle_plan(r.topology, m_box, rlist, xyz.front());
     r.backend->load(xyz.front(), r.v, r.plan, rlist);
     if (!m_exchange) {
-      m_exchange = std::make_unique<ParticleExchange>(
-          r.topology, r.plan, r.backend->real(),
-          ExchangeOptions{m_config.transport, m_config.chunk_bytes});
+      ExchangeOptions options;
+      options.transport = m_config.transport;
+      options.chunk_bytes = m_config.chunk_bytes;
+      m_exchange =
+          std::make_unique<ParticleExchange>(r.topology, r.plan, r.backend->real(), options);
     } else {
       m_exchange->set_plan(r.plan);
     }
@@ -291,19 +298,16 @@ void Simulation::neighbor_search(bool first) {
 }
 
 // Coordinates forward (true) or forces back, for every rank of this process.
+// Host arrays are done on return; GPU arrays are ordered on the first rank's stream, which
+// every rank's kernels share.
 void Simulation::halo(bool forward) {
-  if (!m_local_exchange) {
-    Backend& b = *m_ranks.front().backend;
-    forward ? b.halo_forward(*m_exchange) : b.halo_reverse(*m_exchange);
-    return;
-  }
   m_arrays.clear();
   for (Rank& r : m_ranks) {
     m_arrays.push_back(forward ? r.backend->coordinates() : r.backend->force_array());
   }
   GpuStream stream = m_ranks.front().backend->stream();
-  forward ? m_local_exchange->forward_async(m_arrays, stream)
-          : m_local_exchange->reverse_async(m_arrays, stream);
+  forward ? m_exchange->forward_async(m_arrays, stream)
+          : m_exchange->reverse_async(m_arrays, stream);
 }
 
 double Simulation::queued_halo_seconds(bool forward, int count) {

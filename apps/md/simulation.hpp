@@ -13,7 +13,6 @@
 
 #include "backend.hpp"
 #include "halox/exchange.hpp"
-#include "halox/gpu_halo.hpp"
 #include "halox/plan.hpp"
 #include "halox/topology.hpp"
 
@@ -38,9 +37,9 @@ struct Config {
   LjShift lj_shift = LjShift::cutoff;
   TransportKind transport = TransportKind::host;
   bool transport_given = false;  ///< otherwise host on the CPU, staged on the GPU
-  /// --transport local: every rank of `ranks` in this one process (no MPI between them),
-  /// the halo moved by halox's local engine (LocalParticleExchange: one kernel for all
-  /// ranks on the GPU, the CPU in host memory).
+  /// --transport local-pulse or local-fused: every rank of `ranks` in this one process (no
+  /// MPI between them), the exchange built over Ranks::local (on the GPU one kernel for all
+  /// ranks, or one per pulse; the CPU copies host arrays).
   bool local = false;
   std::int64_t chunk_bytes = 0;
   std::uint64_t seed = 2026;
@@ -95,7 +94,7 @@ class Simulation {
   const ParticlePlan& plan() const { return m_ranks.front().plan; }
   std::int64_t steps() const { return m_step; }
   Timers& timers() { return m_timers; }
-  /// The MPI exchange's counters (the local engine keeps none: it never waits on the host).
+  /// The exchange's counters (host waits, messages and bytes between ranks).
   ExchangeStats exchange_stats() const {
     return m_exchange ? m_exchange->stats() : ExchangeStats{};
   }
@@ -144,9 +143,8 @@ class Simulation {
   Box m_box;
   std::int64_t m_atoms = 0;
   std::vector<Rank> m_ranks;
-  std::unique_ptr<ParticleExchange> m_exchange;             // MPI: one rank per process
-  std::unique_ptr<LocalParticleExchange> m_local_exchange;  // Config::local
-  std::vector<void*> m_arrays;                              // the local exchange's (reused)
+  std::unique_ptr<ParticleExchange> m_exchange;  // over Ranks::mpi, or Ranks::local
+  std::vector<void*> m_arrays;                   // the ranks' arrays of a call (reused)
   Timers m_timers;
   std::int64_t m_step = 0;
   std::int64_t m_violations = 0;

@@ -4,7 +4,7 @@
 // each step, so the result is checked against the exact discrete solution.
 //
 //   mpirun -n 4 ./heat3d            one rank per MPI process (GridExchange)
-//   ./heat3d --local 2x2x1          four ranks in this one process (LocalGridExchange)
+//   ./heat3d --local 2x2x1          four ranks in this one process (Ranks::local)
 #include <halox/halox.hpp>
 #include <mpi.h>
 
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
           halox::Datatype::of<double>());
       std::vector<Block> blocks;
       for (int r = 0; r < ranks; ++r) blocks.push_back(make_block(grid, r, plans[r]));
-      halox::LocalGridExchange exchange(plans);
+      halox::GridExchange exchange(halox::Ranks::local(grid), plans);
       std::vector<void*> fields(ranks);
       for (int s = 0; s < kSteps; ++s) {
         for (int r = 0; r < ranks; ++r) fields[r] = blocks[r].u.data();

@@ -1,9 +1,11 @@
-// halox: halo exchanges. An exchange runs a plan over a transport; the transport is chosen
-// by name at run time and the application code stays the same.
+// halox: halo exchanges. An exchange runs a plan over a set of ranks and a transport; the
+// ranks are one per process (MPI) or many in this process, the transport is chosen by name
+// at run time, and the application code stays the same.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,7 +27,7 @@ namespace halox {
 ///  - nccl:       grouped ncclSend/ncclRecv per stage on the stream (one GPU per rank).
 ///  - nvshmem-stream: NVSHMEM stream-triggered put-with-signal and signal waits on the
 ///                stream (no kernel changes, no host waits).
-///  - ipc-pulse, ipc-fused, nvshmem-pulse, nvshmem-fused: GPU-initiated (gpu_halo.hpp):
+///  - ipc-pulse, ipc-fused, nvshmem-pulse, nvshmem-fused: GPU-initiated (docs/gpu-initiated.md):
 ///                the neighbours' buffers are mapped (CUDA IPC, or NVSHMEM's symmetric heap
 ///                and nvshmem_ptr); fused kernels store straight into them, one kernel per
 ///                pulse or one for all pulses; no host waits. nvshmem-*: a neighbour that
@@ -34,7 +36,15 @@ namespace halox {
 ///                for all stages (pack into the neighbour's staging, signal, wait, unpack;
 ///                a later stage's faces wait on the device for the earlier stages'
 ///                unpacks) for all four (docs/gpu-initiated.md).
-///  - auto:       decided collectively at the first exchange of device memory, and printed
+///  - local-pulse, local-fused: the ranks of Ranks::local (many ranks in this process):
+///                every face or pulse straight from the sender's array into the
+///                receiver's, no staging and no host wait; local-pulse launches one kernel
+///                per face (grids) or per pulse (particles) in stage order, local-fused one
+///                kernel for every face or pulse of every rank on a GPU, later stages
+///                waiting on the device only for what they forward. Host arrays of local
+///                ranks are copied by the CPU, pulse by pulse, whatever the kind.
+///  - auto:       local ranks: local-fused. Otherwise decided collectively at the first exchange of
+///  device memory, and printed
 ///                (rank 0) with the reason: every neighbour on this node -> direct stores
 ///                (ipc-fused, particles and grids), unless halox-tune measured NVSHMEM's
 ///                copy-engine puts to win from a message size the exchange reaches (the
@@ -56,6 +66,8 @@ enum class TransportKind {
   ipc_fused,
   nvshmem_pulse,
   nvshmem_fused,
+  local_pulse,
+  local_fused,
   automatic  ///< "auto": chosen when the exchange first runs, see above
 };
 
@@ -68,8 +80,44 @@ TransportKind parse_transport(const std::string& name);
 /// Whether this build and this MPI library can run the transport; when not, `why` says why.
 bool transport_available(TransportKind kind, std::string* why = nullptr);
 
+/// The ranks an exchange connects, as this process holds them.
+///  - Ranks::mpi(topology): one rank per process, topology.rank() of an MPI job;
+///  - Ranks::local(grid, device_of_rank): every rank of `grid` in this process (no MPI
+///    needed), rank r's arrays on GPU device_of_rank[r] (empty: all on the current GPU;
+///    ranks on several GPUs reach each other through peer access), or all in host memory.
+class Ranks {
+ public:
+  static Ranks mpi(const Topology& topology);
+  /// `grid` gives the dimensions and periodicity; its own rank is ignored. Throws
+  /// halox::Error when device_of_rank is neither empty nor one GPU per rank.
+  static Ranks local(const Topology& grid, std::vector<int> device_of_rank = {});
+  /// Rank r on GPU r * gpus / ranks: consecutive ranks (neighbours along x) share a GPU.
+  static std::vector<int> spread_over_gpus(int ranks, int gpus);
+
+  /// Whether this process holds every rank of the grid (Ranks::local).
+  bool in_process() const { return m_in_process; }
+  /// The grid; seen from this process's rank (Ranks::mpi) or from rank 0 (Ranks::local).
+  const Topology& topology() const { return m_topology; }
+  /// How many ranks this process holds: the arrays an exchange call takes.
+  int count() const { return m_in_process ? m_topology.size() : 1; }
+  /// Ranks::local: the GPU of every rank (empty: the current GPU for all).
+  const std::vector<int>& device_of_rank() const { return m_device_of_rank; }
+
+ private:
+  Ranks(const Topology& topology, bool in_process, std::vector<int> device_of_rank)
+      : m_topology(topology),
+        m_in_process(in_process),
+        m_device_of_rank(std::move(device_of_rank)) {}
+  Topology m_topology;
+  bool m_in_process;
+  std::vector<int> m_device_of_rank;
+};
+
 struct ExchangeOptions {
-  /// Used for device buffers; host buffers always travel through the host transport.
+  /// Used for device buffers; host buffers always travel through the host transport (one
+  /// rank per process) or CPU copies (local ranks). Local ranks take local-pulse or
+  /// local-fused (auto and host mean local-fused there); the other kinds need one rank per
+  /// process.
   TransportKind transport = TransportKind::host;
   /// Pipelined chunk size in bytes; 0 takes it from the tuning file (see tuning.hpp).
   std::int64_t chunk_bytes = 0;
@@ -78,17 +126,29 @@ struct ExchangeOptions {
   /// GPU-initiated transports also run a start-up self-test of every link.
   double timeout_seconds = 5.0;
   bool self_test = true;
-  /// nvshmem-pulse and nvshmem-fused: the fused kernels reach every peer by NVSHMEM
-  /// put-with-signal (packed into a send staging area, put by the last block), even a peer
-  /// nvshmem_ptr maps for direct stores. They do this on their own for a peer it cannot
-  /// map (another node); this runs and measures that path on one node. The environment
-  /// variable HALOX_NVSHMEM_PUTS=1 sets it too.
-  bool nvshmem_puts_only = false;
   /// In traces (halox/trace.hpp): the name that this exchange's device events carry
   /// (args.object), which tells them from another exchange's; empty: "#" and a number that
   /// counts the process's GPU-initiated exchanges in the order their kernels were set up
   /// (at their first exchange), the same on every rank.
   std::string name{};
+  /// For tests and measurements of paths a healthy run on this machine does not take.
+  struct Testing {
+    /// nvshmem-pulse and nvshmem-fused: the fused kernels reach every peer by NVSHMEM
+    /// put-with-signal (packed into a send staging area, put by the last block), even a
+    /// peer nvshmem_ptr maps for direct stores. They do this on their own for a peer it
+    /// cannot map (another node); this runs and measures that path on one node. The
+    /// environment variable HALOX_NVSHMEM_PUTS=1 sets it too.
+    bool nvshmem_puts_only = false;
+    /// local-pulse and local-fused: this rank's faces or blocks do nothing, as if it had
+    /// stalled (nor, in the self-test, send or receive its probes); the others time out.
+    int stall_rank = -1;
+    /// Particles between ranks of one launch (local ranks on one GPU, a rank's pulses to
+    /// itself): coordinates go straight into the receiver's halo and returned forces
+    /// straight into the sender's home items, with no staging, signal or wait, wherever no
+    /// forwarded item needs that pulse's staging. false: through staging as between
+    /// processes (tests of that path).
+    bool direct_in_launch = true;
+  } testing{};
 };
 
 /// Counters since construction (or reset_stats()).
@@ -99,29 +159,44 @@ struct ExchangeStats {
   std::int64_t bytes_sent = 0;  ///< bytes to other ranks
 };
 
-class Transport;
-
-/// The grid halo of a field laid out as the plan describes (x fastest, halo on each side).
+/// The grid halo of a field laid out as the plan describes (x fastest, halo on each side),
+/// for every rank this process holds. Stage by stage (Z, then Y carrying the Z halo, then X
+/// carrying both), so edges and corners arrive.
 class GridExchange {
  public:
-  /// Collective. The plan must come from build_grid_plan (or be validated).
+  /// Collective over the ranks' processes. plans[i]: the plan of this process's i-th rank
+  /// (Ranks::mpi: one, from build_grid_plan or validated; Ranks::local: one per rank of the
+  /// grid, from make_local_grid_plans). Plans that do not match their neighbours' are
+  /// refused on every rank, naming both ranks and the pulse.
+  GridExchange(const Ranks& ranks, std::vector<GridPlan> plans, ExchangeOptions options = {});
+  /// One rank per process: GridExchange(Ranks::mpi(topology), {plan}, options).
   GridExchange(const Topology& topology, GridPlan plan, ExchangeOptions options = {});
   ~GridExchange();
   GridExchange(const GridExchange&) = delete;
   GridExchange& operator=(const GridExchange&) = delete;
 
-  /// Fills the halo of `field` (host or device memory). Device fields: ordered on `stream`
-  /// (the call may still block the host, as the staged transports do); host fields: done on
-  /// return.
+  /// Fills the halos: fields[i] is the array of this process's i-th rank (all in host
+  /// memory or all on the GPUs). Device fields: ordered on `stream` (the call may still
+  /// block the host, as the staged transports do); host fields: done on return.
+  void exchange_async(std::span<void* const> fields, GpuStream stream);
+  /// The same for a process holding one rank.
   void exchange_async(void* field, GpuStream stream);
   /// The same, done on return for device fields too (the default stream synchronised).
+  void exchange(std::span<void* const> fields);
   void exchange(void* field);
 
+  const Ranks& ranks() const;
+  /// The plan of this process's first rank, and those of all its ranks.
   const GridPlan& plan() const;
+  const std::vector<GridPlan>& plans() const;
   const ExchangeStats& stats() const;
   void reset_stats();
-  /// The transport a device field uses ("host" for host fields).
+  /// The transport a field uses ("host" for host fields of one rank per process).
   std::string transport_name(const void* field) const;
+  /// Local ranks: the faces moved per exchange, and the kernel launches per exchange of
+  /// GPU arrays (local-fused: 1, local-pulse: one per face).
+  int faces_per_exchange() const;
+  int launches_per_exchange() const;
 
  private:
   struct Impl;
@@ -132,33 +207,62 @@ class GridExchange {
 /// Each item is three reals (x, y, z), float or double.
 class ParticleExchange {
  public:
+  /// plans[i]: the plan of this process's i-th rank (Ranks::mpi: build_particle_plan;
+  /// Ranks::local: build_local_particle_plans).
+  ParticleExchange(const Ranks& ranks, std::vector<ParticlePlan> plans, BasicKind real,
+                   ExchangeOptions options = {});
+  /// One rank per process: ParticleExchange(Ranks::mpi(topology), {plan}, real, options).
   ParticleExchange(const Topology& topology, const ParticlePlan& plan, BasicKind real,
                    ExchangeOptions options = {});
   ~ParticleExchange();
   ParticleExchange(const ParticleExchange&) = delete;
   ParticleExchange& operator=(const ParticleExchange&) = delete;
 
-  /// Replaces the plan after a neighbour search (buffers grow, never shrink).
+  /// Replaces the plans after a neighbour search (buffers grow, never shrink). Collective.
+  void set_plans(std::vector<ParticlePlan> plans);
   void set_plan(const ParticlePlan& plan);
-  /// Coordinates: fills items [home_count, total_count) of `xyz` from the peers.
-  /// Device arrays: successive forward and reverse calls on one exchange must run in order on
-  /// the device (one stream, or ordered by the caller with events), as a run's steps are; the
-  /// GPU-initiated transports rely on it (a launch after one of the other direction knows the
-  /// peers' buffers are free and does not wait for them).
-  void forward_async(void* xyz, GpuStream stream);
+  /// Coordinates: fills items [home_count, total_count) of each rank's `xyz` from the
+  /// peers. xyz[i]: the array of this process's i-th rank. Device arrays: successive
+  /// forward and reverse calls on one exchange must run in order on the device (one
+  /// stream, or ordered by the caller with events), as a run's steps are; the
+  /// GPU-initiated transports rely on it (a launch after one of the other direction knows
+  /// the peers' buffers are free and does not wait for them).
+  void forward_async(std::span<void* const> xyz, GpuStream stream);
   /// Forces: sends the forces on items [home_count, total_count) back to their owners, in
   /// reverse pulse order, and adds them there (so forwarded items are accumulated first).
   /// Afterwards the home items hold their total forces; the halo items' forces are
   /// transport-dependent (the GPU-initiated transports sum forwarded items' forces on the
   /// way and leave the halo items as they were).
+  void reverse_async(std::span<void* const> forces, GpuStream stream);
+  /// Local ranks on several GPUs: one stream per GPU of devices(), each GPU's launch
+  /// ordered on its own.
+  void forward_async(std::span<void* const> xyz, std::span<const GpuStream> streams);
+  void reverse_async(std::span<void* const> forces, std::span<const GpuStream> streams);
+  /// A process holding one rank.
+  void forward_async(void* xyz, GpuStream stream);
   void reverse_async(void* forces, GpuStream stream);
-  /// forward_async and reverse_async on the default stream, done on return.
+  /// The same on the default stream (each GPU's), done on return.
+  void forward(std::span<void* const> xyz);
+  void reverse(std::span<void* const> forces);
   void forward(void* xyz);
   void reverse(void* forces);
+  /// Throws HaloTimeoutError when a device-side wait of an earlier call expired (no host
+  /// synchronisation: it reads a flag in mapped host memory). Every call checks first; this
+  /// reports it without another exchange, e.g. after the caller synchronised its stream.
+  void check() const;
 
+  const Ranks& ranks() const;
+  /// The plan of this process's first rank, and those of all its ranks.
   const ParticlePlan& plan() const;
+  const std::vector<ParticlePlan>& plans() const;
   const ExchangeStats& stats() const;
   void reset_stats();
+  /// The GPUs of this process's ranks, in the order the stream lists take them (local
+  /// ranks; the current GPU for one rank per process).
+  std::vector<int> devices() const;
+  /// Local ranks on the GPU, after the first exchange: kernel launches per forward (or
+  /// reverse) call and GPU (local-fused: 1, local-pulse: one per pulse); 0 in host memory.
+  int launches_per_exchange() const;
 
  private:
   struct Impl;

@@ -1,7 +1,7 @@
 // halox: the whole public API in one include. Datatypes and packing, rank grids and plans,
-// the grid and particle exchanges over every transport, the local engines (many ranks in
-// one process), tracing, tuning and the error types; MPI interoperability when this build
-// has MPI (halox/config.hpp says what it has).
+// the grid and particle exchanges over every transport and both localities of ranks (one
+// per process, or many in this process), tracing, tuning and the error types; MPI
+// interoperability when this build has MPI (halox/config.hpp says what it has).
 #pragma once
 
 #include "halox/config.hpp"
@@ -9,8 +9,6 @@
 #include "halox/device.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
-#include "halox/gpu_halo.hpp"
-#include "halox/local_grid.hpp"
 #include "halox/pack.hpp"
 #include "halox/pack_gpu.hpp"
 #include "halox/plan.hpp"

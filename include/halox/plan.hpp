@@ -156,6 +156,14 @@ std::vector<ParticlePlan> build_local_particle_plans(const Topology& topology, c
 void migrate_local_particles(const Topology& topology, const Box& box,
                              std::vector<std::vector<double>>& data, int stride);
 
+/// The grid plans of every rank of `grid` (dims and periodicity; its own rank is ignored),
+/// built in one process for Ranks::local: rank r gets interior[r] cells (several ranks may
+/// differ, as with an uneven split) and, when given, allocated[r] (padded arrays, as
+/// make_grid_plan). Throws halox::Error for bad sizes.
+std::vector<GridPlan> make_local_grid_plans(
+    const Topology& grid, const std::vector<std::array<std::int64_t, 3>>& interior, int halo,
+    const Datatype& element, const std::vector<std::array<std::int64_t, 3>>& allocated = {});
+
 /// The headers of a plan's pulses (for validation and transports).
 std::vector<PulseHeader> headers(const ParticlePlan& plan);
 std::vector<PulseHeader> headers(const GridPlan& plan);

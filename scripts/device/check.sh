@@ -116,11 +116,11 @@ for model in bgk multiphase; do
 done
 build/gpu/apps/lbm/halox-lbm --init spinodal --grid 256x256x64 --steps 3000 --device gpu \
   --report 1000 --slice "$out/lbm-spinodal.pgm" 2>&1 | tail -3
-log "halox-lbm: 8 ranks in one process on the one GPU (--transport local), 128^3 per rank"
+log "halox-lbm: 8 ranks in one process on the one GPU (--transport local-pulse and local-fused), 128^3 per rank"
 for model in bgk multiphase; do
   # name:comm:transport; "fused" is the GPU-initiated kernel for every face of every rank.
-  for v in default:default:local contig:contig:local datatype:datatype:local \
-           overlap:overlap:local fused:datatype:local-fused fused-overlap:overlap:local-fused; do
+  for v in default:default:local-pulse contig:contig:local-pulse datatype:datatype:local-pulse \
+           overlap:overlap:local-pulse fused:datatype:local-fused fused-overlap:overlap:local-fused; do
     IFS=: read -r name comm transport <<< "$v"
     build/gpu/apps/lbm/halox-lbm --model $model --grid 256x256x256 --ranks 2x2x2 --transport $transport \
       --comm $comm --steps 100 --device gpu --json "$out/lbm-$model-local8-$name.json" 2>&1 \
@@ -153,14 +153,14 @@ want md && for np in 1 2; do
 done
 want md && {
   # 8 ranks sharing the GPU in one process, the issue's 32,000-atom setting, whole steps.
-  log "halox-md on the GPU, 8 ranks in one process (--transport local)"
+  log "halox-md on the GPU, 8 ranks in one process (--transport local-fused)"
   # (a whole GPU: not the 50% share the two-process runs take)
-  timeout 150 mpirun -n 1 --bind-to none build/gpu/apps/md/halox-md --device gpu --transport local \
+  timeout 150 mpirun -n 1 --bind-to none build/gpu/apps/md/halox-md --device gpu --transport local-fused \
     --ranks 2x2x2 --cells 20 \
     --steps 500 --thermo 100 --json "$out/md-gpu-local8.json" 2>&1 | tee "$out/md-gpu-local8.txt"
-  log "benchmark: halox-bench halo --app md, local transport (8 ranks in one process) $quick"
+  log "benchmark: halox-bench halo --app md, local-fused (8 ranks in one process) $quick"
   timeout 150 mpirun -n 1 --bind-to none build/gpu/bench/halox-bench halo --app md --device gpu \
-    $quick --transports local --json "$out/halo-md-local8.json" 2>&1 | tee "$out/halo-md-local8.txt"
+    $quick --transports local-fused --json "$out/halo-md-local8.json" 2>&1 | tee "$out/halo-md-local8.txt"
 }
 want puts && {
   # The fused kernels' put-with-signal path (a peer nvshmem_ptr cannot map, as on another

@@ -391,6 +391,8 @@ std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm co
     case TransportKind::ipc_fused:
     case TransportKind::nvshmem_pulse:
     case TransportKind::nvshmem_fused:
+    case TransportKind::local_pulse:
+    case TransportKind::local_fused:
     case TransportKind::automatic: break;
   }
   throw Error("halox: the host transport cannot move device memory");

@@ -1,4 +1,4 @@
-// LocalGridExchange's GPU-initiated path: every face of every rank of the process in one
+// The local-fused grid exchange (Ranks::local): every face of every rank of the process in one
 // launch. The faces are cut into tiles; blocks take tiles in ticket order (stage Z's first,
 // then Y's, then X's) and copy each straight from the sender's array to the receiver's in the
 // widest word the face allows. A tile of a later stage waits on the device only for the
@@ -29,7 +29,8 @@
 #include "../common/cuda_check.hpp"
 #include "../gpu_halo/signals.cuh"
 #include "../pack/pack_device.cuh"
-#include "halox/gpu_halo.hpp"
+#include "halox/error.hpp"
+#include "halox/exchange.hpp"
 #include "../common/env.hpp"
 
 namespace halox::detail {
@@ -207,7 +208,7 @@ struct LocalGridFused::Impl {
   long long tile_words = kTileWords;
   ErrorChannel errors;
 
-  Table& table_for(const std::vector<void*>& fields) {
+  Table& table_for(std::span<void* const> fields) {
     key.clear();  // a member: no allocation per exchange
     for (void* p : fields)
       key.push_back(static_cast<int>(reinterpret_cast<std::uintptr_t>(p) & 15));
@@ -235,7 +236,8 @@ struct LocalGridFused::Impl {
       // The faces of earlier stages into my sender: what this face forwards.
       for (std::size_t j = 0; j < i; ++j) {
         if (faces[j].to != lf.from || faces[j].stage >= lf.stage) continue;
-        if (v.waits == kMaxWaits) throw Error("halox::LocalGridExchange: too many forwarded faces");
+        if (v.waits == kMaxWaits)
+          throw Error("halox::GridExchange (local-fused): too many forwarded faces");
         const FaceView& before = views[j];
         v.wait[v.waits++] = {static_cast<int>(j), before.tiles, before.from, before.pulse};
       }
@@ -293,8 +295,8 @@ struct LocalGridFused::Impl {
     const volatile ErrorRecord* e = &errors.record();
     if (e->flag == 0) return;
     std::ostringstream s;
-    s << "halox: LocalGridExchange self-test (local transport, fused kernel): rank " << e->rank
-      << " did not get rank " << e->peer << "'s probe on " << pulse_name(e->rank, e->pulse) << " ("
+    s << "halox: GridExchange self-test (local-fused): rank " << e->rank << " did not get rank "
+      << e->peer << "'s probe on " << pulse_name(e->rank, e->pulse) << " ("
       << (e->kind == 0 ? "the face's link" : "the link back") << "): ";
     if (e->flag == 2) {
       s << "a word of it was " << e->seen << ", expected " << e->expected;
@@ -311,7 +313,7 @@ struct LocalGridFused::Impl {
     const int rank = e->rank, pulse = e->pulse;
     const std::string name = pulse_name(rank, pulse);
     std::ostringstream s;
-    s << "halox: LocalGridExchange (fused kernel): rank " << rank << " timed out after "
+    s << "halox: GridExchange (local-fused): rank " << rank << " timed out after "
       << timeout_seconds << " s waiting for rank " << e->peer << "'s " << name
       << " (a face it forwards): " << e->seen << " of " << e->expected
       << " tiles arrived. The exchange is unusable; did that rank's plan or field change?";
@@ -320,17 +322,17 @@ struct LocalGridFused::Impl {
 };
 
 LocalGridFused::LocalGridFused(const std::vector<GridPlan>& plans,
-                               const std::vector<LocalFace>& faces, const LocalGridOptions& options)
+                               const std::vector<LocalFace>& faces, const ExchangeOptions& options)
     : m_impl(std::make_unique<Impl>()) {
   Impl& m = *m_impl;
   if (static_cast<int>(plans.size()) > kMaxLocalRanks) {
-    throw Error("halox::LocalGridExchange: the fused kernel takes at most " +
+    throw Error("halox::GridExchange (local-fused): the fused kernel takes at most " +
                 std::to_string(kMaxLocalRanks) + " ranks, not " + std::to_string(plans.size()));
   }
   m.plans = plans;
   m.faces = faces;
   m.timeout_seconds = options.timeout_seconds;
-  m.stall_rank = options.stall_rank;
+  m.stall_rank = options.testing.stall_rank;
   m.blocks = std::max(1, resident_blocks(local_grid_kernel));
   m.tile_words = tile_words_from_environment();
   if (options.self_test) m.self_test();
@@ -346,7 +348,7 @@ LocalGridFused::~LocalGridFused() {
   }
 }
 
-void LocalGridFused::exchange(const std::vector<void*>& fields, CUstream_st* stream) {
+void LocalGridFused::exchange(std::span<void* const> fields, GpuStream stream) {
   Impl& m = *m_impl;
   m.check();
   if (m.faces.empty()) return;

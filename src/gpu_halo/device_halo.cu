@@ -78,7 +78,8 @@ class DeviceBytes {
 
 struct DeviceHalo::Impl {
   BasicKind real;
-  GpuHaloOptions options;
+  ExchangeOptions options;
+  bool all_pulses = true;  // one kernel for every pulse
   double share;
   int item = 0;
   std::vector<int> ranks;
@@ -128,7 +129,7 @@ struct DeviceHalo::Impl {
     a.epoch = epoch;
     a.timeout_ns = static_cast<u64>(options.timeout_seconds * 1e9);
     a.error = errors.sink();
-    a.stall_rank = options.stall_rank;
+    a.stall_rank = options.testing.stall_rank;
     a.system_scope = system_scope ? 1 : 0;
     return a;
   }
@@ -227,7 +228,7 @@ struct DeviceHalo::Impl {
     const int direction = forward ? 0 : 1;
     const bool peers_known_free = last_direction == 1 - direction;
     last_direction = direction;
-    const bool all = options.kernels == FusedKernels::all_pulses;
+    const bool all = all_pulses;  // a member, read once for the loop below
     const dim3 grid(grid_blocks, all ? npulses : 1, nranks);
     for (int k = 0; k < (all ? 1 : npulses); ++k) {
       const int p = all ? 0 : forward ? k : npulses - 1 - k;
@@ -244,13 +245,19 @@ struct DeviceHalo::Impl {
   }
 };
 
-DeviceHalo::DeviceHalo(BasicKind real, GpuHaloOptions options, double gpu_share)
+bool all_pulses_in_one_kernel(TransportKind kind) {
+  return kind == TransportKind::ipc_fused || kind == TransportKind::nvshmem_fused ||
+         kind == TransportKind::local_fused;
+}
+
+DeviceHalo::DeviceHalo(BasicKind real, const ExchangeOptions& options, double gpu_share)
     : m_impl(std::make_unique<Impl>()) {
   if (real != BasicKind::float32 && real != BasicKind::float64) {
     throw Error("halox: GPU halo coordinates must be float32 or float64");
   }
   m_impl->real = real;
   m_impl->options = options;
+  m_impl->all_pulses = all_pulses_in_one_kernel(options.transport);
   m_impl->share = gpu_share;
   m_impl->trace_object = trace_object(options.name);
   m_impl->item = 3 * (real == BasicKind::float32 ? 4 : 8);
@@ -491,7 +498,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       views.push_back(v);
     }
   }
-  if (m.options.direct_in_launch) m.mark_direct_pulses(views);
+  if (m.options.testing.direct_in_launch) m.mark_direct_pulses(views);
   // One copy (one host wait) for the views, the tables, the hop shifts and the index lists:
   // [views][tables][doubles][ints], the views pointing into the last two.
   auto round_up = [](std::size_t n) { return (n + 255) / 256 * 256; };
@@ -534,7 +541,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   const int on_gpu = m.puts    ? resident_blocks_with_puts(float32)
                      : float32 ? resident_blocks_both_directions<float, false>()
                                : resident_blocks_both_directions<double, false>();
-  const int concurrent = m.options.kernels == FusedKernels::all_pulses ? std::max(1, m.npulses) : 1;
+  const int concurrent = m.all_pulses ? std::max(1, m.npulses) : 1;
   const double resident = m.share * on_gpu;
   const int fit = static_cast<int>(resident / (static_cast<double>(m.ranks.size()) * concurrent));
   if (fit < 1) {
@@ -618,7 +625,7 @@ void DeviceHalo::check() const {
 }
 
 int DeviceHalo::launches_per_exchange() const {
-  return m_impl->options.kernels == FusedKernels::all_pulses ? 1 : m_impl->npulses;
+  return m_impl->all_pulses ? 1 : m_impl->npulses;
 }
 
 }  // namespace halox::detail

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "halox/gpu_halo.hpp"
+#include "halox/exchange.hpp"
 
 namespace halox::detail {
 
@@ -30,11 +30,15 @@ struct PeerBlock {
   std::array<long long, kMaxPulses> rev_send_offset{};
 };
 
+/// One kernel for every pulse (ipc-fused, nvshmem-fused, local-fused) or one per pulse.
+bool all_pulses_in_one_kernel(TransportKind kind);
+
 class DeviceHalo {
  public:
   /// `gpu_share`: the fraction of the GPU's resident blocks this process may use (the
-  /// spinning kernels of every rank sharing the GPU must be resident together).
-  DeviceHalo(BasicKind real, GpuHaloOptions options, double gpu_share);
+  /// spinning kernels of every rank sharing the GPU must be resident together). The
+  /// options' transport says the kernels: one for every pulse (*-fused) or one per pulse.
+  DeviceHalo(BasicKind real, const ExchangeOptions& options, double gpu_share);
   ~DeviceHalo();
   DeviceHalo(const DeviceHalo&) = delete;
   DeviceHalo& operator=(const DeviceHalo&) = delete;

@@ -110,7 +110,7 @@ struct PulseView {
   int dest_pe = -1, source_pe = -1;
   char* fwd_stage = nullptr;
   char* rev_stage = nullptr;
-  // Direct (GpuHaloOptions::direct_in_launch): the peer is a rank of this launch and no
+  // Direct (ExchangeOptions::testing.direct_in_launch): the peer is a rank of this launch and no
   // forwarded item reads this pulse's staging at its end, so the forward writes straight into
   // its halo (launch rank fwd_direct_to, items from fwd_direct_offset) and the reverse adds
   // straight into its home items (launch rank rev_direct_to; its send list rev_direct_index,

@@ -38,7 +38,8 @@
 #include "grid_fused_kernels.cuh"
 #include "signals.cuh"
 #include "halox/config.hpp"
-#include "halox/gpu_halo.hpp"
+#include "halox/error.hpp"
+#include "halox/exchange.hpp"
 #include "halox/mpi.hpp"
 #include "../common/env.hpp"
 

@@ -117,7 +117,8 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
   raise_if_any(m_comm, error);
 }
 
-PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real, GpuHaloOptions options)
+PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
+                   const ExchangeOptions& options)
     : m_comm(comm),
       m_rank(rank),
       m_mapping(mapping),

@@ -72,7 +72,8 @@ double gpu_share(MPI_Comm comm);
 
 class PeerHalo {
  public:
-  PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real, GpuHaloOptions options);
+  PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
+           const ExchangeOptions& options);
   /// Collective over the communicator (every rank calls it with its own plan).
   void set_plan(const ParticlePlan& plan);
   void forward(void* x, GpuStream stream) { m_halo->forward({x}, stream); }

@@ -68,4 +68,24 @@ void migrate_local_particles(const Topology& topology, const Box& box,
   if (!error.empty()) throw Error(error);
 }
 
+std::vector<GridPlan> make_local_grid_plans(
+    const Topology& grid, const std::vector<std::array<std::int64_t, 3>>& interior, int halo,
+    const Datatype& element, const std::vector<std::array<std::int64_t, 3>>& allocated) {
+  const int ranks = grid.size();
+  if (static_cast<int>(interior.size()) != ranks ||
+      (!allocated.empty() && static_cast<int>(allocated.size()) != ranks)) {
+    throw Error("halox::make_local_grid_plans: " + std::to_string(interior.size()) +
+                " interiors (and " + std::to_string(allocated.size()) + " allocations) for " +
+                std::to_string(ranks) + " ranks");
+  }
+  std::vector<GridPlan> plans;
+  for (int r = 0; r < ranks; ++r) {
+    const Topology rank(grid.dims(), grid.periodic(), r);
+    plans.push_back(
+        make_grid_plan(rank, interior[r], halo, element,
+                       allocated.empty() ? std::array<std::int64_t, 3>{} : allocated[r]));
+  }
+  return plans;
+}
+
 }  // namespace halox

@@ -3,13 +3,14 @@
 (uneven splits included) and requires rho, u and phi of every cell to be bitwise identical to
 the single-rank run after the given steps.
 
-usage: lbm_decomposition.py MPIEXEC HALOX_LBM NP [--local | --local-fused] GRID... [-- extra halox-lbm arguments]
+usage: lbm_decomposition.py MPIEXEC HALOX_LBM NP [--local-pulse | --local-fused] GRID... [-- extra halox-lbm arguments]
 
 GRID: a rank grid XxYxZ, or count=N for N ranks on the grid halox-lbm picks.
 
---local: the decomposed runs keep every rank in one process (--transport local, NP = 1); the
-reference stays the ordinary single-rank run. --local-fused: likewise with --transport
-local-fused (one GPU-initiated kernel for every face of every rank).
+--local-pulse: the decomposed runs keep every rank in one process (--transport local-pulse,
+NP = 1; on the GPU one kernel per face); the reference stays the ordinary single-rank run.
+--local-fused: likewise with --transport local-fused (one GPU-initiated kernel for every face
+of every rank).
 """
 import os
 import subprocess
@@ -33,7 +34,7 @@ def main():
     rest = sys.argv[4:]
     extra = rest[rest.index("--") + 1:] if "--" in rest else []
     grids = rest[:rest.index("--")] if "--" in rest else rest
-    local = next((g[2:] for g in grids if g in ("--local", "--local-fused")), None)
+    local = next((g[2:] for g in grids if g in ("--local-pulse", "--local-fused")), None)
     grids = [g for g in grids if not g.startswith("--")]
     decomposed = extra + (["--transport", local] if local else [])
     with tempfile.TemporaryDirectory() as work:

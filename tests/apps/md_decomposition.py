@@ -5,7 +5,7 @@ steps to 1e-9 relative (CPU, double). --bad-input checks that bad input is refus
 
 --lattice checks perfect and near-perfect fcc lattices (jitter 0, 1e-7, 1e-6: atoms on or
 within rounding of cell and domain boundaries), float and double, on one rank, 2x2x2 and
-3x1x2 grids (one process, --transport local, and MPI_NP real ranks): potential and pressure
+3x1x2 grids (one process, --transport local-fused, and MPI_NP real ranks): potential and pressure
 at step 0 against the double single-rank run (1e-6 relative for float, 1e-12 for double)
 and, for the perfect lattice, against the analytic lattice sums, with --lj-shift cutoff and
 none.
@@ -100,7 +100,7 @@ def lattice(mpiexec, md, args):
                               f"analytic {v:.10f}, error {err:.1e}")
                         if not err <= 1e-12:
                             failures.append(f"analytic {k} (--lj-shift {shift})")
-                runs = [(1, "1x1x1", None), (1, "2x2x2", "local"), (1, "3x1x2", "local")]
+                runs = [(1, "1x1x1", None), (1, "2x2x2", "local-fused"), (1, "3x1x2", "local-fused")]
                 if mpi_transport:
                     runs += [(2, "1x1x2", mpi_transport)]
                 for precision in ("double", "float"):
@@ -132,8 +132,8 @@ def main():
             (1, ["--cells", "2", "--cutoff", "2.5"], "half the box"),
             (2, ["--ranks", "3x1x1"], "does not match"),
             (1, ["--transport", "carrier-pigeon"], "unknown transport"),
-            (2, ["--transport", "local", "--ranks", "2x1x1"], "start 1 MPI rank"),
-            (1, ["--transport", "local"], "whole rank grid"),
+            (2, ["--transport", "local-fused", "--ranks", "2x1x1"], "start 1 MPI rank"),
+            (1, ["--transport", "local-fused"], "whole rank grid"),
         ]
         for np, args, words in cases:
             p = run(mpiexec, md, np, args + ["--steps", "1"], check=False)

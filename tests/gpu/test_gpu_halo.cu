@@ -14,7 +14,7 @@
 #include "../common/particle_world.hpp"
 #include "../common/seed.hpp"
 #include "halox/device.hpp"
-#include "halox/gpu_halo.hpp"
+#include "halox/exchange.hpp"
 
 using namespace halox;
 using namespace halox::testing;
@@ -88,26 +88,27 @@ std::vector<double> download(const Real* d, std::size_t n) {
 }
 
 template <class Real>
-void verify_exchange(LocalParticleExchange& exchange, const HaloCase& s, const Streams& streams,
+void verify_exchange(ParticleExchange& exchange, const HaloCase& s, const Streams& streams,
                      const std::vector<int>& device_of, const std::string& where);
 
 // gpus > 0: the ranks spread over that many GPUs (one stream each), else all on GPU 0.
-// direct: GpuHaloOptions::direct_in_launch (false: every pulse through staging).
+// direct: ExchangeOptions::testing.direct_in_launch (false: every pulse through staging).
 template <class Real>
-void check_local(std::array<int, 3> dims, double cutoff, FusedKernels kernels, std::uint64_t seed,
+void check_local(std::array<int, 3> dims, double cutoff, TransportKind kernels, std::uint64_t seed,
                  int gpus = 0, bool direct = true) {
   HaloCase s = make_setup(dims, cutoff, seed, 3000);
   const int n = s.topology.size();
-  const std::string where = s.topology.describe() + " cutoff " + std::to_string(cutoff) +
-                            (kernels == FusedKernels::all_pulses ? " all_pulses" : " per_pulse") +
-                            (sizeof(Real) == 4 ? " float" : " double") + " on " +
-                            std::to_string(std::max(gpus, 1)) + " GPU(s)" +
+  const std::string where = s.topology.describe() + " cutoff " + std::to_string(cutoff) + " " +
+                            to_string(kernels) + (sizeof(Real) == 4 ? " float" : " double") +
+                            " on " + std::to_string(std::max(gpus, 1)) + " GPU(s)" +
                             (direct ? "" : ", staged in launch");
   const std::vector<int> device_of =
-      gpus > 0 ? LocalParticleExchange::spread_over_gpus(n, gpus) : std::vector<int>{};
-  LocalParticleExchange exchange(s.topology, s.plans,
-                                 sizeof(Real) == 4 ? BasicKind::float32 : BasicKind::float64,
-                                 {kernels, 5.0, true, -1, direct}, device_of);
+      gpus > 0 ? Ranks::spread_over_gpus(n, gpus) : std::vector<int>{};
+  ExchangeOptions options;
+  options.transport = kernels;
+  options.testing.direct_in_launch = direct;
+  ParticleExchange exchange(Ranks::local(s.topology, device_of), s.plans,
+                            sizeof(Real) == 4 ? BasicKind::float32 : BasicKind::float64, options);
   const Streams streams(exchange.devices());
   verify_exchange<Real>(exchange, s, streams, device_of, where);
 }
@@ -115,7 +116,7 @@ void check_local(std::array<int, 3> dims, double cutoff, FusedKernels kernels, s
 // One forward (three times) and one reverse of case s through `exchange`, whose plans are
 // s's, every item checked against the plan's view and the copy counts.
 template <class Real>
-void verify_exchange(LocalParticleExchange& exchange, const HaloCase& s, const Streams& streams,
+void verify_exchange(ParticleExchange& exchange, const HaloCase& s, const Streams& streams,
                      const std::vector<int>& device_of, const std::string& where) {
   const int n = s.topology.size();
   const double cutoff = s.cutoff;
@@ -174,7 +175,7 @@ void verify_exchange(LocalParticleExchange& exchange, const HaloCase& s, const S
 TEST(LocalEngine, EightRanksOneAndTwoPulses) {
   const auto seed = test_seed("LocalEngine.Eight");
   for (bool direct : {true, false}) {
-    for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
+    for (auto kernels : {TransportKind::local_pulse, TransportKind::local_fused}) {
       check_local<double>({2, 2, 2}, 2.4, kernels, seed, 0, direct);
       check_local<float>({2, 2, 2}, 2.4, kernels, seed + 1, 0, direct);
       check_local<double>({4, 2, 1}, 2.6, kernels, seed + 2, 0, direct);  // two pulses along x
@@ -204,8 +205,7 @@ TEST(LocalEngine, NewPlansKeepOrReplaceTheBlocks) {
       build_local_particle_plans(smaller.topology, smaller.world.box, smaller.cutoff, smaller.xyz);
   larger.plans =
       build_local_particle_plans(larger.topology, larger.world.box, larger.cutoff, larger.xyz);
-  LocalParticleExchange exchange(first.topology, first.plans, BasicKind::float64,
-                                 {FusedKernels::all_pulses, 5.0, true, -1});
+  ParticleExchange exchange(Ranks::local(first.topology), first.plans, BasicKind::float64);
   const Streams streams(exchange.devices());
   verify_exchange<double>(exchange, first, streams, {}, "first plan");
   exchange.set_plans(smaller.plans);
@@ -220,7 +220,7 @@ TEST(LocalEngine, NewPlansKeepOrReplaceTheBlocks) {
 TEST(LocalEngine, TwentySevenRanks) {
   const auto seed = test_seed("LocalEngine.TwentySeven");
   for (bool direct : {true, false}) {
-    for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
+    for (auto kernels : {TransportKind::local_pulse, TransportKind::local_fused}) {
       check_local<double>({3, 3, 3}, 2.4, kernels, seed, 0, direct);      // 1 pulse per axis
       check_local<double>({3, 3, 3}, 3.5, kernels, seed + 1, 0, direct);  // 2 pulses per axis
     }
@@ -234,11 +234,14 @@ TEST(LocalEngine, TwentySevenRanks) {
 void hammer(std::uint64_t seed, int gpus, long long steps, bool direct = true) {
   HaloCase s = make_setup({2, 2, 2}, 2.4, seed, 2000);
   const int n = s.topology.size();
-  const std::vector<int> device_of = LocalParticleExchange::spread_over_gpus(n, gpus);
-  GpuHaloOptions options;
-  options.direct_in_launch = direct;
-  LocalParticleExchange exchange(s.topology, s.plans, BasicKind::float64, options, device_of);
-  const Streams streams(exchange.devices());
+  const std::vector<int> device_of = Ranks::spread_over_gpus(n, gpus);
+  ExchangeOptions options;
+  options.transport = TransportKind::local_fused;
+  options.testing.direct_in_launch = direct;
+  ParticleExchange exchange(Ranks::local(s.topology, device_of), s.plans, BasicKind::float64,
+                            options);
+  const std::vector<int> devices = exchange.devices();
+  const Streams streams(devices);
   std::vector<double*> start = upload<double>(s.xyz, device_of),
                        x = upload<double>(s.xyz, device_of), f = upload<double>(s.xyz, device_of);
   std::vector<int*> copies(n);
@@ -260,8 +263,8 @@ void hammer(std::uint64_t seed, int gpus, long long steps, bool direct = true) {
   // Rank r's kernels go on the stream of its GPU.
   std::vector<cudaStream_t> stream_of(n);
   for (int r = 0; r < n; ++r) {
-    const auto at = std::find(exchange.devices().begin(), exchange.devices().end(), device_of[r]);
-    stream_of[r] = streams.streams[at - exchange.devices().begin()];
+    const auto at = std::find(devices.begin(), devices.end(), device_of[r]);
+    stream_of[r] = streams.streams[at - devices.begin()];
   }
   const std::vector<void*> xp(x.begin(), x.end()), fp(f.begin(), f.end());
   for (long long step = 1; step <= steps; ++step) {
@@ -318,7 +321,7 @@ TEST(LocalEngine, RanksSpreadOverEveryGpu) {
   const auto seed = test_seed("LocalEngine.AllGpus");
   const int gpus = halox::visible_gpus();
   std::printf("GPU: local engine over %d GPU(s)\n", gpus);
-  for (auto kernels : {FusedKernels::per_pulse, FusedKernels::all_pulses}) {
+  for (auto kernels : {TransportKind::local_pulse, TransportKind::local_fused}) {
     check_local<double>({2, 2, 2}, 2.4, kernels, seed, gpus);
     check_local<float>({4, 2, 1}, 2.6, kernels, seed + 1, gpus);  // two pulses along x
     check_local<double>({3, 3, 3}, 3.5, kernels, seed + 2, gpus);
@@ -329,10 +332,16 @@ TEST(LocalEngine, RanksSpreadOverEveryGpu) {
 TEST(LocalEngine, AStalledRankBecomesAnErrorNamingIt) {
   const auto seed = test_seed("LocalEngine.Stall");
   HaloCase s = make_setup({2, 2, 2}, 2.4, seed, 2000);
-  // The self-test catches it at set-up...
+  std::vector<double*> x = upload<double>(s.xyz);
+  const std::vector<void*> xp(x.begin(), x.end());
+  ExchangeOptions options;
+  options.transport = TransportKind::local_fused;
+  options.timeout_seconds = 0.2;
+  options.testing.stall_rank = 3;
+  // The self-test catches it at the first exchange, before any item moves...
   try {
-    LocalParticleExchange broken(s.topology, s.plans, BasicKind::float64,
-                                 {FusedKernels::all_pulses, 0.2, true, 3});
+    ParticleExchange broken(Ranks::local(s.topology), s.plans, BasicKind::float64, options);
+    broken.forward_async(xp, nullptr);
     ADD_FAILURE() << "no error";
   } catch (const HaloTimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 3"), std::string::npos) << e.what();
@@ -341,10 +350,10 @@ TEST(LocalEngine, AStalledRankBecomesAnErrorNamingIt) {
   // ...and without it, the first exchange times out instead of hanging. (With direct stores
   // no rank of a launch waits for another: it could not stall apart from the others. So
   // the pulses go through staging, as with a peer in another process.)
-  LocalParticleExchange exchange(s.topology, s.plans, BasicKind::float64,
-                                 {FusedKernels::all_pulses, 0.2, false, 3, false});
-  std::vector<double*> x = upload<double>(s.xyz);
-  exchange.forward_async(std::vector<void*>(x.begin(), x.end()), nullptr);
+  options.self_test = false;
+  options.testing.direct_in_launch = false;
+  ParticleExchange exchange(Ranks::local(s.topology), s.plans, BasicKind::float64, options);
+  exchange.forward_async(xp, nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   try {
     exchange.check();

@@ -22,7 +22,6 @@
 #include "halox/device.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
-#include "halox/gpu_halo.hpp"
 #include "halox/plan.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>

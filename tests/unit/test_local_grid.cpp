@@ -1,5 +1,5 @@
-// LocalGridExchange: every rank of a grid in one process, halos against the global field
-// (periodic wrap), with uneven splits, several halo widths, padded arrays, non-periodic edges
+// GridExchange over Ranks::local: every rank of a grid in one process, halos against the global
+// field (periodic wrap), with uneven splits, several halo widths, padded arrays, non-periodic edges
 // left untouched, and fields of several planes of which a face moves some (as halox-lbm's
 // populations); in host memory, and on the GPU when there is one.
 #include <gtest/gtest.h>
@@ -15,8 +15,7 @@
 #include "halox/config.hpp"
 #include "halox/device.hpp"
 #include "halox/error.hpp"
-#include "halox/gpu_halo.hpp"
-#include "halox/local_grid.hpp"
+#include "halox/exchange.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -71,8 +70,8 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
     }
   }
   const Datatype element = Datatype::contiguous(components, Datatype::of<double>()).commit();
-  LocalGridOptions options;
-  options.fused = fused;
+  ExchangeOptions options;
+  options.transport = fused ? TransportKind::local_fused : TransportKind::local_pulse;
   std::vector<GridPlan> plans = make_local_grid_plans(shape, interior, halo, element, allocated);
   auto plane_elements = [&](int r) {
     const auto& e = allocated[r];
@@ -91,7 +90,7 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
       }
     }
   }
-  LocalGridExchange exchange(plans, options);
+  GridExchange exchange(Ranks::local(shape), plans, options);
   const double poison = -12345.0;
   std::vector<std::vector<double>> fields(ranks);
   // Component k of plane q: the global field's component q * components + k.
@@ -245,11 +244,13 @@ std::string stalled_rank_error(bool self_test) {
   const Topology shape({2, 2, 2}, {true, true, true}, 0);
   const Datatype element = Datatype::of<float>().commit();
   std::vector<std::array<std::int64_t, 3>> interior(8, {8, 8, 8});
-  LocalGridOptions options;
+  ExchangeOptions options;
+  options.transport = TransportKind::local_fused;
   options.timeout_seconds = 0.2;
-  options.stall_rank = 3;
+  options.testing.stall_rank = 3;
   options.self_test = self_test;
-  LocalGridExchange exchange(make_local_grid_plans(shape, interior, 1, element), options);
+  GridExchange exchange(Ranks::local(shape), make_local_grid_plans(shape, interior, 1, element),
+                        options);
   std::vector<void*> fields(8);
   for (auto& p : fields) EXPECT_EQ(cudaMalloc(&p, 10 * 10 * 10 * sizeof(float)), cudaSuccess);
   std::string what;
@@ -298,10 +299,42 @@ TEST(LocalGrid, MismatchedPlansAreRefusedWhenBuilt) {
   std::vector<GridPlan> plans = {
       make_grid_plan(Topology({2, 1, 1}, {true, true, true}, 0), {4, 4, 4}, 1, f),
       make_grid_plan(Topology({2, 1, 1}, {true, true, true}, 1), {4, 5, 4}, 1, f)};
-  EXPECT_THROW(LocalGridExchange{plans}, Error);
+  EXPECT_THROW(GridExchange(Ranks::local(shape), plans), Error);
   EXPECT_THROW(make_local_grid_plans(shape, {{4, 4, 4}}, 1, f), Error);  // one interior for 2
-  LocalGridExchange ok(make_local_grid_plans(shape, {{4, 4, 4}, {4, 4, 4}}, 1, f));
+  const std::vector<GridPlan> good = make_local_grid_plans(shape, {{4, 4, 4}, {4, 4, 4}}, 1, f);
+  EXPECT_THROW(GridExchange(Ranks::local(shape), {good[0]}), Error);  // one plan for 2 ranks
+  GridExchange ok(Ranks::local(shape), good);
   std::vector<float> a(6 * 6 * 6), b(6 * 6 * 6);
-  EXPECT_THROW(ok.exchange({a.data()}), Error);  // one field for 2 ranks
-  EXPECT_EQ(ok.faces_per_exchange(), 12);        // 6 pulses x 2 ranks
+  EXPECT_THROW(ok.exchange(a.data()), Error);  // one field for 2 ranks
+  const std::vector<void*> one = {a.data()};
+  EXPECT_THROW(ok.exchange(one), Error);
+  EXPECT_EQ(ok.faces_per_exchange(), 12);  // 6 pulses x 2 ranks
+  EXPECT_EQ(ok.transport_name(a.data()), "host");
+}
+
+// Local ranks take local-pulse or local-fused ("auto" and the default mean local-fused); a
+// transport that needs one rank per process is refused, naming it.
+TEST(LocalGrid, TransportsOfOneRankPerProcessAreRefused) {
+  const Topology shape({2, 1, 1}, {true, true, true}, 0);
+  const std::vector<GridPlan> plans =
+      make_local_grid_plans(shape, {{4, 4, 4}, {4, 4, 4}}, 1, Datatype::of<float>().commit());
+  for (TransportKind kind : {TransportKind::staged, TransportKind::ipc_fused,
+                             TransportKind::nvshmem_stream, TransportKind::nccl}) {
+    ExchangeOptions options;
+    options.transport = kind;
+    try {
+      GridExchange exchange(Ranks::local(shape), plans, options);
+      ADD_FAILURE() << to_string(kind) << " was accepted for local ranks";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(to_string(kind)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("Ranks::local"), std::string::npos) << e.what();
+    }
+  }
+  for (TransportKind kind : {TransportKind::host, TransportKind::automatic,
+                             TransportKind::local_pulse, TransportKind::local_fused}) {
+    ExchangeOptions options;
+    options.transport = kind;
+    EXPECT_NO_THROW(GridExchange(Ranks::local(shape), plans, options)) << to_string(kind);
+  }
+  EXPECT_THROW(Ranks::local(shape, {0}), Error);  // one GPU for 2 ranks
 }

@@ -1,5 +1,5 @@
-// LocalParticleExchange in host memory (LocalMemory::host): every rank of a grid in this
-// process, the pulses moved by the CPU. Checked against brute force: after the forward each
+// ParticleExchange over Ranks::local with host arrays: every rank of a grid in this process,
+// the pulses moved by the CPU. Checked against brute force: after the forward each
 // rank holds exactly the plan's view of its halo; after the reverse each home atom holds the
 // force of every copy of it over all ranks. No MPI, no GPU.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 
 #include "../common/particle_world.hpp"
 #include "../common/seed.hpp"
-#include "halox/gpu_halo.hpp"
+#include "halox/exchange.hpp"
 
 using namespace halox;
 using namespace halox::testing;
@@ -29,11 +29,8 @@ void check_host(std::array<int, 3> dims, double cutoff, std::uint64_t seed) {
   const std::vector<ParticlePlan> plans = build_local_particle_plans(topology, w.box, cutoff, xyz);
   const std::string where = topology.describe() + " cutoff " + std::to_string(cutoff) +
                             (sizeof(Real) == 4 ? " float" : " double");
-  LocalParticleExchange exchange(topology, plans,
-                                 sizeof(Real) == 4 ? BasicKind::float32 : BasicKind::float64, {},
-                                 {}, LocalMemory::host);
-  EXPECT_TRUE(exchange.devices().empty());
-  EXPECT_EQ(exchange.launches_per_exchange(), 0);
+  ParticleExchange exchange(Ranks::local(topology), plans,
+                            sizeof(Real) == 4 ? BasicKind::float32 : BasicKind::float64);
 
   // Forward: home coordinates in, halo poisoned; after it every value equals the plan's view.
   std::vector<std::vector<Real>> x(n);
@@ -46,6 +43,9 @@ void check_host(std::array<int, 3> dims, double cutoff, std::uint64_t seed) {
     xp[r] = x[r].data();
   }
   exchange.forward_async(xp, nullptr);
+  EXPECT_TRUE(exchange.devices().empty());  // host arrays: no GPU used
+  EXPECT_EQ(exchange.launches_per_exchange(), 0);
+  EXPECT_EQ(exchange.stats().exchanges, 1);
   for (int r = 0; r < n; ++r) {
     for (std::size_t k = 0; k < x[r].size(); ++k) {
       ASSERT_NEAR(x[r][k], xyz[r][k], sizeof(Real) == 4 ? 2e-5 * (1 + std::abs(xyz[r][k])) : 0.0)
@@ -97,8 +97,14 @@ TEST(LocalParticles, WrongNumberOfArraysIsRefused) {
   std::vector<std::vector<double>> xyz(4);
   std::vector<std::vector<int>> ids(4);
   for (int r = 0; r < 4; ++r) home_of(w, topology, r, ids[r], xyz[r]);
-  LocalParticleExchange exchange(topology, build_local_particle_plans(topology, w.box, 2.0, xyz),
-                                 BasicKind::float64, {}, {}, LocalMemory::host);
+  const std::vector<ParticlePlan> plans = build_local_particle_plans(topology, w.box, 2.0, xyz);
+  ParticleExchange exchange(Ranks::local(topology), plans, BasicKind::float64);
   std::vector<void*> three(3, xyz[0].data());
   EXPECT_THROW(exchange.forward_async(three, nullptr), Error);
+  EXPECT_THROW(exchange.forward(xyz[0].data()), Error);  // one array for 4 ranks
+  EXPECT_THROW(ParticleExchange(Ranks::local(topology), {plans[0]}, BasicKind::float64), Error);
+  EXPECT_THROW(ParticleExchange(Ranks::local(topology), plans, BasicKind::int_), Error);
+  ExchangeOptions staged;
+  staged.transport = TransportKind::staged;
+  EXPECT_THROW(ParticleExchange(Ranks::local(topology), plans, BasicKind::float64, staged), Error);
 }

@@ -26,6 +26,6 @@ run() {
 run 2 np2-ipc-fused --transports ipc-fused
 run 2 np2-nvshmem-fused --transports nvshmem-fused
 run 1 np1-ipc-fused --transports ipc-fused
-run 1 local8 --transports local
+run 1 local8 --transports local-fused
 stop_mps
 tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"

@@ -34,7 +34,7 @@ for round in 1 2; do
       $b halo --app md --device gpu --quick --transports ipc-fused,nvshmem-fused \
       --json "$out/np2-$variant-$round.json" 2>&1 | halo_columns
     timeout 120 mpirun -n 1 --bind-to none $b halo --app md --device gpu --quick \
-      --transports local --json "$out/local8-$variant-$round.json" 2>&1 | halo_columns
+      --transports local-fused --json "$out/local8-$variant-$round.json" 2>&1 | halo_columns
   done
 done
 if [ "${HALOX_AB_LBM:-0}" = 1 ]; then

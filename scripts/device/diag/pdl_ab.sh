@@ -17,7 +17,7 @@ for round in 1 2; do
       --bind-to none -x HALOX_PDL $bench halo --app md --device gpu --quick \
       --transports ipc-fused,nvshmem-fused --json "$out/np2-pdl$pdl-$round.json" 2>&1 | halo_columns
     HALOX_PDL=$pdl timeout 120 mpirun -n 1 --bind-to none -x HALOX_PDL $bench halo --app md \
-      --device gpu --quick --transports local --json "$out/local8-pdl$pdl-$round.json" 2>&1 | halo_columns
+      --device gpu --quick --transports local-fused --json "$out/local8-pdl$pdl-$round.json" 2>&1 | halo_columns
   done
 done
 for pdl in 0 1; do

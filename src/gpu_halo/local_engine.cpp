@@ -1,12 +1,11 @@
-// The local engine: every rank of a grid in this process, on one GPU or spread over several
-// (one DeviceHalo per GPU holding that GPU's ranks; blocks on other GPUs are reached through
-// peer access, i.e. the same direct stores over NVLink), or in host memory (the CPU moves
-// the same pulses in order; in every build).
+// The local particle engine (local_engine.hpp).
+#include "../exchange/engine.hpp"
+
 #include <algorithm>
 #include <map>
 
 #include "halox/config.hpp"
-#include "halox/gpu_halo.hpp"
+#include "halox/error.hpp"
 
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
@@ -15,7 +14,7 @@
 #include "device_halo.hpp"
 #endif
 
-namespace halox {
+namespace halox::detail {
 
 namespace {
 
@@ -25,7 +24,7 @@ namespace {
 // item received by an earlier pulse is in place before a later pulse sends it on, and its
 // forces are complete before the reverse of the pulse that delivered it returns them.
 template <class Real>
-void host_forward(const std::vector<ParticlePlan>& plans, const std::vector<void*>& arrays) {
+void host_forward(const std::vector<ParticlePlan>& plans, std::span<void* const> arrays) {
   const std::size_t pulses = plans.empty() ? 0 : plans[0].pulses.size();
   for (std::size_t p = 0; p < pulses; ++p) {
     for (std::size_t r = 0; r < plans.size(); ++r) {
@@ -44,7 +43,7 @@ void host_forward(const std::vector<ParticlePlan>& plans, const std::vector<void
   }
 }
 template <class Real>
-void host_reverse(const std::vector<ParticlePlan>& plans, const std::vector<void*>& arrays) {
+void host_reverse(const std::vector<ParticlePlan>& plans, std::span<void* const> arrays) {
   const std::size_t pulses = plans.empty() ? 0 : plans[0].pulses.size();
   for (std::size_t p = pulses; p-- > 0;) {
     for (std::size_t r = 0; r < plans.size(); ++r) {
@@ -81,25 +80,54 @@ class DeviceScope {
 };
 #endif
 
-}  // namespace
-
-struct LocalParticleExchange::Impl {
-  Impl(const Topology& t, BasicKind r, GpuHaloOptions o, std::vector<int> device_of_rank,
-       LocalMemory m)
-      : topology(t), real(r), memory(m), device_of(std::move(device_of_rank)) {
-    if (real != BasicKind::float32 && real != BasicKind::float64) {
-      throw Error("halox::LocalParticleExchange: coordinates must be float32 or float64");
+// One plan per rank, matching sizes (as validate_plan checks across processes).
+void check_plans(const Topology& topology, const std::vector<ParticlePlan>& plans) {
+  if (static_cast<int>(plans.size()) != topology.size()) {
+    throw Error("halox::ParticleExchange: " + std::to_string(plans.size()) +
+                " plans for a grid of " + std::to_string(topology.size()) + " local ranks");
+  }
+  for (int r = 0; r < topology.size(); ++r) {
+    if (plans[r].pulses.size() != plans[0].pulses.size()) {
+      throw Error("halox::ParticleExchange: rank " + std::to_string(r) + " has " +
+                  std::to_string(plans[r].pulses.size()) + " pulses, rank 0 " +
+                  std::to_string(plans[0].pulses.size()));
     }
-    if (memory == LocalMemory::host) return;
+    for (std::size_t q = 0; q < plans[r].pulses.size(); ++q) {
+      const PulseHeader& h = plans[r].pulses[q].header;
+      if (h.send_rank < 0) continue;
+      if (h.send_rank >= topology.size()) {
+        throw Error("halox::ParticleExchange: rank " + std::to_string(r) + "'s " +
+                    h.name(static_cast<int>(q)) + " sends to rank " + std::to_string(h.send_rank) +
+                    ", beyond the grid's " + std::to_string(topology.size()) + " ranks");
+      }
+      const PulseHeader& peer = plans[h.send_rank].pulses[q].header;
+      if (peer.recv_size != h.send_size) {
+        throw Error("halox::ParticleExchange: " + h.name(static_cast<int>(q)) + ": rank " +
+                    std::to_string(r) + " sends " + std::to_string(h.send_size) +
+                    " items but rank " + std::to_string(h.send_rank) + " expects " +
+                    std::to_string(peer.recv_size));
+      }
+    }
+  }
+}
+
+// The engine proper, made at the first exchange (its arrays say host or GPU).
+struct LocalParticles {
+  LocalParticles(const Ranks& ranks, BasicKind r, const ExchangeOptions& o, bool gpu)
+      : topology(ranks.topology()), real(r), on_gpu(gpu), device_of(ranks.device_of_rank()) {
+    if (real != BasicKind::float32 && real != BasicKind::float64) {
+      throw Error("halox::ParticleExchange: coordinates must be float32 or float64");
+    }
+    if (!on_gpu) return;
 #if HALOX_HAS_CUDA
     set_up_gpus(o);
 #else
     (void)o;
-    throw Error("halox::LocalParticleExchange: built without CUDA; use LocalMemory::host");
+    throw Error("halox::ParticleExchange: built without CUDA: local ranks' arrays in host memory");
 #endif
   }
 #if HALOX_HAS_CUDA
-  ~Impl() {
+  ~LocalParticles() {
     for (Group& g : groups) {
       DeviceScope on(g.device);
       g.halo.reset();  // its destructor waits for and frees on its own GPU
@@ -110,7 +138,7 @@ struct LocalParticleExchange::Impl {
 
   Topology topology;
   BasicKind real;
-  LocalMemory memory;
+  bool on_gpu;
   std::vector<int> device_of;
   std::vector<int> devices;
   std::vector<ParticlePlan> plans;
@@ -119,28 +147,28 @@ struct LocalParticleExchange::Impl {
   struct Group {
     int device = 0;
     std::vector<int> ranks;  // global ranks, ascending
-    std::unique_ptr<detail::DeviceHalo> halo;
+    std::unique_ptr<DeviceHalo> halo;
     std::vector<void*> arrays;  // the ranks' arrays of the current call (reused: no allocation)
   };
   std::vector<Group> groups;
-  std::vector<GpuStream> single_stream;  // one_stream's result (reused)
+  std::vector<GpuStream> single_stream;  // the default stream for every GPU (reused)
   std::vector<int> last_links;           // the plans' links the self-test last checked
 
   // The GPUs of the ranks, one engine per GPU, peer access between them.
-  void set_up_gpus(GpuHaloOptions o) {
+  void set_up_gpus(const ExchangeOptions& o) {
     int current = 0, count = 0;
     HALOX_CUDA_CHECK(cudaGetDevice(&current));
     HALOX_CUDA_CHECK(cudaGetDeviceCount(&count));
     if (device_of.empty()) device_of.assign(topology.size(), current);
     if (static_cast<int>(device_of.size()) != topology.size()) {
-      throw Error("halox::LocalParticleExchange: " + std::to_string(device_of.size()) +
+      throw Error("halox::ParticleExchange: " + std::to_string(device_of.size()) +
                   " devices given for " + std::to_string(topology.size()) + " ranks");
     }
     std::map<int, int> group_of_device;
     for (int r = 0; r < topology.size(); ++r) {
       const int d = device_of[r];
       if (d < 0 || d >= count) {
-        throw Error("halox::LocalParticleExchange: rank " + std::to_string(r) + " on GPU " +
+        throw Error("halox::ParticleExchange: rank " + std::to_string(r) + " on GPU " +
                     std::to_string(d) + ", but this process sees " + std::to_string(count) +
                     " GPU(s)");
       }
@@ -155,13 +183,13 @@ struct LocalParticleExchange::Impl {
     single_stream.resize(groups.size());
     for (Group& g : groups) {
       DeviceScope on(g.device);
-      g.halo = std::make_unique<detail::DeviceHalo>(real, o, /*gpu_share=*/1.0);
+      g.halo = std::make_unique<DeviceHalo>(real, o, /*gpu_share=*/1.0);
       for (const Group& other : groups) {
         if (other.device == g.device) continue;
         int can = 0;
         HALOX_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, g.device, other.device));
         if (!can) {
-          throw Error("halox::LocalParticleExchange: GPU " + std::to_string(g.device) +
+          throw Error("halox::ParticleExchange: GPU " + std::to_string(g.device) +
                       " cannot access GPU " + std::to_string(other.device) +
                       " directly (no peer access); run one process per GPU instead");
         }
@@ -210,7 +238,7 @@ struct LocalParticleExchange::Impl {
       for (const Group& g : groups) {
         if (g.device == device_of[rank]) return g.halo->block(index_in_group[rank]);
       }
-      return detail::PeerBlock{};
+      return PeerBlock{};
     };
     for (Group& g : groups) {
       DeviceScope on(g.device);
@@ -229,10 +257,19 @@ struct LocalParticleExchange::Impl {
     }
   }
 
-  void run_on_gpus(const std::vector<void*>& arrays, const std::vector<GpuStream>& streams,
+  void run_on_gpus(std::span<void* const> arrays, std::span<const GpuStream> streams,
                    bool forward) {
+    // One stream for all: the default stream of every GPU, or the caller's on one GPU.
+    if (streams.size() == 1 && groups.size() > 1) {
+      if (streams[0] != nullptr) {
+        throw Error("halox::ParticleExchange: the ranks are on " + std::to_string(groups.size()) +
+                    " GPUs; pass one stream per GPU of devices()");
+      }
+      single_stream.assign(groups.size(), nullptr);
+      streams = single_stream;
+    }
     if (streams.size() != groups.size()) {
-      throw Error("halox::LocalParticleExchange: " + std::to_string(streams.size()) +
+      throw Error("halox::ParticleExchange: " + std::to_string(streams.size()) +
                   " streams given for " + std::to_string(groups.size()) +
                   " GPUs (one per GPU of devices())");
     }
@@ -250,37 +287,20 @@ struct LocalParticleExchange::Impl {
 
 #endif
 
+  // Plans checked by check_plans.
   void install(std::vector<ParticlePlan> p) {
-    if (static_cast<int>(p.size()) != topology.size()) {
-      throw Error("halox::LocalParticleExchange: " + std::to_string(p.size()) +
-                  " plans for a grid of " + std::to_string(topology.size()) + " ranks");
-    }
     plans = std::move(p);
-    // Matching sizes, as validate_plan checks across processes.
-    for (int r = 0; r < topology.size(); ++r) {
-      for (std::size_t q = 0; q < plans[r].pulses.size(); ++q) {
-        const PulseHeader& h = plans[r].pulses[q].header;
-        if (h.send_rank < 0) continue;
-        const PulseHeader& peer = plans[h.send_rank].pulses[q].header;
-        if (peer.recv_size != h.send_size) {
-          throw Error("halox::LocalParticleExchange: " + h.name(static_cast<int>(q)) + ": rank " +
-                      std::to_string(r) + " sends " + std::to_string(h.send_size) +
-                      " items but rank " + std::to_string(h.send_rank) + " expects " +
-                      std::to_string(peer.recv_size));
-        }
-      }
-    }
 #if HALOX_HAS_CUDA
-    if (memory == LocalMemory::gpu) install_on_gpus();
+    if (on_gpu) install_on_gpus();
 #endif
   }
 
-  void run(const std::vector<void*>& arrays, const std::vector<GpuStream>& streams, bool forward) {
+  void run(std::span<void* const> arrays, std::span<const GpuStream> streams, bool forward) {
     if (static_cast<int>(arrays.size()) != topology.size()) {
-      throw Error("halox::LocalParticleExchange: " + std::to_string(arrays.size()) +
+      throw Error("halox::ParticleExchange: " + std::to_string(arrays.size()) +
                   " arrays given for " + std::to_string(topology.size()) + " ranks");
     }
-    if (memory == LocalMemory::host) {
+    if (!on_gpu) {
       if (real == BasicKind::float32)
         forward ? host_forward<float>(plans, arrays) : host_reverse<float>(plans, arrays);
       else
@@ -304,92 +324,124 @@ struct LocalParticleExchange::Impl {
   // memory).
   void finish_default_streams() const {
 #if HALOX_HAS_CUDA
-    if (memory == LocalMemory::host) return;
+    if (!on_gpu) return;
     int current = 0;
     HALOX_CUDA_CHECK(cudaGetDevice(&current));
     for (const int d : devices) {
       HALOX_CUDA_CHECK(cudaSetDevice(d));
-      detail::finish_default_stream();
+      finish_default_stream();
     }
     HALOX_CUDA_CHECK(cudaSetDevice(current));
 #endif
   }
-
-  // A stream belongs to one GPU: several GPUs take one stream each, or the default stream
-  // (none in host memory).
-  const std::vector<GpuStream>& one_stream(GpuStream stream) {
-#if HALOX_HAS_CUDA
-    if (groups.size() > 1 && stream != nullptr) {
-      throw Error("halox::LocalParticleExchange: the ranks are on " +
-                  std::to_string(groups.size()) + " GPUs; pass one stream per GPU of devices()");
-    }
-    single_stream.assign(groups.size(), stream);
-    return single_stream;
-#else
-    (void)stream;
-    static const std::vector<GpuStream> none;
-    return none;
-#endif
-  }
 };
 
-LocalParticleExchange::LocalParticleExchange(const Topology& topology,
-                                             std::vector<ParticlePlan> plans, BasicKind real,
-                                             GpuHaloOptions options,
-                                             std::vector<int> device_of_rank, LocalMemory memory)
-    : m_impl(std::make_unique<Impl>(topology, real, options, std::move(device_of_rank), memory)) {
-  m_impl->install(std::move(plans));
-}
-LocalParticleExchange::~LocalParticleExchange() = default;
+// Ranks::local's ParticleEngine: plans checked at once, the engine made at the first
+// exchange.
+class LocalParticleAdapter final : public ParticleEngine {
+ public:
+  LocalParticleAdapter(const Ranks& ranks, std::vector<ParticlePlan> plans, BasicKind real,
+                       const ExchangeOptions& options)
+      : m_ranks(ranks),
+        m_real(real),
+        m_options(local_exchange_options(options, "ParticleExchange")) {
+    if (real != BasicKind::float32 && real != BasicKind::float64) {
+      throw Error("halox::ParticleExchange: coordinates must be float32 or float64");
+    }
+    set_plans(std::move(plans));
+  }
+  ~LocalParticleAdapter() override = default;
 
-std::vector<int> LocalParticleExchange::spread_over_gpus(int ranks, int gpus) {
-  if (ranks < 1 || gpus < 1)
-    throw Error("halox::LocalParticleExchange: ranks and GPUs must be >= 1");
-  std::vector<int> out(ranks);
-  for (int r = 0; r < ranks; ++r)
-    out[r] = static_cast<int>(static_cast<long long>(r) * gpus / ranks);
-  return out;
-}
-const std::vector<int>& LocalParticleExchange::devices() const {
-  return m_impl->devices;
-}
-void LocalParticleExchange::set_plans(std::vector<ParticlePlan> plans) {
-  m_impl->install(std::move(plans));
-}
-void LocalParticleExchange::forward_async(const std::vector<void*>& xyz, GpuStream stream) {
-  forward_async(xyz, m_impl->one_stream(stream));
-}
-void LocalParticleExchange::reverse_async(const std::vector<void*>& forces, GpuStream stream) {
-  reverse_async(forces, m_impl->one_stream(stream));
-}
-void LocalParticleExchange::forward_async(const std::vector<void*>& xyz,
-                                          const std::vector<GpuStream>& streams) {
-  m_impl->run(xyz, streams, true);
-}
-void LocalParticleExchange::reverse_async(const std::vector<void*>& forces,
-                                          const std::vector<GpuStream>& streams) {
-  m_impl->run(forces, streams, false);
-}
-void LocalParticleExchange::forward(const std::vector<void*>& xyz) {
-  forward_async(xyz, nullptr);
-  m_impl->finish_default_streams();
-}
-void LocalParticleExchange::reverse(const std::vector<void*>& forces) {
-  reverse_async(forces, nullptr);
-  m_impl->finish_default_streams();
-}
-void LocalParticleExchange::check() const {
-  m_impl->check();
-}
-const std::vector<ParticlePlan>& LocalParticleExchange::plans() const {
-  return m_impl->plans;
-}
-int LocalParticleExchange::launches_per_exchange() const {
+  void set_plans(std::vector<ParticlePlan> plans) override {
+    check_plans(m_ranks.topology(), plans);
+    m_messages = 0;
+    m_bytes = 0;
+    const std::int64_t item = 3 * (m_real == BasicKind::float32 ? 4 : 8);
+    for (std::size_t r = 0; r < plans.size(); ++r) {
+      for (const ParticlePulse& p : plans[r].pulses) {
+        if (p.header.send_rank < 0 || p.header.send_rank == static_cast<int>(r)) continue;
+        m_messages += 1;
+        m_bytes += p.header.send_size * item;
+      }
+    }
+    if (m_engine) {
+      m_engine->install(std::move(plans));
+    } else {
+      m_plans = std::move(plans);
+    }
+  }
+  const std::vector<ParticlePlan>& plans() const override {
+    return m_engine ? m_engine->plans : m_plans;
+  }
+  void run(bool forward, std::span<void* const> arrays, std::span<const GpuStream> streams,
+           ExchangeStats& stats) override {
+    if (static_cast<int>(arrays.size()) != m_ranks.count()) {
+      throw Error("halox::ParticleExchange: " + std::to_string(arrays.size()) +
+                  " arrays given for " + std::to_string(m_ranks.count()) + " local ranks");
+    }
+    engine(arrays[0]).run(arrays, streams, forward);
+    stats.exchanges += 1;
+    stats.messages += m_messages;
+    stats.bytes_sent += m_bytes;
+  }
+  void finish_default_streams(std::span<void* const>) override {
+    if (m_engine) m_engine->finish_default_streams();
+  }
+  std::vector<int> devices() const override {
+    if (m_engine) return m_engine->devices;
+    std::vector<int> out;
+    for (const int d : m_ranks.device_of_rank()) {
+      if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+    }
 #if HALOX_HAS_CUDA
-  if (m_impl->memory == LocalMemory::gpu)
-    return m_impl->groups.front().halo->launches_per_exchange();
+    if (out.empty()) {
+      int current = 0;
+      HALOX_CUDA_CHECK(cudaGetDevice(&current));
+      out.push_back(current);
+    }
 #endif
-  return 0;
+    return out;
+  }
+  int launches_per_exchange() const override {
+#if HALOX_HAS_CUDA
+    if (m_engine && m_engine->on_gpu) return m_engine->groups.front().halo->launches_per_exchange();
+#endif
+    return 0;
+  }
+  void check() const override {
+    if (m_engine) m_engine->check();
+  }
+
+ private:
+  LocalParticles& engine(const void* array) {
+    if (!m_engine) {
+#if HALOX_HAS_CUDA
+      const bool gpu = is_device_memory(array);
+#else
+      (void)array;
+      const bool gpu = false;
+#endif
+      m_engine = std::make_unique<LocalParticles>(m_ranks, m_real, m_options, gpu);
+      m_engine->install(std::move(m_plans));
+    }
+    return *m_engine;
+  }
+
+  Ranks m_ranks;
+  BasicKind m_real;
+  ExchangeOptions m_options;
+  std::vector<ParticlePlan> m_plans;  // until the engine is made
+  std::unique_ptr<LocalParticles> m_engine;
+  std::int64_t m_messages = 0, m_bytes = 0;  // per exchange, for the stats
+};
+
+}  // namespace
+
+std::unique_ptr<ParticleEngine> make_local_particle_engine(const Ranks& ranks,
+                                                           std::vector<ParticlePlan> plans,
+                                                           BasicKind real,
+                                                           const ExchangeOptions& options) {
+  return std::make_unique<LocalParticleAdapter>(ranks, std::move(plans), real, options);
 }
 
-}  // namespace halox
+}  // namespace halox::detail

@@ -1,0 +1,68 @@
+// What the public exchanges run: one engine per locality of the ranks. Ranks::mpi (one rank
+// per process, the transports of transport.hpp under it) and Ranks::local (every rank in
+// this process) implement the same calls, so GridExchange and ParticleExchange are one
+// class each whatever the ranks.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "halox/exchange.hpp"
+#include "halox/plan.hpp"
+
+namespace halox::detail {
+
+class GridEngine {
+ public:
+  virtual ~GridEngine() = default;
+  /// fields[i]: the array of this process's i-th rank.
+  virtual void exchange_async(std::span<void* const> fields, GpuStream stream,
+                              ExchangeStats& stats) = 0;
+  virtual bool on_device(const void* field) = 0;
+  virtual std::string transport_name(const void* field) = 0;
+  virtual int faces_per_exchange() const = 0;
+  virtual int launches_per_exchange() const = 0;
+};
+
+class ParticleEngine {
+ public:
+  virtual ~ParticleEngine() = default;
+  /// Collective over the ranks' processes.
+  virtual void set_plans(std::vector<ParticlePlan> plans) = 0;
+  virtual const std::vector<ParticlePlan>& plans() const = 0;
+  /// arrays[i]: this process's i-th rank's; streams: one per GPU of devices(), or one for
+  /// all (refused for several GPUs unless it is the default stream).
+  virtual void run(bool forward, std::span<void* const> arrays, std::span<const GpuStream> streams,
+                   ExchangeStats& stats) = 0;
+  /// After a run on the default streams: waits for them when the arrays are on the GPU.
+  virtual void finish_default_streams(std::span<void* const> arrays) = 0;
+  virtual std::vector<int> devices() const = 0;
+  virtual int launches_per_exchange() const = 0;
+  /// Throws HaloTimeoutError for a device-side wait that expired (GPU-initiated engines).
+  virtual void check() const = 0;
+};
+
+#if HALOX_HAS_MPI
+std::unique_ptr<GridEngine> make_mpi_grid_engine(const Topology& topology, GridPlan plan,
+                                                 const ExchangeOptions& options);
+std::unique_ptr<ParticleEngine> make_mpi_particle_engine(const Topology& topology,
+                                                         ParticlePlan plan, BasicKind real,
+                                                         const ExchangeOptions& options);
+#endif
+std::unique_ptr<GridEngine> make_local_grid_engine(const Ranks& ranks, std::vector<GridPlan> plans,
+                                                   const ExchangeOptions& options);
+std::unique_ptr<ParticleEngine> make_local_particle_engine(const Ranks& ranks,
+                                                           std::vector<ParticlePlan> plans,
+                                                           BasicKind real,
+                                                           const ExchangeOptions& options);
+
+/// The options of local ranks: "auto" and the default "host" become local-fused; a kind
+/// that needs one rank per process is refused (halox::Error naming `exchange`).
+ExchangeOptions local_exchange_options(ExchangeOptions options, const char* exchange);
+
+/// The GPU-initiated transports of one rank per process (ipc-*, nvshmem-*).
+bool gpu_initiated(TransportKind kind);
+
+}  // namespace halox::detail
