@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# A change of the exchange API or its plumbing, A/B in one run (after check.sh built build/gpu
+# from the change): the baseline is a whole earlier tree in a carried, git-ignored folder
+# (`git archive <sha> | tar -x -C .ab-api`), built into /tmp/halox-base. Baseline and change
+# alternated twice, each time: 8 local ranks' MD halo (halox-bench halo-local 2x2x2, 32,000
+# atoms, the one-kernel engine), the 2-process fused MD halo (ipc-fused, MPS), halox-lbm BGK
+# 256^3 on one rank and on 8 local ranks (local-fused), multiphase on 2 processes (ipc-fused).
+#   scripts/device/diag/api_ab.sh OUTDIR [BASELINE_FOLDER]
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+source scripts/device/diag/common.sh
+out=${1:?usage: api_ab.sh OUTDIR [BASELINE_FOLDER]}
+tree=${2:-.ab-api}
+mkdir -p "$out"
+[ -d "$tree" ] || { echo "api_ab.sh: no $tree folder with the baseline tree"; exit 1; }
+base=/tmp/halox-base
+rm -rf "$base" && cp -r "$tree" "$base" && cp -r .deps "$base/.deps"
+nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+[ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
+cmake -S "$base" -B "$base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
+  -DHALOX_WARNINGS_AS_ERRORS=OFF -DHALOX_BUILD_TESTS=OFF > "$out/base-configure.log" 2>&1 &&
+  cmake --build "$base/build" -j "$(nproc)" --target halox-bench halox-lbm \
+    > "$out/base-build.log" 2>&1 || { echo "baseline build FAILED"; tail -20 "$out/base-build.log"; exit 1; }
+start_mps
+mpi2() { CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n 2 --oversubscribe --bind-to none "$@"; }
+for round in 1 2; do
+  for variant in base change; do
+    root=$([ $variant = base ] && echo "$base/build" || echo build/gpu)
+    echo "== round $round, $variant"
+    timeout 120 $root/bench/halox-bench halo-local --ranks 2x2x2 --atoms 32000 --kernels all_pulses \
+      --in-launch direct --json "$out/local8-$variant-$round.json" 2>&1 | grep -E "^2x2x2"
+    mpi2 $root/bench/halox-bench halo --app md --device gpu --quick --transports ipc-fused \
+      --json "$out/np2-$variant-$round.json" 2>&1 | halo_columns
+    timeout 120 $root/apps/lbm/halox-lbm --model bgk --grid 256x256x256 --steps 200 --device gpu \
+      --json "$out/bgk1-$variant-$round.json" 2>&1 | grep -E "MLUPS;" | sed 's/^/bgk 1 rank: /'
+    timeout 120 $root/apps/lbm/halox-lbm --model bgk --grid 256x256x256 --ranks 2x2x2 \
+      --transport local-fused --steps 100 --device gpu --json "$out/bgk8-$variant-$round.json" \
+      2>&1 | grep -E "MLUPS;" | sed 's/^/bgk 8 local: /'
+    mpi2 $root/apps/lbm/halox-lbm --grid 256x128x128 --ranks 2x1x1 --steps 200 --device gpu \
+      --comm datatype --transport ipc-fused --json "$out/mp2-$variant-$round.json" 2>&1 |
+      grep -E "MLUPS;" | sed 's/^/multiphase 2 processes: /'
+  done
+done
+stop_mps
+# One line per figure: the baseline's and the change's best of two, and their ratio.
+python3 - "$out" <<'PY'
+import json, sys, glob, os
+out = sys.argv[1]
+def best(prefix, pick, lower_is_better):
+    vals = {}
+    for variant in ("base", "change"):
+        got = []
+        for f in sorted(glob.glob(os.path.join(out, f"{prefix}-{variant}-*.json"))):
+            try:
+                got.append(pick(json.load(open(f))))
+            except Exception as e:
+                print(f"{f}: {e}")
+        if got:
+            vals[variant] = min(got) if lower_is_better else max(got)
+    if len(vals) == 2:
+        ratio = vals["change"] / vals["base"]
+        print(f"{prefix:8s} base {vals['base']:10.2f} change {vals['change']:10.2f} "
+              f"change/base {ratio:.3f} ({'lower' if lower_is_better else 'higher'} is better)")
+step_us = lambda j: [r for r in j["rows"]][0]["step_us"]
+halo_us = lambda j: [r for r in j["rows"] if r.get("transport") == "ipc-fused"][0]["halo_us"]  # 2,000 atoms per rank
+mlups = lambda j: j["mlups"]
+best("local8", step_us, True)
+best("np2", halo_us, True)
+for p in ("bgk1", "bgk8", "mp2"):
+    best(p, mlups, False)
+PY
