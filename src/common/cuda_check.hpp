@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "halox/error.hpp"
-#include "env.hpp"
+#include "../runtime/env.hpp"
 
 namespace halox::detail {
 

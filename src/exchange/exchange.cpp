@@ -1,11 +1,12 @@
 // The public exchanges: one GridExchange and one ParticleExchange, each running the engine of
 // its ranks' locality (engine.hpp): one rank per process over the transports
-// (mpi_exchange.cpp), or every rank in this process (local_grid.cpp, local_engine.cpp).
+// (mpi_exchange.cpp), or every rank in this process (transport/local_grid.cpp,
+// transport/local_particles.cpp).
 #include "halox/exchange.hpp"
 
 #include "halox/error.hpp"
 #include "halox/trace.hpp"
-#include "engine.hpp"
+#include "../transport/engine.hpp"
 #if HALOX_HAS_CUDA
 #include "../common/cuda_check.hpp"
 #endif

@@ -8,20 +8,20 @@
 
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
-#include "engine.hpp"
+#include "../transport/engine.hpp"
 #include "halox/mpi.hpp"
 #include "halox/pack.hpp"
 #include "halox/trace.hpp"
 #include "halox/tuning.hpp"
 #include "auto_choice.hpp"
-#include "transport.hpp"
+#include "../transport/transport.hpp"
 #include "../common/mpi_tags.hpp"
 #if HALOX_HAS_CUDA
 #include "../common/cuda_check.hpp"
-#include "../gpu_halo/grid_fused.hpp"
-#include "../gpu_halo/peer_halo.hpp"
-#include "device_kernels.hpp"
-#include "../common/env.hpp"
+#include "../transport/grid_fused.hpp"
+#include "../transport/peer_halo.hpp"
+#include "../transport/device_kernels.hpp"
+#include "../runtime/env.hpp"
 #endif
 
 namespace halox {

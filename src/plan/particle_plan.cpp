@@ -10,7 +10,7 @@
 #include "halox/mpi.hpp"
 #include "halox/plan.hpp"
 #include "../common/mpi_tags.hpp"
-#include "../exchange/host_wait.hpp"
+#include "../transport/host_wait.hpp"
 
 namespace halox {
 

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "../common/env.hpp"
+#include "../runtime/env.hpp"
 #include "device_trace.hpp"
 #include "halox/device.hpp"
 #include "halox/error.hpp"

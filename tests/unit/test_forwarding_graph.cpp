@@ -1,4 +1,4 @@
-// ForwardingGraph (src/gpu_halo/forwarding_graph.hpp): where the fused particle kernels read
+// ForwardingGraph (src/device/forwarding_graph.hpp): where the fused particle kernels read
 // each forwarded item from. Checked on the CPU against a plain simulation of the host
 // transport's pulses: every forward source, with its shifts added in the order given, is
 // exactly the coordinate the pulse sends; and the reverse as the kernels do it (each
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/gpu_halo/forwarding_graph.hpp"
+#include "../../src/device/forwarding_graph.hpp"
 #include "../common/particle_world.hpp"
 #include "../common/seed.hpp"
 

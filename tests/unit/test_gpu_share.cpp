@@ -1,8 +1,8 @@
-// gpu_share_of (src/gpu_halo/gpu_share.hpp): the part of the GPU it reads that one process's
+// gpu_share_of (src/runtime/gpu_share.hpp): the part of the GPU it reads that one process's
 // spinning fused kernels may fill, with and without an MPS thread percentage.
 #include <gtest/gtest.h>
 
-#include "../../src/gpu_halo/gpu_share.hpp"
+#include "../../src/runtime/gpu_share.hpp"
 
 using halox::detail::gpu_share_of;
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/common/env.hpp"
+#include "../../src/runtime/env.hpp"
 #include "../../src/trace/device_trace.hpp"
 #include "halox/trace.hpp"
 

@@ -3,7 +3,7 @@
 #include "halox/config.hpp"
 #include "halox/device.hpp"
 #include "halox/mpi.hpp"
-#include "../common/env.hpp"
+#include "env.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
 #endif

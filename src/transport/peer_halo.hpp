@@ -15,7 +15,7 @@
 #include <memory>
 #include <set>
 
-#include "device_halo.hpp"
+#include "../device/device_halo.hpp"
 
 namespace halox::detail {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "../exchange/transport.hpp"
+#include "transport.hpp"
 #include "peer_halo.hpp"
 
 namespace halox::detail {

@@ -17,7 +17,7 @@
 #include "halox/mpi.hpp"
 #include "../common/mpi_tags.hpp"
 #include "host_wait.hpp"
-#include "nvshmem_runtime.hpp"
+#include "../runtime/nvshmem_runtime.hpp"
 #include "stream_wait.hpp"
 #include "transport.hpp"
 

@@ -27,11 +27,11 @@
 #include <string>
 
 #include "../common/cuda_check.hpp"
-#include "../gpu_halo/signals.cuh"
+#include "../device/signals.cuh"
 #include "../pack/pack_device.cuh"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
-#include "../common/env.hpp"
+#include "../runtime/env.hpp"
 
 namespace halox::detail {
 

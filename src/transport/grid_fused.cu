@@ -30,18 +30,18 @@
 #include <vector>
 
 #include "../common/cuda_check.hpp"
-#include "../exchange/nvshmem_runtime_stub.hpp"
-#include "../exchange/transport.hpp"
+#include "../runtime/nvshmem_runtime_stub.hpp"
+#include "transport.hpp"
 #include "../plan/collective.hpp"
 #include "grid_fused.hpp"
 #include "peer_halo.hpp"
-#include "grid_fused_kernels.cuh"
-#include "signals.cuh"
+#include "../device/grid_fused_kernels.cuh"
+#include "../device/signals.cuh"
 #include "halox/config.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
 #include "halox/mpi.hpp"
-#include "../common/env.hpp"
+#include "../runtime/env.hpp"
 
 namespace halox::detail {
 

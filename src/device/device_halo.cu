@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "../common/cuda_check.hpp"
-#include "../exchange/nvshmem_runtime_stub.hpp"
+#include "../runtime/nvshmem_runtime_stub.hpp"
 #include "../trace/device_trace.hpp"
 #include "device_halo.hpp"
 #include "forwarding_graph.hpp"

@@ -1,6 +1,6 @@
 #include "stream_wait.hpp"
 
-#include "../gpu_halo/signals.cuh"
+#include "../device/signals.cuh"
 
 namespace halox::detail {
 

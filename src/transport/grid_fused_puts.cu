@@ -2,7 +2,7 @@
 // instantiations of grid_fused_kernels.cuh, compiled as relocatable device code and
 // device-linked with NVSHMEM's device library (src/CMakeLists.txt). Only in NVSHMEM builds.
 #include "../common/cuda_check.hpp"
-#include "grid_fused_kernels.cuh"
+#include "../device/grid_fused_kernels.cuh"
 
 namespace halox::detail::fused_grid {
 

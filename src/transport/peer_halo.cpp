@@ -9,9 +9,9 @@
 #include <set>
 #include <string>
 
-#include "../exchange/nvshmem_runtime_stub.hpp"
+#include "../runtime/nvshmem_runtime_stub.hpp"
 #include "../plan/collective.hpp"
-#include "gpu_share.hpp"
+#include "../runtime/gpu_share.hpp"
 #include "halox/mpi.hpp"
 #include "../common/mpi_tags.hpp"
 

@@ -1,5 +1,10 @@
-// The local particle engine (local_engine.hpp).
-#include "../exchange/engine.hpp"
+// The particle exchange of Ranks::local: every rank of a grid in this process, on one GPU or
+// spread over several (one DeviceHalo per GPU holding that GPU's ranks; blocks on other GPUs
+// are reached through peer access, i.e. the same direct stores over NVLink), or in host
+// memory (the CPU moves the same pulses in order; in every build). One driver thread, one
+// launch per GPU covering every rank on it: kernel launches, not the exchange, would
+// otherwise bound a step of many ranks.
+#include "engine.hpp"
 
 #include <algorithm>
 #include <map>
@@ -11,7 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "../common/cuda_check.hpp"
-#include "device_halo.hpp"
+#include "../device/device_halo.hpp"
 #endif
 
 namespace halox::detail {

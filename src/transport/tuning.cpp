@@ -8,7 +8,7 @@
 
 #include "halox/error.hpp"
 #include "halox/tuning.hpp"
-#include "../common/env.hpp"
+#include "../runtime/env.hpp"
 
 namespace halox {
 
