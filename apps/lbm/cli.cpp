@@ -1,0 +1,119 @@
+// halox-lbm's command line (cli.hpp).
+#include "cli.hpp"
+
+#include <cmath>
+
+#include "../common/cli.hpp"
+#include "../common/watchdog.hpp"
+#include "halox/error.hpp"
+#include "halox/topology.hpp"
+
+namespace halox::lbm {
+
+Cli parse(int argc, char** argv) {
+  Cli c;
+  halox::apps::CommandLine line(
+      "halox-lbm",
+      "Lattice Boltzmann on a periodic box split over a rank grid; halo exchange by halox.\n"
+      "Run it as mpiexec -n N halox-lbm [options].");
+  line.choice("--model", c.model, "multiphase: D3Q19 + D3Q7 free energy; bgk: D3Q19",
+              {"multiphase", "bgk"});
+  line.choice("--init", c.init,
+              "multiphase: droplet (default) | spinodal; bgk: taylor-green (default) | uniform",
+              {"droplet", "spinodal", "taylor-green", "uniform"});
+  std::string grid = "64x64x64", ranks, precision = "float", transport;
+  line.text("--grid", grid, "global lattice; any size, uneven splits handled", "XxYxZ");
+  line.text("--ranks", ranks,
+            "rank grid (default: the one whose halo moves the fewest face cells per rank, x "
+            "faces, strided, counted 32 / element bytes times: halox::grid_rank_dims)",
+            "XxYxZ");
+  line.count("--rank-count", c.rank_count,
+             "N ranks on that grid (--transport local-*: how many it runs)", 1);
+  line.count("--steps", c.steps, "time steps");
+  line.choice("--device", c.device, "auto: gpu when one is visible", {"auto", "cpu", "gpu"});
+  line.choice("--precision", precision, "arithmetic and storage", {"float", "double"});
+  line.choice("--comm", c.comm,
+              "datatype: halox datatypes describe the faces, halox packs and moves them; "
+              "default: hand-written pack kernels + host copies + MPI; contig: the "
+              "hand-written pack, moved by a halox transport; overlap: datatype, inner cells "
+              "updated while the halo moves",
+              {"datatype", "default", "contig", "overlap"});
+  line.text("--transport", transport,
+            "for --comm datatype/contig/overlap: host | staged | pipelined | nvshmem-stream | "
+            "ipc-fused | nvshmem-fused | nccl | auto (default: host on the CPU, staged on the "
+            "GPU) | local-pulse (every rank of --ranks in this one process, run without mpirun; "
+            "GPU: one kernel per face) | local-fused (the same, datatype or overlap; GPU: one "
+            "kernel moves every face of every rank)");
+  line.number("--tau", c.params.tau, "momentum relaxation time (must exceed 0.5)", 0, 1e6);
+  line.number("--tau-g", c.params.tau_g, "order-parameter relaxation time", 0, 1e6);
+  line.number("--A", c.params.A, "bulk free-energy coefficient", 0, 1e6);
+  line.number("--kappa", c.params.kappa, "interface stiffness", 0, 1e6);
+  line.number("--mobility", c.params.mobility, "order-parameter mobility", 0, 1e6);
+  line.number("--radius", c.radius, "droplet radius", 0, 1e6);
+  line.number("--velocity", c.velocity, "Taylor-Green amplitude");
+  line.count("--report", c.report_every, "progress line every N steps (0: 10 lines per run)");
+  line.count("--warmup", c.warmup,
+             "the first N steps are not timed (default min(10, steps/10)): they carry the "
+             "transports' lazy set-up (NCCL, NVSHMEM: ~0.4 s)",
+             -1);
+  double seed = static_cast<double>(c.seed);
+  line.number("--seed", seed, "spinodal noise seed", 0, 9e15);
+  line.flag("--check-taylor-green", c.check_taylor_green,
+            "compare the decay with the analytic solution (1% tolerance)");
+  line.flag("--check-mass", c.check_mass,
+            "check conservation of each phase and of the fluid (1e-10)");
+  line.choice("--self-halo", c.self_halo,
+              "a periodic axis that one rank spans alone: wrap (the update reads the opposite "
+              "edge in place, no exchange) | exchange (its halo moves like any other)",
+              {"wrap", "exchange"});
+  line.choice("--fg-exchange", c.fg_exchange,
+              "multiphase with --comm datatype or overlap: merged (one exchange moves the "
+              "crossing planes of f and g, which lie in one array) | separate (one each)",
+              {"merged", "separate"});
+  line.text("--dump", c.dump, "rho, u, phi of every cell after the run (binary, global order)");
+  line.text("--slice", c.slice, "the order parameter (or |u|) in the mid z plane as a PGM image");
+  line.text("--trace", c.trace, "Chrome trace JSON of the last steps");
+  line.watchdog(c.watchdog);
+  line.text("--json", c.json, "results as JSON");
+  line.parse(argc, argv);
+  c.grid = parse_dims(grid);
+  if (!ranks.empty()) c.ranks = parse_dims(ranks);
+  c.single = precision == "float";
+  if (!transport.empty()) {
+    c.transport = parse_transport(transport);
+    c.local_fused = c.transport == TransportKind::local_fused;
+    c.local = c.local_fused || c.transport == TransportKind::local_pulse;
+    c.transport_given = true;
+  }
+  if (seed != std::floor(seed)) throw Error("halox-lbm: --seed must be a whole number");
+  c.seed = static_cast<std::uint64_t>(seed);
+  // The lattice's sound speed is 1/sqrt(3): flows near it are outside what LBM describes.
+  if (!(std::abs(c.velocity) < 0.3))
+    throw Error("halox-lbm: --velocity must be below 0.3 in lattice units (Mach ~0.5)");
+  if (c.init.empty()) c.init = c.model == "bgk" ? "taylor-green" : "droplet";
+  const bool ok_init = c.model == "bgk" ? (c.init == "taylor-green" || c.init == "uniform")
+                                        : (c.init == "droplet" || c.init == "spinodal");
+  if (!ok_init) throw Error("halox-lbm: --init " + c.init + " does not fit --model " + c.model);
+  if (c.rank_count > 0 && c.ranks != std::array<int, 3>{0, 0, 0}) {
+    throw Error("halox-lbm: --rank-count and --ranks exclude each other");
+  }
+  if (c.local && c.rank_count == 0 && !(c.ranks[0] > 0 && c.ranks[1] > 0 && c.ranks[2] > 0)) {
+    throw Error("halox-lbm: --transport " + to_string(c.transport) +
+                " needs the ranks it runs in this process (--ranks XxYxZ, "
+                "or --rank-count N for N ranks on the rank grid halox picks)");
+  }
+  if (c.local_fused && (c.comm == "default" || c.comm == "contig")) {
+    throw Error("halox-lbm: --transport local-fused moves the faces of --comm datatype or overlap");
+  }
+  if (!(c.params.tau > 0.5)) throw Error("halox-lbm: --tau must exceed 0.5 (unstable otherwise)");
+  if (!(c.params.tau_g > 0.5))
+    throw Error("halox-lbm: --tau-g must exceed 0.5 (unstable otherwise)");
+  if (c.warmup < 0) c.warmup = std::min(10, c.steps / 10);
+  if (c.warmup > c.steps) throw Error("halox-lbm: --warmup must be at most --steps");
+  if (c.params.A <= 0 || c.params.kappa <= 0)
+    throw Error("halox-lbm: --A and --kappa must be positive");
+  c.params.multiphase = c.model == "multiphase";
+  return c;
+}
+
+}  // namespace halox::lbm

@@ -1,0 +1,292 @@
+// The lattice over a set of ranks and its communication variants (decomposition.hpp).
+#include "decomposition.hpp"
+
+#include <string>
+
+#include "halox/error.hpp"
+#include "halox/mpi.hpp"
+
+namespace halox::lbm {
+
+void PhaseClock::marked(Backend& b, int at, bool moves, bool multiphase) {
+  settle(b);
+  m_pending = at;
+  m_moves = moves;
+  m_multiphase = multiphase;
+}
+double PhaseClock::exchange(Backend& b) {
+  settle(b);
+  return m_exchange;
+}
+double PhaseClock::compute(Backend& b) {
+  settle(b);
+  return m_compute;
+}
+void PhaseClock::reset(Backend& b) {
+  settle(b);
+  m_exchange = m_compute = 0;
+}
+// Adds the phase times of the step whose points are still unread (waits for its end).
+void PhaseClock::settle(Backend& b) {
+  if (m_pending < 0) return;
+  const int at = m_pending;
+  m_pending = -1;
+  if (m_moves) {
+    m_exchange +=
+        b.seconds_between(at, at + 1) + (m_multiphase ? b.seconds_between(at + 2, at + 3) : 0);
+  }
+  m_compute += b.seconds_between(at + 1, at + 2) +
+               (m_multiphase ? b.seconds_between(m_moves ? at + 3 : at + 2, at + 4) : 0);
+}
+
+namespace {
+Topology grid_of(MPI_Comm comm, const Cli& cli) {
+  return cli.local ? Topology(cli.ranks, {true, true, true}, 0)
+                   : Topology::from_mpi(comm, cli.ranks);
+}
+}  // namespace
+
+Decomposition::Decomposition(MPI_Comm comm, const Cli& cli)
+    : m_cli(cli),
+      m_comm(comm),
+      m_ranks(cli.local ? Ranks::local(grid_of(comm, cli)) : Ranks::mpi(grid_of(comm, cli))) {
+  const Topology& grid = m_ranks.topology();
+  if (m_ranks.in_process()) {
+    for (int r = 0; r < grid.size(); ++r) {
+      m_blocks.push_back(
+          std::make_unique<Block>(Topology(grid.dims(), grid.periodic(), r), cli, false));
+    }
+  } else {
+    m_blocks.push_back(std::make_unique<Block>(grid, cli, true));
+  }
+  m_transport = cli.local || cli.transport_given
+                    ? cli.transport
+                    : (backend().on_device() ? TransportKind::staged : TransportKind::host);
+  // datatype and overlap: one exchange per field (g's planes go with f's when merged); none
+  // for a field whose every axis the update wraps.
+  if (cli.comm == "datatype" || cli.comm == "overlap") {
+    for (int k = 0; k < (cli.params.multiphase ? 3 : 1); ++k) {
+      if (k == 1 && fg_merged()) continue;
+      std::vector<GridPlan> plans;
+      for (auto& b : m_blocks) plans.push_back(b->halo(k).moved);
+      if (plans.front().pulses.empty()) continue;
+      m_exchanges[k] = std::make_unique<GridExchange>(m_ranks, std::move(plans), options(k));
+    }
+  }
+}
+
+Decomposition::~Decomposition() = default;
+
+ExchangeOptions Decomposition::options(int field, const std::string& suffix) const {
+  ExchangeOptions options;
+  options.transport = m_transport;
+  options.name = (field == 0   ? (m_blocks.front()->fg_merged() ? "f+g" : "f")
+                  : field == 1 ? "g"
+                               : "phi") +
+                 suffix;
+  return options;
+}
+
+std::vector<void*>& Decomposition::arrays(int field) {
+  m_pointers.clear();
+  for (auto& b : m_blocks) m_pointers.push_back(b->field(field));
+  return m_pointers;
+}
+
+void Decomposition::gather_streams() {
+  for (std::size_t r = 1; r < m_blocks.size(); ++r) backend().wait_for(m_blocks[r]->backend());
+}
+void Decomposition::scatter_streams() {
+  for (std::size_t r = 1; r < m_blocks.size(); ++r) m_blocks[r]->backend().wait_for(backend());
+}
+
+void Decomposition::step() {
+  if (m_cli.comm == "overlap") {
+    step_overlapped();
+  } else {
+    step_in_phases();
+  }
+  for (auto& b : m_blocks) b->finish_step();
+  ++m_steps;
+}
+
+// Exchange, update, (exchange phi, update): every block's updates are timed together, from
+// points marked on block 0's stream (PhaseClock). (A transport that needs the host, such as
+// MPI through host memory, waits for its own work.)
+void Decomposition::step_in_phases() {
+  Backend& b = backend();
+  const int at = PhaseClock::first_point(m_steps);
+  const bool moves = !m_blocks.front()->exchange_free();
+  const bool multiphase = m_cli.params.multiphase;
+  gather_streams();
+  if (moves) {
+    b.mark(at);
+    exchange(0);
+    if (multiphase && !fg_merged()) exchange(1);
+  }
+  b.mark(at + 1);
+  scatter_streams();
+  for (auto& block : m_blocks) block->first_update();
+  gather_streams();
+  b.mark(at + 2);
+  if (multiphase) {
+    if (moves) {
+      exchange(2);
+      b.mark(at + 3);
+    }
+    scatter_streams();
+    for (auto& block : m_blocks) block->second_update();
+    gather_streams();
+    b.mark(at + 4);
+  }
+  m_phases.marked(b, at, moves, multiphase);
+}
+
+// The overlap variant: every block's inner cells on its side stream while the faces move
+// (on block 0's stream), then the shells. Every cell still gets exactly the same arithmetic,
+// so the fields stay bitwise those of the other variants. No phase times: one span. No wait
+// for the GPU here: the next step's work queues behind this one (stream order and the
+// fork/join events keep it correct), so no step starts on an idle GPU.
+void Decomposition::step_overlapped() {
+  for (auto& block : m_blocks) block->update_inner(0);
+  gather_streams();  // the shells of the last step: the faces
+  exchange(0);
+  if (m_cli.params.multiphase && !fg_merged()) exchange(1);
+  scatter_streams();
+  for (auto& block : m_blocks) block->update_shell(0);
+  if (m_cli.params.multiphase) {
+    for (auto& block : m_blocks) block->update_inner(1);
+    gather_streams();  // phi of every block's shell, before its faces move
+    exchange(2);
+    scatter_streams();
+    for (auto& block : m_blocks) block->update_shell(1);
+  }
+}
+
+// Ordered by the caller: every block's stream is gathered into block 0's before, and waits
+// for it after.
+void Decomposition::exchange(int field) {
+  if (m_cli.comm == "contig") {
+    exchange_contiguous(field);
+  } else if (m_cli.comm == "default") {
+    exchange_by_hand(field);
+  } else if (m_exchanges[field]) {  // none when every axis wraps
+    m_exchanges[field]->exchange_async(arrays(field), backend().stream_handle());
+  }
+}
+
+// The contig variant: the hand-written pack into contiguous buffers of the default variant,
+// moved by a halox exchange of their byte ranges (one per axis, since each axis forwards
+// what the previous one unpacked).
+void Decomposition::exchange_contiguous(int field) {
+  Block& first_block = first();
+  for (int s = 0; s < 3; ++s) {
+    if (first_block.stage_wraps(first_block.halo(field), s)) continue;  // alike on every rank
+    for (auto& b : m_blocks) b->contig_pack(b->halo(field), s);
+    std::unique_ptr<GridExchange>& stage = m_stage_exchanges[3 * field + s];
+    if (!stage) {
+      std::vector<GridPlan> plans;
+      for (auto& b : m_blocks) plans.push_back(b->halo(field).stages[s].plan);
+      ExchangeOptions o = options(
+          field, std::string(" ") + "xyz"[first_block.halo(field).plan.pulses[2 * s].header.axis]);
+      if (m_ranks.in_process()) o.transport = TransportKind::local_pulse;  // one kernel per face
+      stage = std::make_unique<GridExchange>(m_ranks, std::move(plans), o);
+    }
+    m_pointers.clear();
+    for (auto& b : m_blocks) m_pointers.push_back(b->halo(field).stages[s].buffer);
+    gather_streams();
+    stage->exchange_async(m_pointers, backend().stream_handle());
+    scatter_streams();
+    for (auto& b : m_blocks) b->contig_unpack(b->halo(field), s);
+  }
+}
+
+// The "default" variant, as the seed's application does it: hand-written pack kernels into
+// contiguous buffers, explicit copies to the host, MPI_Sendrecv (a host copy between the
+// blocks of this process), copies back, unpack.
+void Decomposition::exchange_by_hand(int field) {
+  Block& first_block = first();
+  const std::size_t pulses = first_block.halo(field).plan.pulses.size();
+  for (std::size_t p = 0; p < pulses; ++p) {
+    if (first_block.wraps(first_block.halo(field), p)) continue;  // alike on every rank
+    std::size_t bytes = 0;
+    for (auto& b : m_blocks) bytes = b->hand_pack(b->halo(field), p);
+    if (m_ranks.in_process()) {
+      for (auto& b : m_blocks) {
+        const int to = b->halo(field).plan.pulses[p].header.send_rank;
+        if (to >= 0) m_blocks[to]->host_recv() = b->host_send();
+      }
+    } else {
+      const PulseHeader& hd = first_block.halo(field).plan.pulses[p].header;
+      const int to = hd.send_rank < 0 ? MPI_PROC_NULL : hd.send_rank;
+      const int from = hd.recv_rank < 0 ? MPI_PROC_NULL : hd.recv_rank;
+      const int n = static_cast<int>(bytes), tag = 600 + static_cast<int>(p);
+      HALOX_MPI_CHECK(MPI_Sendrecv(first_block.host_send().data(), n, MPI_BYTE, to, tag,
+                                   first_block.host_recv().data(), n, MPI_BYTE, from, tag,
+                                   topology().comm(), MPI_STATUS_IGNORE));
+    }
+    for (auto& b : m_blocks) {
+      if (b->halo(field).plan.pulses[p].header.recv_rank >= 0) b->hand_unpack(b->halo(field), p);
+    }
+  }
+}
+
+void Decomposition::synchronize() {
+  for (auto& b : m_blocks) b->backend().synchronize();
+}
+
+std::array<double, 4> Decomposition::totals() {
+  std::array<double, 4> sum{};
+  for (auto& b : m_blocks) {
+    const auto mine = b->totals();
+    for (int k = 0; k < 4; ++k) sum[k] += mine[k];
+  }
+  if (m_ranks.in_process()) return sum;
+  std::array<double, 4> global{};
+  HALOX_MPI_CHECK(
+      MPI_Allreduce(sum.data(), global.data(), 4, MPI_DOUBLE, MPI_SUM, topology().comm()));
+  return global;
+}
+
+std::vector<double> Decomposition::gather() {
+  std::vector<double> mine;
+  for (auto& b : m_blocks) {
+    const auto tagged = b->tagged_moments();
+    mine.insert(mine.end(), tagged.begin(), tagged.end());
+  }
+  if (m_ranks.in_process()) return Block::in_global_order(mine, m_cli.grid);
+  MPI_Comm comm = topology().comm();
+  int size = 0, rank = 0;
+  HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
+  HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  int count = static_cast<int>(mine.size());
+  std::vector<int> counts(size), displs(size);
+  HALOX_MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[r] = total;
+    total += counts[r];
+  }
+  std::vector<double> all(rank == 0 ? total : 0);
+  HALOX_MPI_CHECK(MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
+                              displs.data(), MPI_DOUBLE, 0, comm));
+  return rank == 0 ? Block::in_global_order(all, m_cli.grid) : std::vector<double>{};
+}
+
+std::string Decomposition::transport() const {
+  if (!m_ranks.in_process()) {
+    if (m_cli.comm == "default") return "default (hand-written pack + host copies + MPI)";
+    return m_cli.comm + ", " + to_string(m_transport);
+  }
+  const std::string where =
+      to_string(m_transport) + " (" + std::to_string(m_blocks.size()) + " ranks in this process)";
+  if (m_cli.comm == "default") {
+    return "default (hand-written pack + host copies between the ranks), " + where;
+  }
+  return m_cli.comm +
+         (m_transport == TransportKind::local_fused ? ", GPU-initiated (one kernel for every face)"
+                                                    : "") +
+         ", " + where;
+}
+
+}  // namespace halox::lbm

@@ -1,0 +1,103 @@
+// The lattice over a set of ranks: one block on each (one rank per MPI process, or every rank
+// of the grid in this process), and the communication variants, written once over the set:
+// the halo exchanges are GridExchanges over Ranks::mpi or Ranks::local, whose transport moves
+// the faces between processes or between the blocks of this process.
+//  - datatype: one exchange per field (f and g in one when they lie in one array), moving
+//    each face's crossing planes described by a datatype;
+//  - overlap:  the same, the cells that read no halo updated while the halo moves;
+//  - contig:   faces packed by hand into contiguous buffers, moved by an exchange of byte
+//    ranges stage by stage;
+//  - default:  packed by hand, copied to the host, MPI_Sendrecv (between processes) or a
+//    host copy (between the blocks of this process), copied back and unpacked.
+// Several blocks in one process step in lockstep, their streams ordered through events, not
+// the host: block 0's stream waits for every block's updates before an exchange (which runs
+// on it), and every block's stream waits for the exchange before its next update.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "block.hpp"
+#include "cli.hpp"
+#include "halox/exchange.hpp"
+
+namespace halox::lbm {
+
+// Phase times from points marked in stream order on one back end, read one step late: the
+// host waits for step s - 1 while step s is queued, so the GPU never idles between the
+// phases or the steps of a stream-ordered exchange. A step marks the points of its set
+// (two sets, by step parity): before the exchanges, after them, after the first update,
+// after the phi exchange, after the second update (multiphase). A step that moves nothing
+// (every axis wrapped) marks no points around its exchanges.
+class PhaseClock {
+ public:
+  /// The first point of the set of step `step`.
+  static int first_point(long step) { return 5 * static_cast<int>(step % 2); }
+  /// After a step marked the set from `at`: adds the previous step's times.
+  void marked(Backend& b, int at, bool moves, bool multiphase);
+  double exchange(Backend& b);
+  double compute(Backend& b);
+  void reset(Backend& b);
+
+ private:
+  void settle(Backend& b);
+  double m_exchange = 0, m_compute = 0;
+  int m_pending = -1;  // the first point of the step not yet added, or -1
+  bool m_moves = true, m_multiphase = false;
+};
+
+class Decomposition {
+ public:
+  /// cli.local: every rank of cli.ranks in this process; else this process's rank of the
+  /// grid over `comm` (collective).
+  Decomposition(MPI_Comm comm, const Cli& cli);
+  ~Decomposition();
+
+  void step();
+  /// Waits for every block's queued work.
+  void synchronize();
+  /// Sums over all ranks: fluid mass, phase A and B amounts, kinetic energy (collective).
+  std::array<double, 4> totals();
+  /// Every cell's moments in global order (rho, ux, uy, uz, phi) on rank 0 (collective).
+  std::vector<double> gather();
+
+  const Topology& topology() const { return m_ranks.topology(); }
+  /// Rank 0's block (its back end's name, real type, memory).
+  Block& first() { return *m_blocks.front(); }
+  Backend& backend() { return first().backend(); }
+  std::array<int, 3> local() const { return m_blocks.front()->local(); }
+  std::string wrapped_axes() const { return m_blocks.front()->wrapped_axes(); }
+  bool fg_merged() const { return m_blocks.front()->fg_merged(); }
+  /// The variant and the transport, as the report prints them.
+  std::string transport() const;
+  double time_exchange() { return m_phases.exchange(backend()); }
+  double time_compute() { return m_phases.compute(backend()); }
+  void reset_timers() { m_phases.reset(backend()); }
+
+ private:
+  void step_in_phases();
+  void step_overlapped();
+  void exchange(int field);
+  void exchange_contiguous(int field);
+  void exchange_by_hand(int field);
+  // Block 0's stream waits for every block's work so far; every block's for block 0's.
+  void gather_streams();
+  void scatter_streams();
+  ExchangeOptions options(int field, const std::string& suffix = "") const;
+  std::vector<void*>& arrays(int field);
+
+  Cli m_cli;
+  MPI_Comm m_comm;
+  Ranks m_ranks;
+  TransportKind m_transport = TransportKind::host;
+  std::vector<std::unique_ptr<Block>> m_blocks;
+  std::array<std::unique_ptr<GridExchange>, 3> m_exchanges;        // f (and g), g, phi
+  std::array<std::unique_ptr<GridExchange>, 9> m_stage_exchanges;  // contig: field, stage
+  std::vector<void*> m_pointers;                                   // arrays()'s (reused)
+  PhaseClock m_phases;
+  long m_steps = 0;
+};
+
+}  // namespace halox::lbm
