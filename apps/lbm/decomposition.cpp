@@ -65,10 +65,15 @@ Decomposition::Decomposition(MPI_Comm comm, const Cli& cli)
   // datatype and overlap: one exchange per field (g's planes go with f's when merged); none
   // for a field whose every axis the update wraps.
   if (cli.comm == "datatype" || cli.comm == "overlap") {
+    m_fg_fields = cli.params.multiphase && cli.fg_exchange == "fields";
     for (int k = 0; k < (cli.params.multiphase ? 3 : 1); ++k) {
-      if (k == 1 && fg_merged()) continue;
+      if (k == 1 && fg_together()) continue;
       std::vector<GridPlan> plans;
       for (auto& b : m_blocks) plans.push_back(b->halo(k).moved);
+      if (k == 0 &&
+          m_fg_fields) {  // g's plans as the second field: [f of every rank, g of every rank]
+        for (auto& b : m_blocks) plans.push_back(b->halo(1).moved);
+      }
       if (plans.front().pulses.empty()) continue;
       m_exchanges[k] = std::make_unique<GridExchange>(m_ranks, std::move(plans), options(k));
     }
@@ -80,17 +85,22 @@ Decomposition::~Decomposition() = default;
 ExchangeOptions Decomposition::options(int field, const std::string& suffix) const {
   ExchangeOptions options;
   options.transport = m_transport;
-  options.name = (field == 0   ? (m_blocks.front()->fg_merged() ? "f+g" : "f")
-                  : field == 1 ? "g"
-                               : "phi") +
-                 suffix;
+  options.name = (field == 0 ? (fg_together() ? "f+g" : "f") : field == 1 ? "g" : "phi") + suffix;
   return options;
 }
 
 std::vector<void*>& Decomposition::arrays(int field) {
   m_pointers.clear();
   for (auto& b : m_blocks) m_pointers.push_back(b->field(field));
+  if (field == 0 && m_fg_fields) {
+    for (auto& b : m_blocks) m_pointers.push_back(b->field(1));
+  }
   return m_pointers;
+}
+
+std::string Decomposition::fg_exchange() const {
+  if (!m_cli.params.multiphase) return "none";
+  return m_fg_fields ? "fields" : m_blocks.front()->fg_merged() ? "merged" : "separate";
 }
 
 void Decomposition::gather_streams() {
@@ -122,7 +132,7 @@ void Decomposition::step_in_phases() {
   if (moves) {
     b.mark(at);
     exchange(0);
-    if (multiphase && !fg_merged()) exchange(1);
+    if (multiphase && !fg_together()) exchange(1);
   }
   b.mark(at + 1);
   scatter_streams();
@@ -151,7 +161,7 @@ void Decomposition::step_overlapped() {
   for (auto& block : m_blocks) block->update_inner(0);
   gather_streams();  // the shells of the last step: the faces
   exchange(0);
-  if (m_cli.params.multiphase && !fg_merged()) exchange(1);
+  if (m_cli.params.multiphase && !fg_together()) exchange(1);
   scatter_streams();
   for (auto& block : m_blocks) block->update_shell(0);
   if (m_cli.params.multiphase) {

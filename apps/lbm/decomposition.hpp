@@ -69,7 +69,10 @@ class Decomposition {
   Backend& backend() { return first().backend(); }
   std::array<int, 3> local() const { return m_blocks.front()->local(); }
   std::string wrapped_axes() const { return m_blocks.front()->wrapped_axes(); }
-  bool fg_merged() const { return m_blocks.front()->fg_merged(); }
+  /// Whether g moves in f's exchange (merged into f's datatype, or as a second field of its
+  /// call), and how ("merged", "fields", "separate"; "none" for BGK).
+  bool fg_together() const { return m_fg_fields || m_blocks.front()->fg_merged(); }
+  std::string fg_exchange() const;
   /// The variant and the transport, as the report prints them.
   std::string transport() const;
   double time_exchange() { return m_phases.exchange(backend()); }
@@ -92,6 +95,7 @@ class Decomposition {
   MPI_Comm m_comm;
   Ranks m_ranks;
   TransportKind m_transport = TransportKind::host;
+  bool m_fg_fields = false;  // --fg-exchange fields: f's exchange moves g as a second field
   std::vector<std::unique_ptr<Block>> m_blocks;
   std::array<std::unique_ptr<GridExchange>, 3> m_exchanges;        // f (and g), g, phi
   std::array<std::unique_ptr<GridExchange>, 9> m_stage_exchanges;  // contig: field, stage

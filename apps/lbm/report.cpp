@@ -201,9 +201,7 @@ int drive(Decomposition& lbm, const Cli& cli, int rank, halox::apps::Watchdog& w
     std::printf("wrote %s (mid-z slice of %s)\n", cli.slice.c_str(), channel == 4 ? "phi" : "u_x");
   }
   if (rank == 0 && !cli.json.empty()) {
-    const std::string fg_exchange = !cli.params.multiphase ? "none"
-                                    : lbm.fg_merged()      ? "merged"
-                                                           : "separate";
+    const std::string fg_exchange = lbm.fg_exchange();
     halox::apps::Json j;
     j["app"] = "halox-lbm";
     j["model"] = cli.model;

@@ -166,8 +166,11 @@ class GridExchange {
  public:
   /// Collective over the ranks' processes. plans[i]: the plan of this process's i-th rank
   /// (Ranks::mpi: one, from build_grid_plan or validated; Ranks::local: one per rank of the
-  /// grid, from make_local_grid_plans). Plans that do not match their neighbours' are
-  /// refused on every rank, naming both ranks and the pulse.
+  /// grid, from make_local_grid_plans). Several fields moved in one call (GHEX's
+  /// exchange(f, g)): plans[f * ranks.count() + i] is field f's plan of rank i, the fields
+  /// of a plan set may differ in element type and layout, and each call passes the arrays
+  /// in the same order. Plans that do not match their neighbours' are refused on every
+  /// rank, naming both ranks and the pulse.
   GridExchange(const Ranks& ranks, std::vector<GridPlan> plans, ExchangeOptions options = {});
   /// One rank per process: GridExchange(Ranks::mpi(topology), {plan}, options).
   GridExchange(const Topology& topology, GridPlan plan, ExchangeOptions options = {});
@@ -175,20 +178,25 @@ class GridExchange {
   GridExchange(const GridExchange&) = delete;
   GridExchange& operator=(const GridExchange&) = delete;
 
-  /// Fills the halos: fields[i] is the array of this process's i-th rank (all in host
-  /// memory or all on the GPUs). Device fields: ordered on `stream` (the call may still
-  /// block the host, as the staged transports do); host fields: done on return.
+  /// Fills the halos: fields[f * ranks().count() + i] is field f's array of this process's
+  /// i-th rank (all in host memory or all on the GPUs). Device fields: ordered on `stream`
+  /// (the call may still block the host, as the staged transports do); host fields: done on
+  /// return. The fields' pulses of one stage move together: one host wait per stage for all
+  /// of them on the staged transports; the GPU-initiated ones launch once per field.
   void exchange_async(std::span<void* const> fields, GpuStream stream);
-  /// The same for a process holding one rank.
+  /// The same for a process holding one rank and one field.
   void exchange_async(void* field, GpuStream stream);
   /// The same, done on return for device fields too (the default stream synchronised).
   void exchange(std::span<void* const> fields);
   void exchange(void* field);
 
   const Ranks& ranks() const;
-  /// The plan of this process's first rank, and those of all its ranks.
+  /// The plan of this process's first rank (first field), and those of all its ranks and
+  /// fields.
   const GridPlan& plan() const;
   const std::vector<GridPlan>& plans() const;
+  /// Fields per call.
+  int fields() const;
   const ExchangeStats& stats() const;
   void reset_stats();
   /// The transport a field uses ("host" for host fields of one rank per process).

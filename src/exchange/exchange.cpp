@@ -143,22 +143,23 @@ void check_one_rank(const Ranks& ranks, const char* exchange) {
 struct GridExchange::Impl {
   Impl(const Ranks& r, std::vector<GridPlan> p) : ranks(r), plans(std::move(p)) {}
   Ranks ranks;
-  std::vector<GridPlan> plans;
+  std::vector<GridPlan> plans;  // [field][rank]
   std::unique_ptr<detail::GridEngine> engine;
   ExchangeStats stats;
 };
 
 GridExchange::GridExchange(const Ranks& ranks, std::vector<GridPlan> plans, ExchangeOptions options)
     : m_impl(std::make_unique<Impl>(ranks, plans)) {
-  if (static_cast<int>(plans.size()) != ranks.count()) {
+  if (plans.empty() || plans.size() % static_cast<std::size_t>(ranks.count()) != 0) {
     throw Error("halox::GridExchange: " + std::to_string(plans.size()) + " plans for the " +
-                std::to_string(ranks.count()) + " rank(s) of this process");
+                std::to_string(ranks.count()) +
+                " rank(s) of this process (one per rank and field)");
   }
   if (ranks.in_process()) {
     m_impl->engine = detail::make_local_grid_engine(ranks, std::move(plans), options);
   } else {
 #if HALOX_HAS_MPI
-    m_impl->engine = detail::make_mpi_grid_engine(ranks.topology(), std::move(plans[0]), options);
+    m_impl->engine = detail::make_mpi_grid_engine(ranks.topology(), std::move(plans), options);
 #else
     no_mpi("GridExchange");
 #endif
@@ -169,12 +170,21 @@ GridExchange::GridExchange(const Topology& topology, GridPlan plan, ExchangeOpti
 GridExchange::~GridExchange() = default;
 
 void GridExchange::exchange_async(std::span<void* const> fields, GpuStream stream) {
+  if (fields.size() != m_impl->plans.size()) {
+    throw Error("halox::GridExchange: " + std::to_string(fields.size()) + " arrays given for " +
+                std::to_string(this->fields()) + " field(s) of " +
+                std::to_string(m_impl->ranks.count()) + " rank(s) (one per field and rank)");
+  }
   trace::Scope scope("grid exchange",
                      m_impl->ranks.in_process() ? 0 : m_impl->ranks.topology().rank());
   m_impl->engine->exchange_async(fields, stream, m_impl->stats);
 }
 void GridExchange::exchange_async(void* field, GpuStream stream) {
   check_one_rank(m_impl->ranks, "GridExchange");
+  if (fields() != 1) {
+    throw Error("halox::GridExchange: " + std::to_string(fields()) +
+                " fields planned; pass one array per field");
+  }
   exchange_async(std::span<void* const>(&field, 1), stream);
 }
 void GridExchange::exchange(std::span<void* const> fields) {
@@ -193,6 +203,9 @@ const GridPlan& GridExchange::plan() const {
 }
 const std::vector<GridPlan>& GridExchange::plans() const {
   return m_impl->plans;
+}
+int GridExchange::fields() const {
+  return static_cast<int>(m_impl->plans.size()) / m_impl->ranks.count();
 }
 const ExchangeStats& GridExchange::stats() const {
   return m_impl->stats;

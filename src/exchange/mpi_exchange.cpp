@@ -83,23 +83,19 @@ namespace {
 
 using detail::Op;
 
-#if HALOX_HAS_CUDA
-// How a GPU-initiated transport's kernels reach the peers' blocks.
-detail::Mapping peer_mapping(TransportKind kind, const ExchangeOptions& options) {
-  if (kind == TransportKind::ipc_fused || kind == TransportKind::ipc_pulse) {
-    return detail::Mapping::ipc;
-  }
-  const bool puts = options.testing.nvshmem_puts_only || detail::env_nvshmem_puts();
-  return puts ? detail::Mapping::nvshmem_puts : detail::Mapping::nvshmem;
-}
-#endif
-
-// Which transport a buffer takes; asked once per buffer and cached.
+// Which transport a buffer takes (asked once per buffer and cached), and the transports
+// made so far, each connected to the exchange's current ops before it runs them.
 class TransportChooser {
  public:
-  TransportChooser(const Topology& topology, ExchangeOptions options)
-      : m_comm(topology.comm()), m_rank(topology.rank()), m_options(options) {
-    m_host = detail::make_host_transport(m_comm, m_rank, m_options.timeout_seconds);
+  /// particle: the exchange moves particles of `real` (else grids).
+  TransportChooser(const Topology& topology, ExchangeOptions options, bool particle,
+                   BasicKind real = BasicKind::float64)
+      : m_comm(topology.comm()),
+        m_rank(topology.rank()),
+        m_options(options),
+        m_particle(particle),
+        m_real(real) {
+    m_host.transport = detail::make_host_transport(m_comm, m_rank, m_options.timeout_seconds);
   }
 
   bool on_device(const void* field) {
@@ -123,45 +119,38 @@ class TransportChooser {
     return m_options.transport;
   }
 
-  detail::Transport& for_field(const void* field) {
-    if (!on_device(field)) return *m_host;
-#if HALOX_HAS_CUDA
-    if (!m_device) {
-      if (m_options.transport == TransportKind::automatic) {
-        throw Error("halox: internal: the auto transport was not resolved");
-      }
-      if (detail::gpu_initiated(m_options.transport)) {
-        // Grid halos: one fused kernel for all stages, the pulse and the fused variants alike.
-        const TransportKind t = m_options.transport;
-        m_device = detail::make_grid_fused_transport(
-            m_comm, m_rank, peer_mapping(t, m_options), to_string(t), m_options.name,
-            m_options.timeout_seconds, m_options.self_test);
-        return *m_device;
-      }
-      if (m_options.transport == TransportKind::host) {
-        throw Error("halox: the field at " + address(field) +
-                    " is in device memory; the host transport moves host memory only (choose "
-                    "staged, pipelined or mpi-direct)");
-      }
-      m_device = detail::make_device_transport(m_options.transport, m_comm, m_rank,
-                                               m_options.chunk_bytes, m_options.timeout_seconds);
+  /// The transport for `field`'s memory, connected to `connection` (collectively, at the
+  /// first run after a new plan: every rank runs it together). `instance`: a transport that
+  /// moves one field per run gets one instance per field of the exchange.
+  detail::Transport& connected(const void* field, const detail::Connection& connection,
+                               int instance = 0) {
+    Slot& slot = slot_for(field, instance);
+    if (slot.generation != m_generation || slot.connection != &connection) {
+      slot.transport->connect(connection);
+      slot.generation = m_generation;
+      slot.connection = &connection;
     }
-    return *m_device;
-#else
-    // Without CUDA no pointer is device memory (on_device is false): not reached.
-    throw Error("halox: internal: a device field in a build without CUDA");
-#endif
+    return *slot.transport;
+  }
+  /// The transport for `field`'s memory (made, not connected).
+  detail::Transport& for_field(const void* field) {
+    return *slot_for(field, 0).transport;
   }
 
-  /// The exchange's plan changed (collective): the transports made so far learn it.
+  /// The exchange's plan changed (collective): every transport connects again before it runs.
   void new_plan() {
-    for (auto* t : {&m_host, &m_device}) {
-      if (*t) (*t)->new_plan();
-    }
+    ++m_generation;
   }
 
   std::string name(const void* field) {
     return for_field(field).name();
+  }
+
+  /// Throws for a device-side time-out of an earlier run (the device transports made).
+  void check() const {
+    for (const Slot& slot : m_device) {
+      if (slot.transport) slot.transport->check();
+    }
   }
 
   TransportKind choose_automatically(const std::vector<PulseHeader>& pulses,
@@ -206,6 +195,51 @@ class TransportChooser {
   }
 
  private:
+  struct Slot {
+    std::unique_ptr<detail::Transport> transport;
+    int generation = -1;  // the plan it was last connected for
+    const detail::Connection* connection = nullptr;
+  };
+
+  Slot& slot_for(const void* field, int instance) {
+    if (!on_device(field)) return m_host;
+#if HALOX_HAS_CUDA
+    if (static_cast<int>(m_device.size()) <= instance) m_device.resize(instance + 1);
+    Slot& slot = m_device[instance];
+    if (!slot.transport) slot.transport = make_device(field);
+    return slot;
+#else
+    (void)instance;
+    // Without CUDA no pointer is device memory (on_device is false): not reached.
+    throw Error("halox: internal: a device field in a build without CUDA");
+#endif
+  }
+
+#if HALOX_HAS_CUDA
+  std::unique_ptr<detail::Transport> make_device(const void* field) const {
+    const TransportKind t = m_options.transport;
+    if (t == TransportKind::automatic) {
+      throw Error("halox: internal: the auto transport was not resolved");
+    }
+    if (detail::gpu_initiated(t)) {
+      // Particles: the fused kernels per pulse or for all pulses; grids: one fused kernel
+      // for all stages, the pulse and the fused variants alike.
+      if (m_particle)
+        return detail::make_particle_fused_transport(m_comm, m_rank, t, m_real, m_options);
+      return detail::make_grid_fused_transport(m_comm, m_rank, detail::peer_mapping(t, m_options),
+                                               to_string(t), m_options.name,
+                                               m_options.timeout_seconds, m_options.self_test);
+    }
+    if (t == TransportKind::host) {
+      throw Error("halox: the field at " + address(field) +
+                  " is in device memory; the host transport moves host memory only (choose "
+                  "staged, pipelined or mpi-direct)");
+    }
+    return detail::make_device_transport(t, m_comm, m_rank, m_options.chunk_bytes,
+                                         m_options.timeout_seconds);
+  }
+#endif
+
   static std::string address(const void* p) {
     char text[32];
     std::snprintf(text, sizeof text, "%p", p);
@@ -214,8 +248,12 @@ class TransportChooser {
   MPI_Comm m_comm;
   int m_rank;
   ExchangeOptions m_options;
-  std::unique_ptr<detail::Transport> m_host, m_device;
+  bool m_particle;
+  BasicKind m_real;
+  Slot m_host;
+  std::vector<Slot> m_device;  // one per instance
   std::map<const void*, bool> m_kind;
+  int m_generation = 0;
 };
 
 }  // namespace
@@ -225,75 +263,120 @@ class TransportChooser {
 
 namespace {
 
+// One rank per process: the grid ops of every field (fields[f] packs and unpacks with
+// plans[f]'s types), moved by the chosen transport in one run; a transport that moves one
+// field per run (the GPU-initiated grid kernel) gets one instance per field, each connected
+// to that field's ops.
 class MpiGridEngine final : public detail::GridEngine {
  public:
-  MpiGridEngine(const Topology& t, GridPlan p, const ExchangeOptions& o)
-      : topology(t), plan(std::move(p)), chooser(t, o) {
+  MpiGridEngine(const Topology& t, std::vector<GridPlan> p, const ExchangeOptions& o)
+      : topology(t), plans(std::move(p)), chooser(t, o, false) {
     if (o.transport == TransportKind::local_pulse || o.transport == TransportKind::local_fused) {
       throw Error("halox::GridExchange: the transport " + to_string(o.transport) +
                   " moves ranks of one process (Ranks::local), not one rank per process");
     }
-    for (std::size_t i = 0; i < plan.pulses.size(); ++i) {
-      const GridPulse& pulse = plan.pulses[i];
-      Op op;
-      op.stage = pulse.header.stage;
-      op.send_rank = pulse.header.send_rank;
-      op.recv_rank = pulse.header.recv_rank;
-      op.tag = detail::tags::kGridPulse + static_cast<int>(i);
-      op.send_bytes = pulse.header.send_size;
-      op.recv_bytes = pulse.header.recv_size;
-      op.granule = 16;
-      op.name = pulse.header.name(static_cast<int>(i));
-      Op host = op, device = op;
-      const Datatype send = pulse.send_type, recv = pulse.recv_type;
-      device.send_type = send;
-      device.recv_type = recv;
-      host.pack = [send](const void* field, void* out, std::int64_t offset, std::int64_t bytes,
-                         GpuStream) { halox::pack(field, 1, send, out, offset, bytes); };
-      host.unpack = [recv](void* field, const void* in, std::int64_t offset, std::int64_t bytes,
-                           GpuStream) { halox::unpack(in, field, 1, recv, offset, bytes); };
-#if HALOX_HAS_CUDA
-      device.pack = [send](const void* field, void* out, std::int64_t offset, std::int64_t bytes,
-                           GpuStream stream) {
-        pack_range_async(field, 1, send, out, offset, bytes, stream);
-      };
-      device.unpack = [recv](void* field, const void* in, std::int64_t offset, std::int64_t bytes,
-                             GpuStream stream) {
-        unpack_range_async(in, field, 1, recv, offset, bytes, stream);
-      };
-      device.self_copy = [send, recv](void* field, GpuStream stream) {
-        copy_async(field, send, field, recv, stream);
-      };
-#endif
-      host_ops.push_back(std::move(host));
-      device_ops.push_back(std::move(device));
+    int tag = detail::tags::kGridPulse;
+    per_field_host.resize(plans.size());
+    per_field_device.resize(plans.size());
+    for (std::size_t f = 0; f < plans.size(); ++f) {
+      for (std::size_t i = 0; i < plans[f].pulses.size(); ++i) {
+        auto [host, device] = ops_of(plans[f].pulses[i], static_cast<int>(i), tag++);
+        host.field = device.field = static_cast<int>(f);
+        all_host.forward.push_back(host);
+        all_device.forward.push_back(device);
+        host.field = device.field = 0;  // the one field of its own runs
+        per_field_host[f].forward.push_back(std::move(host));
+        per_field_device[f].forward.push_back(std::move(device));
+      }
+    }
+    if (tag > detail::tags::kParticleForward) {
+      throw Error("halox::GridExchange: " + std::to_string(tag - detail::tags::kGridPulse) +
+                  " pulses over all fields, more than the " +
+                  std::to_string(detail::tags::kParticleForward - detail::tags::kGridPulse) +
+                  " one exchange takes");
+    }
+    // Stage order across the fields: the fields' pulses of one stage run together.
+    for (auto* c : {&all_host, &all_device}) {
+      std::stable_sort(c->forward.begin(), c->forward.end(),
+                       [](const Op& x, const Op& y) { return x.stage < y.stage; });
     }
   }
   void exchange_async(std::span<void* const> fields, GpuStream stream,
                       ExchangeStats& stats) override {
-    void* field = fields[0];
-    const bool device = chooser.on_device(field);
-    if (device) chooser.resolve(plan, 1, false);
-    chooser.for_field(field).run(device ? device_ops : host_ops, field, stream, stats);
+    if (fields.size() != plans.size()) {
+      throw Error("halox::GridExchange: " + std::to_string(fields.size()) + " fields given, " +
+                  std::to_string(plans.size()) + " planned");
+    }
+    const bool device = chooser.on_device(fields[0]);
+    for (void* f : fields) {
+      if (chooser.on_device(f) != device) {
+        throw Error(
+            "halox::GridExchange: the fields of one call must all be in host memory or "
+            "all on the GPU");
+      }
+    }
+    if (device) chooser.resolve(plans[0], 1, false);
+    detail::Transport& first = chooser.for_field(fields[0]);
+    if (fields.size() == 1 || first.capabilities().several_fields) {
+      chooser.connected(fields[0], device ? all_device : all_host)
+          .run_async(detail::Direction::forward, fields, stream, stats);
+      return;
+    }
+    const std::int64_t exchanges = stats.exchanges;
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+      chooser
+          .connected(fields[0], device ? per_field_device[f] : per_field_host[f],
+                     static_cast<int>(f))
+          .run_async(detail::Direction::forward, fields.subspan(f, 1), stream, stats);
+    }
+    stats.exchanges = exchanges + 1;
   }
-  bool on_device(const void* field) override {
-    return chooser.on_device(field);
-  }
-  std::string transport_name(const void* field) override {
-    return chooser.name(field);
-  }
-  int faces_per_exchange() const override {
-    return static_cast<int>(plan.pulses.size());
-  }
-  int launches_per_exchange() const override {
-    return 0;
-  }
+  bool on_device(const void* field) override { return chooser.on_device(field); }
+  std::string transport_name(const void* field) override { return chooser.name(field); }
+  int faces_per_exchange() const override { return static_cast<int>(all_host.forward.size()); }
+  int launches_per_exchange() const override { return 0; }
 
  private:
+  // The host and device ops of one pulse: pack and unpack through its datatypes.
+  static std::pair<Op, Op> ops_of(const GridPulse& pulse, int index, int tag) {
+    Op op;
+    op.stage = pulse.header.stage;
+    op.send_rank = pulse.header.send_rank;
+    op.recv_rank = pulse.header.recv_rank;
+    op.tag = tag;
+    op.send_bytes = pulse.header.send_size;
+    op.recv_bytes = pulse.header.recv_size;
+    op.granule = 16;
+    op.name = pulse.header.name(index);
+    Op host = op, device = op;
+    const Datatype send = pulse.send_type, recv = pulse.recv_type;
+    device.send_type = send;
+    device.recv_type = recv;
+    host.pack = [send](const void* field, void* out, std::int64_t offset, std::int64_t bytes,
+                       GpuStream) { halox::pack(field, 1, send, out, offset, bytes); };
+    host.unpack = [recv](void* field, const void* in, std::int64_t offset, std::int64_t bytes,
+                         GpuStream) { halox::unpack(in, field, 1, recv, offset, bytes); };
+#if HALOX_HAS_CUDA
+    device.pack = [send](const void* field, void* out, std::int64_t offset, std::int64_t bytes,
+                         GpuStream stream) {
+      pack_range_async(field, 1, send, out, offset, bytes, stream);
+    };
+    device.unpack = [recv](void* field, const void* in, std::int64_t offset, std::int64_t bytes,
+                           GpuStream stream) {
+      unpack_range_async(in, field, 1, recv, offset, bytes, stream);
+    };
+    device.self_copy = [send, recv](void* field, GpuStream stream) {
+      copy_async(field, send, field, recv, stream);
+    };
+#endif
+    return {std::move(host), std::move(device)};
+  }
+
   Topology topology;
-  GridPlan plan;
+  std::vector<GridPlan> plans;  // one per field
   TransportChooser chooser;
-  std::vector<Op> host_ops, device_ops;
+  detail::Connection all_host, all_device;  // every field's ops, in stage order
+  std::vector<detail::Connection> per_field_host, per_field_device;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -321,7 +404,7 @@ void scatter_add(void* f, const std::int32_t* index, std::int64_t n, const void*
 class MpiParticleEngine final : public detail::ParticleEngine {
  public:
   MpiParticleEngine(const Topology& t, BasicKind r, const ExchangeOptions& o)
-      : topology(t), real(r), options(o), chooser(t, o) {
+      : topology(t), real(r), options(o), chooser(t, o, true, r) {
     if (real != BasicKind::float32 && real != BasicKind::float64) {
       throw Error("halox::ParticleExchange: coordinates must be float32 or float64");
     }
@@ -359,7 +442,7 @@ class MpiParticleEngine final : public detail::ParticleEngine {
   }
   int launches_per_exchange() const override {
 #if HALOX_HAS_CUDA
-    if (ipc)
+    if (detail::gpu_initiated(options.transport))
       return detail::all_pulses_in_one_kernel(options.transport)
                  ? 1
                  : static_cast<int>(plan.pulses.size());
@@ -367,9 +450,7 @@ class MpiParticleEngine final : public detail::ParticleEngine {
     return 0;
   }
   void check() const override {
-#if HALOX_HAS_CUDA
-    if (ipc) ipc->check();
-#endif
+    chooser.check();
   }
 
  private:
@@ -377,10 +458,10 @@ class MpiParticleEngine final : public detail::ParticleEngine {
     plan = p;
     plan_list.assign(1, p);
     chooser.new_plan();
-    ipc_ready = false;
     device_index.clear();
     device_index_ready = false;
-    for (auto* ops : {&forward_host, &forward_device, &reverse_host, &reverse_device}) ops->clear();
+    for (auto* ops : {&host.forward, &device.forward, &host.reverse, &device.reverse}) ops->clear();
+    device.particles = &plan;
     const int n = static_cast<int>(plan.pulses.size());
     for (int i = 0; i < n; ++i) {
       const ParticlePulse& pulse = plan.pulses[i];
@@ -426,8 +507,8 @@ class MpiParticleEngine final : public detail::ParticleEngine {
              ? scatter_add<float>
              : scatter_add<double>)(f, index + off / item_bytes, bytes / item_bytes, in);
       };
-      forward_host.push_back(std::move(fh));
-      reverse_host.push_back(std::move(rh));
+      host.forward.push_back(std::move(fh));
+      host.reverse.push_back(std::move(rh));
 #if HALOX_HAS_CUDA
       Op fd = fwd, rd = rev;
       const std::size_t slot = static_cast<std::size_t>(i);
@@ -446,8 +527,8 @@ class MpiParticleEngine final : public detail::ParticleEngine {
         detail::scatter_add_async(r, f, self->device_index[slot].get(), off / item_bytes,
                                   bytes / item_bytes, in, s);
       };
-      forward_device.push_back(std::move(fd));
-      reverse_device.push_back(std::move(rd));
+      device.forward.push_back(std::move(fd));
+      device.reverse.push_back(std::move(rd));
 #endif
     }
   }
@@ -462,39 +543,14 @@ class MpiParticleEngine final : public detail::ParticleEngine {
   }
 
   void run(bool forward, void* field, GpuStream stream, ExchangeStats& stats) {
-    const bool device = chooser.on_device(field);
-    if (device) options.transport = chooser.resolve(plan, item, true);
-#if HALOX_HAS_CUDA
-    if (device && detail::gpu_initiated(options.transport)) {
-      // Collective on first use after a new plan: every rank calls forward/reverse together.
-      if (!ipc) {
-        ipc = std::make_unique<detail::PeerHalo>(topology.comm(), topology.rank(),
-                                                 peer_mapping(options.transport, options), real,
-                                                 options);
-      }
-      if (!ipc_ready) {
-        ipc->set_plan(plan);
-        ipc_ready = true;
-      }
-      if (forward)
-        ipc->forward(field, stream);
-      else
-        ipc->reverse(field, stream);
-      stats.exchanges += 1;
-      for (const auto& p : plan.pulses) {
-        const int peer = forward ? p.header.send_rank : p.header.recv_rank;
-        if (peer >= 0 && peer != topology.rank()) {
-          stats.messages += 1;
-          stats.bytes_sent += (forward ? p.header.send_size : p.header.recv_size) * item;
-        }
-      }
-      return;
-    }
-#endif
-    if (device) prepare_device();
-    auto& ops = forward ? (device ? forward_device : forward_host)
-                        : (device ? reverse_device : reverse_host);
-    chooser.for_field(field).run(ops, field, stream, stats);
+    const bool on_device = chooser.on_device(field);
+    if (on_device) options.transport = chooser.resolve(plan, item, true);
+    detail::Transport& t = chooser.connected(field, on_device ? device : host);
+    // The gather and scatter kernels of the stream-ordered transports read the indices on the
+    // device; the GPU-initiated kernels keep their own.
+    if (on_device && !t.capabilities().device_initiated) prepare_device();
+    t.run_async(forward ? detail::Direction::forward : detail::Direction::reverse,
+                std::span<void* const>(&field, 1), stream, stats);
   }
 
   Topology topology;
@@ -502,13 +558,9 @@ class MpiParticleEngine final : public detail::ParticleEngine {
   ExchangeOptions options;
   std::int64_t item = 0;
   TransportChooser chooser;
-#if HALOX_HAS_CUDA
-  std::unique_ptr<detail::PeerHalo> ipc;
-#endif
-  bool ipc_ready = false;
   ParticlePlan plan;
   std::vector<ParticlePlan> plan_list;  // plans(): this rank's
-  std::vector<Op> forward_host, forward_device, reverse_host, reverse_device;
+  detail::Connection host, device;      // the ops of both directions, per memory
   std::vector<std::shared_ptr<const std::int32_t>> device_index;
   bool device_index_ready = false;
 };
@@ -516,9 +568,10 @@ class MpiParticleEngine final : public detail::ParticleEngine {
 }  // namespace
 
 namespace detail {
-std::unique_ptr<GridEngine> make_mpi_grid_engine(const Topology& topology, GridPlan plan,
+std::unique_ptr<GridEngine> make_mpi_grid_engine(const Topology& topology,
+                                                 std::vector<GridPlan> plans,
                                                  const ExchangeOptions& options) {
-  return std::make_unique<MpiGridEngine>(topology, std::move(plan), options);
+  return std::make_unique<MpiGridEngine>(topology, std::move(plans), options);
 }
 std::unique_ptr<ParticleEngine> make_mpi_particle_engine(const Topology& topology,
                                                          ParticlePlan plan, BasicKind real,

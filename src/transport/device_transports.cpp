@@ -41,9 +41,11 @@ class StagedTransport final : public Transport {
   StagedTransport(MPI_Comm comm, int rank, bool direct, double timeout_seconds)
       : m_comm(comm), m_rank(rank), m_direct(direct), m_timeout(timeout_seconds) {}
   std::string name() const override { return m_direct ? "mpi-direct" : "staged"; }
+  Capabilities capabilities() const override { return {}; }
 
-  void run(const std::vector<Op>& ops, void* field, GpuStream stream,
-           ExchangeStats& stats) override {
+  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
+                 ExchangeStats& stats) override {
+    const std::vector<Op>& ops = this->ops(direction);
     if (m_buffers.size() < ops.size()) m_buffers.resize(ops.size());
     for (int stage = 0; stage < stage_count(ops); ++stage) {
       bool any_remote = false;
@@ -53,11 +55,11 @@ class StagedTransport final : public Transport {
         any_remote |= remote(op.send_rank, m_rank) || remote(op.recv_rank, m_rank);
         if (op.send_rank < 0) continue;
         if (to_self(op, m_rank)) {
-          op.self_copy(field, stream);
+          op.self_copy(fields[op.field], stream);
           continue;
         }
         OpBuffers& b = m_buffers[i];
-        op.pack(field, b.dev_send.at_least(op.send_bytes), 0, op.send_bytes, stream);
+        op.pack(fields[op.field], b.dev_send.at_least(op.send_bytes), 0, op.send_bytes, stream);
         if (remote(op.send_rank, m_rank) && !m_direct) {
           HALOX_CUDA_CHECK(cudaMemcpyAsync(b.host_send.at_least(op.send_bytes), b.dev_send.get(),
                                            static_cast<std::size_t>(op.send_bytes),
@@ -114,7 +116,7 @@ class StagedTransport final : public Transport {
                                              cudaMemcpyHostToDevice, stream));
           }
         }
-        op.unpack(field, in, 0, op.recv_bytes, stream);
+        op.unpack(fields[op.field], in, 0, op.recv_bytes, stream);
       }
     }
     stats.exchanges += 1;
@@ -148,11 +150,14 @@ class PipelinedTransport final : public Transport {
     return "pipelined (" + std::to_string(m_chunk / 1024) + " KiB chunks)";
   }
 
-  void run(const std::vector<Op>& ops, void* field, GpuStream stream,
-           ExchangeStats& stats) override {
+  Capabilities capabilities() const override { return {}; }
+
+  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
+                 ExchangeStats& stats) override {
+    const std::vector<Op>& ops = this->ops(direction);
     if (m_buffers.size() < ops.size()) m_buffers.resize(ops.size());
     for (int stage = 0; stage < stage_count(ops); ++stage)
-      run_stage(ops, stage, field, stream, stats);
+      run_stage(ops, stage, fields, stream, stats);
     stats.exchanges += 1;
   }
 
@@ -178,8 +183,8 @@ class PipelinedTransport final : public Transport {
     return std::max(op.granule, m_chunk / op.granule * op.granule);
   }
 
-  void run_stage(const std::vector<Op>& ops, int stage, void* field, GpuStream stream,
-                 ExchangeStats& stats) {
+  void run_stage(const std::vector<Op>& ops, int stage, std::span<void* const> fields,
+                 GpuStream stream, ExchangeStats& stats) {
     std::size_t events = 0;
     // The copy-in stream unpacks into the field: it must follow the caller's earlier work.
     cudaEvent_t start = event(events++);
@@ -219,20 +224,20 @@ class PipelinedTransport final : public Transport {
       const Op& op = ops[i];
       if (op.stage != stage || op.send_rank < 0) continue;
       if (to_self(op, m_rank)) {
-        op.self_copy(field, stream);
+        op.self_copy(fields[op.field], stream);
         continue;
       }
       OpBuffers& b = m_buffers[i];
       char* dev = b.dev_send.at_least(op.send_bytes);
       if (!remote(op.send_rank, m_rank)) {
-        op.pack(field, dev, 0, op.send_bytes, stream);
+        op.pack(fields[op.field], dev, 0, op.send_bytes, stream);
         continue;
       }
       char* host = b.host_send.at_least(op.send_bytes);
       const std::int64_t chunk = chunk_for(op);
       for (std::int64_t off = 0; off < op.send_bytes; off += chunk) {
         Chunk c{i, off, std::min(chunk, op.send_bytes - off)};
-        op.pack(field, dev + off, off, c.bytes, stream);
+        op.pack(fields[op.field], dev + off, off, c.bytes, stream);
         cudaEvent_t packed = event(events++);
         HALOX_CUDA_CHECK(cudaEventRecord(packed, stream));
         HALOX_CUDA_CHECK(cudaStreamWaitEvent(m_copy_out, packed, 0));
@@ -248,7 +253,7 @@ class PipelinedTransport final : public Transport {
       const Op& op = ops[i];
       if (op.stage == stage && op.recv_rank >= 0 && !remote(op.recv_rank, m_rank) &&
           !to_self(op, m_rank)) {
-        op.unpack(field, m_buffers[i].dev_send.get(), 0, op.recv_bytes, stream);
+        op.unpack(fields[op.field], m_buffers[i].dev_send.get(), 0, op.recv_bytes, stream);
       }
     }
     // Progress: post each send when its copy down is done, unpack each chunk on arrival.
@@ -324,7 +329,7 @@ class PipelinedTransport final : public Transport {
         HALOX_CUDA_CHECK(cudaMemcpyAsync(b.dev_recv.get() + c.offset, b.host_recv.get() + c.offset,
                                          static_cast<std::size_t>(c.bytes), cudaMemcpyHostToDevice,
                                          m_copy_in));
-        op.unpack(field, b.dev_recv.get() + c.offset, c.offset, c.bytes, m_copy_in);
+        op.unpack(fields[op.field], b.dev_recv.get() + c.offset, c.offset, c.bytes, m_copy_in);
       }
     }
     MessageWait& pending = m_pending;

@@ -17,7 +17,7 @@ namespace halox::detail {
 class GridEngine {
  public:
   virtual ~GridEngine() = default;
-  /// fields[i]: the array of this process's i-th rank.
+  /// fields[f * ranks + i]: field f's array of this process's i-th rank.
   virtual void exchange_async(std::span<void* const> fields, GpuStream stream,
                               ExchangeStats& stats) = 0;
   virtual bool on_device(const void* field) = 0;
@@ -45,12 +45,15 @@ class ParticleEngine {
 };
 
 #if HALOX_HAS_MPI
-std::unique_ptr<GridEngine> make_mpi_grid_engine(const Topology& topology, GridPlan plan,
+/// plans[f]: field f's plan.
+std::unique_ptr<GridEngine> make_mpi_grid_engine(const Topology& topology,
+                                                 std::vector<GridPlan> plans,
                                                  const ExchangeOptions& options);
 std::unique_ptr<ParticleEngine> make_mpi_particle_engine(const Topology& topology,
                                                          ParticlePlan plan, BasicKind real,
                                                          const ExchangeOptions& options);
 #endif
+/// plans[f * ranks + r]: field f's plan of rank r.
 std::unique_ptr<GridEngine> make_local_grid_engine(const Ranks& ranks, std::vector<GridPlan> plans,
                                                    const ExchangeOptions& options);
 std::unique_ptr<ParticleEngine> make_local_particle_engine(const Ranks& ranks,

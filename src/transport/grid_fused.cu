@@ -90,8 +90,21 @@ class GridFusedTransport final : public Transport {
   }
   std::string name() const override { return m_name; }
 
-  void run(const std::vector<Op>& ops, void* field, GpuStream stream,
-           ExchangeStats& stats) override {
+  // One field per run: the kernel takes one base address (the exchange runs one instance of
+  // this transport per field).
+  Capabilities capabilities() const override { return {true, true, false, false}; }
+  void check() const override {
+    if (m_ready) check(ops(Direction::forward));
+  }
+
+  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
+                 ExchangeStats& stats) override {
+    const std::vector<Op>& ops = this->ops(direction);
+    if (fields.size() != 1) {
+      throw Error("halox: internal: " + m_name + " moves one field per run, not " +
+                  std::to_string(fields.size()));
+    }
+    void* field = fields[0];
     if (ops.empty()) {  // no neighbour on any axis: nothing to move (and no grid of 0 rows)
       stats.exchanges += 1;
       return;

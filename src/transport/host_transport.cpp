@@ -22,9 +22,11 @@ class HostTransport final : public Transport {
   HostTransport(MPI_Comm comm, int rank, double timeout_seconds)
       : m_comm(comm), m_rank(rank), m_timeout(timeout_seconds) {}
   std::string name() const override { return "host"; }
+  Capabilities capabilities() const override { return {}; }
 
-  void run(const std::vector<Op>& ops, void* field, GpuStream stream,
-           ExchangeStats& stats) override {
+  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
+                 ExchangeStats& stats) override {
+    const std::vector<Op>& ops = this->ops(direction);
     m_send.resize(ops.size());
     m_recv.resize(ops.size());
     for (int stage = 0; stage < stage_count(ops); ++stage) {
@@ -43,7 +45,7 @@ class HostTransport final : public Transport {
         const Op& op = ops[i];
         if (op.stage != stage || op.send_rank < 0) continue;
         char* out = m_send[i].at_least(op.send_bytes);
-        op.pack(field, out, 0, op.send_bytes, stream);
+        op.pack(fields[op.field], out, 0, op.send_bytes, stream);
         if (op.send_rank == m_rank) continue;
         MPI_Request r;
         HALOX_MPI_CHECK(MPI_Isend(out, static_cast<int>(op.send_bytes), MPI_BYTE, op.send_rank,
@@ -62,7 +64,7 @@ class HostTransport final : public Transport {
         if (op.stage != stage || op.recv_rank < 0) continue;
         // A message to myself is unpacked straight from its send buffer.
         const char* in = op.recv_rank == m_rank ? m_send[i].bytes.data() : m_recv[i].bytes.data();
-        op.unpack(field, in, 0, op.recv_bytes, stream);
+        op.unpack(fields[op.field], in, 0, op.recv_bytes, stream);
       }
     }
     stats.exchanges += 1;

@@ -17,46 +17,57 @@
 
 namespace halox::detail {
 
-LocalGridEngine::LocalGridEngine(std::vector<GridPlan> plans, const ExchangeOptions& options)
-    : m_options(options), m_fused_kernel(options.transport != TransportKind::local_pulse) {
-  const int ranks = static_cast<int>(plans.size());
-  if (ranks == 0) throw Error("halox::GridExchange: no plans");
-  for (int r = 0; r < ranks; ++r) {
-    if (plans[r].pulses.size() != plans[0].pulses.size()) {
-      throw Error("halox::GridExchange: rank " + std::to_string(r) + " has " +
-                  std::to_string(plans[r].pulses.size()) + " pulses, rank 0 " +
-                  std::to_string(plans[0].pulses.size()));
-    }
+LocalGridEngine::LocalGridEngine(std::vector<GridPlan> plans, int ranks,
+                                 const ExchangeOptions& options)
+    : m_ranks(ranks),
+      m_options(options),
+      m_fused_kernel(options.transport != TransportKind::local_pulse) {
+  if (ranks < 1 || plans.empty() || plans.size() % static_cast<std::size_t>(ranks) != 0) {
+    throw Error("halox::GridExchange: " + std::to_string(plans.size()) + " plans for " +
+                std::to_string(ranks) + " local ranks");
   }
-  for (std::size_t p = 0; p < plans[0].pulses.size(); ++p) {
+  m_fields.resize(plans.size() / ranks);
+  for (std::size_t k = 0; k < m_fields.size(); ++k) {
+    Field& field = m_fields[k];
+    field.plans.assign(std::make_move_iterator(plans.begin() + k * ranks),
+                       std::make_move_iterator(plans.begin() + (k + 1) * ranks));
+    const std::vector<GridPlan>& mine = field.plans;
     for (int r = 0; r < ranks; ++r) {
-      const PulseHeader& mine = plans[r].pulses[p].header;
-      const int to = mine.send_rank;
-      if (to < 0) continue;
-      if (to >= ranks) {
-        throw Error("halox::GridExchange: rank " + std::to_string(r) + "'s " +
-                    mine.name(static_cast<int>(p)) + " sends to rank " + std::to_string(to) +
-                    ", beyond the " + std::to_string(ranks) + " ranks given");
-      }
-      const PulseHeader& theirs = plans[to].pulses[p].header;
-      if (theirs.recv_rank != r || theirs.recv_size != mine.send_size) {
-        throw Error("halox::GridExchange: rank " + std::to_string(r) + "'s " +
-                    mine.name(static_cast<int>(p)) + " sends " + std::to_string(mine.send_size) +
-                    " bytes to rank " + std::to_string(to) + ", which expects " +
-                    std::to_string(theirs.recv_size) + " bytes from rank " +
-                    std::to_string(theirs.recv_rank) + ": the plans do not match");
-      }
-      m_faces.push_back({mine.stage, static_cast<int>(p), r, to});
-      if (to != r) {
-        m_faces_between_ranks += 1;
-        m_bytes_between_ranks += mine.send_size;
+      if (mine[r].pulses.size() != mine[0].pulses.size()) {
+        throw Error("halox::GridExchange: rank " + std::to_string(r) + " has " +
+                    std::to_string(mine[r].pulses.size()) + " pulses, rank 0 " +
+                    std::to_string(mine[0].pulses.size()));
       }
     }
+    for (std::size_t p = 0; p < mine[0].pulses.size(); ++p) {
+      for (int r = 0; r < ranks; ++r) {
+        const PulseHeader& here = mine[r].pulses[p].header;
+        const int to = here.send_rank;
+        if (to < 0) continue;
+        if (to >= ranks) {
+          throw Error("halox::GridExchange: rank " + std::to_string(r) + "'s " +
+                      here.name(static_cast<int>(p)) + " sends to rank " + std::to_string(to) +
+                      ", beyond the " + std::to_string(ranks) + " ranks given");
+        }
+        const PulseHeader& theirs = mine[to].pulses[p].header;
+        if (theirs.recv_rank != r || theirs.recv_size != here.send_size) {
+          throw Error("halox::GridExchange: rank " + std::to_string(r) + "'s " +
+                      here.name(static_cast<int>(p)) + " sends " + std::to_string(here.send_size) +
+                      " bytes to rank " + std::to_string(to) + ", which expects " +
+                      std::to_string(theirs.recv_size) + " bytes from rank " +
+                      std::to_string(theirs.recv_rank) + ": the plans do not match");
+        }
+        field.faces.push_back({here.stage, static_cast<int>(p), r, to});
+        if (to != r) {
+          m_faces_between_ranks += 1;
+          m_bytes_between_ranks += here.send_size;
+        }
+      }
+    }
+    // Stage order (pulses are listed stage by stage already; keep it explicit).
+    std::stable_sort(field.faces.begin(), field.faces.end(),
+                     [](const LocalFace& a, const LocalFace& b) { return a.stage < b.stage; });
   }
-  // Stage order (pulses are listed stage by stage already; keep it explicit).
-  std::stable_sort(m_faces.begin(), m_faces.end(),
-                   [](const LocalFace& a, const LocalFace& b) { return a.stage < b.stage; });
-  m_plans = std::move(plans);
 }
 
 LocalGridEngine::~LocalGridEngine() = default;
@@ -79,11 +90,22 @@ std::string LocalGridEngine::transport_name(const void* field) {
   return to_string(m_options.transport);
 }
 
+int LocalGridEngine::faces_per_exchange() const {
+  int faces = 0;
+  for (const Field& f : m_fields) faces += static_cast<int>(f.faces.size());
+  return faces;
+}
+
+int LocalGridEngine::launches_per_exchange() const {
+  return m_fused_kernel ? static_cast<int>(m_fields.size()) : faces_per_exchange();
+}
+
 void LocalGridEngine::exchange_async(std::span<void* const> fields, GpuStream stream,
                                      ExchangeStats& stats) {
-  if (fields.size() != m_plans.size()) {
-    throw Error("halox::GridExchange: " + std::to_string(fields.size()) + " fields given for " +
-                std::to_string(m_plans.size()) + " local ranks");
+  if (fields.size() != m_fields.size() * static_cast<std::size_t>(m_ranks)) {
+    throw Error("halox::GridExchange: " + std::to_string(fields.size()) + " arrays given for " +
+                std::to_string(m_fields.size()) + " field(s) of " + std::to_string(m_ranks) +
+                " local ranks");
   }
   stats.exchanges += 1;
   stats.messages += m_faces_between_ranks;
@@ -91,26 +113,33 @@ void LocalGridEngine::exchange_async(std::span<void* const> fields, GpuStream st
   const bool device = on_device(fields[0]);
 #if !HALOX_HAS_CUDA
   (void)stream;
-#else
-  if (device && m_fused_kernel) {
-    if (!m_fused) m_fused = std::make_unique<LocalGridFused>(m_plans, m_faces, m_options);
-    m_fused->exchange(fields, stream);
-    return;
-  }
 #endif
-  // Within a stage, faces read interior layers and write halo layers: no face reads what
-  // another of its stage writes, so they need no order among themselves.
-  for (const LocalFace& f : m_faces) {
-    const GridPulse& send = m_plans[f.from].pulses[f.pulse];
-    const GridPulse& recv = m_plans[f.to].pulses[f.pulse];
-    if (device) {
+  for (std::size_t k = 0; k < m_fields.size(); ++k) {
+    Field& field = m_fields[k];
+    const std::span<void* const> arrays = fields.subspan(k * m_ranks, m_ranks);
 #if HALOX_HAS_CUDA
-      copy_async(fields[f.from], send.send_type, fields[f.to], recv.recv_type, stream);
+    if (device && m_fused_kernel) {
+      if (!field.fused) {
+        field.fused = std::make_unique<LocalGridFused>(field.plans, field.faces, m_options);
+      }
+      field.fused->exchange(arrays, stream);
+      continue;
+    }
 #endif
-    } else {
-      m_scratch.resize(static_cast<std::size_t>(send.header.send_size));
-      pack(fields[f.from], 1, send.send_type, m_scratch.data());
-      unpack(m_scratch.data(), fields[f.to], 1, recv.recv_type);
+    // Within a stage, faces read interior layers and write halo layers: no face reads what
+    // another of its stage writes, so they need no order among themselves.
+    for (const LocalFace& f : field.faces) {
+      const GridPulse& send = field.plans[f.from].pulses[f.pulse];
+      const GridPulse& recv = field.plans[f.to].pulses[f.pulse];
+      if (device) {
+#if HALOX_HAS_CUDA
+        copy_async(arrays[f.from], send.send_type, arrays[f.to], recv.recv_type, stream);
+#endif
+      } else {
+        m_scratch.resize(static_cast<std::size_t>(send.header.send_size));
+        pack(arrays[f.from], 1, send.send_type, m_scratch.data());
+        unpack(m_scratch.data(), arrays[f.to], 1, recv.recv_type);
+      }
     }
   }
 }
@@ -134,10 +163,6 @@ ExchangeOptions local_exchange_options(ExchangeOptions options, const char* exch
 
 std::unique_ptr<GridEngine> make_local_grid_engine(const Ranks& ranks, std::vector<GridPlan> plans,
                                                    const ExchangeOptions& options) {
-  if (static_cast<int>(plans.size()) != ranks.count()) {
-    throw Error("halox::GridExchange: " + std::to_string(plans.size()) + " plans for " +
-                std::to_string(ranks.count()) + " local ranks");
-  }
 #if HALOX_HAS_CUDA
   if (!ranks.device_of_rank().empty()) {
     int current = 0;
@@ -151,7 +176,7 @@ std::unique_ptr<GridEngine> make_local_grid_engine(const Ranks& ranks, std::vect
     }
   }
 #endif
-  return std::make_unique<LocalGridEngine>(std::move(plans),
+  return std::make_unique<LocalGridEngine>(std::move(plans), ranks.count(),
                                            local_exchange_options(options, "GridExchange"));
 }
 

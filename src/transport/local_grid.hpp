@@ -25,32 +25,38 @@ class LocalGridFused;
 
 class LocalGridEngine final : public GridEngine {
  public:
-  /// plans[r]: rank r's plan; options.transport local-pulse or local-fused. Mismatched
-  /// plans are refused (halox::Error naming both ranks and the pulse).
-  LocalGridEngine(std::vector<GridPlan> plans, const ExchangeOptions& options);
+  /// plans[f * ranks + r]: field f's plan of rank r; options.transport local-pulse or
+  /// local-fused. Mismatched plans are refused (halox::Error naming both ranks and the pulse).
+  LocalGridEngine(std::vector<GridPlan> plans, int ranks, const ExchangeOptions& options);
   ~LocalGridEngine() override;
   LocalGridEngine(const LocalGridEngine&) = delete;
   LocalGridEngine& operator=(const LocalGridEngine&) = delete;
 
-  /// fields[r]: rank r's array (all on the host, or all on this process's current GPU).
+  /// fields[f * ranks + r]: field f's array of rank r (all on the host, or all on this
+  /// process's current GPU).
   void exchange_async(std::span<void* const> fields, GpuStream stream,
                       ExchangeStats& stats) override;
   /// Whether `field` is device memory (asked once per array).
   bool on_device(const void* field) override;
   std::string transport_name(const void* field) override;
-  int faces_per_exchange() const override { return static_cast<int>(m_faces.size()); }
-  int launches_per_exchange() const override { return m_fused_kernel ? 1 : faces_per_exchange(); }
+  int faces_per_exchange() const override;
+  /// GPU arrays: local-fused, one launch per field; local-pulse, one per face.
+  int launches_per_exchange() const override;
 
  private:
-  std::vector<GridPlan> m_plans;
-  std::vector<LocalFace> m_faces;  // in stage order
+  struct Field {
+    std::vector<GridPlan> plans;   // per rank
+    std::vector<LocalFace> faces;  // in stage order
+#if HALOX_HAS_CUDA
+    std::unique_ptr<LocalGridFused> fused;  // made at the first exchange of GPU arrays
+#endif
+  };
+  std::vector<Field> m_fields;
+  int m_ranks;
   std::vector<char> m_scratch;
   std::map<const void*, bool> m_on_device;
   ExchangeOptions m_options;
   bool m_fused_kernel;
-#if HALOX_HAS_CUDA
-  std::unique_ptr<LocalGridFused> m_fused;  // made at the first exchange of GPU arrays
-#endif
   std::int64_t m_bytes_between_ranks = 0;  // per exchange, for the stats
   int m_faces_between_ranks = 0;
 };

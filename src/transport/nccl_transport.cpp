@@ -39,9 +39,11 @@ class NcclTransport final : public Transport {
   }
   ~NcclTransport() override { ncclCommDestroy(m_comm); }
   std::string name() const override { return "nccl"; }
+  Capabilities capabilities() const override { return {false, false, false, true}; }
 
-  void run(const std::vector<Op>& ops, void* field, GpuStream stream,
-           ExchangeStats& stats) override {
+  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
+                 ExchangeStats& stats) override {
+    const std::vector<Op>& ops = this->ops(direction);
     if (m_send.size() < ops.size()) {
       m_send.resize(ops.size());
       m_recv.resize(ops.size());
@@ -50,7 +52,7 @@ class NcclTransport final : public Transport {
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
         if (op.stage == stage && op.send_rank >= 0) {
-          op.pack(field, m_send[i].at_least(op.send_bytes), 0, op.send_bytes, stream);
+          op.pack(fields[op.field], m_send[i].at_least(op.send_bytes), 0, op.send_bytes, stream);
         }
       }
       HALOX_NCCL_CHECK(ncclGroupStart());
@@ -75,7 +77,7 @@ class NcclTransport final : public Transport {
         if (op.stage != stage || op.recv_rank < 0) continue;
         const char* in =
             static_cast<const char*>(op.recv_rank == m_rank ? m_send[i].get() : m_recv[i].get());
-        op.unpack(field, in, 0, op.recv_bytes, stream);
+        op.unpack(fields[op.field], in, 0, op.recv_bytes, stream);
       }
     }
     stats.exchanges += 1;

@@ -34,10 +34,16 @@ class NvshmemStreamTransport final : public Transport {
     for (Area& area : m_areas) symmetric_free(area.base);
   }
   std::string name() const override { return "nvshmem-stream"; }
-  void new_plan() override { m_stale = true; }
+  Capabilities capabilities() const override { return {false, false, false, true}; }
+  // A new plan: the areas of the old op lists go at the next run.
+  void connect(const Connection& connection) override {
+    Transport::connect(connection);
+    m_stale = true;
+  }
 
-  void run(const std::vector<Op>& ops, void* field, GpuStream stream,
-           ExchangeStats& stats) override {
+  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
+                 ExchangeStats& stats) override {
+    const std::vector<Op>& ops = this->ops(direction);
     check(ops);
     Area& area = area_for(ops);
     const std::uint64_t epoch = ++area.epoch;
@@ -52,7 +58,7 @@ class NvshmemStreamTransport final : public Transport {
           m_waits.wait_async(area.ready_slot(i), epoch - 1, m_timeout, m_rank, op.send_rank,
                              static_cast<int>(i), kWaitReady, stream);
         }
-        op.pack(field, out, 0, op.send_bytes, stream);
+        op.pack(fields[op.field], out, 0, op.send_bytes, stream);
         if (remote) {
           nvshmemx_putmem_signal_on_stream(
               base + area.peer_recv_offset[i], out, static_cast<std::size_t>(op.send_bytes),
@@ -65,12 +71,12 @@ class NvshmemStreamTransport final : public Transport {
         const Op& op = ops[i];
         if (op.stage != stage || op.recv_rank < 0) continue;
         if (op.recv_rank == m_rank) {
-          op.unpack(field, base + area.send_offset[i], 0, op.recv_bytes, stream);
+          op.unpack(fields[op.field], base + area.send_offset[i], 0, op.recv_bytes, stream);
           continue;
         }
         m_waits.wait_async(area.data_slot(i), epoch, m_timeout, m_rank, op.recv_rank,
                            static_cast<int>(i), kWaitData, stream);
-        op.unpack(field, base + area.recv_offset[i], 0, op.recv_bytes, stream);
+        op.unpack(fields[op.field], base + area.recv_offset[i], 0, op.recv_bytes, stream);
         nvshmemx_signal_op_on_stream(area.ready_slot(i), epoch, NVSHMEM_SIGNAL_SET, op.recv_rank,
                                      stream);
       }

@@ -11,7 +11,10 @@
 
 #include "../runtime/nvshmem_runtime_stub.hpp"
 #include "../plan/collective.hpp"
+#include "../runtime/env.hpp"
 #include "../runtime/gpu_share.hpp"
+#include "halox/error.hpp"
+#include "transport.hpp"
 #include "halox/mpi.hpp"
 #include "../common/mpi_tags.hpp"
 
@@ -200,6 +203,74 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
     self_test = e.what();
   }
   raise_if_any(m_comm, self_test);
+}
+
+Mapping peer_mapping(TransportKind kind, const ExchangeOptions& options) {
+  if (kind == TransportKind::ipc_fused || kind == TransportKind::ipc_pulse) return Mapping::ipc;
+  const bool puts = options.testing.nvshmem_puts_only || env_nvshmem_puts();
+  return puts ? Mapping::nvshmem_puts : Mapping::nvshmem;
+}
+
+namespace {
+
+// The fused particle kernels as a transport: connected to a plan (collectively at the first
+// run after it: blocks, peer mapping, self-test), then one launch per pulse or one for all.
+class ParticleFusedTransport final : public Transport {
+ public:
+  ParticleFusedTransport(MPI_Comm comm, int rank, TransportKind kind, BasicKind real,
+                         const ExchangeOptions& options)
+      : m_rank(rank),
+        m_name(to_string(kind)),
+        m_halo(comm, rank, peer_mapping(kind, options), real, options),
+        m_item(3 * (real == BasicKind::float32 ? 4 : 8)) {}
+  std::string name() const override { return m_name; }
+  Capabilities capabilities() const override { return {true, true, false, false}; }
+  void connect(const Connection& connection) override {
+    Transport::connect(connection);
+    m_ready = false;
+  }
+  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
+                 ExchangeStats& stats) override {
+    if (fields.size() != 1 || m_connection->particles == nullptr) {
+      throw Error("halox: internal: " + m_name + " moves one particle array per run");
+    }
+    const ParticlePlan& plan = *m_connection->particles;
+    if (!m_ready) {  // collective: every rank runs its first exchange after a new plan together
+      m_halo.set_plan(plan);
+      m_ready = true;
+    }
+    const bool forward = direction == Direction::forward;
+    if (forward)
+      m_halo.forward(fields[0], stream);
+    else
+      m_halo.reverse(fields[0], stream);
+    stats.exchanges += 1;
+    for (const auto& p : plan.pulses) {
+      const int peer = forward ? p.header.send_rank : p.header.recv_rank;
+      if (peer >= 0 && peer != m_rank) {
+        stats.messages += 1;
+        stats.bytes_sent += (forward ? p.header.send_size : p.header.recv_size) * m_item;
+      }
+    }
+  }
+  void check() const override { m_halo.check(); }
+
+ private:
+  int m_rank;
+  std::string m_name;
+  PeerHalo m_halo;
+  std::int64_t m_item;
+  bool m_ready = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_particle_fused_transport(MPI_Comm comm, int rank,
+                                                         TransportKind kind, BasicKind real,
+                                                         const ExchangeOptions& options) {
+  ExchangeOptions o = options;
+  o.transport = kind;  // the kernels follow the kind: one per pulse or one for all
+  return std::make_unique<ParticleFusedTransport>(comm, rank, kind, real, o);
 }
 
 }  // namespace halox::detail

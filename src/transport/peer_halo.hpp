@@ -25,6 +25,11 @@ inline bool symmetric(Mapping m) {
   return m != Mapping::ipc;
 }
 
+/// How a GPU-initiated transport's kernels reach the peers' blocks: CUDA IPC for ipc-*,
+/// NVSHMEM (put-with-signal only, with ExchangeOptions::testing.nvshmem_puts_only or
+/// HALOX_NVSHMEM_PUTS=1) for nvshmem-*.
+Mapping peer_mapping(TransportKind kind, const ExchangeOptions& options);
+
 /// Up to 2 x kMaxPulses offsets into a block that its neighbours need (staging areas).
 using BlockOffsets = std::array<long long, 2 * kMaxPulses>;
 

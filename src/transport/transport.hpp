@@ -1,6 +1,9 @@
 // The transport interface inside halox: an exchange is a list of ops (one message pair
-// each) grouped in stages; a transport moves them. Pack and unpack are callbacks so the same
-// transport serves grids (datatypes) and particles (index maps with shifts or sums).
+// each) grouped in stages, per direction; a transport is connected to them (collectively:
+// buffers, peer mapping, self-test) and then moves them, stream-ordered, for the fields of a
+// call. Pack and unpack are callbacks so the same transport serves grids (datatypes) and
+// particles (index maps with shifts or sums); the GPU-initiated particle transport reads the
+// plan they came from.
 #pragma once
 
 #include <mpi.h>
@@ -8,10 +11,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "halox/exchange.hpp"
+#include "halox/plan.hpp"
 
 namespace halox::detail {
 
@@ -26,6 +31,7 @@ using SelfCopyFn = std::function<void(void* field, GpuStream stream)>;
 
 struct Op {
   int stage = 0;
+  int field = 0;       // which of a run's fields it moves
   int send_rank = -1;  // -1: nothing to send
   int recv_rank = -1;  // -1: nothing to receive
   int tag = 0;
@@ -43,16 +49,47 @@ struct Op {
   Datatype send_type, recv_type;
 };
 
+enum class Direction { forward, reverse };
+
+/// What a transport does, for the choice of one and for the callers that need to know.
+struct Capabilities {
+  bool device_initiated = false;  ///< kernels pack, move, signal and wait: no host in the loop
+  bool direct_stores = false;     ///< into the peers' memory, where they are reachable
+  bool host_waits = true;         ///< the host blocks per stage (stream sync or MPI wait)
+  bool several_fields = true;     ///< one run moves ops of several fields (else one field)
+};
+
+/// What a transport is connected to: the ops of each direction (grids: forward only), and
+/// for the GPU-initiated particle transport the plan they were made from. The exchange owns
+/// it; a transport keeps a pointer until its next connect.
+struct Connection {
+  std::vector<Op> forward, reverse;
+  const ParticlePlan* particles = nullptr;
+  const std::vector<Op>& ops(Direction d) const {
+    return d == Direction::forward ? forward : reverse;
+  }
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual std::string name() const = 0;
-  /// Runs every stage in order; ops of one stage run concurrently.
-  virtual void run(const std::vector<Op>& ops, void* field, GpuStream stream,
-                   ExchangeStats& stats) = 0;
-  /// The exchange has a new plan (collective: every rank learns it at the same call): a
-  /// transport that sets up per op list does so again at the next run of each list.
-  virtual void new_plan() {}
+  virtual Capabilities capabilities() const = 0;
+  /// Collective: every rank connects at the same call, the first run after a new plan.
+  /// Transports that set up per op list (buffers, peer mapping, self-test) do so here or at
+  /// the first run of each list.
+  virtual void connect(const Connection& connection) { m_connection = &connection; }
+  /// Runs every stage of the direction's ops in order (ops of one stage concurrently),
+  /// ordered on `stream`; fields[op.field] is what each op packs from and unpacks into.
+  virtual void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
+                         ExchangeStats& stats) = 0;
+  /// Throws HaloTimeoutError when a device-side wait of an earlier run expired (the
+  /// GPU-initiated and stream-waiting transports; runs check first themselves).
+  virtual void check() const {}
+
+ protected:
+  const std::vector<Op>& ops(Direction d) const { return m_connection->ops(d); }
+  const Connection* m_connection = nullptr;
 };
 
 /// Every host-side wait of these transports ends after `timeout_seconds` with a
@@ -66,6 +103,11 @@ std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm co
 std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, int rank);
 std::unique_ptr<Transport> make_nvshmem_stream_transport(MPI_Comm comm, int rank,
                                                          double timeout_seconds);
+/// The GPU-initiated particle transports of one rank per process (ipc-*, nvshmem-pulse/fused):
+/// the fused kernels of PeerHalo, connected to the plan of the connection.
+std::unique_ptr<Transport> make_particle_fused_transport(MPI_Comm comm, int rank,
+                                                         TransportKind kind, BasicKind real,
+                                                         const ExchangeOptions& options);
 
 /// Number of stages (the highest stage + 1).
 int stage_count(const std::vector<Op>& ops);

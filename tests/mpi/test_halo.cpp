@@ -94,53 +94,132 @@ std::vector<std::array<int, 3>> grid_shapes() {
 using halox::testing::expected_cell;
 using halox::testing::global_value;
 
+// A rank's array of a grid field: its interior filled with the global field (plus `shift`,
+// to tell fields apart), everything else poisoned.
+struct GridField {
+  GridPlan plan;
+  int components = 1;
+  double shift = 0;
+  std::vector<double> data;
+  static constexpr double kPoison = -12345.0;
+
+  GridField(const Topology& topology, std::array<std::int64_t, 3> interior, int halo,
+            int components_, std::array<std::int64_t, 3> padding, double shift_ = 0)
+      : components(components_), shift(shift_) {
+    const Datatype element = Datatype::contiguous(components, Datatype::of<double>()).commit();
+    std::array<std::int64_t, 3> allocated{};
+    for (int a = 0; a < 3; ++a) allocated[a] = interior[a] + 2 * halo + padding[a];
+    plan = build_grid_plan(topology, interior, halo, element, allocated);
+    const auto e = plan.extent;
+    const auto c = topology.coords();
+    data.assign(static_cast<std::size_t>(e[0] * e[1] * e[2] * components), kPoison);
+    for (std::int64_t z = halo; z < interior[2] + halo; ++z)
+      for (std::int64_t y = halo; y < interior[1] + halo; ++y)
+        for (std::int64_t x = halo; x < interior[0] + halo; ++x)
+          for (int k = 0; k < components; ++k)
+            at(x, y, z, k) =
+                shift + global_value(c[0] * interior[0] + x - halo, c[1] * interior[1] + y - halo,
+                                     c[2] * interior[2] + z - halo, k);
+  }
+  double& at(std::int64_t x, std::int64_t y, std::int64_t z, int k) {
+    const auto e = plan.extent;
+    return data[static_cast<std::size_t>(((z * e[1] + y) * e[0] + x) * components + k)];
+  }
+  // Cells that differ from the global field (every halo cell filled, padding untouched);
+  // the first few are reported.
+  std::int64_t wrong_cells(const Topology& topology) {
+    const auto e = plan.extent;
+    const auto c = topology.coords();
+    const auto interior = plan.interior;
+    const auto dims = topology.dims();
+    std::array<std::int64_t, 3> global{}, offset{};
+    for (int a = 0; a < 3; ++a) {
+      global[a] = interior[a] * dims[a];
+      offset[a] = c[a] * interior[a];
+    }
+    std::int64_t wrong = 0;
+    for (std::int64_t z = 0; z < e[2]; ++z)
+      for (std::int64_t y = 0; y < e[1]; ++y)
+        for (std::int64_t x = 0; x < e[0]; ++x)
+          for (int k = 0; k < components; ++k) {
+            double want = expected_cell({x, y, z}, offset, interior, plan.halo, global,
+                                        topology.periodic(), k, kPoison);
+            if (want != kPoison) want += shift;
+            if (at(x, y, z, k) != want && ++wrong <= 5) {
+              ADD_FAILURE() << "rank " << topology.rank() << " cell (" << x << "," << y << "," << z
+                            << ") component " << k << ": " << at(x, y, z, k) << " != " << want;
+            }
+          }
+    return wrong;
+  }
+};
+
 // `padding`: cells allocated beyond interior + 2 * halo per axis (padded rows and planes),
 // which must stay untouched.
 void check_grid(std::array<int, 3> dims, std::array<bool, 3> periodic,
                 std::array<std::int64_t, 3> interior, int halo, int components,
                 std::array<std::int64_t, 3> padding = {}) {
   Topology topology = Topology::from_mpi(MPI_COMM_WORLD, dims, periodic);
-  const Datatype element = Datatype::contiguous(components, Datatype::of<double>()).commit();
-  std::array<std::int64_t, 3> allocated{};
-  for (int a = 0; a < 3; ++a) allocated[a] = interior[a] + 2 * halo + padding[a];
-  GridPlan plan = build_grid_plan(topology, interior, halo, element, allocated);
-  const auto e = plan.extent;
-  const auto c = topology.coords();
-  const double poison = -12345.0;
-  std::vector<double> field(static_cast<std::size_t>(e[0] * e[1] * e[2] * components), poison);
-  auto at = [&](std::int64_t x, std::int64_t y, std::int64_t z, int k) -> double& {
-    return field[static_cast<std::size_t>(((z * e[1] + y) * e[0] + x) * components + k)];
-  };
-  std::array<std::int64_t, 3> global{};
-  for (int a = 0; a < 3; ++a) global[a] = interior[a] * dims[a];
-  for (std::int64_t z = halo; z < interior[2] + halo; ++z)
-    for (std::int64_t y = halo; y < interior[1] + halo; ++y)
-      for (std::int64_t x = halo; x < interior[0] + halo; ++x)
-        for (int k = 0; k < components; ++k)
-          at(x, y, z, k) =
-              global_value(c[0] * interior[0] + x - halo, c[1] * interior[1] + y - halo,
-                           c[2] * interior[2] + z - halo, k);
-  GridExchange exchange(topology, plan, ExchangeOptions{test_transport(), 4096});
+  GridField field(topology, interior, halo, components, padding);
+  GridExchange exchange(topology, field.plan, ExchangeOptions{test_transport(), 4096});
   for (int repeat = 0; repeat < 2; ++repeat) {
-    run_on(field, [&](void* p, GpuStream s) { exchange.exchange_async(p, s); });
+    run_on(field.data, [&](void* p, GpuStream s) { exchange.exchange_async(p, s); });
   }
-  std::int64_t wrong = 0;
-  for (std::int64_t z = 0; z < e[2]; ++z)
-    for (std::int64_t y = 0; y < e[1]; ++y)
-      for (std::int64_t x = 0; x < e[0]; ++x) {
-        const std::array<std::int64_t, 3> offset = {c[0] * interior[0], c[1] * interior[1],
-                                                    c[2] * interior[2]};
-        for (int k = 0; k < components; ++k) {
-          const double want =
-              expected_cell({x, y, z}, offset, interior, halo, global, periodic, k, poison);
-          if (at(x, y, z, k) != want && ++wrong <= 5) {
-            ADD_FAILURE() << "rank " << topology.rank() << " cell (" << x << "," << y << "," << z
-                          << ") component " << k << ": " << at(x, y, z, k) << " != " << want;
-          }
-        }
-      }
-  EXPECT_EQ(wrong, 0) << topology.describe() << " halo " << halo;
+  EXPECT_EQ(field.wrong_cells(topology), 0) << topology.describe() << " halo " << halo;
   EXPECT_EQ(exchange.stats().exchanges, 2);
+}
+
+// Several fields in one call (GHEX's exchange(f, g)): two fields of different element size
+// and padding, and a third like the first, every halo cell of each against the global field
+// (each field shifted by its own constant, so a face landing in the wrong field shows).
+TEST(GridHalo, SeveralFieldsInOneCall) {
+  for (const auto& dims : grid_shapes()) {
+    Topology topology = Topology::from_mpi(MPI_COMM_WORLD, dims, {true, true, true});
+    std::vector<GridField> fields;
+    fields.emplace_back(topology, std::array<std::int64_t, 3>{5, 4, 3}, 1, 2,
+                        std::array<std::int64_t, 3>{1, 0, 0}, 0.0);
+    fields.emplace_back(topology, std::array<std::int64_t, 3>{5, 4, 3}, 1, 1,
+                        std::array<std::int64_t, 3>{0, 2, 1}, 0.5);
+    fields.emplace_back(topology, std::array<std::int64_t, 3>{5, 4, 3}, 1, 2,
+                        std::array<std::int64_t, 3>{1, 0, 0}, 0.125);
+    std::vector<GridPlan> plans;
+    for (const GridField& f : fields) plans.push_back(f.plan);
+    GridExchange exchange(Ranks::mpi(topology), plans, ExchangeOptions{test_transport(), 4096});
+    ASSERT_EQ(exchange.fields(), 3);
+    std::vector<void*> arrays;
+    for (GridField& f : fields) arrays.push_back(f.data.data());
+    const bool device = test_transport() != TransportKind::host;
+#if HALOX_HAS_CUDA
+    if (device) {
+      for (std::size_t i = 0; i < fields.size(); ++i) {
+        const std::size_t bytes = fields[i].data.size() * sizeof(double);
+        ASSERT_EQ(cudaMalloc(&arrays[i], bytes), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(arrays[i], fields[i].data.data(), bytes, cudaMemcpyHostToDevice),
+                  cudaSuccess);
+      }
+    }
+#else
+    ASSERT_FALSE(device) << "device transports need a CUDA build";
+#endif
+    for (int repeat = 0; repeat < 2; ++repeat) exchange.exchange(arrays);
+    const std::string transport = exchange.transport_name(arrays[0]);
+    EXPECT_THROW(exchange.exchange(arrays[0]), Error);  // one array for three fields
+#if HALOX_HAS_CUDA
+    if (device) {
+      for (std::size_t i = 0; i < fields.size(); ++i) {
+        ASSERT_EQ(cudaMemcpy(fields[i].data.data(), arrays[i],
+                             fields[i].data.size() * sizeof(double), cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        cudaFree(arrays[i]);
+      }
+    }
+#endif
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      EXPECT_EQ(fields[i].wrong_cells(topology), 0)
+          << topology.describe() << " field " << i << " over " << transport;
+    }
+    EXPECT_EQ(exchange.stats().exchanges, 2);
+  }
 }
 
 // Every transport moves grid halos, the GPU-initiated ones with one fused kernel for all stages.

@@ -50,7 +50,7 @@ Datatype over_planes(const Datatype& face, const std::vector<int>& moved,
 // Rank sizes along each axis: `base` cells, the first `extra` coordinates one more.
 void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int, 3> base,
            std::array<int, 3> extra, int halo, int components, std::array<int, 3> padding,
-           bool device, bool fused, const Planes& planes = {}) {
+           bool device, bool fused, const Planes& planes = {}, int copies = 1) {
   const Topology shape(dims, periodic, 0);
   const int ranks = shape.size();
   auto size_at = [&](int a, int c) { return base[a] + (c < extra[a] ? 1 : 0); };
@@ -90,55 +90,65 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
       }
     }
   }
-  GridExchange exchange(Ranks::local(shape), plans, options);
+  // copies > 1: that many fields of these plans in one call (field i of rank r at
+  // i * ranks + r), field i's values shifted by i / 2.
+  std::vector<GridPlan> all_plans;
+  for (int i = 0; i < copies; ++i) all_plans.insert(all_plans.end(), plans.begin(), plans.end());
+  GridExchange exchange(Ranks::local(shape), all_plans, options);
+  EXPECT_EQ(exchange.fields(), copies);
   const double poison = -12345.0;
-  std::vector<std::vector<double>> fields(ranks);
+  const int arrays = copies * ranks;
+  std::vector<std::vector<double>> fields(arrays);
   // Component k of plane q: the global field's component q * components + k.
-  for (int r = 0; r < ranks; ++r) {
+  for (int i = 0; i < arrays; ++i) {
+    const int r = i % ranks;
+    const double shift = 0.5 * (i / ranks);
     const auto& e = allocated[r];
     const auto c = shape.coords_of(r);
-    fields[r].assign(plane_elements(r) * planes.count, poison);
+    fields[i].assign(plane_elements(r) * planes.count, poison);
     for (int q = 0; q < planes.count; ++q)
       for (std::int64_t z = halo; z < interior[r][2] + halo; ++z)
         for (std::int64_t y = halo; y < interior[r][1] + halo; ++y)
           for (std::int64_t x = halo; x < interior[r][0] + halo; ++x)
             for (int k = 0; k < components; ++k)
-              fields[r][q * plane_elements(r) +
+              fields[i][q * plane_elements(r) +
                         static_cast<std::size_t>(((z * e[1] + y) * e[0] + x) * components + k)] =
-                  global_value(offset_at(0, c[0]) + x - halo, offset_at(1, c[1]) + y - halo,
-                               offset_at(2, c[2]) + z - halo, q * components + k);
+                  shift + global_value(offset_at(0, c[0]) + x - halo, offset_at(1, c[1]) + y - halo,
+                                       offset_at(2, c[2]) + z - halo, q * components + k);
   }
-  std::vector<void*> pointers(ranks);
+  std::vector<void*> pointers(arrays);
 #if HALOX_HAS_CUDA
-  std::vector<void*> on_gpu(ranks, nullptr);
+  std::vector<void*> on_gpu(arrays, nullptr);
 #endif
   if (device) {
 #if HALOX_HAS_CUDA
-    for (int r = 0; r < ranks; ++r) {
-      const std::size_t bytes = fields[r].size() * sizeof(double);
-      ASSERT_EQ(cudaMalloc(&on_gpu[r], bytes), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(on_gpu[r], fields[r].data(), bytes, cudaMemcpyHostToDevice),
+    for (int i = 0; i < arrays; ++i) {
+      const std::size_t bytes = fields[i].size() * sizeof(double);
+      ASSERT_EQ(cudaMalloc(&on_gpu[i], bytes), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(on_gpu[i], fields[i].data(), bytes, cudaMemcpyHostToDevice),
                 cudaSuccess);
-      pointers[r] = on_gpu[r];
+      pointers[i] = on_gpu[i];
     }
 #endif
   } else {
-    for (int r = 0; r < ranks; ++r) pointers[r] = fields[r].data();
+    for (int i = 0; i < arrays; ++i) pointers[i] = fields[i].data();
   }
   for (int repeat = 0; repeat < 2; ++repeat) exchange.exchange(pointers);
 #if HALOX_HAS_CUDA
   if (device) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    for (int r = 0; r < ranks; ++r) {
-      ASSERT_EQ(cudaMemcpy(fields[r].data(), on_gpu[r], fields[r].size() * sizeof(double),
+    for (int i = 0; i < arrays; ++i) {
+      ASSERT_EQ(cudaMemcpy(fields[i].data(), on_gpu[i], fields[i].size() * sizeof(double),
                            cudaMemcpyDeviceToHost),
                 cudaSuccess);
-      cudaFree(on_gpu[r]);
+      cudaFree(on_gpu[i]);
     }
   }
 #endif
   std::int64_t wrong = 0;
-  for (int r = 0; r < ranks; ++r) {
+  for (int i = 0; i < arrays; ++i) {
+    const int r = i % ranks;
+    const double shift = 0.5 * (i / ranks);
     const auto& e = allocated[r];
     const auto c = shape.coords_of(r);
     for (int q = 0; q < planes.count; ++q) {
@@ -153,16 +163,18 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
                                 y < interior[r][1] + halo && z >= halo && z < interior[r][2] + halo;
             for (int k = 0; k < components; ++k) {
               // A plane the exchange does not move keeps its poisoned halo.
-              const double want = moved || inside
-                                      ? expected_cell({x, y, z}, offset, interior[r], halo, global,
-                                                      periodic, q * components + k, poison)
-                                      : poison;
+              double want = moved || inside
+                                ? expected_cell({x, y, z}, offset, interior[r], halo, global,
+                                                periodic, q * components + k, poison)
+                                : poison;
+              if (want != poison) want += shift;
               const double got =
-                  fields[r][q * plane_elements(r) +
+                  fields[i][q * plane_elements(r) +
                             static_cast<std::size_t>(((z * e[1] + y) * e[0] + x) * components + k)];
               if (got != want && ++wrong <= 5) {
-                ADD_FAILURE() << "rank " << r << " plane " << q << " cell (" << x << "," << y << ","
-                              << z << ") component " << k << ": " << got << " != " << want;
+                ADD_FAILURE() << "field " << i / ranks << " rank " << r << " plane " << q
+                              << " cell (" << x << "," << y << "," << z << ") component " << k
+                              << ": " << got << " != " << want;
               }
             }
           }
@@ -196,6 +208,9 @@ void every_case(bool device, bool fused = false) {
         {8, {1, 2, 4, 5, 7}});
   check({2, 1, 2}, {true, true, true}, {3, 3, 3}, {0, 0, 1}, 1, 1, {0, 0, 0}, device, fused,
         {kManyPlanes, many_planes()});
+  // Several fields in one call (three of 5-of-8 planes, on an uneven grid).
+  check({3, 2, 1}, {true, true, true}, {3, 3, 4}, {1, 0, 0}, 1, 1, {1, 0, 0}, device, fused,
+        {8, {1, 2, 4, 5, 7}}, 3);
 }
 
 // The plane cases above give the fused kernel faces of up to 8 canonical pieces (read from
