@@ -46,8 +46,8 @@ const char* kind_name(int kind) {
     case fwd_data: return "forward: the halo data";
     case rev_ready: return "reverse: the destination's buffer to become free";
     case rev_data: return "reverse: the returned forces";
-    case probe_fwd: return "self-test, forward link";
-    case probe_rev: return "self-test, reverse link";
+    case probe_fwd: return "the forward link";
+    case probe_rev: return "the reverse link";
   }
   return "?";
 }
@@ -598,30 +598,23 @@ void DeviceHalo::reverse(const std::vector<void*>& f, GpuStream stream) {
 }
 
 void DeviceHalo::check() const {
-  const volatile ErrorRecord* e = &m_impl->errors.record();
-  if (e->flag == 0) return;
-  std::ostringstream s;
-  if (e->flag == 2) {
-    s << "halox: self-test: rank " << e->rank << " got a wrong probe from rank " << e->peer
-      << " on pulse " << e->pulse << " (" << kind_name(e->kind) << "): word " << e->seen
-      << ", expected " << e->expected;
-  } else {
-    s << "halox: rank " << e->rank << " timed out after " << m_impl->options.timeout_seconds
-      << " s on pulse " << e->pulse << " waiting for rank " << e->peer << " (" << kind_name(e->kind)
-      << "): ";
-    if (e->kind == fwd_data || e->kind == rev_data) {
-      // Data signals count 2^32 per exchange, in shares of the sender's blocks.
-      const u64 seen = e->seen;
-      s << "exchange " << (e->expected >> 32) << "'s data expected, the signal is at exchange "
-        << (seen >> 32) << " + "
-        << static_cast<int>(100.0 * static_cast<double>(seen & 0xffffffffull) / 4294967296.0)
-        << "% of its blocks";
-    } else {
-      s << "signal " << e->seen << ", expected " << e->expected;
+  ErrorWording w;
+  w.engine = to_string(m_impl->options.transport);
+  w.timeout_seconds = m_impl->options.timeout_seconds;
+  w.waited_for = [](int kind) { return std::string(kind_name(kind)); };
+  w.is_probe = [](int kind) { return kind == probe_fwd || kind == probe_rev; };
+  w.progress = [](const ErrorRecord& e) {
+    if (e.kind != fwd_data && e.kind != rev_data) {
+      return "signal " + std::to_string(e.seen) + ", expected " + std::to_string(e.expected);
     }
-    s << ". The exchange is unusable; is rank " << e->peer << " stalled or its plan different?";
-  }
-  throw HaloTimeoutError(s.str());
+    // Data signals count 2^32 per exchange, in shares of the sender's blocks.
+    return "exchange " + std::to_string(e.expected >> 32) +
+           "'s data expected, the signal is at exchange " + std::to_string(e.seen >> 32) + " + " +
+           std::to_string(static_cast<int>(100.0 * static_cast<double>(e.seen & 0xffffffffull) /
+                                           4294967296.0)) +
+           "% of its blocks";
+  };
+  check_device_error(m_impl->errors.record(), w);
 }
 
 int DeviceHalo::launches_per_exchange() const {

@@ -8,18 +8,13 @@
 #include <cstring>
 
 #include "../common/cuda_check.hpp"
+#include "errors.hpp"
 
 namespace halox::detail {
 
-using u64 = unsigned long long;
-
-// Written by the first failing wait into mapped host memory, so the host reads it without
-// synchronising. The claim word lives in device memory (device atomics on host memory are
-// not guaranteed); the report's flag is written last.
-struct ErrorRecord {
-  int flag, rank, peer, pulse, kind;
-  u64 seen, expected;
-};
+// Written by the first failing wait into mapped host memory (ErrorRecord, errors.hpp), so
+// the host reads it without synchronising. The claim word lives in device memory (device
+// atomics on host memory are not guaranteed); the report's flag is written last.
 struct ErrorSink {
   int* claim;           // device memory
   ErrorRecord* report;  // mapped pinned host memory

@@ -147,30 +147,23 @@ class GridFusedTransport final : public Transport {
  private:
   // A time-out or a wrong plan becomes an error naming the ranks and the pulse.
   void check(const std::vector<Op>& ops) const {
-    const volatile ErrorRecord* e = &m_errors.record();
-    if (e->flag == 0) return;
-    const std::string pulse = e->pulse >= 0 && e->pulse < static_cast<int>(ops.size())
-                                  ? ops[e->pulse].name
-                                  : "pulse " + std::to_string(e->pulse);
-    std::ostringstream s;
-    if (e->flag == 2) {
-      s << "halox: " << m_name << ": self-test: rank " << e->rank << " got a wrong probe from rank "
-        << e->peer << " on " << pulse << ": word " << e->seen << ", expected " << e->expected;
-      throw HaloTimeoutError(s.str());
-    }
-    if (e->kind == wait_probe) {
-      s << "halox: " << m_name << ": self-test: rank " << e->rank << " got no probe from rank "
-        << e->peer << " on " << pulse << " within " << m_timeout_seconds << " s";
-      throw HaloTimeoutError(s.str());
-    }
-    const char* what = e->kind == wait_ready  ? "its staging to become free"
-                       : e->kind == wait_data ? "the face it sends"
-                                              : "the face it sends, which this face forwards";
-    s << "halox: " << m_name << ": rank " << e->rank << " timed out after " << m_timeout_seconds
-      << " s on " << pulse << " waiting for rank " << e->peer << " (" << what << "): signal "
-      << e->seen << ", expected " << e->expected << ". The exchange is unusable; "
-      << "is rank " << e->peer << " stalled or its plan different?";
-    throw HaloTimeoutError(s.str());
+    ErrorWording w;
+    w.engine = m_name;
+    w.timeout_seconds = m_timeout_seconds;
+    w.pulse = [&ops](int, int pulse) {
+      return pulse >= 0 && pulse < static_cast<int>(ops.size()) ? ops[pulse].name
+                                                                : "pulse " + std::to_string(pulse);
+    };
+    w.waited_for = [](int kind) -> std::string {
+      switch (kind) {
+        case wait_ready: return "its staging to become free";
+        case wait_data: return "the face it sends";
+        case wait_probe: return "the link";
+        default: return "the face it sends, which this face forwards";
+      }
+    };
+    w.is_probe = [](int kind) { return kind == wait_probe; };
+    check_device_error(m_errors.record(), w);
   }
 
   void set_up(const std::vector<Op>& ops) {

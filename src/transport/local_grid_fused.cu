@@ -292,32 +292,30 @@ struct LocalGridFused::Impl {
     cudaFree(device_links);
     HALOX_CUDA_CHECK(launched);
     HALOX_CUDA_CHECK(finished);
-    const volatile ErrorRecord* e = &errors.record();
-    if (e->flag == 0) return;
-    std::ostringstream s;
-    s << "halox: GridExchange self-test (local-fused): rank " << e->rank << " did not get rank "
-      << e->peer << "'s probe on " << pulse_name(e->rank, e->pulse) << " ("
-      << (e->kind == 0 ? "the face's link" : "the link back") << "): ";
-    if (e->flag == 2) {
-      s << "a word of it was " << e->seen << ", expected " << e->expected;
-    } else {
-      s << "its signal did not come within " << timeout_seconds << " s (saw " << e->seen << ")";
-    }
-    s << ". Is rank " << e->peer << " stalled, or its plan or memory wrong?";
-    throw HaloTimeoutError(s.str());
+    check_device_error(errors.record(), wording(true));
   }
 
-  void check() const {
-    const volatile ErrorRecord* e = &errors.record();
-    if (e->flag == 0) return;
-    const int rank = e->rank, pulse = e->pulse;
-    const std::string name = pulse_name(rank, pulse);
-    std::ostringstream s;
-    s << "halox: GridExchange (local-fused): rank " << rank << " timed out after "
-      << timeout_seconds << " s waiting for rank " << e->peer << "'s " << name
-      << " (a face it forwards): " << e->seen << " of " << e->expected
-      << " tiles arrived. The exchange is unusable; did that rank's plan or field change?";
-    throw HaloTimeoutError(s.str());
+  void check() const { check_device_error(errors.record(), wording(false)); }
+
+  // The self-test's waits are for its probes (kind 0: the face's link, 1: the link back);
+  // the exchange's for the tiles of a face a tile forwards.
+  ErrorWording wording(bool self_test) const {
+    ErrorWording w;
+    w.engine = "local-fused";
+    w.timeout_seconds = timeout_seconds;
+    w.pulse = [this](int rank, int pulse) { return pulse_name(rank, pulse); };
+    if (self_test) {
+      w.waited_for = [](int kind) {
+        return std::string(kind == 0 ? "the face's link" : "the link back");
+      };
+      w.is_probe = [](int) { return true; };
+    } else {
+      w.waited_for = [](int) { return std::string("a face it forwards"); };
+      w.progress = [](const ErrorRecord& e) {
+        return std::to_string(e.seen) + " of " + std::to_string(e.expected) + " tiles arrived";
+      };
+    }
+    return w;
   }
 };
 

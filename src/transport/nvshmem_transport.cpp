@@ -20,6 +20,7 @@
 #include "../runtime/nvshmem_runtime.hpp"
 #include "stream_wait.hpp"
 #include "transport.hpp"
+#include "../device/errors.hpp"
 
 namespace halox::detail {
 
@@ -39,6 +40,9 @@ class NvshmemStreamTransport final : public Transport {
   void connect(const Connection& connection) override {
     Transport::connect(connection);
     m_stale = true;
+  }
+  void check() const override {
+    if (m_connection) check(ops(Direction::forward));
   }
 
   void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
@@ -169,18 +173,19 @@ class NvshmemStreamTransport final : public Transport {
   void check(const std::vector<Op>& ops) const {
     const auto f = m_waits.failure();
     if (!f) return;
-    const std::string pulse = f->pulse >= 0 && f->pulse < static_cast<int>(ops.size())
-                                  ? ops[f->pulse].name
-                                  : "pulse " + std::to_string(f->pulse);
-    std::ostringstream s;
-    s << "halox: rank " << f->rank << " timed out after " << m_timeout << " s on " << pulse
-      << " waiting for rank " << f->peer
-      << (f->kind == kWaitData ? " (the halo data it sends)"
-                               : " (to take this rank's previous message)")
-      << ": signal " << f->seen << ", expected " << f->expected
-      << " (nvshmem-stream transport). The exchange is unusable; is rank " << f->peer
-      << " stalled or its plan different?";
-    throw HaloTimeoutError(s.str());
+    const ErrorRecord e{1, f->rank, f->peer, f->pulse, f->kind, f->seen, f->expected};
+    ErrorWording w;
+    w.engine = "nvshmem-stream";
+    w.timeout_seconds = m_timeout;
+    w.pulse = [&ops](int, int pulse) {
+      return pulse >= 0 && pulse < static_cast<int>(ops.size()) ? ops[pulse].name
+                                                                : "pulse " + std::to_string(pulse);
+    };
+    w.waited_for = [](int kind) {
+      return std::string(kind == kWaitData ? "the halo data it sends"
+                                           : "to take this rank's previous message");
+    };
+    check_device_error(e, w);
   }
 
   MPI_Comm m_comm;

@@ -1,0 +1,37 @@
+// The one wording of the device channel's errors (errors.hpp).
+#include "errors.hpp"
+
+#include <sstream>
+
+#include "halox/error.hpp"
+
+namespace halox::detail {
+
+void check_device_error(const volatile ErrorRecord& record, const ErrorWording& w) {
+  if (record.flag == 0) return;
+  const ErrorRecord e{record.flag, record.rank, record.peer,    record.pulse,
+                      record.kind, record.seen, record.expected};
+  const std::string pulse = w.pulse ? w.pulse(e.rank, e.pulse) : "pulse " + std::to_string(e.pulse);
+  const std::string what = w.waited_for ? w.waited_for(e.kind) : "its signal";
+  std::ostringstream s;
+  s << "halox: " << w.engine << ": ";
+  if (e.flag == 2) {
+    s << "self-test: rank " << e.rank << " got rank " << e.peer << "'s probe on " << pulse << " ("
+      << what << ") wrong: word " << e.seen << ", expected " << e.expected << ". Is rank " << e.peer
+      << "'s plan or memory wrong?";
+  } else if (w.is_probe && w.is_probe(e.kind)) {
+    s << "self-test: rank " << e.rank << " did not get rank " << e.peer << "'s probe on " << pulse
+      << " (" << what << "): its signal did not come within " << w.timeout_seconds << " s (saw "
+      << e.seen << "). Is rank " << e.peer << " stalled, or its plan or memory wrong?";
+  } else {
+    s << "rank " << e.rank << " timed out after " << w.timeout_seconds << " s on " << pulse
+      << " waiting for rank " << e.peer << " (" << what << "): "
+      << (w.progress
+              ? w.progress(e)
+              : "signal " + std::to_string(e.seen) + ", expected " + std::to_string(e.expected))
+      << ". The exchange is unusable; is rank " << e.peer << " stalled or its plan different?";
+  }
+  throw HaloTimeoutError(s.str());
+}
+
+}  // namespace halox::detail
