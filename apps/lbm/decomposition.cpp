@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "../common/gather.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 
@@ -265,22 +266,8 @@ std::vector<double> Decomposition::gather() {
     mine.insert(mine.end(), tagged.begin(), tagged.end());
   }
   if (m_ranks.in_process()) return Block::in_global_order(mine, m_cli.grid);
-  MPI_Comm comm = topology().comm();
-  int size = 0, rank = 0;
-  HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
-  HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  int count = static_cast<int>(mine.size());
-  std::vector<int> counts(size), displs(size);
-  HALOX_MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
-  int total = 0;
-  for (int r = 0; r < size; ++r) {
-    displs[r] = total;
-    total += counts[r];
-  }
-  std::vector<double> all(rank == 0 ? total : 0);
-  HALOX_MPI_CHECK(MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
-                              displs.data(), MPI_DOUBLE, 0, comm));
-  return rank == 0 ? Block::in_global_order(all, m_cli.grid) : std::vector<double>{};
+  const std::vector<double> all = apps::gather_on_root(topology().comm(), mine);
+  return topology().rank() == 0 ? Block::in_global_order(all, m_cli.grid) : std::vector<double>{};
 }
 
 std::string Decomposition::transport() const {

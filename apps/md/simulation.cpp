@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "../common/gather.hpp"
 #include "../common/memory.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
@@ -396,20 +397,7 @@ std::vector<std::pair<std::int64_t, std::array<double, 3>>> Simulation::gather_f
       mine.insert(mine.end(), &f[3 * i], &f[3 * i + 3]);
     }
   }
-  int size = 0, rank = 0;
-  HALOX_MPI_CHECK(MPI_Comm_size(m_comm, &size));
-  HALOX_MPI_CHECK(MPI_Comm_rank(m_comm, &rank));
-  int count = static_cast<int>(mine.size());
-  std::vector<int> counts(size), displs(size);
-  HALOX_MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, m_comm));
-  int total = 0;
-  for (int r = 0; r < size; ++r) {
-    displs[r] = total;
-    total += counts[r];
-  }
-  std::vector<double> all(rank == 0 ? total : 0);
-  HALOX_MPI_CHECK(MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
-                              displs.data(), MPI_DOUBLE, 0, m_comm));
+  const std::vector<double> all = apps::gather_on_root(m_comm, mine);
   std::vector<std::pair<std::int64_t, std::array<double, 3>>> out;
   for (std::size_t k = 0; k + 4 <= all.size(); k += 4) {
     out.push_back({static_cast<std::int64_t>(all[k]), {all[k + 1], all[k + 2], all[k + 3]}});
