@@ -16,6 +16,7 @@
 #include "halox/mpi.hpp"
 #include "../apps/common/agree.hpp"
 #include "../apps/common/cli.hpp"
+#include "../apps/common/watchdog.hpp"
 #include "halox/trace.hpp"
 #include "report.hpp"
 #include "simulation.hpp"
@@ -76,6 +77,9 @@ int halo_main(int argc, char** argv) {
   int rank = 0, size = 1;
   HALOX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   HALOX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  // A rank that stalls or dies ends the job with a message: the start-up's collectives and
+  // each case (its set-up, plans and barriers) are watched; the exchanges time out themselves.
+  halox::apps::Watchdog watchdog("halox-bench halo", rank, "start-up", halox::apps::kSetupSeconds);
   HaloOptions o;  // every rank parses; bad input: one message, every rank stops (exit 2)
   halox::apps::check_input_collectively(MPI_COMM_WORLD, "halox-bench halo", argc, argv,
                                         [&] { o = parse_halo(argc, argv); });
@@ -124,6 +128,7 @@ int halo_main(int argc, char** argv) {
   for (long apr : o.atoms_per_rank) {
     double staged_halo = 0, staged_with_replans = 0;  // this size's baseline, when it ran first
     for (const auto& name : transports) {
+      watchdog.beat("a case");
       md::Config c;
       c.device = gpu ? "gpu" : "cpu";
       c.transport = parse_transport(name);

@@ -20,6 +20,7 @@
 #include "halox/exchange.hpp"
 #include "../apps/common/agree.hpp"
 #include "../apps/common/cli.hpp"
+#include "../apps/common/watchdog.hpp"
 #include "report.hpp"
 
 namespace halox::bench {
@@ -140,6 +141,10 @@ int pingpong_main(int argc, char** argv) {
   std::vector<std::string> names = {"host", "staged", "pipelined", "ipc-pulse", "ipc-fused"};
   int max_bytes = 4 << 20;
   std::string json;
+  // A peer that stalls or dies ends the job with a message: the start-up's collectives and
+  // each transport's set-up are watched; the exchanges time out themselves.
+  halox::apps::Watchdog watchdog("halox-bench pingpong", rank, "start-up",
+                                 halox::apps::kSetupSeconds);
   halox::apps::check_input_collectively(MPI_COMM_WORLD, "halox-bench pingpong", argc, argv, [&] {
     halox::apps::CommandLine line(
         "halox-bench pingpong",
@@ -174,6 +179,7 @@ int pingpong_main(int argc, char** argv) {
     }
   }
   for (const auto& name : names) {
+    watchdog.beat("a transport");
     const TransportKind kind = parse_transport(name);
     std::string why;
     if (!transport_available(kind, &why)) {
