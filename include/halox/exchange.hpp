@@ -182,7 +182,7 @@ class GridExchange {
   /// i-th rank (all in host memory or all on the GPUs). Device fields: ordered on `stream`
   /// (the call may still block the host, as the staged transports do); host fields: done on
   /// return. The fields' pulses of one stage move together: one host wait per stage for all
-  /// of them on the staged transports; the GPU-initiated ones launch once per field.
+  /// of them on the staged transports, one launch for all on the GPU-initiated ones.
   void exchange_async(std::span<void* const> fields, GpuStream stream);
   /// The same for a process holding one rank and one field.
   void exchange_async(void* field, GpuStream stream);

@@ -9,8 +9,13 @@ namespace halox::detail {
 
 void check_device_error(const volatile ErrorRecord& record, const ErrorWording& w) {
   if (record.flag == 0) return;
-  const ErrorRecord e{record.flag, record.rank, record.peer,    record.pulse,
-                      record.kind, record.seen, record.expected};
+  check_device_error(ErrorRecord{record.flag, record.rank, record.peer, record.pulse, record.kind,
+                                 record.seen, record.expected},
+                     w);
+}
+
+void check_device_error(const ErrorRecord& e, const ErrorWording& w) {
+  if (e.flag == 0) return;
   const std::string pulse = w.pulse ? w.pulse(e.rank, e.pulse) : "pulse " + std::to_string(e.pulse);
   const std::string what = w.waited_for ? w.waited_for(e.kind) : "its signal";
   std::ostringstream s;

@@ -34,6 +34,8 @@ struct ErrorWording {
 
 /// Nothing when e.flag is 0; else throws HaloTimeoutError, naming the engine, both ranks,
 /// the pulse, what was waited for and how far it got.
+void check_device_error(const ErrorRecord& e, const ErrorWording& wording);
+/// The same for the record in mapped memory, read once.
 void check_device_error(const volatile ErrorRecord& e, const ErrorWording& wording);
 
 }  // namespace halox::detail

@@ -32,6 +32,7 @@ enum GridWaitKind : int { wait_ready = 0, wait_data = 1, wait_probe = 2, wait_un
 
 struct GridOpView {
   int send_rank = -1, recv_rank = -1;
+  int field = 0;            // which of the launch's fields its faces are in
   int word = 4;             // bytes per load and store of this op's faces
   unsigned deps = 0;        // the ops of earlier stages whose faces this rank receives
   u64* unpacked = nullptr;  // blocks that finished unpacking this op's face (local counter)
@@ -132,11 +133,22 @@ __device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* fi
   }
 }
 
+// The fields of one launch (several fields in one exchange call); an op's faces are in
+// base[its field]. Selected by comparisons, not by indexing the parameter array (which
+// would copy it to local memory).
+constexpr int kMaxGridFields = 4;
+struct GridFields {
+  char* base[kMaxGridFields];
+};
+__device__ __forceinline__ char* field_of(const GridFields& f, int k) {
+  return k == 0 ? f.base[0] : k == 1 ? f.base[1] : k == 2 ? f.base[2] : f.base[3];
+}
+
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file). TRACE: device
 // events into a.trace; a variant of its own, since the records cost the kernel 16 registers
 // (48 -> 64: one resident block fewer per SM) when tracing is off too.
 template <bool PUTS, bool TRACE>
-__global__ void __launch_bounds__(256, 1) grid_exchange_kernel(GridArgs a, char* field) {
+__global__ void __launch_bounds__(256, 1) grid_exchange_kernel(GridArgs a, GridFields fields) {
   wait_for_previous_kernel();
   const int op = active_op(a.active, blockIdx.y);
   const GridOpView& v = a.views[op];
@@ -156,6 +168,7 @@ __global__ void __launch_bounds__(256, 1) grid_exchange_kernel(GridArgs a, char*
     }
   }
   if (TRACE && v.deps != 0) trace_record(a.trace, a.rank, op, trace_deps_end, 2, a.epoch);
+  char* const field = field_of(fields, v.field);
   switch (v.word) {
     case 16: move_op<16, PUTS, TRACE>(a, v, op, field); break;
     case 8: move_op<8, PUTS, TRACE>(a, v, op, field); break;
@@ -184,8 +197,8 @@ __global__ void grid_probe_kernel(GridArgs a) {
 }
 
 // The PUTS instantiations (grid_fused_puts.cu; NVSHMEM builds only).
-void launch_grid_with_puts(dim3 grid, const GridArgs& a, char* field, cudaStream_t stream,
-                           bool traced);
+void launch_grid_with_puts(dim3 grid, const GridArgs& a, const GridFields& fields,
+                           cudaStream_t stream, bool traced);
 void launch_grid_probe_with_puts(unsigned ops, const GridArgs& a);
 /// resident_blocks of the grid kernel with puts (traced or not).
 int grid_resident_blocks_with_puts(bool traced);

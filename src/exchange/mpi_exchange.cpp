@@ -264,9 +264,9 @@ class TransportChooser {
 namespace {
 
 // One rank per process: the grid ops of every field (fields[f] packs and unpacks with
-// plans[f]'s types), moved by the chosen transport in one run; a transport that moves one
-// field per run (the GPU-initiated grid kernel) gets one instance per field, each connected
-// to that field's ops.
+// plans[f]'s types), moved by the chosen transport in one run; with more fields than a
+// transport moves in one run (the GPU-initiated grid kernel takes up to four), one instance
+// of it per field, each connected to that field's ops.
 class MpiGridEngine final : public detail::GridEngine {
  public:
   MpiGridEngine(const Topology& t, std::vector<GridPlan> p, const ExchangeOptions& o)
@@ -316,8 +316,8 @@ class MpiGridEngine final : public detail::GridEngine {
       }
     }
     if (device) chooser.resolve(plans[0], 1, false);
-    detail::Transport& first = chooser.for_field(fields[0]);
-    if (fields.size() == 1 || first.capabilities().several_fields) {
+    const int most = chooser.for_field(fields[0]).capabilities().fields_per_run;
+    if (fields.size() == 1 || most == 0 || static_cast<int>(fields.size()) <= most) {
       chooser.connected(fields[0], device ? all_device : all_host)
           .run_async(detail::Direction::forward, fields, stream, stats);
       return;

@@ -48,7 +48,7 @@ namespace halox::detail {
 #if !HALOX_HAS_NVSHMEM
 // No NVSHMEM, no peer reached by puts (PeerBlocks never makes one): never called.
 namespace fused_grid {
-void launch_grid_with_puts(dim3, const GridArgs&, char*, cudaStream_t, bool) {
+void launch_grid_with_puts(dim3, const GridArgs&, const GridFields&, cudaStream_t, bool) {
   no_nvshmem();
 }
 void launch_grid_probe_with_puts(unsigned, const GridArgs&) {
@@ -90,9 +90,8 @@ class GridFusedTransport final : public Transport {
   }
   std::string name() const override { return m_name; }
 
-  // One field per run: the kernel takes one base address (the exchange runs one instance of
-  // this transport per field).
-  Capabilities capabilities() const override { return {true, true, false, false}; }
+  // Several fields per launch (up to kMaxGridFields; more: one instance per field).
+  Capabilities capabilities() const override { return {true, true, false, kMaxGridFields}; }
   void check() const override {
     if (m_ready) check(ops(Direction::forward));
   }
@@ -100,11 +99,10 @@ class GridFusedTransport final : public Transport {
   void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
                  ExchangeStats& stats) override {
     const std::vector<Op>& ops = this->ops(direction);
-    if (fields.size() != 1) {
-      throw Error("halox: internal: " + m_name + " moves one field per run, not " +
-                  std::to_string(fields.size()));
+    if (fields.empty() || fields.size() > static_cast<std::size_t>(kMaxGridFields)) {
+      throw Error("halox: internal: " + m_name + " moves 1 to " + std::to_string(kMaxGridFields) +
+                  " fields per run, not " + std::to_string(fields.size()));
     }
-    void* field = fields[0];
     if (ops.empty()) {  // no neighbour on any axis: nothing to move (and no grid of 0 rows)
       stats.exchanges += 1;
       return;
@@ -116,7 +114,7 @@ class GridFusedTransport final : public Transport {
       return;
     }
     const u64 epoch = ++m_epoch;
-    GridArgs a{views_for(field),
+    GridArgs a{views_for(fields),
                m_rank,
                epoch,
                static_cast<u64>(m_timeout_seconds * 1e9),
@@ -128,7 +126,8 @@ class GridFusedTransport final : public Transport {
     a.trace = device_trace(static_cast<unsigned long long>(grid.x) * grid.y, m_trace_object);
     // The traced kernel only where the grid was sized for it (tracing on at set-up).
     const bool traced = m_sized_for_trace && a.trace.records != nullptr;
-    char* f = static_cast<char*>(field);
+    GridFields f{};
+    for (std::size_t k = 0; k < fields.size(); ++k) f.base[k] = static_cast<char*>(fields[k]);
     if (m_puts)
       launch_grid_with_puts(grid, a, f, stream, traced);
     else
@@ -297,8 +296,8 @@ class GridFusedTransport final : public Transport {
   // whether any rank found a broken link.
   void self_test(const std::vector<Op>& ops) {
     HALOX_MPI_CHECK(MPI_Barrier(m_comm));
-    const GridArgs a{views_for(nullptr), m_rank, 1, static_cast<u64>(m_timeout_seconds * 1e9),
-                     m_errors.sink(),    1};
+    const GridArgs a{views_for({}),   m_rank, 1, static_cast<u64>(m_timeout_seconds * 1e9),
+                     m_errors.sink(), 1};
     if (m_puts)
       launch_grid_probe_with_puts(static_cast<unsigned>(ops.size()), a);
     else
@@ -314,21 +313,23 @@ class GridFusedTransport final : public Transport {
     raise_if_any(m_comm, error);
   }
 
-  // The widest word every op's type and the field's address allow. It depends on the address
-  // only through its offset within 16 bytes: worked out once per stage and offset, not per
-  // exchange.
-  int word_for(const void* field, int first, int count) {
-    const auto key = std::make_pair(first, reinterpret_cast<std::uintptr_t>(field) % 16);
+  // The widest word every op's type and its field's address allow. It depends on the
+  // addresses only through their offsets within 16 bytes: worked out once per stage and
+  // offsets, not per exchange.
+  int word_for(std::span<void* const> fields, const std::vector<std::uintptr_t>& offsets, int first,
+               int count) {
+    const auto key = std::make_pair(first, offsets);
     auto known = m_words.find(key);
     if (known != m_words.end()) return known->second;
     int word = 16;
     for (int i = first; i < first + count; ++i) {
       const Op& op = (*m_ops)[i];
+      const void* field = fields[op.field];
       if (op.send_rank >= 0) word = std::min(word, device_pack_word(op.send_type, 1, field));
       if (op.recv_rank >= 0) word = std::min(word, device_pack_word(op.recv_type, 1, field));
     }
     if (word < 4) {
-      throw Error("halox: " + m_name + " needs faces of 4-byte aligned elements (the field at " +
+      throw Error("halox: " + m_name + " needs faces of 4-byte aligned elements (a field at " +
                   "this address allows " + std::to_string(word) + "-byte words); use staged");
     }
     m_words.emplace(key, word);
@@ -336,19 +337,27 @@ class GridFusedTransport final : public Transport {
   }
 
   // The device views of every op, each with its pack descriptors in the widest words its
-  // stage allows at this field address (x faces of a field of floats: 4 bytes; y and z faces
-  // of whole aligned rows: up to 16). Cached per address % 16; for a null field, views
+  // stage allows at these field addresses (x faces of a field of floats: 4 bytes; y and z
+  // faces of whole aligned rows: up to 16). Cached per addresses % 16; for no fields, views
   // without descriptors (the self-test reads none).
-  const GridOpView* views_for(const void* field) {
-    const std::uintptr_t key = field ? reinterpret_cast<std::uintptr_t>(field) % 16 : 16;
+  const GridOpView* views_for(std::span<void* const> fields) {
+    std::vector<std::uintptr_t>& key = m_key;  // a member: no allocation per exchange
+    key.clear();
+    for (void* f : fields) key.push_back(reinterpret_cast<std::uintptr_t>(f) % 16);
     auto found = m_views.find(key);
     if (found != m_views.end()) return found->second;
     std::vector<GridOpView> views = m_host_views;
     for (const auto& [first, count] : m_stages) {
-      if (!field) break;
-      const int word = word_for(field, first, count);
+      if (fields.empty()) break;
+      const int word = word_for(fields, key, first, count);
       for (int i = first; i < first + count; ++i) {
         const Op& op = (*m_ops)[i];
+        if (op.field >= static_cast<int>(fields.size())) {
+          throw Error("halox: internal: " + m_name + ": an op of field " +
+                      std::to_string(op.field) + " in a run of " + std::to_string(fields.size()) +
+                      " fields");
+        }
+        views[i].field = op.field;
         views[i].word = word;
         if (op.send_rank >= 0) views[i].send = device_pack_view(op.send_type, 1, word);
         if (op.recv_rank >= 0) views[i].recv = device_pack_view(op.recv_type, 1, word);
@@ -376,8 +385,9 @@ class GridFusedTransport final : public Transport {
   const std::vector<Op>* m_ops = nullptr;     // the exchange's ops (it owns them and this)
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
   std::vector<GridOpView> m_host_views;
-  std::map<std::uintptr_t, GridOpView*> m_views;          // per field address % 16
-  std::map<std::pair<int, std::uintptr_t>, int> m_words;  // per (stage's first op, address % 16)
+  std::map<std::vector<std::uintptr_t>, GridOpView*> m_views;          // per field addresses % 16
+  std::map<std::pair<int, std::vector<std::uintptr_t>>, int> m_words;  // per stage and those
+  std::vector<std::uintptr_t> m_key;                                   // views_for's scratch
   char* m_block = nullptr;
   u64* m_counters = nullptr;
   u64 m_epoch = 0;

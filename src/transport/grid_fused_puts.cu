@@ -6,10 +6,10 @@
 
 namespace halox::detail::fused_grid {
 
-void launch_grid_with_puts(dim3 grid, const GridArgs& a, char* field, cudaStream_t stream,
-                           bool traced) {
+void launch_grid_with_puts(dim3 grid, const GridArgs& a, const GridFields& fields,
+                           cudaStream_t stream, bool traced) {
   launch_dependent(traced ? grid_exchange_kernel<true, true> : grid_exchange_kernel<true, false>,
-                   grid, 256, stream, a, field);
+                   grid, 256, stream, a, fields);
 }
 
 void launch_grid_probe_with_puts(unsigned ops, const GridArgs& a) {

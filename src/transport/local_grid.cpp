@@ -97,7 +97,14 @@ int LocalGridEngine::faces_per_exchange() const {
 }
 
 int LocalGridEngine::launches_per_exchange() const {
-  return m_fused_kernel ? static_cast<int>(m_fields.size()) : faces_per_exchange();
+  if (!m_fused_kernel) return faces_per_exchange();
+  const bool one_launch =
+#if HALOX_HAS_CUDA
+      static_cast<int>(m_fields.size()) * m_ranks <= LocalGridFused::max_ranks();
+#else
+      true;
+#endif
+  return one_launch ? 1 : static_cast<int>(m_fields.size());
 }
 
 void LocalGridEngine::exchange_async(std::span<void* const> fields, GpuStream stream,
@@ -113,6 +120,31 @@ void LocalGridEngine::exchange_async(std::span<void* const> fields, GpuStream st
   const bool device = on_device(fields[0]);
 #if !HALOX_HAS_CUDA
   (void)stream;
+#endif
+#if HALOX_HAS_CUDA
+  // local-fused: every field in one launch, as one grid of ranks x fields, when the kernel
+  // takes that many (else one launch per field).
+  if (device && m_fused_kernel && m_fields.size() > 1 &&
+      static_cast<int>(fields.size()) <= LocalGridFused::max_ranks()) {
+    if (!m_all_fields) {
+      std::vector<GridPlan> plans;
+      std::vector<LocalFace> faces;
+      for (std::size_t k = 0; k < m_fields.size(); ++k) {
+        const int first = static_cast<int>(k) * m_ranks;
+        plans.insert(plans.end(), m_fields[k].plans.begin(), m_fields[k].plans.end());
+        for (LocalFace f : m_fields[k].faces) {
+          f.from += first;
+          f.to += first;
+          faces.push_back(f);
+        }
+      }
+      std::stable_sort(faces.begin(), faces.end(),
+                       [](const LocalFace& a, const LocalFace& b) { return a.stage < b.stage; });
+      m_all_fields = std::make_unique<LocalGridFused>(plans, faces, m_options, m_ranks);
+    }
+    m_all_fields->exchange(fields, stream);
+    return;
+  }
 #endif
   for (std::size_t k = 0; k < m_fields.size(); ++k) {
     Field& field = m_fields[k];

@@ -40,7 +40,8 @@ class LocalGridEngine final : public GridEngine {
   bool on_device(const void* field) override;
   std::string transport_name(const void* field) override;
   int faces_per_exchange() const override;
-  /// GPU arrays: local-fused, one launch per field; local-pulse, one per face.
+  /// GPU arrays: local-fused, one launch (one per field beyond the kernel's ranks x fields);
+  /// local-pulse, one per face.
   int launches_per_exchange() const override;
 
  private:
@@ -52,6 +53,9 @@ class LocalGridEngine final : public GridEngine {
 #endif
   };
   std::vector<Field> m_fields;
+#if HALOX_HAS_CUDA
+  std::unique_ptr<LocalGridFused> m_all_fields;  // local-fused, several fields in one launch
+#endif
   int m_ranks;
   std::vector<char> m_scratch;
   std::map<const void*, bool> m_on_device;

@@ -204,6 +204,7 @@ struct LocalGridFused::Impl {
   std::vector<int> key;                      // table_for's scratch
   double timeout_seconds;
   int stall_rank;
+  int ranks_per_field = 1;
   int blocks = 0;  // resident blocks of the whole GPU
   long long tile_words = kTileWords;
   ErrorChannel errors;
@@ -292,10 +293,19 @@ struct LocalGridFused::Impl {
     cudaFree(device_links);
     HALOX_CUDA_CHECK(launched);
     HALOX_CUDA_CHECK(finished);
-    check_device_error(errors.record(), wording(true));
+    check_device_error(in_ranks(errors.record()), wording(true));
   }
 
-  void check() const { check_device_error(errors.record(), wording(false)); }
+  void check() const { check_device_error(in_ranks(errors.record()), wording(false)); }
+
+  // Several fields run as one grid of ranks_per_field * fields ranks (field f's rank r is
+  // f * ranks_per_field + r): a record names the ranks themselves.
+  ErrorRecord in_ranks(const volatile ErrorRecord& r) const {
+    ErrorRecord e{r.flag, r.rank, r.peer, r.pulse, r.kind, r.seen, r.expected};
+    e.rank %= ranks_per_field;
+    e.peer %= ranks_per_field;
+    return e;
+  }
 
   // The self-test's waits are for its probes (kind 0: the face's link, 1: the link back);
   // the exchange's for the tiles of a face a tile forwards.
@@ -304,6 +314,9 @@ struct LocalGridFused::Impl {
     w.engine = "local-fused";
     w.timeout_seconds = timeout_seconds;
     w.pulse = [this](int rank, int pulse) { return pulse_name(rank, pulse); };
+    if (plans.size() > static_cast<std::size_t>(ranks_per_field)) {
+      w.engine += " (" + std::to_string(plans.size() / ranks_per_field) + " fields)";
+    }
     if (self_test) {
       w.waited_for = [](int kind) {
         return std::string(kind == 0 ? "the face's link" : "the link back");
@@ -320,12 +333,15 @@ struct LocalGridFused::Impl {
 };
 
 LocalGridFused::LocalGridFused(const std::vector<GridPlan>& plans,
-                               const std::vector<LocalFace>& faces, const ExchangeOptions& options)
+                               const std::vector<LocalFace>& faces, const ExchangeOptions& options,
+                               int ranks_per_field)
     : m_impl(std::make_unique<Impl>()) {
   Impl& m = *m_impl;
+  m.ranks_per_field = ranks_per_field > 0 ? ranks_per_field : static_cast<int>(plans.size());
   if (static_cast<int>(plans.size()) > kMaxLocalRanks) {
     throw Error("halox::GridExchange (local-fused): the fused kernel takes at most " +
-                std::to_string(kMaxLocalRanks) + " ranks, not " + std::to_string(plans.size()));
+                std::to_string(kMaxLocalRanks) + " ranks times fields, not " +
+                std::to_string(plans.size()));
   }
   m.plans = plans;
   m.faces = faces;
@@ -334,6 +350,10 @@ LocalGridFused::LocalGridFused(const std::vector<GridPlan>& plans,
   m.blocks = std::max(1, resident_blocks(local_grid_kernel));
   m.tile_words = tile_words_from_environment();
   if (options.self_test) m.self_test();
+}
+
+int LocalGridFused::max_ranks() {
+  return kMaxLocalRanks;
 }
 
 LocalGridFused::~LocalGridFused() {

@@ -39,7 +39,7 @@ class NcclTransport final : public Transport {
   }
   ~NcclTransport() override { ncclCommDestroy(m_comm); }
   std::string name() const override { return "nccl"; }
-  Capabilities capabilities() const override { return {false, false, false, true}; }
+  Capabilities capabilities() const override { return {false, false, false, 0}; }
 
   void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
                  ExchangeStats& stats) override {

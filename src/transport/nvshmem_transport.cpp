@@ -35,7 +35,7 @@ class NvshmemStreamTransport final : public Transport {
     for (Area& area : m_areas) symmetric_free(area.base);
   }
   std::string name() const override { return "nvshmem-stream"; }
-  Capabilities capabilities() const override { return {false, false, false, true}; }
+  Capabilities capabilities() const override { return {false, false, false, 0}; }
   // A new plan: the areas of the old op lists go at the next run.
   void connect(const Connection& connection) override {
     Transport::connect(connection);

@@ -224,7 +224,7 @@ class ParticleFusedTransport final : public Transport {
         m_halo(comm, rank, peer_mapping(kind, options), real, options),
         m_item(3 * (real == BasicKind::float32 ? 4 : 8)) {}
   std::string name() const override { return m_name; }
-  Capabilities capabilities() const override { return {true, true, false, false}; }
+  Capabilities capabilities() const override { return {true, true, false, 1}; }
   void connect(const Connection& connection) override {
     Transport::connect(connection);
     m_ready = false;

@@ -56,7 +56,7 @@ struct Capabilities {
   bool device_initiated = false;  ///< kernels pack, move, signal and wait: no host in the loop
   bool direct_stores = false;     ///< into the peers' memory, where they are reachable
   bool host_waits = true;         ///< the host blocks per stage (stream sync or MPI wait)
-  bool several_fields = true;     ///< one run moves ops of several fields (else one field)
+  int fields_per_run = 0;         ///< fields one run moves at most (0: any number)
 };
 
 /// What a transport is connected to: the ops of each direction (grids: forward only), and
