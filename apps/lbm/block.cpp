@@ -95,15 +95,7 @@ Block::Block(Topology topology, const Cli& cli, bool validated)
                                     allocated = {m_backend->row_pitch(), m_n[1] + 2, m_n[2] + 2};
   const GridPlan base = validated ? build_grid_plan(m_topology, interior, 1, real, allocated)
                                   : make_grid_plan(m_topology, interior, 1, real, allocated);
-  // Multiphase, with halox moving the faces: the back end keeps g right after f, so one
-  // exchange of f's and g's crossing planes (a struct type spanning both) moves the two: one
-  // launch and one handshake per step fewer than an exchange each.
-  m_fg_merged = cli.params.multiphase && halox_moves() && cli.fg_exchange == "merged";
-  if (m_fg_merged && reinterpret_cast<std::uintptr_t>(m_backend->g()) !=
-                         reinterpret_cast<std::uintptr_t>(m_backend->f()) + Q * plane_bytes()) {
-    throw Error("halox-lbm: --fg-exchange merged needs g right after f in memory");
-  }
-  m_f = make_halo(0, base, Q, m_fg_merged ? QG : 0);
+  m_f = make_halo(0, base, Q);
   if (cli.params.multiphase) {
     m_g = make_halo(1, base, QG);
     m_phi = make_halo(2, base, 0);
@@ -177,8 +169,7 @@ void Block::initialise() {
 
 // Per pulse, the planes whose populations cross that face toward the receiver: those
 // with e_axis == direction (the receiver pulls them from its halo). phi: its only plane.
-// f with g_count > 0: g's crossing planes too, as planes Q + q of f (g follows f).
-FieldHalo Block::make_halo(int field, const GridPlan& base, int q_count, int g_count) {
+FieldHalo Block::make_halo(int field, const GridPlan& base, int q_count) {
   FieldHalo h;
   h.field = field;
   h.plan = base;
@@ -190,10 +181,6 @@ FieldHalo Block::make_halo(int field, const GridPlan& base, int q_count, int g_c
       for (int q = 0; q < q_count; ++q) {
         const int e[3] = {ex(q), ey(q), ez(q)};
         if (e[pulse.header.axis] == pulse.header.direction) planes.push_back(q);
-      }
-      for (int q = 0; q < g_count; ++q) {  // D3Q7's velocities are D3Q19's first seven
-        const int e[3] = {ex(q), ey(q), ez(q)};
-        if (e[pulse.header.axis] == pulse.header.direction) planes.push_back(Q + q);
       }
     }
     std::vector<std::int64_t> blocks(planes.size(), 1), disps;

@@ -46,8 +46,6 @@ class Block {
   const Topology& topology() const { return m_topology; }
   Backend& backend() { return *m_backend; }
   std::array<int, 3> local() const { return m_n; }
-  /// Whether f's halo carries g's crossing planes too (then g has no exchange of its own).
-  bool fg_merged() const { return m_fg_merged; }
   /// Every axis is wrapped by the update (one rank, periodic): no face to exchange.
   bool exchange_free() const { return m_wrap[0] && m_wrap[1] && m_wrap[2]; }
   /// The axes the update wraps, e.g. "yz" (the same on every rank).
@@ -100,7 +98,7 @@ class Block {
   std::int64_t plane_bytes() const;
   bool halox_moves() const { return m_cli.comm == "datatype" || m_cli.comm == "overlap"; }
   void initialise();
-  FieldHalo make_halo(int field, const GridPlan& base, int q_count, int g_count = 0);
+  FieldHalo make_halo(int field, const GridPlan& base, int q_count);
   void contig_setup(FieldHalo& h, int s);
   Region whole() const { return Region{{1, 1, 1}, {m_n[0] + 1, m_n[1] + 1, m_n[2] + 1}}; }
   void update(int pass, const Region& r, bool side = false);
@@ -114,7 +112,6 @@ class Block {
   std::unique_ptr<Backend> m_backend;
   int m_real_bytes = 4;
   FieldHalo m_f, m_g, m_phi;
-  bool m_fg_merged = false;  // m_f's halo carries g's planes too
   std::vector<char> m_host_send, m_host_recv;
   void* m_device_send = nullptr;
   void* m_device_recv = nullptr;

@@ -67,10 +67,9 @@ Cli parse(int argc, char** argv) {
               "edge in place, no exchange) | exchange (its halo moves like any other)",
               {"wrap", "exchange"});
   line.choice("--fg-exchange", c.fg_exchange,
-              "multiphase with --comm datatype or overlap: merged (one exchange moves the "
-              "crossing planes of f and g, which lie in one array, as one datatype) | fields "
-              "(one exchange call with f and g as two fields) | separate (one exchange each)",
-              {"merged", "fields", "separate"});
+              "multiphase with --comm datatype or overlap: fields (one exchange call moves f "
+              "and g as two fields) | separate (one exchange each)",
+              {"fields", "separate"});
   line.text("--dump", c.dump, "rho, u, phi of every cell after the run (binary, global order)");
   line.text("--slice", c.slice, "the order parameter (or |u|) in the mid z plane as a PGM image");
   line.text("--trace", c.trace, "Chrome trace JSON of the last steps");

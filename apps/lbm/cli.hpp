@@ -18,9 +18,8 @@ struct Cli {
   std::string model = "multiphase";  // multiphase | bgk
   std::string init;  // droplet | spinodal (multiphase); taylor-green | uniform (bgk)
   std::string device = "auto", comm = "datatype";
-  std::string self_halo = "wrap";  // a periodic axis with one rank: wrap | exchange
-  std::string fg_exchange =
-      "merged";  // multiphase, halox moving the faces: merged | fields | separate
+  std::string self_halo = "wrap";      // a periodic axis with one rank: wrap | exchange
+  std::string fg_exchange = "fields";  // multiphase, halox moving the faces: fields | separate
   TransportKind transport = TransportKind::host;
   bool transport_given = false, single = true;
   bool local =

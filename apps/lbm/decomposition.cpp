@@ -63,7 +63,7 @@ Decomposition::Decomposition(MPI_Comm comm, const Cli& cli)
   m_transport = cli.local || cli.transport_given
                     ? cli.transport
                     : (backend().on_device() ? TransportKind::staged : TransportKind::host);
-  // datatype and overlap: one exchange per field (g's planes go with f's when merged); none
+  // datatype and overlap: one exchange per field (g as f's second field by default); none
   // for a field whose every axis the update wraps.
   if (cli.comm == "datatype" || cli.comm == "overlap") {
     m_fg_fields = cli.params.multiphase && cli.fg_exchange == "fields";
@@ -101,7 +101,7 @@ std::vector<void*>& Decomposition::arrays(int field) {
 
 std::string Decomposition::fg_exchange() const {
   if (!m_cli.params.multiphase) return "none";
-  return m_fg_fields ? "fields" : m_blocks.front()->fg_merged() ? "merged" : "separate";
+  return m_fg_fields ? "fields" : "separate";
 }
 
 void Decomposition::gather_streams() {

@@ -69,9 +69,9 @@ class Decomposition {
   Backend& backend() { return first().backend(); }
   std::array<int, 3> local() const { return m_blocks.front()->local(); }
   std::string wrapped_axes() const { return m_blocks.front()->wrapped_axes(); }
-  /// Whether g moves in f's exchange (merged into f's datatype, or as a second field of its
-  /// call), and how ("merged", "fields", "separate"; "none" for BGK).
-  bool fg_together() const { return m_fg_fields || m_blocks.front()->fg_merged(); }
+  /// Whether g moves as the second field of f's exchange call, and how they move ("fields",
+  /// "separate"; "none" for BGK).
+  bool fg_together() const { return m_fg_fields; }
   std::string fg_exchange() const;
   /// The variant and the transport, as the report prints them.
   std::string transport() const;

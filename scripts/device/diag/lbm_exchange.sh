@@ -23,13 +23,13 @@ for v in "datatype ipc-fused" "overlap ipc-fused" "datatype nvshmem-fused" \
 done
 # f and g moved by one exchange (the default) against one each, A/B/A/B in one run.
 for transport in ipc-fused nvshmem-fused staged; do
-  for fg in merged separate merged separate; do
+  for fg in fields separate fields separate; do
     echo "== multiphase, datatype, $transport, --fg-exchange $fg"
     run --steps 400 --comm datatype --transport $transport --fg-exchange $fg \
       --json "$out/lbm-fg-$fg-$transport.json" 2>&1 | grep -E "MLUPS;|exchange"
   done
 done
-for fg in merged separate merged separate; do
+for fg in fields separate fields separate; do
   echo "== multiphase, 8 ranks in one process, local-fused, --fg-exchange $fg"
   timeout 90 mpirun -n 1 --bind-to none $lbm --grid 256x256x256 --ranks 2x2x2 --device gpu \
     --transport local-fused --comm datatype --steps 100 --fg-exchange $fg \

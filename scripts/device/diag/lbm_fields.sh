@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# f and g of the multiphase LBM as one datatype (--fg-exchange merged) against two fields of
-# one exchange call (fields) and one exchange each (separate), alternated twice, after
+# f and g of the multiphase LBM as two fields of one exchange call (--fg-exchange fields, the
+# default) against one exchange each (separate), alternated twice, after
 # check.sh built build/gpu: 2 processes on the one GPU (ipc-fused, nvshmem-fused; MPS) and
 # 8 ranks in one process (local-fused).
 #   scripts/device/diag/lbm_fields.sh OUTDIR
@@ -11,7 +11,7 @@ out=${1:?usage: lbm_fields.sh OUTDIR}
 mkdir -p "$out"
 start_mps
 for round in 1 2; do
-  for fg in merged fields separate; do
+  for fg in fields separate; do
     for transport in ipc-fused nvshmem-fused; do
       CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 90 mpirun -n 2 --oversubscribe --bind-to none \
         $lbm --grid 256x128x128 --ranks 2x1x1 --steps 200 --device gpu --comm datatype \
