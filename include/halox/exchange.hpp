@@ -43,13 +43,12 @@ namespace halox {
 ///                kernel for every face or pulse of every rank on a GPU, later stages
 ///                waiting on the device only for what they forward. Host arrays of local
 ///                ranks are copied by the CPU, pulse by pulse, whatever the kind.
-///  - auto:       local ranks: local-fused. Otherwise decided collectively at the first exchange of
-///  device memory, and printed
-///                (rank 0) with the reason: every neighbour on this node -> direct stores
-///                (ipc-fused, particles and grids), unless halox-tune measured NVSHMEM's
-///                copy-engine puts to win from a message size the exchange reaches (the
-///                tuning file's "direct_until_bytes"), then nvshmem-stream; neighbours on
-///                other nodes with NVSHMEM built in -> nvshmem-fused (direct stores to this
+///  - auto:       local ranks: local-fused. Otherwise decided collectively at the first
+///                exchange of device memory, and printed (rank 0) with the reason: every neighbour
+///                on this node -> direct stores (ipc-fused, particles and grids), unless halox-tune
+///                measured NVSHMEM's copy-engine puts to win from a message size the exchange
+///                reaches (the tuning file's "direct_until_bytes"), then nvshmem-stream; neighbours
+///                on other nodes with NVSHMEM built in -> nvshmem-fused (direct stores to this
 ///                node's peers, put-with-signal to the others) below that size, nvshmem-stream
 ///                above it; otherwise staged below and pipelined above
 ///                the message size where halox-tune measured pipelining to win (the
