@@ -170,10 +170,19 @@ int run(int argc, char** argv) {
     if (rank == 0) std::printf("wrote trace %s (the last steps, every rank)\n", cli.trace.c_str());
   }
 
-  // Timing: the slowest rank's time per phase.
+  // Timing as LAMMPS prints it: the loop time, the rates, and per phase the least, mean and
+  // most over the processes, with the mean's share of the loop; "other" (the loop's time in
+  // no phase: reductions, thermo output, host gaps) makes the shares add up to 100%.
   Timers t = sim.timers();
-  double mine[6] = {t.force, t.halo_forward, t.halo_reverse, t.integrate, t.search, loop}, worst[6];
-  HALOX_MPI_CHECK(MPI_Reduce(mine, worst, 6, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+  constexpr int kPhases = 5;
+  const char* names[kPhases] = {"force", "halo forward", "halo reverse", "integration",
+                                "neighbour search"};
+  const char* keys[kPhases] = {"force", "halo_forward", "halo_reverse", "integrate", "search"};
+  double mine[kPhases + 1] = {t.force, t.halo_forward, t.halo_reverse, t.integrate, t.search, loop};
+  double least[kPhases + 1], sum[kPhases + 1], worst[kPhases + 1];
+  HALOX_MPI_CHECK(MPI_Reduce(mine, least, kPhases + 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD));
+  HALOX_MPI_CHECK(MPI_Reduce(mine, sum, kPhases + 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD));
+  HALOX_MPI_CHECK(MPI_Reduce(mine, worst, kPhases + 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
   const long long violations = sim.list_violations();  // the same on every rank
   const ExchangeStats stats = sim.exchange_stats();
   const double exchanges_per_step = cli.steps > 0 ? 1.0 * stats.host_waits / cli.steps : 0;
@@ -181,19 +190,34 @@ int run(int argc, char** argv) {
   const double drift = thermo.size() > 1 ? (thermo.back().total - thermo.front().total) /
                                                std::abs(thermo.front().total)
                                          : 0.0;
-  const char* names[5] = {"force", "halo forward", "halo reverse", "integration",
-                          "neighbour search"};
-  const char* keys[5] = {"force", "halo_forward", "halo_reverse", "integrate", "search"};
-  std::printf("\ntiming (slowest rank, %d steps):\n", cli.steps);
-  std::printf("  %-18s %12s %10s %8s\n", "phase", "seconds", "us/step", "share");
-  for (int k = 0; k < 5; ++k) {
-    std::printf("  %-18s %12.6f %10.2f %7.1f%%\n", names[k], worst[k],
-                cli.steps ? 1e6 * worst[k] / cli.steps : 0.0,
-                worst[5] > 0 ? 100 * worst[k] / worst[5] : 0.0);
+  const double loop_time = worst[kPhases];  // the job's: its slowest process
+  double mean[kPhases], in_phases = 0;
+  for (int k = 0; k < kPhases; ++k) {
+    mean[k] = sum[k] / size;
+    in_phases += mean[k];
   }
-  std::printf("  %-18s %12.6f\n", "loop", worst[5]);
-  std::printf("steps per second: %.2f; host-blocking waits per step (rank 0): %.2f\n",
-              worst[5] > 0 ? cli.steps / worst[5] : 0.0, exchanges_per_step);
+  const double other = loop_time - in_phases;
+  const double steps_per_second = loop_time > 0 ? cli.steps / loop_time : 0.0;
+  const double tau_per_day = steps_per_second * c.dt * 86400.0;  // LJ time units
+  const double atom_steps_per_second = steps_per_second * static_cast<double>(sim.atoms());
+  std::printf("\nLoop time of %.6f s on %d process(es) (%s) for %d steps with %lld atoms\n",
+              loop_time, size, sim.topology().describe().c_str(), cli.steps,
+              static_cast<long long>(sim.atoms()));
+  std::printf("Performance: %.1f tau/day, %.2f timesteps/s, %.4g atom-step/s; %.2f us/step\n",
+              tau_per_day, steps_per_second, atom_steps_per_second,
+              cli.steps ? 1e6 * loop_time / cli.steps : 0.0);
+  std::printf("host-blocking waits per step (rank 0): %.2f\n\n", exchanges_per_step);
+  std::printf("%-18s | %12s | %12s | %12s | %10s | %7s\n", "Section", "min time", "avg time",
+              "max time", "avg us/step", "%total");
+  std::printf("%s\n", std::string(86, '-').c_str());
+  auto row = [&](const char* name, double lo, double avg, double hi) {
+    std::printf("%-18s | %12.6f | %12.6f | %12.6f | %10.2f | %6.2f%%\n", name, lo, avg, hi,
+                cli.steps ? 1e6 * avg / cli.steps : 0.0,
+                loop_time > 0 ? 100 * avg / loop_time : 0.0);
+  };
+  for (int k = 0; k < kPhases; ++k) row(names[k], least[k], mean[k], worst[k]);
+  row("other", other, other, other);
+  std::printf("\n");
   std::printf("relative total energy drift over %d steps: %.3e\n", cli.steps, drift);
   std::printf("largest displacement between searches: %.4f (skin %.4f)\n", sim.max_displacement(),
               c.skin);
@@ -227,9 +251,20 @@ int run(int argc, char** argv) {
                              {"total", h.total},
                              {"pressure", h.pressure}});
     }
-    for (int k = 0; k < 5; ++k) j["timing_seconds"][keys[k]] = worst[k];
-    j["timing_seconds"]["loop"] = worst[5];
-    j["steps_per_second"] = worst[5] > 0 ? cli.steps / worst[5] : 0.0;
+    // timing_seconds: the slowest process's (as before); timing: least, mean, most and the
+    // mean's share of the loop, "other" included (the shares add up to 1).
+    for (int k = 0; k < kPhases; ++k) {
+      j["timing_seconds"][keys[k]] = worst[k];
+      j["timing"][keys[k]] = {{"min", least[k]},
+                              {"avg", mean[k]},
+                              {"max", worst[k]},
+                              {"share", loop_time > 0 ? mean[k] / loop_time : 0.0}};
+    }
+    j["timing"]["other"] = {{"avg", other}, {"share", loop_time > 0 ? other / loop_time : 0.0}};
+    j["timing_seconds"]["loop"] = loop_time;
+    j["steps_per_second"] = steps_per_second;
+    j["tau_per_day"] = tau_per_day;
+    j["atom_steps_per_second"] = atom_steps_per_second;
     j["host_waits_per_step"] = exchanges_per_step;
     j["energy_drift"] = drift;
     j["list_violations"] = violations;

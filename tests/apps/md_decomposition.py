@@ -43,7 +43,18 @@ def simulate(mpiexec, md, np, grid, extra, workdir, steps=20):
     with open(forces) as f:
         table = {int(line.split()[0]): [float(v) for v in line.split()[1:]] for line in f}
     with open(out) as f:
-        return table, json.load(f)
+        doc = json.load(f)
+    # The summary's shares (every phase's mean, and "other") add up to the loop; each phase's
+    # least <= mean <= most over the processes.
+    shares = sum(v["share"] for v in doc["timing"].values())
+    if not abs(shares - 1) < 1e-9:
+        sys.exit(f"FAILED: {tag}: the timing shares add up to {shares}, not 1")
+    for name, v in doc["timing"].items():
+        if name != "other" and not v["min"] <= v["avg"] * (1 + 1e-12) <= v["max"] * (1 + 1e-12):
+            sys.exit(f"FAILED: {tag}: {name}: min {v['min']} avg {v['avg']} max {v['max']}")
+    if not doc["atom_steps_per_second"] > 0 or not doc["tau_per_day"] > 0:
+        sys.exit(f"FAILED: {tag}: rates {doc['atom_steps_per_second']} {doc['tau_per_day']}")
+    return table, doc
 
 
 def fcc_lattice_sums(density, cutoff, cells):
