@@ -270,7 +270,7 @@ namespace {
 class MpiGridEngine final : public detail::GridEngine {
  public:
   MpiGridEngine(const Topology& t, std::vector<GridPlan> p, const ExchangeOptions& o)
-      : topology(t), plans(std::move(p)), chooser(t, o, false) {
+      : plans(std::move(p)), chooser(t, o, false) {
     if (o.transport == TransportKind::local_pulse || o.transport == TransportKind::local_fused) {
       throw Error("halox::GridExchange: the transport " + to_string(o.transport) +
                   " moves ranks of one process (Ranks::local), not one rank per process");
@@ -372,7 +372,6 @@ class MpiGridEngine final : public detail::GridEngine {
     return {std::move(host), std::move(device)};
   }
 
-  Topology topology;
   std::vector<GridPlan> plans;  // one per field
   TransportChooser chooser;
   detail::Connection all_host, all_device;  // every field's ops, in stage order
@@ -404,7 +403,7 @@ void scatter_add(void* f, const std::int32_t* index, std::int64_t n, const void*
 class MpiParticleEngine final : public detail::ParticleEngine {
  public:
   MpiParticleEngine(const Topology& t, BasicKind r, const ExchangeOptions& o)
-      : topology(t), real(r), options(o), chooser(t, o, true, r) {
+      : real(r), options(o), chooser(t, o, true, r) {
     if (real != BasicKind::float32 && real != BasicKind::float64) {
       throw Error("halox::ParticleExchange: coordinates must be float32 or float64");
     }
@@ -553,7 +552,6 @@ class MpiParticleEngine final : public detail::ParticleEngine {
                 std::span<void* const>(&field, 1), stream, stats);
   }
 
-  Topology topology;
   BasicKind real;
   ExchangeOptions options;
   std::int64_t item = 0;
