@@ -27,9 +27,6 @@ template <class Real>
 void launch_with_puts(bool, dim3, const LaunchArgs&, Real* const*, cudaStream_t) {
   no_nvshmem();
 }
-void launch_probe_with_puts(dim3, const LaunchArgs&) {
-  no_nvshmem();
-}
 int resident_blocks_with_puts(bool) {
   no_nvshmem();
 }
@@ -93,6 +90,8 @@ struct DeviceHalo::Impl {
   const PulseView* views = nullptr;
   const RankTable* tables = nullptr;
   ErrorChannel errors;
+  std::vector<ProbeLink> probes;  // the self-test's, two per pulse of each rank
+  ProbeRun probe_run;
   u64 fwd_epoch = 0, rev_epoch = 0, probe_epoch = 0;
   // The direction of the last launch on these blocks: 0 forward, 1 reverse, -1 none since
   // they were (re)allocated (LaunchArgs::peers_known_free).
@@ -199,11 +198,10 @@ struct DeviceHalo::Impl {
     const u64 fwd = fwd_epoch << 32, rev = rev_epoch << 32;
     for (std::size_t i = 0; i < views.size() && i < last_direct.size(); ++i) {
       const int changed = now[i] ^ last_direct[i];
-      Slots* mine = views[i].mine;
       if (changed & 1)
-        detail::copy_to_device_now(&mine->fwd_data[views[i].pulse], &fwd, sizeof fwd);
+        detail::copy_to_device_now(const_cast<u64*>(views[i].fwd_in.signal), &fwd, sizeof fwd);
       if (changed & 2)
-        detail::copy_to_device_now(&mine->rev_data[views[i].pulse], &rev, sizeof rev);
+        detail::copy_to_device_now(const_cast<u64*>(views[i].rev_in.signal), &rev, sizeof rev);
     }
     last_direct = std::move(now);
   }
@@ -386,6 +384,7 @@ void DeviceHalo::set_allocator(std::function<char*(std::int64_t)> allocate,
 void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   Impl& m = *m_impl;
   std::vector<PulseView> views;
+  m.probes.clear();
   std::vector<RankTable> tables;
   // Every pulse's index lists go into one array, uploaded with the views and the tables in
   // one copy (one host wait per plan, not three); the views get their places in it now and
@@ -460,40 +459,64 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
         const auto& shift = m.plans[hop >> kPulseBits]->pulses[hop & kPulseMask].shift;
         hop_shifts.insert(hop_shifts.end(), shift.begin(), shift.end());
       }
-      v.mine = reinterpret_cast<Slots*>(me.base);
-      v.fwd_in = me.base + me.fwd_offset[p];
-      v.rev_in = me.base + me.rev_offset[p];
-      v.fwd_in_data = &v.mine->fwd_data[p];
-      v.fwd_in_ready = &v.mine->fwd_ready[p];
-      v.rev_in_data = &v.mine->rev_data[p];
-      v.rev_in_ready = &v.mine->rev_ready[p];
+      Slots* mine = reinterpret_cast<Slots*>(me.base);
+      v.fwd_in.staging = me.base + me.fwd_offset[p];
+      v.fwd_in.signal = &mine->fwd_data[p];
+      v.rev_in.staging = me.base + me.rev_offset[p];
+      v.rev_in.signal = &mine->rev_data[p];
+      v.fwd_out.ready = &mine->fwd_ready[p];
+      v.fwd_out.packed = &mine->fwd_packed[p];
+      v.rev_out.ready = &mine->rev_ready[p];
+      v.rev_out.packed = &mine->rev_packed[p];
       v.dest_in_launch = in_launch(v.send_rank);
       v.source_in_launch = in_launch(v.recv_rank);
+      // The self-test's probes: forward to my destination and from my source, reverse to
+      // my source and from my destination (links 2p and 2p + 1).
+      ProbeLink forward_probe, reverse_probe;
+      forward_probe.rank = reverse_probe.rank = rank;
+      forward_probe.pulse = reverse_probe.pulse = p;
+      forward_probe.kind = probe_fwd;
+      reverse_probe.kind = probe_rev;
+      forward_probe.out_link = forward_probe.in_link = 2 * p;
+      reverse_probe.out_link = reverse_probe.in_link = 2 * p + 1;
       if (v.send_rank >= 0) {
         const PeerBlock dest = block_of(v.send_rank);
-        v.dest_pe = dest.put_pe;
-        if (v.dest_pe >= 0 && !m.put_staging) {
+        if (dest.put_pe >= 0 && !m.put_staging) {
           throw Error("halox: rank " + std::to_string(v.send_rank) +
                       " is reached by puts, but the blocks have no send staging");
         }
-        if (v.dest_pe >= 0) v.fwd_stage = me.base + me.fwd_send_offset[p];
-        v.dest = reinterpret_cast<Slots*>(dest.base);
-        v.fwd_out = dest.base + dest.fwd_offset[p];
-        v.fwd_out_data = &v.dest->fwd_data[p];
-        v.rev_src_ready = &v.dest->rev_ready[p];
+        Slots* slots = reinterpret_cast<Slots*>(dest.base);
+        v.fwd_out.pe = v.rev_in.pe = dest.put_pe;
+        if (dest.put_pe >= 0) v.fwd_out.staging = me.base + me.fwd_send_offset[p];
+        v.fwd_out.remote = dest.base + dest.fwd_offset[p];
+        v.fwd_out.remote_signal = &slots->fwd_data[p];
+        v.rev_in.remote_ready = &slots->rev_ready[p];
+        forward_probe.out = &slots->probe_fwd[p];
+        forward_probe.out_pe = dest.put_pe;
+        reverse_probe.in = &mine->probe_rev[p];
+        reverse_probe.peer = v.send_rank;
       }
       if (v.recv_rank >= 0) {
         const PeerBlock source = block_of(v.recv_rank);
-        v.source_pe = source.put_pe;
-        if (v.source_pe >= 0 && !m.put_staging) {
+        if (source.put_pe >= 0 && !m.put_staging) {
           throw Error("halox: rank " + std::to_string(v.recv_rank) +
                       " is reached by puts, but the blocks have no send staging");
         }
-        if (v.source_pe >= 0) v.rev_stage = me.base + me.rev_send_offset[p];
-        v.source = reinterpret_cast<Slots*>(source.base);
-        v.rev_out = source.base + source.rev_offset[p];
-        v.rev_out_data = &v.source->rev_data[p];
-        v.fwd_src_ready = &v.source->fwd_ready[p];
+        Slots* slots = reinterpret_cast<Slots*>(source.base);
+        v.rev_out.pe = v.fwd_in.pe = source.put_pe;
+        if (source.put_pe >= 0) v.rev_out.staging = me.base + me.rev_send_offset[p];
+        v.rev_out.remote = source.base + source.rev_offset[p];
+        v.rev_out.remote_signal = &slots->rev_data[p];
+        v.fwd_in.remote_ready = &slots->fwd_ready[p];
+        reverse_probe.out = &slots->probe_rev[p];
+        reverse_probe.out_pe = source.put_pe;
+        forward_probe.in = &mine->probe_fwd[p];
+        forward_probe.peer = v.recv_rank;
+      }
+      // A rank stalled on purpose (tests) neither sends nor receives.
+      if (rank != m.options.testing.stall_rank) {
+        m.probes.push_back(forward_probe);
+        m.probes.push_back(reverse_probe);
       }
       views.push_back(v);
     }
@@ -523,7 +546,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       v.rev_direct_index = views[v.rev_direct_to * m.npulses + v.pulse].send_index;
   }
   m.puts = std::any_of(views.begin(), views.end(),
-                       [](const PulseView& v) { return v.dest_pe >= 0 || v.source_pe >= 0; });
+                       [](const PulseView& v) { return v.fwd_out.pe >= 0 || v.rev_out.pe >= 0; });
   static_assert(std::is_trivially_copyable_v<PulseView> && std::is_trivially_copyable_v<RankTable>);
   std::vector<char> host(total);
   std::memcpy(host.data(), views.data(), views.size() * sizeof(PulseView));
@@ -542,12 +565,12 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
                      : float32 ? resident_blocks_both_directions<float, false>()
                                : resident_blocks_both_directions<double, false>();
   const int concurrent = m.all_pulses ? std::max(1, m.npulses) : 1;
-  const double resident = m.share * on_gpu;
-  const int fit = static_cast<int>(resident / (static_cast<double>(m.ranks.size()) * concurrent));
+  const int fit =
+      spinning_blocks_per_group(on_gpu, m.share, static_cast<int>(m.ranks.size()) * concurrent);
   if (fit < 1) {
     throw Error("halox: " + std::to_string(m.ranks.size()) + " ranks x " +
                 std::to_string(concurrent) + " pulses do not fit on the GPU at once (" +
-                std::to_string(static_cast<int>(resident)) +
+                std::to_string(static_cast<int>(m.share * on_gpu)) +
                 " resident blocks); use per_pulse kernels or fewer ranks per GPU");
   }
   // Up to 128 blocks per pulse: large halos to a GPU across NVLink need many stores in
@@ -564,18 +587,13 @@ void DeviceHalo::self_test() {
 void DeviceHalo::launch_self_test() {
   Impl& m = *m_impl;
   if (!m.options.self_test || m.npulses == 0) return;
-  const u64 epoch = ++m.probe_epoch;
-  const dim3 grid(1, m.npulses, static_cast<unsigned>(m.ranks.size()));
-  if (m.puts)
-    launch_probe_with_puts(grid, m.args(0, epoch));
-  else
-    probe_kernel<false><<<grid, 32>>>(m.args(0, epoch));
-  HALOX_CUDA_CHECK(cudaGetLastError());
+  m.probe_run.launch(m.probes, ++m.probe_epoch, m.options.timeout_seconds, m.errors.sink(), true,
+                     m.puts);
 }
 
 void DeviceHalo::finish_self_test() {
   if (!m_impl->options.self_test || m_impl->npulses == 0) return;
-  HALOX_CUDA_CHECK(cudaDeviceSynchronize());
+  m_impl->probe_run.finish();
   check();
 }
 
@@ -607,12 +625,7 @@ void DeviceHalo::check() const {
     if (e.kind != fwd_data && e.kind != rev_data) {
       return "signal " + std::to_string(e.seen) + ", expected " + std::to_string(e.expected);
     }
-    // Data signals count 2^32 per exchange, in shares of the sender's blocks.
-    return "exchange " + std::to_string(e.expected >> 32) +
-           "'s data expected, the signal is at exchange " + std::to_string(e.seen >> 32) + " + " +
-           std::to_string(static_cast<int>(100.0 * static_cast<double>(e.seen & 0xffffffffull) /
-                                           4294967296.0)) +
-           "% of its blocks";
+    return data_signal_progress(e);
   };
   check_device_error(m_impl->errors.record(), w);
 }

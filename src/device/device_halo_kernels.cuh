@@ -42,8 +42,7 @@
 #include "../trace/device_trace.cuh"
 #include "device_halo.hpp"
 #include "forwarding_graph.hpp"
-#include "remote_put.cuh"
-#include "signals.cuh"
+#include "channel.cuh"
 #include "halox/config.hpp"
 #include "halox/trace.hpp"
 
@@ -55,10 +54,8 @@ struct Slots {
   u64 fwd_data[kMaxPulses];   // written by the rank I receive from: my data has arrived
   u64 rev_ready[kMaxPulses];
   u64 rev_data[kMaxPulses];
-  u64 probe_fwd_signal[kMaxPulses];
-  u64 probe_rev_signal[kMaxPulses];
-  u64 probe_fwd[kMaxPulses][4];
-  u64 probe_rev[kMaxPulses][4];
+  ProbeSlot probe_fwd[kMaxPulses];  // the self-test's
+  ProbeSlot probe_rev[kMaxPulses];
   u64 fwd_packed[kMaxPulses];  // local: blocks that finished packing (put-with-signal peers)
   u64 rev_packed[kMaxPulses];
 };
@@ -89,27 +86,13 @@ struct PulseView {
   // (launch rank, its force item) or (-1, my staging code), later pulses first.
   const int* rev_extra_start = nullptr;
   const int* rev_extra = nullptr;
-  char* fwd_out = nullptr;
-  u64* fwd_out_data = nullptr;
-  u64* fwd_src_ready = nullptr;
-  const char* fwd_in = nullptr;
-  u64* fwd_in_data = nullptr;
-  u64* fwd_in_ready = nullptr;
-  char* rev_out = nullptr;
-  u64* rev_out_data = nullptr;
-  u64* rev_src_ready = nullptr;
-  const char* rev_in = nullptr;
-  u64* rev_in_data = nullptr;
-  u64* rev_in_ready = nullptr;
-  Slots* mine = nullptr;    // my slots (probes)
-  Slots* dest = nullptr;    // send_rank's slots
-  Slots* source = nullptr;  // recv_rank's slots
-  // >= 0: that peer is reached by NVSHMEM puts (remote_put.cuh), not by stores: the
-  // pointers into its block above are symmetric addresses, what goes to it is packed into
-  // my send staging (fwd_stage: forward to dest; rev_stage: reverse to source) and put.
-  int dest_pe = -1, source_pe = -1;
-  char* fwd_stage = nullptr;
-  char* rev_stage = nullptr;
+  // The pulse's four link ends (channel.cuh). Forward: my items to send_rank, its items from
+  // recv_rank; reverse: forces back to recv_rank, and from send_rank. A peer reached by puts
+  // has its channel's pe set: what goes to it is packed into my send staging and put.
+  SendChannel fwd_out;
+  RecvChannel fwd_in;
+  SendChannel rev_out;
+  RecvChannel rev_in;
   // Direct (ExchangeOptions::testing.direct_in_launch): the peer is a rank of this launch and no
   // forwarded item reads this pulse's staging at its end, so the forward writes straight into
   // its halo (launch rank fwd_direct_to, items from fwd_direct_offset) and the reverse adds
@@ -263,9 +246,17 @@ __device__ __forceinline__ void start_exchange(const LaunchArgs& a, const BlockS
   const bool fwd = direction == 0;
   if ((fwd ? v.recv_rank : v.send_rank) >= 0 && !(fwd ? v.source_in_launch : v.dest_in_launch) &&
       blockIdx.x == 0 && threadIdx.x == 0) {
-    signal_peer<PUTS>(fwd ? v.fwd_src_ready : v.rev_src_ready, a.epoch,
-                      fwd ? v.source_pe : v.dest_pe, s.sys);
+    if (fwd)
+      v.fwd_in.release<PUTS>(a.epoch, s.sys);
+    else
+      v.rev_in.release<PUTS>(a.epoch, s.sys);
   }
+}
+
+// Who waits in rank v's blocks, for the device channel's waits.
+__device__ __forceinline__ WaitContext wait_context(const LaunchArgs& a, const PulseView& v,
+                                                    bool sys) {
+  return WaitContext{a.timeout_ns, a.error, v.rank, sys};
 }
 
 // Protocol step 2 (every thread of the block calls it): wait until the staging I fill in
@@ -277,8 +268,9 @@ __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, 
   const bool fwd = direction == 0;
   if ((fwd ? v.dest_in_launch : v.source_in_launch) || a.peers_known_free != 0) return true;
   record(a, v.rank, p, trace_ready_begin, direction);
-  if (!block_wait(fwd ? v.fwd_in_ready : v.rev_in_ready, a.epoch, a.timeout_ns, a.error, v.rank,
-                  fwd ? v.send_rank : v.recv_rank, p, fwd ? fwd_ready : rev_ready, sys)) {
+  const WaitContext c = wait_context(a, v, sys);
+  if (!(fwd ? v.fwd_out.wait_free(a.epoch, c, v.send_rank, p, fwd_ready)
+            : v.rev_out.wait_free(a.epoch, c, v.recv_rank, p, rev_ready))) {
     return false;
   }
   record(a, v.rank, p, trace_ready_end, direction);
@@ -293,17 +285,10 @@ template <class Real, bool PUTS>
 __device__ __forceinline__ void send_packed(const LaunchArgs& a, const PulseView& v, int p,
                                             int direction, bool sys) {
   const bool fwd = direction == 0;
-  u64* data = fwd ? v.fwd_out_data : v.rev_out_data;
-  const int pe = fwd ? v.dest_pe : v.source_pe;
-  if (PUTS && pe >= 0) {
-    const int items = fwd ? v.n_send : v.n_recv;
-    put_when_packed(fwd ? &v.mine->fwd_packed[p] : &v.mine->rev_packed[p], a.blocks,
-                    fwd ? v.fwd_out : v.rev_out, fwd ? v.fwd_stage : v.rev_stage,
-                    3 * sizeof(Real) * static_cast<std::size_t>(items), data, data_signal(a.epoch),
-                    pe);
-  } else {
-    add_data_share(data, static_cast<int>(blockIdx.x), a.blocks, sys);
-  }
+  const SendChannel& out = fwd ? v.fwd_out : v.rev_out;
+  const int items = fwd ? v.n_send : v.n_recv;
+  out.deliver<PUTS>(a.epoch, static_cast<int>(blockIdx.x), a.blocks,
+                    3 * sizeof(Real) * static_cast<std::size_t>(items), sys);
   record(a, v.rank, p, trace_signal, direction);
 }
 
@@ -314,8 +299,9 @@ __device__ inline bool wait_for_data(const LaunchArgs& a, const PulseView& v, in
                                      bool sys) {
   const bool fwd = direction == 0;
   record(a, v.rank, p, trace_data_begin, direction);
-  if (!block_wait(fwd ? v.fwd_in_data : v.rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error,
-                  v.rank, fwd ? v.recv_rank : v.send_rank, p, fwd ? fwd_data : rev_data, sys))
+  const WaitContext c = wait_context(a, v, sys);
+  if (!(fwd ? v.fwd_in.wait_data(a.epoch, c, v.recv_rank, p, fwd_data)
+            : v.rev_in.wait_data(a.epoch, c, v.send_rank, p, rev_data)))
     return false;
   record(a, v.rank, p, trace_data_end, direction);
   record(a, v.rank, p, trace_unpack_begin, direction);
@@ -330,14 +316,12 @@ __device__ inline bool wait_for_deps(const LaunchArgs& a, const PulseView& v, in
   if (deps == 0) return true;
   record(a, v.rank, p, trace_deps_begin, direction);
   const PulseView* pulses = a.views + r * a.npulses;
+  const WaitContext c = wait_context(a, v, sys);
   for (; deps != 0; deps &= deps - 1) {
     const int q = __ffs(static_cast<int>(deps)) - 1;
     const PulseView& from = pulses[q];
-    const bool ok = direction == 0
-                        ? block_wait(from.fwd_in_data, data_signal(a.epoch), a.timeout_ns, a.error,
-                                     v.rank, from.recv_rank, q, fwd_data, sys)
-                        : block_wait(from.rev_in_data, data_signal(a.epoch), a.timeout_ns, a.error,
-                                     v.rank, from.send_rank, q, rev_data, sys);
+    const bool ok = direction == 0 ? from.fwd_in.wait_data(a.epoch, c, from.recv_rank, q, fwd_data)
+                                   : from.rev_in.wait_data(a.epoch, c, from.send_rank, q, rev_data);
     if (!ok) return false;
   }
   record(a, v.rank, p, trace_deps_end, direction);
@@ -364,7 +348,7 @@ __global__ void __launch_bounds__(256, 1) forward_kernel(LaunchArgs a, Real* con
     record(a, v.rank, p, trace_pack_begin, 0);
     const bool direct = v.fwd_direct_to >= 0;
     Real* out = direct ? xs[v.fwd_direct_to] + 3 * v.fwd_direct_offset
-                       : reinterpret_cast<Real*>(PUTS && v.dest_pe >= 0 ? v.fwd_stage : v.fwd_out);
+                       : reinterpret_cast<Real*>(v.fwd_out.pack_target<PUTS>());
     for (int k = first; k < v.first_forwarded; k += stride) {
       const int index = k == first ? first_index : v.send_index[k];
       copy_item(out + 3 * k, x + 3 * static_cast<long long>(index), v.shift);
@@ -410,7 +394,7 @@ __global__ void __launch_bounds__(256, 1) forward_kernel(LaunchArgs a, Real* con
   }
   if (v.recv_rank >= 0 && !v.fwd_arrives_direct) {
     if (!wait_for_data(a, v, p, 0, sys)) return;
-    const Real* in = reinterpret_cast<const Real*>(v.fwd_in);
+    const Real* in = reinterpret_cast<const Real*>(v.fwd_in.staging);
     for (int k = first; k < v.n_recv; k += stride) {
       copy_item(x + 3 * (v.recv_offset + k), in + 3 * k);
     }
@@ -437,7 +421,7 @@ __global__ void __launch_bounds__(256, 1) reverse_kernel(LaunchArgs a, Real* con
   if (v.recv_rank >= 0) {
     if (!wait_until_free(a, v, p, 1, sys)) return;
     record(a, v.rank, p, trace_pack_begin, 1);
-    Real* out = reinterpret_cast<Real*>(PUTS && v.source_pe >= 0 ? v.rev_stage : v.rev_out);
+    Real* out = reinterpret_cast<Real*>(v.rev_out.pack_target<PUTS>());
     // Item k's force goes to the source: into its staging, or (direct) added into its home
     // item, atomically (other pulses add into the same home items at once); what it
     // forwarded on is summed by its own pulse that received it.
@@ -481,7 +465,7 @@ __global__ void __launch_bounds__(256, 1) reverse_kernel(LaunchArgs a, Real* con
   }
   if (v.send_rank >= 0 && !v.rev_arrives_direct) {
     if (!wait_for_data(a, v, p, 1, sys)) return;
-    const Real* in = reinterpret_cast<const Real*>(v.rev_in);
+    const Real* in = reinterpret_cast<const Real*>(v.rev_in.staging);
     for (int k = first; k < v.first_forwarded; k += stride) {
       const int home = k == first ? first_home : v.send_index[k];
       add_item(f + 3 * static_cast<long long>(home), in + 3 * k);
@@ -506,37 +490,10 @@ __global__ void __launch_bounds__(256, 1) reverse_kernel(LaunchArgs a, Real* con
   }
 }
 
-// A small message over every link: (magic, sender, pulse, epoch) both directions.
-constexpr u64 kProbeMagic = 0x68616c6f78ull;  // "halox"
-template <bool PUTS>
-__global__ void probe_kernel(LaunchArgs a) {
-  const int r = blockIdx.z, p = blockIdx.y;
-  const PulseView& v = a.views[r * a.npulses + p];
-  if (threadIdx.x != 0 || v.rank == a.stall_rank) return;
-  auto send = [&](u64* payload, u64* signal, int put_pe) {
-    const u64 words[kProbeWords] = {kProbeMagic, static_cast<u64>(v.rank), static_cast<u64>(p),
-                                    a.epoch};
-    probe_peer<PUTS>(payload, words, signal, a.epoch, put_pe);
-  };
-  auto receive = [&](const u64* payload, const u64* signal, int from, int kind) {
-    const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(from), static_cast<u64>(p),
-                                   a.epoch};
-    receive_probe(payload, want, signal, a.epoch, a.timeout_ns, a.error, v.rank, from, p, kind,
-                  true);
-  };
-  if (v.send_rank >= 0) send(v.dest->probe_fwd[p], &v.dest->probe_fwd_signal[p], v.dest_pe);
-  if (v.recv_rank >= 0) send(v.source->probe_rev[p], &v.source->probe_rev_signal[p], v.source_pe);
-  if (v.recv_rank >= 0)
-    receive(v.mine->probe_fwd[p], &v.mine->probe_fwd_signal[p], v.recv_rank, probe_fwd);
-  if (v.send_rank >= 0)
-    receive(v.mine->probe_rev[p], &v.mine->probe_rev_signal[p], v.send_rank, probe_rev);
-}
-
 // The PUTS instantiations (device_halo_puts.cu; NVSHMEM builds only).
 template <class Real>
 void launch_with_puts(bool forward, dim3 grid, const LaunchArgs& a, Real* const* arrays,
                       cudaStream_t stream);
-void launch_probe_with_puts(dim3 grid, const LaunchArgs& a);
 /// Blocks the forward and the reverse kernel both hold at once on this GPU: one grid size
 /// serves both directions and every block may spin, so the kernel with fewer resident blocks
 /// decides (which one that is follows ptxas's register choice: with __launch_bounds__(256, 1)

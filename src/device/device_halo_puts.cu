@@ -15,10 +15,6 @@ void launch_with_puts(bool forward, dim3 grid, const LaunchArgs& a, Real* const*
 template void launch_with_puts<float>(bool, dim3, const LaunchArgs&, float* const*, cudaStream_t);
 template void launch_with_puts<double>(bool, dim3, const LaunchArgs&, double* const*, cudaStream_t);
 
-void launch_probe_with_puts(dim3 grid, const LaunchArgs& a) {
-  probe_kernel<true><<<grid, 32>>>(a);
-}
-
 int resident_blocks_with_puts(bool float32) {
   return float32 ? resident_blocks_both_directions<float, true>()
                  : resident_blocks_both_directions<double, true>();

@@ -40,3 +40,15 @@ void check_device_error(const ErrorRecord& e, const ErrorWording& w) {
 }
 
 }  // namespace halox::detail
+
+namespace halox::detail {
+
+std::string data_signal_progress(const ErrorRecord& e) {
+  return "exchange " + std::to_string(e.expected >> 32) +
+         "'s data expected, the signal is at exchange " + std::to_string(e.seen >> 32) + " + " +
+         std::to_string(
+             static_cast<int>(100.0 * static_cast<double>(e.seen & 0xffffffffull) / 4294967296.0)) +
+         "% of its blocks";
+}
+
+}  // namespace halox::detail

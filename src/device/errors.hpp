@@ -32,6 +32,11 @@ struct ErrorWording {
   std::function<std::string(const ErrorRecord&)> progress;
 };
 
+/// How far a data signal got (device/channel.cuh: 2^32 per exchange, added in shares of the
+/// sender's blocks): "exchange 5's data expected, the signal is at exchange 4 + 50% of its
+/// blocks".
+std::string data_signal_progress(const ErrorRecord& e);
+
 /// Nothing when e.flag is 0; else throws HaloTimeoutError, naming the engine, both ranks,
 /// the pulse, what was waited for and how far it got.
 void check_device_error(const ErrorRecord& e, const ErrorWording& wording);

@@ -11,8 +11,7 @@
 #include "../pack/pack_device.cuh"
 #include "../trace/device_trace.cuh"
 #include "device_halo.hpp"
-#include "remote_put.cuh"
-#include "signals.cuh"
+#include "channel.cuh"
 
 namespace halox::detail::fused_grid {
 
@@ -20,12 +19,10 @@ constexpr int kMaxGridOps = kMaxPulses;
 
 // Signal slots at the start of a rank's block. One writer per slot.
 struct GridSlots {
-  u64 ready[kMaxGridOps];         // written by the rank I send to: its staging for this op is free
-  u64 data[kMaxGridOps];          // written by the rank I receive from: my face has arrived
-  u64 probe_signal[kMaxGridOps];  // the self-test's message and signal, per op
-  u64 probe[kMaxGridOps][4];
+  u64 ready[kMaxGridOps];        // written by the rank I send to: its staging for this op is free
+  u64 data[kMaxGridOps];         // written by the rank I receive from: my face has arrived
+  ProbeSlot probe[kMaxGridOps];  // the self-test's, per op
 };
-constexpr u64 kProbeMagic = 0x68616c6f78ull;  // "halox"
 constexpr long long kGridSlotsBytes = (sizeof(GridSlots) + 255) / 256 * 256;
 
 enum GridWaitKind : int { wait_ready = 0, wait_data = 1, wait_probe = 2, wait_unpacked = 3 };
@@ -37,19 +34,8 @@ struct GridOpView {
   unsigned deps = 0;        // the ops of earlier stages whose faces this rank receives
   u64* unpacked = nullptr;  // blocks that finished unpacking this op's face (local counter)
   DevicePackView send, recv;
-  char* dest_staging = nullptr;  // the receiver's staging for this op
-  u64* dest_data = nullptr;      // ... and its data slot
-  u64* my_ready = nullptr;       // the receiver frees its staging here (my block)
-  u64* source_ready = nullptr;   // I free my staging there (the sender's block)
-  const char* my_staging = nullptr;
-  u64* my_data = nullptr;
-  u64* blocks_done = nullptr;  // this op's finished pack blocks (local counter)
-  GridSlots* dest = nullptr;   // the receiver's slots (self-test)
-  GridSlots* mine = nullptr;
-  // >= 0: that peer is reached by NVSHMEM puts (remote_put.cuh): the pointers into its
-  // block are symmetric addresses, and my face is packed into send_staging, then put.
-  int dest_pe = -1, source_pe = -1;
-  char* send_staging = nullptr;
+  SendChannel out;  // to send_rank: its staging for this op
+  RecvChannel in;   // from recv_rank: my staging for this op
   long long send_bytes = 0;
 };
 
@@ -99,35 +85,24 @@ __device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* fi
     record(trace_unpack_end);
     return;
   }
+  const WaitContext c{a.timeout_ns, a.error, a.rank, sys};
   if (v.send_rank >= 0) {
     record(trace_ready_begin);
-    if (!block_wait(v.my_ready, a.epoch, a.timeout_ns, a.error, a.rank, v.send_rank, op, wait_ready,
-                    sys)) {
-      return;
-    }
+    if (!v.out.wait_free(a.epoch, c, v.send_rank, op, wait_ready)) return;
     record(trace_ready_end);
     record(trace_pack_begin);
-    if (PUTS && v.dest_pe >= 0) {
-      move_face<W, Move::pack>(v.send, v.send, first, v.send.words, stride, field, v.send_staging);
-      put_when_packed(v.blocks_done, static_cast<int>(gridDim.x), v.dest_staging, v.send_staging,
-                      static_cast<std::size_t>(v.send_bytes), v.dest_data, a.epoch, v.dest_pe);
-    } else {
-      move_face<W, Move::pack>(v.send, v.send, first, v.send.words, stride, field, v.dest_staging);
-      if (last_block(v.blocks_done, static_cast<int>(gridDim.x), sys) && threadIdx.x == 0) {
-        signal_release(v.dest_data, a.epoch, sys);
-      }
-    }
+    move_face<W, Move::pack>(v.send, v.send, first, v.send.words, stride, field,
+                             v.out.pack_target<PUTS>());
+    v.out.deliver<PUTS, true>(a.epoch, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
+                              static_cast<std::size_t>(v.send_bytes), sys);
     record(trace_pack_end);
   }
   if (v.recv_rank >= 0) {
     record(trace_data_begin);
-    if (!block_wait(v.my_data, a.epoch, a.timeout_ns, a.error, a.rank, v.recv_rank, op, wait_data,
-                    sys)) {
-      return;
-    }
+    if (!v.in.wait_data(a.epoch, c, v.recv_rank, op, wait_data)) return;
     record(trace_data_end);
     record(trace_unpack_begin);
-    move_face<W, Move::unpack>(v.recv, v.recv, first, v.recv.words, stride, v.my_staging, field);
+    move_face<W, Move::unpack>(v.recv, v.recv, first, v.recv.words, stride, v.in.staging, field);
     count_unpacked(v);
     record(trace_unpack_end);
   }
@@ -154,7 +129,7 @@ __global__ void __launch_bounds__(256, 1) grid_exchange_kernel(GridArgs a, GridF
   const GridOpView& v = a.views[op];
   const bool to_myself = v.send_rank == a.rank && v.recv_rank == a.rank;
   if (!to_myself && v.recv_rank >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
-    signal_peer<PUTS>(v.source_ready, a.epoch, v.source_pe, a.system_scope != 0);
+    v.in.release<PUTS>(a.epoch, a.system_scope != 0);
   }
   // The edges and corners this face forwards: every block of the earlier stages' ops has
   // unpacked (each exchange adds gridDim.x per op).
@@ -176,30 +151,9 @@ __global__ void __launch_bounds__(256, 1) grid_exchange_kernel(GridArgs a, GridF
   }
 }
 
-// The self-test: over every op's link, (magic, sender, op, epoch) into the receiver's probe
-// slot, then a release signal; each receiver checks what arrived. One thread per op.
-template <bool PUTS>
-__global__ void grid_probe_kernel(GridArgs a) {
-  const int op = static_cast<int>(blockIdx.x);
-  const GridOpView& v = a.views[op];
-  if (threadIdx.x != 0) return;
-  if (v.send_rank >= 0) {
-    const u64 words[kProbeWords] = {kProbeMagic, static_cast<u64>(a.rank), static_cast<u64>(op),
-                                    a.epoch};
-    probe_peer<PUTS>(v.dest->probe[op], words, &v.dest->probe_signal[op], a.epoch, v.dest_pe);
-  }
-  if (v.recv_rank >= 0) {
-    const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(v.recv_rank), static_cast<u64>(op),
-                                   a.epoch};
-    receive_probe(v.mine->probe[op], want, &v.mine->probe_signal[op], a.epoch, a.timeout_ns,
-                  a.error, a.rank, v.recv_rank, op, wait_probe, true);
-  }
-}
-
 // The PUTS instantiations (grid_fused_puts.cu; NVSHMEM builds only).
 void launch_grid_with_puts(dim3 grid, const GridArgs& a, const GridFields& fields,
                            cudaStream_t stream, bool traced);
-void launch_grid_probe_with_puts(unsigned ops, const GridArgs& a);
 /// resident_blocks of the grid kernel with puts (traced or not).
 int grid_resident_blocks_with_puts(bool traced);
 

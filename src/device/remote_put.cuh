@@ -75,14 +75,4 @@ __device__ __forceinline__ void signal_peer(u64* slot, u64 value, int pe, bool s
     signal_release(slot, value, sys);
 }
 
-/// The self-test's probe to a peer, by stores or by puts.
-template <bool PUTS>
-__device__ __forceinline__ void probe_peer(u64* payload, const u64 (&words)[kProbeWords],
-                                           u64* signal, u64 value, int pe) {
-  if (PUTS && pe >= 0)
-    put_probe(payload, words, signal, value, pe);
-  else
-    send_probe(payload, words, signal, value, true);
-}
-
 }  // namespace halox::detail

@@ -13,9 +13,10 @@
 //   1. tell the rank I receive from that my staging is free   (release e into its ready slot)
 //   2. later stages: wait until the earlier stages' faces are unpacked here (acquire, local)
 //   3. wait until the rank I send to has freed its staging     (acquire >= e on my ready slot)
-//   4. pack my face into its staging; the last block signals it (release e into its data slot)
-//   5. wait for my own face (acquire >= e on my data slot), unpack it into the field, and
-//      count the block in (release).
+//   4. pack my face into its staging; the last block to finish sets its data signal
+//   5. wait for my own face (the data signal of exchange e), unpack it into the
+//      field, and count the block in (release).
+// Steps 1, 3, 4 and 5 are the device channel's (device/channel.cuh).
 // Every block of every op spins at some point, so the grid is sized for all of them to be
 // resident at once.
 #include <cuda_runtime.h>
@@ -49,9 +50,6 @@ namespace halox::detail {
 // No NVSHMEM, no peer reached by puts (PeerBlocks never makes one): never called.
 namespace fused_grid {
 void launch_grid_with_puts(dim3, const GridArgs&, const GridFields&, cudaStream_t, bool) {
-  no_nvshmem();
-}
-void launch_grid_probe_with_puts(unsigned, const GridArgs&) {
   no_nvshmem();
 }
 int grid_resident_blocks_with_puts(bool) {
@@ -162,6 +160,11 @@ class GridFusedTransport final : public Transport {
       }
     };
     w.is_probe = [](int kind) { return kind == wait_probe; };
+    w.progress = [](const ErrorRecord& e) {
+      return e.kind == wait_data
+                 ? data_signal_progress(e)
+                 : "signal " + std::to_string(e.seen) + ", expected " + std::to_string(e.expected);
+    };
     check_device_error(m_errors.record(), w);
   }
 
@@ -227,35 +230,49 @@ class GridFusedTransport final : public Transport {
     auto offsets_of = [&](int r) { return r == m_rank ? offsets : m_peers.offsets(r); };
     GridSlots* mine = reinterpret_cast<GridSlots*>(m_block);
     m_host_views.assign(ops.size(), GridOpView{});
+    m_probes.clear();
     for (std::size_t i = 0; i < ops.size(); ++i) {
       GridOpView& v = m_host_views[i];
       v.send_rank = ops[i].send_rank;
       v.recv_rank = ops[i].recv_rank;
-      v.blocks_done = m_counters + i;
       v.unpacked = m_counters + kMaxGridOps + i;
-      v.mine = mine;
       for (std::size_t k = 0; k < i; ++k) {
         if (ops[k].stage < ops[i].stage && ops[k].recv_rank >= 0) v.deps |= 1u << k;
       }
       if (v.send_rank >= 0) {
         char* dest = base_of(v.send_rank);
-        v.dest_pe = v.send_rank == m_rank ? -1 : m_peers.put_pe(v.send_rank);
-        if (v.dest_pe >= 0 && send_offsets[i] == 0) {
+        SendChannel& out = v.out;
+        out.pe = v.send_rank == m_rank ? -1 : m_peers.put_pe(v.send_rank);
+        if (out.pe >= 0 && send_offsets[i] == 0) {
           throw Error("halox: " + m_name + ": rank " + std::to_string(v.send_rank) +
                       " is reached by puts, but NVSHMEM's team of shared memory said otherwise");
         }
-        v.send_staging = m_block + send_offsets[i];
+        out.remote = dest + offsets_of(v.send_rank)[i];
+        out.remote_signal = &reinterpret_cast<GridSlots*>(dest)->data[i];
+        out.ready = &mine->ready[i];
+        out.staging = m_block + send_offsets[i];
+        out.packed = m_counters + i;
         v.send_bytes = ops[i].send_bytes;
-        v.dest = reinterpret_cast<GridSlots*>(dest);
-        v.dest_staging = dest + offsets_of(v.send_rank)[i];
-        v.dest_data = &reinterpret_cast<GridSlots*>(dest)->data[i];
-        v.my_ready = &mine->ready[i];
       }
       if (v.recv_rank >= 0) {
-        v.source_pe = v.recv_rank == m_rank ? -1 : m_peers.put_pe(v.recv_rank);
-        v.source_ready = &reinterpret_cast<GridSlots*>(base_of(v.recv_rank))->ready[i];
-        v.my_staging = m_block + offsets[i];
-        v.my_data = &mine->data[i];
+        v.in.pe = v.recv_rank == m_rank ? -1 : m_peers.put_pe(v.recv_rank);
+        v.in.remote_ready = &reinterpret_cast<GridSlots*>(base_of(v.recv_rank))->ready[i];
+        v.in.staging = m_block + offsets[i];
+        v.in.signal = &mine->data[i];
+      }
+      // The self-test's probe over op i's link: mine to its receiver, its sender's to me.
+      ProbeLink& link = m_probes.emplace_back();
+      link.rank = m_rank;
+      link.pulse = static_cast<int>(i);
+      link.kind = wait_probe;
+      link.out_link = link.in_link = static_cast<int>(i);
+      if (v.send_rank >= 0) {
+        link.out = &reinterpret_cast<GridSlots*>(base_of(v.send_rank))->probe[i];
+        link.out_pe = v.out.pe;
+      }
+      if (v.recv_rank >= 0) {
+        link.in = &mine->probe[i];
+        link.peer = v.recv_rank;
       }
     }
     m_ops = &ops;
@@ -265,7 +282,7 @@ class GridFusedTransport final : public Transport {
         m_active.push_back(static_cast<unsigned char>(i));
     }
     m_puts = std::any_of(m_host_views.begin(), m_host_views.end(),
-                         [](const GridOpView& v) { return v.dest_pe >= 0 || v.source_pe >= 0; });
+                         [](const GridOpView& v) { return v.out.pe >= 0 || v.in.pe >= 0; });
     // Every block of every op spins at some point: all must be resident at once, with the GPU
     // shared by the processes on it.
     // With tracing on, sized for the traced kernel (more registers, fewer resident blocks),
@@ -274,9 +291,8 @@ class GridFusedTransport final : public Transport {
     const int on_gpu = m_puts              ? grid_resident_blocks_with_puts(m_sized_for_trace)
                        : m_sized_for_trace ? resident_blocks(grid_exchange_kernel<false, true>)
                                            : resident_blocks(grid_exchange_kernel<false, false>);
-    const double resident = gpu_share(m_comm) * on_gpu;
     const int fit =
-        static_cast<int>(resident / static_cast<double>(std::max<std::size_t>(1, m_active.size())));
+        spinning_blocks_per_group(on_gpu, gpu_share(m_comm), static_cast<int>(m_active.size()));
     if (fit < 1) {
       throw Error("halox: " + m_name + ": " + std::to_string(m_active.size()) +
                   " faces do not fit on the GPU at once; use staged");
@@ -296,14 +312,9 @@ class GridFusedTransport final : public Transport {
   // whether any rank found a broken link.
   void self_test(const std::vector<Op>& ops) {
     HALOX_MPI_CHECK(MPI_Barrier(m_comm));
-    const GridArgs a{views_for({}),   m_rank, 1, static_cast<u64>(m_timeout_seconds * 1e9),
-                     m_errors.sink(), 1};
-    if (m_puts)
-      launch_grid_probe_with_puts(static_cast<unsigned>(ops.size()), a);
-    else
-      grid_probe_kernel<false><<<static_cast<unsigned>(ops.size()), 32>>>(a);
-    HALOX_CUDA_CHECK(cudaGetLastError());
-    HALOX_CUDA_CHECK(cudaDeviceSynchronize());
+    ProbeRun probes;
+    probes.launch(m_probes, 1, m_timeout_seconds, m_errors.sink(), true, m_puts);
+    probes.finish();
     std::string error;
     try {
       check(ops);
@@ -385,7 +396,8 @@ class GridFusedTransport final : public Transport {
   const std::vector<Op>* m_ops = nullptr;     // the exchange's ops (it owns them and this)
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
   std::vector<GridOpView> m_host_views;
-  std::map<std::vector<std::uintptr_t>, GridOpView*> m_views;          // per field addresses % 16
+  std::vector<ProbeLink> m_probes;                             // the self-test's, one per op
+  std::map<std::vector<std::uintptr_t>, GridOpView*> m_views;  // per field addresses % 16
   std::map<std::pair<int, std::vector<std::uintptr_t>>, int> m_words;  // per stage and those
   std::vector<std::uintptr_t> m_key;                                   // views_for's scratch
   char* m_block = nullptr;

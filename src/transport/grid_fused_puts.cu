@@ -12,10 +12,6 @@ void launch_grid_with_puts(dim3 grid, const GridArgs& a, const GridFields& field
                    grid, 256, stream, a, fields);
 }
 
-void launch_grid_probe_with_puts(unsigned ops, const GridArgs& a) {
-  grid_probe_kernel<true><<<ops, 32>>>(a);
-}
-
 int grid_resident_blocks_with_puts(bool traced) {
   return traced ? resident_blocks(grid_exchange_kernel<true, true>)
                 : resident_blocks(grid_exchange_kernel<true, false>);

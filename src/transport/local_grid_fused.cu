@@ -27,7 +27,7 @@
 #include <string>
 
 #include "../common/cuda_check.hpp"
-#include "../device/signals.cuh"
+#include "../device/channel.cuh"
 #include "../pack/pack_device.cuh"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
@@ -159,33 +159,6 @@ __global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
   }
 }
 
-// The self-test: per face, a probe over its link (from -> to) and one back (to -> from).
-// Thread j sends link j and then receives link j ^ 1 (the same face, the other way), so every
-// probe is read by another thread than its writer while both run; the links are few (two
-// per face), so their blocks are all resident and the waits cannot starve a sender.
-struct ProbeLink {
-  int from, to, pulse, back;  // back: 0 the face's direction, 1 the link back
-};
-// A probe's slot: its kProbeWords words (magic, sender, pulse, back), then its signal.
-constexpr u64 kProbeMagic = 0x6c6f63616c67ull;  // "localg"
-
-__global__ void probe_kernel(const ProbeLink* links, int count, u64* slots, u64 timeout_ns,
-                             ErrorSink error, int stall_rank) {
-  const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (j >= count) return;
-  const ProbeLink mine = links[j], theirs = links[j ^ 1];
-  if (mine.from == stall_rank) return;  // a stalled rank neither sends nor receives
-  u64* out = slots + (kProbeWords + 1) * j;
-  const u64 words[kProbeWords] = {kProbeMagic, static_cast<u64>(mine.from),
-                                  static_cast<u64>(mine.pulse), static_cast<u64>(mine.back)};
-  send_probe(out, words, out + kProbeWords, 1, false);
-  const u64* in = slots + (kProbeWords + 1) * (j ^ 1);
-  const u64 want[kProbeWords] = {kProbeMagic, static_cast<u64>(theirs.from),
-                                 static_cast<u64>(theirs.pulse), static_cast<u64>(theirs.back)};
-  receive_probe(in, want, in + kProbeWords, 1, timeout_ns, error, theirs.to, theirs.from,
-                theirs.pulse, theirs.back, false);
-}
-
 }  // namespace
 
 struct LocalGridFused::Impl {
@@ -264,35 +237,41 @@ struct LocalGridFused::Impl {
                : "pulse " + std::to_string(pulse);
   }
 
-  // A probe and its signal over every face's link both ways, in one launch on a stream of
-  // its own, waited for here.
+  // A probe over every face's link both ways (from -> to, then to -> from: links 2i and
+  // 2i + 1 of face i), in one launch, waited for here. Thread j sends link j and receives
+  // link j ^ 1, the same face the other way, into slots of its own.
   void self_test() {
+    if (faces.empty()) return;
+    ProbeSlot* slots = nullptr;
+    const std::size_t slot_bytes = 2 * faces.size() * sizeof(ProbeSlot);
+    HALOX_CUDA_CHECK(cudaMalloc(&slots, slot_bytes));
+    fill_device_now(slots, 0, slot_bytes);
     std::vector<ProbeLink> links;
     for (const LocalFace& f : faces) {
-      links.push_back({f.from, f.to, f.pulse, 0});
-      links.push_back({f.to, f.from, f.pulse, 1});
+      for (int back = 0; back < 2; ++back) {
+        const int j = static_cast<int>(links.size());
+        ProbeLink& link = links.emplace_back();
+        link.rank = back == 0 ? f.from : f.to;
+        link.peer = back == 0 ? f.to : f.from;
+        link.pulse = f.pulse;
+        link.kind = 1 - back;  // what this thread receives: the link back, or the face's link
+        link.out = slots + j;
+        link.out_link = j;
+        link.in = slots + (j ^ 1);
+        link.in_link = j ^ 1;
+      }
     }
-    if (links.empty()) return;
-    const std::size_t slot_bytes = links.size() * (kProbeWords + 1) * sizeof(u64);
-    ProbeLink* device_links = nullptr;
-    u64* slots = nullptr;
-    cudaStream_t stream = nullptr;
-    HALOX_CUDA_CHECK(cudaMalloc(&device_links, links.size() * sizeof(ProbeLink)));
-    HALOX_CUDA_CHECK(cudaMalloc(&slots, slot_bytes));
-    copy_to_device_now(device_links, links.data(), links.size() * sizeof(ProbeLink));
-    fill_device_now(slots, 0, slot_bytes);
-    HALOX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    const int count = static_cast<int>(links.size());
-    probe_kernel<<<(count + 255) / 256, 256, 0, stream>>>(device_links, count, slots,
-                                                          static_cast<u64>(timeout_seconds * 1e9),
-                                                          errors.sink(), stall_rank);
-    const cudaError_t launched = cudaGetLastError();
-    const cudaError_t finished = cudaStreamSynchronize(stream);
-    cudaStreamDestroy(stream);
+    // A stalled rank (tests) neither sends nor receives.
+    std::erase_if(links, [this](const ProbeLink& l) { return l.rank == stall_rank; });
+    ProbeRun probes;
+    try {
+      probes.launch(links, 1, timeout_seconds, errors.sink(), false, false);
+      probes.finish();
+    } catch (...) {
+      cudaFree(slots);
+      throw;
+    }
     cudaFree(slots);
-    cudaFree(device_links);
-    HALOX_CUDA_CHECK(launched);
-    HALOX_CUDA_CHECK(finished);
     check_device_error(in_ranks(errors.record()), wording(true));
   }
 
