@@ -119,6 +119,10 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   try {
     const auto type = halox::Datatype::of<double>();
+    // halox picks the transport: for ranks in one process its fused kernel, for processes
+    // on one node direct stores through CUDA IPC (halox-tune's file may say otherwise).
+    halox::ExchangeOptions options;
+    options.transport = halox::TransportKind::automatic;
     cudaStream_t stream = nullptr;
     double error = 0;
     std::vector<Block> blocks;
@@ -133,14 +137,15 @@ int main(int argc, char** argv) {
           grid, std::vector<std::array<std::int64_t, 3>>(ranks, block_cells(grid)), 1, type);
       check(cudaStreamCreate(&stream));
       for (int r = 0; r < ranks; ++r) blocks.push_back(make_block(grid, r, plans[r]));
-      halox::GridExchange exchange(halox::Ranks::local(grid), plans);
+      halox::GridExchange exchange(halox::Ranks::local(grid), plans, options);
       std::vector<void*> fields(ranks);
       for (int s = 0; s < kSteps; ++s) {
         for (int r = 0; r < ranks; ++r) fields[r] = blocks[r].u;
         exchange.exchange_async(fields, stream);  // every rank's faces, ordered on the stream
         for (Block& b : blocks) update_async(b, stream);
       }
-      what = std::to_string(ranks) + " ranks in one process, " + exchange.transport_name(blocks[0].u);
+      what =
+          std::to_string(ranks) + " ranks in one process, " + exchange.transport_name(blocks[0].u);
     } else {  // one rank per MPI process
       int gpus = 0;
       check(cudaGetDeviceCount(&gpus));
@@ -149,7 +154,7 @@ int main(int argc, char** argv) {
       const halox::Topology grid = halox::Topology::from_mpi(MPI_COMM_WORLD);
       const halox::GridPlan plan = halox::build_grid_plan(grid, block_cells(grid), 1, type);
       blocks.push_back(make_block(grid, grid.rank(), plan));
-      halox::GridExchange exchange(grid, plan);  // device memory: the transport auto picks
+      halox::GridExchange exchange(grid, plan, options);
       for (int s = 0; s < kSteps; ++s) {
         exchange.exchange_async(blocks[0].u, stream);
         update_async(blocks[0], stream);

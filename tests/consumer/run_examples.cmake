@@ -2,7 +2,7 @@
 #  1. installs the build tree into a scratch prefix; every installed program starts
 #     (--help exits 0: the libraries it needs are found from the install);
 #  2. builds examples/ against it with find_package(halox), and runs each example (each
-#     checks its own result);
+#     checks its own result; heat3d_gpu only where there is a GPU);
 #  3. builds an example with halox taken in by FetchContent (the README's snippet).
 set(work "${BUILD_DIR}/examples-test")
 set(prefix "${work}/prefix")
@@ -40,6 +40,19 @@ run("heat3d, 2x2x2 ranks in one process" "${work}/examples/heat3d" --local 2x2x2
 run("heat3d, 3x1x2 ranks in one process" "${work}/examples/heat3d" --local 3x1x2)
 run("particles on 1 rank" ${mpi} -n 1 "${work}/examples/particles")
 run("particles on 4 MPI ranks" ${mpi} -n 4 "${work}/examples/particles")
+# The GPU example: built wherever halox has CUDA, run where there is a GPU (the GPU machine;
+# two processes share its one GPU under MPS there).
+if(EXISTS "${work}/examples/heat3d_gpu")
+  execute_process(COMMAND nvidia-smi -L RESULT_VARIABLE no_gpu OUTPUT_QUIET ERROR_QUIET)
+  if(no_gpu)
+    message(STATUS "heat3d_gpu: built; not run (no GPU here)")
+  else()
+    run("heat3d_gpu, 2x2x2 ranks in one process" "${work}/examples/heat3d_gpu" --local 2x2x2)
+    run("heat3d_gpu, 3x1x2 ranks in one process" "${work}/examples/heat3d_gpu" --local 3x1x2)
+    run("heat3d_gpu on 1 MPI rank" ${mpi} -n 1 "${work}/examples/heat3d_gpu")
+    run("heat3d_gpu on 2 MPI ranks" ${mpi} -n 2 "${work}/examples/heat3d_gpu")
+  endif()
+endif()
 
 run("configure the FetchContent project" "${CMAKE_COMMAND}" -S "${SOURCE_DIR}/tests/consumer/fetch"
     -B "${work}/fetch" -G Ninja "-DFETCHCONTENT_SOURCE_DIR_HALOX=${SOURCE_DIR}"
