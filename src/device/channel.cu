@@ -15,7 +15,10 @@ void launch_probes_with_puts(const ProbeLink*, int, u64, u64, ErrorSink, bool, c
 #endif
 
 ProbeRun::~ProbeRun() {
-  if (m_stream != nullptr) cudaStreamSynchronize(m_stream);
+  // Only what was made: a failed call here (cudaStreamDestroy of no stream) would be the
+  // next cudaGetLastError's answer.
+  if (m_stream == nullptr) return;
+  cudaStreamSynchronize(m_stream);
   cudaStreamDestroy(m_stream);
   cudaFree(m_links);
 }
