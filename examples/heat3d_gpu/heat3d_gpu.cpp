@@ -1,6 +1,6 @@
 // heat3d with the field in GPU memory: the same periodic heat equation as heat3d/, its
-// update a CUDA kernel, and each step's halo filled by GridExchange::exchange_async on the
-// stream the update runs on (no host wait inside the step loop). Checked against the exact
+// update a CUDA kernel (update.cu), and each step's halo filled by GridExchange::exchange_async on
+// the stream the update runs on (no host wait inside the step loop). Checked against the exact
 // discrete solution.
 //
 //   mpirun -n 2 ./heat3d_gpu        one rank per MPI process (rank r on GPU r % GPUs)
@@ -14,6 +14,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "update.hpp"
 
 namespace {
 
@@ -66,25 +68,12 @@ Block make_block(const halox::Topology& grid, int rank, const halox::GridPlan& p
   return b;
 }
 
-// The interior update (7-point stencil), one thread per interior cell.
-__global__ void update_kernel(const double* u, double* next, int nx, int ny, int nz, long sy,
-                              long sz) {
-  const long n = static_cast<long>(nx) * ny * nz;
-  for (long c = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x; c < n;
-       c += static_cast<long>(gridDim.x) * blockDim.x) {
-    const long x = 1 + c % nx, y = 1 + c / nx % ny, z = 1 + c / (static_cast<long>(nx) * ny);
-    const long i = z * sz + y * sy + x;
-    next[i] = u[i] + kLambda * (u[i - 1] + u[i + 1] + u[i - sy] + u[i + sy] + u[i - sz] +
-                                u[i + sz] - 6 * u[i]);
-  }
-}
-
+// The interior update (update.cu), then the fields swap roles.
 void update_async(Block& b, cudaStream_t stream) {
-  const auto& in = b.plan.interior;
-  const long cells = in[0] * in[1] * in[2];
-  update_kernel<<<static_cast<unsigned>((cells + 255) / 256), 256, 0, stream>>>(
-      b.u, b.next, in[0], in[1], in[2], b.plan.extent[0], b.plan.extent[0] * b.plan.extent[1]);
-  check(cudaGetLastError());
+  const auto& e = b.plan.extent;
+  check(heat3d::update_async(
+      b.u, b.next, {int(b.plan.interior[0]), int(b.plan.interior[1]), int(b.plan.interior[2])},
+      e[0], e[0] * e[1], kLambda, stream));
   std::swap(b.u, b.next);
 }
 
