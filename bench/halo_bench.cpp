@@ -159,7 +159,7 @@ int halo_main(int argc, char** argv) {
       trace::clear();  // the file keeps the last case only
       md::Simulation sim(MPI_COMM_WORLD, c);
       for (int s = 0; s < 20; ++s) sim.step();
-      sim.timers() = {};
+      sim.reset_timers();
       sim.reset_exchange_stats();
       for (int s = 0; s < o.steps; ++s) sim.step();
       const md::Timers& t = sim.timers();

@@ -31,9 +31,11 @@ class Backend {
   virtual void half_kick(double dt) = 0;
   virtual void drift(double dt) = 0;
   /// Forces on every local atom from the list (queued on the GPU); `energy_shift` is added
-  /// to each pair's energy inside the cutoff (lj.hpp).
-  virtual void forces(double cutoff, double energy_shift) = 0;
-  /// This rank's energy and virial from the last forces() call (waits for it).
+  /// to each pair's energy inside the cutoff (lj.hpp). `sums`: also the energy and virial
+  /// (the steps that report them; the others skip their reductions).
+  virtual void forces(double cutoff, double energy_shift, bool sums) = 0;
+  /// This rank's energy and virial from the last forces() call (waits for it); halox::Error
+  /// when that call did not compute them.
   virtual Sums last_sums() = 0;
   /// Sum of v^2 over home atoms.
   virtual double velocity_squared() = 0;
@@ -57,6 +59,16 @@ class Backend {
     synchronize();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+  /// Runs `work` and adds its seconds to *slot (and to *also, when given) once they are
+  /// known: on the CPU at once; on the GPU from events around it on the stream, read by
+  /// collect_times once the GPU has passed them, so that timing a phase waits for nothing.
+  virtual void time_async(const std::function<void()>& work, double* slot, double* also) {
+    const double seconds = timed(work);
+    *slot += seconds;
+    if (also != nullptr) *also += seconds;
+  }
+  /// Adds the seconds of the timed phases the GPU has passed (`wait`: of all of them).
+  virtual void collect_times(bool wait) { (void)wait; }
 };
 
 /// The cell grid of a neighbour search for `plan` with list radius `rlist`.

@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "backend.hpp"
+#include "halox/error.hpp"
 #include "lj.hpp"
 
 namespace halox::md {
@@ -51,7 +52,10 @@ class CpuBackend final : public Backend {
   void drift(double dt) override {
     for (std::int64_t i = 0; i < m_home; ++i) md::drift(i, Real(dt), m_v.data(), m_x.data());
   }
-  void forces(double cutoff, double energy_shift) override {
+  void forces(double cutoff, double energy_shift, bool want_sums) override {
+    // The CPU's sums cost next to nothing beside its forces; kept only when asked for, as
+    // on the GPU, so that a caller reading sums of a step without them fails here too.
+    m_sums_valid = want_sums;
     NeighborList list{static_cast<std::int64_t>(m_offsets.size()) - 1, m_offsets.data(),
                       m_neighbors.data()};
     Sums sums;
@@ -64,7 +68,11 @@ class CpuBackend final : public Backend {
     }
     m_sums = sums;
   }
-  Sums last_sums() override { return m_sums; }
+  Sums last_sums() override {
+    if (!m_sums_valid)
+      throw Error("halox-md: internal: energy asked of forces computed without it");
+    return m_sums;
+  }
   void* coordinates() override { return m_x.data(); }
   void* force_array() override { return m_f.data(); }
   double velocity_squared() override {
@@ -85,6 +93,7 @@ class CpuBackend final : public Backend {
   std::vector<Real> m_x, m_v, m_f;
   std::int64_t m_home = 0;
   Sums m_sums;
+  bool m_sums_valid = false;
   std::vector<std::int32_t> m_offsets, m_neighbors;
 };
 

@@ -1,12 +1,12 @@
 // The CUDA back end: the same per-atom functions as the CPU (lj.hpp), one thread per atom,
 // everything on one stream; the halo exchange runs on that stream with device pointers.
 #include <cuda_runtime.h>
-#include <thrust/binary_search.h>
-#include <thrust/execution_policy.h>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/scan.h>
-#include <thrust/sort.h>
 
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <algorithm>
+#include <cstring>
+#include <deque>
 #include <string>
 
 #include "../common/cuda_check.hpp"
@@ -53,12 +53,15 @@ __device__ __forceinline__ double block_sum(double value) {
   return value;
 }
 
-template <class Real>
+// SUMS: also the energy and virial (steps that report them); the other steps skip the
+// block reductions and their atomics.
+template <class Real, bool SUMS>
 __global__ void force_kernel(const Real* x, NeighborList list, Real cutoff2, Real shift, Real* f,
                              double* sums) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   Real e = 0, w = 0;
   if (i < list.atoms) force_on_atom<Real>(i, x, list, cutoff2, shift, f, e, w);
+  if constexpr (!SUMS) return;
   const double se = block_sum(e);
   __syncthreads();
   const double sw = block_sum(w);
@@ -101,6 +104,23 @@ __global__ void cell_kernel(const Real* x, std::int64_t n, CellGrid grid, std::i
   }
 }
 
+// Where each cell's atoms start among the atoms sorted by cell: the first sorted index whose
+// cell is not below it (cell `cells` gets n), by binary search; no host wait.
+__global__ void cell_start_kernel(const std::int32_t* sorted_cell, std::int64_t n, int cells,
+                                  std::int32_t* start) {
+  const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (c > cells) return;
+  std::int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi) / 2;
+    if (sorted_cell[mid] < c)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  start[c] = static_cast<std::int32_t>(lo);
+}
+
 template <class Real>
 __global__ void count_kernel(const Real* x, const std::uint8_t* axes, std::int64_t n, CellGrid grid,
                              const std::int32_t* start, const std::int32_t* members,
@@ -126,6 +146,27 @@ int blocks(std::int64_t n) {
   return static_cast<int>((std::max<std::int64_t>(n, 1) + 255) / 256);
 }
 
+// Host memory the GPU copies from or to directly (page-locked), kept between searches.
+template <class T>
+class PinnedArray {
+ public:
+  ~PinnedArray() { cudaFreeHost(m_ptr); }
+  T* at_least(std::size_t n) {
+    if (n > m_capacity) {
+      MD_CUDA(cudaFreeHost(m_ptr));
+      m_ptr = nullptr;
+      m_capacity = 0;
+      MD_CUDA(cudaMallocHost(&m_ptr, std::max<std::size_t>(n, 1) * sizeof(T)));
+      m_capacity = n;
+    }
+    return m_ptr;
+  }
+
+ private:
+  T* m_ptr = nullptr;
+  std::size_t m_capacity = 0;
+};
+
 template <class Real>
 class GpuBackend final : public Backend {
  public:
@@ -135,6 +176,9 @@ class GpuBackend final : public Backend {
     MD_CUDA(cudaMallocHost(&m_host_sums, 3 * sizeof(double)));
   }
   ~GpuBackend() override {
+    cudaStreamSynchronize(m_stream);
+    for (const Pending& p : m_pending) m_free_events.insert(m_free_events.end(), {p.start, p.stop});
+    for (cudaEvent_t e : m_free_events) cudaEventDestroy(e);
     if (m_event_start) {
       cudaEventDestroy(m_event_start);
       cudaEventDestroy(m_event_stop);
@@ -147,46 +191,66 @@ class GpuBackend final : public Backend {
     return sizeof(Real) == 8 ? BasicKind::float64 : BasicKind::float32;
   }
 
+  // One host wait: the list's length, read back before it is filled. The uploads go from
+  // page-locked buffers that stay until the next search (that wait orders them before it).
   void load(const std::vector<double>& x, const std::vector<double>& v, const ParticlePlan& plan,
             double rlist) override {
     m_home = plan.home_count;
     m_atoms = plan.total_count;
-    upload(m_x, x);
-    upload(m_v, v);
+    upload(m_x, m_x_staging, x);
+    upload(m_v, m_v_staging, v);
     const std::vector<std::uint8_t> axes = home_axes_of(plan, x);
     m_axes.resize(axes.size());
-    MD_CUDA(
-        cudaMemcpyAsync(m_axes.get(), axes.data(), axes.size(), cudaMemcpyHostToDevice, m_stream));
+    std::copy(axes.begin(), axes.end(), m_axes_staging.at_least(axes.size()));
+    MD_CUDA(cudaMemcpyAsync(m_axes.get(), m_axes_staging.at_least(axes.size()), axes.size(),
+                            cudaMemcpyHostToDevice, m_stream));
     m_f.resize(x.size());
     MD_CUDA(cudaMemsetAsync(m_f.get(), 0, x.size() * sizeof(Real), m_stream));
-    // Cells: sort atom indices by cell (stable: by index within a cell), find each cell's
-    // start, count each row, scan, fill.
+    // Cells: atom indices sorted by cell (a radix sort over the cell index's bits only; stable,
+    // so by index within a cell, the CPU's order), each cell's start, each row counted,
+    // scanned, filled.
     const CellGrid grid = make_cell_grid(plan, rlist);
     const int ncells = grid.cells[0] * grid.cells[1] * grid.cells[2];
     const std::size_t n = static_cast<std::size_t>(m_atoms);
-    m_cell.resize(n);
-    m_members.resize(n);
+    m_cell.resize(2 * n);
+    m_members.resize(2 * n);
     m_start.resize(ncells + 1);
+    m_counts.resize(n + 1);
     m_offsets.resize(n + 1);
-    const auto policy = thrust::cuda::par.on(m_stream);
     cell_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_atoms, grid, m_cell.get(),
                                                              m_members.get());
     MD_CUDA(cudaGetLastError());
-    thrust::stable_sort_by_key(policy, m_cell.get(), m_cell.get() + n, m_members.get());
-    thrust::lower_bound(policy, m_cell.get(), m_cell.get() + n, thrust::counting_iterator<int>(0),
-                        thrust::counting_iterator<int>(ncells + 1), m_start.get());
-    MD_CUDA(cudaMemsetAsync(m_offsets.get() + n, 0, sizeof(std::int32_t), m_stream));
-    count_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(
-        m_x.get(), m_axes.get(), m_atoms, grid, m_start.get(), m_members.get(), m_offsets.get());
+    int bits = 1;
+    while ((1 << bits) <= ncells) ++bits;
+    std::size_t sort_bytes = 0, scan_bytes = 0;
+    MD_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, m_cell.get(), m_cell.get() + n,
+                                            m_members.get(), m_members.get() + n,
+                                            static_cast<int>(n), 0, bits, m_stream));
+    MD_CUDA(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, m_counts.get(), m_offsets.get(),
+                                          static_cast<int>(n + 1), m_stream));
+    m_scratch.resize(std::max(sort_bytes, scan_bytes));
+    MD_CUDA(cub::DeviceRadixSort::SortPairs(m_scratch.get(), sort_bytes, m_cell.get(),
+                                            m_cell.get() + n, m_members.get(), m_members.get() + n,
+                                            static_cast<int>(n), 0, bits, m_stream));
+    const std::int32_t* sorted_cell = m_cell.get() + n;
+    const std::int32_t* members = m_members.get() + n;
+    cell_start_kernel<<<blocks(ncells + 1), 256, 0, m_stream>>>(sorted_cell, m_atoms, ncells,
+                                                                m_start.get());
     MD_CUDA(cudaGetLastError());
-    thrust::exclusive_scan(policy, m_offsets.get(), m_offsets.get() + n + 1, m_offsets.get());
-    std::int32_t entries = 0;
-    MD_CUDA(cudaMemcpyAsync(&entries, m_offsets.get() + n, sizeof entries, cudaMemcpyDeviceToHost,
-                            m_stream));
+    MD_CUDA(cudaMemsetAsync(m_counts.get() + n, 0, sizeof(std::int32_t), m_stream));
+    count_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(
+        m_x.get(), m_axes.get(), m_atoms, grid, m_start.get(), members, m_counts.get());
+    MD_CUDA(cudaGetLastError());
+    MD_CUDA(cub::DeviceScan::ExclusiveSum(m_scratch.get(), scan_bytes, m_counts.get(),
+                                          m_offsets.get(), static_cast<int>(n + 1), m_stream));
+    MD_CUDA(cudaMemcpyAsync(m_host_sums + 2, m_offsets.get() + n, sizeof(std::int32_t),
+                            cudaMemcpyDeviceToHost, m_stream));
     synchronize();
+    std::int32_t entries = 0;
+    std::memcpy(&entries, m_host_sums + 2, sizeof entries);
     m_neighbors.resize(static_cast<std::size_t>(entries));
     fill_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_axes.get(), m_atoms, grid,
-                                                             m_start.get(), m_members.get(),
+                                                             m_start.get(), members,
                                                              m_offsets.get(), m_neighbors.get());
     MD_CUDA(cudaGetLastError());
   }
@@ -200,10 +264,17 @@ class GpuBackend final : public Backend {
         <<<blocks(m_home), 256, 0, m_stream>>>(m_home, Real(dt), m_v.get(), m_x.get());
     MD_CUDA(cudaGetLastError());
   }
-  void forces(double cutoff, double energy_shift) override {
-    MD_CUDA(cudaMemsetAsync(m_sums.get(), 0, 2 * sizeof(double), m_stream));
+  void forces(double cutoff, double energy_shift, bool want_sums) override {
     NeighborList list{m_atoms, m_offsets.get(), m_neighbors.get()};
-    force_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(
+    m_sums_valid = want_sums;
+    if (!want_sums) {
+      force_kernel<Real, false><<<blocks(m_atoms), 256, 0, m_stream>>>(
+          m_x.get(), list, Real(cutoff * cutoff), Real(energy_shift), m_f.get(), nullptr);
+      MD_CUDA(cudaGetLastError());
+      return;
+    }
+    MD_CUDA(cudaMemsetAsync(m_sums.get(), 0, 2 * sizeof(double), m_stream));
+    force_kernel<Real, true><<<blocks(m_atoms), 256, 0, m_stream>>>(
         m_x.get(), list, Real(cutoff * cutoff), Real(energy_shift), m_f.get(), m_sums.get());
     MD_CUDA(cudaGetLastError());
     // The sums are read after the step's last kernel (synchronize or velocity_squared).
@@ -211,6 +282,8 @@ class GpuBackend final : public Backend {
                             m_stream));
   }
   Sums last_sums() override {
+    if (!m_sums_valid)
+      throw Error("halox-md: internal: energy asked of forces computed without it");
     synchronize();
     return {m_host_sums[0], m_host_sums[1]};
   }
@@ -223,11 +296,24 @@ class GpuBackend final : public Backend {
     synchronize();
     return m_host_sums[2];
   }
+  // Both copies queued, then one wait.
   void fetch(std::vector<double>& x, std::vector<double>& v) override {
-    download(m_x, 3 * m_home, x);
-    download(m_v, 3 * m_home, v);
+    const std::size_t n = static_cast<std::size_t>(3 * m_home);
+    Real* hx = m_x_staging.at_least(n);
+    Real* hv = m_v_staging.at_least(n);
+    MD_CUDA(cudaMemcpyAsync(hx, m_x.get(), n * sizeof(Real), cudaMemcpyDeviceToHost, m_stream));
+    MD_CUDA(cudaMemcpyAsync(hv, m_v.get(), n * sizeof(Real), cudaMemcpyDeviceToHost, m_stream));
+    synchronize();
+    x.assign(hx, hx + n);
+    v.assign(hv, hv + n);
   }
-  void fetch_forces(std::vector<double>& f) override { download(m_f, 3 * m_home, f); }
+  void fetch_forces(std::vector<double>& f) override {
+    const std::size_t n = static_cast<std::size_t>(3 * m_home);
+    Real* hf = m_f_staging.at_least(n);
+    MD_CUDA(cudaMemcpyAsync(hf, m_f.get(), n * sizeof(Real), cudaMemcpyDeviceToHost, m_stream));
+    synchronize();
+    f.assign(hf, hf + n);
+  }
   void* coordinates() override { return m_x.get(); }
   void* force_array() override { return m_f.get(); }
   GpuStream stream() override { return m_stream; }
@@ -245,31 +331,72 @@ class GpuBackend final : public Backend {
     MD_CUDA(cudaEventElapsedTime(&ms, m_event_start, m_event_stop));
     return 1e-3 * ms;
   }
+  void time_async(const std::function<void()>& work, double* slot, double* also) override {
+    Pending p{event(), event(), slot, also};
+    MD_CUDA(cudaEventRecord(p.start, m_stream));
+    work();
+    MD_CUDA(cudaEventRecord(p.stop, m_stream));
+    m_pending.push_back(p);
+  }
+  void collect_times(bool wait) override {
+    while (!m_pending.empty()) {
+      const Pending p = m_pending.front();
+      if (wait) {
+        MD_CUDA(cudaEventSynchronize(p.stop));
+      } else {
+        const cudaError_t passed = cudaEventQuery(p.stop);
+        if (passed == cudaErrorNotReady) break;
+        MD_CUDA(passed);
+      }
+      float ms = 0;
+      MD_CUDA(cudaEventElapsedTime(&ms, p.start, p.stop));
+      *p.slot += 1e-3 * ms;
+      if (p.also != nullptr) *p.also += 1e-3 * ms;
+      m_pending.pop_front();
+      m_free_events.insert(m_free_events.end(), {p.start, p.stop});
+    }
+  }
 
  private:
-  void upload(DeviceArray<Real>& to, const std::vector<double>& from) {
-    std::vector<Real> converted(from.begin(), from.end());
-    to.resize(converted.size());
-    MD_CUDA(cudaMemcpyAsync(to.get(), converted.data(), converted.size() * sizeof(Real),
-                            cudaMemcpyHostToDevice, m_stream));
-    MD_CUDA(cudaStreamSynchronize(m_stream));
+  // A timed phase whose events the GPU may not have passed yet.
+  struct Pending {
+    cudaEvent_t start, stop;
+    double* slot;
+    double* also;
+  };
+  cudaEvent_t event() {
+    if (m_free_events.empty()) {
+      cudaEvent_t e = nullptr;
+      MD_CUDA(cudaEventCreate(&e));
+      return e;
+    }
+    const cudaEvent_t e = m_free_events.back();
+    m_free_events.pop_back();
+    return e;
   }
-  void download(const DeviceArray<Real>& from, std::int64_t n, std::vector<double>& to) {
-    std::vector<Real> host(static_cast<std::size_t>(n));
-    MD_CUDA(cudaMemcpyAsync(host.data(), from.get(), host.size() * sizeof(Real),
-                            cudaMemcpyDeviceToHost, m_stream));
-    synchronize();
-    to.assign(host.begin(), host.end());
+  void upload(DeviceArray<Real>& to, PinnedArray<Real>& staging, const std::vector<double>& from) {
+    Real* host = staging.at_least(from.size());
+    std::copy(from.begin(), from.end(), host);
+    to.resize(from.size());
+    MD_CUDA(cudaMemcpyAsync(to.get(), host, from.size() * sizeof(Real), cudaMemcpyHostToDevice,
+                            m_stream));
   }
 
   cudaStream_t m_stream = nullptr;
   bool m_own_stream = true;  // false: a stream shared with other ranks, owned by its creator
   cudaEvent_t m_event_start = nullptr, m_event_stop = nullptr;
+  std::vector<cudaEvent_t> m_free_events;
+  std::deque<Pending> m_pending;
   DeviceArray<Real> m_x, m_v, m_f;
-  DeviceArray<std::int32_t> m_offsets, m_neighbors, m_cell, m_members, m_start;
+  PinnedArray<Real> m_x_staging, m_v_staging, m_f_staging;
+  PinnedArray<std::uint8_t> m_axes_staging;
+  // m_cell and m_members: the unsorted then the sorted halves of the radix sort.
+  DeviceArray<std::int32_t> m_offsets, m_counts, m_neighbors, m_cell, m_members, m_start;
   DeviceArray<std::uint8_t> m_axes;
+  DeviceArray<char> m_scratch;  // cub's temporary storage
   DeviceArray<double> m_sums;
   double* m_host_sums = nullptr;
+  bool m_sums_valid = false;
   std::int64_t m_home = 0, m_atoms = 0;
 };
 

@@ -98,6 +98,7 @@ int run(int argc, char** argv) {
   Cli cli;
   check_input_collectively(MPI_COMM_WORLD, "halox-md", argc, argv, [&] {
     cli = parse(argc, argv);
+    single_rank_default(cli.config, size);
     validate(cli.config, size);
   });
   watchdog.beat("set-up", cli.watchdog > 0 ? halox::apps::kSetupSeconds : 0);
@@ -151,7 +152,7 @@ int run(int argc, char** argv) {
     }
   };
   report();
-  sim.timers() = {};
+  sim.reset_timers();
   sim.reset_exchange_stats();
   const auto loop_start = std::chrono::steady_clock::now();
   if (!cli.trace.empty()) trace::enable();
@@ -159,9 +160,11 @@ int run(int argc, char** argv) {
   for (int s = 1; s <= cli.steps; ++s) {
     if (!cli.trace.empty() && s == std::max(1, cli.steps - 3)) trace::clear();
     watchdog.beat("a step");
-    sim.step();
-    if ((cli.thermo_every > 0 && s % cli.thermo_every == 0) || s == cli.steps) report();
+    const bool thermo_step = (cli.thermo_every > 0 && s % cli.thermo_every == 0) || s == cli.steps;
+    sim.step(thermo_step);
+    if (thermo_step) report();
   }
+  sim.backend().synchronize();  // the loop ends when the GPU has done it
   const double loop =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   watchdog.beat("the summary", cli.watchdog > 0 ? halox::apps::kSetupSeconds : 0);
@@ -173,7 +176,7 @@ int run(int argc, char** argv) {
   // Timing as LAMMPS prints it: the loop time, the rates, and per phase the least, mean and
   // most over the processes, with the mean's share of the loop; "other" (the loop's time in
   // no phase: reductions, thermo output, host gaps) makes the shares add up to 100%.
-  Timers t = sim.timers();
+  const Timers t = sim.timers();
   constexpr int kPhases = 5;
   const char* names[kPhases] = {"force", "halo forward", "halo reverse", "integration",
                                 "neighbour search"};

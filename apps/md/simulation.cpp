@@ -102,6 +102,17 @@ void validate(const Config& c, int ranks) {
   }
 }
 
+void single_rank_default(Config& c, int ranks) {
+  if (ranks != 1 || c.transport_given) return;
+  for (int a : c.ranks) {
+    if (a > 1) return;  // a grid of several ranks in one process was asked for
+  }
+  c.ranks = {1, 1, 1};
+  c.transport = TransportKind::local_fused;
+  c.transport_given = true;  // chosen: no later default replaces it
+  c.local = true;
+}
+
 Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_config(config) {
   const double a = lattice_constant(config.density);
   m_box.length = {config.cells * a, config.cells * a, config.cells * a};
@@ -175,7 +186,7 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
   }
 
   neighbor_search(true);
-  for (Rank& r : m_ranks) r.backend->forces(config.cutoff, energy_shift());
+  for (Rank& r : m_ranks) r.backend->forces(config.cutoff, energy_shift(), true);
   halo(false);
   for (Rank& r : m_ranks) r.backend->synchronize();
 }
@@ -239,6 +250,9 @@ void Simulation::migrate() {
 }
 
 void Simulation::neighbor_search(bool first) {
+  // The steps before are queued without host waits: the search's clock starts once the GPU
+  // has done them, so that it does not count their time again.
+  if (!first) m_ranks.front().backend->synchronize();
   const auto start = Clock::now();
   if (!first) {
     for (Rank& r : m_ranks) r.backend->fetch(r.x, r.v);
@@ -331,17 +345,27 @@ double Simulation::queued_halo_pair_seconds(int count) {
 }
 
 template <class Phase>
-void Simulation::timed(double& slot, Phase&& phase) {
+void Simulation::timed(double& slot, Phase&& phase, double* also) {
   if (m_config.barrier_before_halo &&
       (&slot == &m_timers.halo_forward || &slot == &m_timers.halo_reverse)) {
     HALOX_MPI_CHECK(MPI_Barrier(m_comm));
   }
-  // Several ranks on the GPU share the first one's stream, so its events (and its wait at
-  // the end) span all of them; on the CPU the phase is done when it returns.
-  slot += m_ranks.front().backend->timed(phase);
+  // Several ranks on the GPU share the first one's stream, so its events span all of them;
+  // on the CPU the phase is done when it returns.
+  m_ranks.front().backend->time_async(phase, &slot, also);
 }
 
-void Simulation::step() {
+const Timers& Simulation::timers() {
+  m_ranks.front().backend->collect_times(true);
+  return m_timers;
+}
+
+void Simulation::reset_timers() {
+  m_ranks.front().backend->collect_times(true);
+  m_timers = {};
+}
+
+void Simulation::step(bool sums) {
   const double dt = m_config.dt;
   timed(m_timers.integrate, [&] {
     for (Rank& r : m_ranks) {
@@ -357,14 +381,15 @@ void Simulation::step() {
     timed(m_timers.halo_forward, [&] { halo(true); });
   }
   timed(m_timers.force, [&] {
-    for (Rank& r : m_ranks) r.backend->forces(m_config.cutoff, energy_shift());
+    for (Rank& r : m_ranks) r.backend->forces(m_config.cutoff, energy_shift(), sums);
   });
-  const double reverse_before = m_timers.halo_reverse;
-  timed(m_timers.halo_reverse, [&] { halo(false); });
-  if (search) m_timers.halo_reverse_at_search += m_timers.halo_reverse - reverse_before;
+  timed(
+      m_timers.halo_reverse, [&] { halo(false); },
+      search ? &m_timers.halo_reverse_at_search : nullptr);
   timed(m_timers.integrate, [&] {
     for (Rank& r : m_ranks) r.backend->half_kick(dt);
   });
+  m_ranks.front().backend->collect_times(false);  // the phases the GPU has passed
 }
 
 Thermo Simulation::thermo() {

@@ -52,6 +52,11 @@ struct Config {
 /// Throws halox::Error with a clear message for bad input, before any work.
 void validate(const Config& config, int ranks);
 
+/// One process and no --transport: its one rank runs through the local engine on a 1x1x1
+/// grid (local-fused), whose periodic self-halo is one launch of direct copies, where
+/// staged, the one-rank-per-process default, moves it through pinned host memory.
+void single_rank_default(Config& config, int ranks);
+
 struct Thermo {
   std::int64_t step = 0;
   double temperature = 0, potential = 0, total = 0, pressure = 0;  // energies per atom
@@ -75,8 +80,10 @@ class Simulation {
   /// Collective: builds the lattice, velocities, the first plan and the step-0 forces.
   Simulation(MPI_Comm comm, const Config& config);
   ~Simulation();
-  /// One velocity Verlet step (collective at neighbour-search steps).
-  void step();
+  /// One velocity Verlet step (collective at neighbour-search steps). `sums`: the step's
+  /// forces also compute the energy and virial (a step whose thermo() is read); the GPU
+  /// skips their reductions on the others. No host wait apart from the neighbour search.
+  void step(bool sums = true);
   /// Collective.
   Thermo thermo();
   /// Collective: (atom id, force) of every atom, on rank 0 (empty elsewhere), sorted by id.
@@ -93,7 +100,9 @@ class Simulation {
   }
   const ParticlePlan& plan() const { return m_ranks.front().plan; }
   std::int64_t steps() const { return m_step; }
-  Timers& timers() { return m_timers; }
+  /// The phases' seconds so far (waits for the GPU to pass the last timed phase).
+  const Timers& timers();
+  void reset_timers();
   /// The exchange's counters (host waits, messages and bytes between ranks).
   ExchangeStats exchange_stats() const {
     return m_exchange ? m_exchange->stats() : ExchangeStats{};
@@ -134,9 +143,10 @@ class Simulation {
   /// The energy shift each pair inside the cutoff gets (Config::lj_shift).
   double energy_shift() const;
   double sum(double local);
-  /// Runs `phase` for every rank of this process, timed into `slot`.
+  /// Runs `phase` for every rank of this process, timed into `slot` (and `also`) without
+  /// waiting (Backend::time_async).
   template <class Phase>
-  void timed(double& slot, Phase&& phase);
+  void timed(double& slot, Phase&& phase, double* also = nullptr);
 
   MPI_Comm m_comm;
   Config m_config;
