@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,20 @@ class Backend {
   virtual GpuStream stream() { return nullptr; }
   /// Waits for queued work.
   virtual void synchronize() = 0;
+  /// The phases of every rank of this process (`ranks`: back ends of this one's kind,
+  /// sharing its stream, this one first), each in one launch on the GPU: a grid over a table
+  /// of the ranks' arrays instead of a launch per rank (launches, not the work, bound a step
+  /// of many small ranks). The CPU runs them rank by rank.
+  virtual void half_kick_ranks(std::span<Backend* const> ranks, double dt) {
+    for (Backend* b : ranks) b->half_kick(dt);
+  }
+  virtual void drift_ranks(std::span<Backend* const> ranks, double dt) {
+    for (Backend* b : ranks) b->drift(dt);
+  }
+  virtual void forces_ranks(std::span<Backend* const> ranks, double cutoff, double energy_shift,
+                            bool sums) {
+    for (Backend* b : ranks) b->forces(cutoff, energy_shift, sums);
+  }
   /// Runs `work` and returns its seconds: host clock on the CPU; on the GPU the span between
   /// events recorded around it on the back end's stream (a transport's host-side waits fall
   /// inside that span, the host's own synchronisation latency does not). Waits at the end.

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <span>
 #include <string>
 
 #include "../common/cuda_check.hpp"
@@ -53,34 +55,51 @@ __device__ __forceinline__ double block_sum(double value) {
   return value;
 }
 
+// One rank's arrays as the kernels of a phase read them: a launch covers several ranks of
+// this process (grid y = the rank), so that a step of many small ranks costs a few
+// launches, not a few per rank.
+template <class Real>
+struct RankArrays {
+  Real* x;
+  Real* v;
+  Real* f;
+  NeighborList list;  // over every local atom
+  std::int64_t home;
+  double* sums;  // energy, virial (SUMS launches)
+};
+
 // SUMS: also the energy and virial (steps that report them); the other steps skip the
 // block reductions and their atomics.
 template <class Real, bool SUMS>
-__global__ void force_kernel(const Real* x, NeighborList list, Real cutoff2, Real shift, Real* f,
-                             double* sums) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+__global__ void force_kernel(const RankArrays<Real>* ranks, Real cutoff2, Real shift) {
+  const RankArrays<Real> r = ranks[blockIdx.y];
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x;
+  const std::int64_t i = first + threadIdx.x;
   Real e = 0, w = 0;
-  if (i < list.atoms) force_on_atom<Real>(i, x, list, cutoff2, shift, f, e, w);
+  if (i < r.list.atoms) force_on_atom<Real>(i, r.x, r.list, cutoff2, shift, r.f, e, w);
   if constexpr (!SUMS) return;
+  if (first >= r.list.atoms) return;  // the whole block: beyond this rank's atoms
   const double se = block_sum(e);
   __syncthreads();
   const double sw = block_sum(w);
   if (threadIdx.x == 0) {
-    atomicAdd(&sums[0], se);
-    atomicAdd(&sums[1], sw);
+    atomicAdd(&r.sums[0], se);
+    atomicAdd(&r.sums[1], sw);
   }
 }
 
 template <class Real>
-__global__ void kick_kernel(std::int64_t n, Real half_dt, const Real* f, Real* v) {
+__global__ void kick_kernel(const RankArrays<Real>* ranks, Real half_dt) {
+  const RankArrays<Real> r = ranks[blockIdx.y];
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) kick<Real>(i, half_dt, f, v);
+  if (i < r.home) kick<Real>(i, half_dt, r.f, r.v);
 }
 
 template <class Real>
-__global__ void drift_kernel(std::int64_t n, Real dt, const Real* v, Real* x) {
+__global__ void drift_kernel(const RankArrays<Real>* ranks, Real dt) {
+  const RankArrays<Real> r = ranks[blockIdx.y];
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) drift<Real>(i, dt, v, x);
+  if (i < r.home) drift<Real>(i, dt, r.v, r.x);
 }
 
 template <class Real>
@@ -172,8 +191,8 @@ class GpuBackend final : public Backend {
  public:
   explicit GpuBackend(cudaStream_t shared) : m_stream(shared), m_own_stream(shared == nullptr) {
     if (m_own_stream) MD_CUDA(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
-    m_sums.resize(3);
-    MD_CUDA(cudaMallocHost(&m_host_sums, 3 * sizeof(double)));
+    m_scalar.resize(1);
+    MD_CUDA(cudaMallocHost(&m_host_scalar, sizeof(double)));
   }
   ~GpuBackend() override {
     cudaStreamSynchronize(m_stream);
@@ -184,7 +203,7 @@ class GpuBackend final : public Backend {
       cudaEventDestroy(m_event_stop);
     }
     if (m_own_stream) cudaStreamDestroy(m_stream);
-    cudaFreeHost(m_host_sums);
+    cudaFreeHost(m_host_scalar);
   }
   std::string name() const override { return sizeof(Real) == 8 ? "gpu (double)" : "gpu (float)"; }
   BasicKind real() const override {
@@ -197,6 +216,7 @@ class GpuBackend final : public Backend {
             double rlist) override {
     m_home = plan.home_count;
     m_atoms = plan.total_count;
+    ++m_loads;
     upload(m_x, m_x_staging, x);
     upload(m_v, m_v_staging, v);
     const std::vector<std::uint8_t> axes = home_axes_of(plan, x);
@@ -243,58 +263,71 @@ class GpuBackend final : public Backend {
     MD_CUDA(cudaGetLastError());
     MD_CUDA(cub::DeviceScan::ExclusiveSum(m_scratch.get(), scan_bytes, m_counts.get(),
                                           m_offsets.get(), static_cast<int>(n + 1), m_stream));
-    MD_CUDA(cudaMemcpyAsync(m_host_sums + 2, m_offsets.get() + n, sizeof(std::int32_t),
+    MD_CUDA(cudaMemcpyAsync(m_host_scalar, m_offsets.get() + n, sizeof(std::int32_t),
                             cudaMemcpyDeviceToHost, m_stream));
     synchronize();
     std::int32_t entries = 0;
-    std::memcpy(&entries, m_host_sums + 2, sizeof entries);
+    std::memcpy(&entries, m_host_scalar, sizeof entries);
     m_neighbors.resize(static_cast<std::size_t>(entries));
     fill_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_axes.get(), m_atoms, grid,
                                                              m_start.get(), members,
                                                              m_offsets.get(), m_neighbors.get());
     MD_CUDA(cudaGetLastError());
   }
-  void half_kick(double dt) override {
-    kick_kernel<Real>
-        <<<blocks(m_home), 256, 0, m_stream>>>(m_home, Real(0.5 * dt), m_f.get(), m_v.get());
-    MD_CUDA(cudaGetLastError());
-  }
-  void drift(double dt) override {
-    drift_kernel<Real>
-        <<<blocks(m_home), 256, 0, m_stream>>>(m_home, Real(dt), m_v.get(), m_x.get());
-    MD_CUDA(cudaGetLastError());
-  }
+  void half_kick(double dt) override { half_kick_ranks(self(), dt); }
+  void drift(double dt) override { drift_ranks(self(), dt); }
   void forces(double cutoff, double energy_shift, bool want_sums) override {
-    NeighborList list{m_atoms, m_offsets.get(), m_neighbors.get()};
-    m_sums_valid = want_sums;
+    forces_ranks(self(), cutoff, energy_shift, want_sums);
+  }
+  void half_kick_ranks(std::span<Backend* const> ranks, double dt) override {
+    const Table& t = table_for(ranks);
+    kick_kernel<Real><<<grid(t.most_home, t), 256, 0, m_stream>>>(t.device.get(), Real(0.5 * dt));
+    MD_CUDA(cudaGetLastError());
+  }
+  void drift_ranks(std::span<Backend* const> ranks, double dt) override {
+    const Table& t = table_for(ranks);
+    drift_kernel<Real><<<grid(t.most_home, t), 256, 0, m_stream>>>(t.device.get(), Real(dt));
+    MD_CUDA(cudaGetLastError());
+  }
+  // With sums: every rank's in one device array, zeroed before and copied to page-locked
+  // memory after, where each rank's last_sums() reads its pair.
+  void forces_ranks(std::span<Backend* const> ranks, double cutoff, double energy_shift,
+                    bool want_sums) override {
+    Table& t = table_for(ranks);
+    const dim3 g = grid(t.most_atoms, t);
+    const Real cutoff2 = Real(cutoff * cutoff), shift = Real(energy_shift);
+    double* sums_host = t.sums_host.at_least(2 * ranks.size());
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      auto* rank = static_cast<GpuBackend*>(ranks[k]);
+      rank->m_sums_valid = want_sums;
+      rank->m_sums_at = sums_host + 2 * k;
+    }
     if (!want_sums) {
-      force_kernel<Real, false><<<blocks(m_atoms), 256, 0, m_stream>>>(
-          m_x.get(), list, Real(cutoff * cutoff), Real(energy_shift), m_f.get(), nullptr);
+      force_kernel<Real, false><<<g, 256, 0, m_stream>>>(t.device.get(), cutoff2, shift);
       MD_CUDA(cudaGetLastError());
       return;
     }
-    MD_CUDA(cudaMemsetAsync(m_sums.get(), 0, 2 * sizeof(double), m_stream));
-    force_kernel<Real, true><<<blocks(m_atoms), 256, 0, m_stream>>>(
-        m_x.get(), list, Real(cutoff * cutoff), Real(energy_shift), m_f.get(), m_sums.get());
+    const std::size_t bytes = 2 * ranks.size() * sizeof(double);
+    MD_CUDA(cudaMemsetAsync(t.sums.get(), 0, bytes, m_stream));
+    force_kernel<Real, true><<<g, 256, 0, m_stream>>>(t.device.get(), cutoff2, shift);
     MD_CUDA(cudaGetLastError());
-    // The sums are read after the step's last kernel (synchronize or velocity_squared).
-    MD_CUDA(cudaMemcpyAsync(m_host_sums, m_sums.get(), 2 * sizeof(double), cudaMemcpyDeviceToHost,
-                            m_stream));
+    // Read after the step's last kernel (synchronize or velocity_squared).
+    MD_CUDA(cudaMemcpyAsync(sums_host, t.sums.get(), bytes, cudaMemcpyDeviceToHost, m_stream));
   }
   Sums last_sums() override {
     if (!m_sums_valid)
       throw Error("halox-md: internal: energy asked of forces computed without it");
     synchronize();
-    return {m_host_sums[0], m_host_sums[1]};
+    return {m_sums_at[0], m_sums_at[1]};
   }
   double velocity_squared() override {
-    MD_CUDA(cudaMemsetAsync(m_sums.get() + 2, 0, sizeof(double), m_stream));
+    MD_CUDA(cudaMemsetAsync(m_scalar.get(), 0, sizeof(double), m_stream));
     square_kernel<Real>
-        <<<blocks(3 * m_home), 256, 0, m_stream>>>(3 * m_home, m_v.get(), m_sums.get() + 2);
-    MD_CUDA(cudaMemcpyAsync(m_host_sums + 2, m_sums.get() + 2, sizeof(double),
-                            cudaMemcpyDeviceToHost, m_stream));
+        <<<blocks(3 * m_home), 256, 0, m_stream>>>(3 * m_home, m_v.get(), m_scalar.get());
+    MD_CUDA(cudaMemcpyAsync(m_host_scalar, m_scalar.get(), sizeof(double), cudaMemcpyDeviceToHost,
+                            m_stream));
     synchronize();
-    return m_host_sums[2];
+    return *m_host_scalar;
   }
   // Both copies queued, then one wait.
   void fetch(std::vector<double>& x, std::vector<double>& v) override {
@@ -358,7 +391,52 @@ class GpuBackend final : public Backend {
   }
 
  private:
+  // The device table of one set of ranks (this one first), rebuilt when one of them has
+  // loaded new arrays since; uploaded from page-locked memory, which a rebuild overwrites
+  // only after a search's host wait has seen the last upload done.
+  struct Table {
+    std::vector<std::uint64_t> loads;  // each rank's load count when it was built
+    DeviceArray<RankArrays<Real>> device;
+    PinnedArray<RankArrays<Real>> staging;
+    DeviceArray<double> sums;
+    PinnedArray<double> sums_host;
+    std::int64_t most_atoms = 0, most_home = 0;
+  };
+  std::span<Backend* const> self() {
+    m_self = this;
+    return {&m_self, 1};
+  }
+  Table& table_for(std::span<Backend* const> ranks) {
+    m_key.assign(ranks.begin(), ranks.end());
+    Table& t = m_tables[m_key];
+    bool current = t.loads.size() == ranks.size();
+    for (std::size_t k = 0; current && k < ranks.size(); ++k)
+      current = t.loads[k] == static_cast<GpuBackend*>(ranks[k])->m_loads;
+    if (current) return t;
+    const std::size_t n = ranks.size();
+    t.loads.clear();
+    t.sums.resize(2 * n);
+    t.device.resize(n);
+    RankArrays<Real>* host = t.staging.at_least(n);
+    t.most_atoms = t.most_home = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      auto* r = static_cast<GpuBackend*>(ranks[k]);
+      t.loads.push_back(r->m_loads);
+      host[k] = {r->m_x.get(), r->m_v.get(),
+                 r->m_f.get(), NeighborList{r->m_atoms, r->m_offsets.get(), r->m_neighbors.get()},
+                 r->m_home,    t.sums.get() + 2 * k};
+      t.most_atoms = std::max(t.most_atoms, r->m_atoms);
+      t.most_home = std::max(t.most_home, r->m_home);
+    }
+    MD_CUDA(cudaMemcpyAsync(t.device.get(), host, n * sizeof(RankArrays<Real>),
+                            cudaMemcpyHostToDevice, m_stream));
+    return t;
+  }
+  static dim3 grid(std::int64_t items, const Table& t) {
+    return dim3(static_cast<unsigned>(blocks(items)), static_cast<unsigned>(t.loads.size()));
+  }
   // A timed phase whose events the GPU may not have passed yet.
+
   struct Pending {
     cudaEvent_t start, stop;
     double* slot;
@@ -393,10 +471,15 @@ class GpuBackend final : public Backend {
   // m_cell and m_members: the unsorted then the sorted halves of the radix sort.
   DeviceArray<std::int32_t> m_offsets, m_counts, m_neighbors, m_cell, m_members, m_start;
   DeviceArray<std::uint8_t> m_axes;
-  DeviceArray<char> m_scratch;  // cub's temporary storage
-  DeviceArray<double> m_sums;
-  double* m_host_sums = nullptr;
+  DeviceArray<char> m_scratch;      // cub's temporary storage
+  DeviceArray<double> m_scalar;     // velocity_squared's sum
+  double* m_host_scalar = nullptr;  // page-locked: a sum or a count read back
   bool m_sums_valid = false;
+  const double* m_sums_at = nullptr;  // where the last forces() put this rank's sums
+  std::uint64_t m_loads = 0;          // load() calls: the arrays' generation
+  std::map<std::vector<Backend*>, Table> m_tables;
+  std::vector<Backend*> m_key;  // table_for's scratch
+  Backend* m_self = nullptr;
   std::int64_t m_home = 0, m_atoms = 0;
 };
 

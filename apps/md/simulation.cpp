@@ -132,6 +132,7 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
                           m_ranks.front().backend ? m_ranks.front().backend->stream() : nullptr)
                     : make_cpu_backend(config.single_precision);
   }
+  for (Rank& r : m_ranks) m_backends.push_back(r.backend.get());
   if (!m_config.transport_given) {
     m_config.transport = gpu ? TransportKind::staged : TransportKind::host;
   }
@@ -186,7 +187,7 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
   }
 
   neighbor_search(true);
-  for (Rank& r : m_ranks) r.backend->forces(config.cutoff, energy_shift(), true);
+  m_ranks.front().backend->forces_ranks(m_backends, config.cutoff, energy_shift(), true);
   halo(false);
   for (Rank& r : m_ranks) r.backend->synchronize();
 }
@@ -367,11 +368,10 @@ void Simulation::reset_timers() {
 
 void Simulation::step(bool sums) {
   const double dt = m_config.dt;
+  Backend& first = *m_ranks.front().backend;  // its calls cover every rank of this process
   timed(m_timers.integrate, [&] {
-    for (Rank& r : m_ranks) {
-      r.backend->half_kick(dt);
-      r.backend->drift(dt);
-    }
+    first.half_kick_ranks(m_backends, dt);
+    first.drift_ranks(m_backends, dt);
   });
   ++m_step;
   const bool search = m_step % m_config.nstlist == 0;
@@ -380,15 +380,12 @@ void Simulation::step(bool sums) {
   } else {
     timed(m_timers.halo_forward, [&] { halo(true); });
   }
-  timed(m_timers.force, [&] {
-    for (Rank& r : m_ranks) r.backend->forces(m_config.cutoff, energy_shift(), sums);
-  });
+  timed(m_timers.force,
+        [&] { first.forces_ranks(m_backends, m_config.cutoff, energy_shift(), sums); });
   timed(
       m_timers.halo_reverse, [&] { halo(false); },
       search ? &m_timers.halo_reverse_at_search : nullptr);
-  timed(m_timers.integrate, [&] {
-    for (Rank& r : m_ranks) r.backend->half_kick(dt);
-  });
+  timed(m_timers.integrate, [&] { first.half_kick_ranks(m_backends, dt); });
   m_ranks.front().backend->collect_times(false);  // the phases the GPU has passed
 }
 

@@ -153,6 +153,7 @@ class Simulation {
   Box m_box;
   std::int64_t m_atoms = 0;
   std::vector<Rank> m_ranks;
+  std::vector<Backend*> m_backends;  // the ranks', in order: each phase one call for all
   std::unique_ptr<ParticleExchange> m_exchange;  // over Ranks::mpi, or Ranks::local
   std::vector<void*> m_arrays;                   // the ranks' arrays of a call (reused)
   Timers m_timers;
