@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# halox-md's whole step on the one GPU (issue 28): 32,000 LJ atoms (fcc 0.8442, 20 cells),
+# cutoff 2.5, on 1 rank (double and float), 2, 8 and 27 ranks in one process (local-fused)
+# and 2 processes under MPS (ipc-fused); the same cases from a baseline tree (a carried,
+# git-ignored folder, `git archive <sha> | tar -x -C .ab-api`) built in the same call, run
+# alternately. Builds build/gpu's halox-md itself. Prints us per step and the phases; JSON
+# per run in OUTDIR; then the GPU MD tests named by HALOX_MD_TESTS (a ctest -R filter).
+#   scripts/device/diag/md_step.sh OUTDIR [BASELINE_FOLDER]
+# HALOX_MD_STEPS (default 2000), HALOX_MD_LIST ("NSTLIST SKIN", default "10 0.6", halox-md's
+# own: valid throughout, twice the largest displacement between searches below the skin;
+# 10 and 0.3, as GROMACS's nstlist 20 / 0.3 run with its dynamic pruning, is not: halox-md
+# counts such searches and warns).
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+source scripts/device/diag/common.sh
+out=${1:?usage: md_step.sh OUTDIR [BASELINE_FOLDER]}
+tree=${2:-.ab-api}
+mkdir -p "$out"
+steps=${HALOX_MD_STEPS:-2000}
+read -r nstlist skin <<< "${HALOX_MD_LIST:-10 0.6}"
+nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+[ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
+build() {  # build ROOT_SOURCE BUILD_DIR
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
+    -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/configure-$(basename "$2").log" 2>&1 &&
+    cmake --build "$2" -j "$(nproc)" --target halox-md > "$out/build-$(basename "$2").log" 2>&1
+}
+roots=(build/gpu)
+names=(change)
+if [ -d "$tree" ]; then
+  base=/tmp/halox-base
+  rm -rf "$base" && cp -r "$tree" "$base" && cp -r .deps "$base/.deps"
+  build "$base" "$base/build" & base_pid=$!
+fi
+build . build/gpu || { echo "build FAILED"; tail -20 "$out/build-gpu.log"; exit 1; }
+if [ -n "${base_pid:-}" ]; then
+  if wait "$base_pid"; then roots+=("$base/build"); names+=(base); else echo "baseline build FAILED"; fi
+fi
+start_mps
+common=(--device gpu --cells 20 --steps "$steps" --nstlist "$nstlist" --skin "$skin" --thermo 0 --quiet)
+run_case() {  # name root case args...
+  local name=$1 root=$2 case=$3; shift 3
+  local md=$root/apps/md/halox-md json="$out/$case-$name.json"
+  if [ "$case" = np2 ]; then
+    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n 2 --oversubscribe --bind-to none \
+      "$md" "${common[@]}" "$@" --json "$json" > "$out/$case-$name.txt" 2>&1
+  else
+    timeout 120 "$md" "${common[@]}" "$@" --json "$json" > "$out/$case-$name.txt" 2>&1
+  fi || echo "$case $name: FAILED (rc $?): $(tail -3 "$out/$case-$name.txt")"
+}
+for round in 1 2; do
+  for k in "${!roots[@]}"; do
+    r=${roots[$k]} n=${names[$k]}-$round
+    run_case "$n" "$r" r1-double
+    run_case "$n" "$r" r1-float --precision float
+    run_case "$n" "$r" r2-local --transport local-fused --ranks 2x1x1
+    run_case "$n" "$r" r8-local --transport local-fused --ranks 2x2x2
+    run_case "$n" "$r" r27-local --transport local-fused --ranks 3x3x3
+    run_case "$n" "$r" np2 --transport ipc-fused --ranks 2x1x1
+  done
+done
+# The GPU MD tests (MPS on: their two-process runs need it).
+if [ -n "${HALOX_MD_TESTS:-}" ]; then
+  (cd build/gpu && ctest -R "$HALOX_MD_TESTS" --output-on-failure --timeout 150) > "$out/md-tests.log" 2>&1
+  grep -E "tests passed|\(Failed\)|Test +#" "$out/md-tests.log"
+fi
+stop_mps
+python3 - "$out" <<'PY'
+import json, sys, glob, os, collections
+out = sys.argv[1]
+rows = collections.defaultdict(dict)
+for f in sorted(glob.glob(os.path.join(out, "*.json"))):
+    case, name, _round = os.path.basename(f)[:-5].rsplit("-", 2)
+    j = json.load(open(f))
+    steps = j["config"]["steps"]
+    us = 1e6 * j["timing_seconds"]["loop"] / steps
+    if name not in rows[case] or us < rows[case][name][0]:
+        phases = {k: 1e6 * v["avg"] / steps for k, v in j["timing"].items()}
+        rows[case][name] = (us, phases, j["list_violations"], j["transport"])
+print(f"{'case':10s} {'tree':7s} {'us/step':>8s} {'force':>7s} {'fwd':>6s} {'rev':>6s} "
+      f"{'integr':>6s} {'search':>7s} {'other':>6s} {'viol':>4s}  transport")
+for case in ("r1-double", "r1-float", "r2-local", "r8-local", "r27-local", "np2"):
+    for name in ("base", "change"):
+        if name not in rows[case]: continue
+        us, p, v, t = rows[case][name]
+        print(f"{case:10s} {name:7s} {us:8.1f} {p['force']:7.1f} {p['halo_forward']:6.1f} "
+              f"{p['halo_reverse']:6.1f} {p['integrate']:6.1f} {p['search']:7.1f} "
+              f"{p['other']:6.1f} {v:4d}  {t}")
+    if len(rows[case]) == 2:
+        print(f"{'':10s} change/base {rows[case]['change'][0] / rows[case]['base'][0]:.3f}")
+PY
