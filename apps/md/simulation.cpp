@@ -255,6 +255,12 @@ void Simulation::neighbor_search(bool first) {
   // has done them, so that it does not count their time again.
   if (!first) m_ranks.front().backend->synchronize();
   const auto start = Clock::now();
+  auto last = start;
+  auto part = [&](double SearchParts::*slot) {  // the host time since the previous part
+    const auto now = Clock::now();
+    m_timers.search_parts.*slot += std::chrono::duration<double>(now - last).count();
+    last = now;
+  };
   if (!first) {
     for (Rank& r : m_ranks) r.backend->fetch(r.x, r.v);
     // Verlet-list validity: a pair can enter the cutoff unseen only if two atoms together
@@ -274,7 +280,9 @@ void Simulation::neighbor_search(bool first) {
     m_max_displacement = std::max(m_max_displacement, std::sqrt(global));
     if (2 * std::sqrt(global) > m_config.skin) ++m_violations;
   }
+  part(&SearchParts::fetch);
   migrate();
+  part(&SearchParts::migrate);
 
   // The plans (and with them the halo coordinates); the back ends build the neighbour lists.
   const double rlist = m_config.cutoff + m_config.skin;
@@ -284,9 +292,11 @@ void Simulation::neighbor_search(bool first) {
     std::vector<ParticlePlan> plans =
         build_local_particle_plans(m_ranks.front().topology, m_box, rlist, xyz);
     for (std::size_t k = 0; k < m_ranks.size(); ++k) m_ranks[k].plan = plans[k];
+    part(&SearchParts::plans);
     for (std::size_t k = 0; k < m_ranks.size(); ++k) {
       m_ranks[k].backend->load(xyz[k], m_ranks[k].v, m_ranks[k].plan, rlist);
     }
+    part(&SearchParts::lists);
     if (!m_exchange) {
       ExchangeOptions options;
       options.transport = m_config.transport;
@@ -299,7 +309,9 @@ void Simulation::neighbor_search(bool first) {
   } else {
     Rank& r = m_ranks.front();
     r.plan = build_particle_plan(r.topology, m_box, rlist, xyz.front());
+    part(&SearchParts::plans);
     r.backend->load(xyz.front(), r.v, r.plan, rlist);
+    part(&SearchParts::lists);
     if (!m_exchange) {
       ExchangeOptions options;
       options.transport = m_config.transport;
@@ -310,6 +322,7 @@ void Simulation::neighbor_search(bool first) {
       m_exchange->set_plan(r.plan);
     }
   }
+  part(&SearchParts::exchange);
   m_timers.search += seconds_since(start);
 }
 

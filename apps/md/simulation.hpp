@@ -62,12 +62,22 @@ struct Thermo {
   double temperature = 0, potential = 0, total = 0, pressure = 0;  // energies per atom
 };
 
+/// The neighbour search's parts (host clock; the search waits for the GPU where it reads).
+struct SearchParts {
+  double fetch = 0;     ///< coordinates and velocities to the host, the list-validity check
+  double migrate = 0;   ///< atoms to the ranks that own them now
+  double plans = 0;     ///< the halo plans
+  double lists = 0;     ///< the back ends' neighbour lists (uploads included)
+  double exchange = 0;  ///< the exchange's set-up for the new plans
+};
+
 /// Seconds per phase on this rank.
 struct Timers {
   double force = 0, halo_forward = 0, halo_reverse = 0, integrate = 0, search = 0;
   /// The part of halo_reverse spent at neighbour-search steps: there it is the first
   /// exchange with the new plan, and carries the transport's set-up for it.
   double halo_reverse_at_search = 0;
+  SearchParts search_parts;  ///< of `search`
   double total() const { return force + halo_forward + halo_reverse + integrate + search; }
 };
 

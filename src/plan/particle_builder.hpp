@@ -146,7 +146,7 @@ void build_particle_plans(const Box& box, double cutoff, std::vector<BuilderRank
 struct MigrateRank {
   const Topology* topology = nullptr;   // seen from this rank
   std::vector<double>* data = nullptr;  // `stride` doubles per atom, position first
-  std::vector<double> keep, down, up;   // per axis: what stays, goes to -1, goes to +1
+  std::vector<double> down, up;         // per axis: what goes to -1, goes to +1
   std::vector<double> arrived;          // per axis: what transfer delivered
 };
 
@@ -169,32 +169,42 @@ std::string migrate_particles_of(const Box& box, std::vector<MigrateRank>& ranks
         if (v < 0) v += length;
         return v < length ? v : std::nextafter(length, 0.0);  // -1e-17 + L rounds to L
       };
-      r.keep.clear();
       r.down.clear();
       r.up.clear();
       r.arrived.clear();
-      const std::vector<double>& data = *r.data;
+      // In place: the atoms that stay move up over those that left (in their order), and
+      // only a coordinate outside [0, length) needs the wrap (fmod keeps the others as
+      // they are), so a search where few atoms leave costs a pass of comparisons.
+      std::vector<double>& data = *r.data;
       const std::size_t n = data.size() / static_cast<std::size_t>(stride);
+      std::size_t kept = 0;
       for (std::size_t i = 0; i < n; ++i) {
         const double* atom = data.data() + i * stride;
-        std::vector<double>* to = &r.keep;
+        std::vector<double>* to = nullptr;
         if (topology.dims()[axis] > 1) {
           if (atom[axis] < domain.lo[axis])
             to = &r.down;
           else if (atom[axis] >= domain.hi[axis])
             to = &r.up;
         }
+        if (to == nullptr) {
+          double* place = data.data() + kept * stride;
+          if (kept != i) std::copy(atom, atom + stride, place);
+          if (!(place[axis] >= 0 && place[axis] < length)) place[axis] = wrap(place[axis]);
+          ++kept;
+          continue;
+        }
         const std::size_t at = to->size();
         to->insert(to->end(), atom, atom + stride);
         (*to)[at + axis] = wrap((*to)[at + axis]);
-        if (to != &r.keep && topology.neighbor(axis, to == &r.down ? -1 : +1) < 0 &&
-            error.empty()) {
+        if (topology.neighbor(axis, to == &r.down ? -1 : +1) < 0 && error.empty()) {
           std::ostringstream s;
           s << "halox::migrate_particles: rank " << topology.rank() << ": an atom at "
             << "xyz"[axis] << " = " << atom[axis] << " left the non-periodic box";
           error = s.str();
         }
       }
+      data.resize(kept * stride);
     }
     transfer(axis);
     for (MigrateRank& r : ranks) {
@@ -210,8 +220,7 @@ std::string migrate_particles_of(const Box& box, std::vector<MigrateRank>& ranks
           error = s.str();
         }
       }
-      r.keep.insert(r.keep.end(), r.arrived.begin(), r.arrived.end());
-      r.data->swap(r.keep);
+      r.data->insert(r.data->end(), r.arrived.begin(), r.arrived.end());
     }
   }
   return error;
