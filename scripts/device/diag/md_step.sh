@@ -76,16 +76,20 @@ for f in sorted(glob.glob(os.path.join(out, "*.json"))):
     us = 1e6 * j["timing_seconds"]["loop"] / steps
     if name not in rows[case] or us < rows[case][name][0]:
         phases = {k: 1e6 * v["avg"] / steps for k, v in j["timing"].items()}
-        rows[case][name] = (us, phases, j["list_violations"], j["transport"])
+        parts = j.get("search_seconds_per_search", {})
+        rows[case][name] = (us, phases, j["list_violations"], j["transport"], parts)
 print(f"{'case':10s} {'tree':7s} {'us/step':>8s} {'force':>7s} {'fwd':>6s} {'rev':>6s} "
       f"{'integr':>6s} {'search':>7s} {'other':>6s} {'viol':>4s}  transport")
 for case in ("r1-double", "r1-float", "r2-local", "r8-local", "r27-local", "np2"):
     for name in ("base", "change"):
         if name not in rows[case]: continue
-        us, p, v, t = rows[case][name]
+        us, p, v, t, parts = rows[case][name]
         print(f"{case:10s} {name:7s} {us:8.1f} {p['force']:7.1f} {p['halo_forward']:6.1f} "
               f"{p['halo_reverse']:6.1f} {p['integrate']:6.1f} {p['search']:7.1f} "
               f"{p['other']:6.1f} {v:4d}  {t}")
+        if parts:
+            print(f"{'':18s} search, us per search: " +
+                  ", ".join(f"{k} {1e6 * x:.0f}" for k, x in parts.items()))
     if len(rows[case]) == 2:
         print(f"{'':10s} change/base {rows[case]['change'][0] / rows[case]['base'][0]:.3f}")
 PY
