@@ -479,40 +479,32 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       reverse_probe.kind = probe_rev;
       forward_probe.out_link = forward_probe.in_link = 2 * p;
       reverse_probe.out_link = reverse_probe.in_link = 2 * p + 1;
-      if (v.send_rank >= 0) {
-        const PeerBlock dest = block_of(v.send_rank);
-        if (dest.put_pe >= 0 && !m.put_staging) {
-          throw Error("halox: rank " + std::to_string(v.send_rank) +
+      // The channels to one neighbour: to my destination (forward) my items go out and its
+      // returned forces come back; to my source the other way round.
+      auto link = [&](int peer, bool destination) {
+        const PeerBlock b = block_of(peer);
+        if (b.put_pe >= 0 && !m.put_staging) {
+          throw Error("halox: rank " + std::to_string(peer) +
                       " is reached by puts, but the blocks have no send staging");
         }
-        Slots* slots = reinterpret_cast<Slots*>(dest.base);
-        v.fwd_out.pe = v.rev_in.pe = dest.put_pe;
-        if (dest.put_pe >= 0) v.fwd_out.staging = me.base + me.fwd_send_offset[p];
-        v.fwd_out.remote = dest.base + dest.fwd_offset[p];
-        v.fwd_out.remote_signal = &slots->fwd_data[p];
-        v.rev_in.remote_ready = &slots->rev_ready[p];
-        forward_probe.out = &slots->probe_fwd[p];
-        forward_probe.out_pe = dest.put_pe;
-        reverse_probe.in = &mine->probe_rev[p];
-        reverse_probe.peer = v.send_rank;
-      }
-      if (v.recv_rank >= 0) {
-        const PeerBlock source = block_of(v.recv_rank);
-        if (source.put_pe >= 0 && !m.put_staging) {
-          throw Error("halox: rank " + std::to_string(v.recv_rank) +
-                      " is reached by puts, but the blocks have no send staging");
-        }
-        Slots* slots = reinterpret_cast<Slots*>(source.base);
-        v.rev_out.pe = v.fwd_in.pe = source.put_pe;
-        if (source.put_pe >= 0) v.rev_out.staging = me.base + me.rev_send_offset[p];
-        v.rev_out.remote = source.base + source.rev_offset[p];
-        v.rev_out.remote_signal = &slots->rev_data[p];
-        v.fwd_in.remote_ready = &slots->fwd_ready[p];
-        reverse_probe.out = &slots->probe_rev[p];
-        reverse_probe.out_pe = source.put_pe;
-        forward_probe.in = &mine->probe_fwd[p];
-        forward_probe.peer = v.recv_rank;
-      }
+        Slots* slots = reinterpret_cast<Slots*>(b.base);
+        SendChannel& out = destination ? v.fwd_out : v.rev_out;
+        RecvChannel& in = destination ? v.rev_in : v.fwd_in;
+        out.pe = in.pe = b.put_pe;
+        if (b.put_pe >= 0)
+          out.staging = me.base + (destination ? me.fwd_send_offset[p] : me.rev_send_offset[p]);
+        out.remote = b.base + (destination ? b.fwd_offset[p] : b.rev_offset[p]);
+        out.remote_signal = destination ? &slots->fwd_data[p] : &slots->rev_data[p];
+        in.remote_ready = destination ? &slots->rev_ready[p] : &slots->fwd_ready[p];
+        ProbeLink& sent = destination ? forward_probe : reverse_probe;  // what I send it
+        ProbeLink& back = destination ? reverse_probe : forward_probe;  // what it sends me
+        sent.out = destination ? &slots->probe_fwd[p] : &slots->probe_rev[p];
+        sent.out_pe = b.put_pe;
+        back.in = destination ? &mine->probe_rev[p] : &mine->probe_fwd[p];
+        back.peer = peer;
+      };
+      if (v.send_rank >= 0) link(v.send_rank, true);
+      if (v.recv_rank >= 0) link(v.recv_rank, false);
       // A rank stalled on purpose (tests) neither sends nor receives.
       if (rank != m.options.testing.stall_rank) {
         m.probes.push_back(forward_probe);
