@@ -65,6 +65,9 @@ if [ -n "${HALOX_MD_TESTS:-}" ]; then
   grep -E "tests passed|\(Failed\)|Test +#" "$out/md-tests.log"
 fi
 stop_mps
+# Every run's JSON in one file (the device tool brings back only a few files): the phases
+# per rank count, for scripts/plot.
+tar czf "$out/runs.tgz" -C "$out" $(cd "$out" && ls *.json)
 python3 - "$out" <<'PY'
 import json, sys, glob, os, collections
 out = sys.argv[1]
