@@ -219,15 +219,18 @@ std::string Simulation::transport_name() const {
 
 // Atoms that left their rank's domain move to the rank that owns them now.
 void Simulation::migrate() {
-  // Position, velocity and id travel together.
-  std::vector<std::vector<double>> data(m_ranks.size());
+  // Position, velocity and id travel together, in buffers kept between searches (fresh
+  // ones of this size cost page faults every time).
+  std::vector<std::vector<double>>& data = m_migrate_data;
+  data.resize(m_ranks.size());
   for (std::size_t k = 0; k < m_ranks.size(); ++k) {
     const Rank& r = m_ranks[k];
-    data[k].reserve(r.id.size() * 7);
-    for (std::size_t i = 0; i < r.id.size(); ++i) {
-      data[k].insert(data[k].end(), &r.x[3 * i], &r.x[3 * i + 3]);
-      data[k].insert(data[k].end(), &r.v[3 * i], &r.v[3 * i + 3]);
-      data[k].push_back(static_cast<double>(r.id[i]));
+    data[k].resize(r.id.size() * 7);
+    double* d = data[k].data();
+    for (std::size_t i = 0; i < r.id.size(); ++i, d += 7) {
+      std::copy(&r.x[3 * i], &r.x[3 * i + 3], d);
+      std::copy(&r.v[3 * i], &r.v[3 * i + 3], d + 3);
+      d[6] = static_cast<double>(r.id[i]);
     }
   }
   if (m_config.local) {
@@ -286,8 +289,10 @@ void Simulation::neighbor_search(bool first) {
 
   // The plans (and with them the halo coordinates); the back ends build the neighbour lists.
   const double rlist = m_config.cutoff + m_config.skin;
-  std::vector<std::vector<double>> xyz;
-  for (const Rank& r : m_ranks) xyz.push_back(r.x);
+  std::vector<std::vector<double>>& xyz = m_xyz;  // home, then the plans add the halo
+  xyz.resize(m_ranks.size());
+  for (std::size_t k = 0; k < m_ranks.size(); ++k)
+    xyz[k].assign(m_ranks[k].x.begin(), m_ranks[k].x.end());
   if (m_config.local) {
     std::vector<ParticlePlan> plans =
         build_local_particle_plans(m_ranks.front().topology, m_box, rlist, xyz);

@@ -164,8 +164,9 @@ class Simulation {
   std::int64_t m_atoms = 0;
   std::vector<Rank> m_ranks;
   std::vector<Backend*> m_backends;  // the ranks', in order: each phase one call for all
-  std::unique_ptr<ParticleExchange> m_exchange;  // over Ranks::mpi, or Ranks::local
-  std::vector<void*> m_arrays;                   // the ranks' arrays of a call (reused)
+  std::vector<std::vector<double>> m_migrate_data, m_xyz;  // the search's, reused
+  std::unique_ptr<ParticleExchange> m_exchange;            // over Ranks::mpi, or Ranks::local
+  std::vector<void*> m_arrays;                             // the ranks' arrays of a call (reused)
   Timers m_timers;
   std::int64_t m_step = 0;
   std::int64_t m_violations = 0;
