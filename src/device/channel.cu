@@ -16,10 +16,11 @@ void launch_probes_with_puts(const ProbeLink*, int, u64, u64, ErrorSink, bool, c
 
 ProbeRun::~ProbeRun() {
   // Only what was made: a failed call here (cudaStreamDestroy of no stream) would be the
-  // next cudaGetLastError's answer.
-  if (m_stream == nullptr) return;
-  cudaStreamSynchronize(m_stream);
-  cudaStreamDestroy(m_stream);
+  // next cudaGetLastError's answer. cudaFree of nothing is no error.
+  if (m_stream != nullptr) {
+    cudaStreamSynchronize(m_stream);
+    cudaStreamDestroy(m_stream);
+  }
   cudaFree(m_links);
 }
 
@@ -27,6 +28,8 @@ void ProbeRun::launch(std::span<const ProbeLink> links, u64 epoch, double timeou
                       ErrorSink error, bool sys, bool puts) {
   if (links.empty()) return;
   finish();
+  cudaFree(m_links);  // left by a launch that failed before its stream
+  m_links = nullptr;
   HALOX_CUDA_CHECK(cudaMalloc(&m_links, links.size_bytes()));
   copy_to_device_now(m_links, links.data(), links.size_bytes());
   HALOX_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
