@@ -14,6 +14,13 @@
 
 namespace halox::md {
 
+/// One rank's part of a neighbour search's load (Backend::load's arguments).
+struct LoadInput {
+  const std::vector<double>* x;
+  const std::vector<double>* v;
+  const ParticlePlan* plan;
+};
+
 struct Sums {
   double energy = 0;  // potential energy
   double virial = 0;  // sum over pairs of r . F
@@ -55,6 +62,13 @@ class Backend {
   /// sharing its stream, this one first), each in one launch on the GPU: a grid over a table
   /// of the ranks' arrays instead of a launch per rank (launches, not the work, bound a step
   /// of many small ranks). The CPU runs them rank by rank.
+  /// load() for every rank (inputs[k] for ranks[k]): on the GPU every rank's list build is
+  /// queued before the one host wait they need (the lists' lengths), not one wait per rank.
+  virtual void load_ranks(std::span<Backend* const> ranks, std::span<const LoadInput> inputs,
+                          double rlist) {
+    for (std::size_t k = 0; k < ranks.size(); ++k)
+      ranks[k]->load(*inputs[k].x, *inputs[k].v, *inputs[k].plan, rlist);
+  }
   virtual void half_kick_ranks(std::span<Backend* const> ranks, double dt) {
     for (Backend* b : ranks) b->half_kick(dt);
   }

@@ -210,10 +210,26 @@ class GpuBackend final : public Backend {
     return sizeof(Real) == 8 ? BasicKind::float64 : BasicKind::float32;
   }
 
-  // One host wait: the list's length, read back before it is filled. The uploads go from
-  // page-locked buffers that stay until the next search (that wait orders them before it).
   void load(const std::vector<double>& x, const std::vector<double>& v, const ParticlePlan& plan,
             double rlist) override {
+    const LoadInput input{&x, &v, &plan};
+    load_ranks(self(), {&input, 1}, rlist);
+  }
+  // One host wait for all ranks (they share the stream): the lists' lengths, read back
+  // before they are filled. The uploads go from page-locked buffers that stay until the next
+  // search (that wait orders them before it).
+  void load_ranks(std::span<Backend* const> ranks, std::span<const LoadInput> inputs,
+                  double rlist) override {
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      static_cast<GpuBackend*>(ranks[k])->queue_list(*inputs[k].x, *inputs[k].v, *inputs[k].plan,
+                                                     rlist);
+    }
+    synchronize();
+    for (Backend* rank : ranks) static_cast<GpuBackend*>(rank)->fill_list();
+  }
+  // A load up to the list's length, copied to page-locked memory (fill_list reads it).
+  void queue_list(const std::vector<double>& x, const std::vector<double>& v,
+                  const ParticlePlan& plan, double rlist) {
     m_home = plan.home_count;
     m_atoms = plan.total_count;
     ++m_loads;
@@ -229,7 +245,8 @@ class GpuBackend final : public Backend {
     // Cells: atom indices sorted by cell (a radix sort over the cell index's bits only; stable,
     // so by index within a cell, the CPU's order), each cell's start, each row counted,
     // scanned, filled.
-    const CellGrid grid = make_cell_grid(plan, rlist);
+    m_grid = make_cell_grid(plan, rlist);
+    const CellGrid& grid = m_grid;
     const int ncells = grid.cells[0] * grid.cells[1] * grid.cells[2];
     const std::size_t n = static_cast<std::size_t>(m_atoms);
     m_cell.resize(2 * n);
@@ -265,12 +282,15 @@ class GpuBackend final : public Backend {
                                           m_offsets.get(), static_cast<int>(n + 1), m_stream));
     MD_CUDA(cudaMemcpyAsync(m_host_scalar, m_offsets.get() + n, sizeof(std::int32_t),
                             cudaMemcpyDeviceToHost, m_stream));
-    synchronize();
+  }
+  // The rest of a load, once the stream has passed queue_list's copy of the length.
+  void fill_list() {
     std::int32_t entries = 0;
     std::memcpy(&entries, m_host_scalar, sizeof entries);
     m_neighbors.resize(static_cast<std::size_t>(entries));
-    fill_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_axes.get(), m_atoms, grid,
-                                                             m_start.get(), members,
+    const std::int32_t* members = m_members.get() + m_atoms;  // the sorted half
+    fill_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_axes.get(), m_atoms,
+                                                             m_grid, m_start.get(), members,
                                                              m_offsets.get(), m_neighbors.get());
     MD_CUDA(cudaGetLastError());
   }
@@ -480,6 +500,7 @@ class GpuBackend final : public Backend {
   std::map<std::vector<Backend*>, Table> m_tables;
   std::vector<Backend*> m_key;  // table_for's scratch
   Backend* m_self = nullptr;
+  CellGrid m_grid{};  // of the last load
   std::int64_t m_home = 0, m_atoms = 0;
 };
 

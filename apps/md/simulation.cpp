@@ -298,9 +298,10 @@ void Simulation::neighbor_search(bool first) {
         build_local_particle_plans(m_ranks.front().topology, m_box, rlist, xyz);
     for (std::size_t k = 0; k < m_ranks.size(); ++k) m_ranks[k].plan = plans[k];
     part(&SearchParts::plans);
-    for (std::size_t k = 0; k < m_ranks.size(); ++k) {
-      m_ranks[k].backend->load(xyz[k], m_ranks[k].v, m_ranks[k].plan, rlist);
-    }
+    std::vector<LoadInput> inputs;
+    for (std::size_t k = 0; k < m_ranks.size(); ++k)
+      inputs.push_back({&xyz[k], &m_ranks[k].v, &m_ranks[k].plan});
+    m_ranks.front().backend->load_ranks(m_backends, inputs, rlist);
     part(&SearchParts::lists);
     if (!m_exchange) {
       ExchangeOptions options;
