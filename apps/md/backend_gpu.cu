@@ -23,25 +23,38 @@ namespace {
 
 #define MD_CUDA(call) HALOX_APP_CUDA("halox-md: ", call)
 
-template <class T>
-class DeviceArray {
+// A buffer that only grows (its contents are dropped when it does): device memory, or
+// page-locked host memory the GPU copies from and to directly (PINNED), kept between searches.
+template <class T, bool PINNED = false>
+class CudaBuffer {
  public:
-  ~DeviceArray() { cudaFree(m_ptr); }
+  ~CudaBuffer() { PINNED ? cudaFreeHost(m_ptr) : cudaFree(m_ptr); }
   T* get() const { return m_ptr; }
   void resize(std::size_t n) {
-    if (n > m_capacity) {
-      MD_CUDA(cudaFree(m_ptr));
-      m_ptr = nullptr;
-      m_capacity = 0;
-      MD_CUDA(cudaMalloc(&m_ptr, std::max<std::size_t>(n, 1) * sizeof(T)));
-      m_capacity = n;
-    }
+    if (n <= m_capacity) return;
+    MD_CUDA(PINNED ? cudaFreeHost(m_ptr) : cudaFree(m_ptr));
+    m_ptr = nullptr;
+    m_capacity = 0;
+    const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(T);
+    void* p = nullptr;
+    MD_CUDA(PINNED ? cudaMallocHost(&p, bytes) : cudaMalloc(&p, bytes));
+    m_ptr = static_cast<T*>(p);
+    m_capacity = n;
+  }
+  /// Room for n elements; the address.
+  T* at_least(std::size_t n) {
+    resize(n);
+    return m_ptr;
   }
 
  private:
   T* m_ptr = nullptr;
   std::size_t m_capacity = 0;
 };
+template <class T>
+using DeviceArray = CudaBuffer<T>;
+template <class T>
+using PinnedArray = CudaBuffer<T, true>;
 
 __device__ __forceinline__ double block_sum(double value) {
   __shared__ double partial[32];
@@ -164,27 +177,6 @@ __global__ void fill_kernel(const Real* x, const std::uint8_t* axes, std::int64_
 int blocks(std::int64_t n) {
   return static_cast<int>((std::max<std::int64_t>(n, 1) + 255) / 256);
 }
-
-// Host memory the GPU copies from or to directly (page-locked), kept between searches.
-template <class T>
-class PinnedArray {
- public:
-  ~PinnedArray() { cudaFreeHost(m_ptr); }
-  T* at_least(std::size_t n) {
-    if (n > m_capacity) {
-      MD_CUDA(cudaFreeHost(m_ptr));
-      m_ptr = nullptr;
-      m_capacity = 0;
-      MD_CUDA(cudaMallocHost(&m_ptr, std::max<std::size_t>(n, 1) * sizeof(T)));
-      m_capacity = n;
-    }
-    return m_ptr;
-  }
-
- private:
-  T* m_ptr = nullptr;
-  std::size_t m_capacity = 0;
-};
 
 template <class Real>
 class GpuBackend final : public Backend {
