@@ -230,7 +230,7 @@ class GridFusedTransport final : public Transport {
     auto offsets_of = [&](int r) { return r == m_rank ? offsets : m_peers.offsets(r); };
     GridSlots* mine = reinterpret_cast<GridSlots*>(m_block);
     m_host_views.assign(ops.size(), GridOpView{});
-    m_probes.clear();
+    std::vector<ProbeLink> probes;  // the self-test's, one per op
     for (std::size_t i = 0; i < ops.size(); ++i) {
       GridOpView& v = m_host_views[i];
       v.send_rank = ops[i].send_rank;
@@ -261,7 +261,7 @@ class GridFusedTransport final : public Transport {
         v.in.signal = &mine->data[i];
       }
       // The self-test's probe over op i's link: mine to its receiver, its sender's to me.
-      ProbeLink& link = m_probes.emplace_back();
+      ProbeLink& link = probes.emplace_back();
       link.rank = m_rank;
       link.pulse = static_cast<int>(i);
       link.kind = wait_probe;
@@ -305,15 +305,15 @@ class GridFusedTransport final : public Transport {
     // Diagnostics: HALOX_GRID_BLOCKS=N forces N blocks per op (still at most what fits).
     m_blocks = detail::env_grid_blocks(fit, m_blocks);
     m_ready = true;
-    if (m_self_test) self_test(ops);
+    if (m_self_test) self_test(ops, probes);
   }
 
   // A small message over every link of the plan before any real exchange; every rank learns
   // whether any rank found a broken link.
-  void self_test(const std::vector<Op>& ops) {
+  void self_test(const std::vector<Op>& ops, const std::vector<ProbeLink>& links) {
     HALOX_MPI_CHECK(MPI_Barrier(m_comm));
     ProbeRun probes;
-    probes.launch(m_probes, 1, m_timeout_seconds, m_errors.sink(), true, m_puts);
+    probes.launch(links, 1, m_timeout_seconds, m_errors.sink(), true, m_puts);
     probes.finish();
     std::string error;
     try {
@@ -396,8 +396,7 @@ class GridFusedTransport final : public Transport {
   const std::vector<Op>* m_ops = nullptr;     // the exchange's ops (it owns them and this)
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
   std::vector<GridOpView> m_host_views;
-  std::vector<ProbeLink> m_probes;                             // the self-test's, one per op
-  std::map<std::vector<std::uintptr_t>, GridOpView*> m_views;  // per field addresses % 16
+  std::map<std::vector<std::uintptr_t>, GridOpView*> m_views;          // per field addresses % 16
   std::map<std::pair<int, std::vector<std::uintptr_t>>, int> m_words;  // per stage and those
   std::vector<std::uintptr_t> m_key;                                   // views_for's scratch
   char* m_block = nullptr;
