@@ -14,9 +14,7 @@ tree=${2:-.ab-api}
 mkdir -p "$out"
 [ -d "$tree" ] || { echo "api_ab.sh: no $tree folder with the baseline tree"; exit 1; }
 base=/tmp/halox-base
-rm -rf "$base" && cp -r "$tree" "$base" && cp -r .deps "$base/.deps"
-nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null || true)
-[ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
+copy_baseline "$tree" "$base"
 cmake -S "$base" -B "$base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
   -DHALOX_WARNINGS_AS_ERRORS=OFF -DHALOX_BUILD_TESTS=OFF > "$out/base-configure.log" 2>&1 &&
   cmake --build "$base/build" -j "$(nproc)" --target halox-bench halox-lbm \

@@ -3,6 +3,11 @@
 # two processes on the one GPU need) and the programs' paths.
 export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/halox-mps CUDA_MPS_LOG_DIRECTORY=/tmp/halox-mps-log
+# NVSHMEM from the image's Python package: its lib/ holds the bootstrap plugins loaded by name.
+nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+[ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
+# A baseline tree (a carried, git-ignored folder) copied to DEST with the carried .deps.
+copy_baseline() { rm -rf "$2" && cp -r "$1" "$2" && cp -r .deps "$2/.deps"; }
 bench=build/gpu/bench/halox-bench
 lbm=build/gpu/apps/lbm/halox-lbm
 start_mps() {

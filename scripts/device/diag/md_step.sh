@@ -18,8 +18,6 @@ tree=${2:-.ab-api}
 mkdir -p "$out"
 steps=${HALOX_MD_STEPS:-2000}
 read -r nstlist skin <<< "${HALOX_MD_LIST:-10 0.6}"
-nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null || true)
-[ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
 build() {  # build ROOT_SOURCE BUILD_DIR
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
     -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/configure-$(basename "$2").log" 2>&1 &&
@@ -29,7 +27,7 @@ roots=(build/gpu)
 names=(change)
 if [ -d "$tree" ]; then
   base=/tmp/halox-base
-  rm -rf "$base" && cp -r "$tree" "$base" && cp -r .deps "$base/.deps"
+  copy_baseline "$tree" "$base"
   build "$base" "$base/build" & base_pid=$!
 fi
 build . build/gpu || { echo "build FAILED"; tail -20 "$out/build-gpu.log"; exit 1; }

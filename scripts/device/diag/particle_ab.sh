@@ -18,8 +18,6 @@ base=/tmp/halox-base-$(basename "$files")
 rm -rf "$base" && mkdir -p "$base"
 tar --exclude=./build --exclude=./.git --exclude='./.ab*' -cf - . | tar -xf - -C "$base"
 cp -r "$files/." "$base/"
-nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null || true)
-[ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
 cmake -S "$base" -B "$base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
   -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/base-configure.log" 2>&1 &&
   cmake --build "$base/build" -j "$(nproc)" --target halox-bench \
