@@ -153,25 +153,37 @@ __global__ void cell_start_kernel(const std::int32_t* sorted_cell, std::int64_t 
   start[c] = static_cast<std::int32_t>(lo);
 }
 
-template <class Real>
-__global__ void count_kernel(const Real* x, const std::uint8_t* axes, std::int64_t n, CellGrid grid,
-                             const std::int32_t* start, const std::int32_t* members,
-                             std::int32_t* counts) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  std::int32_t c = 0;
-  for_each_listed(i, x, axes, grid, start, members, [&](std::int32_t) { ++c; });
-  counts[i] = c;
-}
-
-template <class Real>
-__global__ void fill_kernel(const Real* x, const std::uint8_t* axes, std::int64_t n, CellGrid grid,
+// One warp per atom (FILL false: counts its row; true: writes it at offsets[i]). A thread
+// per atom walked its ~800 candidates one by one, bound by the latency of two dependent
+// loads each with few warps per SM; here 32 lanes test 32 members of a cell at once and a
+// ballot keeps the hits in member order, so the row is the CPU's (for_each_listed).
+template <class Real, bool FILL>
+__global__ void list_kernel(const Real* x, const std::uint8_t* axes, std::int64_t n, CellGrid grid,
                             const std::int32_t* start, const std::int32_t* members,
-                            const std::int32_t* offsets, std::int32_t* neighbors) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  std::int32_t at = offsets[i];
-  for_each_listed(i, x, axes, grid, start, members, [&](std::int32_t j) { neighbors[at++] = j; });
+                            std::int32_t* counts, const std::int32_t* offsets,
+                            std::int32_t* neighbors) {
+  const std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  if (i >= n) return;  // the whole warp
+  const Real p[3] = {x[3 * i], x[3 * i + 1], x[3 * i + 2]};
+  const std::uint8_t p_axes = axes[i];
+  std::int32_t at = FILL ? offsets[i] : 0;
+  for_each_cell_around(p, grid, [&](int id) {
+    const std::int32_t end = start[id + 1];
+    for (std::int32_t base = start[id]; base < end; base += 32) {
+      const std::int32_t k = base + lane;
+      std::int32_t j = -1;
+      bool hit = false;
+      if (k < end) {
+        j = members[k];
+        hit = j != i && grid.listed(p, x + 3 * static_cast<std::int64_t>(j), p_axes, axes[j]);
+      }
+      const unsigned mask = __ballot_sync(0xffffffffu, hit);
+      if (FILL && hit) neighbors[at + __popc(mask & ((1u << lane) - 1u))] = j;
+      at += __popc(mask);
+    }
+  });
+  if (!FILL && lane == 0) counts[i] = at;
 }
 
 int blocks(std::int64_t n) {
@@ -267,8 +279,9 @@ class GpuBackend final : public Backend {
                                                                 m_start.get());
     MD_CUDA(cudaGetLastError());
     MD_CUDA(cudaMemsetAsync(m_counts.get() + n, 0, sizeof(std::int32_t), m_stream));
-    count_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(
-        m_x.get(), m_axes.get(), m_atoms, grid, m_start.get(), members, m_counts.get());
+    list_kernel<Real, false><<<blocks(32 * m_atoms), 256, 0, m_stream>>>(
+        m_x.get(), m_axes.get(), m_atoms, grid, m_start.get(), members, m_counts.get(), nullptr,
+        nullptr);
     MD_CUDA(cudaGetLastError());
     MD_CUDA(cub::DeviceScan::ExclusiveSum(m_scratch.get(), scan_bytes, m_counts.get(),
                                           m_offsets.get(), static_cast<int>(n + 1), m_stream));
@@ -281,9 +294,9 @@ class GpuBackend final : public Backend {
     std::memcpy(&entries, m_host_scalar, sizeof entries);
     m_neighbors.resize(static_cast<std::size_t>(entries));
     const std::int32_t* members = m_members.get() + m_atoms;  // the sorted half
-    fill_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_axes.get(), m_atoms,
-                                                             m_grid, m_start.get(), members,
-                                                             m_offsets.get(), m_neighbors.get());
+    list_kernel<Real, true><<<blocks(32 * m_atoms), 256, 0, m_stream>>>(
+        m_x.get(), m_axes.get(), m_atoms, m_grid, m_start.get(), members, nullptr, m_offsets.get(),
+        m_neighbors.get());
     MD_CUDA(cudaGetLastError());
   }
   void half_kick(double dt) override { half_kick_ranks(self(), dt); }

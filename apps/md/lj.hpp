@@ -50,13 +50,10 @@ struct CellGrid {
   }
 };
 
-/// Visits the neighbours of atom i (cells sorted so cell c's atoms are
-/// members[start[c] .. start[c + 1])) in a fixed order: the same list on CPU and GPU.
+/// Visits the cells around point p (its own and the existing neighbours) in the order the
+/// lists keep, z then y then x ascending: visit(cell id).
 template <class Real, class Visit>
-HALOX_MD_HD void for_each_listed(std::int64_t i, const Real* x, const std::uint8_t* home_axes,
-                                 const CellGrid& grid, const std::int32_t* start,
-                                 const std::int32_t* members, Visit&& visit) {
-  const Real* p = x + 3 * i;
+HALOX_MD_HD void for_each_cell_around(const Real* p, const CellGrid& grid, Visit&& visit) {
   const int c[3] = {grid.cell_along(p, 0), grid.cell_along(p, 1), grid.cell_along(p, 2)};
   for (int dz = -1; dz <= 1; ++dz) {
     for (int dy = -1; dy <= 1; ++dy) {
@@ -66,17 +63,28 @@ HALOX_MD_HD void for_each_listed(std::int64_t i, const Real* x, const std::uint8
             n[2] >= grid.cells[2]) {
           continue;
         }
-        const int id = n[0] + grid.cells[0] * (n[1] + grid.cells[1] * n[2]);
-        for (std::int32_t k = start[id]; k < start[id + 1]; ++k) {
-          const std::int32_t j = members[k];
-          if (j != i &&
-              grid.listed(p, x + 3 * static_cast<std::int64_t>(j), home_axes[i], home_axes[j])) {
-            visit(j);
-          }
-        }
+        visit(n[0] + grid.cells[0] * (n[1] + grid.cells[1] * n[2]));
       }
     }
   }
+}
+
+/// Visits the neighbours of atom i (cells sorted so cell c's atoms are
+/// members[start[c] .. start[c + 1])) in a fixed order: the same list on CPU and GPU.
+template <class Real, class Visit>
+HALOX_MD_HD void for_each_listed(std::int64_t i, const Real* x, const std::uint8_t* home_axes,
+                                 const CellGrid& grid, const std::int32_t* start,
+                                 const std::int32_t* members, Visit&& visit) {
+  const Real* p = x + 3 * i;
+  for_each_cell_around(p, grid, [&](int id) {
+    for (std::int32_t k = start[id]; k < start[id + 1]; ++k) {
+      const std::int32_t j = members[k];
+      if (j != i &&
+          grid.listed(p, x + 3 * static_cast<std::int64_t>(j), home_axes[i], home_axes[j])) {
+        visit(j);
+      }
+    }
+  });
 }
 
 /// Force on atom i from its row, and half the energy and virial of its pairs (each pair is
