@@ -2,6 +2,7 @@
 // search on the host; a back end owns the per-step arrays and runs the per-atom physics.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -17,7 +18,6 @@ namespace halox::md {
 /// One rank's part of a neighbour search's load (Backend::load's arguments).
 struct LoadInput {
   const std::vector<double>* x;
-  const std::vector<double>* v;
   const ParticlePlan* plan;
 };
 
@@ -32,10 +32,10 @@ class Backend {
   virtual std::string name() const = 0;
   virtual BasicKind real() const = 0;
   /// After a neighbour search: all local coordinates (home then halo, as the plan built
-  /// them) and home velocities; the back end builds its neighbour list (pairs within
-  /// `rlist` that this rank owns, see plan.hpp) where its arrays live.
-  virtual void load(const std::vector<double>& x, const std::vector<double>& v,
-                    const ParticlePlan& plan, double rlist) = 0;
+  /// them); the back end builds its neighbour list (pairs within `rlist` that this rank
+  /// owns, see plan.hpp) where its arrays live. The velocities are those of the home set
+  /// as keep_velocities left it.
+  virtual void load(const std::vector<double>& x, const ParticlePlan& plan, double rlist) = 0;
   virtual void half_kick(double dt) = 0;
   virtual void drift(double dt) = 0;
   /// Forces on every local atom from the list (queued on the GPU); `energy_shift` is added
@@ -47,8 +47,15 @@ class Backend {
   virtual Sums last_sums() = 0;
   /// Sum of v^2 over home atoms.
   virtual double velocity_squared() = 0;
-  /// Home coordinates and velocities back on the host (neighbour search, output).
-  virtual void fetch(std::vector<double>& x, std::vector<double>& v) = 0;
+  /// Home coordinates back on the host (neighbour search). The velocities stay with the
+  /// back end: a search needs only those of the atoms that leave (velocities_of).
+  virtual void fetch(std::vector<double>& x) = 0;
+  /// Appends the velocities of home atoms `which` (3 each) to v; after fetch.
+  virtual void velocities_of(std::span<const std::int32_t> which, std::vector<double>& v) = 0;
+  /// A new home set: the atoms `kept` (indices, ascending) in order, then atoms whose
+  /// velocities are `arrived` (3 each). The next load() puts it in place.
+  virtual void keep_velocities(std::span<const std::int32_t> kept,
+                               std::span<const double> arrived) = 0;
   virtual void fetch_forces(std::vector<double>& f) = 0;
   /// Every local atom's coordinates and forces where the back end keeps them (host or
   /// device memory, 3 reals per atom): what the halo exchange moves in place.
@@ -67,7 +74,12 @@ class Backend {
   virtual void load_ranks(std::span<Backend* const> ranks, std::span<const LoadInput> inputs,
                           double rlist) {
     for (std::size_t k = 0; k < ranks.size(); ++k)
-      ranks[k]->load(*inputs[k].x, *inputs[k].v, *inputs[k].plan, rlist);
+      ranks[k]->load(*inputs[k].x, *inputs[k].plan, rlist);
+  }
+  /// fetch() for every rank (into *xs[k]): on the GPU one host wait for all.
+  virtual void fetch_ranks(std::span<Backend* const> ranks,
+                           std::span<std::vector<double>* const> xs) {
+    for (std::size_t k = 0; k < ranks.size(); ++k) ranks[k]->fetch(*xs[k]);
   }
   virtual void half_kick_ranks(std::span<Backend* const> ranks, double dt) {
     for (Backend* b : ranks) b->half_kick(dt);
@@ -99,6 +111,20 @@ class Backend {
   /// Adds the seconds of the timed phases the GPU has passed (`wait`: of all of them).
   virtual void collect_times(bool wait) { (void)wait; }
 };
+
+/// Rows of 3 values after a migration (Backend::keep_velocities): row kept[k] moves to row k
+/// (kept ascending, so in place), then the `arrived` rows follow. `rows` holds at least
+/// max(its rows before, kept.size() + arrived.size() / 3) rows.
+template <class T>
+void keep_rows(T* rows, std::span<const std::int32_t> kept, std::span<const double> arrived) {
+  std::size_t at = 0;
+  for (const std::int32_t i : kept) {
+    const std::size_t from = static_cast<std::size_t>(i);
+    if (from != at) std::copy(rows + 3 * from, rows + 3 * from + 3, rows + 3 * at);
+    ++at;
+  }
+  std::copy(arrived.begin(), arrived.end(), rows + 3 * at);
+}
 
 /// The cell grid of a neighbour search for `plan` with list radius `rlist`.
 struct CellGrid;

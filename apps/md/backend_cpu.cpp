@@ -18,10 +18,11 @@ class CpuBackend final : public Backend {
     return sizeof(Real) == 8 ? BasicKind::float64 : BasicKind::float32;
   }
 
-  void load(const std::vector<double>& x, const std::vector<double>& v, const ParticlePlan& plan,
-            double rlist) override {
+  void load(const std::vector<double>& x, const ParticlePlan& plan, double rlist) override {
+    if (static_cast<std::int64_t>(m_v.size()) != 3 * plan.home_count) {
+      throw Error("halox-md: internal: the velocities are not those of the plan's home atoms");
+    }
     m_x.assign(x.begin(), x.end());
-    m_v.assign(v.begin(), v.end());
     m_home = plan.home_count;
     m_f.assign(x.size(), Real(0));
     const std::vector<std::uint8_t> axes = home_axes_of(plan, x);
@@ -80,9 +81,16 @@ class CpuBackend final : public Backend {
     for (std::int64_t k = 0; k < 3 * m_home; ++k) s += double(m_v[k]) * double(m_v[k]);
     return s;
   }
-  void fetch(std::vector<double>& x, std::vector<double>& v) override {
-    x.assign(m_x.begin(), m_x.begin() + 3 * m_home);
-    v.assign(m_v.begin(), m_v.end());
+  void fetch(std::vector<double>& x) override { x.assign(m_x.begin(), m_x.begin() + 3 * m_home); }
+  void velocities_of(std::span<const std::int32_t> which, std::vector<double>& v) override {
+    for (const std::int32_t i : which) v.insert(v.end(), &m_v[3 * i], &m_v[3 * i + 3]);
+  }
+  void keep_velocities(std::span<const std::int32_t> kept,
+                       std::span<const double> arrived) override {
+    const std::size_t rows = kept.size() + arrived.size() / 3;
+    m_v.resize(std::max(m_v.size(), 3 * rows));
+    keep_rows(m_v.data(), kept, arrived);
+    m_v.resize(3 * rows);
   }
   void fetch_forces(std::vector<double>& f) override {
     f.assign(m_f.begin(), m_f.begin() + 3 * m_home);

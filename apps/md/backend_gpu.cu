@@ -46,6 +46,17 @@ class CudaBuffer {
     resize(n);
     return m_ptr;
   }
+  /// Room for n elements keeping the first `used` (host memory only).
+  T* keeping(std::size_t n, std::size_t used) {
+    static_assert(PINNED);
+    if (n <= m_capacity) return m_ptr;
+    CudaBuffer grown;
+    grown.resize(n);
+    std::copy(m_ptr, m_ptr + used, grown.m_ptr);
+    std::swap(m_ptr, grown.m_ptr);
+    std::swap(m_capacity, grown.m_capacity);
+    return m_ptr;
+  }
 
  private:
   T* m_ptr = nullptr;
@@ -214,9 +225,8 @@ class GpuBackend final : public Backend {
     return sizeof(Real) == 8 ? BasicKind::float64 : BasicKind::float32;
   }
 
-  void load(const std::vector<double>& x, const std::vector<double>& v, const ParticlePlan& plan,
-            double rlist) override {
-    const LoadInput input{&x, &v, &plan};
+  void load(const std::vector<double>& x, const ParticlePlan& plan, double rlist) override {
+    const LoadInput input{&x, &plan};
     load_ranks(self(), {&input, 1}, rlist);
   }
   // One host wait for all ranks (they share the stream): the lists' lengths, read back
@@ -225,20 +235,27 @@ class GpuBackend final : public Backend {
   void load_ranks(std::span<Backend* const> ranks, std::span<const LoadInput> inputs,
                   double rlist) override {
     for (std::size_t k = 0; k < ranks.size(); ++k) {
-      static_cast<GpuBackend*>(ranks[k])->queue_list(*inputs[k].x, *inputs[k].v, *inputs[k].plan,
-                                                     rlist);
+      static_cast<GpuBackend*>(ranks[k])->queue_list(*inputs[k].x, *inputs[k].plan, rlist);
     }
     synchronize();
     for (Backend* rank : ranks) static_cast<GpuBackend*>(rank)->fill_list();
   }
   // A load up to the list's length, copied to page-locked memory (fill_list reads it).
-  void queue_list(const std::vector<double>& x, const std::vector<double>& v,
-                  const ParticlePlan& plan, double rlist) {
+  void queue_list(const std::vector<double>& x, const ParticlePlan& plan, double rlist) {
+    if (m_v_rows != plan.home_count) {
+      throw Error("halox-md: internal: the velocities are not those of the plan's home atoms");
+    }
     m_home = plan.home_count;
     m_atoms = plan.total_count;
     ++m_loads;
     upload(m_x, m_x_staging, x);
-    upload(m_v, m_v_staging, v);
+    if (m_v_changed) {  // a migration changed the home set (keep_velocities)
+      const std::size_t n = static_cast<std::size_t>(3 * m_home);
+      m_v.resize(n);
+      MD_CUDA(cudaMemcpyAsync(m_v.get(), m_v_staging.get(), n * sizeof(Real),
+                              cudaMemcpyHostToDevice, m_stream));
+      m_v_changed = false;
+    }
     const std::vector<std::uint8_t> axes = home_axes_of(plan, x);
     m_axes.resize(axes.size());
     std::copy(axes.begin(), axes.end(), m_axes_staging.at_least(axes.size()));
@@ -354,16 +371,33 @@ class GpuBackend final : public Backend {
     synchronize();
     return *m_host_scalar;
   }
-  // Both copies queued, then one wait.
-  void fetch(std::vector<double>& x, std::vector<double>& v) override {
-    const std::size_t n = static_cast<std::size_t>(3 * m_home);
-    Real* hx = m_x_staging.at_least(n);
-    Real* hv = m_v_staging.at_least(n);
-    MD_CUDA(cudaMemcpyAsync(hx, m_x.get(), n * sizeof(Real), cudaMemcpyDeviceToHost, m_stream));
-    MD_CUDA(cudaMemcpyAsync(hv, m_v.get(), n * sizeof(Real), cudaMemcpyDeviceToHost, m_stream));
+  void fetch(std::vector<double>& x) override {
+    std::vector<double>* xs[] = {&x};
+    fetch_ranks(self(), xs);
+  }
+  // Every rank's coordinates and velocities copied to page-locked memory, then one wait;
+  // the velocities stay there for velocities_of and keep_velocities.
+  void fetch_ranks(std::span<Backend* const> ranks,
+                   std::span<std::vector<double>* const> xs) override {
+    for (Backend* rank : ranks) static_cast<GpuBackend*>(rank)->queue_fetch();
     synchronize();
-    x.assign(hx, hx + n);
-    v.assign(hv, hv + n);
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      const auto* r = static_cast<const GpuBackend*>(ranks[k]);
+      const Real* hx = r->m_x_staging.get();
+      xs[k]->assign(hx, hx + 3 * r->m_home);
+    }
+  }
+  void velocities_of(std::span<const std::int32_t> which, std::vector<double>& v) override {
+    const Real* hv = m_v_staging.get();
+    for (const std::int32_t i : which) v.insert(v.end(), hv + 3 * i, hv + 3 * i + 3);
+  }
+  void keep_velocities(std::span<const std::int32_t> kept,
+                       std::span<const double> arrived) override {
+    const std::int64_t rows = static_cast<std::int64_t>(kept.size() + arrived.size() / 3);
+    Real* hv = m_v_staging.keeping(3 * std::max(rows, m_v_rows), 3 * m_v_rows);
+    keep_rows(hv, kept, arrived);
+    m_v_rows = rows;
+    m_v_changed = true;
   }
   void fetch_forces(std::vector<double>& f) override {
     const std::size_t n = static_cast<std::size_t>(3 * m_home);
@@ -477,6 +511,13 @@ class GpuBackend final : public Backend {
     m_free_events.pop_back();
     return e;
   }
+  void queue_fetch() {
+    const std::size_t n = static_cast<std::size_t>(3 * m_home);
+    Real* hx = m_x_staging.at_least(n);
+    Real* hv = m_v_staging.at_least(n);
+    MD_CUDA(cudaMemcpyAsync(hx, m_x.get(), n * sizeof(Real), cudaMemcpyDeviceToHost, m_stream));
+    MD_CUDA(cudaMemcpyAsync(hv, m_v.get(), n * sizeof(Real), cudaMemcpyDeviceToHost, m_stream));
+  }
   void upload(DeviceArray<Real>& to, PinnedArray<Real>& staging, const std::vector<double>& from) {
     Real* host = staging.at_least(from.size());
     std::copy(from.begin(), from.end(), host);
@@ -507,6 +548,10 @@ class GpuBackend final : public Backend {
   Backend* m_self = nullptr;
   CellGrid m_grid{};  // of the last load
   std::int64_t m_home = 0, m_atoms = 0;
+  // The home set's velocities on the host (m_v_staging): rows, and whether they differ
+  // from m_v (a migration changed the set; the next load uploads them).
+  std::int64_t m_v_rows = 0;
+  bool m_v_changed = false;
 };
 
 }  // namespace

@@ -120,10 +120,10 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
   if (config.local) {
     const Topology grid(config.ranks, {true, true, true}, 0);
     for (int r = 0; r < grid.size(); ++r) {
-      m_ranks.push_back(Rank{Topology(grid.dims(), grid.periodic(), r), {}, {}, {}, {}, {}, {}});
+      m_ranks.push_back(Rank{Topology(grid.dims(), grid.periodic(), r), {}, {}, {}, {}, {}});
     }
   } else {
-    m_ranks.push_back(Rank{Topology::from_mpi(comm, config.ranks), {}, {}, {}, {}, {}, {}});
+    m_ranks.push_back(Rank{Topology::from_mpi(comm, config.ranks), {}, {}, {}, {}, {}});
   }
   // Several ranks on the GPU share the first one's stream, which the local exchange follows.
   for (Rank& r : m_ranks) {
@@ -141,6 +141,7 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
   std::vector<Domain> domains;
   for (const Rank& r : m_ranks) domains.push_back(domain_of(r.topology, m_box, r.topology.rank()));
   const double basis[4][3] = {{0, 0, 0}, {0.5, 0.5, 0}, {0.5, 0, 0.5}, {0, 0.5, 0.5}};
+  std::vector<std::vector<double>> velocities(m_ranks.size());
   std::int64_t id = 0;
   for (int k = 0; k < config.cells; ++k)
     for (int j = 0; j < config.cells; ++j)
@@ -157,7 +158,7 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
             for (int d = 0; d < 3; ++d) in &= p[d] >= domains[r].lo[d] && p[d] < domains[r].hi[d];
             if (!in) continue;
             m_ranks[r].x.insert(m_ranks[r].x.end(), p, p + 3);
-            for (int d = 0; d < 3; ++d) m_ranks[r].v.push_back(gaussian(config.seed, id, d));
+            for (int d = 0; d < 3; ++d) velocities[r].push_back(gaussian(config.seed, id, d));
             m_ranks[r].id.push_back(id);
           }
           ++id;
@@ -167,23 +168,24 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
   double momentum[3];
   for (int d = 0; d < 3; ++d) {
     double local = 0;
-    for (const Rank& r : m_ranks) {
-      for (std::size_t i = 0; i < r.id.size(); ++i) local += r.v[3 * i + d];
+    for (const std::vector<double>& v : velocities) {
+      for (std::size_t i = 0; i < v.size() / 3; ++i) local += v[3 * i + d];
     }
     momentum[d] = sum(local);
   }
   double v2 = 0;
-  for (Rank& r : m_ranks) {
-    for (std::size_t i = 0; i < r.id.size(); ++i) {
+  for (std::vector<double>& v : velocities) {
+    for (std::size_t i = 0; i < v.size() / 3; ++i) {
       for (int d = 0; d < 3; ++d) {
-        r.v[3 * i + d] -= momentum[d] / static_cast<double>(m_atoms);
-        v2 += r.v[3 * i + d] * r.v[3 * i + d];
+        v[3 * i + d] -= momentum[d] / static_cast<double>(m_atoms);
+        v2 += v[3 * i + d] * v[3 * i + d];
       }
     }
   }
   const double scale = std::sqrt(config.temperature * (3.0 * m_atoms - 3.0) / sum(v2));
-  for (Rank& r : m_ranks) {
-    for (double& v : r.v) v *= scale;
+  for (std::size_t k = 0; k < m_ranks.size(); ++k) {
+    for (double& v : velocities[k]) v *= scale;
+    m_ranks[k].backend->keep_velocities({}, velocities[k]);
   }
 
   neighbor_search(true);
@@ -217,37 +219,75 @@ std::string Simulation::transport_name() const {
   return backend + ", " + to_string(m_config.transport);
 }
 
-// Atoms that left their rank's domain move to the rank that owns them now.
+// Atoms that left their rank's domain move to the rank that owns them now. Only those go
+// through halox's migration, with their velocities and ids (7 doubles each): the others
+// stay in place and in order, and their velocities where the back end keeps them.
 void Simulation::migrate() {
-  // Position, velocity and id travel together, in buffers kept between searches (fresh
-  // ones of this size cost page faults every time).
-  std::vector<std::vector<double>>& data = m_migrate_data;
-  data.resize(m_ranks.size());
-  for (std::size_t k = 0; k < m_ranks.size(); ++k) {
+  const std::size_t n = m_ranks.size();
+  m_leaving.resize(n);
+  m_kept.resize(n);
+  m_migrate_data.resize(n);
+  std::vector<double> v;  // the leavers' velocities, then the arrived ones'
+  for (std::size_t k = 0; k < n; ++k) {
     const Rank& r = m_ranks[k];
-    data[k].resize(r.id.size() * 7);
-    double* d = data[k].data();
-    for (std::size_t i = 0; i < r.id.size(); ++i, d += 7) {
-      std::copy(&r.x[3 * i], &r.x[3 * i + 3], d);
-      std::copy(&r.v[3 * i], &r.v[3 * i + 3], d + 3);
-      d[6] = static_cast<double>(r.id[i]);
+    const Domain domain = domain_of(r.topology, m_box, r.topology.rank());
+    std::vector<std::int32_t>& leaving = m_leaving[k];
+    leaving.clear();
+    for (std::size_t i = 0; i < r.id.size(); ++i) {
+      const double* p = &r.x[3 * i];
+      bool inside = true;
+      for (int d = 0; d < 3; ++d) inside &= p[d] >= domain.lo[d] && p[d] < domain.hi[d];
+      if (!inside) leaving.push_back(static_cast<std::int32_t>(i));
+    }
+    std::vector<double>& data = m_migrate_data[k];
+    data.clear();
+    v.clear();
+    r.backend->velocities_of(leaving, v);
+    for (std::size_t l = 0; l < leaving.size(); ++l) {
+      const double* p = &r.x[3 * static_cast<std::size_t>(leaving[l])];
+      data.insert(data.end(), p, p + 3);
+      data.insert(data.end(), &v[3 * l], &v[3 * l + 3]);
+      data.push_back(static_cast<double>(r.id[static_cast<std::size_t>(leaving[l])]));
     }
   }
+  // Collective (MPI): every rank takes part, with or without atoms to move.
   if (m_config.local) {
-    migrate_local_particles(m_ranks.front().topology, m_box, data, 7);
+    migrate_local_particles(m_ranks.front().topology, m_box, m_migrate_data, 7);
   } else {
-    migrate_particles(m_ranks.front().topology, m_box, data.front(), 7);
+    migrate_particles(m_ranks.front().topology, m_box, m_migrate_data.front(), 7);
   }
-  for (std::size_t k = 0; k < m_ranks.size(); ++k) {
+  for (std::size_t k = 0; k < n; ++k) {
     Rank& r = m_ranks[k];
-    const std::size_t home = data[k].size() / 7;
-    r.x.resize(3 * home);
-    r.v.resize(3 * home);
-    r.id.resize(home);
-    for (std::size_t i = 0; i < home; ++i) {
-      std::copy(&data[k][7 * i], &data[k][7 * i + 3], &r.x[3 * i]);
-      std::copy(&data[k][7 * i + 3], &data[k][7 * i + 6], &r.v[3 * i]);
-      r.id[i] = static_cast<std::int64_t>(data[k][7 * i + 6]);
+    const std::vector<std::int32_t>& leaving = m_leaving[k];
+    const std::vector<double>& data = m_migrate_data[k];
+    if (!leaving.empty() || !data.empty()) {
+      // The kept atoms close up in order (in place), the arrived ones follow.
+      std::vector<std::int32_t>& kept = m_kept[k];
+      kept.clear();
+      std::size_t next = 0;
+      for (std::size_t i = 0; i < r.id.size(); ++i) {
+        if (next < leaving.size() && leaving[next] == static_cast<std::int32_t>(i)) {
+          ++next;
+          continue;
+        }
+        kept.push_back(static_cast<std::int32_t>(i));
+      }
+      const std::size_t arrived = data.size() / 7;
+      for (std::size_t j = 0; j < kept.size(); ++j) {
+        const std::size_t i = static_cast<std::size_t>(kept[j]);
+        std::copy(&r.x[3 * i], &r.x[3 * i + 3], &r.x[3 * j]);
+        r.id[j] = r.id[i];
+      }
+      r.x.resize(3 * kept.size());
+      r.id.resize(kept.size());
+      v.clear();
+      for (std::size_t a = 0; a < arrived; ++a) {
+        const double* d = &data[7 * a];
+        r.x.insert(r.x.end(), d, d + 3);
+        v.insert(v.end(), d + 3, d + 6);
+        r.id.push_back(static_cast<std::int64_t>(d[6]));
+      }
+      r.backend->keep_velocities(kept, v);
     }
     r.x_search = r.x;
   }
@@ -265,7 +305,9 @@ void Simulation::neighbor_search(bool first) {
     last = now;
   };
   if (!first) {
-    for (Rank& r : m_ranks) r.backend->fetch(r.x, r.v);
+    m_fetch_into.clear();
+    for (Rank& r : m_ranks) m_fetch_into.push_back(&r.x);
+    m_ranks.front().backend->fetch_ranks(m_backends, m_fetch_into);
     // Verlet-list validity: a pair can enter the cutoff unseen only if two atoms together
     // moved more than the skin since the last search. Reported, not hidden.
     double local = 0, global = 0;
@@ -299,8 +341,7 @@ void Simulation::neighbor_search(bool first) {
     for (std::size_t k = 0; k < m_ranks.size(); ++k) m_ranks[k].plan = plans[k];
     part(&SearchParts::plans);
     std::vector<LoadInput> inputs;
-    for (std::size_t k = 0; k < m_ranks.size(); ++k)
-      inputs.push_back({&xyz[k], &m_ranks[k].v, &m_ranks[k].plan});
+    for (std::size_t k = 0; k < m_ranks.size(); ++k) inputs.push_back({&xyz[k], &m_ranks[k].plan});
     m_ranks.front().backend->load_ranks(m_backends, inputs, rlist);
     part(&SearchParts::lists);
     if (!m_exchange) {
@@ -316,7 +357,7 @@ void Simulation::neighbor_search(bool first) {
     Rank& r = m_ranks.front();
     r.plan = build_particle_plan(r.topology, m_box, rlist, xyz.front());
     part(&SearchParts::plans);
-    r.backend->load(xyz.front(), r.v, r.plan, rlist);
+    r.backend->load(xyz.front(), r.plan, rlist);
     part(&SearchParts::lists);
     if (!m_exchange) {
       ExchangeOptions options;

@@ -141,7 +141,7 @@ class Simulation {
  private:
   struct Rank {
     Topology topology;             // the grid seen from this rank
-    std::vector<double> x, v;      // home atoms (host copy at searches)
+    std::vector<double> x;         // home atoms' coordinates (host copy at searches)
     std::vector<double> x_search;  // positions at the last search
     std::vector<std::int64_t> id;  // home atom ids
     ParticlePlan plan;
@@ -164,9 +164,13 @@ class Simulation {
   std::int64_t m_atoms = 0;
   std::vector<Rank> m_ranks;
   std::vector<Backend*> m_backends;  // the ranks', in order: each phase one call for all
-  std::vector<std::vector<double>> m_migrate_data, m_xyz;  // the search's, reused
-  std::unique_ptr<ParticleExchange> m_exchange;            // over Ranks::mpi, or Ranks::local
-  std::vector<void*> m_arrays;                             // the ranks' arrays of a call (reused)
+  // The search's, reused: each rank's leaving atoms (their indices; then position,
+  // velocity and id, 7 doubles each), the atoms that stay, and home + halo coordinates.
+  std::vector<std::vector<std::int32_t>> m_leaving, m_kept;
+  std::vector<std::vector<double>> m_migrate_data, m_xyz;
+  std::vector<std::vector<double>*> m_fetch_into;
+  std::unique_ptr<ParticleExchange> m_exchange;  // over Ranks::mpi, or Ranks::local
+  std::vector<void*> m_arrays;                   // the ranks' arrays of a call (reused)
   Timers m_timers;
   std::int64_t m_step = 0;
   std::int64_t m_violations = 0;
