@@ -37,7 +37,8 @@ class Backend {
   /// as keep_velocities left it.
   virtual void load(const std::vector<double>& x, const ParticlePlan& plan, double rlist) = 0;
   virtual void half_kick(double dt) = 0;
-  virtual void drift(double dt) = 0;
+  /// A half kick then a drift: the first half of a step.
+  virtual void kick_drift(double dt) = 0;
   /// Forces on every local atom from the list (queued on the GPU); `energy_shift` is added
   /// to each pair's energy inside the cutoff (lj.hpp). `sums`: also the energy and virial
   /// (the steps that report them; the others skip their reductions).
@@ -84,8 +85,8 @@ class Backend {
   virtual void half_kick_ranks(std::span<Backend* const> ranks, double dt) {
     for (Backend* b : ranks) b->half_kick(dt);
   }
-  virtual void drift_ranks(std::span<Backend* const> ranks, double dt) {
-    for (Backend* b : ranks) b->drift(dt);
+  virtual void kick_drift_ranks(std::span<Backend* const> ranks, double dt) {
+    for (Backend* b : ranks) b->kick_drift(dt);
   }
   virtual void forces_ranks(std::span<Backend* const> ranks, double cutoff, double energy_shift,
                             bool sums) {

@@ -50,8 +50,11 @@ class CpuBackend final : public Backend {
   void half_kick(double dt) override {
     for (std::int64_t i = 0; i < m_home; ++i) kick(i, Real(0.5 * dt), m_f.data(), m_v.data());
   }
-  void drift(double dt) override {
-    for (std::int64_t i = 0; i < m_home; ++i) md::drift(i, Real(dt), m_v.data(), m_x.data());
+  void kick_drift(double dt) override {
+    for (std::int64_t i = 0; i < m_home; ++i) {
+      kick(i, Real(0.5 * dt), m_f.data(), m_v.data());
+      drift(i, Real(dt), m_v.data(), m_x.data());
+    }
   }
   void forces(double cutoff, double energy_shift, bool want_sums) override {
     // The CPU's sums cost next to nothing beside its forces; kept only when asked for, as

@@ -92,20 +92,45 @@ struct RankArrays {
   double* sums;  // energy, virial (SUMS launches)
 };
 
+// kForceLanes threads per atom, each summing every kForceLanes-th entry of its row, then a
+// fixed tree over the lanes (the same sums every run). One thread per atom walked ~100
+// entries alone, bound by the latency of the dependent index and coordinate loads.
 // SUMS: also the energy and virial (steps that report them); the other steps skip the
 // block reductions and their atomics.
+constexpr int kForceLanes = 8;
 template <class Real, bool SUMS>
 __global__ void force_kernel(const RankArrays<Real>* ranks, Real cutoff2, Real shift) {
   const RankArrays<Real> r = ranks[blockIdx.y];
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x;
-  const std::int64_t i = first + threadIdx.x;
-  Real e = 0, w = 0;
-  if (i < r.list.atoms) force_on_atom<Real>(i, r.x, r.list, cutoff2, shift, r.f, e, w);
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / kForceLanes);
+  const std::int64_t i = first + threadIdx.x / kForceLanes;
+  const int lane = static_cast<int>(threadIdx.x % kForceLanes);
+  PairSums<Real> s;
+  if (i < r.list.atoms) {  // every lane of an atom or none
+    const Real p[3] = {r.x[3 * i], r.x[3 * i + 1], r.x[3 * i + 2]};
+    const std::int32_t end = r.list.offsets[i + 1];
+    for (std::int32_t k = r.list.offsets[i] + lane; k < end; k += kForceLanes)
+      add_pair(p, r.x, r.list.neighbors[k], cutoff2, shift, s);
+  }
+  for (int o = kForceLanes / 2; o > 0; o /= 2) {  // the whole warp takes part
+    s.fx += __shfl_xor_sync(0xffffffffu, s.fx, o);
+    s.fy += __shfl_xor_sync(0xffffffffu, s.fy, o);
+    s.fz += __shfl_xor_sync(0xffffffffu, s.fz, o);
+    if constexpr (SUMS) {
+      s.energy += __shfl_xor_sync(0xffffffffu, s.energy, o);
+      s.virial += __shfl_xor_sync(0xffffffffu, s.virial, o);
+    }
+  }
+  if (i < r.list.atoms && lane == 0) {
+    r.f[3 * i] = s.fx;
+    r.f[3 * i + 1] = s.fy;
+    r.f[3 * i + 2] = s.fz;
+  }
   if constexpr (!SUMS) return;
   if (first >= r.list.atoms) return;  // the whole block: beyond this rank's atoms
-  const double se = block_sum(e);
+  const bool counted = i < r.list.atoms && lane == 0;
+  const double se = block_sum(counted ? 0.5 * double(s.energy) : 0.0);
   __syncthreads();
-  const double sw = block_sum(w);
+  const double sw = block_sum(counted ? 0.5 * double(s.virial) : 0.0);
   if (threadIdx.x == 0) {
     atomicAdd(&r.sums[0], se);
     atomicAdd(&r.sums[1], sw);
@@ -120,10 +145,12 @@ __global__ void kick_kernel(const RankArrays<Real>* ranks, Real half_dt) {
 }
 
 template <class Real>
-__global__ void drift_kernel(const RankArrays<Real>* ranks, Real dt) {
+__global__ void kick_drift_kernel(const RankArrays<Real>* ranks, Real half_dt, Real dt) {
   const RankArrays<Real> r = ranks[blockIdx.y];
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < r.home) drift<Real>(i, dt, r.v, r.x);
+  if (i >= r.home) return;
+  kick<Real>(i, half_dt, r.f, r.v);
+  drift<Real>(i, dt, r.v, r.x);
 }
 
 template <class Real>
@@ -317,7 +344,7 @@ class GpuBackend final : public Backend {
     MD_CUDA(cudaGetLastError());
   }
   void half_kick(double dt) override { half_kick_ranks(self(), dt); }
-  void drift(double dt) override { drift_ranks(self(), dt); }
+  void kick_drift(double dt) override { kick_drift_ranks(self(), dt); }
   void forces(double cutoff, double energy_shift, bool want_sums) override {
     forces_ranks(self(), cutoff, energy_shift, want_sums);
   }
@@ -326,9 +353,10 @@ class GpuBackend final : public Backend {
     kick_kernel<Real><<<grid(t.most_home, t), 256, 0, m_stream>>>(t.device.get(), Real(0.5 * dt));
     MD_CUDA(cudaGetLastError());
   }
-  void drift_ranks(std::span<Backend* const> ranks, double dt) override {
+  void kick_drift_ranks(std::span<Backend* const> ranks, double dt) override {
     const Table& t = table_for(ranks);
-    drift_kernel<Real><<<grid(t.most_home, t), 256, 0, m_stream>>>(t.device.get(), Real(dt));
+    kick_drift_kernel<Real>
+        <<<grid(t.most_home, t), 256, 0, m_stream>>>(t.device.get(), Real(0.5 * dt), Real(dt));
     MD_CUDA(cudaGetLastError());
   }
   // With sums: every rank's in one device array, zeroed before and copied to page-locked
@@ -336,7 +364,7 @@ class GpuBackend final : public Backend {
   void forces_ranks(std::span<Backend* const> ranks, double cutoff, double energy_shift,
                     bool want_sums) override {
     Table& t = table_for(ranks);
-    const dim3 g = grid(t.most_atoms, t);
+    const dim3 g = grid(kForceLanes * t.most_atoms, t);
     const Real cutoff2 = Real(cutoff * cutoff), shift = Real(energy_shift);
     double* sums_host = t.sums_host.at_least(2 * ranks.size());
     for (std::size_t k = 0; k < ranks.size(); ++k) {

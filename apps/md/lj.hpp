@@ -87,38 +87,49 @@ HALOX_MD_HD void for_each_listed(std::int64_t i, const Real* x, const std::uint8
   });
 }
 
+/// The sums of one atom's pairs: force, energy and virial.
+template <class Real>
+struct PairSums {
+  Real fx = 0, fy = 0, fz = 0, energy = 0, virial = 0;
+};
+
+/// Adds the pair of the atom at p and atom j of x, when within the cutoff. Reduced units
+/// (epsilon = sigma = mass = 1). The forces are plain truncated LJ; each pair's energy gets
+/// `energy_shift` added: -u(cutoff) (lj_energy_shift, the default) so that it does not jump
+/// when a pair crosses the cutoff, which makes the total-energy drift a measure of the
+/// integration, or 0 for the plain truncated potential of LAMMPS's lj/cut and GROMACS's
+/// vdw-modifier = None.
+template <class Real>
+HALOX_MD_HD void add_pair(const Real* p, const Real* x, std::int64_t j, Real cutoff2,
+                          Real energy_shift, PairSums<Real>& s) {
+  const Real dx = p[0] - x[3 * j], dy = p[1] - x[3 * j + 1], dz = p[2] - x[3 * j + 2];
+  const Real r2 = dx * dx + dy * dy + dz * dz;
+  if (r2 < cutoff2) {
+    const Real inv2 = Real(1) / r2;
+    const Real inv6 = inv2 * inv2 * inv2;
+    const Real fr = Real(48) * inv6 * (inv6 - Real(0.5)) * inv2;  // F / r
+    s.fx += fr * dx;
+    s.fy += fr * dy;
+    s.fz += fr * dz;
+    s.energy += Real(4) * inv6 * (inv6 - Real(1)) + energy_shift;
+    s.virial += fr * r2;
+  }
+}
+
 /// Force on atom i from its row, and half the energy and virial of its pairs (each pair is
 /// in two rows). Pairs beyond the cutoff (the list holds cutoff + skin) contribute nothing.
-/// Reduced units (epsilon = sigma = mass = 1). The forces are plain truncated LJ; each
-/// pair's energy gets `energy_shift` added: -u(cutoff) (lj_energy_shift, the default) so
-/// that it does not jump when a pair crosses the cutoff, which makes the total-energy drift
-/// a measure of the integration, or 0 for the plain truncated potential of LAMMPS's
-/// lj/cut and GROMACS's vdw-modifier = None.
 template <class Real>
 HALOX_MD_HD void force_on_atom(std::int64_t i, const Real* x, NeighborList list, Real cutoff2,
                                Real energy_shift, Real* f, Real& half_energy, Real& half_virial) {
-  const Real xi = x[3 * i], yi = x[3 * i + 1], zi = x[3 * i + 2];
-  Real fx = 0, fy = 0, fz = 0, e = 0, w = 0;
-  for (std::int32_t k = list.offsets[i]; k < list.offsets[i + 1]; ++k) {
-    const std::int64_t j = list.neighbors[k];
-    const Real dx = xi - x[3 * j], dy = yi - x[3 * j + 1], dz = zi - x[3 * j + 2];
-    const Real r2 = dx * dx + dy * dy + dz * dz;
-    if (r2 < cutoff2) {
-      const Real inv2 = Real(1) / r2;
-      const Real inv6 = inv2 * inv2 * inv2;
-      const Real fr = Real(48) * inv6 * (inv6 - Real(0.5)) * inv2;  // F / r
-      fx += fr * dx;
-      fy += fr * dy;
-      fz += fr * dz;
-      e += Real(4) * inv6 * (inv6 - Real(1)) + energy_shift;
-      w += fr * r2;
-    }
-  }
-  f[3 * i] = fx;
-  f[3 * i + 1] = fy;
-  f[3 * i + 2] = fz;
-  half_energy = Real(0.5) * e;
-  half_virial = Real(0.5) * w;
+  const Real p[3] = {x[3 * i], x[3 * i + 1], x[3 * i + 2]};
+  PairSums<Real> s;
+  for (std::int32_t k = list.offsets[i]; k < list.offsets[i + 1]; ++k)
+    add_pair(p, x, list.neighbors[k], cutoff2, energy_shift, s);
+  f[3 * i] = s.fx;
+  f[3 * i + 1] = s.fy;
+  f[3 * i + 2] = s.fz;
+  half_energy = Real(0.5) * s.energy;
+  half_virial = Real(0.5) * s.virial;
 }
 
 /// -u(cutoff): added to each pair's energy inside the cutoff (--lj-shift cutoff).

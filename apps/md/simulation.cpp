@@ -429,10 +429,7 @@ void Simulation::reset_timers() {
 void Simulation::step(bool sums) {
   const double dt = m_config.dt;
   Backend& first = *m_ranks.front().backend;  // its calls cover every rank of this process
-  timed(m_timers.integrate, [&] {
-    first.half_kick_ranks(m_backends, dt);
-    first.drift_ranks(m_backends, dt);
-  });
+  timed(m_timers.integrate, [&] { first.kick_drift_ranks(m_backends, dt); });
   ++m_step;
   const bool search = m_step % m_config.nstlist == 0;
   if (search) {
