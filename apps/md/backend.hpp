@@ -48,9 +48,11 @@ class Backend {
   virtual Sums last_sums() = 0;
   /// Sum of v^2 over home atoms.
   virtual double velocity_squared() = 0;
-  /// Home coordinates back on the host (neighbour search). The velocities stay with the
-  /// back end: a search needs only those of the atoms that leave (velocities_of).
-  virtual void fetch(std::vector<double>& x) = 0;
+  /// Home coordinates back on the host (neighbour search); returns the largest squared
+  /// displacement of a home atom since the last load() (the list's validity). The
+  /// velocities stay with the back end: a search needs only those of the atoms that leave
+  /// (velocities_of).
+  virtual double fetch(std::vector<double>& x) = 0;
   /// Appends the velocities of home atoms `which` (3 each) to v; after fetch.
   virtual void velocities_of(std::span<const std::int32_t> which, std::vector<double>& v) = 0;
   /// A new home set: the atoms `kept` (indices, ascending) in order, then atoms whose
@@ -77,10 +79,13 @@ class Backend {
     for (std::size_t k = 0; k < ranks.size(); ++k)
       ranks[k]->load(*inputs[k].x, *inputs[k].plan, rlist);
   }
-  /// fetch() for every rank (into *xs[k]): on the GPU one host wait for all.
-  virtual void fetch_ranks(std::span<Backend* const> ranks,
-                           std::span<std::vector<double>* const> xs) {
-    for (std::size_t k = 0; k < ranks.size(); ++k) ranks[k]->fetch(*xs[k]);
+  /// fetch() for every rank (into *xs[k]), the largest of their displacements: on the GPU
+  /// one host wait for all.
+  virtual double fetch_ranks(std::span<Backend* const> ranks,
+                             std::span<std::vector<double>* const> xs) {
+    double most = 0;
+    for (std::size_t k = 0; k < ranks.size(); ++k) most = std::max(most, ranks[k]->fetch(*xs[k]));
+    return most;
   }
   virtual void half_kick_ranks(std::span<Backend* const> ranks, double dt) {
     for (Backend* b : ranks) b->half_kick(dt);

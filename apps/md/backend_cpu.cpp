@@ -24,6 +24,7 @@ class CpuBackend final : public Backend {
     }
     m_x.assign(x.begin(), x.end());
     m_home = plan.home_count;
+    m_x_load.assign(m_x.begin(), m_x.begin() + 3 * m_home);
     m_f.assign(x.size(), Real(0));
     const std::vector<std::uint8_t> axes = home_axes_of(plan, x);
     // Counting sort of the atoms by cell, then the rows in the shared visiting order.
@@ -84,7 +85,13 @@ class CpuBackend final : public Backend {
     for (std::int64_t k = 0; k < 3 * m_home; ++k) s += double(m_v[k]) * double(m_v[k]);
     return s;
   }
-  void fetch(std::vector<double>& x) override { x.assign(m_x.begin(), m_x.begin() + 3 * m_home); }
+  double fetch(std::vector<double>& x) override {
+    x.assign(m_x.begin(), m_x.begin() + 3 * m_home);
+    double most = 0;
+    for (std::int64_t i = 0; i < m_home; ++i)
+      most = std::max(most, displacement2(&m_x[3 * i], &m_x_load[3 * i]));
+    return most;
+  }
   void velocities_of(std::span<const std::int32_t> which, std::vector<double>& v) override {
     for (const std::int32_t i : which) v.insert(v.end(), &m_v[3 * i], &m_v[3 * i + 3]);
   }
@@ -102,6 +109,7 @@ class CpuBackend final : public Backend {
 
  private:
   std::vector<Real> m_x, m_v, m_f;
+  std::vector<Real> m_x_load;  // home coordinates at the last load
   std::int64_t m_home = 0;
   Sums m_sums;
   bool m_sums_valid = false;

@@ -153,6 +153,18 @@ __global__ void kick_drift_kernel(const RankArrays<Real>* ranks, Real half_dt, R
   drift<Real>(i, dt, r.v, r.x);
 }
 
+// The largest squared displacement of a home atom since the load (x0), as the bits of the
+// double: non-negative doubles order as their bit patterns, so an unsigned atomicMax.
+template <class Real>
+__global__ void displacement_kernel(const Real* x, const Real* x0, std::int64_t n,
+                                    unsigned long long* most) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  double d = i < n ? displacement2(x + 3 * i, x0 + 3 * i) : 0.0;
+  for (int o = 16; o > 0; o /= 2) d = fmax(d, __shfl_xor_sync(0xffffffffu, d, o));
+  if ((threadIdx.x & 31) == 0)
+    atomicMax(most, static_cast<unsigned long long>(__double_as_longlong(d)));
+}
+
 template <class Real>
 __global__ void square_kernel(std::int64_t n, const Real* v, double* sum) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -233,8 +245,8 @@ class GpuBackend final : public Backend {
  public:
   explicit GpuBackend(cudaStream_t shared) : m_stream(shared), m_own_stream(shared == nullptr) {
     if (m_own_stream) MD_CUDA(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
-    m_scalar.resize(1);
-    MD_CUDA(cudaMallocHost(&m_host_scalar, sizeof(double)));
+    m_scalar.resize(2);
+    MD_CUDA(cudaMallocHost(&m_host_scalar, 2 * sizeof(double)));
   }
   ~GpuBackend() override {
     cudaStreamSynchronize(m_stream);
@@ -276,6 +288,9 @@ class GpuBackend final : public Backend {
     m_atoms = plan.total_count;
     ++m_loads;
     upload(m_x, m_x_staging, x);
+    m_x_load.resize(static_cast<std::size_t>(3 * m_home));
+    MD_CUDA(cudaMemcpyAsync(m_x_load.get(), m_x.get(), 3 * m_home * sizeof(Real),
+                            cudaMemcpyDeviceToDevice, m_stream));
     if (m_v_changed) {  // a migration changed the home set (keep_velocities)
       const std::size_t n = static_cast<std::size_t>(3 * m_home);
       m_v.resize(n);
@@ -399,21 +414,24 @@ class GpuBackend final : public Backend {
     synchronize();
     return *m_host_scalar;
   }
-  void fetch(std::vector<double>& x) override {
+  double fetch(std::vector<double>& x) override {
     std::vector<double>* xs[] = {&x};
-    fetch_ranks(self(), xs);
+    return fetch_ranks(self(), xs);
   }
   // Every rank's coordinates and velocities copied to page-locked memory, then one wait;
   // the velocities stay there for velocities_of and keep_velocities.
-  void fetch_ranks(std::span<Backend* const> ranks,
-                   std::span<std::vector<double>* const> xs) override {
+  double fetch_ranks(std::span<Backend* const> ranks,
+                     std::span<std::vector<double>* const> xs) override {
     for (Backend* rank : ranks) static_cast<GpuBackend*>(rank)->queue_fetch();
     synchronize();
+    double most = 0;
     for (std::size_t k = 0; k < ranks.size(); ++k) {
       const auto* r = static_cast<const GpuBackend*>(ranks[k]);
       const Real* hx = r->m_x_staging.get();
       xs[k]->assign(hx, hx + 3 * r->m_home);
+      most = std::max(most, r->m_host_scalar[1]);  // queue_fetch's displacement
     }
+    return most;
   }
   void velocities_of(std::span<const std::int32_t> which, std::vector<double>& v) override {
     const Real* hv = m_v_staging.get();
@@ -540,6 +558,13 @@ class GpuBackend final : public Backend {
     return e;
   }
   void queue_fetch() {
+    auto* most = reinterpret_cast<unsigned long long*>(m_scalar.get() + 1);
+    MD_CUDA(cudaMemsetAsync(most, 0, sizeof *most, m_stream));
+    displacement_kernel<Real>
+        <<<blocks(m_home), 256, 0, m_stream>>>(m_x.get(), m_x_load.get(), m_home, most);
+    MD_CUDA(cudaGetLastError());
+    MD_CUDA(
+        cudaMemcpyAsync(m_host_scalar + 1, most, sizeof *most, cudaMemcpyDeviceToHost, m_stream));
     const std::size_t n = static_cast<std::size_t>(3 * m_home);
     Real* hx = m_x_staging.at_least(n);
     Real* hv = m_v_staging.at_least(n);
@@ -560,14 +585,16 @@ class GpuBackend final : public Backend {
   std::vector<cudaEvent_t> m_free_events;
   std::deque<Pending> m_pending;
   DeviceArray<Real> m_x, m_v, m_f;
+  DeviceArray<Real> m_x_load;  // home coordinates at the last load (the list's validity)
   PinnedArray<Real> m_x_staging, m_v_staging, m_f_staging;
   PinnedArray<std::uint8_t> m_axes_staging;
   // m_cell and m_members: the unsorted then the sorted halves of the radix sort.
   DeviceArray<std::int32_t> m_offsets, m_counts, m_neighbors, m_cell, m_members, m_start;
   DeviceArray<std::uint8_t> m_axes;
-  DeviceArray<char> m_scratch;      // cub's temporary storage
-  DeviceArray<double> m_scalar;     // velocity_squared's sum
-  double* m_host_scalar = nullptr;  // page-locked: a sum or a count read back
+  DeviceArray<char> m_scratch;  // cub's temporary storage
+  // velocity_squared's sum, then the largest displacement's bits (queue_fetch)
+  DeviceArray<double> m_scalar;
+  double* m_host_scalar = nullptr;  // page-locked: m_scalar read back, or a list's length
   bool m_sums_valid = false;
   const double* m_sums_at = nullptr;  // where the last forces() put this rank's sums
   std::uint64_t m_loads = 0;          // load() calls: the arrays' generation

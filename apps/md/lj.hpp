@@ -138,6 +138,14 @@ inline double lj_energy_shift(double cutoff) {
   return -4.0 * inv6 * (inv6 - 1.0);
 }
 
+/// |p - q|^2 in double (the list's validity check).
+template <class Real>
+HALOX_MD_HD double displacement2(const Real* p, const Real* q) {
+  const double dx = double(p[0]) - double(q[0]), dy = double(p[1]) - double(q[1]),
+               dz = double(p[2]) - double(q[2]);
+  return dx * dx + dy * dy + dz * dz;
+}
+
 /// Velocity Verlet half kick (unit mass) and drift, one home atom.
 template <class Real>
 HALOX_MD_HD void kick(std::int64_t i, Real half_dt, const Real* f, Real* v) {

@@ -120,10 +120,10 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
   if (config.local) {
     const Topology grid(config.ranks, {true, true, true}, 0);
     for (int r = 0; r < grid.size(); ++r) {
-      m_ranks.push_back(Rank{Topology(grid.dims(), grid.periodic(), r), {}, {}, {}, {}, {}});
+      m_ranks.push_back(Rank{Topology(grid.dims(), grid.periodic(), r), {}, {}, {}, {}});
     }
   } else {
-    m_ranks.push_back(Rank{Topology::from_mpi(comm, config.ranks), {}, {}, {}, {}, {}});
+    m_ranks.push_back(Rank{Topology::from_mpi(comm, config.ranks), {}, {}, {}, {}});
   }
   // Several ranks on the GPU share the first one's stream, which the local exchange follows.
   for (Rank& r : m_ranks) {
@@ -219,9 +219,11 @@ std::string Simulation::transport_name() const {
   return backend + ", " + to_string(m_config.transport);
 }
 
-// Atoms that left their rank's domain move to the rank that owns them now. Only those go
-// through halox's migration, with their velocities and ids (7 doubles each): the others
-// stay in place and in order, and their velocities where the back end keeps them.
+// Atoms that left their rank's domain move to the rank that owns them now. Only the atoms
+// outside their domain go through halox's migration, with their velocities and ids (7
+// doubles each); the others stay in place, their velocities where the back end keeps them.
+// Those that come back (wrapped across a periodic edge of an axis the rank spans) return
+// to their places: a rank whose atoms only wrap, as a single rank's, moves nothing else.
 void Simulation::migrate() {
   const std::size_t n = m_ranks.size();
   m_leaving.resize(n);
@@ -233,10 +235,12 @@ void Simulation::migrate() {
     const Domain domain = domain_of(r.topology, m_box, r.topology.rank());
     std::vector<std::int32_t>& leaving = m_leaving[k];
     leaving.clear();
-    for (std::size_t i = 0; i < r.id.size(); ++i) {
-      const double* p = &r.x[3 * i];
-      bool inside = true;
-      for (int d = 0; d < 3; ++d) inside &= p[d] >= domain.lo[d] && p[d] < domain.hi[d];
+    const double* x = r.x.data();
+    const std::size_t home = r.id.size();
+    for (std::size_t i = 0; i < home; ++i) {
+      const double* p = x + 3 * i;
+      const bool inside = (p[0] >= domain.lo[0]) & (p[0] < domain.hi[0]) & (p[1] >= domain.lo[1]) &
+                          (p[1] < domain.hi[1]) & (p[2] >= domain.lo[2]) & (p[2] < domain.hi[2]);
       if (!inside) leaving.push_back(static_cast<std::int32_t>(i));
     }
     std::vector<double>& data = m_migrate_data[k];
@@ -244,7 +248,7 @@ void Simulation::migrate() {
     v.clear();
     r.backend->velocities_of(leaving, v);
     for (std::size_t l = 0; l < leaving.size(); ++l) {
-      const double* p = &r.x[3 * static_cast<std::size_t>(leaving[l])];
+      const double* p = x + 3 * static_cast<std::size_t>(leaving[l]);
       data.insert(data.end(), p, p + 3);
       data.insert(data.end(), &v[3 * l], &v[3 * l + 3]);
       data.push_back(static_cast<double>(r.id[static_cast<std::size_t>(leaving[l])]));
@@ -256,40 +260,61 @@ void Simulation::migrate() {
   } else {
     migrate_particles(m_ranks.front().topology, m_box, m_migrate_data.front(), 7);
   }
+  std::vector<std::pair<std::int64_t, std::int32_t>> slot_of;  // (id, index) of my leavers
   for (std::size_t k = 0; k < n; ++k) {
     Rank& r = m_ranks[k];
-    const std::vector<std::int32_t>& leaving = m_leaving[k];
+    std::vector<std::int32_t>& leaving = m_leaving[k];
     const std::vector<double>& data = m_migrate_data[k];
-    if (!leaving.empty() || !data.empty()) {
-      // The kept atoms close up in order (in place), the arrived ones follow.
-      std::vector<std::int32_t>& kept = m_kept[k];
-      kept.clear();
-      std::size_t next = 0;
-      for (std::size_t i = 0; i < r.id.size(); ++i) {
-        if (next < leaving.size() && leaving[next] == static_cast<std::int32_t>(i)) {
-          ++next;
-          continue;
-        }
-        kept.push_back(static_cast<std::int32_t>(i));
+    // What came back goes to its place; `leaving` keeps only the atoms that left for good.
+    slot_of.clear();
+    for (const std::int32_t i : leaving) slot_of.emplace_back(r.id[static_cast<std::size_t>(i)], i);
+    std::sort(slot_of.begin(), slot_of.end());
+    std::vector<bool> returned(leaving.size(), false);
+    v.clear();
+    std::vector<const double*> arrived;
+    for (std::size_t a = 0; a < data.size() / 7; ++a) {
+      const double* d = &data[7 * a];
+      const auto id = static_cast<std::int64_t>(d[6]);
+      const auto it = std::lower_bound(slot_of.begin(), slot_of.end(),
+                                       std::pair<std::int64_t, std::int32_t>{id, INT32_MIN});
+      if (it != slot_of.end() && it->first == id) {
+        std::copy(d, d + 3, &r.x[3 * static_cast<std::size_t>(it->second)]);
+        returned[static_cast<std::size_t>(
+            std::lower_bound(leaving.begin(), leaving.end(), it->second) - leaving.begin())] = true;
+      } else {
+        arrived.push_back(d);
       }
-      const std::size_t arrived = data.size() / 7;
-      for (std::size_t j = 0; j < kept.size(); ++j) {
-        const std::size_t i = static_cast<std::size_t>(kept[j]);
-        std::copy(&r.x[3 * i], &r.x[3 * i + 3], &r.x[3 * j]);
-        r.id[j] = r.id[i];
-      }
-      r.x.resize(3 * kept.size());
-      r.id.resize(kept.size());
-      v.clear();
-      for (std::size_t a = 0; a < arrived; ++a) {
-        const double* d = &data[7 * a];
-        r.x.insert(r.x.end(), d, d + 3);
-        v.insert(v.end(), d + 3, d + 6);
-        r.id.push_back(static_cast<std::int64_t>(d[6]));
-      }
-      r.backend->keep_velocities(kept, v);
     }
-    r.x_search = r.x;
+    std::size_t gone = 0;
+    for (std::size_t l = 0; l < leaving.size(); ++l)
+      if (!returned[l]) leaving[gone++] = leaving[l];
+    leaving.resize(gone);
+    if (leaving.empty() && arrived.empty()) continue;
+    // The kept atoms close up in order (in place), the arrived ones follow.
+    std::vector<std::int32_t>& kept = m_kept[k];
+    kept.clear();
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < r.id.size(); ++i) {
+      if (next < leaving.size() && leaving[next] == static_cast<std::int32_t>(i)) {
+        ++next;
+        continue;
+      }
+      kept.push_back(static_cast<std::int32_t>(i));
+    }
+    for (std::size_t j = 0; j < kept.size(); ++j) {
+      const std::size_t i = static_cast<std::size_t>(kept[j]);
+      if (i == j) continue;
+      std::copy(&r.x[3 * i], &r.x[3 * i + 3], &r.x[3 * j]);
+      r.id[j] = r.id[i];
+    }
+    r.x.resize(3 * kept.size());
+    r.id.resize(kept.size());
+    for (const double* d : arrived) {
+      r.x.insert(r.x.end(), d, d + 3);
+      v.insert(v.end(), d + 3, d + 6);
+      r.id.push_back(static_cast<std::int64_t>(d[6]));
+    }
+    r.backend->keep_velocities(kept, v);
   }
 }
 
@@ -307,20 +332,9 @@ void Simulation::neighbor_search(bool first) {
   if (!first) {
     m_fetch_into.clear();
     for (Rank& r : m_ranks) m_fetch_into.push_back(&r.x);
-    m_ranks.front().backend->fetch_ranks(m_backends, m_fetch_into);
     // Verlet-list validity: a pair can enter the cutoff unseen only if two atoms together
     // moved more than the skin since the last search. Reported, not hidden.
-    double local = 0, global = 0;
-    for (const Rank& r : m_ranks) {
-      for (std::size_t i = 0; i < r.id.size(); ++i) {
-        double d2 = 0;
-        for (int d = 0; d < 3; ++d) {
-          const double dx = r.x[3 * i + d] - r.x_search[3 * i + d];
-          d2 += dx * dx;
-        }
-        local = std::max(local, d2);
-      }
-    }
+    double local = m_ranks.front().backend->fetch_ranks(m_backends, m_fetch_into), global = 0;
     HALOX_MPI_CHECK(MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_MAX, m_comm));
     m_max_displacement = std::max(m_max_displacement, std::sqrt(global));
     if (2 * std::sqrt(global) > m_config.skin) ++m_violations;

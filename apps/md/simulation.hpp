@@ -142,7 +142,6 @@ class Simulation {
   struct Rank {
     Topology topology;             // the grid seen from this rank
     std::vector<double> x;         // home atoms' coordinates (host copy at searches)
-    std::vector<double> x_search;  // positions at the last search
     std::vector<std::int64_t> id;  // home atom ids
     ParticlePlan plan;
     std::unique_ptr<Backend> backend;
