@@ -135,8 +135,9 @@ void keep_rows(T* rows, std::span<const std::int32_t> kept, std::span<const doub
 /// The cell grid of a neighbour search for `plan` with list radius `rlist`.
 struct CellGrid;
 CellGrid make_cell_grid(const ParticlePlan& plan, double rlist);
-/// plan.home_axes of every local atom (x: home then halo coordinates, as load() gets them).
-std::vector<std::uint8_t> home_axes_of(const ParticlePlan& plan, const std::vector<double>& x);
+/// plan.home_axes of every local atom into axes[0, plan.total_count) (x: home then halo
+/// coordinates, as load() gets them): every axis for a home atom, which lies in the domain.
+void home_axes_of(const ParticlePlan& plan, const std::vector<double>& x, std::uint8_t* axes);
 
 std::unique_ptr<Backend> make_cpu_backend(bool single_precision);
 /// Throws halox::Error when halox-md was built without CUDA or no GPU is visible.

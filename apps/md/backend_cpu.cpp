@@ -26,7 +26,8 @@ class CpuBackend final : public Backend {
     m_home = plan.home_count;
     m_x_load.assign(m_x.begin(), m_x.begin() + 3 * m_home);
     m_f.assign(x.size(), Real(0));
-    const std::vector<std::uint8_t> axes = home_axes_of(plan, x);
+    std::vector<std::uint8_t> axes(static_cast<std::size_t>(plan.total_count));
+    home_axes_of(plan, x, axes.data());
     // Counting sort of the atoms by cell, then the rows in the shared visiting order.
     const CellGrid grid = make_cell_grid(plan, rlist);
     const std::int64_t total = plan.total_count;
@@ -130,12 +131,11 @@ CellGrid make_cell_grid(const ParticlePlan& plan, double rlist) {
   return g;
 }
 
-std::vector<std::uint8_t> home_axes_of(const ParticlePlan& plan, const std::vector<double>& x) {
-  std::vector<std::uint8_t> axes(static_cast<std::size_t>(plan.total_count));
-  for (std::size_t i = 0; i < axes.size(); ++i) axes[i] = plan.home_axes(&x[3 * i]);
-  return axes;
+void home_axes_of(const ParticlePlan& plan, const std::vector<double>& x, std::uint8_t* axes) {
+  std::fill(axes, axes + plan.home_count, std::uint8_t{7});
+  for (std::int64_t i = plan.home_count; i < plan.total_count; ++i)
+    axes[i] = plan.home_axes(&x[3 * i]);
 }
-
 std::unique_ptr<Backend> make_cpu_backend(bool single_precision) {
   if (single_precision) return std::make_unique<CpuBackend<float>>();
   return std::make_unique<CpuBackend<double>>();

@@ -298,11 +298,11 @@ class GpuBackend final : public Backend {
                               cudaMemcpyHostToDevice, m_stream));
       m_v_changed = false;
     }
-    const std::vector<std::uint8_t> axes = home_axes_of(plan, x);
-    m_axes.resize(axes.size());
-    std::copy(axes.begin(), axes.end(), m_axes_staging.at_least(axes.size()));
-    MD_CUDA(cudaMemcpyAsync(m_axes.get(), m_axes_staging.at_least(axes.size()), axes.size(),
-                            cudaMemcpyHostToDevice, m_stream));
+    const std::size_t atoms = static_cast<std::size_t>(m_atoms);
+    home_axes_of(plan, x, m_axes_staging.at_least(atoms));
+    m_axes.resize(atoms);
+    MD_CUDA(cudaMemcpyAsync(m_axes.get(), m_axes_staging.get(), atoms, cudaMemcpyHostToDevice,
+                            m_stream));
     m_f.resize(x.size());
     MD_CUDA(cudaMemsetAsync(m_f.get(), 0, x.size() * sizeof(Real), m_stream));
     // Cells: atom indices sorted by cell (a radix sort over the cell index's bits only; stable,

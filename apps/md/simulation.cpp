@@ -349,41 +349,37 @@ void Simulation::neighbor_search(bool first) {
   xyz.resize(m_ranks.size());
   for (std::size_t k = 0; k < m_ranks.size(); ++k)
     xyz[k].assign(m_ranks[k].x.begin(), m_ranks[k].x.end());
+  std::vector<ParticlePlan> plans;  // of the local ranks, for their exchange
   if (m_config.local) {
-    std::vector<ParticlePlan> plans =
-        build_local_particle_plans(m_ranks.front().topology, m_box, rlist, xyz);
+    plans = build_local_particle_plans(m_ranks.front().topology, m_box, rlist, xyz);
     for (std::size_t k = 0; k < m_ranks.size(); ++k) m_ranks[k].plan = plans[k];
-    part(&SearchParts::plans);
-    std::vector<LoadInput> inputs;
-    for (std::size_t k = 0; k < m_ranks.size(); ++k) inputs.push_back({&xyz[k], &m_ranks[k].plan});
-    m_ranks.front().backend->load_ranks(m_backends, inputs, rlist);
-    part(&SearchParts::lists);
-    if (!m_exchange) {
-      ExchangeOptions options;
-      options.transport = m_config.transport;
-      m_exchange = std::make_unique<ParticleExchange>(Ranks::local(m_ranks.front().topology),
-                                                      std::move(plans),
-                                                      m_ranks.front().backend->real(), options);
-    } else {
-      m_exchange->set_plans(std::move(plans));
-    }
   } else {
     Rank& r = m_ranks.front();
     r.plan = build_particle_plan(r.topology, m_box, rlist, xyz.front());
-    part(&SearchParts::plans);
-    r.backend->load(xyz.front(), r.plan, rlist);
-    part(&SearchParts::lists);
-    if (!m_exchange) {
-      ExchangeOptions options;
-      options.transport = m_config.transport;
-      options.chunk_bytes = m_config.chunk_bytes;
-      m_exchange =
-          std::make_unique<ParticleExchange>(r.topology, r.plan, r.backend->real(), options);
-    } else {
-      m_exchange->set_plan(r.plan);
-    }
+  }
+  part(&SearchParts::plans);
+  // The exchange's set-up before the lists: it waits for the GPU, which then has no list
+  // build to finish first, and the lists' last kernels run on while the step goes on.
+  if (!m_exchange) {
+    ExchangeOptions options;
+    options.transport = m_config.transport;
+    if (!m_config.local) options.chunk_bytes = m_config.chunk_bytes;
+    const BasicKind real = m_ranks.front().backend->real();
+    const Rank& r = m_ranks.front();
+    m_exchange = m_config.local
+                     ? std::make_unique<ParticleExchange>(Ranks::local(r.topology),
+                                                          std::move(plans), real, options)
+                     : std::make_unique<ParticleExchange>(r.topology, r.plan, real, options);
+  } else if (m_config.local) {
+    m_exchange->set_plans(std::move(plans));
+  } else {
+    m_exchange->set_plan(m_ranks.front().plan);
   }
   part(&SearchParts::exchange);
+  std::vector<LoadInput> inputs;
+  for (std::size_t k = 0; k < m_ranks.size(); ++k) inputs.push_back({&xyz[k], &m_ranks[k].plan});
+  m_ranks.front().backend->load_ranks(m_backends, inputs, rlist);
+  part(&SearchParts::lists);
   m_timers.search += seconds_since(start);
 }
 
