@@ -1,9 +1,9 @@
-// The CUDA back end: the same per-atom functions as the CPU (lj.hpp), one thread per atom,
-// everything on one stream; the halo exchange runs on that stream with device pointers.
+// The CUDA back end: the same pair and per-atom functions as the CPU (lj.hpp), a warp per
+// atom in the list build and a part of one in the forces, everything on one stream; the
+// halo exchange runs on that stream with device pointers.
 #include <cuda_runtime.h>
 
 #include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -82,12 +82,21 @@ __device__ __forceinline__ double block_sum(double value) {
 // One rank's arrays as the kernels of a phase read them: a launch covers several ranks of
 // this process (grid y = the rank), so that a step of many small ranks costs a few
 // launches, not a few per rank.
+// A neighbour list of rows of one width (every pair of the rank twice, as the CPU's
+// NeighborList): atom i's neighbours are neighbors[i * width, i * width + counts[i]).
+struct RowList {
+  std::int64_t atoms = 0;
+  std::int64_t width = 0;
+  const std::int32_t* counts = nullptr;
+  const std::int32_t* neighbors = nullptr;
+};
+
 template <class Real>
 struct RankArrays {
   Real* x;
   Real* v;
   Real* f;
-  NeighborList list;  // over every local atom
+  RowList list;  // over every local atom
   std::int64_t home;
   double* sums;  // energy, virial (SUMS launches)
 };
@@ -107,9 +116,10 @@ __global__ void force_kernel(const RankArrays<Real>* ranks, Real cutoff2, Real s
   PairSums<Real> s;
   if (i < r.list.atoms) {  // every lane of an atom or none
     const Real p[3] = {r.x[3 * i], r.x[3 * i + 1], r.x[3 * i + 2]};
-    const std::int32_t end = r.list.offsets[i + 1];
-    for (std::int32_t k = r.list.offsets[i] + lane; k < end; k += kForceLanes)
-      add_pair(p, r.x, r.list.neighbors[k], cutoff2, shift, s);
+    const std::int32_t* row = r.list.neighbors + i * r.list.width;
+    const std::int32_t count = r.list.counts[i];
+    for (std::int32_t k = lane; k < count; k += kForceLanes)
+      add_pair(p, r.x, row[k], cutoff2, shift, s);
   }
   for (int o = kForceLanes / 2; o > 0; o /= 2) {  // the whole warp takes part
     s.fx += __shfl_xor_sync(0xffffffffu, s.fx, o);
@@ -203,21 +213,23 @@ __global__ void cell_start_kernel(const std::int32_t* sorted_cell, std::int64_t 
   start[c] = static_cast<std::int32_t>(lo);
 }
 
-// One warp per atom (FILL false: counts its row; true: writes it at offsets[i]). A thread
-// per atom walked its ~800 candidates one by one, bound by the latency of two dependent
-// loads each with few warps per SM; here 32 lanes test 32 members of a cell at once and a
-// ballot keeps the hits in member order, so the row is the CPU's (for_each_listed).
-template <class Real, bool FILL>
+// One warp per atom writes its row: 32 lanes test 32 members of a cell at once and a ballot
+// keeps the hits in member order, so the row is the CPU's (for_each_listed). (A thread per
+// atom walked its ~800 candidates one by one, bound by the latency of two dependent loads
+// each.) Rows are `width` long: no count pass, scan or wait first. A longer row is counted
+// in full but cut, and *longest tells the search to write them again, wider.
+template <class Real>
 __global__ void list_kernel(const Real* x, const std::uint8_t* axes, std::int64_t n, CellGrid grid,
                             const std::int32_t* start, const std::int32_t* members,
-                            std::int32_t* counts, const std::int32_t* offsets,
-                            std::int32_t* neighbors) {
+                            std::int64_t width, std::int32_t* counts, std::int32_t* neighbors,
+                            int* longest) {
   const std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x & 31);
   if (i >= n) return;  // the whole warp
   const Real p[3] = {x[3 * i], x[3 * i + 1], x[3 * i + 2]};
   const std::uint8_t p_axes = axes[i];
-  std::int32_t at = FILL ? offsets[i] : 0;
+  std::int32_t* row = neighbors + i * width;
+  std::int32_t at = 0;
   for_each_cell_around(p, grid, [&](int id) {
     const std::int32_t end = start[id + 1];
     for (std::int32_t base = start[id]; base < end; base += 32) {
@@ -229,11 +241,15 @@ __global__ void list_kernel(const Real* x, const std::uint8_t* axes, std::int64_
         hit = j != i && grid.listed(p, x + 3 * static_cast<std::int64_t>(j), p_axes, axes[j]);
       }
       const unsigned mask = __ballot_sync(0xffffffffu, hit);
-      if (FILL && hit) neighbors[at + __popc(mask & ((1u << lane) - 1u))] = j;
+      const std::int32_t slot = at + __popc(mask & ((1u << lane) - 1u));
+      if (hit && slot < width) row[slot] = j;
       at += __popc(mask);
     }
   });
-  if (!FILL && lane == 0) counts[i] = at;
+  if (lane == 0) {
+    counts[i] = at;
+    atomicMax(longest, at);
+  }
 }
 
 int blocks(std::int64_t n) {
@@ -268,18 +284,18 @@ class GpuBackend final : public Backend {
     const LoadInput input{&x, &plan};
     load_ranks(self(), {&input, 1}, rlist);
   }
-  // One host wait for all ranks (they share the stream): the lists' lengths, read back
-  // before they are filled. The uploads go from page-locked buffers that stay until the next
-  // search (that wait orders them before it).
+  // One host wait for all ranks (they share the stream): their longest rows, read back to
+  // see that none was cut (a row cut short is written again, after the wait, wider). The uploads go
+  // from page-locked buffers that stay until the next search (that wait orders them before it).
   void load_ranks(std::span<Backend* const> ranks, std::span<const LoadInput> inputs,
                   double rlist) override {
     for (std::size_t k = 0; k < ranks.size(); ++k) {
       static_cast<GpuBackend*>(ranks[k])->queue_list(*inputs[k].x, *inputs[k].plan, rlist);
     }
     synchronize();
-    for (Backend* rank : ranks) static_cast<GpuBackend*>(rank)->fill_list();
+    for (Backend* rank : ranks) static_cast<GpuBackend*>(rank)->widen_rows();
   }
-  // A load up to the list's length, copied to page-locked memory (fill_list reads it).
+  // A load, up to its rows and the longest row's length (widen_rows reads it after the wait).
   void queue_list(const std::vector<double>& x, const ParticlePlan& plan, double rlist) {
     if (m_v_rows != plan.home_count) {
       throw Error("halox-md: internal: the velocities are not those of the plan's home atoms");
@@ -306,8 +322,7 @@ class GpuBackend final : public Backend {
     m_f.resize(x.size());
     MD_CUDA(cudaMemsetAsync(m_f.get(), 0, x.size() * sizeof(Real), m_stream));
     // Cells: atom indices sorted by cell (a radix sort over the cell index's bits only; stable,
-    // so by index within a cell, the CPU's order), each cell's start, each row counted,
-    // scanned, filled.
+    // so by index within a cell, the CPU's order), each cell's start, the rows.
     m_grid = make_cell_grid(plan, rlist);
     const CellGrid& grid = m_grid;
     const int ncells = grid.cells[0] * grid.cells[1] * grid.cells[2];
@@ -315,20 +330,17 @@ class GpuBackend final : public Backend {
     m_cell.resize(2 * n);
     m_members.resize(2 * n);
     m_start.resize(ncells + 1);
-    m_counts.resize(n + 1);
-    m_offsets.resize(n + 1);
+    m_counts.resize(n);
     cell_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_atoms, grid, m_cell.get(),
                                                              m_members.get());
     MD_CUDA(cudaGetLastError());
     int bits = 1;
     while ((1 << bits) <= ncells) ++bits;
-    std::size_t sort_bytes = 0, scan_bytes = 0;
+    std::size_t sort_bytes = 0;
     MD_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, m_cell.get(), m_cell.get() + n,
                                             m_members.get(), m_members.get() + n,
                                             static_cast<int>(n), 0, bits, m_stream));
-    MD_CUDA(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, m_counts.get(), m_offsets.get(),
-                                          static_cast<int>(n + 1), m_stream));
-    m_scratch.resize(std::max(sort_bytes, scan_bytes));
+    m_scratch.resize(sort_bytes);
     MD_CUDA(cub::DeviceRadixSort::SortPairs(m_scratch.get(), sort_bytes, m_cell.get(),
                                             m_cell.get() + n, m_members.get(), m_members.get() + n,
                                             static_cast<int>(n), 0, bits, m_stream));
@@ -337,26 +349,31 @@ class GpuBackend final : public Backend {
     cell_start_kernel<<<blocks(ncells + 1), 256, 0, m_stream>>>(sorted_cell, m_atoms, ncells,
                                                                 m_start.get());
     MD_CUDA(cudaGetLastError());
-    MD_CUDA(cudaMemsetAsync(m_counts.get() + n, 0, sizeof(std::int32_t), m_stream));
-    list_kernel<Real, false><<<blocks(32 * m_atoms), 256, 0, m_stream>>>(
-        m_x.get(), m_axes.get(), m_atoms, grid, m_start.get(), members, m_counts.get(), nullptr,
-        nullptr);
-    MD_CUDA(cudaGetLastError());
-    MD_CUDA(cub::DeviceScan::ExclusiveSum(m_scratch.get(), scan_bytes, m_counts.get(),
-                                          m_offsets.get(), static_cast<int>(n + 1), m_stream));
-    MD_CUDA(cudaMemcpyAsync(m_host_scalar, m_offsets.get() + n, sizeof(std::int32_t),
-                            cudaMemcpyDeviceToHost, m_stream));
+    write_rows();
   }
-  // The rest of a load, once the stream has passed queue_list's copy of the length.
-  void fill_list() {
-    std::int32_t entries = 0;
-    std::memcpy(&entries, m_host_scalar, sizeof entries);
-    m_neighbors.resize(static_cast<std::size_t>(entries));
-    const std::int32_t* members = m_members.get() + m_atoms;  // the sorted half
-    list_kernel<Real, true><<<blocks(32 * m_atoms), 256, 0, m_stream>>>(
-        m_x.get(), m_axes.get(), m_atoms, m_grid, m_start.get(), members, nullptr, m_offsets.get(),
-        m_neighbors.get());
+  // The rows at the current width, and the longest row's length copied to page-locked memory.
+  void write_rows() {
+    const std::size_t n = static_cast<std::size_t>(m_atoms);
+    m_neighbors.resize(n * static_cast<std::size_t>(m_width));
+    int* longest = reinterpret_cast<int*>(m_scalar.get());
+    MD_CUDA(cudaMemsetAsync(longest, 0, sizeof *longest, m_stream));
+    list_kernel<Real><<<blocks(32 * m_atoms), 256, 0, m_stream>>>(
+        m_x.get(), m_axes.get(), m_atoms, m_grid, m_start.get(), m_members.get() + n, m_width,
+        m_counts.get(), m_neighbors.get(), longest);
     MD_CUDA(cudaGetLastError());
+    MD_CUDA(
+        cudaMemcpyAsync(m_host_scalar, longest, sizeof *longest, cudaMemcpyDeviceToHost, m_stream));
+  }
+  // Once the stream has passed write_rows: rows cut short are written again, wide enough
+  // (a quarter more, for the searches to come). Returns whether it wrote them.
+  bool widen_rows() {
+    int longest = 0;
+    std::memcpy(&longest, m_host_scalar, sizeof longest);
+    if (longest <= m_width) return false;
+    m_width = (longest + longest / 4 + 31) / 32 * 32;
+    ++m_loads;  // the table holds the width
+    write_rows();
+    return true;
   }
   void half_kick(double dt) override { half_kick_ranks(self(), dt); }
   void kick_drift(double dt) override { kick_drift_ranks(self(), dt); }
@@ -527,9 +544,10 @@ class GpuBackend final : public Backend {
     for (std::size_t k = 0; k < n; ++k) {
       auto* r = static_cast<GpuBackend*>(ranks[k]);
       t.loads.push_back(r->m_loads);
-      host[k] = {r->m_x.get(), r->m_v.get(),
-                 r->m_f.get(), NeighborList{r->m_atoms, r->m_offsets.get(), r->m_neighbors.get()},
-                 r->m_home,    t.sums.get() + 2 * k};
+      host[k] = {
+          r->m_x.get(), r->m_v.get(),
+          r->m_f.get(), RowList{r->m_atoms, r->m_width, r->m_counts.get(), r->m_neighbors.get()},
+          r->m_home,    t.sums.get() + 2 * k};
       t.most_atoms = std::max(t.most_atoms, r->m_atoms);
       t.most_home = std::max(t.most_home, r->m_home);
     }
@@ -589,7 +607,8 @@ class GpuBackend final : public Backend {
   PinnedArray<Real> m_x_staging, m_v_staging, m_f_staging;
   PinnedArray<std::uint8_t> m_axes_staging;
   // m_cell and m_members: the unsorted then the sorted halves of the radix sort.
-  DeviceArray<std::int32_t> m_offsets, m_counts, m_neighbors, m_cell, m_members, m_start;
+  DeviceArray<std::int32_t> m_counts, m_neighbors, m_cell, m_members, m_start;
+  std::int64_t m_width = 64;  // of the list's rows; grows to fit the longest (widen_rows)
   DeviceArray<std::uint8_t> m_axes;
   DeviceArray<char> m_scratch;  // cub's temporary storage
   // velocity_squared's sum, then the largest displacement's bits (queue_fetch)
