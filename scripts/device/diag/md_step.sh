@@ -6,10 +6,11 @@
 # alternately. Builds build/gpu's halox-md itself. Prints us per step and the phases; JSON
 # per run in OUTDIR; then the GPU MD tests named by HALOX_MD_TESTS (a ctest -R filter).
 #   scripts/device/diag/md_step.sh OUTDIR [BASELINE_FOLDER]
-# HALOX_MD_STEPS (default 2000), HALOX_MD_LIST ("NSTLIST SKIN", default "10 0.6", halox-md's
-# own: valid throughout, twice the largest displacement between searches below the skin;
-# 10 and 0.3, as GROMACS's nstlist 20 / 0.3 run with its dynamic pruning, is not: halox-md
-# counts such searches and warns).
+# HALOX_MD_STEPS (default 2000), HALOX_MD_LIST ("NSTLIST SKIN", default "20 1.0": valid
+# throughout, twice the largest displacement between searches below the skin, and the
+# fastest measured; "10 0.6", halox-md's own default, and "15 0.8" are valid too; 20 and 0.9
+# is not, nor 10 and 0.3 as GROMACS's nstlist 20 / 0.3 run with its dynamic pruning:
+# halox-md counts such searches and warns).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source scripts/device/diag/common.sh
@@ -17,7 +18,7 @@ out=${1:?usage: md_step.sh OUTDIR [BASELINE_FOLDER]}
 tree=${2:-.ab-api}
 mkdir -p "$out"
 steps=${HALOX_MD_STEPS:-2000}
-read -r nstlist skin <<< "${HALOX_MD_LIST:-10 0.6}"
+read -r nstlist skin <<< "${HALOX_MD_LIST:-20 1.0}"
 build() {  # build ROOT_SOURCE BUILD_DIR
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
     -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/configure-$(basename "$2").log" 2>&1 &&
