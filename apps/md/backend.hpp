@@ -15,6 +15,13 @@
 
 namespace halox::md {
 
+/// Where a neighbour search's fetch puts one rank's home coordinates and the indices
+/// (ascending) of its home atoms now outside the domain of its last load's plan.
+struct Fetched {
+  std::vector<double>* x;
+  std::vector<std::int32_t>* leaving;
+};
+
 /// One rank's part of a neighbour search's load (Backend::load's arguments).
 struct LoadInput {
   const std::vector<double>* x;
@@ -48,11 +55,11 @@ class Backend {
   virtual Sums last_sums() = 0;
   /// Sum of v^2 over home atoms.
   virtual double velocity_squared() = 0;
-  /// Home coordinates back on the host (neighbour search); returns the largest squared
-  /// displacement of a home atom since the last load() (the list's validity). The
-  /// velocities stay with the back end: a search needs only those of the atoms that leave
-  /// (velocities_of).
-  virtual double fetch(std::vector<double>& x) = 0;
+  /// Home coordinates back on the host (neighbour search) and the atoms that left the
+  /// domain; returns the largest squared displacement of a home atom since the last load()
+  /// (the list's validity). The velocities stay with the back end: a search needs only
+  /// those of the atoms that leave (velocities_of).
+  virtual double fetch(const Fetched& into) = 0;
   /// Appends the velocities of home atoms `which` (3 each) to v; after fetch.
   virtual void velocities_of(std::span<const std::int32_t> which, std::vector<double>& v) = 0;
   /// A new home set: the atoms `kept` (indices, ascending) in order, then atoms whose
@@ -72,19 +79,21 @@ class Backend {
   /// sharing its stream, this one first), each in one launch on the GPU: a grid over a table
   /// of the ranks' arrays instead of a launch per rank (launches, not the work, bound a step
   /// of many small ranks). The CPU runs them rank by rank.
-  /// load() for every rank (inputs[k] for ranks[k]): on the GPU every rank's list build is
-  /// queued before the one host wait they need (the lists' lengths), not one wait per rank.
+  /// load() for every rank (inputs[k] for ranks[k]), running `meanwhile` (host work that
+  /// needs no list) once they are under way: on the GPU every rank's list build is queued,
+  /// then `meanwhile` runs while the GPU builds them, then the one host wait they need (their
+  /// longest rows), not one wait per rank.
   virtual void load_ranks(std::span<Backend* const> ranks, std::span<const LoadInput> inputs,
-                          double rlist) {
+                          double rlist, const std::function<void()>& meanwhile) {
     for (std::size_t k = 0; k < ranks.size(); ++k)
       ranks[k]->load(*inputs[k].x, *inputs[k].plan, rlist);
+    meanwhile();
   }
-  /// fetch() for every rank (into *xs[k]), the largest of their displacements: on the GPU
+  /// fetch() for every rank (into[k]), the largest of their displacements: on the GPU
   /// one host wait for all.
-  virtual double fetch_ranks(std::span<Backend* const> ranks,
-                             std::span<std::vector<double>* const> xs) {
+  virtual double fetch_ranks(std::span<Backend* const> ranks, std::span<const Fetched> into) {
     double most = 0;
-    for (std::size_t k = 0; k < ranks.size(); ++k) most = std::max(most, ranks[k]->fetch(*xs[k]));
+    for (std::size_t k = 0; k < ranks.size(); ++k) most = std::max(most, ranks[k]->fetch(into[k]));
     return most;
   }
   virtual void half_kick_ranks(std::span<Backend* const> ranks, double dt) {

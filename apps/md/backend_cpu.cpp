@@ -25,6 +25,7 @@ class CpuBackend final : public Backend {
     m_x.assign(x.begin(), x.end());
     m_home = plan.home_count;
     m_x_load.assign(m_x.begin(), m_x.begin() + 3 * m_home);
+    m_domain = plan.domain;
     m_f.assign(x.size(), Real(0));
     std::vector<std::uint8_t> axes(static_cast<std::size_t>(plan.total_count));
     home_axes_of(plan, x, axes.data());
@@ -86,11 +87,15 @@ class CpuBackend final : public Backend {
     for (std::int64_t k = 0; k < 3 * m_home; ++k) s += double(m_v[k]) * double(m_v[k]);
     return s;
   }
-  double fetch(std::vector<double>& x) override {
-    x.assign(m_x.begin(), m_x.begin() + 3 * m_home);
+  double fetch(const Fetched& into) override {
+    into.x->assign(m_x.begin(), m_x.begin() + 3 * m_home);
+    into.leaving->clear();
     double most = 0;
-    for (std::int64_t i = 0; i < m_home; ++i)
+    for (std::int64_t i = 0; i < m_home; ++i) {
       most = std::max(most, displacement2(&m_x[3 * i], &m_x_load[3 * i]));
+      if (outside(&m_x[3 * i], m_domain.lo.data(), m_domain.hi.data()))
+        into.leaving->push_back(static_cast<std::int32_t>(i));
+    }
     return most;
   }
   void velocities_of(std::span<const std::int32_t> which, std::vector<double>& v) override {
@@ -111,6 +116,7 @@ class CpuBackend final : public Backend {
  private:
   std::vector<Real> m_x, m_v, m_f;
   std::vector<Real> m_x_load;  // home coordinates at the last load
+  Domain m_domain;             // of the last load's plan
   std::int64_t m_home = 0;
   Sums m_sums;
   bool m_sums_valid = false;

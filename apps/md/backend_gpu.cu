@@ -163,13 +163,23 @@ __global__ void kick_drift_kernel(const RankArrays<Real>* ranks, Real half_dt, R
   drift<Real>(i, dt, r.v, r.x);
 }
 
-// The largest squared displacement of a home atom since the load (x0), as the bits of the
-// double: non-negative doubles order as their bit patterns, so an unsigned atomicMax.
+// A rank's domain, as the kernels take it.
+struct Bounds {
+  double lo[3], hi[3];
+};
+
+// For a search: which home atoms left the domain (left[i]), and the largest squared
+// displacement since the load (x0) as the bits of the double: non-negative doubles order
+// as their bit patterns, so an unsigned atomicMax.
 template <class Real>
-__global__ void displacement_kernel(const Real* x, const Real* x0, std::int64_t n,
-                                    unsigned long long* most) {
+__global__ void moved_kernel(const Real* x, const Real* x0, std::int64_t n, Bounds domain,
+                             std::uint8_t* left, unsigned long long* most) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  double d = i < n ? displacement2(x + 3 * i, x0 + 3 * i) : 0.0;
+  double d = 0;
+  if (i < n) {
+    d = displacement2(x + 3 * i, x0 + 3 * i);
+    left[i] = outside(x + 3 * i, domain.lo, domain.hi) ? 1 : 0;
+  }
   for (int o = 16; o > 0; o /= 2) d = fmax(d, __shfl_xor_sync(0xffffffffu, d, o));
   if ((threadIdx.x & 31) == 0)
     atomicMax(most, static_cast<unsigned long long>(__double_as_longlong(d)));
@@ -282,16 +292,17 @@ class GpuBackend final : public Backend {
 
   void load(const std::vector<double>& x, const ParticlePlan& plan, double rlist) override {
     const LoadInput input{&x, &plan};
-    load_ranks(self(), {&input, 1}, rlist);
+    load_ranks(self(), {&input, 1}, rlist, [] {});
   }
   // One host wait for all ranks (they share the stream): their longest rows, read back to
   // see that none was cut (a row cut short is written again, after the wait, wider). The uploads go
   // from page-locked buffers that stay until the next search (that wait orders them before it).
-  void load_ranks(std::span<Backend* const> ranks, std::span<const LoadInput> inputs,
-                  double rlist) override {
+  void load_ranks(std::span<Backend* const> ranks, std::span<const LoadInput> inputs, double rlist,
+                  const std::function<void()>& meanwhile) override {
     for (std::size_t k = 0; k < ranks.size(); ++k) {
       static_cast<GpuBackend*>(ranks[k])->queue_list(*inputs[k].x, *inputs[k].plan, rlist);
     }
+    meanwhile();
     synchronize();
     for (Backend* rank : ranks) static_cast<GpuBackend*>(rank)->widen_rows();
   }
@@ -302,6 +313,10 @@ class GpuBackend final : public Backend {
     }
     m_home = plan.home_count;
     m_atoms = plan.total_count;
+    for (int d = 0; d < 3; ++d) {
+      m_domain.lo[d] = plan.domain.lo[d];
+      m_domain.hi[d] = plan.domain.hi[d];
+    }
     ++m_loads;
     upload(m_x, m_x_staging, x);
     m_x_load.resize(static_cast<std::size_t>(3 * m_home));
@@ -431,21 +446,21 @@ class GpuBackend final : public Backend {
     synchronize();
     return *m_host_scalar;
   }
-  double fetch(std::vector<double>& x) override {
-    std::vector<double>* xs[] = {&x};
-    return fetch_ranks(self(), xs);
-  }
+  double fetch(const Fetched& into) override { return fetch_ranks(self(), {&into, 1}); }
   // Every rank's coordinates and velocities copied to page-locked memory, then one wait;
   // the velocities stay there for velocities_of and keep_velocities.
-  double fetch_ranks(std::span<Backend* const> ranks,
-                     std::span<std::vector<double>* const> xs) override {
+  double fetch_ranks(std::span<Backend* const> ranks, std::span<const Fetched> into) override {
     for (Backend* rank : ranks) static_cast<GpuBackend*>(rank)->queue_fetch();
     synchronize();
     double most = 0;
     for (std::size_t k = 0; k < ranks.size(); ++k) {
       const auto* r = static_cast<const GpuBackend*>(ranks[k]);
       const Real* hx = r->m_x_staging.get();
-      xs[k]->assign(hx, hx + 3 * r->m_home);
+      into[k].x->assign(hx, hx + 3 * r->m_home);
+      into[k].leaving->clear();
+      const std::uint8_t* left = r->m_left_staging.get();
+      for (std::int64_t i = 0; i < r->m_home; ++i)
+        if (left[i]) into[k].leaving->push_back(static_cast<std::int32_t>(i));
       most = std::max(most, r->m_host_scalar[1]);  // queue_fetch's displacement
     }
     return most;
@@ -578,9 +593,13 @@ class GpuBackend final : public Backend {
   void queue_fetch() {
     auto* most = reinterpret_cast<unsigned long long*>(m_scalar.get() + 1);
     MD_CUDA(cudaMemsetAsync(most, 0, sizeof *most, m_stream));
-    displacement_kernel<Real>
-        <<<blocks(m_home), 256, 0, m_stream>>>(m_x.get(), m_x_load.get(), m_home, most);
+    const std::size_t home = static_cast<std::size_t>(m_home);
+    m_left.resize(home);
+    moved_kernel<Real><<<blocks(m_home), 256, 0, m_stream>>>(m_x.get(), m_x_load.get(), m_home,
+                                                             m_domain, m_left.get(), most);
     MD_CUDA(cudaGetLastError());
+    MD_CUDA(cudaMemcpyAsync(m_left_staging.at_least(home), m_left.get(), home,
+                            cudaMemcpyDeviceToHost, m_stream));
     MD_CUDA(
         cudaMemcpyAsync(m_host_scalar + 1, most, sizeof *most, cudaMemcpyDeviceToHost, m_stream));
     const std::size_t n = static_cast<std::size_t>(3 * m_home);
@@ -603,7 +622,10 @@ class GpuBackend final : public Backend {
   std::vector<cudaEvent_t> m_free_events;
   std::deque<Pending> m_pending;
   DeviceArray<Real> m_x, m_v, m_f;
-  DeviceArray<Real> m_x_load;  // home coordinates at the last load (the list's validity)
+  DeviceArray<Real> m_x_load;        // home coordinates at the last load (the list's validity)
+  Bounds m_domain{};                 // of the last load's plan
+  DeviceArray<std::uint8_t> m_left;  // per home atom at a fetch: left the domain
+  PinnedArray<std::uint8_t> m_left_staging;
   PinnedArray<Real> m_x_staging, m_v_staging, m_f_staging;
   PinnedArray<std::uint8_t> m_axes_staging;
   // m_cell and m_members: the unsorted then the sorted halves of the radix sort.

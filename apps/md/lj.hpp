@@ -138,6 +138,14 @@ inline double lj_energy_shift(double cutoff) {
   return -4.0 * inv6 * (inv6 - 1.0);
 }
 
+/// Whether p lies outside the box [lo, hi) (a home atom that left its rank's domain).
+template <class Real>
+HALOX_MD_HD bool outside(const Real* p, const double* lo, const double* hi) {
+  bool in = true;
+  for (int d = 0; d < 3; ++d) in &= (double(p[d]) >= lo[d]) & (double(p[d]) < hi[d]);
+  return !in;
+}
+
 /// |p - q|^2 in double (the list's validity check).
 template <class Real>
 HALOX_MD_HD double displacement2(const Real* p, const Real* q) {

@@ -220,29 +220,21 @@ std::string Simulation::transport_name() const {
 }
 
 // Atoms that left their rank's domain move to the rank that owns them now. Only the atoms
-// outside their domain go through halox's migration, with their velocities and ids (7
-// doubles each); the others stay in place, their velocities where the back end keeps them.
-// Those that come back (wrapped across a periodic edge of an axis the rank spans) return
-// to their places: a rank whose atoms only wrap, as a single rank's, moves nothing else.
+// outside their domain (m_leaving, as the fetch found them) go through halox's migration, with
+// their velocities and ids (7 doubles each); the others stay in place, their velocities where the
+// back end keeps them. Those that come back (wrapped across a periodic edge of an axis the rank
+// spans) return to their places: a rank whose atoms only wrap, as a single rank's, moves nothing
+// else.
 void Simulation::migrate() {
   const std::size_t n = m_ranks.size();
-  m_leaving.resize(n);
+  m_leaving.resize(n);  // the first search's: none (the lattice is built by domain)
   m_kept.resize(n);
   m_migrate_data.resize(n);
   std::vector<double> v;  // the leavers' velocities, then the arrived ones'
   for (std::size_t k = 0; k < n; ++k) {
     const Rank& r = m_ranks[k];
-    const Domain domain = domain_of(r.topology, m_box, r.topology.rank());
-    std::vector<std::int32_t>& leaving = m_leaving[k];
-    leaving.clear();
+    const std::vector<std::int32_t>& leaving = m_leaving[k];
     const double* x = r.x.data();
-    const std::size_t home = r.id.size();
-    for (std::size_t i = 0; i < home; ++i) {
-      const double* p = x + 3 * i;
-      const bool inside = (p[0] >= domain.lo[0]) & (p[0] < domain.hi[0]) & (p[1] >= domain.lo[1]) &
-                          (p[1] < domain.hi[1]) & (p[2] >= domain.lo[2]) & (p[2] < domain.hi[2]);
-      if (!inside) leaving.push_back(static_cast<std::int32_t>(i));
-    }
     std::vector<double>& data = m_migrate_data[k];
     data.clear();
     v.clear();
@@ -330,8 +322,10 @@ void Simulation::neighbor_search(bool first) {
     last = now;
   };
   if (!first) {
+    m_leaving.resize(m_ranks.size());
     m_fetch_into.clear();
-    for (Rank& r : m_ranks) m_fetch_into.push_back(&r.x);
+    for (std::size_t k = 0; k < m_ranks.size(); ++k)
+      m_fetch_into.push_back({&m_ranks[k].x, &m_leaving[k]});
     // Verlet-list validity: a pair can enter the cutoff unseen only if two atoms together
     // moved more than the skin since the last search. Reported, not hidden.
     double local = m_ranks.front().backend->fetch_ranks(m_backends, m_fetch_into), global = 0;
@@ -345,42 +339,53 @@ void Simulation::neighbor_search(bool first) {
 
   // The plans (and with them the halo coordinates); the back ends build the neighbour lists.
   const double rlist = m_config.cutoff + m_config.skin;
-  std::vector<std::vector<double>>& xyz = m_xyz;  // home, then the plans add the halo
-  xyz.resize(m_ranks.size());
-  for (std::size_t k = 0; k < m_ranks.size(); ++k)
-    xyz[k].assign(m_ranks[k].x.begin(), m_ranks[k].x.end());
+  // The plans append the halo to each rank's coordinates: r.x holds home then halo atoms
+  // until the next fetch (swapped, not copied, into the vectors the local builder takes).
   std::vector<ParticlePlan> plans;  // of the local ranks, for their exchange
   if (m_config.local) {
-    plans = build_local_particle_plans(m_ranks.front().topology, m_box, rlist, xyz);
-    for (std::size_t k = 0; k < m_ranks.size(); ++k) m_ranks[k].plan = plans[k];
+    m_xyz.resize(m_ranks.size());
+    for (std::size_t k = 0; k < m_ranks.size(); ++k) std::swap(m_xyz[k], m_ranks[k].x);
+    plans = build_local_particle_plans(m_ranks.front().topology, m_box, rlist, m_xyz);
+    for (std::size_t k = 0; k < m_ranks.size(); ++k) {
+      std::swap(m_xyz[k], m_ranks[k].x);
+      m_ranks[k].plan = plans[k];
+    }
   } else {
     Rank& r = m_ranks.front();
-    r.plan = build_particle_plan(r.topology, m_box, rlist, xyz.front());
+    r.plan = build_particle_plan(r.topology, m_box, rlist, r.x);
   }
   part(&SearchParts::plans);
-  // The exchange's set-up before the lists: it waits for the GPU, which then has no list
-  // build to finish first, and the lists' last kernels run on while the step goes on.
-  if (!m_exchange) {
-    ExchangeOptions options;
-    options.transport = m_config.transport;
-    if (!m_config.local) options.chunk_bytes = m_config.chunk_bytes;
-    const BasicKind real = m_ranks.front().backend->real();
-    const Rank& r = m_ranks.front();
-    m_exchange = m_config.local
-                     ? std::make_unique<ParticleExchange>(Ranks::local(r.topology),
-                                                          std::move(plans), real, options)
-                     : std::make_unique<ParticleExchange>(r.topology, r.plan, real, options);
-  } else if (m_config.local) {
-    m_exchange->set_plans(std::move(plans));
-  } else {
-    m_exchange->set_plan(m_ranks.front().plan);
-  }
-  part(&SearchParts::exchange);
+  // The lists are queued first and the exchange is set up for the new plans while the GPU
+  // builds them (its set-up waits for its own kernels only, not for the lists).
   std::vector<LoadInput> inputs;
-  for (std::size_t k = 0; k < m_ranks.size(); ++k) inputs.push_back({&xyz[k], &m_ranks[k].plan});
-  m_ranks.front().backend->load_ranks(m_backends, inputs, rlist);
+  for (Rank& r : m_ranks) inputs.push_back({&r.x, &r.plan});
+  double exchange_seconds = 0;
+  m_ranks.front().backend->load_ranks(m_backends, inputs, rlist, [&] {
+    const auto begin = Clock::now();
+    set_up_exchange(std::move(plans));
+    exchange_seconds = seconds_since(begin);
+  });
   part(&SearchParts::lists);
+  m_timers.search_parts.lists -= exchange_seconds;
+  m_timers.search_parts.exchange += exchange_seconds;
   m_timers.search += seconds_since(start);
+}
+
+// The exchange for the new plans (`plans`: the local ranks'; one rank per process: its plan).
+void Simulation::set_up_exchange(std::vector<ParticlePlan> plans) {
+  const Rank& r = m_ranks.front();
+  if (m_exchange) {
+    m_config.local ? m_exchange->set_plans(std::move(plans)) : m_exchange->set_plan(r.plan);
+    return;
+  }
+  ExchangeOptions options;
+  options.transport = m_config.transport;
+  if (!m_config.local) options.chunk_bytes = m_config.chunk_bytes;
+  const BasicKind real = r.backend->real();
+  m_exchange = m_config.local
+                   ? std::make_unique<ParticleExchange>(Ranks::local(r.topology), std::move(plans),
+                                                        real, options)
+                   : std::make_unique<ParticleExchange>(r.topology, r.plan, real, options);
 }
 
 // Coordinates forward (true) or forces back, for every rank of this process.

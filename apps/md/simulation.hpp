@@ -141,13 +141,14 @@ class Simulation {
  private:
   struct Rank {
     Topology topology;             // the grid seen from this rank
-    std::vector<double> x;         // home atoms' coordinates (host copy at searches)
+    std::vector<double> x;         // home, after a search's plans also halo, coordinates
     std::vector<std::int64_t> id;  // home atom ids
     ParticlePlan plan;
     std::unique_ptr<Backend> backend;
   };
   void neighbor_search(bool first);
   void migrate();
+  void set_up_exchange(std::vector<ParticlePlan> plans);
   void halo(bool forward);
   /// The energy shift each pair inside the cutoff gets (Config::lj_shift).
   double energy_shift() const;
@@ -163,11 +164,12 @@ class Simulation {
   std::int64_t m_atoms = 0;
   std::vector<Rank> m_ranks;
   std::vector<Backend*> m_backends;  // the ranks', in order: each phase one call for all
-  // The search's, reused: each rank's leaving atoms (their indices; then position,
-  // velocity and id, 7 doubles each), the atoms that stay, and home + halo coordinates.
+  // The search's, reused: each rank's leaving atoms (their indices, from the fetch; then
+  // position, velocity and id, 7 doubles each), the atoms that stay, and the local plan builder's
+  // coordinate sets.
   std::vector<std::vector<std::int32_t>> m_leaving, m_kept;
   std::vector<std::vector<double>> m_migrate_data, m_xyz;
-  std::vector<std::vector<double>*> m_fetch_into;
+  std::vector<Fetched> m_fetch_into;
   std::unique_ptr<ParticleExchange> m_exchange;  // over Ranks::mpi, or Ranks::local
   std::vector<void*> m_arrays;                   // the ranks' arrays of a call (reused)
   Timers m_timers;

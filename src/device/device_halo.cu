@@ -104,6 +104,9 @@ struct DeviceHalo::Impl {
   int trace_object = -1;    // this exchange in traces
   std::vector<void*> last_x, last_f;
   std::vector<char> last_direct;  // per view: fwd (1) / rev (2) arrives direct, last plan
+  // Recorded after each launch: a new plan waits for this engine's kernels, not for the
+  // whole GPU (the caller's other work, as a neighbour search's list build, runs on).
+  cudaEvent_t launched = nullptr;
 
   std::function<char*(std::int64_t)> allocate_block = [](std::int64_t n) {
     char* p = nullptr;
@@ -240,6 +243,8 @@ struct DeviceHalo::Impl {
         launch_dependent(forward ? forward_kernel<Real, false> : reverse_kernel<Real, false>, grid,
                          256, stream, a, table);
     }
+    if (!launched) HALOX_CUDA_CHECK(cudaEventCreateWithFlags(&launched, cudaEventDisableTiming));
+    HALOX_CUDA_CHECK(cudaEventRecord(launched, stream));
   }
 };
 
@@ -265,6 +270,7 @@ DeviceHalo::~DeviceHalo() {
   cudaDeviceSynchronize();
   m_impl->release();
   cudaFree(m_impl->x_table);
+  if (m_impl->launched) cudaEventDestroy(m_impl->launched);
 }
 
 namespace {
@@ -318,7 +324,8 @@ bool DeviceHalo::fits(const std::vector<const ParticlePlan*>& plans) const {
 bool DeviceHalo::allocate(const std::vector<int>& ranks,
                           const std::vector<const ParticlePlan*>& plans, bool keep_if_fits) {
   Impl& m = *m_impl;
-  HALOX_CUDA_CHECK(cudaDeviceSynchronize());  // no kernel may still use the old blocks
+  // No kernel of this engine may still use the old blocks or plan data.
+  if (m.launched) HALOX_CUDA_CHECK(cudaEventSynchronize(m.launched));
   // A new plan after a neighbour search usually fits the blocks of the last one: keeping
   // them keeps their addresses, so peers need not map them again (CUDA IPC: milliseconds).
   const bool keep = keep_if_fits && ranks == m.ranks && fits(plans);
