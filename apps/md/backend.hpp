@@ -43,6 +43,13 @@ class Backend {
   /// owns, see plan.hpp) where its arrays live. The velocities are those of the home set
   /// as keep_velocities left it.
   virtual void load(const std::vector<double>& x, const ParticlePlan& plan, double rlist) = 0;
+  /// Dynamic pruning: each row keeps its pairs within `rinner`, the list forces() walks until
+  /// the next load (which walks the whole list again). First takes the largest squared
+  /// displacement of a home atom since the previous prune (or load) into a running maximum.
+  virtual void prune(double rinner) = 0;
+  /// After fetch: the running maximum of the displacements between prunes, the last one up
+  /// to this fetch included; then restarts it (the pruned list's validity).
+  virtual double pruned_displacement2() = 0;
   virtual void half_kick(double dt) = 0;
   /// A half kick then a drift: the first half of a step.
   virtual void kick_drift(double dt) = 0;
@@ -95,6 +102,9 @@ class Backend {
     double most = 0;
     for (std::size_t k = 0; k < ranks.size(); ++k) most = std::max(most, ranks[k]->fetch(into[k]));
     return most;
+  }
+  virtual void prune_ranks(std::span<Backend* const> ranks, double rinner) {
+    for (Backend* b : ranks) b->prune(rinner);
   }
   virtual void half_kick_ranks(std::span<Backend* const> ranks, double dt) {
     for (Backend* b : ranks) b->half_kick(dt);

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <utility>
 
 #include "backend.hpp"
 #include "halox/error.hpp"
@@ -25,6 +26,8 @@ class CpuBackend final : public Backend {
     m_x.assign(x.begin(), x.end());
     m_home = plan.home_count;
     m_x_load.assign(m_x.begin(), m_x.begin() + 3 * m_home);
+    m_x_prune = m_x_load;
+    m_pruned = false;
     m_domain = plan.domain;
     m_f.assign(x.size(), Real(0));
     std::vector<std::uint8_t> axes(static_cast<std::size_t>(plan.total_count));
@@ -50,6 +53,24 @@ class CpuBackend final : public Backend {
       m_offsets[i + 1] = static_cast<std::int32_t>(m_neighbors.size());
     }
   }
+  void prune(double rinner) override {
+    for (std::int64_t i = 0; i < m_home; ++i)
+      m_prune_most = std::max(m_prune_most, displacement2(&m_x[3 * i], &m_x_prune[3 * i]));
+    std::copy(m_x.begin(), m_x.begin() + 3 * m_home, m_x_prune.begin());
+    const std::int64_t atoms = static_cast<std::int64_t>(m_offsets.size()) - 1;
+    m_inner_offsets.assign(atoms + 1, 0);
+    m_inner_neighbors.clear();
+    for (std::int64_t i = 0; i < atoms; ++i) {
+      for (std::int32_t k = m_offsets[i]; k < m_offsets[i + 1]; ++k) {
+        const std::int32_t j = m_neighbors[k];
+        if (within(&m_x[3 * i], &m_x[3 * static_cast<std::int64_t>(j)], rinner * rinner))
+          m_inner_neighbors.push_back(j);
+      }
+      m_inner_offsets[i + 1] = static_cast<std::int32_t>(m_inner_neighbors.size());
+    }
+    m_pruned = true;
+  }
+  double pruned_displacement2() override { return std::exchange(m_prune_most, 0.0); }
   void half_kick(double dt) override {
     for (std::int64_t i = 0; i < m_home; ++i) kick(i, Real(0.5 * dt), m_f.data(), m_v.data());
   }
@@ -63,8 +84,9 @@ class CpuBackend final : public Backend {
     // The CPU's sums cost next to nothing beside its forces; kept only when asked for, as
     // on the GPU, so that a caller reading sums of a step without them fails here too.
     m_sums_valid = want_sums;
-    NeighborList list{static_cast<std::int64_t>(m_offsets.size()) - 1, m_offsets.data(),
-                      m_neighbors.data()};
+    NeighborList list{static_cast<std::int64_t>(m_offsets.size()) - 1,
+                      m_pruned ? m_inner_offsets.data() : m_offsets.data(),
+                      m_pruned ? m_inner_neighbors.data() : m_neighbors.data()};
     Sums sums;
     for (std::int64_t i = 0; i < list.atoms; ++i) {
       Real e = 0, w = 0;
@@ -93,6 +115,7 @@ class CpuBackend final : public Backend {
     double most = 0;
     for (std::int64_t i = 0; i < m_home; ++i) {
       most = std::max(most, displacement2(&m_x[3 * i], &m_x_load[3 * i]));
+      m_prune_most = std::max(m_prune_most, displacement2(&m_x[3 * i], &m_x_prune[3 * i]));
       if (outside(&m_x[3 * i], m_domain.lo.data(), m_domain.hi.data()))
         into.leaving->push_back(static_cast<std::int32_t>(i));
     }
@@ -116,7 +139,13 @@ class CpuBackend final : public Backend {
  private:
   std::vector<Real> m_x, m_v, m_f;
   std::vector<Real> m_x_load;  // home coordinates at the last load
-  Domain m_domain;             // of the last load's plan
+  // Dynamic pruning: the pruned rows, whether forces() walks them, home coordinates at the
+  // last prune and the largest squared displacement since (pruned_displacement2).
+  std::vector<std::int32_t> m_inner_offsets, m_inner_neighbors;
+  bool m_pruned = false;
+  std::vector<Real> m_x_prune;
+  double m_prune_most = 0;
+  Domain m_domain;  // of the last load's plan
   std::int64_t m_home = 0;
   Sums m_sums;
   bool m_sums_valid = false;

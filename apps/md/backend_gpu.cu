@@ -96,9 +96,16 @@ struct RankArrays {
   Real* x;
   Real* v;
   Real* f;
-  RowList list;  // over every local atom
+  RowList list;  // over every local atom: the rows the forces walk (the pruned ones, if any)
   std::int64_t home;
   double* sums;  // energy, virial (SUMS launches)
+  // Dynamic pruning: the whole list, the pruned rows (its width), the home coordinates at
+  // the last prune and the largest squared displacement since (a double's bits).
+  RowList outer;
+  std::int32_t* inner_counts;
+  std::int32_t* inner;
+  Real* x_prune;
+  unsigned long long* prune_most;
 };
 
 // kForceLanes threads per atom, each summing every kForceLanes-th entry of its row, then a
@@ -147,6 +154,36 @@ __global__ void force_kernel(const RankArrays<Real>* ranks, Real cutoff2, Real s
   }
 }
 
+// Dynamic pruning, one warp per atom: the whole row's pairs within sqrt(rinner2), in their
+// order, into the pruned row (a ballot, as the list build); a home atom's lane 0 first
+// takes its displacement since the last prune into the running maximum.
+template <class Real>
+__global__ void prune_kernel(const RankArrays<Real>* ranks, double rinner2) {
+  const RankArrays<Real> r = ranks[blockIdx.y];
+  const std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  if (i >= r.outer.atoms) return;  // the whole warp
+  const Real* p = r.x + 3 * i;
+  if (lane == 0 && i < r.home) {
+    const double d = displacement2(p, r.x_prune + 3 * i);
+    atomicMax(r.prune_most, static_cast<unsigned long long>(__double_as_longlong(d)));
+    for (int a = 0; a < 3; ++a) r.x_prune[3 * i + a] = p[a];
+  }
+  const std::int32_t* row = r.outer.neighbors + i * r.outer.width;
+  std::int32_t* kept = r.inner + i * r.outer.width;
+  const std::int32_t count = r.outer.counts[i];
+  std::int32_t at = 0;
+  for (std::int32_t base = 0; base < count; base += 32) {
+    const std::int32_t k = base + lane;
+    const std::int32_t j = k < count ? row[k] : -1;
+    const bool hit = j >= 0 && within(p, r.x + 3 * static_cast<std::int64_t>(j), rinner2);
+    const unsigned mask = __ballot_sync(0xffffffffu, hit);
+    if (hit) kept[at + __popc(mask & ((1u << lane) - 1u))] = j;
+    at += __popc(mask);
+  }
+  if (lane == 0) r.inner_counts[i] = at;
+}
+
 template <class Real>
 __global__ void kick_kernel(const RankArrays<Real>* ranks, Real half_dt) {
   const RankArrays<Real> r = ranks[blockIdx.y];
@@ -171,18 +208,25 @@ struct Bounds {
 // For a search: which home atoms left the domain (left[i]), and the largest squared
 // displacement since the load (x0) as the bits of the double: non-negative doubles order
 // as their bit patterns, so an unsigned atomicMax.
+// most[0]: since the load (x0); most[1], a running maximum: since the last prune (xp).
 template <class Real>
-__global__ void moved_kernel(const Real* x, const Real* x0, std::int64_t n, Bounds domain,
-                             std::uint8_t* left, unsigned long long* most) {
+__global__ void moved_kernel(const Real* x, const Real* x0, const Real* xp, std::int64_t n,
+                             Bounds domain, std::uint8_t* left, unsigned long long* most) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  double d = 0;
+  double d = 0, dp = 0;
   if (i < n) {
     d = displacement2(x + 3 * i, x0 + 3 * i);
+    dp = displacement2(x + 3 * i, xp + 3 * i);
     left[i] = outside(x + 3 * i, domain.lo, domain.hi) ? 1 : 0;
   }
-  for (int o = 16; o > 0; o /= 2) d = fmax(d, __shfl_xor_sync(0xffffffffu, d, o));
-  if ((threadIdx.x & 31) == 0)
+  for (int o = 16; o > 0; o /= 2) {
+    d = fmax(d, __shfl_xor_sync(0xffffffffu, d, o));
+    dp = fmax(dp, __shfl_xor_sync(0xffffffffu, dp, o));
+  }
+  if ((threadIdx.x & 31) == 0) {
     atomicMax(most, static_cast<unsigned long long>(__double_as_longlong(d)));
+    atomicMax(most + 1, static_cast<unsigned long long>(__double_as_longlong(dp)));
+  }
 }
 
 template <class Real>
@@ -271,8 +315,9 @@ class GpuBackend final : public Backend {
  public:
   explicit GpuBackend(cudaStream_t shared) : m_stream(shared), m_own_stream(shared == nullptr) {
     if (m_own_stream) MD_CUDA(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
-    m_scalar.resize(2);
-    MD_CUDA(cudaMallocHost(&m_host_scalar, 2 * sizeof(double)));
+    m_scalar.resize(3);
+    MD_CUDA(cudaMemsetAsync(m_scalar.get(), 0, 3 * sizeof(double), m_stream));
+    MD_CUDA(cudaMallocHost(&m_host_scalar, 3 * sizeof(double)));
   }
   ~GpuBackend() override {
     cudaStreamSynchronize(m_stream);
@@ -319,9 +364,12 @@ class GpuBackend final : public Backend {
     }
     ++m_loads;
     upload(m_x, m_x_staging, x);
-    m_x_load.resize(static_cast<std::size_t>(3 * m_home));
-    MD_CUDA(cudaMemcpyAsync(m_x_load.get(), m_x.get(), 3 * m_home * sizeof(Real),
-                            cudaMemcpyDeviceToDevice, m_stream));
+    for (DeviceArray<Real>* to : {&m_x_load, &m_x_prune}) {
+      to->resize(static_cast<std::size_t>(3 * m_home));
+      MD_CUDA(cudaMemcpyAsync(to->get(), m_x.get(), 3 * m_home * sizeof(Real),
+                              cudaMemcpyDeviceToDevice, m_stream));
+    }
+    m_pruned = false;
     if (m_v_changed) {  // a migration changed the home set (keep_velocities)
       const std::size_t n = static_cast<std::size_t>(3 * m_home);
       m_v.resize(n);
@@ -389,6 +437,26 @@ class GpuBackend final : public Backend {
     ++m_loads;  // the table holds the width
     write_rows();
     return true;
+  }
+  void prune(double rinner) override { prune_ranks(self(), rinner); }
+  double pruned_displacement2() override {
+    MD_CUDA(cudaMemsetAsync(m_scalar.get() + 2, 0, sizeof(double), m_stream));
+    return m_host_scalar[2];  // queue_fetch's copy
+  }
+  void prune_ranks(std::span<Backend* const> ranks, double rinner) override {
+    for (Backend* b : ranks) {
+      auto* r = static_cast<GpuBackend*>(b);
+      if (r->m_pruned) continue;
+      const std::size_t n = static_cast<std::size_t>(r->m_atoms);
+      r->m_inner_counts.resize(n);
+      r->m_inner.resize(n * static_cast<std::size_t>(r->m_width));
+      r->m_pruned = true;
+      ++r->m_loads;  // the table's rows for the forces are now the pruned ones
+    }
+    const Table& t = table_for(ranks);
+    prune_kernel<Real>
+        <<<grid(32 * t.most_atoms, t), 256, 0, m_stream>>>(t.device.get(), rinner * rinner);
+    MD_CUDA(cudaGetLastError());
   }
   void half_kick(double dt) override { half_kick_ranks(self(), dt); }
   void kick_drift(double dt) override { kick_drift_ranks(self(), dt); }
@@ -559,10 +627,19 @@ class GpuBackend final : public Backend {
     for (std::size_t k = 0; k < n; ++k) {
       auto* r = static_cast<GpuBackend*>(ranks[k]);
       t.loads.push_back(r->m_loads);
-      host[k] = {
-          r->m_x.get(), r->m_v.get(),
-          r->m_f.get(), RowList{r->m_atoms, r->m_width, r->m_counts.get(), r->m_neighbors.get()},
-          r->m_home,    t.sums.get() + 2 * k};
+      const RowList outer{r->m_atoms, r->m_width, r->m_counts.get(), r->m_neighbors.get()};
+      const RowList inner{r->m_atoms, r->m_width, r->m_inner_counts.get(), r->m_inner.get()};
+      host[k] = {r->m_x.get(),
+                 r->m_v.get(),
+                 r->m_f.get(),
+                 r->m_pruned ? inner : outer,
+                 r->m_home,
+                 t.sums.get() + 2 * k,
+                 outer,
+                 r->m_inner_counts.get(),
+                 r->m_inner.get(),
+                 r->m_x_prune.get(),
+                 reinterpret_cast<unsigned long long*>(r->m_scalar.get() + 2)};
       t.most_atoms = std::max(t.most_atoms, r->m_atoms);
       t.most_home = std::max(t.most_home, r->m_home);
     }
@@ -595,13 +672,13 @@ class GpuBackend final : public Backend {
     MD_CUDA(cudaMemsetAsync(most, 0, sizeof *most, m_stream));
     const std::size_t home = static_cast<std::size_t>(m_home);
     m_left.resize(home);
-    moved_kernel<Real><<<blocks(m_home), 256, 0, m_stream>>>(m_x.get(), m_x_load.get(), m_home,
-                                                             m_domain, m_left.get(), most);
+    moved_kernel<Real><<<blocks(m_home), 256, 0, m_stream>>>(
+        m_x.get(), m_x_load.get(), m_x_prune.get(), m_home, m_domain, m_left.get(), most);
     MD_CUDA(cudaGetLastError());
     MD_CUDA(cudaMemcpyAsync(m_left_staging.at_least(home), m_left.get(), home,
                             cudaMemcpyDeviceToHost, m_stream));
-    MD_CUDA(
-        cudaMemcpyAsync(m_host_scalar + 1, most, sizeof *most, cudaMemcpyDeviceToHost, m_stream));
+    MD_CUDA(cudaMemcpyAsync(m_host_scalar + 1, most, 2 * sizeof *most, cudaMemcpyDeviceToHost,
+                            m_stream));
     const std::size_t n = static_cast<std::size_t>(3 * m_home);
     Real* hx = m_x_staging.at_least(n);
     Real* hv = m_v_staging.at_least(n);
@@ -622,7 +699,12 @@ class GpuBackend final : public Backend {
   std::vector<cudaEvent_t> m_free_events;
   std::deque<Pending> m_pending;
   DeviceArray<Real> m_x, m_v, m_f;
-  DeviceArray<Real> m_x_load;        // home coordinates at the last load (the list's validity)
+  DeviceArray<Real> m_x_load;  // home coordinates at the last load (the list's validity)
+  // Dynamic pruning: home coordinates at the last prune, the pruned rows (the list's width),
+  // and whether the forces walk them.
+  DeviceArray<Real> m_x_prune;
+  DeviceArray<std::int32_t> m_inner_counts, m_inner;
+  bool m_pruned = false;
   Bounds m_domain{};                 // of the last load's plan
   DeviceArray<std::uint8_t> m_left;  // per home atom at a fetch: left the domain
   PinnedArray<std::uint8_t> m_left_staging;
@@ -633,7 +715,8 @@ class GpuBackend final : public Backend {
   std::int64_t m_width = 64;  // of the list's rows; grows to fit the longest (widen_rows)
   DeviceArray<std::uint8_t> m_axes;
   DeviceArray<char> m_scratch;  // cub's temporary storage
-  // velocity_squared's sum, then the largest displacement's bits (queue_fetch)
+  // velocity_squared's sum, then the largest displacement's bits since the load and since
+  // the last prune (queue_fetch, prune_kernel)
   DeviceArray<double> m_scalar;
   double* m_host_scalar = nullptr;  // page-locked: m_scalar read back, or a list's length
   bool m_sums_valid = false;

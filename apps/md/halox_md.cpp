@@ -51,6 +51,10 @@ Cli parse(int argc, char** argv) {
   line.number("--dt", c.dt, "time step", 1e-300);  // too large a step diverges: stopped then
   line.count("--steps", cli.steps, "steps to run");
   line.count("--nstlist", c.nstlist, "neighbour search every N steps", 1);
+  line.count("--prune", c.prune,
+             "dynamic pruning: every N steps the list (cutoff + skin) is cut to the pairs within "
+             "cutoff + --inner-skin, which the forces walk (0: off)");
+  line.number("--inner-skin", c.inner_skin, "the pruned list's skin (--prune)", 0, 1e6);
   line.count("--thermo", cli.thermo_every, "thermo line every N steps (0: first and last only)");
   std::string ranks, transport, precision = "double", lj_shift = "cutoff";
   line.text("--ranks", ranks, "rank grid (default: MPI_Dims_create)", "XxYxZ");
@@ -233,10 +237,18 @@ int run(int argc, char** argv) {
   std::printf("relative total energy drift over %d steps: %.3e\n", cli.steps, drift);
   std::printf("largest displacement between searches: %.4f (skin %.4f)\n", sim.max_displacement(),
               c.skin);
+  if (c.prune > 0) {
+    std::printf(
+        "dynamic pruning every %d steps: largest displacement between prunes %.4f "
+        "(inner skin %.4f); %.1f us per step of the search's time\n",
+        c.prune, sim.max_pruned_displacement(), c.inner_skin,
+        cli.steps ? 1e6 * t.prune / cli.steps : 0.0);
+  }
   if (violations > 0) {
     std::printf(
-        "warning: at %lld searches two atoms may have moved more than the skin together; "
-        "pairs may have been missed (lower --nstlist or raise --skin)\n",
+        "warning: at %lld searches two atoms may have moved more than the skin (or, pruned, "
+        "the inner skin) together; pairs may have been missed (lower --nstlist or --prune, or "
+        "raise --skin or --inner-skin)\n",
         violations);
   }
   if (!cli.json.empty()) {
@@ -254,6 +266,8 @@ int run(int argc, char** argv) {
                    {"precision", c.single_precision ? "float" : "double"},
                    {"dt", c.dt},
                    {"nstlist", c.nstlist},
+                   {"prune", c.prune},
+                   {"inner_skin", c.inner_skin},
                    {"steps", cli.steps}};
     j["thermo"] = Json::array();
     for (const Thermo& h : thermo) {
@@ -283,6 +297,10 @@ int run(int argc, char** argv) {
     for (int k = 0; k < 5; ++k)
       j["search_seconds_per_search"][part_keys[k]] = search_parts[k] / searches;
     j["max_displacement"] = sim.max_displacement();
+    if (c.prune > 0) {
+      j["max_pruned_displacement"] = sim.max_pruned_displacement();
+      j["prune_seconds"] = t.prune;  // part of timing's search
+    }
     j["wall_seconds"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     halox::apps::write_json("halox-md", cli.json, j);

@@ -20,6 +20,14 @@ struct NeighborList {
   const std::int32_t* neighbors = nullptr;
 };
 
+/// Whether p and q lie within sqrt(r2) (the lists' test, as the
+/// builds and the pruning make them).
+template <class Real>
+HALOX_MD_HD bool within(const Real* p, const Real* q, double r2) {
+  const Real dx = p[0] - q[0], dy = p[1] - q[1], dz = p[2] - q[2];
+  return double(dx * dx + dy * dy + dz * dz) < r2;
+}
+
 /// The cell grid of a neighbour search over a rank's local region [lo, hi + rlist): cells at
 /// least rlist wide, so a pair within rlist lies in neighbouring cells (no periodic wrap:
 /// the halo holds explicit images). Which pairs this rank owns comes from each atom's
@@ -44,9 +52,7 @@ struct CellGrid {
   template <class Real>
   HALOX_MD_HD bool listed(const Real* p, const Real* q, std::uint8_t p_axes,
                           std::uint8_t q_axes) const {
-    if ((p_axes | q_axes) != 7) return false;
-    const Real dx = p[0] - q[0], dy = p[1] - q[1], dz = p[2] - q[2];
-    return double(dx * dx + dy * dy + dz * dz) < rlist2;
+    return (p_axes | q_axes) == 7 && within(p, q, rlist2);
   }
 };
 

@@ -44,7 +44,7 @@ double gaussian(std::uint64_t seed, std::int64_t id, int component) {
 
 void validate(const Config& c, int ranks) {
   auto fail = [](const std::string& m) { throw Error("halox-md: " + m); };
-  for (double v : {c.density, c.temperature, c.cutoff, c.skin, c.dt, c.jitter}) {
+  for (double v : {c.density, c.temperature, c.cutoff, c.skin, c.inner_skin, c.dt, c.jitter}) {
     if (!std::isfinite(v)) fail("every real parameter must be finite");
   }
   if (!(c.density > 0)) fail("--density must be positive (got " + std::to_string(c.density) + ")");
@@ -63,6 +63,10 @@ void validate(const Config& c, int ranks) {
   if (!(c.dt > 0)) fail("--dt must be positive");
   if (!(c.jitter >= 0 && c.jitter < 0.25)) fail("--jitter must be in [0, 0.25)");
   if (c.nstlist < 1) fail("--nstlist must be >= 1");
+  if (c.prune < 0) fail("--prune must be >= 0");
+  if (c.prune > 0 && !(c.inner_skin >= 0 && c.inner_skin <= c.skin)) {
+    fail("--inner-skin must be in [0, --skin]");
+  }
   const double box = c.cells * lattice_constant(c.density);
   if (!(c.cutoff + c.skin < 0.5 * box)) {
     std::ostringstream s;
@@ -329,9 +333,19 @@ void Simulation::neighbor_search(bool first) {
     // Verlet-list validity: a pair can enter the cutoff unseen only if two atoms together
     // moved more than the skin since the last search. Reported, not hidden.
     double local = m_ranks.front().backend->fetch_ranks(m_backends, m_fetch_into), global = 0;
-    HALOX_MPI_CHECK(MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_MAX, m_comm));
+    // With pruning, the pruned list too: its pairs were within cutoff + inner skin at the
+    // prune, and pairs may have entered its cutoff unseen since.
+    double pruned = 0;
+    for (Backend* b : m_backends) pruned = std::max(pruned, b->pruned_displacement2());
+    double most[2] = {local, pruned}, global_most[2];
+    HALOX_MPI_CHECK(MPI_Allreduce(most, global_most, 2, MPI_DOUBLE, MPI_MAX, m_comm));
+    global = global_most[0];
     m_max_displacement = std::max(m_max_displacement, std::sqrt(global));
     if (2 * std::sqrt(global) > m_config.skin) ++m_violations;
+    if (m_config.prune > 0) {
+      m_max_pruned_displacement = std::max(m_max_pruned_displacement, std::sqrt(global_most[1]));
+      if (2 * std::sqrt(global_most[1]) > m_config.inner_skin) ++m_violations;
+    }
   }
   part(&SearchParts::fetch);
   migrate();
@@ -365,6 +379,7 @@ void Simulation::neighbor_search(bool first) {
     set_up_exchange(std::move(plans));
     exchange_seconds = seconds_since(begin);
   });
+  if (m_config.prune > 0) prune();
   part(&SearchParts::lists);
   m_timers.search_parts.lists -= exchange_seconds;
   m_timers.search_parts.exchange += exchange_seconds;
@@ -386,6 +401,10 @@ void Simulation::set_up_exchange(std::vector<ParticlePlan> plans) {
                    ? std::make_unique<ParticleExchange>(Ranks::local(r.topology), std::move(plans),
                                                         real, options)
                    : std::make_unique<ParticleExchange>(r.topology, r.plan, real, options);
+}
+
+void Simulation::prune() {
+  m_ranks.front().backend->prune_ranks(m_backends, m_config.cutoff + m_config.inner_skin);
 }
 
 // Coordinates forward (true) or forces back, for every rank of this process.
@@ -451,6 +470,11 @@ void Simulation::step(bool sums) {
     neighbor_search(false);  // brings the halo coordinates with the new plan
   } else {
     timed(m_timers.halo_forward, [&] { halo(true); });
+    // Every rank's coordinates, halo included, are current: the pruned rows may be cut.
+    if (m_config.prune > 0 && m_step % m_config.prune == 0) {
+      timed(
+          m_timers.search, [&] { prune(); }, &m_timers.prune);
+    }
   }
   timed(m_timers.force,
         [&] { first.forces_ranks(m_backends, m_config.cutoff, energy_shift(), sums); });

@@ -31,6 +31,10 @@ struct Config {
   double skin = 0.6;
   double dt = 0.005;
   int nstlist = 10;  ///< neighbour search (and migration, plan rebuild) every N steps
+  /// Dynamic pruning (GROMACS's): every `prune` steps the list (radius cutoff + skin) is cut
+  /// to the pairs within cutoff + inner_skin, the list the forces then walk; 0: off.
+  int prune = 0;
+  double inner_skin = 0.3;
   std::array<int, 3> ranks = {0, 0, 0};  ///< 0: chosen by MPI_Dims_create
   std::string device = "auto";           ///< auto | cpu | gpu
   bool single_precision = false;         ///< float coordinates, forces and velocities
@@ -79,6 +83,7 @@ struct Timers {
   double halo_reverse_at_search = 0;
   SearchParts search_parts;  ///< of `search`
   double total() const { return force + halo_forward + halo_reverse + integrate + search; }
+  double prune = 0;  ///< dynamic pruning, part of `search` (list upkeep)
 };
 
 /// The ranks of this process: one per process with MPI (the usual case), or every rank of
@@ -136,6 +141,8 @@ class Simulation {
   std::int64_t list_violations() const { return m_violations; }
   /// The largest displacement of any atom between two searches.
   double max_displacement() const { return m_max_displacement; }
+  /// With pruning: the largest between two prunes (or a prune and a search).
+  double max_pruned_displacement() const { return m_max_pruned_displacement; }
   double box_length() const { return m_box.length[0]; }
 
  private:
@@ -149,6 +156,7 @@ class Simulation {
   void neighbor_search(bool first);
   void migrate();
   void set_up_exchange(std::vector<ParticlePlan> plans);
+  void prune();  // every rank's list cut to cutoff + inner skin (Config::prune)
   void halo(bool forward);
   /// The energy shift each pair inside the cutoff gets (Config::lj_shift).
   double energy_shift() const;
@@ -176,6 +184,7 @@ class Simulation {
   std::int64_t m_step = 0;
   std::int64_t m_violations = 0;
   double m_max_displacement = 0;
+  double m_max_pruned_displacement = 0;
 };
 
 }  // namespace halox::md

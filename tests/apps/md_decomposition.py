@@ -10,10 +10,16 @@ at step 0 against the double single-rank run (1e-6 relative for float, 1e-12 for
 and, for the perfect lattice, against the analytic lattice sums, with --lj-shift cutoff and
 none.
 
+--prune checks that dynamic pruning leaves the physics as it is: runs with --prune against
+the same runs without (1 rank, and 2x2x2 in one process), step-0 forces to 1e-12 and
+energies after 60 steps (3 searches, 12 prunes) to 1e-9, no list violation; and that an
+inner skin too thin for the pruning interval is reported.
+
 usage: md_decomposition.py MPIEXEC HALOX_MD NP GRID... [--device cpu|gpu] [--transport T]
                            [--force-tol X] [--energy-tol X]
        md_decomposition.py MPIEXEC HALOX_MD --bad-input
        md_decomposition.py MPIEXEC HALOX_MD --lattice [--device cpu|gpu] [--mpi-transport T]
+       md_decomposition.py MPIEXEC HALOX_MD --prune [--device cpu|gpu]
 """
 import itertools
 import math
@@ -131,10 +137,44 @@ def lattice(mpiexec, md, args):
         sys.exit("FAILED: " + "; ".join(failures))
 
 
+def prune(mpiexec, md, args):
+    lists = ["--nstlist", "20", "--skin", "1.0"]
+    pruned = ["--prune", "5", "--inner-skin", "0.4"]
+    with tempfile.TemporaryDirectory() as work:
+        for grid, transport in (("1x1x1", []), ("2x2x2", ["--transport", "local-fused"])):
+            extra = args + lists + transport
+            ref_f, ref = simulate(mpiexec, md, 1, grid, extra, work, steps=60)
+            got_f, got = simulate(mpiexec, md, 1, grid, extra + pruned, work, steps=60)
+            scale = max(abs(v) for f in ref_f.values() for v in f)
+            worst = max(abs(a - b) for i in ref_f for a, b in zip(ref_f[i], got_f[i])) / scale
+            e_ref, e_got = ref["thermo"][-1], got["thermo"][-1]
+            e_err = max(abs(e_got[k] - e_ref[k]) / abs(e_ref[k])
+                        for k in ("potential", "total", "temperature", "pressure"))
+            print(f"{grid} pruned every 5 steps: step-0 force error {worst:.2e}, step-"
+                  f"{e_ref['step']} energy error {e_err:.2e}, largest displacement between "
+                  f"prunes {got['max_pruned_displacement']:.4f}, violations "
+                  f"{got['list_violations']}")
+            if not worst <= 1e-12 or not e_err <= 1e-9:
+                sys.exit("FAILED: the pruned run differs from the unpruned one")
+            if ref["list_violations"] or got["list_violations"]:
+                sys.exit("FAILED: a list was not valid throughout; the test needs another skin")
+            if not got["max_pruned_displacement"] > 0:
+                sys.exit("FAILED: no pruning happened")
+        # An inner skin the atoms outrun between prunes: reported, not hidden.
+        _, thin = simulate(mpiexec, md, 1, "1x1x1",
+                           args + lists + ["--prune", "10", "--inner-skin", "0.02"], work, steps=60)
+        print(f"inner skin 0.02, pruned every 10 steps: {thin['list_violations']} violations")
+        if not thin["list_violations"] > 0:
+            sys.exit("FAILED: a pruned list too thin for its interval was not reported")
+
+
 def main():
     mpiexec, md = sys.argv[1], sys.argv[2]
     if sys.argv[3] == "--lattice":
         lattice(mpiexec, md, sys.argv[4:])
+        return
+    if sys.argv[3] == "--prune":
+        prune(mpiexec, md, sys.argv[4:])
         return
     if sys.argv[3] == "--bad-input":
         cases = [
