@@ -63,6 +63,17 @@ def simulate(mpiexec, md, np, grid, extra, workdir, steps=20):
     return table, doc
 
 
+def differences(ref_f, ref, got_f, got):
+    """The largest step-0 force difference relative to the largest force, and the largest
+    relative difference of the last thermo line's energies, temperature and pressure."""
+    scale = max(abs(v) for f in ref_f.values() for v in f)
+    worst = max(abs(a - b) for i in ref_f for a, b in zip(ref_f[i], got_f[i])) / scale
+    e_ref, e_got = ref["thermo"][-1], got["thermo"][-1]
+    e_err = max(abs(e_got[k] - e_ref[k]) / abs(e_ref[k])
+                for k in ("potential", "total", "temperature", "pressure"))
+    return worst, e_err
+
+
 def fcc_lattice_sums(density, cutoff, cells):
     """Per atom of a perfect fcc lattice: the LJ energy (truncated at the cutoff) and the
     virial sum of r.F over its pairs within the cutoff, both halved (each pair is shared)."""
@@ -145,11 +156,8 @@ def prune(mpiexec, md, args):
             extra = args + lists + transport
             ref_f, ref = simulate(mpiexec, md, 1, grid, extra, work, steps=60)
             got_f, got = simulate(mpiexec, md, 1, grid, extra + pruned, work, steps=60)
-            scale = max(abs(v) for f in ref_f.values() for v in f)
-            worst = max(abs(a - b) for i in ref_f for a, b in zip(ref_f[i], got_f[i])) / scale
-            e_ref, e_got = ref["thermo"][-1], got["thermo"][-1]
-            e_err = max(abs(e_got[k] - e_ref[k]) / abs(e_ref[k])
-                        for k in ("potential", "total", "temperature", "pressure"))
+            worst, e_err = differences(ref_f, ref, got_f, got)
+            e_ref = ref["thermo"][-1]
             print(f"{grid} pruned every 5 steps: step-0 force error {worst:.2e}, step-"
                   f"{e_ref['step']} energy error {e_err:.2e}, largest displacement between "
                   f"prunes {got['max_pruned_displacement']:.4f}, violations "
@@ -207,15 +215,12 @@ def main():
         del extra[i:i + 2]
     with tempfile.TemporaryDirectory() as work:
         ref_f, ref = simulate(mpiexec, md, 1, "1x1x1", extra, work)
-        scale = max(abs(v) for f in ref_f.values() for v in f)
         for grid in grids:
             got_f, got = simulate(mpiexec, md, np, grid, extra, work)
             if sorted(got_f) != sorted(ref_f):
                 sys.exit(f"FAILED {grid}: atom ids differ")
-            worst = max(abs(a - b) for i in ref_f for a, b in zip(ref_f[i], got_f[i])) / scale
-            e_ref, e_got = ref["thermo"][-1], got["thermo"][-1]
-            e_err = max(abs(e_got[k] - e_ref[k]) / abs(e_ref[k])
-                        for k in ("potential", "total", "temperature", "pressure"))
+            worst, e_err = differences(ref_f, ref, got_f, got)
+            e_ref = ref["thermo"][-1]
             print(f"np {np} grid {grid} ({got['transport']}): step-0 force error {worst:.2e} "
                   f"(tol {force_tol:g}), step-{e_ref['step']} energy error {e_err:.2e} "
                   f"(tol {energy_tol:g})")
