@@ -83,7 +83,7 @@ struct Timers {
   double halo_reverse_at_search = 0;
   SearchParts search_parts;  ///< of `search`
   double total() const { return force + halo_forward + halo_reverse + integrate + search; }
-  double prune = 0;  ///< dynamic pruning, part of `search` (list upkeep)
+  double prune = 0;  ///< dynamic pruning between searches, part of `search` (list upkeep)
 };
 
 /// The ranks of this process: one per process with MPI (the usual case), or every rank of
