@@ -331,20 +331,17 @@ void Simulation::neighbor_search(bool first) {
     for (std::size_t k = 0; k < m_ranks.size(); ++k)
       m_fetch_into.push_back({&m_ranks[k].x, &m_leaving[k]});
     // Verlet-list validity: a pair can enter the cutoff unseen only if two atoms together
-    // moved more than the skin since the last search. Reported, not hidden.
-    double local = m_ranks.front().backend->fetch_ranks(m_backends, m_fetch_into), global = 0;
-    // With pruning, the pruned list too: its pairs were within cutoff + inner skin at the
-    // prune, and pairs may have entered its cutoff unseen since.
-    double pruned = 0;
-    for (Backend* b : m_backends) pruned = std::max(pruned, b->pruned_displacement2());
-    double most[2] = {local, pruned}, global_most[2];
-    HALOX_MPI_CHECK(MPI_Allreduce(most, global_most, 2, MPI_DOUBLE, MPI_MAX, m_comm));
-    global = global_most[0];
-    m_max_displacement = std::max(m_max_displacement, std::sqrt(global));
-    if (2 * std::sqrt(global) > m_config.skin) ++m_violations;
+    // moved more than the skin since the last search; with pruning, more than the inner
+    // skin between two prunes. Reported, not hidden.
+    double most[2] = {m_ranks.front().backend->fetch_ranks(m_backends, m_fetch_into), 0.0};
+    for (Backend* b : m_backends) most[1] = std::max(most[1], b->pruned_displacement2());
+    HALOX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, most, 2, MPI_DOUBLE, MPI_MAX, m_comm));
+    const double moved = std::sqrt(most[0]), moved_pruned = std::sqrt(most[1]);
+    m_max_displacement = std::max(m_max_displacement, moved);
+    if (2 * moved > m_config.skin) ++m_violations;
     if (m_config.prune > 0) {
-      m_max_pruned_displacement = std::max(m_max_pruned_displacement, std::sqrt(global_most[1]));
-      if (2 * std::sqrt(global_most[1]) > m_config.inner_skin) ++m_violations;
+      m_max_pruned_displacement = std::max(m_max_pruned_displacement, moved_pruned);
+      if (2 * moved_pruned > m_config.inner_skin) ++m_violations;
     }
   }
   part(&SearchParts::fetch);
