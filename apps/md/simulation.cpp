@@ -223,12 +223,11 @@ std::string Simulation::transport_name() const {
   return backend + ", " + to_string(m_config.transport);
 }
 
-// Atoms that left their rank's domain move to the rank that owns them now. Only the atoms
-// outside their domain (m_leaving, as the fetch found them) go through halox's migration, with
-// their velocities and ids (7 doubles each); the others stay in place, their velocities where the
-// back end keeps them. Those that come back (wrapped across a periodic edge of an axis the rank
-// spans) return to their places: a rank whose atoms only wrap, as a single rank's, moves nothing
-// else.
+// Atoms that left their rank's domain move to the rank that owns them now. Those that only
+// crossed a periodic edge of an axis the grid does not split wrap back and stay in place
+// (a single rank's atoms all do); the others (m_leaving, as the fetch found them) go
+// through halox's migration with their velocities and ids (7 doubles each), the rest stay
+// in place, their velocities where the back end keeps them.
 void Simulation::migrate() {
   const std::size_t n = m_ranks.size();
   m_leaving.resize(n);  // the first search's: none (the lattice is built by domain)
@@ -236,15 +235,24 @@ void Simulation::migrate() {
   m_migrate_data.resize(n);
   std::vector<double> v;  // the leavers' velocities, then the arrived ones'
   for (std::size_t k = 0; k < n; ++k) {
-    const Rank& r = m_ranks[k];
-    const std::vector<std::int32_t>& leaving = m_leaving[k];
-    const double* x = r.x.data();
+    Rank& r = m_ranks[k];
+    const Domain domain = domain_of(r.topology, m_box, r.topology.rank());
+    std::vector<std::int32_t>& leaving = m_leaving[k];
+    std::size_t left = 0;
+    for (const std::int32_t i : leaving) {
+      double* p = &r.x[3 * static_cast<std::size_t>(i)];
+      wrap_unsplit_axes(r.topology, m_box, p);
+      bool inside = true;
+      for (int d = 0; d < 3; ++d) inside &= p[d] >= domain.lo[d] && p[d] < domain.hi[d];
+      if (!inside) leaving[left++] = i;
+    }
+    leaving.resize(left);
     std::vector<double>& data = m_migrate_data[k];
     data.clear();
     v.clear();
     r.backend->velocities_of(leaving, v);
     for (std::size_t l = 0; l < leaving.size(); ++l) {
-      const double* p = x + 3 * static_cast<std::size_t>(leaving[l]);
+      const double* p = &r.x[3 * static_cast<std::size_t>(leaving[l])];
       data.insert(data.end(), p, p + 3);
       data.insert(data.end(), &v[3 * l], &v[3 * l + 3]);
       data.push_back(static_cast<double>(r.id[static_cast<std::size_t>(leaving[l])]));
@@ -256,36 +264,11 @@ void Simulation::migrate() {
   } else {
     migrate_particles(m_ranks.front().topology, m_box, m_migrate_data.front(), 7);
   }
-  std::vector<std::pair<std::int64_t, std::int32_t>> slot_of;  // (id, index) of my leavers
   for (std::size_t k = 0; k < n; ++k) {
     Rank& r = m_ranks[k];
-    std::vector<std::int32_t>& leaving = m_leaving[k];
-    const std::vector<double>& data = m_migrate_data[k];
-    // What came back goes to its place; `leaving` keeps only the atoms that left for good.
-    slot_of.clear();
-    for (const std::int32_t i : leaving) slot_of.emplace_back(r.id[static_cast<std::size_t>(i)], i);
-    std::sort(slot_of.begin(), slot_of.end());
-    std::vector<bool> returned(leaving.size(), false);
-    v.clear();
-    std::vector<const double*> arrived;
-    for (std::size_t a = 0; a < data.size() / 7; ++a) {
-      const double* d = &data[7 * a];
-      const auto id = static_cast<std::int64_t>(d[6]);
-      const auto it = std::lower_bound(slot_of.begin(), slot_of.end(),
-                                       std::pair<std::int64_t, std::int32_t>{id, INT32_MIN});
-      if (it != slot_of.end() && it->first == id) {
-        std::copy(d, d + 3, &r.x[3 * static_cast<std::size_t>(it->second)]);
-        returned[static_cast<std::size_t>(
-            std::lower_bound(leaving.begin(), leaving.end(), it->second) - leaving.begin())] = true;
-      } else {
-        arrived.push_back(d);
-      }
-    }
-    std::size_t gone = 0;
-    for (std::size_t l = 0; l < leaving.size(); ++l)
-      if (!returned[l]) leaving[gone++] = leaving[l];
-    leaving.resize(gone);
-    if (leaving.empty() && arrived.empty()) continue;
+    const std::vector<std::int32_t>& leaving = m_leaving[k];
+    const std::vector<double>& data = m_migrate_data[k];  // what arrived
+    if (leaving.empty() && data.empty()) continue;
     // The kept atoms close up in order (in place), the arrived ones follow.
     std::vector<std::int32_t>& kept = m_kept[k];
     kept.clear();
@@ -305,7 +288,9 @@ void Simulation::migrate() {
     }
     r.x.resize(3 * kept.size());
     r.id.resize(kept.size());
-    for (const double* d : arrived) {
+    v.clear();
+    for (std::size_t a = 0; a < data.size() / 7; ++a) {
+      const double* d = &data[7 * a];
       r.x.insert(r.x.end(), d, d + 3);
       v.insert(v.end(), d + 3, d + 6);
       r.id.push_back(static_cast<std::int64_t>(d[6]));

@@ -144,6 +144,12 @@ void migrate_particles(const Topology& topology, const Box& box, std::vector<dou
                        int stride);
 #endif
 
+/// What migrate_particles does to an atom that crossed a periodic edge of an axis the grid
+/// does not split (this rank spans the box along it): its position wrapped back into the
+/// box, in place; such an atom stays with its rank. The other axes are left as they are
+/// (crossing one moves the atom to another rank, and migrate_particles wraps it then).
+void wrap_unsplit_axes(const Topology& topology, const Box& box, double* position);
+
 /// The particle plans of every rank of `topology`'s grid, built in one process (the local
 /// engine: several ranks sharing one process). xyz[r] holds rank r's home coordinates and
 /// is extended with its halo, as build_particle_plan does. Throws halox::Error for bad input.

@@ -47,6 +47,16 @@ std::vector<ParticlePlan> build_local_particle_plans(const Topology& topology, c
   return plans;
 }
 
+void wrap_unsplit_axes(const Topology& topology, const Box& box, double* position) {
+  for (int a = 0; a < 3; ++a) {
+    const double length = box.length[a];
+    if (topology.dims()[a] == 1 && topology.periodic()[a] &&
+        !(position[a] >= 0 && position[a] < length)) {
+      position[a] = detail::wrap_periodic(position[a], length);
+    }
+  }
+}
+
 void migrate_local_particles(const Topology& topology, const Box& box,
                              std::vector<std::vector<double>>& data, int stride) {
   const int size = topology.size();

@@ -42,6 +42,13 @@ inline std::string check_particle_input(const Topology& topology, const Box& box
   return {};
 }
 
+/// A periodic coordinate back in [0, length).
+inline double wrap_periodic(double v, double length) {
+  v = std::fmod(v, length);
+  if (v < 0) v += length;
+  return v < length ? v : std::nextafter(length, 0.0);  // -1e-17 + L rounds to L
+}
+
 struct BuilderRank {
   const Topology* topology = nullptr;  // seen from this rank
   std::vector<double>* xyz = nullptr;  // home coordinates in, all local coordinates out
@@ -164,10 +171,7 @@ std::string migrate_particles_of(const Box& box, std::vector<MigrateRank>& ranks
       const Topology& topology = *r.topology;
       const Domain domain = domain_of(topology, box, topology.rank());
       auto wrap = [&](double v) {
-        if (!topology.periodic()[axis]) return v;
-        v = std::fmod(v, length);
-        if (v < 0) v += length;
-        return v < length ? v : std::nextafter(length, 0.0);  // -1e-17 + L rounds to L
+        return topology.periodic()[axis] ? wrap_periodic(v, length) : v;
       };
       r.down.clear();
       r.up.clear();
