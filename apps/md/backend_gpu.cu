@@ -238,15 +238,41 @@ __global__ void square_kernel(std::int64_t n, const Real* v, double* sum) {
   if (threadIdx.x == 0) atomicAdd(sum, s);
 }
 
-// Neighbour search on the GPU, in the same visiting order as the CPU (lj.hpp), so both
-// back ends sum every force in the same order.
+// One rank's part of a neighbour search on the GPU: every rank of the process is searched
+// by the same few launches (grid y = the rank), its atoms and cells numbered after those of
+// the ranks before it in one sort.
 template <class Real>
-__global__ void cell_kernel(const Real* x, std::int64_t n, CellGrid grid, std::int32_t* cell,
-                            std::int32_t* order) {
+struct SearchJob {
+  const Real* x;
+  const std::uint8_t* axes;  // home_axes_of
+  Real* x_load;              // home coordinates kept for the validity checks
+  Real* x_prune;
+  Real* f;
+  std::int64_t atoms, home;
+  std::int64_t first_atom;  // its atoms' place among all ranks' atoms
+  std::int32_t first_cell;  // its cells' place among all ranks' cells
+  CellGrid grid;
+  std::int64_t width;  // of its rows
+  std::int32_t* counts;
+  std::int32_t* neighbors;
+  int* longest;  // its longest row, counted in full
+};
+
+// Neighbour search on the GPU, in the same visiting order as the CPU (lj.hpp), so both
+// back ends sum every force in the same order. Each atom's cell, numbered among all ranks'
+// cells, and its index: the sort's keys and values. Also the load's copies of the home
+// coordinates and zeroed forces.
+template <class Real>
+__global__ void cell_kernel(const SearchJob<Real>* jobs, std::int32_t* cell, std::int32_t* order) {
+  const SearchJob<Real>& r = jobs[blockIdx.y];
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) {
-    cell[i] = grid.cell_of(x + 3 * i);
-    order[i] = static_cast<std::int32_t>(i);
+  if (i >= r.atoms) return;
+  const Real* p = r.x + 3 * i;
+  cell[r.first_atom + i] = r.first_cell + r.grid.cell_of(p);
+  order[r.first_atom + i] = static_cast<std::int32_t>(i);
+  for (int a = 0; a < 3; ++a) {
+    if (i < r.home) r.x_load[3 * i + a] = r.x_prune[3 * i + a] = p[a];
+    r.f[3 * i + a] = Real(0);
   }
 }
 
@@ -272,21 +298,26 @@ __global__ void cell_start_kernel(const std::int32_t* sorted_cell, std::int64_t 
 // atom walked its ~800 candidates one by one, bound by the latency of two dependent loads
 // each.) Rows are `width` long: no count pass, scan or wait first. A longer row is counted
 // in full but cut, and *longest tells the search to write them again, wider.
+// start: where each cell of all ranks starts among the sorted members (a rank's atom indices).
 template <class Real>
-__global__ void list_kernel(const Real* x, const std::uint8_t* axes, std::int64_t n, CellGrid grid,
-                            const std::int32_t* start, const std::int32_t* members,
-                            std::int64_t width, std::int32_t* counts, std::int32_t* neighbors,
-                            int* longest) {
+__global__ void list_kernel(const SearchJob<Real>* jobs, const std::int32_t* start,
+                            const std::int32_t* members) {
+  const SearchJob<Real>& r = jobs[blockIdx.y];
   const std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x & 31);
-  if (i >= n) return;  // the whole warp
+  if (i >= r.atoms) return;  // the whole warp
+  const Real* x = r.x;
+  const std::uint8_t* axes = r.axes;
+  const CellGrid grid = r.grid;
+  const std::int32_t* cell_start = start + r.first_cell;
+  const std::int64_t width = r.width;
   const Real p[3] = {x[3 * i], x[3 * i + 1], x[3 * i + 2]};
   const std::uint8_t p_axes = axes[i];
-  std::int32_t* row = neighbors + i * width;
+  std::int32_t* row = r.neighbors + i * width;
   std::int32_t at = 0;
   for_each_cell_around(p, grid, [&](int id) {
-    const std::int32_t end = start[id + 1];
-    for (std::int32_t base = start[id]; base < end; base += 32) {
+    const std::int32_t end = cell_start[id + 1];
+    for (std::int32_t base = cell_start[id]; base < end; base += 32) {
       const std::int32_t k = base + lane;
       std::int32_t j = -1;
       bool hit = false;
@@ -301,8 +332,8 @@ __global__ void list_kernel(const Real* x, const std::uint8_t* axes, std::int64_
     }
   });
   if (lane == 0) {
-    counts[i] = at;
-    atomicMax(longest, at);
+    r.counts[i] = at;
+    atomicMax(r.longest, at);
   }
 }
 
@@ -339,20 +370,102 @@ class GpuBackend final : public Backend {
     const LoadInput input{&x, &plan};
     load_ranks(self(), {&input, 1}, rlist, [] {});
   }
-  // One host wait for all ranks (they share the stream): their longest rows, read back to
-  // see that none was cut (a row cut short is written again, after the wait, wider). The uploads go
-  // from page-locked buffers that stay until the next search (that wait orders them before it).
+  // Every rank's search in one launch per kernel (its cells, one sort of all ranks' atoms by
+  // cell, the cells' starts, the rows), then the one host wait for all ranks (they share the
+  // stream): their longest rows, read back to see that none was cut (rows cut short are
+  // written again, after the wait, wider). The uploads go from page-locked buffers that stay
+  // until the next search (that wait orders them before it).
   void load_ranks(std::span<Backend* const> ranks, std::span<const LoadInput> inputs, double rlist,
                   const std::function<void()>& meanwhile) override {
-    for (std::size_t k = 0; k < ranks.size(); ++k) {
-      static_cast<GpuBackend*>(ranks[k])->queue_list(*inputs[k].x, *inputs[k].plan, rlist);
+    const std::size_t n = ranks.size();
+    SearchJob<Real>* jobs = m_jobs_staging.at_least(n);
+    std::int64_t atoms = 0, most_atoms = 0;
+    std::int32_t cells = 0;
+    m_longest.resize(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      auto* r = static_cast<GpuBackend*>(ranks[k]);
+      r->upload_load(*inputs[k].x, *inputs[k].plan);
+      const CellGrid grid = make_cell_grid(*inputs[k].plan, rlist);
+      jobs[k] = {r->m_x.get(),
+                 r->m_axes.get(),
+                 r->m_x_load.get(),
+                 r->m_x_prune.get(),
+                 r->m_f.get(),
+                 r->m_atoms,
+                 r->m_home,
+                 atoms,
+                 cells,
+                 grid,
+                 r->m_width,
+                 r->m_counts.get(),
+                 r->m_neighbors.get(),
+                 m_longest.get() + k};
+      atoms += r->m_atoms;
+      cells += grid.cells[0] * grid.cells[1] * grid.cells[2];
+      most_atoms = std::max(most_atoms, r->m_atoms);
     }
+    m_jobs.resize(n);
+    MD_CUDA(
+        cudaMemcpyAsync(m_jobs.get(), jobs, n * sizeof *jobs, cudaMemcpyHostToDevice, m_stream));
+    // Cells: atom indices sorted by cell (a radix sort over the cell index's bits only;
+    // stable, so by index within a cell, the CPU's order), each cell's start, the rows.
+    const std::size_t total = static_cast<std::size_t>(atoms);
+    m_cell.resize(2 * total);
+    m_members.resize(2 * total);
+    m_start.resize(static_cast<std::size_t>(cells) + 1);
+    const dim3 per_atom(static_cast<unsigned>(blocks(most_atoms)), static_cast<unsigned>(n));
+    cell_kernel<Real><<<per_atom, 256, 0, m_stream>>>(m_jobs.get(), m_cell.get(), m_members.get());
+    MD_CUDA(cudaGetLastError());
+    int bits = 1;
+    while ((1 << bits) <= cells) ++bits;
+    std::size_t sort_bytes = 0;
+    const int count = static_cast<int>(total);
+    MD_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, m_cell.get(), m_cell.get() + total,
+                                            m_members.get(), m_members.get() + total, count, 0,
+                                            bits, m_stream));
+    m_scratch.resize(sort_bytes);
+    MD_CUDA(cub::DeviceRadixSort::SortPairs(m_scratch.get(), sort_bytes, m_cell.get(),
+                                            m_cell.get() + total, m_members.get(),
+                                            m_members.get() + total, count, 0, bits, m_stream));
+    cell_start_kernel<<<blocks(cells + 1), 256, 0, m_stream>>>(m_cell.get() + total, atoms, cells,
+                                                               m_start.get());
+    MD_CUDA(cudaGetLastError());
+    write_rows(n, most_atoms, m_members.get() + total);
     meanwhile();
     synchronize();
-    for (Backend* rank : ranks) static_cast<GpuBackend*>(rank)->widen_rows();
+    // Rows cut short: those ranks' rows a quarter wider than their longest (for the searches
+    // to come), and every rank's written again (rare: the first searches).
+    bool cut = false;
+    for (std::size_t k = 0; k < n; ++k) {
+      auto* r = static_cast<GpuBackend*>(ranks[k]);
+      const int longest = m_longest_host.get()[k];
+      if (longest <= r->m_width) continue;
+      r->m_width = (longest + longest / 4 + 31) / 32 * 32;
+      r->m_neighbors.resize(static_cast<std::size_t>(r->m_atoms * r->m_width));
+      ++r->m_loads;  // the table holds the width
+      jobs[k].width = r->m_width;
+      jobs[k].neighbors = r->m_neighbors.get();
+      cut = true;
+    }
+    if (!cut) return;
+    MD_CUDA(
+        cudaMemcpyAsync(m_jobs.get(), jobs, n * sizeof *jobs, cudaMemcpyHostToDevice, m_stream));
+    write_rows(n, most_atoms, m_members.get() + total);
   }
-  // A load, up to its rows and the longest row's length (widen_rows reads it after the wait).
-  void queue_list(const std::vector<double>& x, const ParticlePlan& plan, double rlist) {
+  // Every rank's rows at its width (`members`: the sorted ones), and the longest rows' lengths
+  // copied to page-locked memory.
+  void write_rows(std::size_t ranks, std::int64_t most_atoms, const std::int32_t* members) {
+    MD_CUDA(cudaMemsetAsync(m_longest.get(), 0, ranks * sizeof(int), m_stream));
+    const dim3 per_warp(static_cast<unsigned>(blocks(32 * most_atoms)),
+                        static_cast<unsigned>(ranks));
+    list_kernel<Real><<<per_warp, 256, 0, m_stream>>>(m_jobs.get(), m_start.get(), members);
+    MD_CUDA(cudaGetLastError());
+    MD_CUDA(cudaMemcpyAsync(m_longest_host.at_least(ranks), m_longest.get(), ranks * sizeof(int),
+                            cudaMemcpyDeviceToHost, m_stream));
+  }
+  // A load's arrays: the coordinates and home-axes masks uploaded, the velocities when a
+  // migration changed them, room for the forces and the rows.
+  void upload_load(const std::vector<double>& x, const ParticlePlan& plan) {
     if (m_v_rows != plan.home_count) {
       throw Error("halox-md: internal: the velocities are not those of the plan's home atoms");
     }
@@ -364,11 +477,8 @@ class GpuBackend final : public Backend {
     }
     ++m_loads;
     upload(m_x, m_x_staging, x);
-    for (DeviceArray<Real>* to : {&m_x_load, &m_x_prune}) {
-      to->resize(static_cast<std::size_t>(3 * m_home));
-      MD_CUDA(cudaMemcpyAsync(to->get(), m_x.get(), 3 * m_home * sizeof(Real),
-                              cudaMemcpyDeviceToDevice, m_stream));
-    }
+    m_x_load.resize(static_cast<std::size_t>(3 * m_home));
+    m_x_prune.resize(static_cast<std::size_t>(3 * m_home));
     m_pruned = false;
     if (m_v_changed) {  // a migration changed the home set (keep_velocities)
       const std::size_t n = static_cast<std::size_t>(3 * m_home);
@@ -383,60 +493,8 @@ class GpuBackend final : public Backend {
     MD_CUDA(cudaMemcpyAsync(m_axes.get(), m_axes_staging.get(), atoms, cudaMemcpyHostToDevice,
                             m_stream));
     m_f.resize(x.size());
-    MD_CUDA(cudaMemsetAsync(m_f.get(), 0, x.size() * sizeof(Real), m_stream));
-    // Cells: atom indices sorted by cell (a radix sort over the cell index's bits only; stable,
-    // so by index within a cell, the CPU's order), each cell's start, the rows.
-    m_grid = make_cell_grid(plan, rlist);
-    const CellGrid& grid = m_grid;
-    const int ncells = grid.cells[0] * grid.cells[1] * grid.cells[2];
-    const std::size_t n = static_cast<std::size_t>(m_atoms);
-    m_cell.resize(2 * n);
-    m_members.resize(2 * n);
-    m_start.resize(ncells + 1);
-    m_counts.resize(n);
-    cell_kernel<Real><<<blocks(m_atoms), 256, 0, m_stream>>>(m_x.get(), m_atoms, grid, m_cell.get(),
-                                                             m_members.get());
-    MD_CUDA(cudaGetLastError());
-    int bits = 1;
-    while ((1 << bits) <= ncells) ++bits;
-    std::size_t sort_bytes = 0;
-    MD_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, m_cell.get(), m_cell.get() + n,
-                                            m_members.get(), m_members.get() + n,
-                                            static_cast<int>(n), 0, bits, m_stream));
-    m_scratch.resize(sort_bytes);
-    MD_CUDA(cub::DeviceRadixSort::SortPairs(m_scratch.get(), sort_bytes, m_cell.get(),
-                                            m_cell.get() + n, m_members.get(), m_members.get() + n,
-                                            static_cast<int>(n), 0, bits, m_stream));
-    const std::int32_t* sorted_cell = m_cell.get() + n;
-    const std::int32_t* members = m_members.get() + n;
-    cell_start_kernel<<<blocks(ncells + 1), 256, 0, m_stream>>>(sorted_cell, m_atoms, ncells,
-                                                                m_start.get());
-    MD_CUDA(cudaGetLastError());
-    write_rows();
-  }
-  // The rows at the current width, and the longest row's length copied to page-locked memory.
-  void write_rows() {
-    const std::size_t n = static_cast<std::size_t>(m_atoms);
-    m_neighbors.resize(n * static_cast<std::size_t>(m_width));
-    int* longest = reinterpret_cast<int*>(m_scalar.get());
-    MD_CUDA(cudaMemsetAsync(longest, 0, sizeof *longest, m_stream));
-    list_kernel<Real><<<blocks(32 * m_atoms), 256, 0, m_stream>>>(
-        m_x.get(), m_axes.get(), m_atoms, m_grid, m_start.get(), m_members.get() + n, m_width,
-        m_counts.get(), m_neighbors.get(), longest);
-    MD_CUDA(cudaGetLastError());
-    MD_CUDA(
-        cudaMemcpyAsync(m_host_scalar, longest, sizeof *longest, cudaMemcpyDeviceToHost, m_stream));
-  }
-  // Once the stream has passed write_rows: rows cut short are written again, wide enough
-  // (a quarter more, for the searches to come). Returns whether it wrote them.
-  bool widen_rows() {
-    int longest = 0;
-    std::memcpy(&longest, m_host_scalar, sizeof longest);
-    if (longest <= m_width) return false;
-    m_width = (longest + longest / 4 + 31) / 32 * 32;
-    ++m_loads;  // the table holds the width
-    write_rows();
-    return true;
+    m_counts.resize(atoms);
+    m_neighbors.resize(atoms * static_cast<std::size_t>(m_width));
   }
   void prune(double rinner) override { prune_ranks(self(), rinner); }
   double pruned_displacement2() override {
@@ -710,22 +768,27 @@ class GpuBackend final : public Backend {
   PinnedArray<std::uint8_t> m_left_staging;
   PinnedArray<Real> m_x_staging, m_v_staging, m_f_staging;
   PinnedArray<std::uint8_t> m_axes_staging;
-  // m_cell and m_members: the unsorted then the sorted halves of the radix sort.
-  DeviceArray<std::int32_t> m_counts, m_neighbors, m_cell, m_members, m_start;
+  DeviceArray<std::int32_t> m_counts, m_neighbors;
+  // The search of the ranks this one leads (load_ranks): their jobs, cells and members (the
+  // unsorted then the sorted halves of the radix sort), the cells' starts, longest rows.
+  DeviceArray<SearchJob<Real>> m_jobs;
+  PinnedArray<SearchJob<Real>> m_jobs_staging;
+  DeviceArray<std::int32_t> m_cell, m_members, m_start;
+  DeviceArray<int> m_longest;
+  PinnedArray<int> m_longest_host;
   std::int64_t m_width = 64;  // of the list's rows; grows to fit the longest (widen_rows)
   DeviceArray<std::uint8_t> m_axes;
   DeviceArray<char> m_scratch;  // cub's temporary storage
   // velocity_squared's sum, then the largest displacement's bits since the load and since
   // the last prune (queue_fetch, prune_kernel)
   DeviceArray<double> m_scalar;
-  double* m_host_scalar = nullptr;  // page-locked: m_scalar read back, or a list's length
+  double* m_host_scalar = nullptr;  // page-locked: m_scalar read back
   bool m_sums_valid = false;
   const double* m_sums_at = nullptr;  // where the last forces() put this rank's sums
   std::uint64_t m_loads = 0;          // load() calls: the arrays' generation
   std::map<std::vector<Backend*>, Table> m_tables;
   std::vector<Backend*> m_key;  // table_for's scratch
   Backend* m_self = nullptr;
-  CellGrid m_grid{};  // of the last load
   std::int64_t m_home = 0, m_atoms = 0;
   // The home set's velocities on the host (m_v_staging): rows, and whether they differ
   // from m_v (a migration changed the set; the next load uploads them).
