@@ -128,7 +128,11 @@ class Backend {
   /// Runs `work` and adds its seconds to *slot (and to *also, when given) once they are
   /// known: on the CPU at once; on the GPU from events around it on the stream, read by
   /// collect_times once the GPU has passed them, so that timing a phase waits for nothing.
-  virtual void time_async(const std::function<void()>& work, double* slot, double* also) {
+  /// `follows`: nothing went onto the stream since the last timed phase ended, whose end is
+  /// then this one's start.
+  virtual void time_async(const std::function<void()>& work, double* slot, double* also,
+                          bool follows) {
+    (void)follows;
     const double seconds = timed(work);
     *slot += seconds;
     if (also != nullptr) *also += seconds;

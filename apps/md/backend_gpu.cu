@@ -352,8 +352,7 @@ class GpuBackend final : public Backend {
   }
   ~GpuBackend() override {
     cudaStreamSynchronize(m_stream);
-    for (const Pending& p : m_pending) m_free_events.insert(m_free_events.end(), {p.start, p.stop});
-    for (cudaEvent_t e : m_free_events) cudaEventDestroy(e);
+    for (cudaEvent_t e : m_events) cudaEventDestroy(e);
     if (m_event_start) {
       cudaEventDestroy(m_event_start);
       cudaEventDestroy(m_event_stop);
@@ -627,29 +626,40 @@ class GpuBackend final : public Backend {
     MD_CUDA(cudaEventElapsedTime(&ms, m_event_start, m_event_stop));
     return 1e-3 * ms;
   }
-  void time_async(const std::function<void()>& work, double* slot, double* also) override {
-    Pending p{event(), event(), slot, also};
-    MD_CUDA(cudaEventRecord(p.start, m_stream));
+  // One event per phase boundary: a phase that follows the last one starts at its end event
+  // (each event recorded costs the host a call, and a step of small kernels is bound by the
+  // host's calls).
+  void time_async(const std::function<void()>& work, double* slot, double* also,
+                  bool follows) override {
+    const std::uint64_t start = follows && m_recorded > 0 ? m_recorded - 1 : record();
     work();
-    MD_CUDA(cudaEventRecord(p.stop, m_stream));
-    m_pending.push_back(p);
+    m_pending.push_back({start, record(), slot, also});
   }
+  // The GPU passes the phases in order: when it has passed the last one's end, every phase
+  // is read without a query each.
   void collect_times(bool wait) override {
+    if (m_pending.empty()) return;
+    cudaEvent_t last = event(m_pending.back().stop);
+    bool all = wait;
+    if (wait) {
+      MD_CUDA(cudaEventSynchronize(last));
+    } else {
+      const cudaError_t passed = cudaEventQuery(last);
+      if (passed != cudaErrorNotReady) MD_CUDA(passed);
+      all = passed == cudaSuccess;
+    }
     while (!m_pending.empty()) {
       const Pending p = m_pending.front();
-      if (wait) {
-        MD_CUDA(cudaEventSynchronize(p.stop));
-      } else {
-        const cudaError_t passed = cudaEventQuery(p.stop);
+      if (!all) {
+        const cudaError_t passed = cudaEventQuery(event(p.stop));
         if (passed == cudaErrorNotReady) break;
         MD_CUDA(passed);
       }
       float ms = 0;
-      MD_CUDA(cudaEventElapsedTime(&ms, p.start, p.stop));
+      MD_CUDA(cudaEventElapsedTime(&ms, event(p.start), event(p.stop)));
       *p.slot += 1e-3 * ms;
       if (p.also != nullptr) *p.also += 1e-3 * ms;
       m_pending.pop_front();
-      m_free_events.insert(m_free_events.end(), {p.start, p.stop});
     }
   }
 
@@ -708,22 +718,26 @@ class GpuBackend final : public Backend {
   static dim3 grid(std::int64_t items, const Table& t) {
     return dim3(static_cast<unsigned>(blocks(items)), static_cast<unsigned>(t.loads.size()));
   }
-  // A timed phase whose events the GPU may not have passed yet.
-
+  // A timed phase whose events (numbers of recordings, see event()) the GPU may not have
+  // passed yet.
   struct Pending {
-    cudaEvent_t start, stop;
+    std::uint64_t start, stop;
     double* slot;
     double* also;
   };
-  cudaEvent_t event() {
-    if (m_free_events.empty()) {
-      cudaEvent_t e = nullptr;
-      MD_CUDA(cudaEventCreate(&e));
-      return e;
+  // The events of the timed phases: a ring, recording n in slot n % kEventRing; a slot is
+  // recorded again only once the phases that read its last recording are collected.
+  static constexpr std::uint64_t kEventRing = 256;
+  cudaEvent_t event(std::uint64_t n) const { return m_events[n % kEventRing]; }
+  std::uint64_t record() {
+    if (m_events.empty()) {
+      m_events.resize(kEventRing);
+      for (cudaEvent_t& e : m_events) MD_CUDA(cudaEventCreate(&e));
     }
-    const cudaEvent_t e = m_free_events.back();
-    m_free_events.pop_back();
-    return e;
+    while (!m_pending.empty() && m_pending.front().start + kEventRing <= m_recorded)
+      collect_times(true);
+    MD_CUDA(cudaEventRecord(event(m_recorded), m_stream));
+    return m_recorded++;
   }
   void queue_fetch() {
     auto* most = reinterpret_cast<unsigned long long*>(m_scalar.get() + 1);
@@ -754,7 +768,8 @@ class GpuBackend final : public Backend {
   cudaStream_t m_stream = nullptr;
   bool m_own_stream = true;  // false: a stream shared with other ranks, owned by its creator
   cudaEvent_t m_event_start = nullptr, m_event_stop = nullptr;
-  std::vector<cudaEvent_t> m_free_events;
+  std::vector<cudaEvent_t> m_events;  // the ring of the timed phases
+  std::uint64_t m_recorded = 0;       // recordings so far
   std::deque<Pending> m_pending;
   DeviceArray<Real> m_x, m_v, m_f;
   DeviceArray<Real> m_x_load;  // home coordinates at the last load (the list's validity)

@@ -422,14 +422,14 @@ double Simulation::queued_halo_pair_seconds(int count) {
 }
 
 template <class Phase>
-void Simulation::timed(double& slot, Phase&& phase, double* also) {
+void Simulation::timed(double& slot, Phase&& phase, Follows follows, double* also) {
   if (m_config.barrier_before_halo &&
       (&slot == &m_timers.halo_forward || &slot == &m_timers.halo_reverse)) {
     HALOX_MPI_CHECK(MPI_Barrier(m_comm));
   }
   // Several ranks on the GPU share the first one's stream, so its events span all of them;
   // on the CPU the phase is done when it returns.
-  m_ranks.front().backend->time_async(phase, &slot, also);
+  m_ranks.front().backend->time_async(phase, &slot, also, follows == Follows::last_phase);
 }
 
 const Timers& Simulation::timers() {
@@ -445,25 +445,32 @@ void Simulation::reset_timers() {
 void Simulation::step(bool sums) {
   const double dt = m_config.dt;
   Backend& first = *m_ranks.front().backend;  // its calls cover every rank of this process
-  timed(m_timers.integrate, [&] { first.kick_drift_ranks(m_backends, dt); });
+  // A step's first phase and the forces after a search start on their own; the others
+  // follow the phase before on the stream.
+  timed(
+      m_timers.integrate, [&] { first.kick_drift_ranks(m_backends, dt); }, Follows::nothing);
   ++m_step;
   const bool search = m_step % m_config.nstlist == 0;
   if (search) {
     neighbor_search(false);  // brings the halo coordinates with the new plan
   } else {
-    timed(m_timers.halo_forward, [&] { halo(true); });
+    timed(
+        m_timers.halo_forward, [&] { halo(true); }, Follows::last_phase);
     // Every rank's coordinates, halo included, are current: the pruned rows may be cut.
     if (m_config.prune > 0 && m_step % m_config.prune == 0) {
       timed(
-          m_timers.search, [&] { prune(); }, &m_timers.prune);
+          m_timers.search, [&] { prune(); }, Follows::last_phase, &m_timers.prune);
     }
   }
-  timed(m_timers.force,
-        [&] { first.forces_ranks(m_backends, m_config.cutoff, energy_shift(), sums); });
   timed(
-      m_timers.halo_reverse, [&] { halo(false); },
+      m_timers.force,
+      [&] { first.forces_ranks(m_backends, m_config.cutoff, energy_shift(), sums); },
+      search ? Follows::nothing : Follows::last_phase);
+  timed(
+      m_timers.halo_reverse, [&] { halo(false); }, Follows::last_phase,
       search ? &m_timers.halo_reverse_at_search : nullptr);
-  timed(m_timers.integrate, [&] { first.half_kick_ranks(m_backends, dt); });
+  timed(
+      m_timers.integrate, [&] { first.half_kick_ranks(m_backends, dt); }, Follows::last_phase);
   m_ranks.front().backend->collect_times(false);  // the phases the GPU has passed
 }
 

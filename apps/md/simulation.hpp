@@ -161,10 +161,13 @@ class Simulation {
   /// The energy shift each pair inside the cutoff gets (Config::lj_shift).
   double energy_shift() const;
   double sum(double local);
+  /// What went onto the stream just before a timed phase: the last timed phase (whose end
+  /// is then its start: one event per boundary) or something else, or nothing.
+  enum class Follows { last_phase, nothing };
   /// Runs `phase` for every rank of this process, timed into `slot` (and `also`) without
   /// waiting (Backend::time_async).
   template <class Phase>
-  void timed(double& slot, Phase&& phase, double* also = nullptr);
+  void timed(double& slot, Phase&& phase, Follows follows, double* also = nullptr);
 
   MPI_Comm m_comm;
   Config m_config;
