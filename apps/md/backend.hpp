@@ -51,8 +51,9 @@ class Backend {
   /// to this fetch included; then restarts it (the pruned list's validity).
   virtual double pruned_displacement2() = 0;
   virtual void half_kick(double dt) = 0;
-  /// A half kick then a drift: the first half of a step.
-  virtual void kick_drift(double dt) = 0;
+  /// A half kick then a drift: the first half of a step. `ends_last_step`: first the half
+  /// kick that ends the step before (deferred to this launch: one launch fewer per step).
+  virtual void kick_drift(double dt, bool ends_last_step) = 0;
   /// Forces on every local atom from the list (queued on the GPU); `energy_shift` is added
   /// to each pair's energy inside the cutoff (lj.hpp). `sums`: also the energy and virial
   /// (the steps that report them; the others skip their reductions).
@@ -109,8 +110,8 @@ class Backend {
   virtual void half_kick_ranks(std::span<Backend* const> ranks, double dt) {
     for (Backend* b : ranks) b->half_kick(dt);
   }
-  virtual void kick_drift_ranks(std::span<Backend* const> ranks, double dt) {
-    for (Backend* b : ranks) b->kick_drift(dt);
+  virtual void kick_drift_ranks(std::span<Backend* const> ranks, double dt, bool ends_last_step) {
+    for (Backend* b : ranks) b->kick_drift(dt, ends_last_step);
   }
   virtual void forces_ranks(std::span<Backend* const> ranks, double cutoff, double energy_shift,
                             bool sums) {

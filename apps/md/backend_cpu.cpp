@@ -74,8 +74,9 @@ class CpuBackend final : public Backend {
   void half_kick(double dt) override {
     for (std::int64_t i = 0; i < m_home; ++i) kick(i, Real(0.5 * dt), m_f.data(), m_v.data());
   }
-  void kick_drift(double dt) override {
+  void kick_drift(double dt, bool ends_last_step) override {
     for (std::int64_t i = 0; i < m_home; ++i) {
+      if (ends_last_step) kick(i, Real(0.5 * dt), m_f.data(), m_v.data());
       kick(i, Real(0.5 * dt), m_f.data(), m_v.data());
       drift(i, Real(dt), m_v.data(), m_x.data());
     }

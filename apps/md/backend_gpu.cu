@@ -192,10 +192,12 @@ __global__ void kick_kernel(const RankArrays<Real>* ranks, Real half_dt) {
 }
 
 template <class Real>
-__global__ void kick_drift_kernel(const RankArrays<Real>* ranks, Real half_dt, Real dt) {
+__global__ void kick_drift_kernel(const RankArrays<Real>* ranks, Real half_dt, Real dt,
+                                  bool ends_last_step) {
   const RankArrays<Real> r = ranks[blockIdx.y];
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= r.home) return;
+  if (ends_last_step) kick<Real>(i, half_dt, r.f, r.v);
   kick<Real>(i, half_dt, r.f, r.v);
   drift<Real>(i, dt, r.v, r.x);
 }
@@ -516,7 +518,9 @@ class GpuBackend final : public Backend {
     MD_CUDA(cudaGetLastError());
   }
   void half_kick(double dt) override { half_kick_ranks(self(), dt); }
-  void kick_drift(double dt) override { kick_drift_ranks(self(), dt); }
+  void kick_drift(double dt, bool ends_last_step) override {
+    kick_drift_ranks(self(), dt, ends_last_step);
+  }
   void forces(double cutoff, double energy_shift, bool want_sums) override {
     forces_ranks(self(), cutoff, energy_shift, want_sums);
   }
@@ -525,10 +529,10 @@ class GpuBackend final : public Backend {
     kick_kernel<Real><<<grid(t.most_home, t), 256, 0, m_stream>>>(t.device.get(), Real(0.5 * dt));
     MD_CUDA(cudaGetLastError());
   }
-  void kick_drift_ranks(std::span<Backend* const> ranks, double dt) override {
+  void kick_drift_ranks(std::span<Backend* const> ranks, double dt, bool ends_last_step) override {
     const Table& t = table_for(ranks);
-    kick_drift_kernel<Real>
-        <<<grid(t.most_home, t), 256, 0, m_stream>>>(t.device.get(), Real(0.5 * dt), Real(dt));
+    kick_drift_kernel<Real><<<grid(t.most_home, t), 256, 0, m_stream>>>(
+        t.device.get(), Real(0.5 * dt), Real(dt), ends_last_step);
     MD_CUDA(cudaGetLastError());
   }
   // With sums: every rank's in one device array, zeroed before and copied to page-locked

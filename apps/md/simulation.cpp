@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <sstream>
+#include <utility>
 
 #include "../common/gather.hpp"
 #include "../common/memory.hpp"
@@ -445,10 +446,13 @@ void Simulation::reset_timers() {
 void Simulation::step(bool sums) {
   const double dt = m_config.dt;
   Backend& first = *m_ranks.front().backend;  // its calls cover every rank of this process
-  // A step's first phase and the forces after a search start on their own; the others
-  // follow the phase before on the stream.
+  // The forces after a search start on their own; the other phases follow the phase before
+  // on the stream, and so does a step's first after a step that deferred its last half kick
+  // (nothing came between them).
+  const bool ends_last_step = std::exchange(m_half_kick_deferred, false);
   timed(
-      m_timers.integrate, [&] { first.kick_drift_ranks(m_backends, dt); }, Follows::nothing);
+      m_timers.integrate, [&] { first.kick_drift_ranks(m_backends, dt, ends_last_step); },
+      ends_last_step ? Follows::last_phase : Follows::nothing);
   ++m_step;
   const bool search = m_step % m_config.nstlist == 0;
   if (search) {
@@ -469,12 +473,20 @@ void Simulation::step(bool sums) {
   timed(
       m_timers.halo_reverse, [&] { halo(false); }, Follows::last_phase,
       search ? &m_timers.halo_reverse_at_search : nullptr);
-  timed(
-      m_timers.integrate, [&] { first.half_kick_ranks(m_backends, dt); }, Follows::last_phase);
+  // The last half kick: at once where the velocities are read after the step (its thermo),
+  // else in the next step's first launch.
+  if (sums) {
+    timed(
+        m_timers.integrate, [&] { first.half_kick_ranks(m_backends, dt); }, Follows::last_phase);
+  } else {
+    m_half_kick_deferred = true;
+  }
   m_ranks.front().backend->collect_times(false);  // the phases the GPU has passed
 }
 
 Thermo Simulation::thermo() {
+  if (std::exchange(m_half_kick_deferred, false))
+    m_ranks.front().backend->half_kick_ranks(m_backends, m_config.dt);
   double local[3] = {0, 0, 0}, global[3];
   for (Rank& r : m_ranks) {
     const Sums sums = r.backend->last_sums();

@@ -97,7 +97,8 @@ class Simulation {
   ~Simulation();
   /// One velocity Verlet step (collective at neighbour-search steps). `sums`: the step's
   /// forces also compute the energy and virial (a step whose thermo() is read); the GPU
-  /// skips their reductions on the others. No host wait apart from the neighbour search.
+  /// skips their reductions on the others, and their last half kick goes into the next
+  /// step's first launch (thermo() applies it). No host wait apart from the neighbour search.
   void step(bool sums = true);
   /// Collective.
   Thermo thermo();
@@ -171,6 +172,7 @@ class Simulation {
 
   MPI_Comm m_comm;
   Config m_config;
+  bool m_half_kick_deferred = false;  // the last step's final half kick is still to come (step)
   Box m_box;
   std::int64_t m_atoms = 0;
   std::vector<Rank> m_ranks;
