@@ -228,11 +228,15 @@ int run(int argc, char** argv) {
   // The search's parts on rank 0, per search (host clock).
   const SearchParts& sp = t.search_parts;
   const int searches = std::max(1, cli.steps / c.nstlist);
-  const double search_parts[5] = {sp.fetch, sp.migrate, sp.plans, sp.lists, sp.exchange};
-  const char* part_keys[5] = {"fetch", "migrate", "plans", "lists", "exchange"};
+  constexpr int kParts = 6;
+  const double search_parts[kParts] = {sp.fetch, sp.migrate,  sp.plans,
+                                       sp.lists, sp.exchange, sp.list_wait};
+  const char* part_keys[kParts] = {"fetch", "migrate", "plans", "lists", "exchange", "list_wait"};
   std::printf("neighbour search, us per search (rank 0):");
-  for (int k = 0; k < 5; ++k)
-    std::printf(" %s %.1f%s", part_keys[k], 1e6 * search_parts[k] / searches, k < 4 ? "," : "");
+  for (int k = 0; k < kParts; ++k) {
+    std::printf(" %s %.1f%s", part_keys[k], 1e6 * search_parts[k] / searches,
+                k < kParts - 1 ? "," : "");
+  }
   std::printf("\n\n");
   std::printf("relative total energy drift over %d steps: %.3e\n", cli.steps, drift);
   std::printf("largest displacement between searches: %.4f (skin %.4f)\n", sim.max_displacement(),
@@ -294,7 +298,7 @@ int run(int argc, char** argv) {
     j["host_waits_per_step"] = exchanges_per_step;
     j["energy_drift"] = drift;
     j["list_violations"] = violations;
-    for (int k = 0; k < 5; ++k)
+    for (int k = 0; k < kParts; ++k)
       j["search_seconds_per_search"][part_keys[k]] = search_parts[k] / searches;
     j["max_displacement"] = sim.max_displacement();
     if (c.prune > 0) {

@@ -356,16 +356,13 @@ void Simulation::neighbor_search(bool first) {
   // builds them (its set-up waits for its own kernels only, not for the lists).
   std::vector<LoadInput> inputs;
   for (Rank& r : m_ranks) inputs.push_back({&r.x, &r.plan});
-  double exchange_seconds = 0;
   m_ranks.front().backend->load_ranks(m_backends, inputs, rlist, [&] {
-    const auto begin = Clock::now();
+    part(&SearchParts::lists);
     set_up_exchange(std::move(plans));
-    exchange_seconds = seconds_since(begin);
+    part(&SearchParts::exchange);
   });
   if (m_config.prune > 0) prune();
-  part(&SearchParts::lists);
-  m_timers.search_parts.lists -= exchange_seconds;
-  m_timers.search_parts.exchange += exchange_seconds;
+  part(&SearchParts::list_wait);
   m_timers.search += seconds_since(start);
 }
 

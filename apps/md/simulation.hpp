@@ -68,11 +68,12 @@ struct Thermo {
 
 /// The neighbour search's parts (host clock; the search waits for the GPU where it reads).
 struct SearchParts {
-  double fetch = 0;     ///< coordinates and velocities to the host, the list-validity check
-  double migrate = 0;   ///< atoms to the ranks that own them now
-  double plans = 0;     ///< the halo plans
-  double lists = 0;     ///< the back ends' neighbour lists (uploads included)
-  double exchange = 0;  ///< the exchange's set-up for the new plans
+  double fetch = 0;      ///< coordinates and velocities to the host, the list-validity check
+  double migrate = 0;    ///< atoms to the ranks that own them now
+  double plans = 0;      ///< the halo plans
+  double lists = 0;      ///< the back ends' neighbour lists queued (uploads included)
+  double exchange = 0;   ///< the exchange's set-up for the new plans (while the GPU builds)
+  double list_wait = 0;  ///< the wait for the lists after the set-up (and rows widened)
 };
 
 /// Seconds per phase on this rank.
