@@ -25,6 +25,8 @@ namespace {
 
 // A buffer that only grows (its contents are dropped when it does): device memory, or
 // page-locked host memory the GPU copies from and to directly (PINNED), kept between searches.
+// It grows by a quarter more than asked: a rank's atoms vary from search to search, and each
+// cudaFree waits for the whole device (cudaFreeHost too, and cudaMallocHost is slow).
 template <class T, bool PINNED = false>
 class CudaBuffer {
  public:
@@ -35,11 +37,12 @@ class CudaBuffer {
     MD_CUDA(PINNED ? cudaFreeHost(m_ptr) : cudaFree(m_ptr));
     m_ptr = nullptr;
     m_capacity = 0;
-    const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(T);
+    const std::size_t capacity = std::max<std::size_t>(n + n / 4, 1);
     void* p = nullptr;
-    MD_CUDA(PINNED ? cudaMallocHost(&p, bytes) : cudaMalloc(&p, bytes));
+    MD_CUDA(PINNED ? cudaMallocHost(&p, capacity * sizeof(T))
+                   : cudaMalloc(&p, capacity * sizeof(T)));
     m_ptr = static_cast<T*>(p);
-    m_capacity = n;
+    m_capacity = capacity;
   }
   /// Room for n elements; the address.
   T* at_least(std::size_t n) {

@@ -50,7 +50,8 @@ const char* kind_name(int kind) {
 }
 
 // Device bytes that keep their allocation when new contents fit (a new plan after every
-// neighbour search: cudaFree would wait for the whole device each time).
+// neighbour search: cudaFree would wait for the whole device each time), grown with a
+// quarter of headroom for the plans to come.
 class DeviceBytes {
  public:
   ~DeviceBytes() { cudaFree(m_ptr); }
@@ -60,8 +61,8 @@ class DeviceBytes {
       cudaFree(m_ptr);
       m_ptr = nullptr;
       m_capacity = 0;
-      HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, bytes));
-      m_capacity = bytes;
+      HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, bytes + bytes / 4));
+      m_capacity = bytes + bytes / 4;
     }
     return m_ptr;
   }
