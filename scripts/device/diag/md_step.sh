@@ -6,22 +6,23 @@
 # alternately. Builds build/gpu's halox-md itself. Prints us per step and the phases; JSON
 # per run in OUTDIR; then the GPU MD tests named by HALOX_MD_TESTS (a ctest -R filter).
 #   scripts/device/diag/md_step.sh OUTDIR [BASELINE_FOLDER]
-# HALOX_MD_STEPS (default 2000), HALOX_MD_LIST ("NSTLIST SKIN [PRUNE INNER_SKIN]", default
-# "20 1.0": valid throughout, twice the largest displacement between searches below the
-# skin, and the fastest measured without pruning; "10 0.6", halox-md's own default, and
-# "15 0.8" are valid too; 20 and 0.9 is not, nor 10 and 0.3 as GROMACS's nstlist 20 / 0.3
-# run with its dynamic pruning: halox-md counts such searches and warns). With PRUNE and
-# INNER_SKIN, halox-md's dynamic pruning (--prune, --inner-skin), e.g. "40 1.7 10 0.6"
-# (valid on the CPU over 400 steps: largest displacements 0.77 between searches and 0.27
-# between prunes).
+# HALOX_MD_STEPS (default 4000, the issue's run), HALOX_MD_LIST ("NSTLIST SKIN [PRUNE
+# INNER_SKIN]", default "30 1.7 8 0.6": halox-md's dynamic pruning (--prune, --inner-skin)
+# with a margin on both lists' validity, chosen from runs of 32,000 atoms over 4,000 steps
+# (CPU, four seeds, and the H200's runs): the largest displacement between searches was
+# 0.64-0.67 over 30 steps (limit skin/2 = 0.85) and 0.77-0.93 over 40 (two runs past 0.85:
+# "40 1.7 10 0.6" has no margin), between prunes 0.24 over 8 steps and 0.27-0.29 over 10
+# (limit inner skin/2 = 0.3).
+# Without pruning "20 1.0" is valid (0.47 over 20 steps), as are "10 0.6", halox-md's own
+# default, and "15 0.8"; halox-md counts the searches that may have missed pairs and warns.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source scripts/device/diag/common.sh
 out=${1:?usage: md_step.sh OUTDIR [BASELINE_FOLDER]}
 tree=${2:-.ab-api}
 mkdir -p "$out"
-steps=${HALOX_MD_STEPS:-2000}
-read -r nstlist skin prune inner_skin <<< "${HALOX_MD_LIST:-20 1.0}"
+steps=${HALOX_MD_STEPS:-4000}
+read -r nstlist skin prune inner_skin <<< "${HALOX_MD_LIST:-30 1.7 8 0.6}"
 build() {  # build ROOT_SOURCE BUILD_DIR
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
     -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/configure-$(basename "$2").log" 2>&1 &&
