@@ -36,10 +36,11 @@ std::vector<ParticlePlan> build_local_particle_plans(const Topology& topology, c
   }
   detail::build_particle_plans(
       box, cutoff, ranks,
-      [&](int, const std::vector<std::vector<double>>& out, std::vector<std::vector<double>>& in) {
+      [&](int, std::vector<std::vector<double>>& out, std::vector<std::vector<double>>& in) {
+        // Each rank receives from its own neighbour: every `out` is taken once, and moves.
         for (int r = 0; r < size; ++r) {
           const int from = ranks[r].plan.pulses.back().header.recv_rank;
-          if (from >= 0) in[r] = out[from];
+          if (from >= 0) std::swap(in[r], out[from]);
         }
       });
   std::vector<ParticlePlan> plans;

@@ -84,6 +84,9 @@ void build_particle_plans(const Box& box, double cutoff, std::vector<BuilderRank
   for (int axis : {Z, Y, X})
     if (shape.dims()[axis] > 1) axes.push_back(axis);
   int number = 0;
+  // What each rank selects for a pulse and what it receives, kept between pulses (their
+  // capacity reused).
+  std::vector<std::vector<double>> out(n), in(n);
   for (int axis : axes) {
     const int dims = shape.dims()[axis];
     const double width = box.length[axis] / dims;
@@ -95,7 +98,10 @@ void build_particle_plans(const Box& box, double cutoff, std::vector<BuilderRank
       end[k] = total[k];
     }
     for (int p = 0; p < pulses; ++p, ++number) {
-      std::vector<std::vector<double>> out(n), in(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        out[k].clear();
+        in[k].clear();
+      }
       for (std::size_t k = 0; k < n; ++k) {
         const Topology& t = *ranks[k].topology;
         ParticlePlan& plan = ranks[k].plan;
@@ -111,12 +117,23 @@ void build_particle_plans(const Box& box, double cutoff, std::vector<BuilderRank
         // Crossing the lower periodic edge: the receiver sees these atoms one box up.
         if (t.coords()[axis] == 0 && h.send_rank >= 0) pulse.shift[axis] = box.length[axis];
         if (h.send_rank >= 0) {
+          // The atoms within the cutoff of the lower face, selected without a branch per
+          // atom (which of them are is as good as random: a mispredicted branch each
+          // third atom cost more than the rest of the pass).
           const double reach = plan.domain.lo[axis] + cutoff;
+          std::vector<std::int32_t>& index = pulse.send_index;
+          index.resize(static_cast<std::size_t>(end[k] - begin[k]));
+          std::size_t taken = 0;
           for (std::int64_t i = begin[k]; i < end[k]; ++i) {
-            if (xyz[3 * i + axis] < reach) {
-              pulse.send_index.push_back(static_cast<std::int32_t>(i));
-              for (int a = 0; a < 3; ++a) out[k].push_back(xyz[3 * i + a] + pulse.shift[a]);
-            }
+            index[taken] = static_cast<std::int32_t>(i);
+            taken += xyz[3 * i + axis] < reach ? 1 : 0;
+          }
+          index.resize(taken);
+          std::vector<double>& selected = out[k];
+          selected.resize(3 * taken);
+          for (std::size_t t = 0; t < taken; ++t) {
+            const std::size_t i = static_cast<std::size_t>(index[t]);
+            for (int a = 0; a < 3; ++a) selected[3 * t + a] = xyz[3 * i + a] + pulse.shift[a];
           }
         }
         pulse.first_forwarded = static_cast<std::int64_t>(
