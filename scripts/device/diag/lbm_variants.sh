@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The LBM communication variants side by side (issue 29, the seed's Fig. 10): for BGK and
+# multiphase, one rank (the reference), then 8 ranks in one process and 2 processes under
+# MPS, each with default (hand-written pack + host copies + MPI), contig (the hand-written
+# pack moved by a halox transport), datatype, overlap, GPU-initiated (the fused grid
+# kernel) and GPU-initiated + overlap. Prints per case MLUPS, the time per step normalised
+# to default, the share of one rank's MLUPS and the exchange's share of the step; JSON per
+# run in OUTDIR (and all of them in OUTDIR/runs.tgz).
+#   scripts/device/diag/lbm_variants.sh OUTDIR
+# HALOX_LBM_GRID (default 256x256x256; multiphase runs half of it in x), HALOX_LBM_STEPS
+# (default 300), HALOX_LBM_DEVICE (default gpu; cpu for a smoke test of the script with a
+# small grid), HALOX_LBM (the halox-lbm to run; default build/gpu's), HALOX_LBM_MULTIPHASE
+# (more arguments of the multiphase runs, e.g. "--radius 4" for a small grid).
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+source scripts/device/diag/common.sh
+out=${1:?usage: lbm_variants.sh OUTDIR}
+mkdir -p "$out"
+grid=${HALOX_LBM_GRID:-256x256x256}
+steps=${HALOX_LBM_STEPS:-300}
+device=${HALOX_LBM_DEVICE:-gpu}
+lbm=${HALOX_LBM:-$lbm}
+read -r gx gy gz <<< "${grid//x/ }"
+[ "$device" = gpu ] && start_mps
+run() {  # name procs args...
+  local name=$1 procs=$2; shift 2
+  local cmd=("$lbm" --device "$device" --steps "$steps" --json "$out/$name.json" "$@")
+  if [ "$procs" -gt 1 ]; then
+    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / procs)) timeout 300 mpirun -n "$procs" \
+      --oversubscribe --bind-to none "${cmd[@]}" > "$out/$name.txt" 2>&1
+  else
+    timeout 300 "${cmd[@]}" > "$out/$name.txt" 2>&1
+  fi || echo "$name: FAILED (rc $?): $(tail -2 "$out/$name.txt")"
+}
+for model in bgk multiphase; do
+  size=$grid
+  common=(--model "$model")
+  if [ "$model" = multiphase ]; then
+    size=$((gx / 2))x${gy}x${gz}
+    read -r -a extra <<< "${HALOX_LBM_MULTIPHASE:-}"
+    common+=("${extra[@]}")
+  fi
+  common+=(--grid "$size")
+  run "$model-r1" 1 "${common[@]}" --ranks 1x1x1
+  # 8 ranks in this process: the local transports (host copies between blocks for default).
+  run "$model-r8-default" 1 "${common[@]}" --ranks 2x2x2 --comm default --transport local-pulse
+  run "$model-r8-contig" 1 "${common[@]}" --ranks 2x2x2 --comm contig --transport local-pulse
+  run "$model-r8-datatype" 1 "${common[@]}" --ranks 2x2x2 --comm datatype --transport local-pulse
+  run "$model-r8-overlap" 1 "${common[@]}" --ranks 2x2x2 --comm overlap --transport local-pulse
+  run "$model-r8-gpu-initiated" 1 "${common[@]}" --ranks 2x2x2 --comm datatype --transport local-fused
+  run "$model-r8-gpu-initiated-overlap" 1 "${common[@]}" --ranks 2x2x2 --comm overlap --transport local-fused
+  # 2 processes (under MPS on the one GPU).
+  fused=ipc-fused
+  [ "$device" = cpu ] && fused=host
+  run "$model-np2-default" 2 "${common[@]}" --ranks 2x1x1 --comm default
+  run "$model-np2-contig" 2 "${common[@]}" --ranks 2x1x1 --comm contig
+  run "$model-np2-datatype" 2 "${common[@]}" --ranks 2x1x1 --comm datatype
+  run "$model-np2-overlap" 2 "${common[@]}" --ranks 2x1x1 --comm overlap
+  run "$model-np2-gpu-initiated" 2 "${common[@]}" --ranks 2x1x1 --comm datatype --transport "$fused"
+  run "$model-np2-gpu-initiated-overlap" 2 "${common[@]}" --ranks 2x1x1 --comm overlap --transport "$fused"
+done
+[ "$device" = gpu ] && stop_mps
+(cd "$out" && tar czf runs.tgz $(ls ./*.json 2>/dev/null))
+python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    try:
+        return json.load(open(os.path.join(out, name + ".json")))
+    except (OSError, ValueError):
+        return None
+variants = ["default", "contig", "datatype", "overlap", "gpu-initiated", "gpu-initiated-overlap"]
+for model in ("bgk", "multiphase"):
+    one = load(f"{model}-r1")
+    if one is None:
+        print(f"{model}: no one-rank run"); continue
+    print(f"\n{model}, {one['grid']}, 1 rank: {one['mlups']:.0f} MLUPS")
+    for ranks in ("r8", "np2"):
+        base = load(f"{model}-{ranks}-default")
+        print(f"{'  ' + ranks:6s} {'variant':22s} {'transport':38s} {'MLUPS':>8s} "
+              f"{'step/default':>12s} {'of 1 rank':>9s} {'exchange':>8s}")
+        for v in variants:
+            j = load(f"{model}-{ranks}-{v}")
+            if j is None:
+                print(f"{'':6s} {v:22s} (no result)"); continue
+            norm = base["mlups"] / j["mlups"] if base and j["mlups"] > 0 else float("nan")
+            share = (f"{100 * j['exchange_seconds'] / j['seconds']:.1f}%"
+                     if j["variant"] != "overlap" and j["seconds"] > 0 else "-")
+            print(f"{'':6s} {v:22s} {j['transport'][:38]:38s} {j['mlups']:8.1f} {norm:12.3f} "
+                  f"{100 * j['mlups'] / one['mlups']:8.1f}% {share:>8s}")
+PY
