@@ -160,7 +160,7 @@ CellGrid make_cell_grid(const ParticlePlan& plan, double rlist) {
   for (int d = 0; d < 3; ++d) {
     g.lo[d] = plan.domain.lo[d];
     const double extent = plan.domain.hi[d] + rlist - g.lo[d];
-    g.cells[d] = std::max(1, static_cast<int>(extent / rlist));
+    g.cells[d] = std::max(1, static_cast<int>(extent / (rlist / kCellReach)));
     g.size[d] = extent / g.cells[d];
   }
   g.rlist2 = rlist * rlist;

@@ -298,7 +298,7 @@ __global__ void cell_start_kernel(const std::int32_t* sorted_cell, std::int64_t 
   start[c] = static_cast<std::int32_t>(lo);
 }
 
-// One warp per atom writes its row: 32 lanes test 32 members of a cell at once and a ballot
+// One warp per atom writes its row: 32 lanes test 32 members of a row of cells at once and a ballot
 // keeps the hits in member order, so the row is the CPU's (for_each_listed). (A thread per
 // atom walked its ~800 candidates one by one, bound by the latency of two dependent loads
 // each.) Rows are `width` long: no count pass, scan or wait first. A longer row is counted
@@ -320,9 +320,9 @@ __global__ void list_kernel(const SearchJob<Real>* jobs, const std::int32_t* sta
   const std::uint8_t p_axes = axes[i];
   std::int32_t* row = r.neighbors + i * width;
   std::int32_t at = 0;
-  for_each_cell_around(p, grid, [&](int id) {
-    const std::int32_t end = cell_start[id + 1];
-    for (std::int32_t base = cell_start[id]; base < end; base += 32) {
+  for_each_cell_row_around(p, grid, [&](int first, int last) {
+    const std::int32_t end = cell_start[last + 1];
+    for (std::int32_t base = cell_start[first]; base < end; base += 32) {
       const std::int32_t k = base + lane;
       std::int32_t j = -1;
       bool hit = false;

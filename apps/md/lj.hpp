@@ -28,11 +28,17 @@ HALOX_MD_HD bool within(const Real* p, const Real* q, double r2) {
   return double(dx * dx + dy * dy + dz * dz) < r2;
 }
 
+/// Cells are at least rlist / kCellReach wide, so a pair within rlist lies within kCellReach
+/// cells of each other along every axis. Half-width cells: the 5 x 5 x 5 cells around an
+/// atom cover 15.6 rlist^3 of candidates against 27 rlist^3 for the 3 x 3 x 3 cells of
+/// rlist-wide ones, and a row of 5 cells along x is one run of the sorted members.
+constexpr int kCellReach = 2;
+
 /// The cell grid of a neighbour search over a rank's local region [lo, hi + rlist): cells at
-/// least rlist wide, so a pair within rlist lies in neighbouring cells (no periodic wrap:
-/// the halo holds explicit images). Which pairs this rank owns comes from each atom's
-/// home-axes mask (ParticlePlan::home_axes, decided in double at search time), not from
-/// its coordinates, so that rounding them to float cannot count a pair twice or never.
+/// least rlist / kCellReach wide (no periodic wrap: the halo holds explicit images). Which pairs
+/// this rank owns comes from each atom's home-axes mask (ParticlePlan::home_axes, decided in double
+/// at search time), not from its coordinates, so that rounding them to float cannot count a pair
+/// twice or never.
 struct CellGrid {
   double lo[3], size[3];
   int cells[3];
@@ -56,21 +62,20 @@ struct CellGrid {
   }
 };
 
-/// Visits the cells around point p (its own and the existing neighbours) in the order the
-/// lists keep, z then y then x ascending: visit(cell id).
+/// Visits the cells within kCellReach of point p's along every axis, as rows along x in the
+/// order the lists keep, z then y then x ascending: visit(first cell id, last cell id), the
+/// cells of a row being consecutive ids (and so one run of members sorted by cell).
 template <class Real, class Visit>
-HALOX_MD_HD void for_each_cell_around(const Real* p, const CellGrid& grid, Visit&& visit) {
+HALOX_MD_HD void for_each_cell_row_around(const Real* p, const CellGrid& grid, Visit&& visit) {
   const int c[3] = {grid.cell_along(p, 0), grid.cell_along(p, 1), grid.cell_along(p, 2)};
-  for (int dz = -1; dz <= 1; ++dz) {
-    for (int dy = -1; dy <= 1; ++dy) {
-      for (int dx = -1; dx <= 1; ++dx) {
-        const int n[3] = {c[0] + dx, c[1] + dy, c[2] + dz};
-        if (n[0] < 0 || n[1] < 0 || n[2] < 0 || n[0] >= grid.cells[0] || n[1] >= grid.cells[1] ||
-            n[2] >= grid.cells[2]) {
-          continue;
-        }
-        visit(n[0] + grid.cells[0] * (n[1] + grid.cells[1] * n[2]));
-      }
+  const int x0 = c[0] - kCellReach < 0 ? 0 : c[0] - kCellReach;
+  const int x1 = c[0] + kCellReach >= grid.cells[0] ? grid.cells[0] - 1 : c[0] + kCellReach;
+  for (int z = c[2] - kCellReach; z <= c[2] + kCellReach; ++z) {
+    if (z < 0 || z >= grid.cells[2]) continue;
+    for (int y = c[1] - kCellReach; y <= c[1] + kCellReach; ++y) {
+      if (y < 0 || y >= grid.cells[1]) continue;
+      const int row = grid.cells[0] * (y + grid.cells[1] * z);
+      visit(row + x0, row + x1);
     }
   }
 }
@@ -82,8 +87,8 @@ HALOX_MD_HD void for_each_listed(std::int64_t i, const Real* x, const std::uint8
                                  const CellGrid& grid, const std::int32_t* start,
                                  const std::int32_t* members, Visit&& visit) {
   const Real* p = x + 3 * i;
-  for_each_cell_around(p, grid, [&](int id) {
-    for (std::int32_t k = start[id]; k < start[id + 1]; ++k) {
+  for_each_cell_row_around(p, grid, [&](int first, int last) {
+    for (std::int32_t k = start[first]; k < start[last + 1]; ++k) {
       const std::int32_t j = members[k];
       if (j != i &&
           grid.listed(p, x + 3 * static_cast<std::int64_t>(j), home_axes[i], home_axes[j])) {
