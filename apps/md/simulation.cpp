@@ -243,9 +243,7 @@ void Simulation::migrate() {
     for (const std::int32_t i : leaving) {
       double* p = &r.x[3 * static_cast<std::size_t>(i)];
       wrap_unsplit_axes(r.topology, m_box, p);
-      bool inside = true;
-      for (int d = 0; d < 3; ++d) inside &= p[d] >= domain.lo[d] && p[d] < domain.hi[d];
-      if (!inside) leaving[left++] = i;
+      if (outside(p, domain.lo.data(), domain.hi.data())) leaving[left++] = i;
     }
     leaving.resize(left);
     std::vector<double>& data = m_migrate_data[k];
