@@ -104,13 +104,18 @@ __device__ __forceinline__ u64 load_acquire(const u64* slot, bool sys) {
   return v;
 }
 // Waits until *slot >= target; on time-out records (rank, peer, pulse, kind, seen) once.
+// A wait gives up at once when an earlier one failed (in this kernel or one queued before
+// it): the host queues steps ahead without waiting, and each queued kernel would otherwise
+// spend its own time-out, so a stalled peer would hold this rank for the time-out times the
+// number of queued kernels before the host sees the report.
 __device__ bool wait_for(const u64* slot, u64 target, u64 timeout_ns, ErrorSink error, int rank,
                          int peer, int pulse, int kind, bool sys) {
   u64 seen = load_acquire(slot, sys);
   if (seen >= target) return true;
   const u64 start = now_ns();
+  const volatile int* failed = error.claim;
   while ((seen = load_acquire(slot, sys)) < target) {
-    if (now_ns() - start > timeout_ns) {
+    if (*failed != 0 || now_ns() - start > timeout_ns) {
       report_error(error, 1, rank, peer, pulse, kind, seen, target);
       return false;
     }
