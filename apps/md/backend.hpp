@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "halox/exchange.hpp"
@@ -28,6 +29,20 @@ struct LoadInput {
   const ParticlePlan* plan;
 };
 
+/// How a migration rewrites a rank's home rows in place, so that only the atoms that move
+/// are copied: arrived atoms take the places of those that left (the lowest first); holes
+/// left over take atoms from the end; arrived atoms left over go after the end.
+struct HomeRefill {
+  std::vector<std::int32_t> arrival_rows;                    // per arrived atom, in order: its row
+  std::vector<std::pair<std::int32_t, std::int32_t>> moves;  // (from, to): a last atom into a hole
+  std::size_t rows = 0;                                      // home atoms after the migration
+};
+
+/// The refill of `rows` home rows where rows `leaving` (ascending) left and `arrived` atoms
+/// came.
+HomeRefill refill_home(std::size_t rows, std::span<const std::int32_t> leaving,
+                       std::size_t arrived);
+
 struct Sums {
   double energy = 0;  // potential energy
   double virial = 0;  // sum over pairs of r . F
@@ -41,7 +56,7 @@ class Backend {
   /// After a neighbour search: all local coordinates (home then halo, as the plan built
   /// them); the back end builds its neighbour list (pairs within `rlist` that this rank
   /// owns, see plan.hpp) where its arrays live. The velocities are those of the home set
-  /// as keep_velocities left it.
+  /// as refill_velocities left it.
   virtual void load(const std::vector<double>& x, const ParticlePlan& plan, double rlist) = 0;
   /// Dynamic pruning: each row keeps its pairs within `rinner`, the list forces() walks until
   /// the next load (which walks the whole list again). First takes the largest squared
@@ -70,10 +85,9 @@ class Backend {
   virtual double fetch(const Fetched& into) = 0;
   /// Appends the velocities of home atoms `which` (3 each) to v; after fetch.
   virtual void velocities_of(std::span<const std::int32_t> which, std::vector<double>& v) = 0;
-  /// A new home set: the atoms `kept` (indices, ascending) in order, then atoms whose
-  /// velocities are `arrived` (3 each). The next load() puts it in place.
-  virtual void keep_velocities(std::span<const std::int32_t> kept,
-                               std::span<const double> arrived) = 0;
+  /// A new home set after a migration (HomeRefill): the arrived atoms' velocities are
+  /// `arrived` (3 each). The next load() puts it in place.
+  virtual void refill_velocities(const HomeRefill& refill, std::span<const double> arrived) = 0;
   virtual void fetch_forces(std::vector<double>& f) = 0;
   /// Every local atom's coordinates and forces where the back end keeps them (host or
   /// device memory, 3 reals per atom): what the halo exchange moves in place.
@@ -142,18 +156,22 @@ class Backend {
   virtual void collect_times(bool wait) { (void)wait; }
 };
 
-/// Rows of 3 values after a migration (Backend::keep_velocities): row kept[k] moves to row k
-/// (kept ascending, so in place), then the `arrived` rows follow. `rows` holds at least
-/// max(its rows before, kept.size() + arrived.size() / 3) rows.
-template <class T>
-void keep_rows(T* rows, std::span<const std::int32_t> kept, std::span<const double> arrived) {
-  std::size_t at = 0;
-  for (const std::int32_t i : kept) {
-    const std::size_t from = static_cast<std::size_t>(i);
-    if (from != at) std::copy(rows + 3 * from, rows + 3 * from + 3, rows + 3 * at);
-    ++at;
+/// Applies `refill` to rows of `Width` values; `arrived(a, c)` is column c of arrived atom a.
+/// `rows` holds at least max(refill.rows, the rows before) rows.
+template <int Width, class T, class Arrived>
+void refill_rows(T* rows, const HomeRefill& refill, Arrived&& arrived) {
+  for (const auto& [from, to] : refill.moves)
+    std::copy(rows + Width * from, rows + Width * from + Width, rows + Width * to);
+  for (std::size_t a = 0; a < refill.arrival_rows.size(); ++a) {
+    T* row = rows + Width * static_cast<std::size_t>(refill.arrival_rows[a]);
+    for (int c = 0; c < Width; ++c) row[c] = static_cast<T>(arrived(a, c));
   }
-  std::copy(arrived.begin(), arrived.end(), rows + 3 * at);
+}
+
+/// Velocity rows (3 per atom) refilled with `arrived`'s (3 per arrived atom).
+template <class T>
+void refill_velocity_rows(T* rows, const HomeRefill& refill, std::span<const double> arrived) {
+  refill_rows<3>(rows, refill, [&](std::size_t a, int c) { return arrived[3 * a + c]; });
 }
 
 /// The cell grid of a neighbour search for `plan` with list radius `rlist`.

@@ -125,12 +125,10 @@ class CpuBackend final : public Backend {
   void velocities_of(std::span<const std::int32_t> which, std::vector<double>& v) override {
     for (const std::int32_t i : which) v.insert(v.end(), &m_v[3 * i], &m_v[3 * i + 3]);
   }
-  void keep_velocities(std::span<const std::int32_t> kept,
-                       std::span<const double> arrived) override {
-    const std::size_t rows = kept.size() + arrived.size() / 3;
-    m_v.resize(std::max(m_v.size(), 3 * rows));
-    keep_rows(m_v.data(), kept, arrived);
-    m_v.resize(3 * rows);
+  void refill_velocities(const HomeRefill& refill, std::span<const double> arrived) override {
+    m_v.resize(std::max(m_v.size(), 3 * refill.rows));
+    refill_velocity_rows(m_v.data(), refill, arrived);
+    m_v.resize(3 * refill.rows);
   }
   void fetch_forces(std::vector<double>& f) override {
     f.assign(m_f.begin(), m_f.begin() + 3 * m_home);
@@ -154,6 +152,29 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+HomeRefill refill_home(std::size_t rows, std::span<const std::int32_t> leaving,
+                       std::size_t arrived) {
+  HomeRefill refill;
+  refill.rows = rows - leaving.size() + arrived;
+  const std::size_t filled = std::min(leaving.size(), arrived);
+  refill.arrival_rows.assign(leaving.begin(),
+                             leaving.begin() + static_cast<std::ptrdiff_t>(filled));
+  for (std::size_t a = filled; a < arrived; ++a)
+    refill.arrival_rows.push_back(static_cast<std::int32_t>(rows + a - filled));
+  // Holes left over: those below the new end take the last atoms that stay (the holes
+  // at or past it need nothing). There are as many of each.
+  std::size_t hole = filled, last = leaving.size();
+  std::int64_t from = static_cast<std::int64_t>(rows) - 1;
+  for (; hole < leaving.size() && static_cast<std::size_t>(leaving[hole]) < refill.rows; ++hole) {
+    while (last > hole && leaving[last - 1] == from) {  // a hole itself: skip it
+      --last;
+      --from;
+    }
+    refill.moves.emplace_back(static_cast<std::int32_t>(from--), leaving[hole]);
+  }
+  return refill;
+}
 
 CellGrid make_cell_grid(const ParticlePlan& plan, double rlist) {
   CellGrid g{};

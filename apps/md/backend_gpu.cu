@@ -484,7 +484,7 @@ class GpuBackend final : public Backend {
     m_x_load.resize(static_cast<std::size_t>(3 * m_home));
     m_x_prune.resize(static_cast<std::size_t>(3 * m_home));
     m_pruned = false;
-    if (m_v_changed) {  // a migration changed the home set (keep_velocities)
+    if (m_v_changed) {  // a migration changed the home set (refill_velocities)
       const std::size_t n = static_cast<std::size_t>(3 * m_home);
       m_v.resize(n);
       MD_CUDA(cudaMemcpyAsync(m_v.get(), m_v_staging.get(), n * sizeof(Real),
@@ -580,7 +580,7 @@ class GpuBackend final : public Backend {
   }
   double fetch(const Fetched& into) override { return fetch_ranks(self(), {&into, 1}); }
   // Every rank's coordinates and velocities copied to page-locked memory, then one wait;
-  // the velocities stay there for velocities_of and keep_velocities.
+  // the velocities stay there for velocities_of and refill_velocities.
   double fetch_ranks(std::span<Backend* const> ranks, std::span<const Fetched> into) override {
     for (Backend* rank : ranks) static_cast<GpuBackend*>(rank)->queue_fetch();
     synchronize();
@@ -601,11 +601,10 @@ class GpuBackend final : public Backend {
     const Real* hv = m_v_staging.get();
     for (const std::int32_t i : which) v.insert(v.end(), hv + 3 * i, hv + 3 * i + 3);
   }
-  void keep_velocities(std::span<const std::int32_t> kept,
-                       std::span<const double> arrived) override {
-    const std::int64_t rows = static_cast<std::int64_t>(kept.size() + arrived.size() / 3);
+  void refill_velocities(const HomeRefill& refill, std::span<const double> arrived) override {
+    const std::int64_t rows = static_cast<std::int64_t>(refill.rows);
     Real* hv = m_v_staging.keeping(3 * std::max(rows, m_v_rows), 3 * m_v_rows);
-    keep_rows(hv, kept, arrived);
+    refill_velocity_rows(hv, refill, arrived);
     m_v_rows = rows;
     m_v_changed = true;
   }

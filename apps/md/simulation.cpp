@@ -190,7 +190,8 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
   const double scale = std::sqrt(config.temperature * (3.0 * m_atoms - 3.0) / sum(v2));
   for (std::size_t k = 0; k < m_ranks.size(); ++k) {
     for (double& v : velocities[k]) v *= scale;
-    m_ranks[k].backend->keep_velocities({}, velocities[k]);
+    m_ranks[k].backend->refill_velocities(refill_home(0, {}, velocities[k].size() / 3),
+                                          velocities[k]);
   }
 
   neighbor_search(true);
@@ -232,7 +233,6 @@ std::string Simulation::transport_name() const {
 void Simulation::migrate() {
   const std::size_t n = m_ranks.size();
   m_leaving.resize(n);  // the first search's: none (the lattice is built by domain)
-  m_kept.resize(n);
   m_migrate_data.resize(n);
   std::vector<double> v;  // the leavers' velocities, then the arrived ones'
   for (std::size_t k = 0; k < n; ++k) {
@@ -268,33 +268,20 @@ void Simulation::migrate() {
     const std::vector<std::int32_t>& leaving = m_leaving[k];
     const std::vector<double>& data = m_migrate_data[k];  // what arrived
     if (leaving.empty() && data.empty()) continue;
-    // The kept atoms close up in order (in place), the arrived ones follow.
-    std::vector<std::int32_t>& kept = m_kept[k];
-    kept.clear();
-    std::size_t next = 0;
-    for (std::size_t i = 0; i < r.id.size(); ++i) {
-      if (next < leaving.size() && leaving[next] == static_cast<std::int32_t>(i)) {
-        ++next;
-        continue;
-      }
-      kept.push_back(static_cast<std::int32_t>(i));
-    }
-    for (std::size_t j = 0; j < kept.size(); ++j) {
-      const std::size_t i = static_cast<std::size_t>(kept[j]);
-      if (i == j) continue;
-      std::copy(&r.x[3 * i], &r.x[3 * i + 3], &r.x[3 * j]);
-      r.id[j] = r.id[i];
-    }
-    r.x.resize(3 * kept.size());
-    r.id.resize(kept.size());
+    // In place: arrived atoms and, for holes left over, the last atoms fill the places of
+    // those that left; the atoms that stay where they are are not copied.
+    const std::size_t arrived = data.size() / 7;
+    const HomeRefill refill = refill_home(r.id.size(), leaving, arrived);
+    const std::size_t most = std::max(r.id.size(), refill.rows);
+    r.x.resize(3 * most);
+    r.id.resize(most);
+    refill_rows<3>(r.x.data(), refill, [&](std::size_t a, int c) { return data[7 * a + c]; });
+    refill_rows<1>(r.id.data(), refill, [&](std::size_t a, int) { return data[7 * a + 6]; });
+    r.x.resize(3 * refill.rows);
+    r.id.resize(refill.rows);
     v.clear();
-    for (std::size_t a = 0; a < data.size() / 7; ++a) {
-      const double* d = &data[7 * a];
-      r.x.insert(r.x.end(), d, d + 3);
-      v.insert(v.end(), d + 3, d + 6);
-      r.id.push_back(static_cast<std::int64_t>(d[6]));
-    }
-    r.backend->keep_velocities(kept, v);
+    for (std::size_t a = 0; a < arrived; ++a) v.insert(v.end(), &data[7 * a + 3], &data[7 * a + 6]);
+    r.backend->refill_velocities(refill, v);
   }
 }
 

@@ -181,7 +181,7 @@ class Simulation {
   // The search's, reused: each rank's leaving atoms (their indices, from the fetch; then
   // position, velocity and id, 7 doubles each), the atoms that stay, and the local plan builder's
   // coordinate sets.
-  std::vector<std::vector<std::int32_t>> m_leaving, m_kept;
+  std::vector<std::vector<std::int32_t>> m_leaving;
   std::vector<std::vector<double>> m_migrate_data, m_xyz;
   std::vector<Fetched> m_fetch_into;
   std::unique_ptr<ParticleExchange> m_exchange;  // over Ranks::mpi, or Ranks::local
