@@ -26,9 +26,8 @@ void check(std::size_t rows, const std::vector<std::int32_t>& leaving, std::size
     data[2 * i] = static_cast<double>(i);
     data[2 * i + 1] = static_cast<double>(i) + 0.5;
   }
-  refill_rows<2>(data.data(), refill, [](std::size_t a, int c) {
-    return 1e6 + static_cast<double>(a) + 0.5 * c;
-  });
+  refill_rows<2>(data.data(), refill,
+                 [](std::size_t a, int c) { return 1e6 + static_cast<double>(a) + 0.5 * c; });
   std::multiset<double> want, got;
   const std::set<std::int32_t> left(leaving.begin(), leaving.end());
   for (std::size_t i = 0; i < rows; ++i)
@@ -53,14 +52,14 @@ void check(std::size_t rows, const std::vector<std::int32_t>& leaving, std::size
 }
 
 TEST(MdRefill, AwkwardCases) {
-  check(0, {}, 5);             // the first load: every atom arrives
-  check(5, {}, 0);             // nothing moves
+  check(0, {}, 5);               // the first load: every atom arrives
+  check(5, {}, 0);               // nothing moves
   check(5, {0, 1, 2, 3, 4}, 0);  // every atom leaves
   check(5, {0, 1, 2, 3, 4}, 2);
-  check(6, {4, 5}, 0);         // holes at the end need no move
-  check(6, {0, 5}, 0);         // a hole at the end and one at the start
-  check(6, {1, 3}, 4);         // more arrive than leave
-  check(8, {0, 2, 6, 7}, 1);   // the last atoms are holes themselves
+  check(6, {4, 5}, 0);        // holes at the end need no move
+  check(6, {0, 5}, 0);        // a hole at the end and one at the start
+  check(6, {1, 3}, 4);        // more arrive than leave
+  check(8, {0, 2, 6, 7}, 1);  // the last atoms are holes themselves
 }
 
 TEST(MdRefill, RandomCases) {
