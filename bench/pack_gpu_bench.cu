@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <cstdio>
 #include <stdexcept>
@@ -19,6 +20,7 @@
 #include "cuda_timing.cuh"
 #include "report.hpp"
 #include "sector_bound.hpp"
+#include "tempi_reference.hpp"
 
 namespace halox::bench {
 
@@ -205,6 +207,12 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
               "sync us", "2D us", "naive us");
 
   std::vector<Row> rows;
+  struct TempiRow {
+    std::string shape;
+    std::int64_t bytes;
+    double sync_us, tempi_us;
+  };
+  std::vector<TempiRow> tempi_rows;  // faces within TEMPI's recorded range
   for (Shape& s : shapes(quick)) {
     const std::int64_t bytes = packed_size(s.type, 1);
     void *src = nullptr, *dst = nullptr;
@@ -274,6 +282,9 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
         t / floor_us, 100.0 * gbs / ceiling, sector_gbs, 100.0 * gbs / sector_gbs, t_sync, t_2d,
         t_naive);
     std::fflush(stdout);
+    const std::optional<double> tempi_us =
+        s.kind == "face" ? tempi_pack_us(bytes) : std::optional<double>();
+    if (tempi_us) tempi_rows.push_back({s.name, bytes, t_sync, *tempi_us});
     rows.push_back(Row()
                        .set("shape", s.name)
                        .set("family", s.family)
@@ -290,11 +301,27 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
                        .set("sync_latency_us", t_sync)
                        .set("memcpy2d_us", t_2d)
                        .set("naive_us", t_naive)
+                       .set("tempi_reference_us", tempi_us.value_or(-1))
+                       .set("sync_over_tempi", tempi_us ? t_sync / *tempi_us : -1)
                        .set("word_bytes", shape.word_bytes)
                        .set("pieces", shape.pieces));
     BENCH_CUDA(cudaFree(src));
     BENCH_CUDA(cudaFree(dst));
   }
+  // TEMPI's figures recorded on this H200, beside halox's synchronous pack (MPI_Pack's use).
+  std::printf(
+      "\nreference: TEMPI's pack of faces, recorded on this H200: %.0f-%.0f us for "
+      "%.2f-%.0f MiB faces\n(TEMPI at a face's size: linear between the recorded ends; "
+      "goal: halox's sync pack <= %.2f of it)\n",
+      TempiReference::low_us, TempiReference::high_us, TempiReference::low_bytes / (1 << 20),
+      TempiReference::high_bytes / (1 << 20), TempiReference::goal);
+  std::printf("%-38s %11s %9s %9s %9s\n", "face", "bytes", "sync us", "TEMPI us", "ratio");
+  for (const TempiRow& r : tempi_rows) {
+    std::printf("%-38s %11lld %9.2f %9.1f %9.3f%s\n", r.shape.c_str(),
+                static_cast<long long>(r.bytes), r.sync_us, r.tempi_us, r.sync_us / r.tempi_us,
+                r.sync_us / r.tempi_us <= TempiReference::goal ? "" : "  (over the goal)");
+  }
+  if (tempi_rows.empty()) std::printf("(no face of this run lies in the recorded range)\n");
   if (!json.empty()) {
     write_json(json, "pack --device gpu",
                {{"gpu", prop.name},

@@ -1,10 +1,11 @@
 // The pack benchmark's sector bound (bench/sector_bound.hpp): the 32-byte sectors a pack
-// reads, counted against hand-counted cases.
+// reads, counted against hand-counted cases; and its TEMPI reference (bench/tempi_reference.hpp).
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "../../bench/sector_bound.hpp"
+#include "../../bench/tempi_reference.hpp"
 
 namespace {
 
@@ -47,6 +48,20 @@ TEST(SectorBound, GatheredIndicesCountEachSectorOnce) {
   Datatype gather = Datatype::indexed_block(1, displacements, Datatype::of<float>());
   gather.commit();
   EXPECT_EQ(sector_bytes_read(gather.canonical(), 4096), 2 * 32);
+}
+
+TEST(TempiReference, RecordedEndsAndBetween) {
+  using halox::bench::tempi_pack_us;
+  const std::int64_t mib = 1 << 20;
+  EXPECT_DOUBLE_EQ(*tempi_pack_us(3 * mib / 4), 25.0);
+  EXPECT_DOUBLE_EQ(*tempi_pack_us(3 * mib), 95.0);
+  // Halfway in bytes (1.875 MiB): halfway in time.
+  EXPECT_DOUBLE_EQ(*tempi_pack_us(15 * mib / 8), 60.0);
+  // 1 MiB: 25 + (0.25 / 2.25) * 70.
+  EXPECT_NEAR(*tempi_pack_us(mib), 25.0 + 70.0 / 9.0, 1e-12);
+  EXPECT_FALSE(tempi_pack_us(3 * mib / 4 - 1).has_value());
+  EXPECT_FALSE(tempi_pack_us(3 * mib + 1).has_value());
+  EXPECT_FALSE(tempi_pack_us(4 * mib).has_value());  // the 512^3 w2 double face: not recorded
 }
 
 }  // namespace
