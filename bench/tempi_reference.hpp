@@ -21,8 +21,8 @@ struct TempiReference {
 inline std::optional<double> tempi_pack_us(std::int64_t bytes) {
   const double b = static_cast<double>(bytes);
   if (b < TempiReference::low_bytes || b > TempiReference::high_bytes) return std::nullopt;
-  const double t = (b - TempiReference::low_bytes) /
-                   (TempiReference::high_bytes - TempiReference::low_bytes);
+  const double t =
+      (b - TempiReference::low_bytes) / (TempiReference::high_bytes - TempiReference::low_bytes);
   return TempiReference::low_us + t * (TempiReference::high_us - TempiReference::low_us);
 }
 
