@@ -179,8 +179,7 @@ class Simulation {
   std::vector<Rank> m_ranks;
   std::vector<Backend*> m_backends;  // the ranks', in order: each phase one call for all
   // The search's, reused: each rank's leaving atoms (their indices, from the fetch; then
-  // position, velocity and id, 7 doubles each), the atoms that stay, and the local plan builder's
-  // coordinate sets.
+  // position, velocity and id, 7 doubles each) and the local plan builder's coordinate sets.
   std::vector<std::vector<std::int32_t>> m_leaving;
   std::vector<std::vector<double>> m_migrate_data, m_xyz;
   std::vector<Fetched> m_fetch_into;
