@@ -21,7 +21,9 @@ want() {
   if [ "$SECONDS" -ge "$deadline" ]; then log "skipped $1: ${SECONDS}s used of ${deadline}s"; return 1; fi
 }
 
-commit=${HALOX_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+# The tree copied to the device machine carries a stale .git (git rev-parse there names an
+# older commit), so the commit is only what the caller says.
+commit=${HALOX_COMMIT:-"not given (pass HALOX_COMMIT=<sha>)"}
 log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader), $(date -u +%F), commit $commit"
 nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null || true)
 [ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
