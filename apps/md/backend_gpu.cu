@@ -797,7 +797,7 @@ class GpuBackend final : public Backend {
   DeviceArray<std::int32_t> m_cell, m_members, m_start;
   DeviceArray<int> m_longest;
   PinnedArray<int> m_longest_host;
-  std::int64_t m_width = 64;  // of the list's rows; grows to fit the longest (widen_rows)
+  std::int64_t m_width = 64;  // of the list's rows; grows to fit the longest (load_ranks)
   DeviceArray<std::uint8_t> m_axes;
   DeviceArray<char> m_scratch;  // cub's temporary storage
   // velocity_squared's sum, then the largest displacement's bits since the load and since

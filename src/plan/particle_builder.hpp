@@ -131,9 +131,9 @@ void build_particle_plans(const Box& box, double cutoff, std::vector<BuilderRank
           index.resize(taken);
           std::vector<double>& selected = out[k];
           selected.resize(3 * taken);
-          for (std::size_t t = 0; t < taken; ++t) {
-            const std::size_t i = static_cast<std::size_t>(index[t]);
-            for (int a = 0; a < 3; ++a) selected[3 * t + a] = xyz[3 * i + a] + pulse.shift[a];
+          for (std::size_t s = 0; s < taken; ++s) {
+            const std::size_t i = static_cast<std::size_t>(index[s]);
+            for (int a = 0; a < 3; ++a) selected[3 * s + a] = xyz[3 * i + a] + pulse.shift[a];
           }
         }
         pulse.first_forwarded = static_cast<std::int64_t>(
