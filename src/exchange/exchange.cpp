@@ -1,7 +1,7 @@
 // The public exchanges: one GridExchange and one ParticleExchange, each running the engine of
-// its ranks' locality (engine.hpp): one rank per process over the transports
-// (mpi_exchange.cpp), or every rank in this process (transport/local_grid.cpp,
-// transport/local_particles.cpp).
+// its ranks' locality (engine.hpp): grids over the transports of either locality
+// (grid_engine.cpp); particles over the transports of one rank per process (mpi_exchange.cpp)
+// or the engine of every rank in this process (transport/local_particles.cpp).
 #include "halox/exchange.hpp"
 
 #include "halox/error.hpp"
@@ -155,15 +155,10 @@ GridExchange::GridExchange(const Ranks& ranks, std::vector<GridPlan> plans, Exch
                 std::to_string(ranks.count()) +
                 " rank(s) of this process (one per rank and field)");
   }
-  if (ranks.in_process()) {
-    m_impl->engine = detail::make_local_grid_engine(ranks, std::move(plans), options);
-  } else {
-#if HALOX_HAS_MPI
-    m_impl->engine = detail::make_mpi_grid_engine(ranks.topology(), std::move(plans), options);
-#else
-    no_mpi("GridExchange");
+#if !HALOX_HAS_MPI
+  if (!ranks.in_process()) no_mpi("GridExchange");
 #endif
-  }
+  m_impl->engine = detail::make_grid_engine(ranks, std::move(plans), options);
 }
 GridExchange::GridExchange(const Topology& topology, GridPlan plan, ExchangeOptions options)
     : GridExchange(Ranks::mpi(topology), std::vector<GridPlan>{std::move(plan)}, options) {}

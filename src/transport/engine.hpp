@@ -1,7 +1,8 @@
-// What the public exchanges run: one engine per locality of the ranks. Ranks::mpi (one rank
-// per process, the transports of transport.hpp under it) and Ranks::local (every rank in
-// this process) implement the same calls, so GridExchange and ParticleExchange are one
-// class each whatever the ranks.
+// What the public exchanges run. Grids: one engine for ranks of either locality, over the
+// transports of transport.hpp (Ranks::local's own among them). Particles: one engine per
+// locality, Ranks::mpi (one rank per process, over the transports) and Ranks::local (every
+// rank in this process, its own engine), implementing the same calls, so GridExchange and
+// ParticleExchange are one class each whatever the ranks.
 #pragma once
 
 #include <memory>
@@ -44,18 +45,14 @@ class ParticleEngine {
   virtual void check() const = 0;
 };
 
+/// plans[f * ranks.count() + r]: field f's plan of this process's rank r (either locality).
+std::unique_ptr<GridEngine> make_grid_engine(const Ranks& ranks, std::vector<GridPlan> plans,
+                                             const ExchangeOptions& options);
 #if HALOX_HAS_MPI
-/// plans[f]: field f's plan.
-std::unique_ptr<GridEngine> make_mpi_grid_engine(const Topology& topology,
-                                                 std::vector<GridPlan> plans,
-                                                 const ExchangeOptions& options);
 std::unique_ptr<ParticleEngine> make_mpi_particle_engine(const Topology& topology,
                                                          ParticlePlan plan, BasicKind real,
                                                          const ExchangeOptions& options);
 #endif
-/// plans[f * ranks + r]: field f's plan of rank r.
-std::unique_ptr<GridEngine> make_local_grid_engine(const Ranks& ranks, std::vector<GridPlan> plans,
-                                                   const ExchangeOptions& options);
 std::unique_ptr<ParticleEngine> make_local_particle_engine(const Ranks& ranks,
                                                            std::vector<ParticlePlan> plans,
                                                            BasicKind real,

@@ -1,179 +1,186 @@
-// Grid halos between ranks of one process: a face goes straight from the sender's array to
-// the receiver's (the receiver's pulse i receives what the sender's pulse i sends: every
-// rank's plan lists the same pulses in the same order).
+// The grid transport of Ranks::local (local_grid.hpp). Its ops are every rank's: a face is a
+// sender's op paired with its receiver's, found by tag as MPI matches a message.
 #include "local_grid.hpp"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <string>
+#include <utility>
 
-#include "halox/config.hpp"
 #include "halox/error.hpp"
 #include "halox/pack.hpp"
 #if HALOX_HAS_CUDA
-#include "../common/cuda_check.hpp"
 #include "halox/pack_gpu.hpp"
-#endif
 #include "local_grid_fused.hpp"
+#endif
 
 namespace halox::detail {
 
-LocalGridEngine::LocalGridEngine(std::vector<GridPlan> plans, int ranks,
-                                 const ExchangeOptions& options)
-    : m_ranks(ranks),
-      m_options(options),
-      m_fused_kernel(options.transport != TransportKind::local_pulse) {
-  if (ranks < 1 || plans.empty() || plans.size() % static_cast<std::size_t>(ranks) != 0) {
-    throw Error("halox::GridExchange: " + std::to_string(plans.size()) + " plans for " +
-                std::to_string(ranks) + " local ranks");
-  }
-  m_fields.resize(plans.size() / ranks);
-  for (std::size_t k = 0; k < m_fields.size(); ++k) {
-    Field& field = m_fields[k];
-    field.plans.assign(std::make_move_iterator(plans.begin() + k * ranks),
-                       std::make_move_iterator(plans.begin() + (k + 1) * ranks));
-    const std::vector<GridPlan>& mine = field.plans;
-    for (int r = 0; r < ranks; ++r) {
-      if (mine[r].pulses.size() != mine[0].pulses.size()) {
-        throw Error("halox::GridExchange: rank " + std::to_string(r) + " has " +
-                    std::to_string(mine[r].pulses.size()) + " pulses, rank 0 " +
-                    std::to_string(mine[0].pulses.size()));
-      }
+std::vector<LocalFace> pair_local_faces(const Connection& connection) {
+  const int ranks = connection.ranks;
+  const std::vector<Op>& ops = connection.forward;
+  auto mismatch = [](const std::string& what) {
+    throw Error("halox::GridExchange: " + what + ": the plans do not match");
+  };
+  // Every rank lists the same pulses per field, so that pulse i pairs with pulse i.
+  std::map<std::pair<int, int>, int> pulses;  // (field, rank) -> ops
+  for (const Op& op : ops) pulses[{op.field, op.rank}] += 1;
+  for (const auto& [key, count] : pulses) {
+    const auto first = pulses.find({key.first, 0});
+    const int theirs = first == pulses.end() ? 0 : first->second;
+    if (count != theirs) {
+      mismatch("rank " + std::to_string(key.second) + " has " + std::to_string(count) +
+               " pulses, rank 0 " + std::to_string(theirs));
     }
-    for (std::size_t p = 0; p < mine[0].pulses.size(); ++p) {
-      for (int r = 0; r < ranks; ++r) {
-        const PulseHeader& here = mine[r].pulses[p].header;
-        const int to = here.send_rank;
-        if (to < 0) continue;
-        if (to >= ranks) {
-          throw Error("halox::GridExchange: rank " + std::to_string(r) + "'s " +
-                      here.name(static_cast<int>(p)) + " sends to rank " + std::to_string(to) +
-                      ", beyond the " + std::to_string(ranks) + " ranks given");
-        }
-        const PulseHeader& theirs = mine[to].pulses[p].header;
-        if (theirs.recv_rank != r || theirs.recv_size != here.send_size) {
-          throw Error("halox::GridExchange: rank " + std::to_string(r) + "'s " +
-                      here.name(static_cast<int>(p)) + " sends " + std::to_string(here.send_size) +
-                      " bytes to rank " + std::to_string(to) + ", which expects " +
-                      std::to_string(theirs.recv_size) + " bytes from rank " +
-                      std::to_string(theirs.recv_rank) + ": the plans do not match");
-        }
-        field.faces.push_back({here.stage, static_cast<int>(p), r, to});
-        if (to != r) {
-          m_faces_between_ranks += 1;
-          m_bytes_between_ranks += here.send_size;
-        }
-      }
+  }
+  std::map<std::pair<int, int>, const Op*> by_rank_and_tag;
+  for (const Op& op : ops) by_rank_and_tag[{op.rank, op.tag}] = &op;
+  std::vector<LocalFace> faces;
+  for (const Op& here : ops) {
+    const int to = here.send_rank;
+    if (to < 0) continue;
+    if (to >= ranks) {
+      throw Error("halox::GridExchange: rank " + std::to_string(here.rank) + "'s " + here.name +
+                  " sends to rank " + std::to_string(to) + ", beyond the " + std::to_string(ranks) +
+                  " ranks given");
     }
-    // Stage order (pulses are listed stage by stage already; keep it explicit).
-    std::stable_sort(field.faces.begin(), field.faces.end(),
-                     [](const LocalFace& a, const LocalFace& b) { return a.stage < b.stage; });
+    const auto found = by_rank_and_tag.find({to, here.tag});
+    const Op* theirs = found == by_rank_and_tag.end() ? nullptr : found->second;
+    if (!theirs || theirs->recv_rank != here.rank || theirs->recv_bytes != here.send_bytes) {
+      mismatch("rank " + std::to_string(here.rank) + "'s " + here.name + " sends " +
+               std::to_string(here.send_bytes) + " bytes to rank " + std::to_string(to) +
+               ", which expects " + std::to_string(theirs ? theirs->recv_bytes : 0) +
+               " bytes from rank " + std::to_string(theirs ? theirs->recv_rank : -1));
+    }
+    faces.push_back({here.stage, here.pulse, here.field * ranks + here.rank,
+                     here.field * ranks + to, here.send_type, theirs->recv_type, here.name});
   }
-}
-
-LocalGridEngine::~LocalGridEngine() = default;
-
-bool LocalGridEngine::on_device(const void* field) {
-#if HALOX_HAS_CUDA
-  auto known = m_on_device.find(field);
-  if (known == m_on_device.end()) {
-    known = m_on_device.emplace(field, is_device_memory(field)).first;
-  }
-  return known->second;
-#else
-  (void)field;
-  return false;
-#endif
-}
-
-std::string LocalGridEngine::transport_name(const void* field) {
-  if (!on_device(field)) return "host";
-  return to_string(m_options.transport);
-}
-
-int LocalGridEngine::faces_per_exchange() const {
-  int faces = 0;
-  for (const Field& f : m_fields) faces += static_cast<int>(f.faces.size());
+  std::stable_sort(faces.begin(), faces.end(),
+                   [](const LocalFace& a, const LocalFace& b) { return a.stage < b.stage; });
   return faces;
 }
 
-int LocalGridEngine::launches_per_exchange() const {
-  if (!m_fused_kernel) return faces_per_exchange();
-  const bool one_launch =
-#if HALOX_HAS_CUDA
-      static_cast<int>(m_fields.size()) * m_ranks <= LocalGridFused::max_ranks();
-#else
-      true;
-#endif
-  return one_launch ? 1 : static_cast<int>(m_fields.size());
-}
+namespace {
 
-void LocalGridEngine::exchange_async(std::span<void* const> fields, GpuStream stream,
-                                     ExchangeStats& stats) {
-  if (fields.size() != m_fields.size() * static_cast<std::size_t>(m_ranks)) {
-    throw Error("halox::GridExchange: " + std::to_string(fields.size()) + " arrays given for " +
-                std::to_string(m_fields.size()) + " field(s) of " + std::to_string(m_ranks) +
-                " local ranks");
+class LocalGridTransport final : public Transport {
+ public:
+  LocalGridTransport(bool device, const ExchangeOptions& options)
+      : m_device(device),
+        m_options(options),
+        m_fused_kernel(options.transport != TransportKind::local_pulse) {}
+
+  std::string name() const override { return m_device ? to_string(m_options.transport) : "host"; }
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.device_initiated = m_device && m_fused_kernel;
+    c.direct_stores = true;
+    c.host_waits = !m_device;
+    return c;
   }
-  stats.exchanges += 1;
-  stats.messages += m_faces_between_ranks;
-  stats.bytes_sent += m_bytes_between_ranks;
-  const bool device = on_device(fields[0]);
-#if !HALOX_HAS_CUDA
-  (void)stream;
-#endif
+  void connect(const Connection& connection) override {
+    Transport::connect(connection);
+    m_ranks = connection.ranks;
+    m_faces = pair_local_faces(connection);
+    m_fields = 0;
+    m_faces_between_ranks = 0;
+    m_bytes_between_ranks = 0;
+    for (const Op& op : connection.forward) m_fields = std::max(m_fields, op.field + 1);
+    for (const LocalFace& f : m_faces) {
+      if (f.from == f.to) continue;
+      m_faces_between_ranks += 1;
+      m_bytes_between_ranks += f.send_type.size();
+    }
 #if HALOX_HAS_CUDA
-  // local-fused: every field in one launch, as one grid of ranks x fields, when the kernel
-  // takes that many (else one launch per field).
-  if (device && m_fused_kernel && m_fields.size() > 1 &&
-      static_cast<int>(fields.size()) <= LocalGridFused::max_ranks()) {
-    if (!m_all_fields) {
-      std::vector<GridPlan> plans;
-      std::vector<LocalFace> faces;
-      for (std::size_t k = 0; k < m_fields.size(); ++k) {
-        const int first = static_cast<int>(k) * m_ranks;
-        plans.insert(plans.end(), m_fields[k].plans.begin(), m_fields[k].plans.end());
-        for (LocalFace f : m_fields[k].faces) {
-          f.from += first;
-          f.to += first;
-          faces.push_back(f);
+    m_fused.clear();
+#endif
+  }
+  int launches_per_run() const override {
+    if (!m_fused_kernel) return static_cast<int>(m_faces.size());
+    return one_launch() ? 1 : m_fields;
+  }
+
+  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
+                 ExchangeStats& stats) override {
+    if (direction != Direction::forward) {
+      throw Error("halox: internal: a grid exchange runs forward only");
+    }
+    stats.exchanges += 1;
+    stats.messages += m_faces_between_ranks;
+    stats.bytes_sent += m_bytes_between_ranks;
+    if (!m_device) {
+      // Within a stage, faces read interior layers and write halo layers: no face reads what
+      // another of its stage writes, so they need no order among themselves.
+      for (const LocalFace& f : m_faces) {
+        m_scratch.resize(static_cast<std::size_t>(f.send_type.size()));
+        pack(fields[f.from], 1, f.send_type, m_scratch.data());
+        unpack(m_scratch.data(), fields[f.to], 1, f.recv_type);
+      }
+      return;
+    }
+#if HALOX_HAS_CUDA
+    if (!m_fused_kernel) {
+      for (const LocalFace& f : m_faces)
+        copy_async(fields[f.from], f.send_type, fields[f.to], f.recv_type, stream);
+      return;
+    }
+    // Every field in one launch, as one grid of ranks x fields, when the kernel takes that
+    // many (else one launch per field).
+    if (m_fused.empty()) {
+      if (one_launch()) {
+        m_fused.push_back(
+            std::make_unique<LocalGridFused>(m_faces, m_ranks * m_fields, m_options, m_ranks));
+      } else {
+        for (int k = 0; k < m_fields; ++k) {
+          std::vector<LocalFace> mine;
+          for (LocalFace f : m_faces) {
+            if (f.from / m_ranks != k) continue;
+            f.from -= k * m_ranks;
+            f.to -= k * m_ranks;
+            mine.push_back(std::move(f));
+          }
+          m_fused.push_back(std::make_unique<LocalGridFused>(mine, m_ranks, m_options, m_ranks));
         }
       }
-      std::stable_sort(faces.begin(), faces.end(),
-                       [](const LocalFace& a, const LocalFace& b) { return a.stage < b.stage; });
-      m_all_fields = std::make_unique<LocalGridFused>(plans, faces, m_options, m_ranks);
     }
-    m_all_fields->exchange(fields, stream);
-    return;
+    if (m_fused.size() == 1) {
+      m_fused[0]->exchange(fields, stream);
+      return;
+    }
+    for (int k = 0; k < m_fields; ++k)
+      m_fused[k]->exchange(fields.subspan(static_cast<std::size_t>(k) * m_ranks, m_ranks), stream);
+#else
+    (void)stream;
+    throw Error("halox: internal: GPU arrays in a build without CUDA");
+#endif
   }
-#endif
-  for (std::size_t k = 0; k < m_fields.size(); ++k) {
-    Field& field = m_fields[k];
-    const std::span<void* const> arrays = fields.subspan(k * m_ranks, m_ranks);
+
+ private:
+  bool one_launch() const {
 #if HALOX_HAS_CUDA
-    if (device && m_fused_kernel) {
-      if (!field.fused) {
-        field.fused = std::make_unique<LocalGridFused>(field.plans, field.faces, m_options);
-      }
-      field.fused->exchange(arrays, stream);
-      continue;
-    }
+    return m_fields * m_ranks <= LocalGridFused::max_ranks();
+#else
+    return true;
 #endif
-    // Within a stage, faces read interior layers and write halo layers: no face reads what
-    // another of its stage writes, so they need no order among themselves.
-    for (const LocalFace& f : field.faces) {
-      const GridPulse& send = field.plans[f.from].pulses[f.pulse];
-      const GridPulse& recv = field.plans[f.to].pulses[f.pulse];
-      if (device) {
-#if HALOX_HAS_CUDA
-        copy_async(arrays[f.from], send.send_type, arrays[f.to], recv.recv_type, stream);
-#endif
-      } else {
-        m_scratch.resize(static_cast<std::size_t>(send.header.send_size));
-        pack(arrays[f.from], 1, send.send_type, m_scratch.data());
-        unpack(m_scratch.data(), arrays[f.to], 1, recv.recv_type);
-      }
-    }
   }
+
+  bool m_device;
+  ExchangeOptions m_options;
+  bool m_fused_kernel;
+  int m_ranks = 1, m_fields = 0;
+  std::vector<LocalFace> m_faces;  // every field's, in stage order
+  std::vector<char> m_scratch;
+  int m_faces_between_ranks = 0;
+  std::int64_t m_bytes_between_ranks = 0;
+#if HALOX_HAS_CUDA
+  std::vector<std::unique_ptr<LocalGridFused>> m_fused;  // one, or one per field
+#endif
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_local_grid_transport(bool device, const ExchangeOptions& options) {
+  return std::make_unique<LocalGridTransport>(device, options);
 }
 
 // Local ranks move device arrays by local-pulse or local-fused; "auto" and the default "host"
@@ -191,25 +198,6 @@ ExchangeOptions local_exchange_options(ExchangeOptions options, const char* exch
                   "(Ranks::local) take local-pulse or local-fused");
   }
   return options;
-}
-
-std::unique_ptr<GridEngine> make_local_grid_engine(const Ranks& ranks, std::vector<GridPlan> plans,
-                                                   const ExchangeOptions& options) {
-#if HALOX_HAS_CUDA
-  if (!ranks.device_of_rank().empty()) {
-    int current = 0;
-    HALOX_CUDA_CHECK(cudaGetDevice(&current));
-    for (const int d : ranks.device_of_rank()) {
-      if (d != current) {
-        throw Error("halox::GridExchange: local ranks on GPU " + std::to_string(d) +
-                    ": grid exchanges of local ranks take every rank on the current GPU (" +
-                    std::to_string(current) + ")");
-      }
-    }
-  }
-#endif
-  return std::make_unique<LocalGridEngine>(std::move(plans), ranks.count(),
-                                           local_exchange_options(options, "GridExchange"));
 }
 
 }  // namespace halox::detail

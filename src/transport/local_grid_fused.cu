@@ -171,8 +171,8 @@ struct LocalGridFused::Impl {
     int total_tiles = 0;
     u64 ticket_base = 0, epoch = 0;
   };
-  std::vector<GridPlan> plans;
   std::vector<LocalFace> faces;
+  int arrays = 0;
   std::map<std::vector<int>, Table> tables;  // per alignment of the ranks' arrays
   std::vector<int> key;                      // table_for's scratch
   double timeout_seconds;
@@ -193,13 +193,11 @@ struct LocalGridFused::Impl {
     int tiles = 0;
     for (std::size_t i = 0; i < faces.size(); ++i) {
       const LocalFace& lf = faces[i];
-      const GridPulse& send = plans[lf.from].pulses[lf.pulse];
-      const GridPulse& recv = plans[lf.to].pulses[lf.pulse];
       FaceView v{};
-      v.word = std::min(device_pack_word(send.send_type, 1, fields[lf.from]),
-                        device_pack_word(recv.recv_type, 1, fields[lf.to]));
-      v.send = device_pack_view(send.send_type, 1, v.word);
-      v.recv = device_pack_view(recv.recv_type, 1, v.word);
+      v.word = std::min(device_pack_word(lf.send_type, 1, fields[lf.from]),
+                        device_pack_word(lf.recv_type, 1, fields[lf.to]));
+      v.send = device_pack_view(lf.send_type, 1, v.word);
+      v.recv = device_pack_view(lf.recv_type, 1, v.word);
       v.from = lf.from;
       v.to = lf.to;
       v.pulse = lf.pulse;
@@ -230,11 +228,13 @@ struct LocalGridFused::Impl {
     return tables.emplace(key, t).first->second;
   }
 
+  // `rank` as an error record names it (in_ranks): the face's sender or receiver in any field.
   std::string pulse_name(int rank, int pulse) const {
-    return rank >= 0 && rank < static_cast<int>(plans.size()) && pulse >= 0 &&
-                   pulse < static_cast<int>(plans[rank].pulses.size())
-               ? plans[rank].pulses[pulse].header.name(pulse)
-               : "pulse " + std::to_string(pulse);
+    for (const LocalFace& f : faces) {
+      if (f.pulse == pulse && (f.from % ranks_per_field == rank || f.to % ranks_per_field == rank))
+        return f.name;
+    }
+    return "pulse " + std::to_string(pulse);
   }
 
   // A probe over every face's link both ways (from -> to, then to -> from: links 2i and
@@ -293,8 +293,8 @@ struct LocalGridFused::Impl {
     w.engine = "local-fused";
     w.timeout_seconds = timeout_seconds;
     w.pulse = [this](int rank, int pulse) { return pulse_name(rank, pulse); };
-    if (plans.size() > static_cast<std::size_t>(ranks_per_field)) {
-      w.engine += " (" + std::to_string(plans.size() / ranks_per_field) + " fields)";
+    if (arrays > ranks_per_field) {
+      w.engine += " (" + std::to_string(arrays / ranks_per_field) + " fields)";
     }
     if (self_test) {
       w.waited_for = [](int kind) {
@@ -311,19 +311,18 @@ struct LocalGridFused::Impl {
   }
 };
 
-LocalGridFused::LocalGridFused(const std::vector<GridPlan>& plans,
-                               const std::vector<LocalFace>& faces, const ExchangeOptions& options,
-                               int ranks_per_field)
+LocalGridFused::LocalGridFused(std::vector<LocalFace> faces, int arrays,
+                               const ExchangeOptions& options, int ranks_per_field)
     : m_impl(std::make_unique<Impl>()) {
   Impl& m = *m_impl;
-  m.ranks_per_field = ranks_per_field > 0 ? ranks_per_field : static_cast<int>(plans.size());
-  if (static_cast<int>(plans.size()) > kMaxLocalRanks) {
+  m.ranks_per_field = ranks_per_field;
+  if (arrays > kMaxLocalRanks) {
     throw Error("halox::GridExchange (local-fused): the fused kernel takes at most " +
                 std::to_string(kMaxLocalRanks) + " ranks times fields, not " +
-                std::to_string(plans.size()));
+                std::to_string(arrays));
   }
-  m.plans = plans;
-  m.faces = faces;
+  m.arrays = arrays;
+  m.faces = std::move(faces);
   m.timeout_seconds = options.timeout_seconds;
   m.stall_rank = options.testing.stall_rank;
   m.blocks = std::max(1, resident_blocks(local_grid_kernel));

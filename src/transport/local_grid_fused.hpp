@@ -7,19 +7,18 @@
 #include <vector>
 
 #include "halox/exchange.hpp"
-#include "halox/plan.hpp"
 #include "local_grid.hpp"
 
 namespace halox::detail {
 
 class LocalGridFused {
  public:
-  /// faces in stage order; plans[r] is rank r's plan. Several fields run as one grid of
-  /// ranks_per_field * fields ranks (field f's rank r at f * ranks_per_field + r; 0: one
-  /// field). Runs the self-test when the options ask for it (throws HaloTimeoutError when a
-  /// probe does not arrive intact).
-  LocalGridFused(const std::vector<GridPlan>& plans, const std::vector<LocalFace>& faces,
-                 const ExchangeOptions& options, int ranks_per_field = 0);
+  /// faces in stage order between `arrays` arrays. Several fields run as one grid of
+  /// ranks_per_field * fields arrays (field f's rank r at f * ranks_per_field + r). Runs the
+  /// self-test when the options ask for it (throws HaloTimeoutError when a probe does not
+  /// arrive intact).
+  LocalGridFused(std::vector<LocalFace> faces, int arrays, const ExchangeOptions& options,
+                 int ranks_per_field);
   /// How many ranks times fields one kernel takes.
   static int max_ranks();
   ~LocalGridFused();

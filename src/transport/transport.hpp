@@ -3,10 +3,15 @@
 // buffers, peer mapping, self-test) and then moves them, stream-ordered, for the fields of a
 // call. Pack and unpack are callbacks so the same transport serves grids (datatypes) and
 // particles (index maps with shifts or sums); the GPU-initiated particle transport reads the
-// plan they came from.
+// plan they came from. A connection holds the ops of every rank of this process: one for
+// Ranks::mpi, every rank of the grid for Ranks::local (whose transports, local-pulse and
+// local-fused, move a face straight from one rank's array to another's, without MPI).
 #pragma once
 
+#include "halox/config.hpp"
+#if HALOX_HAS_MPI
 #include <mpi.h>
+#endif
 
 #include <cstdint>
 #include <functional>
@@ -32,9 +37,11 @@ using SelfCopyFn = std::function<void(void* field, GpuStream stream)>;
 struct Op {
   int stage = 0;
   int field = 0;       // which of a run's fields it moves
+  int rank = 0;        // which of this process's ranks it belongs to
+  int pulse = 0;       // its index in its rank's plan (for error messages)
   int send_rank = -1;  // -1: nothing to send
   int recv_rank = -1;  // -1: nothing to receive
-  int tag = 0;
+  int tag = 0;         // a sender's op and its receiver's share it (the rule MPI matches by)
   std::int64_t send_bytes = 0;
   std::int64_t recv_bytes = 0;
   std::int64_t granule = 1;  // chunk boundaries must be multiples of this
@@ -64,6 +71,7 @@ struct Capabilities {
 /// it; a transport keeps a pointer until its next connect.
 struct Connection {
   std::vector<Op> forward, reverse;
+  int ranks = 1;  // this process's ranks: a run's fields[op.field * ranks + op.rank]
   const ParticlePlan* particles = nullptr;
   const std::vector<Op>& ops(Direction d) const {
     return d == Direction::forward ? forward : reverse;
@@ -80,18 +88,28 @@ class Transport {
   /// the first run of each list.
   virtual void connect(const Connection& connection) { m_connection = &connection; }
   /// Runs every stage of the direction's ops in order (ops of one stage concurrently),
-  /// ordered on `stream`; fields[op.field] is what each op packs from and unpacks into.
+  /// ordered on `stream`; fields[op.field * ranks + op.rank] is what each op packs from and
+  /// unpacks into.
   virtual void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
                          ExchangeStats& stats) = 0;
   /// Throws HaloTimeoutError when a device-side wait of an earlier run expired (the
   /// GPU-initiated and stream-waiting transports; runs check first themselves).
   virtual void check() const {}
+  /// Kernel launches per run of GPU arrays, where the transport counts them (else 0).
+  virtual int launches_per_run() const { return 0; }
 
  protected:
   const std::vector<Op>& ops(Direction d) const { return m_connection->ops(d); }
   const Connection* m_connection = nullptr;
 };
 
+/// The grid transport of Ranks::local (every build): local-pulse (one copy kernel per face)
+/// or local-fused (one kernel for every face) for GPU arrays, the CPU for host arrays
+/// (`device` false). Its connect pairs each op with its receiver's and refuses plans that do
+/// not match (halox::Error naming both ranks and the pulse).
+std::unique_ptr<Transport> make_local_grid_transport(bool device, const ExchangeOptions& options);
+
+#if HALOX_HAS_MPI
 /// Every host-side wait of these transports ends after `timeout_seconds` with a
 /// HaloTimeoutError (host_wait.hpp).
 std::unique_ptr<Transport> make_host_transport(MPI_Comm comm, int rank, double timeout_seconds);
@@ -108,6 +126,7 @@ std::unique_ptr<Transport> make_nvshmem_stream_transport(MPI_Comm comm, int rank
 std::unique_ptr<Transport> make_particle_fused_transport(MPI_Comm comm, int rank,
                                                          TransportKind kind, BasicKind real,
                                                          const ExchangeOptions& options);
+#endif
 
 /// Number of stages (the highest stage + 1).
 int stage_count(const std::vector<Op>& ops);

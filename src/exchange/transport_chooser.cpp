@@ -1,0 +1,179 @@
+#include "transport_chooser.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "halox/error.hpp"
+#include "halox/tuning.hpp"
+#include "auto_choice.hpp"
+#include "../transport/engine.hpp"
+#if HALOX_HAS_MPI
+#include "halox/mpi.hpp"
+#endif
+#if HALOX_HAS_CUDA
+#include "../common/cuda_check.hpp"
+#if HALOX_HAS_MPI
+#include "../transport/grid_fused.hpp"
+#include "../transport/peer_halo.hpp"
+#endif
+#endif
+
+namespace halox::detail {
+
+namespace {
+std::string address(const void* p) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", p);
+  return text;
+}
+}  // namespace
+
+TransportChooser::TransportChooser(const Ranks& ranks, ExchangeOptions options, bool particle,
+                                   BasicKind real)
+    : m_ranks(ranks), m_options(options), m_particle(particle), m_real(real) {
+  const char* exchange = particle ? "ParticleExchange" : "GridExchange";
+  if (ranks.in_process()) {
+    if (particle) throw Error("halox: internal: local particle ranks have their own engine");
+    m_options = local_exchange_options(options, exchange);
+    m_host.transport = make_local_grid_transport(false, m_options);
+    return;
+  }
+  if (options.transport == TransportKind::local_pulse ||
+      options.transport == TransportKind::local_fused) {
+    throw Error(std::string("halox::") + exchange + ": the transport " +
+                to_string(options.transport) +
+                " moves ranks of one process (Ranks::local), not one rank per process");
+  }
+#if HALOX_HAS_MPI
+  m_host.transport = make_host_transport(ranks.topology().comm(), ranks.topology().rank(),
+                                         m_options.timeout_seconds);
+#else
+  throw Error(std::string("halox::") + exchange +
+              ": halox was built without MPI; one rank per process (Ranks::mpi) needs it");
+#endif
+}
+
+bool TransportChooser::on_device(const void* field) {
+#if HALOX_HAS_CUDA
+  auto it = m_kind.find(field);
+  if (it == m_kind.end()) it = m_kind.emplace(field, is_device_memory(field)).first;
+  return it->second;
+#else
+  (void)field;
+  return false;
+#endif
+}
+
+Transport& TransportChooser::connected(const void* field, const Connection& connection,
+                                       int instance) {
+  Slot& slot = slot_for(field, instance);
+  if (slot.generation != m_generation || slot.connection != &connection) {
+    slot.transport->connect(connection);
+    slot.generation = m_generation;
+    slot.connection = &connection;
+  }
+  return *slot.transport;
+}
+
+Transport& TransportChooser::for_field(const void* field) {
+  return *slot_for(field, 0).transport;
+}
+
+void TransportChooser::check() const {
+  for (const Slot& slot : m_device) {
+    if (slot.transport) slot.transport->check();
+  }
+}
+
+int TransportChooser::device_launches_per_run() const {
+  return m_device.empty() || !m_device[0].transport ? 0 : m_device[0].transport->launches_per_run();
+}
+
+TransportChooser::Slot& TransportChooser::slot_for(const void* field, int instance) {
+  if (!on_device(field)) return m_host;
+  if (static_cast<int>(m_device.size()) <= instance) m_device.resize(instance + 1);
+  Slot& slot = m_device[instance];
+  if (!slot.transport) slot.transport = make_device(field);
+  return slot;
+}
+
+std::unique_ptr<Transport> TransportChooser::make_device(const void* field) const {
+  const TransportKind t = m_options.transport;
+  if (t == TransportKind::automatic) {
+    throw Error("halox: internal: the auto transport was not resolved");
+  }
+  if (m_ranks.in_process()) return make_local_grid_transport(true, m_options);
+  if (t == TransportKind::host) {
+    throw Error("halox: the field at " + address(field) +
+                " is in device memory; the host transport moves host memory only (choose "
+                "staged, pipelined or mpi-direct)");
+  }
+#if HALOX_HAS_CUDA && HALOX_HAS_MPI
+  const MPI_Comm comm = m_ranks.topology().comm();
+  const int rank = m_ranks.topology().rank();
+  if (gpu_initiated(t)) {
+    // Particles: the fused kernels per pulse or for all pulses; grids: one fused kernel
+    // for all stages, the pulse and the fused variants alike.
+    if (m_particle) return make_particle_fused_transport(comm, rank, t, m_real, m_options);
+    return make_grid_fused_transport(comm, rank, peer_mapping(t, m_options), to_string(t),
+                                     m_options.name, m_options.timeout_seconds,
+                                     m_options.self_test);
+  }
+  return make_device_transport(t, comm, rank, m_options.chunk_bytes, m_options.timeout_seconds);
+#else
+  // Without CUDA no pointer is device memory (on_device is false): not reached.
+  throw Error(
+      "halox: internal: a device field of one rank per process in a build without "
+      "CUDA or MPI");
+#endif
+}
+
+TransportKind TransportChooser::choose_automatically(const std::vector<PulseHeader>& pulses,
+                                                     std::int64_t item_bytes) {
+#if HALOX_HAS_MPI
+  // Which ranks share my node (and can map my memory)?
+  const MPI_Comm comm = m_ranks.topology().comm();
+  const int me = m_ranks.topology().rank();
+  MPI_Comm node;
+  HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node));
+  MPI_Group world_group, node_group;
+  HALOX_MPI_CHECK(MPI_Comm_group(comm, &world_group));
+  HALOX_MPI_CHECK(MPI_Comm_group(node, &node_group));
+  int node_size = 0;
+  HALOX_MPI_CHECK(MPI_Comm_size(node, &node_size));
+  std::vector<int> node_ranks(node_size), world_ranks(node_size);
+  for (int i = 0; i < node_size; ++i) node_ranks[i] = i;
+  HALOX_MPI_CHECK(MPI_Group_translate_ranks(node_group, node_size, node_ranks.data(), world_group,
+                                            world_ranks.data()));
+  HALOX_MPI_CHECK(MPI_Group_free(&node_group));
+  HALOX_MPI_CHECK(MPI_Group_free(&world_group));
+  HALOX_MPI_CHECK(MPI_Comm_free(&node));
+  int local = 1;
+  long long largest = 0;
+  for (const auto& p : pulses) {
+    for (int n : {p.send_rank, p.recv_rank}) {
+      if (n >= 0 && std::find(world_ranks.begin(), world_ranks.end(), n) == world_ranks.end())
+        local = 0;
+    }
+    largest = std::max<long long>(largest, std::max(p.send_size, p.recv_size) * item_bytes);
+  }
+  int all_local = 0;
+  long long most = 0;
+  HALOX_MPI_CHECK(MPI_Allreduce(&local, &all_local, 1, MPI_INT, MPI_MIN, comm));
+  HALOX_MPI_CHECK(MPI_Allreduce(&largest, &most, 1, MPI_LONG_LONG, MPI_MAX, comm));
+  const auto [kind, why] =
+      choose_transport(all_local != 0, HALOX_HAS_NVSHMEM != 0, most, tuned_direct_until_bytes(),
+                       tuned_pipelined_from_bytes(), m_particle);
+  if (me == 0) {
+    std::printf("halox: transport auto -> %s (%s)\n", to_string(kind).c_str(), why.c_str());
+    std::fflush(stdout);
+  }
+  return kind;
+#else
+  (void)pulses;
+  (void)item_bytes;
+  throw Error("halox: internal: auto needs MPI for one rank per process");
+#endif
+}
+
+}  // namespace halox::detail
