@@ -265,7 +265,8 @@ class ParticleExchange {
   const ExchangeStats& stats() const;
   void reset_stats();
   /// The GPUs of this process's ranks, in the order the stream lists take them (local
-  /// ranks; the current GPU for one rank per process).
+  /// ranks; the current GPU for one rank per process); empty once the exchange moved host
+  /// arrays.
   std::vector<int> devices() const;
   /// Local ranks on the GPU, after the first exchange: kernel launches per forward (or
   /// reverse) call and GPU (local-fused: 1, local-pulse: one per pulse); 0 in host memory.

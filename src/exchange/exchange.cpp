@@ -1,7 +1,6 @@
-// The public exchanges: one GridExchange and one ParticleExchange, each running the engine of
-// its ranks' locality (engine.hpp): grids over the transports of either locality
-// (grid_engine.cpp); particles over the transports of one rank per process (mpi_exchange.cpp)
-// or the engine of every rank in this process (transport/local_particles.cpp).
+// The public exchanges: one GridExchange and one ParticleExchange, each running one engine
+// for ranks of either locality (grid_engine.cpp, particle_engine.cpp) over the transports
+// (src/transport/), Ranks::local's own among them.
 #include "halox/exchange.hpp"
 
 #include "halox/error.hpp"
@@ -240,17 +239,10 @@ ParticleExchange::ParticleExchange(const Ranks& ranks, std::vector<ParticlePlan>
     throw Error("halox::ParticleExchange: " + std::to_string(plans.size()) + " plans for the " +
                 std::to_string(ranks.count()) + " rank(s) of this process");
   }
-  if (ranks.in_process()) {
-    m_impl->engine = detail::make_local_particle_engine(ranks, std::move(plans), real, options);
-  } else {
-#if HALOX_HAS_MPI
-    m_impl->engine =
-        detail::make_mpi_particle_engine(ranks.topology(), std::move(plans[0]), real, options);
-#else
-    (void)real;
-    no_mpi("ParticleExchange");
+#if !HALOX_HAS_MPI
+  if (!ranks.in_process()) no_mpi("ParticleExchange");
 #endif
-  }
+  m_impl->engine = detail::make_particle_engine(ranks, std::move(plans), real, options);
 }
 ParticleExchange::ParticleExchange(const Topology& topology, const ParticlePlan& plan,
                                    BasicKind real, ExchangeOptions options)

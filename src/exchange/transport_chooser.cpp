@@ -1,3 +1,4 @@
+// The choice of a transport per memory and locality, and the rule of "auto".
 #include "transport_chooser.hpp"
 
 #include <algorithm>
@@ -20,6 +21,56 @@
 
 namespace halox::detail {
 
+AutoChoice choose_transport(bool all_local, bool have_nvshmem, std::int64_t largest_message,
+                            std::int64_t direct_until, std::int64_t pipelined_from, bool particle) {
+  TransportKind kind;
+  std::string why;
+  // On one node: direct stores (measured on the H200, docs/PERFORMANCE.md: the MD halo
+  // 3.5-5.4x staged's, the LBM with 2 processes on one GPU 1.2-1.8x nvshmem-stream's
+  // MLUPS), unless halox-tune measured NVSHMEM's copy-engine puts to win from a message
+  // size this exchange reaches (4 MiB on one H200 shared by 2 processes; about 4 MB
+  // between two H200s in pingpong).
+  const bool copy_engine = have_nvshmem && direct_until > 0 && largest_message >= direct_until;
+  // The size rule, said once for every branch that follows it.
+  const std::string crossover =
+      direct_until > 0 ? "largest message " + std::to_string(largest_message) + " bytes " +
+                             (copy_engine ? ">=" : "<") + " the measured crossover of " +
+                             std::to_string(direct_until) +
+                             " bytes from which NVSHMEM's copy-engine puts beat direct stores"
+                       : std::string("direct-store crossover not measured (halox-tune)");
+  if (all_local && !copy_engine) {
+    kind = TransportKind::ipc_fused;
+    why = std::string("every neighbour is on this node: one fused kernel ") +
+          (particle ? "for every pulse" : "for every face of every stage") +
+          " stores straight into their buffers (CUDA IPC), no host waits; " + crossover;
+  } else if (all_local) {
+    kind = TransportKind::nvshmem_stream;
+    why = "every neighbour is on this node; " + crossover;
+  } else if (have_nvshmem && !copy_engine) {
+    // Per link inside one kernel: nvshmem_ptr maps this node's peers (direct stores), the
+    // others get put-with-signal from the fused kernel (seed 003: GPU-initiated for the
+    // small, frequent messages of a halo). Not measured across nodes: one node here.
+    kind = TransportKind::nvshmem_fused;
+    why =
+        "neighbours on other nodes: one fused kernel, direct stores to this node's peers "
+        "and NVSHMEM put-with-signal to the others, no host waits; " +
+        crossover;
+  } else if (have_nvshmem) {
+    kind = TransportKind::nvshmem_stream;
+    why =
+        "neighbours on other nodes: NVSHMEM put-with-signal on the stream (copy engine or "
+        "NIC), no host waits; " +
+        crossover;
+  } else {
+    const bool pipelined = largest_message >= pipelined_from;
+    kind = pipelined ? TransportKind::pipelined : TransportKind::staged;
+    why = "largest message " + std::to_string(largest_message) + " bytes " +
+          (pipelined ? ">=" : "<") + " the measured pipelining crossover of " +
+          std::to_string(pipelined_from) + " bytes";
+  }
+  return {kind, why};
+}
+
 namespace {
 std::string address(const void* p) {
   char text[32];
@@ -33,9 +84,8 @@ TransportChooser::TransportChooser(const Ranks& ranks, ExchangeOptions options, 
     : m_ranks(ranks), m_options(options), m_particle(particle), m_real(real) {
   const char* exchange = particle ? "ParticleExchange" : "GridExchange";
   if (ranks.in_process()) {
-    if (particle) throw Error("halox: internal: local particle ranks have their own engine");
     m_options = local_exchange_options(options, exchange);
-    m_host.transport = make_local_grid_transport(false, m_options);
+    m_host.transport = make_local(false);
     return;
   }
   if (options.transport == TransportKind::local_pulse ||
@@ -102,7 +152,7 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
   if (t == TransportKind::automatic) {
     throw Error("halox: internal: the auto transport was not resolved");
   }
-  if (m_ranks.in_process()) return make_local_grid_transport(true, m_options);
+  if (m_ranks.in_process()) return make_local(true);
   if (t == TransportKind::host) {
     throw Error("halox: the field at " + address(field) +
                 " is in device memory; the host transport moves host memory only (choose "
@@ -126,6 +176,11 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
       "halox: internal: a device field of one rank per process in a build without "
       "CUDA or MPI");
 #endif
+}
+
+std::unique_ptr<Transport> TransportChooser::make_local(bool device) const {
+  return m_particle ? make_local_particle_transport(m_ranks, device, m_real, m_options)
+                    : make_local_grid_transport(device, m_options);
 }
 
 TransportKind TransportChooser::choose_automatically(const std::vector<PulseHeader>& pulses,

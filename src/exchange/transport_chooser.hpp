@@ -2,7 +2,7 @@
 // or device) and, for transports that move fewer fields per run than an exchange has, one
 // instance per field; each connected to the exchange's current ops before it runs them.
 // Ranks::mpi takes the kind of the options ("auto" resolved collectively, once); Ranks::local
-// takes its own grid transport for both memories.
+// takes its own grid or particle transport for both memories.
 #pragma once
 
 #include <map>
@@ -59,6 +59,7 @@ class TransportChooser {
   };
   Slot& slot_for(const void* field, int instance);
   std::unique_ptr<Transport> make_device(const void* field) const;
+  std::unique_ptr<Transport> make_local(bool device) const;  // Ranks::local's, for a memory
   TransportKind choose_automatically(const std::vector<PulseHeader>& pulses,
                                      std::int64_t item_bytes);
 

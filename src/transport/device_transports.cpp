@@ -43,8 +43,9 @@ class StagedTransport final : public Transport {
   std::string name() const override { return m_direct ? "mpi-direct" : "staged"; }
   Capabilities capabilities() const override { return {}; }
 
-  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
-                 ExchangeStats& stats) override {
+  void run_async(Direction direction, std::span<void* const> fields,
+                 std::span<const GpuStream> streams, ExchangeStats& stats) override {
+    const GpuStream stream = streams.front();  // one GPU
     const std::vector<Op>& ops = this->ops(direction);
     if (m_buffers.size() < ops.size()) m_buffers.resize(ops.size());
     for (int stage = 0; stage < stage_count(ops); ++stage) {
@@ -152,8 +153,9 @@ class PipelinedTransport final : public Transport {
 
   Capabilities capabilities() const override { return {}; }
 
-  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
-                 ExchangeStats& stats) override {
+  void run_async(Direction direction, std::span<void* const> fields,
+                 std::span<const GpuStream> streams, ExchangeStats& stats) override {
+    const GpuStream stream = streams.front();  // one GPU
     const std::vector<Op>& ops = this->ops(direction);
     if (m_buffers.size() < ops.size()) m_buffers.resize(ops.size());
     for (int stage = 0; stage < stage_count(ops); ++stage)

@@ -1,7 +1,5 @@
-// What the public exchanges run. Grids: one engine for ranks of either locality, over the
-// transports of transport.hpp (Ranks::local's own among them). Particles: one engine per
-// locality, Ranks::mpi (one rank per process, over the transports) and Ranks::local (every
-// rank in this process, its own engine), implementing the same calls, so GridExchange and
+// What the public exchanges run: one engine per exchange, for ranks of either locality, over
+// the transports of transport.hpp (Ranks::local's own among them), so that GridExchange and
 // ParticleExchange are one class each whatever the ranks.
 #pragma once
 
@@ -48,15 +46,11 @@ class ParticleEngine {
 /// plans[f * ranks.count() + r]: field f's plan of this process's rank r (either locality).
 std::unique_ptr<GridEngine> make_grid_engine(const Ranks& ranks, std::vector<GridPlan> plans,
                                              const ExchangeOptions& options);
-#if HALOX_HAS_MPI
-std::unique_ptr<ParticleEngine> make_mpi_particle_engine(const Topology& topology,
-                                                         ParticlePlan plan, BasicKind real,
-                                                         const ExchangeOptions& options);
-#endif
-std::unique_ptr<ParticleEngine> make_local_particle_engine(const Ranks& ranks,
-                                                           std::vector<ParticlePlan> plans,
-                                                           BasicKind real,
-                                                           const ExchangeOptions& options);
+/// plans[r]: the plan of this process's rank r (either locality).
+std::unique_ptr<ParticleEngine> make_particle_engine(const Ranks& ranks,
+                                                     std::vector<ParticlePlan> plans,
+                                                     BasicKind real,
+                                                     const ExchangeOptions& options);
 
 /// The options of local ranks: "auto" and the default "host" become local-fused; a kind
 /// that needs one rank per process is refused (halox::Error naming `exchange`).

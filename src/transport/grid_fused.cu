@@ -94,8 +94,9 @@ class GridFusedTransport final : public Transport {
     if (m_ready) check(ops(Direction::forward));
   }
 
-  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
-                 ExchangeStats& stats) override {
+  void run_async(Direction direction, std::span<void* const> fields,
+                 std::span<const GpuStream> streams, ExchangeStats& stats) override {
+    const GpuStream stream = streams.front();  // one GPU
     const std::vector<Op>& ops = this->ops(direction);
     if (fields.empty() || fields.size() > static_cast<std::size_t>(kMaxGridFields)) {
       throw Error("halox: internal: " + m_name + " moves 1 to " + std::to_string(kMaxGridFields) +

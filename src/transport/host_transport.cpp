@@ -24,8 +24,9 @@ class HostTransport final : public Transport {
   std::string name() const override { return "host"; }
   Capabilities capabilities() const override { return {}; }
 
-  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
-                 ExchangeStats& stats) override {
+  void run_async(Direction direction, std::span<void* const> fields,
+                 std::span<const GpuStream> streams, ExchangeStats& stats) override {
+    const GpuStream stream = streams.front();  // one GPU
     const std::vector<Op>& ops = this->ops(direction);
     m_send.resize(ops.size());
     m_recv.resize(ops.size());

@@ -100,8 +100,9 @@ class LocalGridTransport final : public Transport {
     return one_launch() ? 1 : m_fields;
   }
 
-  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
-                 ExchangeStats& stats) override {
+  void run_async(Direction direction, std::span<void* const> fields,
+                 std::span<const GpuStream> streams, ExchangeStats& stats) override {
+    const GpuStream stream = streams.front();  // one GPU
     if (direction != Direction::forward) {
       throw Error("halox: internal: a grid exchange runs forward only");
     }

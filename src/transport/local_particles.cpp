@@ -1,10 +1,11 @@
-// The particle exchange of Ranks::local: every rank of a grid in this process, on one GPU or
+// The particle transport of Ranks::local: every rank of a grid in this process, on one GPU or
 // spread over several (one DeviceHalo per GPU holding that GPU's ranks; blocks on other GPUs
 // are reached through peer access, i.e. the same direct stores over NVLink), or in host
 // memory (the CPU moves the same pulses in order; in every build). One driver thread, one
 // launch per GPU covering every rank on it: kernel launches, not the exchange, would
 // otherwise bound a step of many ranks.
 #include "engine.hpp"
+#include "transport.hpp"
 
 #include <algorithm>
 #include <map>
@@ -29,7 +30,7 @@ namespace {
 // item received by an earlier pulse is in place before a later pulse sends it on, and its
 // forces are complete before the reverse of the pulse that delivered it returns them.
 template <class Real>
-void host_forward(const std::vector<ParticlePlan>& plans, std::span<void* const> arrays) {
+void host_forward(std::span<const ParticlePlan> plans, std::span<void* const> arrays) {
   const std::size_t pulses = plans.empty() ? 0 : plans[0].pulses.size();
   for (std::size_t p = 0; p < pulses; ++p) {
     for (std::size_t r = 0; r < plans.size(); ++r) {
@@ -48,7 +49,7 @@ void host_forward(const std::vector<ParticlePlan>& plans, std::span<void* const>
   }
 }
 template <class Real>
-void host_reverse(const std::vector<ParticlePlan>& plans, std::span<void* const> arrays) {
+void host_reverse(std::span<const ParticlePlan> plans, std::span<void* const> arrays) {
   const std::size_t pulses = plans.empty() ? 0 : plans[0].pulses.size();
   for (std::size_t p = pulses; p-- > 0;) {
     for (std::size_t r = 0; r < plans.size(); ++r) {
@@ -85,68 +86,88 @@ class DeviceScope {
 };
 #endif
 
-// One plan per rank, matching sizes (as validate_plan checks across processes).
-void check_plans(const Topology& topology, const std::vector<ParticlePlan>& plans) {
-  if (static_cast<int>(plans.size()) != topology.size()) {
-    throw Error("halox::ParticleExchange: " + std::to_string(plans.size()) +
-                " plans for a grid of " + std::to_string(topology.size()) + " local ranks");
-  }
-  for (int r = 0; r < topology.size(); ++r) {
-    if (plans[r].pulses.size() != plans[0].pulses.size()) {
-      throw Error("halox::ParticleExchange: rank " + std::to_string(r) + " has " +
-                  std::to_string(plans[r].pulses.size()) + " pulses, rank 0 " +
-                  std::to_string(plans[0].pulses.size()));
-    }
-    for (std::size_t q = 0; q < plans[r].pulses.size(); ++q) {
-      const PulseHeader& h = plans[r].pulses[q].header;
-      if (h.send_rank < 0) continue;
-      if (h.send_rank >= topology.size()) {
-        throw Error("halox::ParticleExchange: rank " + std::to_string(r) + "'s " +
-                    h.name(static_cast<int>(q)) + " sends to rank " + std::to_string(h.send_rank) +
-                    ", beyond the grid's " + std::to_string(topology.size()) + " ranks");
-      }
-      const PulseHeader& peer = plans[h.send_rank].pulses[q].header;
-      if (peer.recv_size != h.send_size) {
-        throw Error("halox::ParticleExchange: " + h.name(static_cast<int>(q)) + ": rank " +
-                    std::to_string(r) + " sends " + std::to_string(h.send_size) +
-                    " items but rank " + std::to_string(h.send_rank) + " expects " +
-                    std::to_string(peer.recv_size));
-      }
-    }
-  }
-}
-
-// The engine proper, made at the first exchange (its arrays say host or GPU).
-struct LocalParticles {
-  LocalParticles(const Ranks& ranks, BasicKind r, const ExchangeOptions& o, bool gpu)
-      : topology(ranks.topology()), real(r), on_gpu(gpu), device_of(ranks.device_of_rank()) {
-    if (real != BasicKind::float32 && real != BasicKind::float64) {
-      throw Error("halox::ParticleExchange: coordinates must be float32 or float64");
-    }
+// Made for host arrays or for GPU arrays (at the first exchange of each).
+class LocalParticleTransport final : public Transport {
+ public:
+  LocalParticleTransport(const Ranks& ranks, bool gpu, BasicKind r, const ExchangeOptions& o)
+      : topology(ranks.topology()),
+        real(r),
+        on_gpu(gpu),
+        device_of(ranks.device_of_rank()),
+        kind(o.transport),
+        item(3 * (r == BasicKind::float32 ? 4 : 8)) {
     if (!on_gpu) return;
 #if HALOX_HAS_CUDA
     set_up_gpus(o);
 #else
-    (void)o;
     throw Error("halox::ParticleExchange: built without CUDA: local ranks' arrays in host memory");
 #endif
   }
 #if HALOX_HAS_CUDA
-  ~LocalParticles() {
+  ~LocalParticleTransport() override {
     for (Group& g : groups) {
       DeviceScope on(g.device);
       g.halo.reset();  // its destructor waits for and frees on its own GPU
     }
   }
-
 #endif
 
+  std::string name() const override {
+    return on_gpu ? to_string(kind) : "host";
+  }
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.device_initiated = on_gpu;
+    c.direct_stores = true;
+    c.host_waits = !on_gpu;
+    c.fields_per_run = 1;
+    return c;
+  }
+  // The plans, checked when they were given (check_local_particle_plans), onto the GPUs.
+  void connect(const Connection& connection) override {
+    Transport::connect(connection);
+    plans = connection.particles;
+    messages = 0;
+    bytes = 0;
+    for (std::size_t r = 0; r < plans.size(); ++r) {
+      for (const ParticlePulse& p : plans[r].pulses) {
+        if (p.header.send_rank < 0 || p.header.send_rank == static_cast<int>(r)) continue;
+        messages += 1;
+        bytes += p.header.send_size * item;
+      }
+    }
+#if HALOX_HAS_CUDA
+    if (on_gpu) install_on_gpus();
+#endif
+  }
+  void run_async(Direction direction, std::span<void* const> arrays,
+                 std::span<const GpuStream> streams, ExchangeStats& stats) override {
+    run(arrays, streams, direction == Direction::forward);
+    stats.exchanges += 1;
+    stats.messages += messages;
+    stats.bytes_sent += bytes;
+  }
+  int launches_per_run() const override {
+#if HALOX_HAS_CUDA
+    if (on_gpu && !groups.empty()) return groups.front().halo->launches_per_exchange();
+#endif
+    return 0;
+  }
+  void check() const override {
+#if HALOX_HAS_CUDA
+    for (const Group& g : groups) g.halo->check();
+#endif
+  }
+
+ private:
   Topology topology;
   BasicKind real;
   bool on_gpu;
   std::vector<int> device_of;
-  std::vector<int> devices;
-  std::vector<ParticlePlan> plans;
+  TransportKind kind;
+  std::int64_t item;
+  std::int64_t messages = 0, bytes = 0;  // per exchange, for the stats
+  std::span<const ParticlePlan> plans;
 #if HALOX_HAS_CUDA
   // The ranks of one GPU and their engine.
   struct Group {
@@ -179,8 +200,7 @@ struct LocalParticles {
       }
       if (!group_of_device.count(d)) {
         group_of_device[d] = static_cast<int>(groups.size());
-        groups.push_back(Group{d, {}, nullptr, {}});
-        devices.push_back(d);
+        groups.push_back(Group{d, {}, nullptr, {}});  // in the order of devices()
       }
       groups[group_of_device[d]].ranks.push_back(r);
     }
@@ -292,14 +312,6 @@ struct LocalParticles {
 
 #endif
 
-  // Plans checked by check_plans.
-  void install(std::vector<ParticlePlan> p) {
-    plans = std::move(p);
-#if HALOX_HAS_CUDA
-    if (on_gpu) install_on_gpus();
-#endif
-  }
-
   void run(std::span<void* const> arrays, std::span<const GpuStream> streams, bool forward) {
     if (static_cast<int>(arrays.size()) != topology.size()) {
       throw Error("halox::ParticleExchange: " + std::to_string(arrays.size()) +
@@ -318,135 +330,45 @@ struct LocalParticles {
     (void)streams;
 #endif
   }
-
-  void check() const {
-#if HALOX_HAS_CUDA
-    for (const Group& g : groups) g.halo->check();
-#endif
-  }
-
-  // The synchronous calls: each GPU's default stream done (nothing to wait for in host
-  // memory).
-  void finish_default_streams() const {
-#if HALOX_HAS_CUDA
-    if (!on_gpu) return;
-    int current = 0;
-    HALOX_CUDA_CHECK(cudaGetDevice(&current));
-    for (const int d : devices) {
-      HALOX_CUDA_CHECK(cudaSetDevice(d));
-      finish_default_stream();
-    }
-    HALOX_CUDA_CHECK(cudaSetDevice(current));
-#endif
-  }
-};
-
-// Ranks::local's ParticleEngine: plans checked at once, the engine made at the first
-// exchange.
-class LocalParticleAdapter final : public ParticleEngine {
- public:
-  LocalParticleAdapter(const Ranks& ranks, std::vector<ParticlePlan> plans, BasicKind real,
-                       const ExchangeOptions& options)
-      : m_ranks(ranks),
-        m_real(real),
-        m_options(local_exchange_options(options, "ParticleExchange")) {
-    if (real != BasicKind::float32 && real != BasicKind::float64) {
-      throw Error("halox::ParticleExchange: coordinates must be float32 or float64");
-    }
-    set_plans(std::move(plans));
-  }
-  ~LocalParticleAdapter() override = default;
-
-  void set_plans(std::vector<ParticlePlan> plans) override {
-    check_plans(m_ranks.topology(), plans);
-    m_messages = 0;
-    m_bytes = 0;
-    const std::int64_t item = 3 * (m_real == BasicKind::float32 ? 4 : 8);
-    for (std::size_t r = 0; r < plans.size(); ++r) {
-      for (const ParticlePulse& p : plans[r].pulses) {
-        if (p.header.send_rank < 0 || p.header.send_rank == static_cast<int>(r)) continue;
-        m_messages += 1;
-        m_bytes += p.header.send_size * item;
-      }
-    }
-    if (m_engine) {
-      m_engine->install(std::move(plans));
-    } else {
-      m_plans = std::move(plans);
-    }
-  }
-  const std::vector<ParticlePlan>& plans() const override {
-    return m_engine ? m_engine->plans : m_plans;
-  }
-  void run(bool forward, std::span<void* const> arrays, std::span<const GpuStream> streams,
-           ExchangeStats& stats) override {
-    if (static_cast<int>(arrays.size()) != m_ranks.count()) {
-      throw Error("halox::ParticleExchange: " + std::to_string(arrays.size()) +
-                  " arrays given for " + std::to_string(m_ranks.count()) + " local ranks");
-    }
-    engine(arrays[0]).run(arrays, streams, forward);
-    stats.exchanges += 1;
-    stats.messages += m_messages;
-    stats.bytes_sent += m_bytes;
-  }
-  void finish_default_streams(std::span<void* const>) override {
-    if (m_engine) m_engine->finish_default_streams();
-  }
-  std::vector<int> devices() const override {
-    if (m_engine) return m_engine->devices;
-    std::vector<int> out;
-    for (const int d : m_ranks.device_of_rank()) {
-      if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
-    }
-#if HALOX_HAS_CUDA
-    if (out.empty()) {
-      int current = 0;
-      HALOX_CUDA_CHECK(cudaGetDevice(&current));
-      out.push_back(current);
-    }
-#endif
-    return out;
-  }
-  int launches_per_exchange() const override {
-#if HALOX_HAS_CUDA
-    if (m_engine && m_engine->on_gpu) return m_engine->groups.front().halo->launches_per_exchange();
-#endif
-    return 0;
-  }
-  void check() const override {
-    if (m_engine) m_engine->check();
-  }
-
- private:
-  LocalParticles& engine(const void* array) {
-    if (!m_engine) {
-#if HALOX_HAS_CUDA
-      const bool gpu = is_device_memory(array);
-#else
-      (void)array;
-      const bool gpu = false;
-#endif
-      m_engine = std::make_unique<LocalParticles>(m_ranks, m_real, m_options, gpu);
-      m_engine->install(std::move(m_plans));
-    }
-    return *m_engine;
-  }
-
-  Ranks m_ranks;
-  BasicKind m_real;
-  ExchangeOptions m_options;
-  std::vector<ParticlePlan> m_plans;  // until the engine is made
-  std::unique_ptr<LocalParticles> m_engine;
-  std::int64_t m_messages = 0, m_bytes = 0;  // per exchange, for the stats
 };
 
 }  // namespace
 
-std::unique_ptr<ParticleEngine> make_local_particle_engine(const Ranks& ranks,
-                                                           std::vector<ParticlePlan> plans,
-                                                           BasicKind real,
-                                                           const ExchangeOptions& options) {
-  return std::make_unique<LocalParticleAdapter>(ranks, std::move(plans), real, options);
+// One plan per rank, matching sizes (as validate_plan checks across processes).
+void check_local_particle_plans(const Topology& topology, std::span<const ParticlePlan> plans) {
+  if (static_cast<int>(plans.size()) != topology.size()) {
+    throw Error("halox::ParticleExchange: " + std::to_string(plans.size()) +
+                " plans for a grid of " + std::to_string(topology.size()) + " local ranks");
+  }
+  for (int r = 0; r < topology.size(); ++r) {
+    if (plans[r].pulses.size() != plans[0].pulses.size()) {
+      throw Error("halox::ParticleExchange: rank " + std::to_string(r) + " has " +
+                  std::to_string(plans[r].pulses.size()) + " pulses, rank 0 " +
+                  std::to_string(plans[0].pulses.size()));
+    }
+    for (std::size_t q = 0; q < plans[r].pulses.size(); ++q) {
+      const PulseHeader& h = plans[r].pulses[q].header;
+      if (h.send_rank < 0) continue;
+      if (h.send_rank >= topology.size()) {
+        throw Error("halox::ParticleExchange: rank " + std::to_string(r) + "'s " +
+                    h.name(static_cast<int>(q)) + " sends to rank " + std::to_string(h.send_rank) +
+                    ", beyond the grid's " + std::to_string(topology.size()) + " ranks");
+      }
+      const PulseHeader& peer = plans[h.send_rank].pulses[q].header;
+      if (peer.recv_size != h.send_size) {
+        throw Error("halox::ParticleExchange: " + h.name(static_cast<int>(q)) + ": rank " +
+                    std::to_string(r) + " sends " + std::to_string(h.send_size) +
+                    " items but rank " + std::to_string(h.send_rank) + " expects " +
+                    std::to_string(peer.recv_size));
+      }
+    }
+  }
+}
+
+std::unique_ptr<Transport> make_local_particle_transport(const Ranks& ranks, bool device,
+                                                         BasicKind real,
+                                                         const ExchangeOptions& options) {
+  return std::make_unique<LocalParticleTransport>(ranks, device, real, options);
 }
 
 }  // namespace halox::detail

@@ -41,8 +41,9 @@ class NcclTransport final : public Transport {
   std::string name() const override { return "nccl"; }
   Capabilities capabilities() const override { return {false, false, false, 0}; }
 
-  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
-                 ExchangeStats& stats) override {
+  void run_async(Direction direction, std::span<void* const> fields,
+                 std::span<const GpuStream> streams, ExchangeStats& stats) override {
+    const GpuStream stream = streams.front();  // one GPU
     const std::vector<Op>& ops = this->ops(direction);
     if (m_send.size() < ops.size()) {
       m_send.resize(ops.size());

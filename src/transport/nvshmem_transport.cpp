@@ -45,8 +45,9 @@ class NvshmemStreamTransport final : public Transport {
     if (m_connection) check(ops(Direction::forward));
   }
 
-  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
-                 ExchangeStats& stats) override {
+  void run_async(Direction direction, std::span<void* const> fields,
+                 std::span<const GpuStream> streams, ExchangeStats& stats) override {
+    const GpuStream stream = streams.front();  // one GPU
     const std::vector<Op>& ops = this->ops(direction);
     check(ops);
     Area& area = area_for(ops);

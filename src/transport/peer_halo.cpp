@@ -229,12 +229,13 @@ class ParticleFusedTransport final : public Transport {
     Transport::connect(connection);
     m_ready = false;
   }
-  void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
-                 ExchangeStats& stats) override {
-    if (fields.size() != 1 || m_connection->particles == nullptr) {
+  void run_async(Direction direction, std::span<void* const> fields,
+                 std::span<const GpuStream> streams, ExchangeStats& stats) override {
+    const GpuStream stream = streams.front();  // one GPU
+    if (fields.size() != 1 || m_connection->particles.size() != 1) {
       throw Error("halox: internal: " + m_name + " moves one particle array per run");
     }
-    const ParticlePlan& plan = *m_connection->particles;
+    const ParticlePlan& plan = m_connection->particles.front();
     if (!m_ready) {  // collective: every rank runs its first exchange after a new plan together
       m_halo.set_plan(plan);
       m_ready = true;
@@ -254,6 +255,7 @@ class ParticleFusedTransport final : public Transport {
     }
   }
   void check() const override { m_halo.check(); }
+  int launches_per_run() const override { return m_ready ? m_halo.launches_per_exchange() : 0; }
 
  private:
   int m_rank;

@@ -84,6 +84,7 @@ class PeerHalo {
   void forward(void* x, GpuStream stream) { m_halo->forward({x}, stream); }
   void reverse(void* f, GpuStream stream) { m_halo->reverse({f}, stream); }
   void check() const { m_halo->check(); }
+  int launches_per_exchange() const { return m_halo->launches_per_exchange(); }
 
  private:
   MPI_Comm m_comm;

@@ -67,12 +67,13 @@ struct Capabilities {
 };
 
 /// What a transport is connected to: the ops of each direction (grids: forward only), and
-/// for the GPU-initiated particle transport the plan they were made from. The exchange owns
-/// it; a transport keeps a pointer until its next connect.
+/// for particles the plans of this process's ranks (which the GPU-initiated and the local
+/// particle transports read instead of the ops; Ranks::local's particle connections have no
+/// ops). The exchange owns it; a transport keeps a pointer until its next connect.
 struct Connection {
   std::vector<Op> forward, reverse;
   int ranks = 1;  // this process's ranks: a run's fields[op.field * ranks + op.rank]
-  const ParticlePlan* particles = nullptr;
+  std::span<const ParticlePlan> particles;
   const std::vector<Op>& ops(Direction d) const {
     return d == Direction::forward ? forward : reverse;
   }
@@ -88,10 +89,11 @@ class Transport {
   /// the first run of each list.
   virtual void connect(const Connection& connection) { m_connection = &connection; }
   /// Runs every stage of the direction's ops in order (ops of one stage concurrently),
-  /// ordered on `stream`; fields[op.field * ranks + op.rank] is what each op packs from and
-  /// unpacks into.
-  virtual void run_async(Direction direction, std::span<void* const> fields, GpuStream stream,
-                         ExchangeStats& stats) = 0;
+  /// ordered on the streams; fields[op.field * ranks + op.rank] is what each op packs from
+  /// and unpacks into. streams: one per GPU of the connection's ranks (one for one rank per
+  /// process; Ranks::local's particle transport takes its ranks' GPUs in devices() order).
+  virtual void run_async(Direction direction, std::span<void* const> fields,
+                         std::span<const GpuStream> streams, ExchangeStats& stats) = 0;
   /// Throws HaloTimeoutError when a device-side wait of an earlier run expired (the
   /// GPU-initiated and stream-waiting transports; runs check first themselves).
   virtual void check() const {}
@@ -108,6 +110,15 @@ class Transport {
 /// (`device` false). Its connect pairs each op with its receiver's and refuses plans that do
 /// not match (halox::Error naming both ranks and the pulse).
 std::unique_ptr<Transport> make_local_grid_transport(bool device, const ExchangeOptions& options);
+/// The particle transport of Ranks::local (every build): the fused particle kernels over
+/// every rank of the grid, on one GPU or several (peer access between them), or the CPU for
+/// host arrays (`device` false).
+std::unique_ptr<Transport> make_local_particle_transport(const Ranks& ranks, bool device,
+                                                         BasicKind real,
+                                                         const ExchangeOptions& options);
+/// Throws halox::Error, naming the ranks and the pulse, for local ranks' particle plans that
+/// do not match (one per rank, the same pulses, sizes that agree).
+void check_local_particle_plans(const Topology& grid, std::span<const ParticlePlan> plans);
 
 #if HALOX_HAS_MPI
 /// Every host-side wait of these transports ends after `timeout_seconds` with a
