@@ -127,12 +127,11 @@ __device__ __forceinline__ void word_offsets(const DeviceDesc& d, I local, std::
            static_cast<std::int64_t>(w) * W;
 }
 
-template <int W, PackOp OP, class I, int DEPTH>
-__device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const char* src,
-                                          char* dst) {
+// Moves the word at `mem` bytes into the typed memory and `packed` bytes into the stream.
+template <int W, PackOp OP>
+__device__ __forceinline__ void move_at(std::int64_t mem, std::int64_t packed, const char* src,
+                                        char* dst) {
   using Word = typename WordOf<W>::type;
-  std::int64_t mem, packed;
-  word_offsets<W, I, DEPTH>(d, local, mem, packed);
   if constexpr (OP == PackOp::pack) {
     *reinterpret_cast<Word*>(dst + packed) = *reinterpret_cast<const Word*>(src + mem);
   } else if constexpr (OP == PackOp::unpack) {
@@ -142,6 +141,14 @@ __device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const ch
   } else {
     add_word<double, W>(dst + mem, src + packed);
   }
+}
+
+template <int W, PackOp OP, class I, int DEPTH>
+__device__ __forceinline__ void move_word(const DeviceDesc& d, I local, const char* src,
+                                          char* dst) {
+  std::int64_t mem, packed;
+  word_offsets<W, I, DEPTH>(d, local, mem, packed);
+  move_at<W, OP>(mem, packed, src, dst);
 }
 
 // The canonical piece word g belongs to.

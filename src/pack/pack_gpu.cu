@@ -33,10 +33,12 @@ namespace {
 using detail::DeviceDesc;
 using detail::DevicePackView;
 using detail::divide;
+using detail::move_at;
 using detail::move_face;
 using detail::move_word;
 using detail::PackOp;
 using detail::piece_holding;
+using detail::WordOf;
 
 // Magic numbers for n / d with n < 2^31 (Granlund-Montgomery, as CUTLASS's FastDivmod).
 void fast_divisor(std::int64_t d, unsigned& mul, unsigned& shr) {
@@ -66,10 +68,13 @@ struct Plan {
   bool contiguous = false;
   std::int64_t contiguous_offset = 0;
   bool fits_32bit = true;
+  // One index piece whose offsets never decrease (a sorted gather, as a particle halo's).
+  bool ascending_index = false;
   std::vector<std::shared_ptr<void>> device_index;  // owned index arrays
   struct Launch {
     std::vector<DeviceDesc> descs;  // word fields filled for this word size
     std::int64_t words = 0;
+    bool run_per_thread = false;  // index_runs_kernel: short runs of an ascending index
     std::shared_ptr<void> table;  // device copy of descs when there are several
   };
   std::map<int, Launch> launches;  // per word size
@@ -114,6 +119,8 @@ std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
       d.ndims = 1;
       d.count[0] = static_cast<std::int64_t>(piece.index.offsets.size());
       for (std::int64_t o : piece.index.offsets) offset_align(o);
+      plan->ascending_index = form.pieces.size() == 1 && std::is_sorted(piece.index.offsets.begin(),
+                                                                        piece.index.offsets.end());
       auto dev = device_copy(piece.index.offsets.data(),
                              piece.index.offsets.size() * sizeof(std::int64_t));
       d.index = static_cast<const std::int64_t*>(dev.get());
@@ -160,6 +167,46 @@ __global__ void __launch_bounds__(256)
   for (I g = first + static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < end;
        g += static_cast<I>(gridDim.x) * blockDim.x) {
     move_word<W, OP, I, DEPTH>(d, g, src, dst);
+  }
+}
+
+// An ascending index of short runs (a sorted particle gather: 3 words of 4 bytes per entry):
+// one thread per run, its offset read once and its words read before any is written, as a
+// hand-written gather does. One thread per word reads the offset and divides for every word,
+// and lost to such a gather by 10% on 22M sorted float3 entries (docs/PERFORMANCE.md); on a
+// random index the threads per word keep more reads in flight, and win.
+constexpr int kMaxWordsPerThreadRun = 4;
+template <int W, PackOp OP, class I>
+__global__ void __launch_bounds__(256)
+    index_runs_kernel(DeviceDesc d, I first, I end, const char* src, char* dst) {
+  using Word = typename WordOf<W>::type;
+  const I wpr = static_cast<I>(d.words_per_run);
+  const I first_run = divide<I>(first, d.words_per_run, d.div_mul[0], d.div_shr[0]);
+  const I end_run = divide<I>(end + wpr - 1, d.words_per_run, d.div_mul[0], d.div_shr[0]);
+  for (I run = first_run + static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; run < end_run;
+       run += static_cast<I>(gridDim.x) * blockDim.x) {
+    const std::int64_t mem = __ldg(d.index + run);
+    const std::int64_t packed = d.packed_offset + static_cast<std::int64_t>(run) * d.block_bytes;
+    const I g0 = run * wpr;  // the run's first word; a range may cut the first and last run
+    if constexpr (OP == PackOp::pack || OP == PackOp::unpack) {
+      const std::int64_t from = OP == PackOp::pack ? mem : packed;
+      const std::int64_t to = OP == PackOp::pack ? packed : mem;
+      Word word[kMaxWordsPerThreadRun];
+#pragma unroll
+      for (int w = 0; w < kMaxWordsPerThreadRun; ++w) {
+        if (w < static_cast<int>(wpr) && g0 + w >= first && g0 + w < end)
+          word[w] = *reinterpret_cast<const Word*>(src + from + w * W);
+      }
+#pragma unroll
+      for (int w = 0; w < kMaxWordsPerThreadRun; ++w) {
+        if (w < static_cast<int>(wpr) && g0 + w >= first && g0 + w < end)
+          *reinterpret_cast<Word*>(dst + to + w * W) = word[w];
+      }
+    } else {
+      for (int w = 0; w < static_cast<int>(wpr); ++w) {
+        if (g0 + w >= first && g0 + w < end) move_at<W, OP>(mem + w * W, packed + w * W, src, dst);
+      }
+    }
   }
 }
 
@@ -216,6 +263,8 @@ const Plan::Launch& launch_for(Plan& plan, int word) {
   if (launch.descs.size() > 1) {
     launch.table = device_copy(launch.descs.data(), launch.descs.size() * sizeof(DeviceDesc));
   }
+  launch.run_per_thread = plan.ascending_index && launch.descs.size() == 1 &&
+                          launch.descs[0].words_per_run <= kMaxWordsPerThreadRun;
   return plan.launches.emplace(word, std::move(launch)).first->second;
 }
 
@@ -230,7 +279,12 @@ void launch_kernel(const Plan::Launch& launch, Range range, const char* src, cha
   const std::int64_t first = range.begin / W, end = range.end / W;
   if (end <= first) return;
   const int grid = grid_for(end - first);
-  if (launch.descs.size() == 1) {
+  if (launch.run_per_thread) {
+    const DeviceDesc& d = launch.descs[0];
+    const int runs_grid = grid_for((end - first) / d.words_per_run + 2);
+    index_runs_kernel<W, OP, I>
+        <<<runs_grid, 256, 0, stream>>>(d, static_cast<I>(first), static_cast<I>(end), src, dst);
+  } else if (launch.descs.size() == 1) {
     const DeviceDesc& d = launch.descs[0];
     const I f = static_cast<I>(first), e = static_cast<I>(end);
     // Depth-specialised kernels for the common strided shapes (vectors, 2D and 3D faces).
