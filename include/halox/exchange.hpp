@@ -200,8 +200,9 @@ class GridExchange {
   void reset_stats();
   /// The transport a field uses ("host" for host fields of one rank per process).
   std::string transport_name(const void* field) const;
-  /// Local ranks: the faces moved per exchange, and the kernel launches per exchange of
-  /// GPU arrays (local-fused: 1, local-pulse: one per face).
+  /// The faces this process's ranks send per exchange; and, once GPU arrays were
+  /// exchanged, the kernel launches per exchange where the transport counts them (local
+  /// ranks: local-fused 1, local-pulse one per face; else 0).
   int faces_per_exchange() const;
   int launches_per_exchange() const;
 

@@ -52,10 +52,6 @@ std::unique_ptr<ParticleEngine> make_particle_engine(const Ranks& ranks,
                                                      BasicKind real,
                                                      const ExchangeOptions& options);
 
-/// The options of local ranks: "auto" and the default "host" become local-fused; a kind
-/// that needs one rank per process is refused (halox::Error naming `exchange`).
-ExchangeOptions local_exchange_options(ExchangeOptions options, const char* exchange);
-
 /// The GPU-initiated transports of one rank per process (ipc-*, nvshmem-*).
 bool gpu_initiated(TransportKind kind);
 

@@ -184,21 +184,4 @@ std::unique_ptr<Transport> make_local_grid_transport(bool device, const Exchange
   return std::make_unique<LocalGridTransport>(device, options);
 }
 
-// Local ranks move device arrays by local-pulse or local-fused; "auto" and the default "host"
-// mean local-fused (the ranks share this process: no other transport applies).
-ExchangeOptions local_exchange_options(ExchangeOptions options, const char* exchange) {
-  switch (options.transport) {
-    case TransportKind::local_pulse:
-    case TransportKind::local_fused: break;
-    case TransportKind::host:
-    case TransportKind::automatic: options.transport = TransportKind::local_fused; break;
-    default:
-      throw Error(std::string("halox::") + exchange + ": the transport " +
-                  to_string(options.transport) +
-                  " needs one rank per process (Ranks::mpi); ranks in this process "
-                  "(Ranks::local) take local-pulse or local-fused");
-  }
-  return options;
-}
-
 }  // namespace halox::detail

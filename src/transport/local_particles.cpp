@@ -4,7 +4,6 @@
 // memory (the CPU moves the same pulses in order; in every build). One driver thread, one
 // launch per GPU covering every rank on it: kernel launches, not the exchange, would
 // otherwise bound a step of many ranks.
-#include "engine.hpp"
 #include "transport.hpp"
 
 #include <algorithm>
