@@ -134,6 +134,11 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
     for (int i = 0; i < arrays; ++i) pointers[i] = fields[i].data();
   }
   for (int repeat = 0; repeat < 2; ++repeat) exchange.exchange(pointers);
+  if (device) {
+    // local-fused: one launch while the kernel takes every array (64), else one per field.
+    const int launches = !fused ? exchange.faces_per_exchange() : arrays <= 64 ? 1 : copies;
+    EXPECT_EQ(exchange.launches_per_exchange(), launches);
+  }
 #if HALOX_HAS_CUDA
   if (device) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -210,6 +215,9 @@ void every_case(bool device, bool fused = false) {
         {kManyPlanes, many_planes()});
   // Several fields in one call (three of 5-of-8 planes, on an uneven grid).
   check({3, 2, 1}, {true, true, true}, {3, 3, 4}, {1, 0, 0}, 1, 1, {1, 0, 0}, device, fused,
+        {8, {1, 2, 4, 5, 7}}, 3);
+  // More arrays than one fused launch takes (27 ranks x 3 fields): one launch per field.
+  check({3, 3, 3}, {true, true, true}, {3, 3, 2}, {1, 2, 0}, 1, 1, {0, 1, 0}, device, fused,
         {8, {1, 2, 4, 5, 7}}, 3);
 }
 
