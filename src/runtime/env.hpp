@@ -80,4 +80,28 @@ inline const char* env_tuning_file() {
   return raw && *raw ? raw : nullptr;
 }
 
+// Variables of others that halox reads, with the same strictness.
+
+/// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: this process's MPS share of the SMs, a number in
+/// (0, 100]; 0 when unset or empty.
+inline double env_mps_thread_percentage() {
+  const char* name = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(raw, &end);
+  if (*end != '\0' || errno != 0 || !(v > 0 && v <= 100)) {
+    throw Error(std::string("halox: ") + name + "='" + raw + "' is not a percentage in (0, 100]");
+  }
+  return v;
+}
+/// The folder of per-user configuration: $XDG_CONFIG_HOME, else $HOME/.config, else ./.config.
+inline std::string env_config_home() {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  if (xdg && *xdg) return xdg;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.config";
+}
+
 }  // namespace halox::detail

@@ -42,8 +42,7 @@ double gpu_share(MPI_Comm comm) {
   HALOX_MPI_CHECK(MPI_Comm_free(&node));
   int same = 0;
   for (int d : devices) same += d == device;
-  const char* percent = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
-  return gpu_share_of(same, percent ? std::atof(percent) : 0);
+  return gpu_share_of(same, env_mps_thread_percentage());
 }
 
 PeerBlocks::PeerBlocks(MPI_Comm comm, int rank, Mapping mapping)

@@ -14,10 +14,7 @@ namespace halox {
 
 std::string tuning_file_path() {
   if (const char* file = detail::env_tuning_file()) return file;
-  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"))
-    return std::string(xdg) + "/halox/tuning.json";
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.config/halox/tuning.json";
+  return detail::env_config_home() + "/halox/tuning.json";
 }
 
 namespace {

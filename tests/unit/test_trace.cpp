@@ -85,6 +85,37 @@ TEST(Trace, EnvironmentSwitchesTakeOnlyTheirWords) {
   ::unsetenv("HALOX_TEST_NUMBER");
 }
 
+// The variables of others that halox reads are parsed as strictly: an MPS percentage that is
+// not one stops the run rather than being read as "no limit".
+TEST(Trace, OthersVariablesAreParsedStrictly) {
+  const char* mps = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+  const char* saved = std::getenv(mps);
+  const std::string kept = saved ? saved : "";
+  ::unsetenv(mps);
+  EXPECT_EQ(halox::detail::env_mps_thread_percentage(), 0.0);
+  ::setenv(mps, "37.5", 1);
+  EXPECT_EQ(halox::detail::env_mps_thread_percentage(), 37.5);
+  for (const char* bad : {"abc", "50%", "0", "-5", "101", "nan"}) {
+    ::setenv(mps, bad, 1);
+    EXPECT_THROW(halox::detail::env_mps_thread_percentage(), halox::Error) << bad;
+  }
+  if (saved)
+    ::setenv(mps, kept.c_str(), 1);
+  else
+    ::unsetenv(mps);
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  const std::string kept_xdg = xdg ? xdg : "";
+  ::setenv("XDG_CONFIG_HOME", "/x/config", 1);
+  EXPECT_EQ(halox::detail::env_config_home(), "/x/config");
+  ::setenv("XDG_CONFIG_HOME", "", 1);  // empty: as unset
+  const char* home = std::getenv("HOME");
+  EXPECT_EQ(halox::detail::env_config_home(), std::string(home && *home ? home : ".") + "/.config");
+  if (xdg)
+    ::setenv("XDG_CONFIG_HOME", kept_xdg.c_str(), 1);
+  else
+    ::unsetenv("XDG_CONFIG_HOME");
+}
+
 // A long traced run keeps its newest host events only: the log does not grow without bound.
 TEST(Trace, HostEventLogIsBounded) {
   halox::trace::enable();
