@@ -51,7 +51,8 @@ class DeviceHalo {
   /// blocks stay when the plans fit them (same addresses; the signals are not zeroed and
   /// the exchange counters run on, so no peer must wait for a reset); returns whether they
   /// stayed. Every process (and every GPU of a local engine) must pass the same decision:
-  /// the counters of the peers must stay in step.
+  /// the counters of the peers must stay in step. The plans are read again by the connect()
+  /// that follows, and not after it: they must live until then.
   bool allocate(const std::vector<int>& ranks, const std::vector<const ParticlePlan*>& plans,
                 bool keep_if_fits = false);
   /// The block one rank's plan needs, headroom included (send staging as set).
