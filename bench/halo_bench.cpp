@@ -52,7 +52,8 @@ HaloOptions parse_halo(int argc, char** argv) {
   line.list("--transports", o.transports,
             "default: host on the CPU; staged,pipelined,ipc-pulse,ipc-fused on the GPU "
             "(nvshmem-stream,nvshmem-pulse,nvshmem-fused: in a run of their own, as NVSHMEM's "
-            "proxy thread slows the others); local-pulse, local-fused: every rank of "
+            "proxy thread slows the others; nccl-device: one GPU per rank); local-pulse, "
+            "local-fused: every rank of "
             "--local-ranks in this process (run it on 1 MPI rank)");
   std::string local = "2x2x2";
   line.text("--local-ranks", local, "the local transports' rank grid", "XxYxZ");

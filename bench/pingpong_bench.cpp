@@ -29,7 +29,8 @@ namespace {
 
 bool particle_only(TransportKind t) {
   return t == TransportKind::ipc_pulse || t == TransportKind::ipc_fused ||
-         t == TransportKind::nvshmem_pulse || t == TransportKind::nvshmem_fused;
+         t == TransportKind::nvshmem_pulse || t == TransportKind::nvshmem_fused ||
+         t == TransportKind::nccl_device;
 }
 
 struct Result {
@@ -153,7 +154,7 @@ int pingpong_main(int argc, char** argv) {
         "Run it as mpiexec -n 2 halox-bench pingpong [options].");
     line.list("--transports", names,
               "default host,staged,pipelined,ipc-pulse,ipc-fused (NVSHMEM and NCCL by name: "
-              "nvshmem-stream, nvshmem-pulse, nvshmem-fused, nccl, mpi-direct)");
+              "nvshmem-stream, nvshmem-pulse, nvshmem-fused, nccl, nccl-device, mpi-direct)");
     line.count("--max-bytes", max_bytes, "the largest message", 1);
     line.text("--json", json, "also write the rows as JSON", "FILE");
     line.parse(argc, argv);

@@ -68,12 +68,13 @@ Cli parse(int argc, char** argv) {
               "cutoff: each pair's energy shifted by -u(rc), continuous at the cutoff; none: "
               "plain truncated LJ (LAMMPS's lj/cut, GROMACS's vdw-modifier = None)",
               {"cutoff", "none"});
-  line.text("--transport", transport,
-            "host | staged | pipelined | mpi-direct | ipc-pulse | ipc-fused | nvshmem-stream | "
-            "nvshmem-pulse | nvshmem-fused | auto (default: one process runs its rank "
-            "through local-fused; several: host on the CPU, staged on the GPU); local-pulse | "
-            "local-fused: every rank of --ranks in this one process (start 1 MPI rank), one "
-            "kernel per pulse or one for all");
+  line.text(
+      "--transport", transport,
+      "host | staged | pipelined | mpi-direct | ipc-pulse | ipc-fused | nvshmem-stream | "
+      "nvshmem-pulse | nvshmem-fused | nccl-device | auto (default: one process runs its rank "
+      "through local-fused; several: host on the CPU, staged on the GPU); local-pulse | "
+      "local-fused: every rank of --ranks in this one process (start 1 MPI rank), one "
+      "kernel per pulse or one for all");
   double chunk = 0, seed = static_cast<double>(c.seed);
   line.number("--chunk", chunk, "pipelined chunk size in bytes (0: the tuning file's)", 0, 1e12);
   line.number("--seed", seed, "velocity and lattice-jitter seed", 0, 9e15);

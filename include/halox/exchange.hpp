@@ -36,6 +36,11 @@ namespace halox {
 ///                for all stages (pack into the neighbour's staging, signal, wait, unpack;
 ///                a later stage's faces wait on the device for the earlier stages'
 ///                unpacks) for all four (docs/gpu-initiated.md).
+///  - nccl-device: the fused particle kernels of ipc-fused over NCCL's symmetric memory
+///                (NCCL 2.28+): the blocks are registered windows, and a neighbour in this
+///                rank's load/store team (NCCL's LSA: the same node over NVLink) is stored
+///                to through the pointer NCCL gives for it. Particles only for now; one GPU
+///                per rank, as NCCL needs.
 ///  - local-pulse, local-fused: the ranks of Ranks::local (many ranks in this process):
 ///                every face or pulse straight from the sender's array into the
 ///                receiver's, no staging and no host wait; local-pulse launches one kernel
@@ -65,6 +70,7 @@ enum class TransportKind {
   ipc_fused,
   nvshmem_pulse,
   nvshmem_fused,
+  nccl_device,
   local_pulse,
   local_fused,
   automatic  ///< "auto": chosen when the exchange first runs, see above

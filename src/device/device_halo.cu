@@ -251,7 +251,7 @@ struct DeviceHalo::Impl {
 
 bool all_pulses_in_one_kernel(TransportKind kind) {
   return kind == TransportKind::ipc_fused || kind == TransportKind::nvshmem_fused ||
-         kind == TransportKind::local_fused;
+         kind == TransportKind::nccl_device || kind == TransportKind::local_fused;
 }
 
 DeviceHalo::DeviceHalo(BasicKind real, const ExchangeOptions& options, double gpu_share)

@@ -30,7 +30,8 @@ struct PeerBlock {
   std::array<long long, kMaxPulses> rev_send_offset{};
 };
 
-/// One kernel for every pulse (ipc-fused, nvshmem-fused, local-fused) or one per pulse.
+/// One kernel for every pulse (ipc-fused, nvshmem-fused, nccl-device, local-fused) or one per
+/// pulse.
 bool all_pulses_in_one_kernel(TransportKind kind);
 
 class DeviceHalo {

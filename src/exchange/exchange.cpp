@@ -24,6 +24,7 @@ std::string to_string(TransportKind kind) {
     case TransportKind::ipc_fused: return "ipc-fused";
     case TransportKind::nvshmem_pulse: return "nvshmem-pulse";
     case TransportKind::nvshmem_fused: return "nvshmem-fused";
+    case TransportKind::nccl_device: return "nccl-device";
     case TransportKind::local_pulse: return "local-pulse";
     case TransportKind::local_fused: return "local-fused";
     case TransportKind::automatic: return "auto";
@@ -35,8 +36,8 @@ std::vector<TransportKind> all_transports() {
   return {TransportKind::host,          TransportKind::staged,      TransportKind::pipelined,
           TransportKind::mpi_direct,    TransportKind::nccl,        TransportKind::nvshmem_stream,
           TransportKind::ipc_pulse,     TransportKind::ipc_fused,   TransportKind::nvshmem_pulse,
-          TransportKind::nvshmem_fused, TransportKind::local_pulse, TransportKind::local_fused,
-          TransportKind::automatic};
+          TransportKind::nvshmem_fused, TransportKind::nccl_device, TransportKind::local_pulse,
+          TransportKind::local_fused,   TransportKind::automatic};
 }
 
 TransportKind parse_transport(const std::string& name) {
@@ -53,7 +54,8 @@ bool mpi_is_cuda_aware();
 
 bool gpu_initiated(TransportKind kind) {
   return kind == TransportKind::ipc_pulse || kind == TransportKind::ipc_fused ||
-         kind == TransportKind::nvshmem_pulse || kind == TransportKind::nvshmem_fused;
+         kind == TransportKind::nvshmem_pulse || kind == TransportKind::nvshmem_fused ||
+         kind == TransportKind::nccl_device;
 }
 }  // namespace detail
 
@@ -70,6 +72,9 @@ bool transport_available(TransportKind kind, std::string* why) {
     return no("this MPI library is not CUDA-aware (MPIX_Query_cuda_support)");
   }
   if (kind == TransportKind::nccl && !HALOX_HAS_NCCL) return no("halox was built without NCCL");
+  if (kind == TransportKind::nccl_device && !HALOX_HAS_NCCL_DEVICE) {
+    return no("halox was built without NCCL's device API (NCCL 2.28 or later)");
+  }
   if ((kind == TransportKind::nvshmem_stream || kind == TransportKind::nvshmem_pulse ||
        kind == TransportKind::nvshmem_fused) &&
       !HALOX_HAS_NVSHMEM) {

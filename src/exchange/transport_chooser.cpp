@@ -182,6 +182,11 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
     // Particles: the fused kernels per pulse or for all pulses; grids: one fused kernel
     // for all stages, the pulse and the fused variants alike.
     if (m_particle) return make_particle_fused_transport(comm, rank, t, m_real, m_options);
+    if (t == TransportKind::nccl_device) {
+      throw Error(
+          "halox::GridExchange: nccl-device moves particles only for now (grids: ipc-fused on "
+          "one node, nvshmem-fused across nodes)");
+    }
     return make_grid_fused_transport(comm, rank, peer_mapping(t, m_options), to_string(t),
                                      m_options.name, m_options.timeout_seconds,
                                      m_options.self_test);

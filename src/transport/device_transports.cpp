@@ -398,6 +398,7 @@ std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm co
     case TransportKind::ipc_fused:
     case TransportKind::nvshmem_pulse:
     case TransportKind::nvshmem_fused:
+    case TransportKind::nccl_device:
     case TransportKind::local_pulse:
     case TransportKind::local_fused:
     case TransportKind::automatic: break;

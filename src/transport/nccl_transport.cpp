@@ -1,12 +1,12 @@
 // nccl: grouped ncclSend/ncclRecv per stage on the caller's stream (CPU-launched, no host
 // waits), the stream-ordered comparison point of seed 003. NCCL needs one GPU per rank.
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <string>
 
 #include "../common/cuda_check.hpp"
 #include "device_buffer.hpp"
+#include "nccl_comm.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "transport.hpp"
@@ -15,28 +15,10 @@ namespace halox::detail {
 
 namespace {
 
-void check_nccl(ncclResult_t rc, const char* call) {
-  if (rc != ncclSuccess) {
-    throw BackendError(std::string("NCCL call failed: ") + call + ": " + ncclGetErrorString(rc));
-  }
-}
-#define HALOX_NCCL_CHECK(call) check_nccl((call), #call)
-
 class NcclTransport final : public Transport {
  public:
-  NcclTransport(MPI_Comm comm, int rank) : m_rank(rank) {
-    int size = 0;
-    HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
-    ncclUniqueId id{};
-    if (rank == 0) HALOX_NCCL_CHECK(ncclGetUniqueId(&id));
-    HALOX_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
-    const ncclResult_t rc = ncclCommInitRank(&m_comm, size, id, rank);
-    if (rc != ncclSuccess) {
-      throw BackendError(
-          std::string("halox: the nccl transport could not start (") + ncclGetErrorString(rc) +
-          "); NCCL needs one GPU per rank, so it runs on machines with several GPUs");
-    }
-  }
+  NcclTransport(MPI_Comm comm, int rank)
+      : m_rank(rank), m_comm(make_nccl_comm(comm, rank, "nccl")) {}
   ~NcclTransport() override { ncclCommDestroy(m_comm); }
   std::string name() const override { return "nccl"; }
   Capabilities capabilities() const override { return {false, false, false, 0}; }
@@ -86,7 +68,7 @@ class NcclTransport final : public Transport {
 
  private:
   int m_rank;
-  ncclComm_t m_comm = nullptr;
+  ncclComm_t m_comm;
   std::vector<DeviceBuffer> m_send, m_recv;
 };
 

@@ -17,6 +17,9 @@
 #include "transport.hpp"
 #include "halox/mpi.hpp"
 #include "../common/mpi_tags.hpp"
+#if HALOX_HAS_NCCL_DEVICE
+#include "nccl_window.hpp"
+#endif
 
 namespace halox::detail {
 
@@ -107,6 +110,18 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
                   "); the ipc transports need the ranks on one node (and MPS for one GPU)";
         }
       }
+    } else if (m_mapping == Mapping::nccl) {
+#if HALOX_HAS_NCCL_DEVICE
+      if (m_windows && m_windows->reachable(n)) base = m_windows->peer_pointer(my_base, n);
+#endif
+      if (!base && error.empty()) {
+        error = "halox: nccl-device: rank " + std::to_string(m_rank) + " cannot store into rank " +
+                std::to_string(n) +
+                "'s window: it is not in NCCL's load/store (LSA) team of rank " +
+                std::to_string(m_rank) +
+                " (another node); nccl-device reaches those peers only (choose nvshmem-fused or "
+                "staged across nodes)";
+      }
     } else {
       // Symmetric: my address names theirs. A peer nvshmem_ptr cannot map (another node),
       // or any peer with nvshmem_puts, is reached by puts to that address.
@@ -126,6 +141,22 @@ PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
       m_mapping(mapping),
       m_halo(std::make_unique<DeviceHalo>(real, options, gpu_share(comm))),
       m_peers(comm, rank, mapping) {
+  if (mapping == Mapping::nccl) {
+#if HALOX_HAS_NCCL_DEVICE
+    m_windows = std::make_shared<NcclWindows>(comm, rank);
+    m_peers.use_windows(m_windows.get());
+    // Symmetric windows: every rank registers the largest size any rank needs (collective).
+    m_halo->set_allocator(
+        [this](std::int64_t bytes) {
+          long long need = bytes, most = 0;
+          HALOX_MPI_CHECK(MPI_Allreduce(&need, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
+          return m_windows->allocate(most);
+        },
+        [windows = m_windows](char* p) { windows->release(p); });
+#else
+    throw Error("halox: nccl-device needs a build with NCCL 2.28 or later (its device API)");
+#endif
+  }
   if (symmetric(mapping)) {
     // Symmetric blocks: every PE allocates the largest size any PE needs (collective).
     m_halo->set_allocator(
@@ -206,6 +237,7 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
 
 Mapping peer_mapping(TransportKind kind, const ExchangeOptions& options) {
   if (kind == TransportKind::ipc_fused || kind == TransportKind::ipc_pulse) return Mapping::ipc;
+  if (kind == TransportKind::nccl_device) return Mapping::nccl;
   const bool puts = options.testing.nvshmem_puts_only || env_nvshmem_puts();
   return puts ? Mapping::nvshmem_puts : Mapping::nvshmem;
 }

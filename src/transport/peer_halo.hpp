@@ -4,7 +4,9 @@
 //             be load/store reachable: one node, the same GPU under MPS, or NVLink);
 //  - nvshmem: blocks from NVSHMEM's symmetric heap, mapped with nvshmem_ptr; a peer it
 //             cannot map (another node) is reached by put-with-signal (remote_put.cuh);
-//  - nvshmem_puts: the same, every peer reached by put-with-signal (tests, measurements).
+//  - nvshmem_puts: the same, every peer reached by put-with-signal (tests, measurements);
+//  - nccl:    blocks from NCCL's symmetric memory (registered windows), mapped with the
+//             pointers NCCL gives for this rank's load/store team (nccl_window.hpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,15 +21,17 @@
 
 namespace halox::detail {
 
-enum class Mapping { ipc, nvshmem, nvshmem_puts };
+enum class Mapping { ipc, nvshmem, nvshmem_puts, nccl };
 /// The blocks come from NVSHMEM's symmetric heap (collective allocations).
 inline bool symmetric(Mapping m) {
-  return m != Mapping::ipc;
+  return m == Mapping::nvshmem || m == Mapping::nvshmem_puts;
 }
+
+class NcclWindows;
 
 /// How a GPU-initiated transport's kernels reach the peers' blocks: CUDA IPC for ipc-*,
 /// NVSHMEM (put-with-signal only, with ExchangeOptions::testing.nvshmem_puts_only or
-/// HALOX_NVSHMEM_PUTS=1) for nvshmem-*.
+/// HALOX_NVSHMEM_PUTS=1) for nvshmem-*, NCCL's windows for nccl-device.
 Mapping peer_mapping(TransportKind kind, const ExchangeOptions& options);
 
 /// Up to 2 x kMaxPulses offsets into a block that its neighbours need (staging areas).
@@ -47,6 +51,8 @@ class PeerBlocks {
   void publish(char* my_base, const BlockOffsets& offsets, const std::set<int>& neighbours,
                bool kept);
   void unmap();
+  /// Mapping::nccl: the windows that the blocks are registered in (owned by the caller).
+  void use_windows(const NcclWindows* windows) { m_windows = windows; }
   char* base(int rank) const { return m_peers.at(rank).base; }
   /// >= 0: that rank is reached by NVSHMEM puts to this PE, and base() is a symmetric
   /// address; -1: base() is a pointer this process stores through.
@@ -68,6 +74,7 @@ class PeerBlocks {
   bool m_same_gpu = true;
   char m_uuid[16] = {};           // this process's GPU, read once (cudaGetDeviceProperties is slow)
   cudaIpcMemHandle_t m_handle{};  // of the block last published (ipc)
+  const NcclWindows* m_windows = nullptr;  // nccl
 };
 
 /// How much of the GPU it reads (SM count) this process's spinning kernels may use: 1 /
@@ -90,6 +97,9 @@ class PeerHalo {
   MPI_Comm m_comm;
   int m_rank;
   Mapping m_mapping;
+  // nccl: the windows of the blocks, declared before m_halo so that they outlive its blocks
+  // (shared: the type is complete only in builds with NCCL's device API).
+  std::shared_ptr<NcclWindows> m_windows;
   std::unique_ptr<DeviceHalo> m_halo;
   PeerBlocks m_peers;          // declared after m_halo: unmapped before the blocks are freed
   std::set<int> m_neighbours;  // of the last plan: the links the self-test last checked

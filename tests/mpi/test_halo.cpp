@@ -53,6 +53,11 @@ TransportKind test_transport() {
   return env ? parse_transport(env) : TransportKind::host;
 }
 
+// nccl-device moves particles only for now; its refusal of grids is tested on its own.
+#define SKIP_UNLESS_THE_TRANSPORT_MOVES_GRIDS()       \
+  if (test_transport() == TransportKind::nccl_device) \
+  GTEST_SKIP() << "nccl-device moves particles only"
+
 // Runs `exchange(ptr, stream)` on a copy of `data` in the memory the transport moves, and
 // copies the result back.
 template <class T, class F>
@@ -174,6 +179,7 @@ void check_grid(std::array<int, 3> dims, std::array<bool, 3> periodic,
 // and padding, and a third like the first, every halo cell of each against the global field
 // (each field shifted by its own constant, so a face landing in the wrong field shows).
 TEST(GridHalo, SeveralFieldsInOneCall) {
+  SKIP_UNLESS_THE_TRANSPORT_MOVES_GRIDS();
   for (const auto& dims : grid_shapes()) {
     Topology topology = Topology::from_mpi(MPI_COMM_WORLD, dims, {true, true, true});
     std::vector<GridField> fields;
@@ -225,18 +231,22 @@ TEST(GridHalo, SeveralFieldsInOneCall) {
 
 // Every transport moves grid halos, the GPU-initiated ones with one fused kernel for all stages.
 TEST(GridHalo, EveryRankGridShapePeriodic) {
+  SKIP_UNLESS_THE_TRANSPORT_MOVES_GRIDS();
   for (auto dims : grid_shapes()) check_grid(dims, {true, true, true}, {6, 5, 4}, 2, 3);
 }
 
 TEST(GridHalo, PaddedRowsAndPlanes) {
+  SKIP_UNLESS_THE_TRANSPORT_MOVES_GRIDS();
   for (auto dims : grid_shapes()) check_grid(dims, {true, true, true}, {5, 4, 3}, 1, 2, {3, 1, 2});
 }
 
 TEST(GridHalo, NonPeriodicEdgesStayUntouched) {
+  SKIP_UNLESS_THE_TRANSPORT_MOVES_GRIDS();
   for (auto dims : grid_shapes()) check_grid(dims, {false, true, false}, {4, 4, 5}, 1, 1);
 }
 
 TEST(GridHalo, MismatchedPlansAreCaughtWhenBuilt) {
+  SKIP_UNLESS_THE_TRANSPORT_MOVES_GRIDS();
   if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
   Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {world_size(), 1, 1});
   // Rank 1 has one more cell along y: its x faces do not match its neighbours'.
@@ -254,6 +264,7 @@ TEST(GridHalo, MismatchedPlansAreCaughtWhenBuilt) {
 // Ranks that build their topologies differently are told collectively, before any
 // point-to-point message (which would otherwise wait for a peer that never sends).
 TEST(GridHalo, RanksThatDisagreeOnTheRankGridAreToldNotHung) {
+  SKIP_UNLESS_THE_TRANSPORT_MOVES_GRIDS();
   if (world_size() != 2) GTEST_SKIP() << "needs two ranks";
   const std::array<int, 3> dims =
       world_rank() == 0 ? std::array<int, 3>{1, 1, 2} : std::array<int, 3>{1, 2, 1};
@@ -272,6 +283,7 @@ TEST(GridHalo, RanksThatDisagreeOnTheRankGridAreToldNotHung) {
 // error on both ranks of the mismatched link, instead of a short halo on one and an abort in
 // MPI_ERR_TRUNCATE on the other.
 TEST(GridHalo, ExchangesCheckReceivedSizesAgainstThePlan) {
+  SKIP_UNLESS_THE_TRANSPORT_MOVES_GRIDS();
   if (world_size() != 2) GTEST_SKIP() << "needs two ranks";
   const TransportKind t = test_transport();
   if (t != TransportKind::host && t != TransportKind::staged && t != TransportKind::pipelined &&
@@ -296,7 +308,24 @@ TEST(GridHalo, ExchangesCheckReceivedSizesAgainstThePlan) {
 
 // halox talks on its own duplicate of the communicator: a user's wildcard receive posted on
 // the communicator before a plan is built and exchanges run gets only the user's message.
+// nccl-device refuses a grid exchange at its first exchange of device memory, naming what
+// to choose instead.
+TEST(GridHalo, NcclDeviceRefusesGridsNamingTheAlternatives) {
+  if (test_transport() != TransportKind::nccl_device) GTEST_SKIP() << "nccl-device only";
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {0, 0, 0}, {true, true, true});
+  GridField field(topology, {4, 4, 4}, 1, 1, {0, 0, 0});
+  GridExchange exchange(topology, field.plan, ExchangeOptions{test_transport(), 4096});
+  try {
+    run_on(field.data, [&](void* p, GpuStream s) { exchange.exchange_async(p, s); });
+    ADD_FAILURE() << "nccl-device moved a grid";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("particles only"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ipc-fused"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GridHalo, UserWildcardReceiveGetsOnlyTheUsersMessage) {
+  SKIP_UNLESS_THE_TRANSPORT_MOVES_GRIDS();
   const int rank = world_rank(), size = world_size();
   std::array<long long, 2> got = {-1, -1};
   MPI_Request user;

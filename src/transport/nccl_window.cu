@@ -1,0 +1,100 @@
+// NcclWindows (nccl_window.hpp): ncclMemAlloc, ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC)
+// and the LSA pointers, which NCCL's device API gives only on the device (ncclGetPeerPointer
+// reads the window's device record): a one-thread kernel per lookup, at set-up only.
+#include "nccl_window.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include <cstdio>
+#include <string>
+
+#include "../common/cuda_check.hpp"
+#include "halox/error.hpp"
+#include "nccl_comm.hpp"
+
+namespace halox::detail {
+
+namespace {
+
+__global__ void peer_pointer_kernel(ncclWindow_t window, int peer, void** out) {
+  *out = ncclGetPeerPointer(window, 0, peer);
+}
+
+std::string address(const void* p) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", p);
+  return text;
+}
+
+}  // namespace
+
+struct NcclWindows::Impl {
+  ncclComm_t comm = nullptr;
+  int rank = 0;
+  ncclTeam_t lsa{}, world{};
+  std::map<const char*, ncclWindow_t> windows;  // per block of allocate()
+  void** lookup = nullptr;                      // device word for peer_pointer_kernel
+};
+
+NcclWindows::NcclWindows(MPI_Comm comm, int rank) : m_impl(std::make_unique<Impl>()) {
+  m_impl->rank = rank;
+  m_impl->comm = make_nccl_comm(comm, rank, "nccl-device");
+  m_impl->lsa = ncclTeamLsa(m_impl->comm);
+  m_impl->world = ncclTeamWorld(m_impl->comm);
+  HALOX_CUDA_CHECK(cudaMalloc(&m_impl->lookup, sizeof(void*)));
+}
+
+NcclWindows::~NcclWindows() {
+  for (auto& [block, window] : m_impl->windows) {
+    ncclCommWindowDeregister(m_impl->comm, window);
+    ncclMemFree(const_cast<char*>(block));
+  }
+  cudaFree(m_impl->lookup);
+  ncclCommDestroy(m_impl->comm);
+}
+
+char* NcclWindows::allocate(std::int64_t bytes) {
+  void* block = nullptr;
+  HALOX_NCCL_CHECK(ncclMemAlloc(&block, static_cast<std::size_t>(bytes)));
+  ncclWindow_t window{};
+  HALOX_NCCL_CHECK(ncclCommWindowRegister(m_impl->comm, block, static_cast<std::size_t>(bytes),
+                                          &window, NCCL_WIN_COLL_SYMMETRIC));
+  char* mine = static_cast<char*>(block);
+  m_impl->windows[mine] = window;
+  // NCCL's pointer for this rank's own block must be the block: the mapping's self-check.
+  char* self = peer_pointer(mine, m_impl->rank);
+  if (self != mine) {
+    throw BackendError("halox: nccl-device: NCCL's pointer for rank " +
+                       std::to_string(m_impl->rank) + "'s own window is " + address(self) +
+                       ", not the block at " + address(mine));
+  }
+  return mine;
+}
+
+void NcclWindows::release(char* block) {
+  const auto it = m_impl->windows.find(block);
+  if (it == m_impl->windows.end()) return;
+  HALOX_NCCL_CHECK(ncclCommWindowDeregister(m_impl->comm, it->second));
+  HALOX_NCCL_CHECK(ncclMemFree(block));
+  m_impl->windows.erase(it);
+}
+
+bool NcclWindows::reachable(int rank) const {
+  return ncclTeamRankIsMember(m_impl->lsa, m_impl->world, rank);
+}
+
+char* NcclWindows::peer_pointer(const char* block, int rank) const {
+  const auto it = m_impl->windows.find(block);
+  if (it == m_impl->windows.end()) {
+    throw Error("halox: internal: nccl-device: no window for the block at " + address(block));
+  }
+  peer_pointer_kernel<<<1, 1>>>(it->second, rank, m_impl->lookup);
+  HALOX_CUDA_CHECK(cudaGetLastError());
+  void* out = nullptr;
+  HALOX_CUDA_CHECK(cudaMemcpy(&out, m_impl->lookup, sizeof out, cudaMemcpyDeviceToHost));
+  return static_cast<char*>(out);
+}
+
+}  // namespace halox::detail
