@@ -58,6 +58,12 @@ inline bool env_nvshmem_puts() {
 inline int env_grid_blocks(int fit, int otherwise) {
   return static_cast<int>(env_int("HALOX_GRID_BLOCKS", 1, fit, otherwise));
 }
+/// HALOX_LOCAL_BLOCKS (measurements): blocks of the local grid kernel, 1 to `fit` (default:
+/// every block the GPU holds at once). Its blocks wait only on tiles that running blocks
+/// hold, so any count is safe; fewer leave SMs to an update that runs beside the exchange.
+inline int env_local_blocks(int fit) {
+  return static_cast<int>(env_int("HALOX_LOCAL_BLOCKS", 1, fit, fit));
+}
 /// HALOX_DEVICE: the GPU select_device picks, 0 to count - 1 (default: node-local rank).
 inline int env_device(int count, int otherwise) {
   return static_cast<int>(env_int("HALOX_DEVICE", 0, count - 1, otherwise));

@@ -325,7 +325,7 @@ LocalGridFused::LocalGridFused(std::vector<LocalFace> faces, int arrays,
   m.faces = std::move(faces);
   m.timeout_seconds = options.timeout_seconds;
   m.stall_rank = options.testing.stall_rank;
-  m.blocks = std::max(1, resident_blocks(local_grid_kernel));
+  m.blocks = env_local_blocks(std::max(1, resident_blocks(local_grid_kernel)));
   m.tile_words = tile_words_from_environment();
   if (options.self_test) m.self_test();
 }
