@@ -27,12 +27,6 @@ namespace halox::bench {
 
 namespace {
 
-bool particle_only(TransportKind t) {
-  return t == TransportKind::ipc_pulse || t == TransportKind::ipc_fused ||
-         t == TransportKind::nvshmem_pulse || t == TransportKind::nvshmem_fused ||
-         t == TransportKind::nccl_device;
-}
-
 struct Result {
   double us = 0;
   std::int64_t bytes = 0;
@@ -191,9 +185,10 @@ int pingpong_main(int argc, char** argv) {
       std::printf("\n# %s\n%12s %14s %14s %16s\n", name.c_str(), "# Size", "Latency (us)",
                   "Bandwidth (MB/s)", "D2D memcpy (us)");
     }
-    for (std::int64_t bytes = particle_only(kind) ? 12 : 1; bytes <= max_bytes; bytes *= 2) {
+    // The GPU-initiated transports are timed on their particle kernels (12-byte items).
+    for (std::int64_t bytes = gpu_initiated(kind) ? 12 : 1; bytes <= max_bytes; bytes *= 2) {
       const int reps = bytes <= 65536 ? 200 : 20;
-      const Result r = particle_only(kind) ? particle_exchange(kind, bytes, reps, stream)
+      const Result r = gpu_initiated(kind) ? particle_exchange(kind, bytes, reps, stream)
                                            : grid_exchange(kind, bytes, reps, stream);
       // The same bytes through cudaMemcpyAsync device to device, same run.
       void *a = nullptr, *b = nullptr;

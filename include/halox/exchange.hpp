@@ -84,6 +84,9 @@ std::vector<TransportKind> all_transports();
 TransportKind parse_transport(const std::string& name);
 /// Whether this build and this MPI library can run the transport; when not, `why` says why.
 bool transport_available(TransportKind kind, std::string* why = nullptr);
+/// The GPU-initiated transports of one rank per process (ipc-*, nvshmem-pulse/fused,
+/// nccl-device): fused kernels pack, store, signal and wait, no host in the loop.
+bool gpu_initiated(TransportKind kind);
 
 /// The ranks an exchange connects, as this process holds them.
 ///  - Ranks::mpi(topology): one rank per process, topology.rank() of an MPI job;

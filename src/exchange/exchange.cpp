@@ -51,13 +51,13 @@ TransportKind parse_transport(const std::string& name) {
 
 namespace detail {
 bool mpi_is_cuda_aware();
+}  // namespace detail
 
 bool gpu_initiated(TransportKind kind) {
   return kind == TransportKind::ipc_pulse || kind == TransportKind::ipc_fused ||
          kind == TransportKind::nvshmem_pulse || kind == TransportKind::nvshmem_fused ||
          kind == TransportKind::nccl_device;
 }
-}  // namespace detail
 
 bool transport_available(TransportKind kind, std::string* why) {
   auto no = [&](const char* reason) {

@@ -52,7 +52,4 @@ std::unique_ptr<ParticleEngine> make_particle_engine(const Ranks& ranks,
                                                      BasicKind real,
                                                      const ExchangeOptions& options);
 
-/// The GPU-initiated transports of one rank per process (ipc-*, nvshmem-*).
-bool gpu_initiated(TransportKind kind);
-
 }  // namespace halox::detail

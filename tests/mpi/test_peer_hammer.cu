@@ -38,12 +38,6 @@ TransportKind test_transport() {
   return env ? parse_transport(env) : TransportKind::host;
 }
 
-bool gpu_initiated(TransportKind t) {
-  return t == TransportKind::ipc_pulse || t == TransportKind::ipc_fused ||
-         t == TransportKind::nvshmem_pulse || t == TransportKind::nvshmem_fused ||
-         t == TransportKind::nccl_device;
-}
-
 // A world of `atoms` particles on the rank grid `dims`, this rank's plan, and what a
 // reverse must leave in each home atom (its copies over all ranks).
 struct HammerCase {
