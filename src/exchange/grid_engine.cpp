@@ -84,16 +84,16 @@ class RankGridEngine final : public GridEngine {
     if (device) chooser.resolve(plans[0], 1);
     const std::span<const GpuStream> streams(&stream, 1);  // grids: the ranks share one GPU
     const std::size_t count = per_field_host.size();
-    const int most = chooser.for_field(fields[0]).capabilities().fields_per_run;
+    const int most = chooser.for_field(fields[0], device).capabilities().fields_per_run;
     if (count == 1 || most == 0 || static_cast<int>(count) <= most) {
-      chooser.connected(fields[0], device ? all_device : all_host)
+      chooser.connected(fields[0], device, device ? all_device : all_host)
           .run_async(Direction::forward, fields, streams, stats);
       return;
     }
     const std::int64_t exchanges = stats.exchanges;
     for (std::size_t f = 0; f < count; ++f) {
       chooser
-          .connected(fields[0], device ? per_field_device[f] : per_field_host[f],
+          .connected(fields[0], device, device ? per_field_device[f] : per_field_host[f],
                      static_cast<int>(f))
           .run_async(Direction::forward, fields.subspan(f * ranks, ranks), streams, stats);
     }

@@ -83,7 +83,7 @@ class RankParticleEngine final : public ParticleEngine {
     const bool on_device = chooser.on_device(arrays[0]);
     on_host = !on_device;
     if (on_device) chooser.resolve(plan_list[0], item);
-    Transport& t = chooser.connected(arrays[0], on_device ? device : host);
+    Transport& t = chooser.connected(arrays[0], on_device, on_device ? device : host);
     // The gather and scatter kernels of the stream-ordered transports read the indices on the
     // device; the GPU-initiated kernels keep their own.
     if (on_device && !t.capabilities().device_initiated) prepare_device();
@@ -207,7 +207,7 @@ class RankParticleEngine final : public ParticleEngine {
 
   void prepare_device() {
 #if HALOX_HAS_CUDA && HALOX_HAS_MPI
-    if (device_index_ready || ranks.in_process()) return;
+    if (device_index_ready) return;  // the ops that read them: one rank per process only
     for (const auto& pulse : plan_list[0].pulses)
       device_index.push_back(upload_index(pulse.send_index));
     device_index_ready = true;

@@ -131,9 +131,9 @@ bool TransportChooser::on_device(const void* field) {
 #endif
 }
 
-Transport& TransportChooser::connected(const void* field, const Connection& connection,
+Transport& TransportChooser::connected(const void* field, bool device, const Connection& connection,
                                        int instance) {
-  Slot& slot = slot_for(field, instance);
+  Slot& slot = slot_for(field, device, instance);
   if (slot.generation != m_generation || slot.connection != &connection) {
     slot.transport->connect(connection);
     slot.generation = m_generation;
@@ -142,8 +142,8 @@ Transport& TransportChooser::connected(const void* field, const Connection& conn
   return *slot.transport;
 }
 
-Transport& TransportChooser::for_field(const void* field) {
-  return *slot_for(field, 0).transport;
+Transport& TransportChooser::for_field(const void* field, bool device) {
+  return *slot_for(field, device, 0).transport;
 }
 
 void TransportChooser::check() const {
@@ -156,8 +156,8 @@ int TransportChooser::device_launches_per_run() const {
   return m_device.empty() || !m_device[0].transport ? 0 : m_device[0].transport->launches_per_run();
 }
 
-TransportChooser::Slot& TransportChooser::slot_for(const void* field, int instance) {
-  if (!on_device(field)) return m_host;
+TransportChooser::Slot& TransportChooser::slot_for(const void* field, bool device, int instance) {
+  if (!device) return m_host;
   if (static_cast<int>(m_device.size()) <= instance) m_device.resize(instance + 1);
   Slot& slot = m_device[instance];
   if (!slot.transport) slot.transport = make_device(field);

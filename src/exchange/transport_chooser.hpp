@@ -36,15 +36,17 @@ class TransportChooser {
     return m_options.transport;
   }
 
-  /// The transport for `field`'s memory, connected to `connection` (collectively, at the
-  /// first run after a new plan: every rank runs it together). `instance`: a transport that
-  /// moves fewer fields per run than the exchange has gets one instance per field.
-  Transport& connected(const void* field, const Connection& connection, int instance = 0);
+  /// The transport for `field`'s memory (`device`: on_device(field), which the caller asked
+  /// already), connected to `connection` (collectively, at the first run after a new plan:
+  /// every rank runs it together). `instance`: a transport that moves fewer fields per run
+  /// than the exchange has gets one instance per field.
+  Transport& connected(const void* field, bool device, const Connection& connection,
+                       int instance = 0);
   /// The transport for `field`'s memory (made, not connected).
-  Transport& for_field(const void* field);
+  Transport& for_field(const void* field, bool device);
   /// The exchange's plan changed (collective): every transport connects again before it runs.
   void new_plan() { ++m_generation; }
-  std::string name(const void* field) { return for_field(field).name(); }
+  std::string name(const void* field) { return for_field(field, on_device(field)).name(); }
   /// Throws for a device-side time-out of an earlier run (the device transports made).
   void check() const;
   /// Kernel launches per run of GPU arrays (0: not counted).
@@ -57,7 +59,7 @@ class TransportChooser {
     int generation = -1;  // the plan it was last connected for
     const Connection* connection = nullptr;
   };
-  Slot& slot_for(const void* field, int instance);
+  Slot& slot_for(const void* field, bool device, int instance);
   std::unique_ptr<Transport> make_device(const void* field) const;
   std::unique_ptr<Transport> make_local(bool device) const;  // Ranks::local's, for a memory
   TransportKind choose_automatically(const std::vector<PulseHeader>& pulses,
