@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "../common/pointer_text.hpp"
 #include "halox/error.hpp"
 #include "halox/tuning.hpp"
 #include "auto_choice.hpp"
@@ -72,12 +73,6 @@ AutoChoice choose_transport(bool all_local, bool have_nvshmem, std::int64_t larg
 }
 
 namespace {
-std::string address(const void* p) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%p", p);
-  return text;
-}
-
 // Local ranks move device arrays by local-pulse or local-fused; "auto" and the default "host"
 // mean local-fused (the ranks share this process: no other transport applies).
 ExchangeOptions local_exchange_options(ExchangeOptions options, const char* exchange) {
@@ -171,7 +166,7 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
   }
   if (m_ranks.in_process()) return make_local(true);
   if (t == TransportKind::host) {
-    throw Error("halox: the field at " + address(field) +
+    throw Error("halox: the field at " + pointer_text(field) +
                 " is in device memory; the host transport moves host memory only (choose "
                 "staged, pipelined or mpi-direct)");
   }

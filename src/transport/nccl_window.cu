@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../common/cuda_check.hpp"
+#include "../common/pointer_text.hpp"
 #include "halox/error.hpp"
 #include "nccl_comm.hpp"
 
@@ -20,12 +21,6 @@ namespace {
 
 __global__ void peer_pointer_kernel(ncclWindow_t window, int peer, void** out) {
   *out = ncclGetPeerPointer(window, 0, peer);
-}
-
-std::string address(const void* p) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%p", p);
-  return text;
 }
 
 }  // namespace
@@ -67,8 +62,8 @@ char* NcclWindows::allocate(std::int64_t bytes) {
   char* self = peer_pointer(mine, m_impl->rank);
   if (self != mine) {
     throw BackendError("halox: nccl-device: NCCL's pointer for rank " +
-                       std::to_string(m_impl->rank) + "'s own window is " + address(self) +
-                       ", not the block at " + address(mine));
+                       std::to_string(m_impl->rank) + "'s own window is " + pointer_text(self) +
+                       ", not the block at " + pointer_text(mine));
   }
   return mine;
 }
@@ -88,7 +83,7 @@ bool NcclWindows::reachable(int rank) const {
 char* NcclWindows::peer_pointer(const char* block, int rank) const {
   const auto it = m_impl->windows.find(block);
   if (it == m_impl->windows.end()) {
-    throw Error("halox: internal: nccl-device: no window for the block at " + address(block));
+    throw Error("halox: internal: nccl-device: no window for the block at " + pointer_text(block));
   }
   peer_pointer_kernel<<<1, 1>>>(it->second, rank, m_impl->lookup);
   HALOX_CUDA_CHECK(cudaGetLastError());

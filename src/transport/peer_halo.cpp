@@ -152,7 +152,7 @@ PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
           HALOX_MPI_CHECK(MPI_Allreduce(&need, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
           return m_windows->allocate(most);
         },
-        [windows = m_windows](char* p) { windows->release(p); });
+        [this](char* p) { m_windows->release(p); });
 #else
     throw Error("halox: nccl-device needs a build with NCCL 2.28 or later (its device API)");
 #endif
