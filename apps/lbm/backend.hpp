@@ -53,6 +53,11 @@ class Backend {
   virtual void update_phi(const Region& r, bool side = false) = 0;  // multiphase: from pulled g
   virtual void stream_collide(const Params& p, const Region& r,
                               bool side = false) = 0;  // after phi's halo
+  /// The work queued between a begin and its end, on the main or side stream, as the span
+  /// `name` of `rank` on the event log (GPU, while it records: trace::stream_span_begin).
+  virtual void trace_span(const char* name, int rank, bool begin, bool side) {
+    (void)name, (void)rank, (void)begin, (void)side;
+  }
   /// Side stream waits for the work queued so far; join: the main stream waits for the side.
   virtual void fork() {}
   virtual void join() {}

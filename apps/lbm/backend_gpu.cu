@@ -12,6 +12,7 @@
 #include "backend.hpp"
 #include "halox/device.hpp"
 #include "halox/error.hpp"
+#include "halox/trace.hpp"
 
 namespace halox::lbm {
 
@@ -277,6 +278,16 @@ class GpuBackend final : public Backend {
       for (cudaEvent_t& e : m_marks) LBM_CUDA(cudaEventCreate(&e));
     }
     LBM_CUDA(cudaEventRecord(m_marks.at(point), m_stream));
+  }
+  void trace_span(const char* name, int rank, bool begin, bool side) override {
+    if (!trace::enabled()) return;
+    if (side) ensure_side();
+    const cudaStream_t stream = side ? m_side : m_stream;
+    if (begin) {
+      trace::stream_span_begin(name, rank, stream);
+    } else {
+      trace::stream_span_end(name, rank, stream);
+    }
   }
   double seconds_between(int from, int to) override {
     LBM_CUDA(cudaEventSynchronize(m_marks.at(to)));

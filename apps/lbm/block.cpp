@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "halox/device.hpp"
 #include "halox/error.hpp"
@@ -234,12 +235,19 @@ std::vector<Region> Block::shell_boxes() const {
   return out;
 }
 
+void Block::updates(const char* span, int pass, const std::vector<Region>& regions, bool side) {
+  const std::string name = std::string(span) + (pass ? " 2" : "");
+  m_backend->trace_span(name.c_str(), m_topology.rank(), true, side);
+  for (const Region& r : regions) update(pass, r, side);
+  m_backend->trace_span(name.c_str(), m_topology.rank(), false, side);
+}
+
 void Block::update_inner(int pass) {
   m_backend->fork();
-  update(pass, inner_box(), true);
+  updates("inner", pass, {inner_box()}, true);
 }
 void Block::update_shell(int pass) {
-  for (const auto& r : shell_boxes()) update(pass, r);
+  updates("shell", pass, shell_boxes());
   m_backend->join();
 }
 

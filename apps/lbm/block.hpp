@@ -65,9 +65,10 @@ class Block {
   // The updates between the exchanges: the first (BGK, or the phi pass) and the second (the
   // fused stream-collide pass); the overlap variant's halves of pass 0 or 1 (the cells that
   // read no halo on the side stream while the halo travels, then the boundary shell); the
-  // swap that ends a step.
-  void first_update() { update(0, whole()); }
-  void second_update() { update(1, whole()); }
+  // swap that ends a step. Each is a span on the event log ("update", "inner", "shell"; " 2"
+  // for pass 1) when it records (--trace): the exchange's place among them.
+  void first_update() { updates("update", 0, {whole()}); }
+  void second_update() { updates("update", 1, {whole()}); }
   void update_inner(int pass);
   void update_shell(int pass);
   void finish_step() { m_backend->swap(); }
@@ -102,6 +103,7 @@ class Block {
   void contig_setup(FieldHalo& h, int s);
   Region whole() const { return Region{{1, 1, 1}, {m_n[0] + 1, m_n[1] + 1, m_n[2] + 1}}; }
   void update(int pass, const Region& r, bool side = false);
+  void updates(const char* span, int pass, const std::vector<Region>& regions, bool side = false);
   Region inner_box() const;
   std::vector<Region> shell_boxes() const;
 

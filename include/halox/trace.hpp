@@ -18,6 +18,8 @@
 #include <mpi.h>
 #endif
 
+struct CUstream_st;
+
 namespace halox::trace {
 
 /// Starts recording (device ring of `device_events` entries, host log unbounded).
@@ -52,6 +54,14 @@ class Scope {
   std::int64_t m_begin;
   bool m_on;
 };
+
+/// Marks the work queued on `stream` between stream_span_begin and stream_span_end as a
+/// span named `name` on `rank`'s track "gpu <name>", timed on the device clock of the
+/// exchange kernels' records (a one-thread kernel at each end, only while recording is on).
+/// For an application's own kernels: whether an exchange runs hidden behind them. Spans of
+/// one name and rank must not overlap; `stream` is a cudaStream_t (null: the legacy stream).
+void stream_span_begin(const char* name, int rank, CUstream_st* stream);
+void stream_span_end(const char* name, int rank, CUstream_st* stream);
 
 /// Everything this process recorded (device events fetched, converted to host time and
 /// paired into spans).

@@ -1,7 +1,12 @@
+// The device clock for the event log (trace.cpp): its offset from the host's clock, and marks
+// of it on a stream (stream spans).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <ctime>
+
+#include "../common/cuda_check.hpp"
+#include "device_trace.cuh"
 
 namespace halox::detail {
 
@@ -10,6 +15,10 @@ __global__ void read_clock(unsigned long long* out) {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   *out = t;
+}
+
+__global__ void mark_stream(DeviceTrace trace, int rank, int event, int count) {
+  trace_record(trace, rank, 0, event, kStreamSpanDirection, static_cast<unsigned long long>(count));
 }
 
 std::int64_t realtime_ns() {
@@ -41,6 +50,11 @@ std::int64_t device_clock_offset_ns() {
   }
   cudaFree(d);
   return offset;
+}
+
+void record_on_stream(const DeviceTrace& trace, int rank, int event, int count, void* stream) {
+  mark_stream<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(trace, rank, event, count);
+  HALOX_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace halox::detail

@@ -11,7 +11,8 @@
 
 namespace halox::detail {
 
-// direction: 0 particles forward, 1 particles reverse, 2 a grid exchange (pulse = its op).
+// direction: 0 particles forward, 1 particles reverse, 2 a grid exchange (pulse = its op),
+// kStreamSpanDirection a stream span.
 // exchange: the kernel's exchange counter, which tells its records from the next launch's.
 // The record goes to this block's slot for `event` in the launch's reservation.
 __device__ __forceinline__ void trace_record(const DeviceTrace& trace, int rank, int pulse,

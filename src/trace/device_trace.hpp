@@ -29,6 +29,8 @@ enum TraceEvent : unsigned char {
   trace_data_end,
   trace_unpack_begin,
   trace_unpack_end,
+  trace_span_begin,  // trace::stream_span_begin/end: an application's work on a stream
+  trace_span_end,
   trace_signal,
 };
 
@@ -52,6 +54,15 @@ DeviceTrace device_trace(unsigned long long blocks = 0, int object = -1);
 /// slots that is `index` modulo `capacity` (index itself before the ring wraps).
 unsigned long long ring_slot(unsigned long long index, unsigned long long reserved,
                              unsigned long long capacity);
+
+/// A record's direction: 0 particles forward, 1 particles reverse, 2 a grid exchange, and
+/// this: a stream span of trace::stream_span_begin/end (its name is the launch's object).
+constexpr int kStreamSpanDirection = 3;
+
+/// Records the device clock on `stream` once the work queued before it is done: `event`
+/// (trace_span_begin or _end) of `rank`'s `count`th span of the object `trace` was reserved
+/// for (args.exchange in the trace). A one-thread kernel (CUDA builds only).
+void record_on_stream(const DeviceTrace& trace, int rank, int event, int count, void* stream);
 
 /// Registers an exchange object whose kernels record device events; returns its id. In
 /// traces its events carry `name` (args.object), or "#id" when the name is empty: ids

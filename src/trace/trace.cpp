@@ -68,6 +68,9 @@ struct State {
   unsigned long long reserved = 0;    // device slots handed out since the last clear()
   std::int64_t device_offset_ns = 0;  // host realtime - device globaltimer
   std::vector<std::string> objects;   // trace_object's names, by id
+  // Stream spans: each name's object id, and per (name, rank) how many have begun.
+  std::map<std::string, int> span_objects;
+  std::map<std::pair<std::string, int>, int> spans_begun;
   // Per launch since the last clear(), in slot order: its first slot and its object. Those
   // whose slots the ring has since overwritten are dropped.
   std::deque<std::pair<unsigned long long, int>> launches;
@@ -207,8 +210,10 @@ std::vector<Event> collect_events(std::int64_t device_offset_ns) {
       const std::string object = object_id >= 0 && object_id < static_cast<int>(s.objects.size())
                                      ? s.objects[object_id]
                                      : std::string();
+      const bool span = r.direction == detail::kStreamSpanDirection;
       const std::string track =
-          r.direction == 2
+          span ? "gpu " + object
+          : r.direction == 2
               ? "gpu grid op " + std::to_string(r.pulse) + " block " + std::to_string(r.block)
               : std::string(r.direction ? "gpu reverse" : "gpu forward") + " pulse " +
                     std::to_string(r.pulse) + " block " + std::to_string(r.block);
@@ -222,7 +227,7 @@ std::vector<Event> collect_events(std::int64_t device_offset_ns) {
       if (r.event % 2 == 0) {
         open[key] = r.t;
       } else if (auto it = open.find(key); it != open.end()) {
-        out.push_back({event_name(r.event), r.rank, track,
+        out.push_back({span ? object : event_name(r.event), r.rank, track,
                        static_cast<std::int64_t>(it->second) + device_offset_ns, t, r.exchange,
                        object});
         open.erase(it);
@@ -236,6 +241,39 @@ std::vector<Event> collect_events(std::int64_t device_offset_ns) {
 }
 
 }  // namespace
+
+namespace {
+void stream_mark(const char* name, int rank, CUstream_st* stream, bool begin) {
+#if HALOX_HAS_CUDA && HALOX_HAS_TRACING
+  if (!enabled()) return;
+  State& s = state();
+  int object = -1, count = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (auto it = s.span_objects.find(name); it != s.span_objects.end()) object = it->second;
+  }
+  if (object < 0) object = detail::trace_object(name);  // takes the lock itself
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.span_objects.emplace(name, object);
+    int& begun = s.spans_begun[{name, rank}];
+    count = begin ? begun++ : begun - 1;
+  }
+  const detail::DeviceTrace d = detail::device_trace(1, object);
+  detail::record_on_stream(d, rank, begin ? detail::trace_span_begin : detail::trace_span_end,
+                           count, stream);
+#else
+  (void)name, (void)rank, (void)stream, (void)begin;
+#endif
+}
+}  // namespace
+
+void stream_span_begin(const char* name, int rank, CUstream_st* stream) {
+  stream_mark(name, rank, stream, true);
+}
+void stream_span_end(const char* name, int rank, CUstream_st* stream) {
+  stream_mark(name, rank, stream, false);
+}
 
 std::vector<Event> collect() {
   return collect_events(state().device_offset_ns);

@@ -12,6 +12,7 @@
 
 #include "../common/cuda_check.hpp"
 #include "../common/pointer_text.hpp"
+#include "../plan/collective.hpp"
 #include "halox/error.hpp"
 #include "nccl_comm.hpp"
 
@@ -29,6 +30,7 @@ struct NcclWindows::Impl {
   ncclComm_t comm = nullptr;
   int rank = 0;
   ncclTeam_t lsa{}, world{};
+  ncclDevComm device{};
   std::map<const char*, ncclWindow_t> windows;  // per block of allocate()
   void** lookup = nullptr;                      // device word for peer_pointer_kernel
 };
@@ -36,6 +38,26 @@ struct NcclWindows::Impl {
 NcclWindows::NcclWindows(MPI_Comm comm, int rank) : m_impl(std::make_unique<Impl>()) {
   m_impl->rank = rank;
   m_impl->comm = make_nccl_comm(comm, rank, "nccl-device");
+  // A window registered as symmetric on a communicator without symmetric memory is a plain
+  // registration whose handle no kernel can read (an illegal address in the pointer lookup).
+  // ncclDevCommCreate refuses such a communicator: ask it first, and refuse on every rank.
+  ncclDevCommRequirements none{};
+  const ncclResult_t rc = ncclDevCommCreate(m_impl->comm, &none, &m_impl->device);
+  std::string error;
+  if (rc != ncclSuccess) {
+    error = std::string("halox: nccl-device: NCCL gives this communicator no symmetric memory (") +
+            ncclGetErrorString(rc) + ": " + ncclGetLastError(m_impl->comm) +
+            "). Its device API needs CUDA virtual memory management with GPUDirect RDMA "
+            "(NCCL_CUMEM_ENABLE), NCCL_WIN_ENABLE, and every rank on one node with peer access; "
+            "ipc-fused and nvshmem-fused move the same halo without it";
+  }
+  try {
+    raise_if_any(comm, error);
+  } catch (...) {
+    if (rc == ncclSuccess) ncclDevCommDestroy(m_impl->comm, &m_impl->device);
+    ncclCommDestroy(m_impl->comm);
+    throw;
+  }
   m_impl->lsa = ncclTeamLsa(m_impl->comm);
   m_impl->world = ncclTeamWorld(m_impl->comm);
   HALOX_CUDA_CHECK(cudaMalloc(&m_impl->lookup, sizeof(void*)));
@@ -47,6 +69,7 @@ NcclWindows::~NcclWindows() {
     ncclMemFree(const_cast<char*>(block));
   }
   cudaFree(m_impl->lookup);
+  ncclDevCommDestroy(m_impl->comm, &m_impl->device);
   ncclCommDestroy(m_impl->comm);
 }
 
@@ -58,6 +81,14 @@ char* NcclWindows::allocate(std::int64_t bytes) {
                                           &window, NCCL_WIN_COLL_SYMMETRIC));
   char* mine = static_cast<char*>(block);
   m_impl->windows[mine] = window;
+  // The lookup kernel reads the window's record: it must be device memory.
+  cudaPointerAttributes record{};
+  if (cudaPointerGetAttributes(&record, window) != cudaSuccess ||
+      record.type != cudaMemoryTypeDevice) {
+    cudaGetLastError();  // not sticky: clear it
+    throw BackendError("halox: nccl-device: NCCL's record of the window at " + pointer_text(mine) +
+                       " is not device memory; the device API cannot use it");
+  }
   // NCCL's pointer for this rank's own block must be the block: the mapping's self-check.
   char* self = peer_pointer(mine, m_impl->rank);
   if (self != mine) {

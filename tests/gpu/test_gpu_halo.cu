@@ -1,7 +1,8 @@
 // The local engine (every rank in one process, on one GPU or spread over every visible GPU):
 // fused per-pulse and all-pulse kernels against brute-force references, 8 and 27 ranks,
 // float and double; a hammer of 10,000 exchanges with changing data checked item by item on
-// the device; a stalled rank that must become a time-out error naming it, not a hang.
+// the device; a stalled rank that must become a time-out error naming it, not a hang; stream
+// spans of the event log around a kernel of known length.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "../common/seed.hpp"
 #include "halox/device.hpp"
 #include "halox/exchange.hpp"
+#include "halox/trace.hpp"
 
 using namespace halox;
 using namespace halox::testing;
@@ -365,6 +367,61 @@ TEST(LocalEngine, AStalledRankBecomesAnErrorNamingIt) {
     EXPECT_NE(m.find("pulse"), std::string::npos) << m;
     std::printf("GPU: stalled rank reported: %s\n", m.c_str());
   }
+}
+
+__global__ void spin_for(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+// A stream span covers the work queued between its ends, on the device clock: a kernel that
+// spins for 300 us on one stream gives a span of at least that, named and on its rank's
+// track, counted per name and rank; nothing is recorded while recording is off.
+TEST(Trace, StreamSpansTimeTheWorkBetweenThem) {
+  cudaStream_t a = nullptr, b = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  trace::enable();
+  trace::clear();
+  for (int k = 0; k < 2; ++k) {
+    trace::stream_span_begin("spin", 3, a);
+    spin_for<<<1, 1, 0, a>>>(300000);
+    trace::stream_span_end("spin", 3, a);
+  }
+  trace::stream_span_begin("idle", 5, b);
+  trace::stream_span_end("idle", 5, b);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<trace::Event> spins, idles;
+  for (const trace::Event& e : trace::collect()) {
+    if (e.name == "spin") spins.push_back(e);
+    if (e.name == "idle") idles.push_back(e);
+  }
+  ASSERT_EQ(spins.size(), 2u);
+  for (std::size_t k = 0; k < spins.size(); ++k) {
+    const trace::Event& e = spins[k];
+    EXPECT_EQ(e.rank, 3);
+    EXPECT_EQ(e.track, "gpu spin");
+    EXPECT_EQ(e.exchange, static_cast<std::int64_t>(k));
+    const double us = 1e-3 * static_cast<double>(e.end_ns - e.begin_ns);
+    EXPECT_GE(us, 300.0);
+    EXPECT_LT(us, 100000.0);
+    std::printf("GPU: stream span %zu of a 300 us kernel: %.1f us\n", k, us);
+  }
+  EXPECT_LE(spins[0].end_ns, spins[1].begin_ns);  // one stream: in order
+  ASSERT_EQ(idles.size(), 1u);
+  EXPECT_EQ(idles[0].rank, 5);
+  EXPECT_LT(idles[0].end_ns - idles[0].begin_ns, 300000);
+  trace::clear();
+  trace::disable();
+  trace::stream_span_begin("spin", 3, a);
+  trace::stream_span_end("spin", 3, a);
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(trace::collect().empty());
+  CUDA_OK(cudaStreamDestroy(a));
+  CUDA_OK(cudaStreamDestroy(b));
 }
 
 }  // namespace
