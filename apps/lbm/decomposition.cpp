@@ -175,8 +175,16 @@ void Decomposition::step_overlapped() {
 }
 
 // Ordered by the caller: every block's stream is gathered into block 0's before, and waits
-// for it after.
+// for it after. A span on the event log (--trace), on block 0's stream.
 void Decomposition::exchange(int field) {
+  static constexpr const char* kSpans[] = {"exchange f", "exchange g", "exchange phi"};
+  const int rank = first().topology().rank();
+  backend().trace_span(kSpans[field], rank, true, false);
+  exchange_field(field);
+  backend().trace_span(kSpans[field], rank, false, false);
+}
+
+void Decomposition::exchange_field(int field) {
   if (m_cli.comm == "contig") {
     exchange_contiguous(field);
   } else if (m_cli.comm == "default") {

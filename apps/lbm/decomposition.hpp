@@ -83,6 +83,7 @@ class Decomposition {
   void step_in_phases();
   void step_overlapped();
   void exchange(int field);
+  void exchange_field(int field);
   void exchange_contiguous(int field);
   void exchange_by_hand(int field);
   // Block 0's stream waits for every block's work so far; every block's for block 0's.

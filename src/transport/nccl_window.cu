@@ -24,6 +24,12 @@ __global__ void peer_pointer_kernel(ncclWindow_t window, int peer, void** out) {
   *out = ncclGetPeerPointer(window, 0, peer);
 }
 
+// 22809 -> "2.28.9" (NCCL_VERSION_CODE's form since 2.9: major * 10000 + minor * 100 + patch).
+std::string nccl_version(int code) {
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
+         std::to_string(code % 100);
+}
+
 }  // namespace
 
 struct NcclWindows::Impl {
@@ -41,10 +47,22 @@ NcclWindows::NcclWindows(MPI_Comm comm, int rank) : m_impl(std::make_unique<Impl
   // A window registered as symmetric on a communicator without symmetric memory is a plain
   // registration whose handle no kernel can read (an illegal address in the pointer lookup).
   // ncclDevCommCreate refuses such a communicator: ask it first, and refuse on every rank.
-  ncclDevCommRequirements none{};
-  const ncclResult_t rc = ncclDevCommCreate(m_impl->comm, &none, &m_impl->device);
+  // The device API is inline code over NCCL's structures: the library must be the one whose
+  // headers halox was built with.
+  int loaded = 0;
+  HALOX_NCCL_CHECK(ncclGetVersion(&loaded));
   std::string error;
-  if (rc != ncclSuccess) {
+  ncclResult_t rc = ncclInvalidUsage;
+  if (loaded != NCCL_VERSION_CODE) {
+    error = "halox: nccl-device: halox was built with the device API of NCCL " +
+            nccl_version(NCCL_VERSION_CODE) + ", but NCCL " + nccl_version(loaded) +
+            " is loaded; its kernels read NCCL's structures inline, so the two must be the same "
+            "(LD_LIBRARY_PATH, or rebuild halox against the loaded NCCL)";
+  } else {
+    ncclDevCommRequirements none{};
+    rc = ncclDevCommCreate(m_impl->comm, &none, &m_impl->device);
+  }
+  if (error.empty() && rc != ncclSuccess) {
     error = std::string("halox: nccl-device: NCCL gives this communicator no symmetric memory (") +
             ncclGetErrorString(rc) + ": " + ncclGetLastError(m_impl->comm) +
             "). Its device API needs CUDA virtual memory management with GPUDirect RDMA "

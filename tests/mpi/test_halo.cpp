@@ -58,6 +58,13 @@ TransportKind test_transport() {
   if (test_transport() == TransportKind::nccl_device) \
   GTEST_SKIP() << "nccl-device moves particles only"
 
+// NCCL gives a one-rank communicator no symmetric memory (it has no peer to reach), so on
+// one rank nccl-device can only refuse, which Transports.NcclDeviceThatCannotRunIsRefused...
+// checks; it moves particles from two ranks on two GPUs.
+bool nccl_device_alone() {
+  return test_transport() == TransportKind::nccl_device && world_size() == 1;
+}
+
 // Runs `exchange(ptr, stream)` on a copy of `data` in the memory the transport moves, and
 // copies the result back.
 template <class T, class F>
@@ -306,8 +313,6 @@ TEST(GridHalo, ExchangesCheckReceivedSizesAgainstThePlan) {
   }
 }
 
-// halox talks on its own duplicate of the communicator: a user's wildcard receive posted on
-// the communicator before a plan is built and exchanges run gets only the user's message.
 // nccl-device refuses a grid exchange at its first exchange of device memory, naming what
 // to choose instead.
 TEST(GridHalo, NcclDeviceRefusesGridsNamingTheAlternatives) {
@@ -324,6 +329,8 @@ TEST(GridHalo, NcclDeviceRefusesGridsNamingTheAlternatives) {
   }
 }
 
+// halox talks on its own duplicate of the communicator: a user's wildcard receive posted on
+// the communicator before a plan is built and exchanges run gets only the user's message.
 TEST(GridHalo, UserWildcardReceiveGetsOnlyTheUsersMessage) {
   SKIP_UNLESS_THE_TRANSPORT_MOVES_GRIDS();
   const int rank = world_rank(), size = world_size();
@@ -460,6 +467,7 @@ void check_particles(std::array<int, 3> dims, double cutoff, std::uint64_t seed)
 }
 
 TEST(ParticleHalo, EveryRankGridShapeOneAndTwoPulses) {
+  if (nccl_device_alone()) GTEST_SKIP() << "nccl-device needs two ranks (symmetric memory)";
   const std::uint64_t seed = halox::testing::test_seed("ParticleHalo", 0);
   for (auto dims : grid_shapes()) {
     check_particles(dims, 2.6, seed);  // 2 or more pulses along axes split 4 or more ways
@@ -647,6 +655,29 @@ TEST(ParticleHalo, BadCutoffIsRefusedOnEveryRank) {
 
 #if HALOX_HAS_CUDA
 namespace {
+// nccl-device that cannot run here is refused on every rank, naming why and what to use
+// instead: without symmetric memory, or with an NCCL library other than the one whose
+// device-API headers halox was built with. It once read NCCL's window record, host memory
+// there, and left the process with an illegal-address error.
+TEST(Transports, NcclDeviceThatCannotRunIsRefusedNotACrash) {
+  if (!nccl_device_alone()) GTEST_SKIP() << "nccl-device on one rank";
+  try {
+    check_particles({1, 1, 1}, 2.6, halox::testing::test_seed("NcclDeviceAlone", 0));
+    ADD_FAILURE() << "nccl-device ran on one rank";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(m.find("no symmetric memory") != std::string::npos ||
+                m.find("must be the same") != std::string::npos)
+        << m;
+    EXPECT_NE(m.find("nccl-device"), std::string::npos) << m;
+    std::printf("GPU: nccl-device refused: %s\n", m.c_str());
+  }
+  // The process stays usable.
+  void* probe = nullptr;
+  EXPECT_EQ(cudaMalloc(&probe, 64), cudaSuccess);
+  EXPECT_EQ(cudaFree(probe), cudaSuccess);
+}
+
 TEST(Transports, MpiDirectIsRefusedUnlessMpiIsCudaAware) {
   if (visible_gpus() == 0) GTEST_SKIP() << "no GPU";
   std::string why;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 29: where the overlap variant's time goes. halox-lbm, 8 ranks in one process,
-# local-fused, datatype and overlap, traced (--trace: the exchange kernel's records and the
-# update kernels' stream spans); prints the last traced step as a timeline: per span name
-# (over the ranks) and per exchange (its kernel's first and last record), begin and end in
-# us from the step's first event. After check.sh built build/gpu. HALOX_LBM_GRID (default
+# local-fused: datatype and overlap on the rank grids 2x2x2, 1x2x4 and 1x1x8 (x split or
+# not: the overlap's shell of x slabs, a sector wide, or only whole rows), MLUPS against one
+# rank's; then BGK traced (--trace: the updates' and exchanges' stream spans), the last steps
+# as a timeline: per span name and count, over the ranks, first begin and last end in us. After check.sh built build/gpu. HALOX_LBM_GRID (default
 # 256x256x256; multiphase: half in x), HALOX_LBM_DEVICE (gpu; cpu for a smoke test with a
 # small grid), HALOX_LBM, HALOX_LBM_MULTIPHASE (as lbm_overlap_blocks.sh).
 #   scripts/device/diag/lbm_overlap_trace.sh OUTDIR
@@ -15,6 +15,28 @@ mkdir -p "$out"
 lbm=${HALOX_LBM:-$lbm}
 device=${HALOX_LBM_DEVICE:-gpu}
 read -r gx gy gz <<< "$(echo "${HALOX_LBM_GRID:-256x256x256}" | tr x ' ')"
+mlups() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mlups"])' "$1"; }
+timeline() {  # trace.json: per span name and count (over the ranks), first begin, last end
+  python3 - "$1" <<'PY'
+import json, sys, collections
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
+          if e.get("ph") == "M" and e["name"] == "thread_name"}
+groups = collections.defaultdict(list)
+for e in ev:
+    if e.get("ph") != "X" or not tracks.get((e["pid"], e["tid"]), "").startswith("gpu "):
+        continue
+    groups[(e["name"], e.get("args", {}).get("exchange", -1))].append(
+        (e["ts"], e["ts"] + e["dur"], e["pid"]))
+rows = sorted((min(b for b, _, _ in v), max(x for _, x, _ in v), k[0], k[1], len(v))
+              for k, v in groups.items())
+if not rows: print("no device spans"); sys.exit()
+t0 = rows[0][0]
+print(f"{'span':14s} {'#':>3s} {'ranks':>5s} {'begin us':>9s} {'end us':>9s} {'length':>8s}")
+for b, x, name, count, ranks in rows:
+    print(f"{name:14s} {count:3d} {ranks:5d} {b - t0:9.1f} {x - t0:9.1f} {x - b:8.1f}")
+PY
+}
 for model in bgk multiphase; do
   grid=${gx}x${gy}x${gz}
   extra=()
@@ -22,38 +44,32 @@ for model in bgk multiphase; do
     grid=$((gx / 2))x${gy}x${gz}
     read -r -a extra <<< "${HALOX_LBM_MULTIPHASE:-}"
   fi
-  for comm in datatype overlap; do
-    name=$model-$comm
-    "$lbm" --model "$model" --grid "$grid" --steps 40 --device "$device" --ranks 2x2x2 \
-      --transport local-fused --comm "$comm" "${extra[@]}" --trace "$out/$name.trace.json" \
-      --json "$out/$name.json" > "$out/$name.txt" 2>&1 || { echo "$name failed"; tail -5 "$out/$name.txt"; continue; }
-    echo "== $name: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mlups"])' "$out/$name.json") MLUPS (traced)"
-    python3 - "$out/$name.trace.json" <<'PY'
-import json, sys, collections
-ev = json.load(open(sys.argv[1]))["traceEvents"]
-tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
-          if e.get("ph") == "M" and e["name"] == "thread_name"}
-groups = collections.defaultdict(list)  # (label, counter) -> [(begin, end, rank)]
-for e in ev:
-    if e.get("ph") != "X": continue
-    track = tracks.get((e["pid"], e["tid"]), "")
-    if not track.startswith("gpu "): continue
-    a = e.get("args", {})
-    label = ("exchange " + a.get("object", "")) if ("grid op" in track or "pulse" in track) else e["name"]
-    groups[(label, a.get("exchange", -1))].append((e["ts"], e["ts"] + e["dur"], e["pid"]))
-rows = sorted(((min(b for b, _, _ in v), max(x for _, x, _ in v), k[0], len({r for _, _, r in v}))
-               for k, v in groups.items()))
-# The last step: from the last exchange of the first exchange object seen.
-firsts = [r for r in rows if r[2].startswith("exchange")]
-if not firsts: print("no exchange records"); sys.exit()
-first_obj = firsts[0][2]
-starts = [r[0] for r in rows if r[2] == first_obj]
-t0 = starts[-2] if len(starts) > 1 else starts[-1]
-t0 = min([r[0] for r in rows if r[1] > t0 and r[0] < t0] + [t0])
-print(f"{'span':24s} {'ranks':>5s} {'begin us':>9s} {'end us':>9s} {'length':>8s}")
-for b, x, label, ranks in rows:
-    if x < t0: continue
-    print(f"{label:24s} {ranks:5d} {b - t0:9.1f} {x - t0:9.1f} {x - b:8.1f}")
+  run() {  # name args...
+    local name=$1; shift
+    "$lbm" --model "$model" --grid "$grid" --device "$device" "${extra[@]}" "$@" \
+      --json "$out/$model-$name.json" > "$out/$model-$name.txt" 2>&1 ||
+      { echo "$model-$name failed"; tail -5 "$out/$model-$name.txt"; return 1; }
+  }
+  run one --ranks 1x1x1 --steps 200 || continue
+  one=$(mlups "$out/$model-one.json")
+  for ranks in 2x2x2 1x2x4 1x1x8; do
+    for comm in datatype overlap; do
+      run "$comm-$ranks" --ranks "$ranks" --transport local-fused --comm "$comm" --steps 200 || continue
+      python3 - "$out/$model-$comm-$ranks.json" "$one" "$model $comm $ranks" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); one = float(sys.argv[2])
+share = (f", exchange {100 * j['exchange_seconds'] / j['seconds']:.1f}% of the step"
+         if j["variant"] == "datatype" and j["seconds"] > 0 else "")
+print(f"{sys.argv[3]:32s} {j['mlups']:10.1f} MLUPS {100 * j['mlups'] / one:6.1f}% of one rank ({one:.1f}){share}")
 PY
+    done
+  done
+  [ "$model" = bgk ] || continue
+  for traced in datatype-2x2x2 overlap-2x2x2 overlap-1x2x4; do
+    comm=${traced%-*} ranks=${traced#*-}
+    run "$traced-traced" --ranks "$ranks" --transport local-fused --comm "$comm" --steps 40 \
+      --trace "$out/$model-$traced.trace.json" || continue
+    echo "== $model $traced, traced: $(mlups "$out/$model-$traced-traced.json") MLUPS; the last steps:"
+    timeline "$out/$model-$traced.trace.json"
   done
 done
