@@ -210,12 +210,17 @@ void Block::update(int pass, const Region& r, bool side) {
   }
 }
 
-// Cells whose whole stencil lies inside this rank's interior. Along x its ends sit on the
-// back end's row alignment (a DRAM sector on the GPU), so that the x slabs of the shell
-// update whole sectors, not one-cell columns that each cost a sector per cell.
+// Cells whose whole stencil lies inside this rank's interior: along an axis the update wraps
+// (no halo), every cell. Along a split x its ends sit on the back end's row alignment (a DRAM
+// sector on the GPU), so that the x slabs of the shell update whole sectors, not one-cell
+// columns that each cost a sector per cell.
 Region Block::inner_box() const {
   const int w = m_backend->row_alignment();
-  return Region{{1 + w, 2, 2}, {1 + (m_n[0] - 1) / w * w, m_n[1], m_n[2]}};
+  Region r{{1 + w, 2, 2}, {1 + (m_n[0] - 1) / w * w, m_n[1], m_n[2]}};
+  for (int a = 0; a < 3; ++a) {
+    if (m_wrap[a]) r.lo[a] = 1, r.hi[a] = m_n[a] + 1;
+  }
+  return r;
 }
 
 // The interior minus the inner box, as disjoint slabs: z ends, then y ends, then x ends.

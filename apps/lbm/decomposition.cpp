@@ -158,16 +158,22 @@ void Decomposition::step_in_phases() {
 // so the fields stay bitwise those of the other variants. No phase times: one span. No wait
 // for the GPU here: the next step's work queues behind this one (stream order and the
 // fork/join events keep it correct), so no step starts on an idle GPU.
+// Every block's inner update waits for every block's last shells, although its own would do:
+// started early, the inner updates (most of the cells) took the GPU from the other blocks'
+// shells and the exchange after them, the step's critical path, and the whole step ran 20%
+// slower than without overlap (the event log showed it; docs/PERFORMANCE.md).
 void Decomposition::step_overlapped() {
+  gather_streams();  // the shells of the last step: the faces, and every inner cell's input
+  scatter_streams();
   for (auto& block : m_blocks) block->update_inner(0);
-  gather_streams();  // the shells of the last step: the faces
   exchange(0);
   if (m_cli.params.multiphase && !fg_together()) exchange(1);
   scatter_streams();
   for (auto& block : m_blocks) block->update_shell(0);
   if (m_cli.params.multiphase) {
-    for (auto& block : m_blocks) block->update_inner(1);
     gather_streams();  // phi of every block's shell, before its faces move
+    scatter_streams();
+    for (auto& block : m_blocks) block->update_inner(1);
     exchange(2);
     scatter_streams();
     for (auto& block : m_blocks) block->update_shell(1);

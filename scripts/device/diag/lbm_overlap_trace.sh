@@ -5,7 +5,8 @@
 # rank's; then BGK traced (--trace: the updates' and exchanges' stream spans), the last steps
 # as a timeline: per span name and count, over the ranks, first begin and last end in us. After check.sh built build/gpu. HALOX_LBM_GRID (default
 # 256x256x256; multiphase: half in x), HALOX_LBM_DEVICE (gpu; cpu for a smoke test with a
-# small grid), HALOX_LBM, HALOX_LBM_MULTIPHASE (as lbm_overlap_blocks.sh).
+# small grid), HALOX_LBM, HALOX_LBM_MULTIPHASE (as lbm_overlap_blocks.sh), HALOX_LBM_RANKS
+# (the rank grids), HALOX_LBM_TRACED (the traced runs, e.g. "overlap-2x2x2").
 #   scripts/device/diag/lbm_overlap_trace.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -52,7 +53,7 @@ for model in bgk multiphase; do
   }
   run one --ranks 1x1x1 --steps 200 || continue
   one=$(mlups "$out/$model-one.json")
-  for ranks in 2x2x2 1x2x4 1x1x8; do
+  for ranks in ${HALOX_LBM_RANKS:-2x2x2 1x2x4 1x1x8}; do
     for comm in datatype overlap; do
       run "$comm-$ranks" --ranks "$ranks" --transport local-fused --comm "$comm" --steps 200 || continue
       python3 - "$out/$model-$comm-$ranks.json" "$one" "$model $comm $ranks" <<'PY'
@@ -65,7 +66,7 @@ PY
     done
   done
   [ "$model" = bgk ] || continue
-  for traced in datatype-2x2x2 overlap-2x2x2 overlap-1x2x4; do
+  for traced in ${HALOX_LBM_TRACED:-datatype-2x2x2 overlap-2x2x2 overlap-1x2x4}; do
     comm=${traced%-*} ranks=${traced#*-}
     run "$traced-traced" --ranks "$ranks" --transport local-fused --comm "$comm" --steps 40 \
       --trace "$out/$model-$traced.trace.json" || continue
