@@ -9,7 +9,9 @@ two (1.1 us from pack to signal, 1.1 us from one exchange's end to the next one'
 as a block barrier and a release add make them on the GPU: grouping by idle time could not
 tell them apart. A trace without the counters must be refused with a message, not misread.
 --skip M takes the exchanges before the last M: 3 of them with --kernels 3 --skip 2, and the
-4 there are with --kernels 5 --skip 2.
+4 there are with --kernels 5 --skip 2. Stream spans (trace::stream_span_begin/end: "inner" on
+both ranks, "exchange f" on rank 0, once per exchange) must stay out of --kernels, and
+--spans 2 must give the last two of each name as one timeline over the ranks.
 
 usage: check_trace_summary.py SCRIPTS_DIR
 """
@@ -44,7 +46,27 @@ def trace(with_counters):
                     if with_counters:
                         e["args"] = {"exchange": 100 + k, "object": obj}
                     events.append(e)
+        if with_counters:
+            events += stream_spans(rank)
     return {"traceEvents": events}
+
+
+# Stream spans, one per pair of exchanges: (name, rank's offset, start, duration) in us.
+SPANS = [("inner", SKEW, 0.2, 3.0), ("exchange f", None, 0.5, 1.0)]
+
+
+def stream_spans(rank):
+    events = []
+    for tid, (name, offset, start, duration) in enumerate(SPANS, start=2):
+        if offset is None and rank != 0:
+            continue  # on rank 0 only
+        events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid,
+                       "args": {"name": "gpu " + name}})
+        for k in range(6):
+            events.append({"ph": "X", "name": name, "pid": rank, "tid": tid,
+                           "ts": 2 * k * PERIOD + rank * (offset or 0) + start, "dur": duration,
+                           "args": {"exchange": k, "object": name}})
+    return events
 
 
 def main():
@@ -104,6 +126,24 @@ def main():
         if got != [want]:
             print(f"--kernels {count} --skip 2: {got} exchanges per row, want {want}")
             failures += 1
+    # --spans 2: counts 4 and 5 of each name, from the first shown (inner 4 on rank 0).
+    want_spans = [("inner", 4, 2, 0.0, SKEW + 3.0), ("exchange f", 4, 1, 0.3, 1.3),
+                  ("inner", 5, 2, 2 * PERIOD, 2 * PERIOD + SKEW + 3.0),
+                  ("exchange f", 5, 1, 2 * PERIOD + 0.3, 2 * PERIOD + 1.3)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path, tables = os.path.join(tmp, "trace.json"), os.path.join(tmp, "tables.json")
+        with open(path, "w") as f:
+            json.dump(trace(True), f)
+        subprocess.run([sys.executable, script, path, "--spans", "2", "--json", tables],
+                       capture_output=True, text=True, check=True)
+        with open(tables) as f:
+            got = [(r["span"], r["count"], r["ranks"], r["begin_us"], r["end_us"])
+                   for r in json.load(f)["spans"]]
+    if len(got) != len(want_spans) or any(
+            g[:3] != w[:3] or abs(g[3] - w[3]) > 1e-6 or abs(g[4] - w[4]) > 1e-6
+            for g, w in zip(got, want_spans)):
+        print(f"--spans 2: {got}, want {want_spans}")
+        failures += 1
     refused = runs[False]
     if refused.returncode == 0 or "exchange counter" not in refused.stderr:
         print("a trace without exchange counters was not refused:", refused.stderr)
@@ -112,8 +152,8 @@ def main():
         print(out)
         sys.exit(1)
     print("trace-summary --kernels: every phase, the skew and the gap of each exchange object "
-          "as built; the events table per object; --skip; a trace without exchange counters "
-          "refused")
+          "as built, stream spans left out; the events table per object; --skip; a trace "
+          "without exchange counters refused; --spans: the last stream spans as a timeline")
 
 
 if __name__ == "__main__":

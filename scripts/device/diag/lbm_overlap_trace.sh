@@ -17,27 +17,6 @@ lbm=${HALOX_LBM:-$lbm}
 device=${HALOX_LBM_DEVICE:-gpu}
 read -r gx gy gz <<< "$(echo "${HALOX_LBM_GRID:-256x256x256}" | tr x ' ')"
 mlups() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mlups"])' "$1"; }
-timeline() {  # trace.json: per span name and count (over the ranks), first begin, last end
-  python3 - "$1" <<'PY'
-import json, sys, collections
-ev = json.load(open(sys.argv[1]))["traceEvents"]
-tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
-          if e.get("ph") == "M" and e["name"] == "thread_name"}
-groups = collections.defaultdict(list)
-for e in ev:
-    if e.get("ph") != "X" or not tracks.get((e["pid"], e["tid"]), "").startswith("gpu "):
-        continue
-    groups[(e["name"], e.get("args", {}).get("exchange", -1))].append(
-        (e["ts"], e["ts"] + e["dur"], e["pid"]))
-rows = sorted((min(b for b, _, _ in v), max(x for _, x, _ in v), k[0], k[1], len(v))
-              for k, v in groups.items())
-if not rows: print("no device spans"); sys.exit()
-t0 = rows[0][0]
-print(f"{'span':14s} {'#':>3s} {'ranks':>5s} {'begin us':>9s} {'end us':>9s} {'length':>8s}")
-for b, x, name, count, ranks in rows:
-    print(f"{name:14s} {count:3d} {ranks:5d} {b - t0:9.1f} {x - t0:9.1f} {x - b:8.1f}")
-PY
-}
 for model in bgk multiphase; do
   grid=${gx}x${gy}x${gz}
   extra=()
@@ -71,6 +50,6 @@ PY
     run "$traced-traced" --ranks "$ranks" --transport local-fused --comm "$comm" --steps 40 \
       --trace "$out/$model-$traced.trace.json" || continue
     echo "== $model $traced, traced: $(mlups "$out/$model-$traced-traced.json") MLUPS; the last steps:"
-    timeline "$out/$model-$traced.trace.json"
+    scripts/trace-summary "$out/$model-$traced.trace.json" --spans 3 | sed -n '/stream spans/,$p'
   done
 done
