@@ -3,10 +3,13 @@
 # local-fused: datatype and overlap on the rank grids 2x2x2, 1x2x4 and 1x1x8 (x split or
 # not: the overlap's shell of x slabs, a sector wide, or only whole rows), MLUPS against one
 # rank's; then BGK traced (--trace: the updates' and exchanges' stream spans), the last steps
-# as a timeline: per span name and count, over the ranks, first begin and last end in us. After check.sh built build/gpu. HALOX_LBM_GRID (default
-# 256x256x256; multiphase: half in x), HALOX_LBM_DEVICE (gpu; cpu for a smoke test with a
-# small grid), HALOX_LBM, HALOX_LBM_MULTIPHASE (as lbm_overlap_blocks.sh), HALOX_LBM_RANKS
-# (the rank grids), HALOX_LBM_TRACED (the traced runs, e.g. "overlap-2x2x2").
+# as a timeline (scripts/trace-summary --spans). After check.sh built build/gpu.
+# HALOX_LBM_GRID (default 256x256x256; multiphase: half in x), HALOX_LBM_DEVICE (gpu; cpu for
+# a smoke test with a small grid), HALOX_LBM (the halox-lbm to run), HALOX_LBM_MULTIPHASE
+# (more arguments of the multiphase runs, e.g. "--radius 3" for a small grid),
+# HALOX_LBM_RANKS (the rank grids), HALOX_LBM_TRACED (the traced runs, e.g.
+# "overlap-2x2x2"), HALOX_LBM_BLOCKS (overlap runs more with the exchange kernel capped at
+# each of these HALOX_LOCAL_BLOCKS, e.g. "66 132 264 528"; none by default).
 #   scripts/device/diag/lbm_overlap_trace.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -33,9 +36,14 @@ for model in bgk multiphase; do
   run one --ranks 1x1x1 --steps 200 || continue
   one=$(mlups "$out/$model-one.json")
   for ranks in ${HALOX_LBM_RANKS:-2x2x2 1x2x4 1x1x8}; do
-    for comm in datatype overlap; do
-      run "$comm-$ranks" --ranks "$ranks" --transport local-fused --comm "$comm" --steps 200 || continue
-      python3 - "$out/$model-$comm-$ranks.json" "$one" "$model $comm $ranks" <<'PY'
+    cases=(datatype overlap)
+    for cap in ${HALOX_LBM_BLOCKS:-}; do cases+=("overlap-blocks$cap"); done
+    for case in "${cases[@]}"; do
+      cap=${case#overlap-blocks}
+      [ "$cap" = "$case" ] && cap=""
+      HALOX_LOCAL_BLOCKS=$cap run "$case-$ranks" --ranks "$ranks" --transport local-fused \
+        --comm "${case%%-*}" --steps 200 || continue
+      python3 - "$out/$model-$case-$ranks.json" "$one" "$model $case $ranks" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1])); one = float(sys.argv[2])
 share = (f", exchange {100 * j['exchange_seconds'] / j['seconds']:.1f}% of the step"
