@@ -8,8 +8,12 @@
 # a smoke test with a small grid), HALOX_LBM (the halox-lbm to run), HALOX_LBM_MULTIPHASE
 # (more arguments of the multiphase runs, e.g. "--radius 3" for a small grid),
 # HALOX_LBM_RANKS (the rank grids), HALOX_LBM_TRACED (the traced runs, e.g.
-# "overlap-2x2x2"), HALOX_LBM_BLOCKS (overlap runs more with the exchange kernel capped at
-# each of these HALOX_LOCAL_BLOCKS, e.g. "66 132 264 528"; none by default).
+# "overlap-2x2x2", "overlap-conn32-2x2x2"), HALOX_LBM_BLOCKS (overlap runs more with the
+# exchange kernel capped at each of these HALOX_LOCAL_BLOCKS, e.g. "66 132 264 528"; none by
+# default), HALOX_LBM_CONNECTIONS (datatype and overlap runs more with each of these
+# CUDA_DEVICE_MAX_CONNECTIONS, e.g. 32: the hardware queues the 16 streams of 8 blocks map
+# onto, 8 by default, so that a main stream's exchange or shells may wait behind another
+# block's inner update in a shared queue; none by default).
 #   scripts/device/diag/lbm_overlap_trace.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -27,9 +31,12 @@ for model in bgk multiphase; do
     grid=$((gx / 2))x${gy}x${gz}
     read -r -a extra <<< "${HALOX_LBM_MULTIPHASE:-}"
   fi
-  run() {  # name args...
-    local name=$1; shift
-    "$lbm" --model "$model" --grid "$grid" --device "$device" "${extra[@]}" "$@" \
+  run() {  # name args... (the case's knobs from its name: -blocksN, -connN)
+    local name=$1 knobs=()
+    shift
+    [[ "$name" =~ -blocks([0-9]+) ]] && knobs+=("HALOX_LOCAL_BLOCKS=${BASH_REMATCH[1]}")
+    [[ "$name" =~ -conn([0-9]+) ]] && knobs+=("CUDA_DEVICE_MAX_CONNECTIONS=${BASH_REMATCH[1]}")
+    env "${knobs[@]}" "$lbm" --model "$model" --grid "$grid" --device "$device" "${extra[@]}" "$@" \
       --json "$out/$model-$name.json" > "$out/$model-$name.txt" 2>&1 ||
       { echo "$model-$name failed"; tail -5 "$out/$model-$name.txt"; return 1; }
   }
@@ -38,11 +45,10 @@ for model in bgk multiphase; do
   for ranks in ${HALOX_LBM_RANKS:-2x2x2 1x2x4 1x1x8}; do
     cases=(datatype overlap)
     for cap in ${HALOX_LBM_BLOCKS:-}; do cases+=("overlap-blocks$cap"); done
+    for n in ${HALOX_LBM_CONNECTIONS:-}; do cases+=("datatype-conn$n" "overlap-conn$n"); done
     for case in "${cases[@]}"; do
-      cap=${case#overlap-blocks}
-      [ "$cap" = "$case" ] && cap=""
-      HALOX_LOCAL_BLOCKS=$cap run "$case-$ranks" --ranks "$ranks" --transport local-fused \
-        --comm "${case%%-*}" --steps 200 || continue
+      run "$case-$ranks" --ranks "$ranks" --transport local-fused --comm "${case%%-*}" \
+        --steps 200 || continue
       python3 - "$out/$model-$case-$ranks.json" "$one" "$model $case $ranks" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1])); one = float(sys.argv[2])
@@ -54,8 +60,8 @@ PY
   done
   [ "$model" = bgk ] || continue
   for traced in ${HALOX_LBM_TRACED:-datatype-2x2x2 overlap-2x2x2 overlap-1x2x4}; do
-    comm=${traced%-*} ranks=${traced#*-}
-    run "$traced-traced" --ranks "$ranks" --transport local-fused --comm "$comm" --steps 40 \
+    ranks=${traced##*-}
+    run "$traced-traced" --ranks "$ranks" --transport local-fused --comm "${traced%%-*}" --steps 40 \
       --trace "$out/$model-$traced.trace.json" || continue
     echo "== $model $traced, traced: $(mlups "$out/$model-$traced-traced.json") MLUPS; the last steps:"
     scripts/trace-summary "$out/$model-$traced.trace.json" --spans 3 | sed -n '/stream spans/,$p'
