@@ -44,11 +44,11 @@ struct NcclWindows::Impl {
 NcclWindows::NcclWindows(MPI_Comm comm, int rank) : m_impl(std::make_unique<Impl>()) {
   m_impl->rank = rank;
   m_impl->comm = make_nccl_comm(comm, rank, "nccl-device");
-  // A window registered as symmetric on a communicator without symmetric memory is a plain
-  // registration whose handle no kernel can read (an illegal address in the pointer lookup).
-  // ncclDevCommCreate refuses such a communicator: ask it first, and refuse on every rank.
-  // The device API is inline code over NCCL's structures: the library must be the one whose
-  // headers halox was built with.
+  // Two refusals, on every rank, before any window. The device API is inline code over
+  // NCCL's structures, so the loaded library must be the one whose headers halox was built
+  // with. And a window registered as symmetric on a communicator without symmetric memory is
+  // a plain registration whose record no kernel can read (an illegal address in the pointer
+  // lookup); ncclDevCommCreate refuses such a communicator, so it is asked first.
   int loaded = 0;
   HALOX_NCCL_CHECK(ncclGetVersion(&loaded));
   std::string error;
@@ -99,13 +99,17 @@ char* NcclWindows::allocate(std::int64_t bytes) {
                                           &window, NCCL_WIN_COLL_SYMMETRIC));
   char* mine = static_cast<char*>(block);
   m_impl->windows[mine] = window;
-  // The lookup kernel reads the window's record: it must be device memory.
+  // The lookup kernel reads the window's record: the device must reach it (device memory, or
+  // host memory mapped for the device).
   cudaPointerAttributes record{};
-  if (cudaPointerGetAttributes(&record, window) != cudaSuccess ||
-      record.type != cudaMemoryTypeDevice) {
+  const bool reached =
+      cudaPointerGetAttributes(&record, window) == cudaSuccess &&
+      (record.type == cudaMemoryTypeDevice || record.type == cudaMemoryTypeManaged ||
+       (record.type == cudaMemoryTypeHost && record.devicePointer != nullptr));
+  if (!reached) {
     cudaGetLastError();  // not sticky: clear it
     throw BackendError("halox: nccl-device: NCCL's record of the window at " + pointer_text(mine) +
-                       " is not device memory; the device API cannot use it");
+                       " is not memory the device reaches; the device API cannot use it");
   }
   // NCCL's pointer for this rank's own block must be the block: the mapping's self-check.
   char* self = peer_pointer(mine, m_impl->rank);
