@@ -10,7 +10,10 @@
 # HALOX_LBM_GRID (default 256x256x256; multiphase runs half of it in x), HALOX_LBM_STEPS
 # (default 300), HALOX_LBM_DEVICE (default gpu; cpu for a smoke test of the script with a
 # small grid), HALOX_LBM (the halox-lbm to run; default build/gpu's), HALOX_LBM_MULTIPHASE
-# (more arguments of the multiphase runs, e.g. "--radius 4" for a small grid).
+# (more arguments of the multiphase runs, e.g. "--radius 4" for a small grid),
+# HALOX_LBM_RANKS8 / HALOX_LBM_RANKS2 (the rank grids of the 8-rank and 2-process runs;
+# default: halox-lbm's own choice, 1x2x4 and 1x1x2 for a cube; the table of a58baa4 used
+# 2x2x2 and 2x1x1).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source scripts/device/diag/common.sh
@@ -43,21 +46,25 @@ for model in bgk multiphase; do
   common+=(--grid "$size")
   run "$model-r1" 1 "${common[@]}" --ranks 1x1x1
   # 8 ranks in this process: the local transports (host copies between blocks for default).
-  run "$model-r8-default" 1 "${common[@]}" --ranks 2x2x2 --comm default --transport local-pulse
-  run "$model-r8-contig" 1 "${common[@]}" --ranks 2x2x2 --comm contig --transport local-pulse
-  run "$model-r8-datatype" 1 "${common[@]}" --ranks 2x2x2 --comm datatype --transport local-pulse
-  run "$model-r8-overlap" 1 "${common[@]}" --ranks 2x2x2 --comm overlap --transport local-pulse
-  run "$model-r8-gpu-initiated" 1 "${common[@]}" --ranks 2x2x2 --comm datatype --transport local-fused
-  run "$model-r8-gpu-initiated-overlap" 1 "${common[@]}" --ranks 2x2x2 --comm overlap --transport local-fused
+  r8=(--rank-count 8)
+  [ -n "${HALOX_LBM_RANKS8:-}" ] && r8=(--ranks "$HALOX_LBM_RANKS8")
+  run "$model-r8-default" 1 "${common[@]}" "${r8[@]}" --comm default --transport local-pulse
+  run "$model-r8-contig" 1 "${common[@]}" "${r8[@]}" --comm contig --transport local-pulse
+  run "$model-r8-datatype" 1 "${common[@]}" "${r8[@]}" --comm datatype --transport local-pulse
+  run "$model-r8-overlap" 1 "${common[@]}" "${r8[@]}" --comm overlap --transport local-pulse
+  run "$model-r8-gpu-initiated" 1 "${common[@]}" "${r8[@]}" --comm datatype --transport local-fused
+  run "$model-r8-gpu-initiated-overlap" 1 "${common[@]}" "${r8[@]}" --comm overlap --transport local-fused
   # 2 processes (under MPS on the one GPU).
   fused=ipc-fused
   [ "$device" = cpu ] && fused=host
-  run "$model-np2-default" 2 "${common[@]}" --ranks 2x1x1 --comm default
-  run "$model-np2-contig" 2 "${common[@]}" --ranks 2x1x1 --comm contig
-  run "$model-np2-datatype" 2 "${common[@]}" --ranks 2x1x1 --comm datatype
-  run "$model-np2-overlap" 2 "${common[@]}" --ranks 2x1x1 --comm overlap
-  run "$model-np2-gpu-initiated" 2 "${common[@]}" --ranks 2x1x1 --comm datatype --transport "$fused"
-  run "$model-np2-gpu-initiated-overlap" 2 "${common[@]}" --ranks 2x1x1 --comm overlap --transport "$fused"
+  r2=()
+  [ -n "${HALOX_LBM_RANKS2:-}" ] && r2=(--ranks "$HALOX_LBM_RANKS2")
+  run "$model-np2-default" 2 "${common[@]}" "${r2[@]}" --comm default
+  run "$model-np2-contig" 2 "${common[@]}" "${r2[@]}" --comm contig
+  run "$model-np2-datatype" 2 "${common[@]}" "${r2[@]}" --comm datatype
+  run "$model-np2-overlap" 2 "${common[@]}" "${r2[@]}" --comm overlap
+  run "$model-np2-gpu-initiated" 2 "${common[@]}" "${r2[@]}" --comm datatype --transport "$fused"
+  run "$model-np2-gpu-initiated-overlap" 2 "${common[@]}" "${r2[@]}" --comm overlap --transport "$fused"
 done
 [ "$device" = gpu ] && stop_mps
 (cd "$out" && tar czf runs.tgz $(ls ./*.json 2>/dev/null))
@@ -77,7 +84,10 @@ for model in ("bgk", "multiphase"):
     print(f"\n{model}, {one['grid']}, 1 rank: {one['mlups']:.0f} MLUPS")
     for ranks in ("r8", "np2"):
         base = load(f"{model}-{ranks}-default")
-        print(f"{'  ' + ranks:6s} {'variant':22s} {'transport':38s} {'MLUPS':>8s} "
+        grid = next((j["ranks"] for j in (load(f"{model}-{ranks}-{v}") for v in variants) if j),
+                    "")
+        print(f"  {ranks} ({grid})")
+        print(f"{'':6s} {'variant':22s} {'transport':38s} {'MLUPS':>8s} "
               f"{'step/default':>12s} {'of 1 rank':>9s} {'exchange':>8s}")
         for v in variants:
             j = load(f"{model}-{ranks}-{v}")
