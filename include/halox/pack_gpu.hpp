@@ -10,13 +10,9 @@
 #include <cstdint>
 
 #include "halox/datatype.hpp"
-
-struct CUstream_st;
+#include "halox/device.hpp"
 
 namespace halox {
-
-/// The CUDA stream type, without including CUDA headers (same as cudaStream_t).
-using GpuStream = CUstream_st*;
 
 /// Packs `count` instances of `type` at `in` (device memory) into `out`.
 void pack_async(const void* in, std::int64_t count, const Datatype& type, void* out,

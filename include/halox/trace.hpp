@@ -14,11 +14,10 @@
 #include <vector>
 
 #include "halox/config.hpp"
+#include "halox/device.hpp"
 #if HALOX_HAS_MPI
 #include <mpi.h>
 #endif
-
-struct CUstream_st;
 
 namespace halox::trace {
 
@@ -59,9 +58,9 @@ class Scope {
 /// span named `name` on `rank`'s track "gpu <name>", timed on the device clock of the
 /// exchange kernels' records (a one-thread kernel at each end, only while recording is on).
 /// For an application's own kernels: whether an exchange runs hidden behind them. Spans of
-/// one name and rank must not overlap; `stream` is a cudaStream_t (null: the legacy stream).
-void stream_span_begin(const char* name, int rank, CUstream_st* stream);
-void stream_span_end(const char* name, int rank, CUstream_st* stream);
+/// one name and rank must not overlap; a null stream is the legacy default stream.
+void stream_span_begin(const char* name, int rank, GpuStream stream);
+void stream_span_end(const char* name, int rank, GpuStream stream);
 
 /// Everything this process recorded (device events fetched, converted to host time and
 /// paired into spans).

@@ -243,7 +243,7 @@ std::vector<Event> collect_events(std::int64_t device_offset_ns) {
 }  // namespace
 
 namespace {
-void stream_mark(const char* name, int rank, CUstream_st* stream, bool begin) {
+void stream_mark(const char* name, int rank, GpuStream stream, bool begin) {
 #if HALOX_HAS_CUDA && HALOX_HAS_TRACING
   if (!enabled()) return;
   State& s = state();
@@ -268,10 +268,10 @@ void stream_mark(const char* name, int rank, CUstream_st* stream, bool begin) {
 }
 }  // namespace
 
-void stream_span_begin(const char* name, int rank, CUstream_st* stream) {
+void stream_span_begin(const char* name, int rank, GpuStream stream) {
   stream_mark(name, rank, stream, true);
 }
-void stream_span_end(const char* name, int rank, CUstream_st* stream) {
+void stream_span_end(const char* name, int rank, GpuStream stream) {
   stream_mark(name, rank, stream, false);
 }
 
