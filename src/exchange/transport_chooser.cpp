@@ -26,6 +26,8 @@ AutoChoice choose_transport(bool all_local, bool have_nvshmem, std::int64_t larg
                             std::int64_t direct_until, std::int64_t pipelined_from, bool particle) {
   TransportKind kind;
   std::string why;
+  // nccl-device is never the pick: on one node ipc-fused runs the same kernels without NCCL's
+  // set-up, and across nodes it would need GIN puts, which halox does not build yet.
   // On one node: direct stores (measured on the H200, docs/PERFORMANCE.md: the MD halo
   // 3.5-5.4x staged's, the LBM with 2 processes on one GPU 1.2-1.8x nvshmem-stream's
   // MLUPS), unless halox-tune measured NVSHMEM's copy-engine puts to win from a message
