@@ -12,7 +12,7 @@
 # small grid), HALOX_LBM (the halox-lbm to run; default build/gpu's), HALOX_LBM_MULTIPHASE
 # (more arguments of the multiphase runs, e.g. "--radius 4" for a small grid),
 # HALOX_LBM_RANKS8 / HALOX_LBM_RANKS2 (the rank grids of the 8-rank and 2-process runs;
-# default: halox-lbm's own choice, 1x2x4 and 1x1x2 for a cube; the table of a58baa4 used
+# default: halox-lbm's own choice, 1x2x4 and 1x1x2 for a cube; the earlier tables used
 # 2x2x2 and 2x1x1).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
