@@ -72,7 +72,9 @@ Cli parse(int argc, char** argv) {
               {"fields", "separate"});
   line.text("--dump", c.dump, "rho, u, phi of every cell after the run (binary, global order)");
   line.text("--slice", c.slice, "the order parameter (or |u|) in the mid z plane as a PGM image");
-  line.text("--trace", c.trace, "Chrome trace JSON of the last steps");
+  line.text("--trace", c.trace,
+            "Chrome trace JSON of the last steps: the exchange kernels' events and, on the GPU, "
+            "every rank's updates and exchange calls as stream spans");
   line.watchdog(c.watchdog);
   line.text("--json", c.json, "results as JSON");
   line.parse(argc, argv);
