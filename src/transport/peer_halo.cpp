@@ -14,6 +14,7 @@
 #include "../runtime/env.hpp"
 #include "../runtime/gpu_share.hpp"
 #include "halox/error.hpp"
+#include "host_wait.hpp"
 #include "transport.hpp"
 #include "halox/mpi.hpp"
 #include "../common/mpi_tags.hpp"
@@ -139,6 +140,8 @@ PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
     : m_comm(comm),
       m_rank(rank),
       m_mapping(mapping),
+      m_name(to_string(options.transport)),
+      m_timeout(options.timeout_seconds),
       m_halo(std::make_unique<DeviceHalo>(real, options, gpu_share(comm))),
       m_peers(comm, rank, mapping) {
   if (mapping == Mapping::nccl) {
@@ -147,11 +150,7 @@ PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
     m_peers.use_windows(m_windows.get());
     // Symmetric windows: every rank registers the largest size any rank needs (collective).
     m_halo->set_allocator(
-        [this](std::int64_t bytes) {
-          long long need = bytes, most = 0;
-          HALOX_MPI_CHECK(MPI_Allreduce(&need, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
-          return m_windows->allocate(most);
-        },
+        [this](std::int64_t bytes) { return m_windows->allocate(largest_block(bytes)); },
         [this](char* p) { m_windows->release(p); });
 #else
     throw Error("halox: nccl-device needs a build with NCCL 2.28 or later (its device API)");
@@ -161,13 +160,17 @@ PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
     // Symmetric blocks: every PE allocates the largest size any PE needs (collective).
     m_halo->set_allocator(
         [this](std::int64_t bytes) {
-          long long need = bytes, most = 0;
-          HALOX_MPI_CHECK(MPI_Allreduce(&need, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
+          const std::int64_t most = largest_block(bytes);
           ensure_nvshmem(m_comm, most);
           return static_cast<char*>(symmetric_alloc(most));
         },
         [](char* p) { symmetric_free(p); });
   }
+}
+
+std::int64_t PeerHalo::largest_block(std::int64_t bytes) const {
+  return bounded_max(m_comm, bytes, WaitContext{m_rank, m_name.c_str(), m_timeout},
+                     "the agreement on the block size");
 }
 
 void PeerHalo::set_plan(const ParticlePlan& plan) {

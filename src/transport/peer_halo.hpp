@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 
 #include "../device/device_halo.hpp"
 
@@ -94,9 +95,15 @@ class PeerHalo {
   int launches_per_exchange() const { return m_halo->launches_per_exchange(); }
 
  private:
+  /// Collective: the largest of every rank's `bytes`; symmetric blocks are that size on
+  /// every rank.
+  std::int64_t largest_block(std::int64_t bytes) const;
+
   MPI_Comm m_comm;
   int m_rank;
   Mapping m_mapping;
+  std::string m_name;  // the transport's, and its time-out: the set-up's waits report them
+  double m_timeout;
   // nccl: the windows of the blocks, declared before m_halo so that they outlive its blocks
   // (shared: the type is complete only in builds with NCCL's device API).
   std::shared_ptr<NcclWindows> m_windows;
