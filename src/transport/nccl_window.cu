@@ -36,7 +36,6 @@ struct NcclWindows::Impl {
   ncclComm_t comm = nullptr;
   int rank = 0;
   ncclTeam_t lsa{}, world{};
-  ncclDevComm device{};
   std::map<const char*, ncclWindow_t> windows;  // per block of allocate()
   void** lookup = nullptr;                      // device word for peer_pointer_kernel
 };
@@ -59,8 +58,11 @@ NcclWindows::NcclWindows(MPI_Comm comm, int rank) : m_impl(std::make_unique<Impl
             " is loaded; its kernels read NCCL's structures inline, so the two must be the same "
             "(LD_LIBRARY_PATH, or rebuild halox against the loaded NCCL)";
   } else {
+    // Asked only: the kernels take NCCL's pointers, not a device communicator.
     ncclDevCommRequirements none{};
-    rc = ncclDevCommCreate(m_impl->comm, &none, &m_impl->device);
+    ncclDevComm device{};
+    rc = ncclDevCommCreate(m_impl->comm, &none, &device);
+    if (rc == ncclSuccess) ncclDevCommDestroy(m_impl->comm, &device);
   }
   if (error.empty() && rc != ncclSuccess) {
     error = std::string("halox: nccl-device: NCCL gives this communicator no symmetric memory (") +
@@ -72,7 +74,6 @@ NcclWindows::NcclWindows(MPI_Comm comm, int rank) : m_impl(std::make_unique<Impl
   try {
     raise_if_any(comm, error);
   } catch (...) {
-    if (rc == ncclSuccess) ncclDevCommDestroy(m_impl->comm, &m_impl->device);
     ncclCommDestroy(m_impl->comm);
     throw;
   }
@@ -87,7 +88,6 @@ NcclWindows::~NcclWindows() {
     ncclMemFree(const_cast<char*>(block));
   }
   cudaFree(m_impl->lookup);
-  ncclDevCommDestroy(m_impl->comm, &m_impl->device);
   ncclCommDestroy(m_impl->comm);
 }
 
