@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
-#include <string>
 
 #include "halox/device.hpp"
 #include "halox/error.hpp"
@@ -240,19 +239,19 @@ std::vector<Region> Block::shell_boxes() const {
   return out;
 }
 
-void Block::updates(const char* span, int pass, const std::vector<Region>& regions, bool side) {
-  const std::string name = std::string(span) + (pass ? " 2" : "");
-  m_backend->trace_span(name.c_str(), m_topology.rank(), true, side);
+void Block::updates(const char* span, int pass, std::span<const Region> regions, bool side) {
+  m_backend->trace_span(span, m_topology.rank(), true, side);
   for (const Region& r : regions) update(pass, r, side);
-  m_backend->trace_span(name.c_str(), m_topology.rank(), false, side);
+  m_backend->trace_span(span, m_topology.rank(), false, side);
 }
 
 void Block::update_inner(int pass) {
   m_backend->fork();
-  updates("inner", pass, {inner_box()}, true);
+  const Region inner = inner_box();
+  updates(pass ? "inner 2" : "inner", pass, {&inner, 1}, true);
 }
 void Block::update_shell(int pass) {
-  updates("shell", pass, shell_boxes());
+  updates(pass ? "shell 2" : "shell", pass, shell_boxes());
   m_backend->join();
 }
 

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -67,8 +68,8 @@ class Block {
   // read no halo on the side stream while the halo travels, then the boundary shell); the
   // swap that ends a step. Each is a span on the event log ("update", "inner", "shell"; " 2"
   // for pass 1) when it records (--trace): the exchange's place among them.
-  void first_update() { updates("update", 0, {whole()}); }
-  void second_update() { updates("update", 1, {whole()}); }
+  void first_update() { whole_update("update", 0); }
+  void second_update() { whole_update("update 2", 1); }
   void update_inner(int pass);
   void update_shell(int pass);
   void finish_step() { m_backend->swap(); }
@@ -103,7 +104,11 @@ class Block {
   void contig_setup(FieldHalo& h, int s);
   Region whole() const { return Region{{1, 1, 1}, {m_n[0] + 1, m_n[1] + 1, m_n[2] + 1}}; }
   void update(int pass, const Region& r, bool side = false);
-  void updates(const char* span, int pass, const std::vector<Region>& regions, bool side = false);
+  void updates(const char* span, int pass, std::span<const Region> regions, bool side = false);
+  void whole_update(const char* span, int pass) {
+    const Region r = whole();
+    updates(span, pass, {&r, 1});
+  }
   Region inner_box() const;
   std::vector<Region> shell_boxes() const;
 
