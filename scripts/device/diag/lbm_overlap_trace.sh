@@ -7,8 +7,8 @@
 # HALOX_LBM_GRID (default 256x256x256; multiphase: half in x), HALOX_LBM_DEVICE (gpu; cpu for
 # a smoke test with a small grid), HALOX_LBM (the halox-lbm to run), HALOX_LBM_MULTIPHASE
 # (more arguments of the multiphase runs, e.g. "--radius 3" for a small grid),
-# HALOX_LBM_RANKS (the rank grids), HALOX_LBM_TRACED (the traced runs, e.g.
-# "overlap-2x2x2", "overlap-conn32-2x2x2"), HALOX_LBM_BLOCKS (overlap runs more with the
+# HALOX_LBM_RANKS (the rank grids), HALOX_LBM_TRACED (the traced runs, BGK's by default, e.g.
+# "overlap-2x2x2", "overlap-conn32-2x2x2", "multiphase:overlap-1x2x4"), HALOX_LBM_BLOCKS (overlap runs more with the
 # exchange kernel capped at each of these HALOX_LOCAL_BLOCKS, e.g. "66 132 264 528"; none by
 # default), HALOX_LBM_CONNECTIONS (datatype and overlap runs more with each of these
 # CUDA_DEVICE_MAX_CONNECTIONS, e.g. 32: the hardware queues the 16 streams of 8 blocks map
@@ -58,8 +58,14 @@ print(f"{sys.argv[3]:32s} {j['mlups']:10.1f} MLUPS {100 * j['mlups'] / one:6.1f}
 PY
     done
   done
-  [ "$model" = bgk ] || continue
   for traced in ${HALOX_LBM_TRACED:-datatype-2x2x2 overlap-2x2x2 overlap-1x2x4}; do
+    # "multiphase:overlap-1x2x4" traces the multiphase model; a name alone, BGK.
+    if [[ "$traced" == *:* ]]; then
+      [ "${traced%%:*}" = "$model" ] || continue
+      traced=${traced#*:}
+    else
+      [ "$model" = bgk ] || continue
+    fi
     ranks=${traced##*-}
     run "$traced-traced" --ranks "$ranks" --transport local-fused --comm "${traced%%-*}" --steps 40 \
       --trace "$out/$model-$traced.trace.json" || continue
