@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,13 +47,13 @@ class Backend {
   virtual void* f() = 0;
   virtual void* g() = 0;
   virtual void* phi() = 0;
-  /// The cell updates, over a region; `side`: on a second stream (GPU), for the overlap
-  /// variant, between fork() and join().
-  virtual void bgk_step(double omega, const Region& r,
-                        bool side = false) = 0;                     // fused pull + collide
-  virtual void update_phi(const Region& r, bool side = false) = 0;  // multiphase: from pulled g
-  virtual void stream_collide(const Params& p, const Region& r,
-                              bool side = false) = 0;  // after phi's halo
+  /// The cell updates, over disjoint regions (on the GPU in one launch: the overlap shell's
+  /// slabs are small, and one launch each left the GPU idle between them); `side`: on a
+  /// second stream (GPU), for the overlap variant, between fork() and join().
+  using Regions = std::span<const Region>;
+  virtual void bgk_step(double omega, Regions r, bool side = false) = 0;  // fused pull + collide
+  virtual void update_phi(Regions r, bool side = false) = 0;  // multiphase: from pulled g
+  virtual void stream_collide(const Params& p, Regions r, bool side = false) = 0;  // after phi
   /// The work queued between a begin and its end, on the main or side stream, as the span
   /// `name` of `rank` on the event log (GPU, while it records: trace::stream_span_begin).
   virtual void trace_span(const char* name, int rank, bool begin, bool side) {

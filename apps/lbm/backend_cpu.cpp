@@ -61,18 +61,20 @@ class CpuBackend final : public Backend {
   void* g() override { return m_f.g; }
   void* phi() override { return m_f.phi; }
   template <class Op>
-  void each(const Region& r, Op op) {
-    for (int z = r.lo[2]; z < r.hi[2]; ++z)
-      for (int y = r.lo[1]; y < r.hi[1]; ++y)
-        for (int x = r.lo[0]; x < r.hi[0]; ++x) op(x, y, z);
+  void each(Regions regions, Op op) {
+    for (const Region& r : regions) {
+      for (int z = r.lo[2]; z < r.hi[2]; ++z)
+        for (int y = r.lo[1]; y < r.hi[1]; ++y)
+          for (int x = r.lo[0]; x < r.hi[0]; ++x) op(x, y, z);
+    }
   }
-  void bgk_step(double omega, const Region& r, bool) override {
+  void bgk_step(double omega, Regions r, bool) override {
     each(r, [&](int x, int y, int z) { bgk_cell<Real>(m_f, x, y, z, static_cast<Real>(omega)); });
   }
-  void update_phi(const Region& r, bool) override {
+  void update_phi(Regions r, bool) override {
     each(r, [&](int x, int y, int z) { phi_cell<Real>(m_f, x, y, z); });
   }
-  void stream_collide(const Params& p, const Region& r, bool) override {
+  void stream_collide(const Params& p, Regions r, bool) override {
     each(r, [&](int x, int y, int z) { stream_collide_cell<Real>(m_f, x, y, z, p); });
   }
   void swap() override {

@@ -20,11 +20,19 @@ namespace {
 
 #define LBM_CUDA(call) HALOX_APP_CUDA("halox-lbm: ", call)
 
-// One thread per cell of a region [lo, lo + n): a 2D block of x-rows (x fastest, coalesced),
-// grid over (x blocks, y rows, z planes), so no thread divides a 64-bit cell number (such
-// divisions cost more than the cell's arithmetic in a bandwidth-bound kernel).
-struct Box3 {
-  int lo[3], n[3];
+// One thread per cell of up to kMaxBoxes boxes [lo, lo + n), in one launch: 2D blocks of
+// x-rows (x fastest, coalesced), each box tiled by its own row width over (x blocks, y rows,
+// z planes); a block finds its box and tile with a few integer divisions, no thread divides
+// a 64-bit cell number (such divisions cost more than the cell's arithmetic in a
+// bandwidth-bound kernel).
+constexpr int kMaxBoxes = 6;  // the overlap shell: two slabs per axis
+constexpr unsigned kCellThreads = 256;
+struct Boxes {
+  int count = 0;
+  int lo[kMaxBoxes][3], n[kMaxBoxes][3];
+  unsigned row[kMaxBoxes];        // threads per x-row of a block (rows per block: 256 / row)
+  unsigned tiles[kMaxBoxes][2];   // blocks along x and along y
+  unsigned first[kMaxBoxes + 1];  // the box's first block; first[count]: all of them
 };
 // At least 3 blocks (24 warps) per SM for float: the fused multiphase update then takes 80
 // registers and spills nothing; held to 64 for 4 blocks it spills 16 bytes and its pass ran
@@ -32,12 +40,18 @@ struct Box3 {
 // docs/PERFORMANCE.md). The BGK and phi updates need fewer registers either way. Double
 // keeps 2 blocks (64 registers would spill hundreds).
 template <class Real, class Op>
-__global__ void __launch_bounds__(256, sizeof(Real) == 4 ? 3 : 2)
-    cell_kernel(Fields<Real> F, Box3 b, Op op) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  const int j = blockIdx.y * blockDim.y + threadIdx.y;
-  if (i >= b.n[0] || j >= b.n[1]) return;
-  op(F, i + b.lo[0], j + b.lo[1], static_cast<int>(blockIdx.z) + b.lo[2]);
+__global__ void __launch_bounds__(kCellThreads, sizeof(Real) == 4 ? 3 : 2)
+    cell_kernel(Fields<Real> F, Boxes b, Op op) {
+  int k = 0;
+  while (blockIdx.x >= b.first[k + 1]) ++k;
+  const unsigned tile = blockIdx.x - b.first[k], along_x = tile % b.tiles[k][0],
+                 rest = tile / b.tiles[k][0], along_y = rest % b.tiles[k][1],
+                 plane = rest / b.tiles[k][1];
+  const unsigned row = b.row[k];
+  const int i = static_cast<int>(along_x * row + threadIdx.x % row);
+  const int j = static_cast<int>(along_y * (kCellThreads / row) + threadIdx.x / row);
+  if (i >= b.n[k][0] || j >= b.n[k][1]) return;
+  op(F, i + b.lo[k][0], j + b.lo[k][1], static_cast<int>(plane) + b.lo[k][2]);
 }
 
 template <class Real>
@@ -186,7 +200,7 @@ class GpuBackend final : public Backend {
     // for (8 ranks in one process read each other's stale upload buffers that way).
     LBM_CUDA(cudaMemcpyAsync(d, cells.data(), cells.size() * sizeof(double), cudaMemcpyHostToDevice,
                              m_stream));
-    run(Upload<Real>{d, m_multiphase});
+    run(Upload<Real>{d, m_multiphase}, m_f);
     synchronize();
     cudaFree(d);
   }
@@ -196,7 +210,7 @@ class GpuBackend final : public Backend {
     LBM_CUDA(cudaMalloc(&d, 5 * cells * sizeof(double)));
     Fields<Real> F = m_f;
     if (!m_multiphase) F.g = nullptr;
-    launch(F, Moments<Real>{d}, Region{{1, 1, 1}, {F.nx + 1, F.ny + 1, F.nz + 1}}, false);
+    run(Moments<Real>{d}, F);
     std::vector<double> out(5 * cells);
     LBM_CUDA(cudaMemcpyAsync(out.data(), d, out.size() * sizeof(double), cudaMemcpyDeviceToHost,
                              m_stream));
@@ -209,11 +223,11 @@ class GpuBackend final : public Backend {
   void* f() override { return m_f.f; }
   void* g() override { return m_f.g; }
   void* phi() override { return m_f.phi; }
-  void bgk_step(double omega, const Region& r, bool side) override {
+  void bgk_step(double omega, Regions r, bool side) override {
     launch(m_f, Bgk<Real>{static_cast<Real>(omega)}, r, side);
   }
-  void update_phi(const Region& r, bool side) override { launch(m_f, Phi<Real>{}, r, side); }
-  void stream_collide(const Params& p, const Region& r, bool side) override {
+  void update_phi(Regions r, bool side) override { launch(m_f, Phi<Real>{}, r, side); }
+  void stream_collide(const Params& p, Regions r, bool side) override {
     launch(m_f, StreamCollide<Real>{p}, r, side);
   }
   void fork() override {
@@ -299,27 +313,37 @@ class GpuBackend final : public Backend {
 
  private:
   template <class Op>
-  void run(Op op) {
-    launch(m_f, op, Region{{1, 1, 1}, {m_f.nx + 1, m_f.ny + 1, m_f.nz + 1}}, false);
+  void run(Op op, const Fields<Real>& F) {  // over every interior cell
+    const Region whole{{1, 1, 1}, {F.nx + 1, F.ny + 1, F.nz + 1}};
+    launch(F, op, {&whole, 1}, false);
   }
   template <class Op>
-  void launch(const Fields<Real>& F, Op op, const Region& r, bool side) {
-    const long long cells = r.cells();
-    if (cells == 0) return;
-    Box3 b{};
-    for (int a = 0; a < 3; ++a) {
-      b.lo[a] = r.lo[a];
-      b.n[a] = r.hi[a] - r.lo[a];
+  void launch(const Fields<Real>& F, Op op, Regions regions, bool side) {
+    if (regions.size() > kMaxBoxes)
+      throw Error("halox-lbm: more update regions than one launch takes");
+    Boxes b{};
+    for (const Region& r : regions) {
+      if (r.cells() == 0) continue;
+      const int k = b.count++;
+      for (int a = 0; a < 3; ++a) {
+        b.lo[k][a] = r.lo[a];
+        b.n[k][a] = r.hi[a] - r.lo[a];
+      }
+      // Whole rows of up to 256 cells, several short rows per block; rows of at most 16
+      // cells (the overlap shell's x slabs, a sector wide) share warps, so that no lane idles.
+      const unsigned width = static_cast<unsigned>(b.n[k][0]), unit = width <= 16 ? 8u : 32u;
+      b.row[k] = std::min(kCellThreads, (width + unit - 1) / unit * unit);
+      const unsigned rows = kCellThreads / b.row[k];
+      b.tiles[k][0] = (width + b.row[k] - 1) / b.row[k];
+      b.tiles[k][1] = (static_cast<unsigned>(b.n[k][1]) + rows - 1) / rows;
+      b.first[k + 1] =
+          b.first[k] + b.tiles[k][0] * b.tiles[k][1] * static_cast<unsigned>(b.n[k][2]);
     }
+    if (b.count == 0) return;
+    for (int k = b.count + 1; k <= kMaxBoxes; ++k) b.first[k] = b.first[b.count];
     if (side) ensure_side();
-    // 256 threads: whole rows of up to 256 cells, several short rows per block; rows of at
-    // most 16 cells (the overlap shell's x slabs, a sector wide) share warps, so that no
-    // lane idles.
-    const unsigned width = static_cast<unsigned>(b.n[0]), unit = width <= 16 ? 8u : 32u;
-    const unsigned bx = std::min(256u, (width + unit - 1) / unit * unit);
-    const dim3 block(bx, 256u / bx);
-    const dim3 grid((b.n[0] + block.x - 1) / block.x, (b.n[1] + block.y - 1) / block.y, b.n[2]);
-    cell_kernel<Real, Op><<<grid, block, 0, side ? m_side : m_stream>>>(F, b, op);
+    cell_kernel<Real, Op>
+        <<<b.first[b.count], kCellThreads, 0, side ? m_side : m_stream>>>(F, b, op);
     LBM_CUDA(cudaGetLastError());
   }
   void ensure_side() {

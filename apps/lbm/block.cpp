@@ -199,7 +199,7 @@ FieldHalo Block::make_halo(int field, const GridPlan& base, int q_count) {
   return h;
 }
 
-void Block::update(int pass, const Region& r, bool side) {
+void Block::update(int pass, std::span<const Region> r, bool side) {
   if (pass == 1) {
     m_backend->stream_collide(m_cli.params, r, side);
   } else if (m_cli.params.multiphase) {
@@ -241,12 +241,11 @@ std::vector<Region> Block::shell_boxes() const {
 
 void Block::updates(const char* span, int pass, std::span<const Region> regions, bool side) {
   m_backend->trace_span(span, m_topology.rank(), true, side);
-  for (const Region& r : regions) update(pass, r, side);
+  update(pass, regions, side);
   m_backend->trace_span(span, m_topology.rank(), false, side);
 }
 
 void Block::update_inner(int pass) {
-  m_backend->fork();
   const Region inner = inner_box();
   updates(pass ? "inner 2" : "inner", pass, {&inner, 1}, true);
 }

@@ -65,11 +65,13 @@ class Block {
 
   // The updates between the exchanges: the first (BGK, or the phi pass) and the second (the
   // fused stream-collide pass); the overlap variant's halves of pass 0 or 1 (the cells that
-  // read no halo on the side stream while the halo travels, then the boundary shell); the
+  // read no halo on the side stream, after fork(), while the halo travels, then the boundary
+  // shell, which joins the side stream); the
   // swap that ends a step. Each is a span on the event log ("update", "inner", "shell"; " 2"
   // for pass 1) when it records (--trace): the exchange's place among them.
   void first_update() { whole_update("update", 0); }
   void second_update() { whole_update("update 2", 1); }
+  void fork() { m_backend->fork(); }  // the side stream waits for the main stream's work
   void update_inner(int pass);
   void update_shell(int pass);
   void finish_step() { m_backend->swap(); }
@@ -103,7 +105,7 @@ class Block {
   FieldHalo make_halo(int field, const GridPlan& base, int q_count);
   void contig_setup(FieldHalo& h, int s);
   Region whole() const { return Region{{1, 1, 1}, {m_n[0] + 1, m_n[1] + 1, m_n[2] + 1}}; }
-  void update(int pass, const Region& r, bool side = false);
+  void update(int pass, std::span<const Region> r, bool side = false);
   void updates(const char* span, int pass, std::span<const Region> regions, bool side = false);
   void whole_update(const char* span, int pass) {
     const Region r = whole();
