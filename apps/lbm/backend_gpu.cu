@@ -20,20 +20,20 @@ namespace {
 
 #define LBM_CUDA(call) HALOX_APP_CUDA("halox-lbm: ", call)
 
-// One thread per cell of up to kMaxBoxes boxes [lo, lo + n), in one launch: 2D blocks of
-// x-rows (x fastest, coalesced), each box tiled by its own row width over (x blocks, y rows,
-// z planes); a block finds its box and tile with a few integer divisions, no thread divides
-// a 64-bit cell number (such divisions cost more than the cell's arithmetic in a
-// bandwidth-bound kernel).
-constexpr int kMaxBoxes = 6;  // the overlap shell: two slabs per axis
-constexpr unsigned kCellThreads = 256;
-struct Boxes {
-  int count = 0;
-  int lo[kMaxBoxes][3], n[kMaxBoxes][3];
-  unsigned row[kMaxBoxes];        // threads per x-row of a block (rows per block: 256 / row)
-  unsigned tiles[kMaxBoxes][2];   // blocks along x and along y
-  unsigned first[kMaxBoxes + 1];  // the box's first block; first[count]: all of them
+// One thread per cell of a region [lo, lo + n): a 2D block of x-rows (x fastest, coalesced),
+// grid over (x blocks, y rows, z planes), so no thread divides a 64-bit cell number (such
+// divisions cost more than the cell's arithmetic in a bandwidth-bound kernel).
+struct Box3 {
+  int lo[3], n[3];
 };
+constexpr unsigned kCellThreads = 256;
+// Threads per x-row of a block: whole rows of up to 256 cells, several short rows per block;
+// rows of at most 16 cells (the overlap shell's x slabs, a sector wide) share warps, so that
+// no lane idles.
+inline unsigned row_threads(int width) {
+  const unsigned w = static_cast<unsigned>(width), unit = w <= 16 ? 8u : 32u;
+  return std::min(kCellThreads, (w + unit - 1) / unit * unit);
+}
 // At least 3 blocks (24 warps) per SM for float: the fused multiphase update then takes 80
 // registers and spills nothing; held to 64 for 4 blocks it spills 16 bytes and its pass ran
 // 3% slower on the H200 (82.4% vs 85.1% of the copy bandwidth, 5 and 6 blocks far worse:
@@ -41,17 +41,39 @@ struct Boxes {
 // keeps 2 blocks (64 registers would spill hundreds).
 template <class Real, class Op>
 __global__ void __launch_bounds__(kCellThreads, sizeof(Real) == 4 ? 3 : 2)
-    cell_kernel(Fields<Real> F, Boxes b, Op op) {
+    cell_kernel(Fields<Real> F, Box3 b, Op op) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int j = blockIdx.y * blockDim.y + threadIdx.y;
+  if (i >= b.n[0] || j >= b.n[1]) return;
+  op(F, i + b.lo[0], j + b.lo[1], static_cast<int>(blockIdx.z) + b.lo[2]);
+}
+
+// Several small regions in one launch (the overlap shell's slabs: one launch each left the
+// GPU idle between them): each box tiled as cell_kernel tiles one, its tiles numbered one
+// after another along x; a block finds its box and tile with a few divisions. (One region
+// keeps cell_kernel: with this indexing the one-rank multiphase update measured 2% slower
+// on the H200.)
+constexpr int kMaxBoxes = 6;  // the overlap shell: two slabs per axis
+struct Boxes {
+  int count = 0;
+  Box3 box[kMaxBoxes];
+  unsigned row[kMaxBoxes];        // row_threads of the box
+  unsigned tiles[kMaxBoxes][2];   // blocks along x and along y
+  unsigned first[kMaxBoxes + 1];  // the box's first block; first[count]: all of them
+};
+template <class Real, class Op>
+__global__ void __launch_bounds__(kCellThreads, sizeof(Real) == 4 ? 3 : 2)
+    boxes_kernel(Fields<Real> F, Boxes b, Op op) {
   int k = 0;
   while (blockIdx.x >= b.first[k + 1]) ++k;
   const unsigned tile = blockIdx.x - b.first[k], along_x = tile % b.tiles[k][0],
                  rest = tile / b.tiles[k][0], along_y = rest % b.tiles[k][1],
-                 plane = rest / b.tiles[k][1];
-  const unsigned row = b.row[k];
+                 plane = rest / b.tiles[k][1], row = b.row[k];
+  const Box3& box = b.box[k];
   const int i = static_cast<int>(along_x * row + threadIdx.x % row);
   const int j = static_cast<int>(along_y * (kCellThreads / row) + threadIdx.x / row);
-  if (i >= b.n[k][0] || j >= b.n[k][1]) return;
-  op(F, i + b.lo[k][0], j + b.lo[k][1], static_cast<int>(plane) + b.lo[k][2]);
+  if (i >= box.n[0] || j >= box.n[1]) return;
+  op(F, i + box.lo[0], j + box.lo[1], static_cast<int>(plane) + box.lo[2]);
 }
 
 template <class Real>
@@ -319,31 +341,35 @@ class GpuBackend final : public Backend {
   }
   template <class Op>
   void launch(const Fields<Real>& F, Op op, Regions regions, bool side) {
-    if (regions.size() > kMaxBoxes)
+    if (regions.size() > kMaxBoxes) {
       throw Error("halox-lbm: more update regions than one launch takes");
+    }
     Boxes b{};
     for (const Region& r : regions) {
       if (r.cells() == 0) continue;
       const int k = b.count++;
       for (int a = 0; a < 3; ++a) {
-        b.lo[k][a] = r.lo[a];
-        b.n[k][a] = r.hi[a] - r.lo[a];
+        b.box[k].lo[a] = r.lo[a];
+        b.box[k].n[a] = r.hi[a] - r.lo[a];
       }
-      // Whole rows of up to 256 cells, several short rows per block; rows of at most 16
-      // cells (the overlap shell's x slabs, a sector wide) share warps, so that no lane idles.
-      const unsigned width = static_cast<unsigned>(b.n[k][0]), unit = width <= 16 ? 8u : 32u;
-      b.row[k] = std::min(kCellThreads, (width + unit - 1) / unit * unit);
-      const unsigned rows = kCellThreads / b.row[k];
-      b.tiles[k][0] = (width + b.row[k] - 1) / b.row[k];
-      b.tiles[k][1] = (static_cast<unsigned>(b.n[k][1]) + rows - 1) / rows;
+      b.row[k] = row_threads(b.box[k].n[0]);
+      b.tiles[k][0] = (static_cast<unsigned>(b.box[k].n[0]) + b.row[k] - 1) / b.row[k];
+      b.tiles[k][1] = (static_cast<unsigned>(b.box[k].n[1]) + kCellThreads / b.row[k] - 1) /
+                      (kCellThreads / b.row[k]);
       b.first[k + 1] =
-          b.first[k] + b.tiles[k][0] * b.tiles[k][1] * static_cast<unsigned>(b.n[k][2]);
+          b.first[k] + b.tiles[k][0] * b.tiles[k][1] * static_cast<unsigned>(b.box[k].n[2]);
     }
     if (b.count == 0) return;
-    for (int k = b.count + 1; k <= kMaxBoxes; ++k) b.first[k] = b.first[b.count];
     if (side) ensure_side();
-    cell_kernel<Real, Op>
-        <<<b.first[b.count], kCellThreads, 0, side ? m_side : m_stream>>>(F, b, op);
+    const cudaStream_t stream = side ? m_side : m_stream;
+    if (b.count == 1) {
+      const dim3 block(b.row[0], kCellThreads / b.row[0]);
+      const dim3 grid(b.tiles[0][0], b.tiles[0][1], static_cast<unsigned>(b.box[0].n[2]));
+      cell_kernel<Real, Op><<<grid, block, 0, stream>>>(F, b.box[0], op);
+    } else {
+      for (int k = b.count + 1; k <= kMaxBoxes; ++k) b.first[k] = b.first[b.count];
+      boxes_kernel<Real, Op><<<b.first[b.count], kCellThreads, 0, stream>>>(F, b, op);
+    }
     LBM_CUDA(cudaGetLastError());
   }
   void ensure_side() {
