@@ -68,7 +68,8 @@ Cli parse(int argc, char** argv) {
               {"wrap", "exchange"});
   line.choice("--fg-exchange", c.fg_exchange,
               "multiphase with --comm datatype or overlap: fields (one exchange call moves f "
-              "and g as two fields) | separate (one exchange each)",
+              "and g as two fields; overlap: f and phi, g alone before the phi pass) | "
+              "separate (one exchange each)",
               {"fields", "separate"});
   line.text("--dump", c.dump, "rho, u, phi of every cell after the run (binary, global order)");
   line.text("--slice", c.slice, "the order parameter (or |u|) in the mid z plane as a PGM image");

@@ -63,17 +63,19 @@ Decomposition::Decomposition(MPI_Comm comm, const Cli& cli)
   m_transport = cli.local || cli.transport_given
                     ? cli.transport
                     : (backend().on_device() ? TransportKind::staged : TransportKind::host);
-  // datatype and overlap: one exchange per field (g as f's second field by default); none
-  // for a field whose every axis the update wraps.
+  // datatype and overlap: one exchange per field, none for a field whose every axis the
+  // update wraps; by default f's exchange moves a second field: g (datatype: both before the
+  // phi pass), or phi (overlap: g alone before the phi pass, f with phi behind the inner
+  // stream-collide update).
   if (cli.comm == "datatype" || cli.comm == "overlap") {
-    m_fg_fields = cli.params.multiphase && cli.fg_exchange == "fields";
+    if (cli.params.multiphase && cli.fg_exchange == "fields")
+      m_with_f = cli.comm == "overlap" ? 2 : 1;
     for (int k = 0; k < (cli.params.multiphase ? 3 : 1); ++k) {
-      if (k == 1 && fg_together()) continue;
+      if (k > 0 && k == m_with_f) continue;  // moved with f
       std::vector<GridPlan> plans;
       for (auto& b : m_blocks) plans.push_back(b->halo(k).moved);
-      if (k == 0 &&
-          m_fg_fields) {  // g's plans as the second field: [f of every rank, g of every rank]
-        for (auto& b : m_blocks) plans.push_back(b->halo(1).moved);
+      if (k == 0 && m_with_f > 0) {  // [f of every rank, the second field of every rank]
+        for (auto& b : m_blocks) plans.push_back(b->halo(m_with_f).moved);
       }
       if (plans.front().pulses.empty()) continue;
       m_exchanges[k] = std::make_unique<GridExchange>(m_ranks, std::move(plans), options(k));
@@ -86,22 +88,24 @@ Decomposition::~Decomposition() = default;
 ExchangeOptions Decomposition::options(int field, const std::string& suffix) const {
   ExchangeOptions options;
   options.transport = m_transport;
-  options.name = (field == 0 ? (fg_together() ? "f+g" : "f") : field == 1 ? "g" : "phi") + suffix;
+  static constexpr const char* kNames[] = {"f", "g", "phi"};
+  options.name = std::string(kNames[field]) + (field == 0 && m_with_f > 0 ? "+" : "") +
+                 (field == 0 && m_with_f > 0 ? kNames[m_with_f] : "") + suffix;
   return options;
 }
 
 std::vector<void*>& Decomposition::arrays(int field) {
   m_pointers.clear();
   for (auto& b : m_blocks) m_pointers.push_back(b->field(field));
-  if (field == 0 && m_fg_fields) {
-    for (auto& b : m_blocks) m_pointers.push_back(b->field(1));
+  if (field == 0 && m_with_f > 0) {
+    for (auto& b : m_blocks) m_pointers.push_back(b->field(m_with_f));
   }
   return m_pointers;
 }
 
 std::string Decomposition::fg_exchange() const {
   if (!m_cli.params.multiphase) return "none";
-  return m_fg_fields ? "fields" : "separate";
+  return m_with_f > 0 ? "fields" : "separate";
 }
 
 void Decomposition::gather_streams() {
@@ -133,7 +137,7 @@ void Decomposition::step_in_phases() {
   if (moves) {
     b.mark(at);
     exchange(0);
-    if (multiphase && !fg_together()) exchange(1);
+    if (multiphase && m_with_f != 1) exchange(1);
   }
   b.mark(at + 1);
   scatter_streams();
@@ -153,45 +157,50 @@ void Decomposition::step_in_phases() {
   m_phases.marked(b, at, moves, multiphase);
 }
 
-// The overlap variant: every block's inner cells on its side stream while the faces move
-// (on block 0's stream), then the shells. Every cell still gets exactly the same arithmetic,
-// so the fields stay bitwise those of the other variants. No phase times: one span. No wait
-// for the GPU here: the next step's work queues behind this one (stream order and the
-// fork/join events keep it correct), so no step starts on an idle GPU.
-// Every block's inner update waits for every block's last shells, although its own would do:
-// started early, the inner updates (most of the cells) took the GPU from the other blocks'
-// shells and the exchange after them, the step's critical path, and the whole step ran 20%
-// slower than without overlap (the event log showed it; docs/PERFORMANCE.md). The exchange,
-// the step's critical path, is queued before the inner updates, so that the host's launches
-// of eight inner updates do not delay it.
+// The overlap variant: every block's inner cells of the stream-collide update on its side
+// stream while the faces move (on block 0's stream), then the shells. Every cell still gets
+// exactly the same arithmetic, so the fields stay bitwise those of the other variants. No
+// phase times: one span. No wait for the GPU here: the next step's work queues behind this
+// one (stream order and the fork/join events keep it correct), so no step starts on an idle
+// GPU.
+// - Every block's inner update waits for every block's last shells, although its own would
+//   do: started early, the inner updates (most of the cells) took the GPU from the other
+//   blocks' shells and the exchange after them, the step's critical path, and the whole step
+//   ran 20% slower than without overlap (the event log showed it; docs/PERFORMANCE.md).
+// - The exchange is queued before the inner updates, so that the host's launches of eight
+//   inner updates do not delay it.
+// - Multiphase: the phi pass (a seventh of the step) is not split. Split, its shells alone
+//   took as long as the whole pass; so g's halo (all that pass reads) moves first, and f's
+//   with phi's behind the stream-collide update.
 void Decomposition::step_overlapped() {
   gather_streams();  // the shells of the last step: the faces, and every inner cell's input
+  const bool multiphase = m_cli.params.multiphase;
+  if (multiphase) {
+    exchange(1);
+    scatter_streams();
+    for (auto& block : m_blocks) block->first_update();
+    gather_streams();  // phi of every block, before its faces move
+  }
   scatter_streams();
   for (auto& block : m_blocks) block->fork();
   exchange(0);
-  if (m_cli.params.multiphase && !fg_together()) exchange(1);
-  for (auto& block : m_blocks) block->update_inner(0);
+  if (multiphase && m_with_f != 2) exchange(2);
+  const int pass = multiphase ? 1 : 0;
+  for (auto& block : m_blocks) block->update_inner(pass);
   scatter_streams();
-  for (auto& block : m_blocks) block->update_shell(0);
-  if (m_cli.params.multiphase) {
-    gather_streams();  // phi of every block's shell, before its faces move
-    scatter_streams();
-    for (auto& block : m_blocks) block->fork();
-    exchange(2);
-    for (auto& block : m_blocks) block->update_inner(1);
-    scatter_streams();
-    for (auto& block : m_blocks) block->update_shell(1);
-  }
+  for (auto& block : m_blocks) block->update_shell(pass);
 }
 
 // Ordered by the caller: every block's stream is gathered into block 0's before, and waits
 // for it after. A span on the event log (--trace), on block 0's stream.
 void Decomposition::exchange(int field) {
   static constexpr const char* kSpans[] = {"exchange f", "exchange g", "exchange phi"};
+  static constexpr const char* kWithF[] = {"exchange f", "exchange f+g", "exchange f+phi"};
+  const char* span = field == 0 ? kWithF[m_with_f] : kSpans[field];
   const int rank = first().topology().rank();
-  backend().trace_span(kSpans[field], rank, true, false);
+  backend().trace_span(span, rank, true, false);
   exchange_field(field);
-  backend().trace_span(kSpans[field], rank, false, false);
+  backend().trace_span(span, rank, false, false);
 }
 
 void Decomposition::exchange_field(int field) {

@@ -2,9 +2,11 @@
 // of the grid in this process), and the communication variants, written once over the set:
 // the halo exchanges are GridExchanges over Ranks::mpi or Ranks::local, whose transport moves
 // the faces between processes or between the blocks of this process.
-//  - datatype: one exchange per field (f and g in one when they lie in one array), moving
+//  - datatype: one exchange per field (f with g as its second field by default), moving
 //    each face's crossing planes described by a datatype;
-//  - overlap:  the same, the cells that read no halo updated while the halo moves;
+//  - overlap:  the same, the cells of the stream-collide update that read no halo updated
+//    while the halo moves (multiphase: g's exchange and the phi pass first, then f's with
+//    phi's behind the inner cells);
 //  - contig:   faces packed by hand into contiguous buffers, moved by an exchange of byte
 //    ranges stage by stage;
 //  - default:  packed by hand, copied to the host, MPI_Sendrecv (between processes) or a
@@ -71,7 +73,6 @@ class Decomposition {
   std::string wrapped_axes() const { return m_blocks.front()->wrapped_axes(); }
   /// Whether g moves as the second field of f's exchange call, and how they move ("fields",
   /// "separate"; "none" for BGK).
-  bool fg_together() const { return m_fg_fields; }
   std::string fg_exchange() const;
   /// The variant and the transport, as the report prints them.
   std::string transport() const;
@@ -96,7 +97,9 @@ class Decomposition {
   MPI_Comm m_comm;
   Ranks m_ranks;
   TransportKind m_transport = TransportKind::host;
-  bool m_fg_fields = false;  // --fg-exchange fields: f's exchange moves g as a second field
+  // --fg-exchange fields, multiphase: the field f's exchange moves as its second (1 g,
+  // 2 phi), which has no exchange of its own; 0: none.
+  int m_with_f = 0;
   std::vector<std::unique_ptr<Block>> m_blocks;
   std::array<std::unique_ptr<GridExchange>, 3> m_exchanges;        // f (and g), g, phi
   std::array<std::unique_ptr<GridExchange>, 9> m_stage_exchanges;  // contig: field, stage
