@@ -22,6 +22,7 @@
 #include "../common/cuda_check.hpp"
 #include "../datatype/node.hpp"
 #include "../datatype/runs.hpp"
+#include "../runtime/env.hpp"
 #include "pack_device.cuh"
 #include "halox/pack.hpp"
 #include "halox/pack_gpu.hpp"
@@ -232,15 +233,16 @@ __global__ void __launch_bounds__(256)
       static_cast<long long>(words), static_cast<long long>(gridDim.x) * blockDim.x, src, dst);
 }
 
-int grid_for(std::int64_t words) {
-  static int max_blocks = [] {
+// One thread per item (word or run) up to HALOX_PACK_WAVES waves of resident blocks.
+int grid_for(std::int64_t items) {
+  static const int max_blocks = [] {
     int device = 0, sms = 0, per_sm = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device);
-    return std::max(1, sms * per_sm / 256);
+    return std::max(1, sms * per_sm / 256) * detail::env_pack_waves();
   }();
-  return static_cast<int>(std::min<std::int64_t>((words + 255) / 256, max_blocks * 4));
+  return static_cast<int>(std::min<std::int64_t>((items + 255) / 256, max_blocks));
 }
 
 // The descriptors for one word size, computed once per plan: words per run, first word

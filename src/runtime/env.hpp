@@ -64,6 +64,11 @@ inline int env_grid_blocks(int fit, int otherwise) {
 inline int env_local_blocks(int fit) {
   return static_cast<int>(env_int("HALOX_LOCAL_BLOCKS", 1, fit, fit));
 }
+/// HALOX_PACK_WAVES (measurements): the GPU pack kernels' largest grid, in waves of the
+/// blocks the GPU holds at once, 1 to 64 (default 4); beyond it their threads loop.
+inline int env_pack_waves() {
+  return static_cast<int>(env_int("HALOX_PACK_WAVES", 1, 64, 4));
+}
 /// HALOX_DEVICE: the GPU select_device picks, 0 to count - 1 (default: node-local rank).
 inline int env_device(int count, int otherwise) {
   return static_cast<int>(env_int("HALOX_DEVICE", 0, count - 1, otherwise));
