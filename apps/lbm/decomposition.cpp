@@ -89,8 +89,9 @@ ExchangeOptions Decomposition::options(int field, const std::string& suffix) con
   ExchangeOptions options;
   options.transport = m_transport;
   static constexpr const char* kNames[] = {"f", "g", "phi"};
-  options.name = std::string(kNames[field]) + (field == 0 && m_with_f > 0 ? "+" : "") +
-                 (field == 0 && m_with_f > 0 ? kNames[m_with_f] : "") + suffix;
+  options.name = kNames[field];
+  if (field == 0 && m_with_f > 0) options.name += std::string("+") + kNames[m_with_f];
+  options.name += suffix;
   return options;
 }
 
