@@ -38,8 +38,8 @@ run() {  # name procs args...
 want() { [[ " ${HALOX_LBM_VARIANTS:-default contig datatype overlap gpu-initiated gpu-initiated-overlap} " == *" $1 "* ]]; }
 # One process first, without MPS: an MPS client's streams share the server's pool of
 # hardware queues, and under it the 8-rank multiphase overlap ran 9 points of one rank below
-# the same run without it (80.0% against 89.0%); then 2 processes under MPS, which two
-# processes on the one GPU need.
+# the same binary's run without it in another script of the same call (80.0% against
+# 89.0%); then 2 processes under MPS, which two processes on the one GPU need.
 for where in one mps; do
   [ "$where" = mps ] && [ "$device" = gpu ] && start_mps
   for model in bgk multiphase; do
