@@ -2,15 +2,16 @@
 # Issue 29: where the overlap variant's time goes. halox-lbm, 8 ranks in one process,
 # local-fused: datatype and overlap on the rank grids 2x2x2, 1x2x4 and 1x1x8 (x split or
 # not: the overlap's shell of x slabs, a sector wide, or only whole rows), MLUPS against one
-# rank's; then BGK traced (--trace: the updates' and exchanges' stream spans), the last steps
-# as a timeline (scripts/trace-summary --spans). After check.sh built build/gpu.
+# rank's; then runs traced (--trace: the updates' and exchanges' stream spans), the last
+# steps as a timeline (scripts/trace-summary --spans). After check.sh built build/gpu. Runs
+# without MPS (check.sh stops it).
 # HALOX_LBM_GRID (default 256x256x256; multiphase: half in x), HALOX_LBM_DEVICE (gpu; cpu for
 # a smoke test with a small grid), HALOX_LBM (the halox-lbm to run), HALOX_LBM_MULTIPHASE
 # (more arguments of the multiphase runs, e.g. "--radius 3" for a small grid),
-# HALOX_LBM_RANKS (the rank grids), HALOX_LBM_TRACED (the traced runs, BGK's by default, e.g.
-# "overlap-2x2x2", "overlap-conn32-2x2x2", "multiphase:overlap-1x2x4"), HALOX_LBM_BLOCKS (overlap runs more with the
-# exchange kernel capped at each of these HALOX_LOCAL_BLOCKS, e.g. "66 132 264 528"; none by
-# default), HALOX_LBM_CONNECTIONS (datatype and overlap runs more with each of these
+# HALOX_LBM_RANKS (the rank grids), HALOX_LBM_TRACED (the traced runs, BGK's by default,
+# e.g. "overlap-2x2x2", "overlap-conn32-2x2x2", "multiphase:overlap-1x2x4"),
+# HALOX_LBM_BLOCKS (overlap runs more with the exchange kernel capped at each of these
+# HALOX_LOCAL_BLOCKS, e.g. "66 132 264 528"; none by default), HALOX_LBM_CONNECTIONS (datatype and overlap runs more with each of these
 # CUDA_DEVICE_MAX_CONNECTIONS, e.g. 32: the hardware queues the 16 streams of 8 blocks map
 # onto, 8 by default, so that a main stream's exchange or shells may wait behind another
 # block's inner update in a shared queue; none by default).
