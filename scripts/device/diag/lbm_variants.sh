@@ -5,7 +5,7 @@
 # pack moved by a halox transport), datatype, overlap, GPU-initiated (the fused grid
 # kernel) and GPU-initiated + overlap. Prints per case MLUPS, the time per step normalised
 # to default, the share of one rank's MLUPS and the exchange's share of the step; JSON per
-# run in OUTDIR (and all of them in OUTDIR/runs.tgz).
+# run in OUTDIR (and all of them in OUTDIR/runs.tgz), a PNG per model and rank set.
 #   scripts/device/diag/lbm_variants.sh OUTDIR
 # HALOX_LBM_GRID (default 256x256x256; multiphase runs half of it in x), HALOX_LBM_STEPS
 # (default 300), HALOX_LBM_DEVICE (default gpu; cpu for a smoke test of the script with a
@@ -75,6 +75,20 @@ for where in one mps; do
   done
 done
 [ "$device" = gpu ] && stop_mps
+# A picture per model and rank set (the seed's Fig. 10): one rank, then each variant's MLUPS.
+for model in bgk multiphase; do
+  for set in r8 np2; do
+    files=()
+    for v in r1 $set-default $set-contig $set-datatype $set-overlap $set-gpu-initiated \
+      $set-gpu-initiated-overlap; do
+      [ -f "$out/$model-$v.json" ] && files+=("$out/$model-$v.json")
+    done
+    [ ${#files[@]} -gt 1 ] || continue
+    scripts/plot "${files[@]}" -o "$out/$model-$set.png" \
+      --title "halox-lbm $model: one rank, then the variants ($set)" > /dev/null ||
+      echo "plot of $model $set failed"
+  done
+done
 (cd "$out" && tar czf runs.tgz $(ls ./*.json 2>/dev/null))
 python3 - "$out" <<'PY'
 import json, os, sys
