@@ -66,9 +66,9 @@ class Block {
   // The updates between the exchanges: the first (BGK, or the phi pass) and the second (the
   // fused stream-collide pass); the overlap variant's halves of pass 0 or 1 (the cells that
   // read no halo on the side stream, after fork(), while the halo travels, then the boundary
-  // shell, which joins the side stream); the
-  // swap that ends a step. Each is a span on the event log ("update", "inner", "shell"; " 2"
-  // for pass 1) when it records (--trace): the exchange's place among them.
+  // shell, which joins the side stream); the swap that ends a step. Each is a span on the
+  // event log ("update", "inner", "shell"; " 2" for pass 1) when it records (--trace): the
+  // exchange's place among them.
   void first_update() { whole_update("update", 0); }
   void second_update() { whole_update("update 2", 1); }
   void fork() { m_backend->fork(); }  // the side stream waits for the main stream's work

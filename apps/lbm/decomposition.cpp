@@ -67,9 +67,17 @@ Decomposition::Decomposition(MPI_Comm comm, const Cli& cli)
   // update wraps; by default f's exchange moves a second field: g (datatype: both before the
   // phi pass), or phi (overlap: g alone before the phi pass, f with phi behind the inner
   // stream-collide update).
-  if (cli.comm == "datatype" || cli.comm == "overlap") {
-    if (cli.params.multiphase && cli.fg_exchange == "fields")
-      m_with_f = cli.comm == "overlap" ? 2 : 1;
+  const bool halox_moves = cli.comm == "datatype" || cli.comm == "overlap";
+  if (halox_moves && cli.params.multiphase && cli.fg_exchange == "fields") {
+    m_with_f = cli.comm == "overlap" ? 2 : 1;
+  }
+  static constexpr const char* kFields[] = {"f", "g", "phi"};
+  for (int k = 0; k < 3; ++k) {  // names made once: the exchange objects' and their spans'
+    m_moved[k] = kFields[k];
+    if (k == 0 && m_with_f > 0) m_moved[k] += std::string("+") + kFields[m_with_f];
+    m_spans[k] = "exchange " + m_moved[k];
+  }
+  if (halox_moves) {
     for (int k = 0; k < (cli.params.multiphase ? 3 : 1); ++k) {
       if (k > 0 && k == m_with_f) continue;  // moved with f
       std::vector<GridPlan> plans;
@@ -88,10 +96,7 @@ Decomposition::~Decomposition() = default;
 ExchangeOptions Decomposition::options(int field, const std::string& suffix) const {
   ExchangeOptions options;
   options.transport = m_transport;
-  static constexpr const char* kNames[] = {"f", "g", "phi"};
-  options.name = kNames[field];
-  if (field == 0 && m_with_f > 0) options.name += std::string("+") + kNames[m_with_f];
-  options.name += suffix;
+  options.name = m_moved[field] + suffix;
   return options;
 }
 
@@ -195,9 +200,7 @@ void Decomposition::step_overlapped() {
 // Ordered by the caller: every block's stream is gathered into block 0's before, and waits
 // for it after. A span on the event log (--trace), on block 0's stream.
 void Decomposition::exchange(int field) {
-  static constexpr const char* kSpans[] = {"exchange f", "exchange g", "exchange phi"};
-  static constexpr const char* kWithF[] = {"exchange f", "exchange f+g", "exchange f+phi"};
-  const char* span = field == 0 ? kWithF[m_with_f] : kSpans[field];
+  const char* span = m_spans[field].c_str();
   const int rank = first().topology().rank();
   backend().trace_span(span, rank, true, false);
   exchange_field(field);

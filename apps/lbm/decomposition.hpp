@@ -100,6 +100,8 @@ class Decomposition {
   // --fg-exchange fields, multiphase: the field f's exchange moves as its second (1 g,
   // 2 phi), which has no exchange of its own; 0: none.
   int m_with_f = 0;
+  // Field k's exchange: what it moves ("f+g", "phi"; its objects' names) and its span.
+  std::array<std::string, 3> m_moved, m_spans;
   std::vector<std::unique_ptr<Block>> m_blocks;
   std::array<std::unique_ptr<GridExchange>, 3> m_exchanges;        // f (and g), g, phi
   std::array<std::unique_ptr<GridExchange>, 9> m_stage_exchanges;  // contig: field, stage
