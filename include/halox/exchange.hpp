@@ -147,6 +147,11 @@ struct ExchangeOptions {
     /// cannot map (another node); this runs and measures that path on one node. The
     /// environment variable HALOX_NVSHMEM_PUTS=1 sets it too.
     bool nvshmem_puts_only = false;
+    /// ipc-fused and nvshmem-fused grids: the fused kernel reaches every neighbour in another
+    /// process through the host proxy (mapped host memory, MPI from a proxy thread; needs
+    /// MPI_THREAD_MULTIPLE), as ipc-fused does on its own for a neighbour on another node.
+    /// This runs and measures that path on one node. HALOX_HOST_PROXY=1 sets it too.
+    bool host_proxy = false;
     /// local-pulse and local-fused: this rank's faces or blocks do nothing, as if it had
     /// stalled (nor, in the self-test, send or receive its probes); the others time out.
     int stall_rank = -1;

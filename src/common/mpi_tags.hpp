@@ -13,5 +13,7 @@ constexpr int kParticleReverse = 2000;  ///< + pulse
 constexpr int kPlanCheck = 7000;        ///< + pulse (validate_plan's send sizes)
 constexpr int kPeerBlocks = 9100;       ///< PeerHalo's block addresses
 constexpr int kNvshmemOffsets = 9200;   ///< + op (the NVSHMEM transport's receive offsets)
+constexpr int kHostProxy = 9300;        ///< + op (the fused grid kernel's host-proxied faces)
+constexpr int kHostProxyProbe = 9400;   ///< + op (their self-test)
 
 }  // namespace halox::detail::tags

@@ -54,6 +54,11 @@ inline bool env_dependent_launch() {
 inline bool env_nvshmem_puts() {
   return env_flag("HALOX_NVSHMEM_PUTS", false);
 }
+/// HALOX_HOST_PROXY: the fused grid kernel reaches every neighbour in another process through
+/// the host proxy, even mapped ones (default off).
+inline bool env_host_proxy() {
+  return env_flag("HALOX_HOST_PROXY", false);
+}
 /// HALOX_GRID_BLOCKS (diagnostics): blocks per op of the fused grid kernel, 1 to `fit`.
 inline int env_grid_blocks(int fit, int otherwise) {
   return static_cast<int>(env_int("HALOX_GRID_BLOCKS", 1, fit, otherwise));

@@ -35,6 +35,7 @@
 #include "transport.hpp"
 #include "../plan/collective.hpp"
 #include "grid_fused.hpp"
+#include "host_proxy.hpp"
 #include "peer_halo.hpp"
 #include "../device/grid_fused_kernels.cuh"
 #include "../device/signals.cuh"
@@ -64,11 +65,12 @@ namespace {
 
 class GridFusedTransport final : public Transport {
  public:
-  GridFusedTransport(MPI_Comm comm, int rank, Mapping mapping, std::string name,
+  GridFusedTransport(MPI_Comm comm, int rank, Mapping mapping, ProxyPolicy proxy, std::string name,
                      const std::string& trace_name, double timeout_seconds, bool self_test)
       : m_comm(comm),
         m_rank(rank),
         m_mapping(mapping),
+        m_proxy_policy(proxy),
         m_name(std::move(name)),
         m_trace_object(trace_object(trace_name)),
         m_peers(comm, rank, mapping),
@@ -76,6 +78,7 @@ class GridFusedTransport final : public Transport {
         m_self_test(self_test) {}
   ~GridFusedTransport() override {
     cudaDeviceSynchronize();
+    m_proxy.reset();
     m_peers.unmap();
     if (m_block) {
       if (symmetric(m_mapping))
@@ -133,6 +136,7 @@ class GridFusedTransport final : public Transport {
       launch_dependent(
           traced ? grid_exchange_kernel<false, true> : grid_exchange_kernel<false, false>, grid,
           256, stream, a, f);
+    if (m_proxy) m_proxy->launched(epoch);
     for (const Op& op : ops) {
       if (op.send_rank >= 0 && op.send_rank != m_rank) {
         stats.messages += 1;
@@ -167,6 +171,7 @@ class GridFusedTransport final : public Transport {
                  : "signal " + std::to_string(e.seen) + ", expected " + std::to_string(e.expected);
     };
     check_device_error(m_errors.record(), w);
+    if (m_proxy) m_proxy->throw_if_failed();
   }
 
   void set_up(const std::vector<Op>& ops) {
@@ -225,8 +230,26 @@ class GridFusedTransport final : public Transport {
       }
     }
     HALOX_MPI_CHECK(MPI_Barrier(m_comm));  // every block zeroed before anyone signals into it
-    m_peers.publish(m_block, offsets, neighbours, false);
+    m_peers.publish(m_block, offsets, neighbours, false, m_proxy_policy);
     m_same_gpu = m_peers.same_gpu();
+    // The links to proxied neighbours: their ends are the proxy's, in mapped host memory.
+    auto proxied = [&](int r) { return r >= 0 && r != m_rank && m_peers.proxied(r); };
+    std::vector<ProxyLinkPlan> links;
+    std::vector<int> link_of(ops.size(), -1);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const bool out = proxied(ops[i].send_rank), in = proxied(ops[i].recv_rank);
+      if (!out && !in) continue;
+      link_of[i] = static_cast<int>(links.size());
+      ProxyLinkPlan& l = links.emplace_back();
+      l.op = static_cast<int>(i);
+      l.name = ops[i].name;
+      if (out) l.send_rank = ops[i].send_rank, l.send_bytes = ops[i].send_bytes;
+      if (in) l.recv_rank = ops[i].recv_rank, l.recv_bytes = ops[i].recv_bytes;
+    }
+    m_proxy.reset();
+    m_proxy = std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout_seconds,
+                                          std::move(links));  // collective
+    if (!m_proxy->any()) m_proxy.reset();
     auto base_of = [&](int r) { return r == m_rank ? m_block : m_peers.base(r); };
     auto offsets_of = [&](int r) { return r == m_rank ? offsets : m_peers.offsets(r); };
     GridSlots* mine = reinterpret_cast<GridSlots*>(m_block);
@@ -240,7 +263,14 @@ class GridFusedTransport final : public Transport {
       for (std::size_t k = 0; k < i; ++k) {
         if (ops[k].stage < ops[i].stage && ops[k].recv_rank >= 0) v.deps |= 1u << k;
       }
-      if (v.send_rank >= 0) {
+      const ProxyEnds* proxy = link_of[i] >= 0 ? &m_proxy->ends(link_of[i]) : nullptr;
+      if (proxied(v.send_rank)) {
+        v.out.remote = proxy->send_staging;
+        v.out.remote_signal = proxy->packed;
+        v.out.ready = proxy->ready;
+        v.out.packed = m_counters + i;
+        v.send_bytes = ops[i].send_bytes;
+      } else if (v.send_rank >= 0) {
         char* dest = base_of(v.send_rank);
         SendChannel& out = v.out;
         out.pe = v.send_rank == m_rank ? -1 : m_peers.put_pe(v.send_rank);
@@ -255,7 +285,11 @@ class GridFusedTransport final : public Transport {
         out.packed = m_counters + i;
         v.send_bytes = ops[i].send_bytes;
       }
-      if (v.recv_rank >= 0) {
+      if (proxied(v.recv_rank)) {
+        v.in.staging = proxy->recv_staging;
+        v.in.signal = proxy->data;
+        v.in.remote_ready = proxy->released;
+      } else if (v.recv_rank >= 0) {
         v.in.pe = v.recv_rank == m_rank ? -1 : m_peers.put_pe(v.recv_rank);
         v.in.remote_ready = &reinterpret_cast<GridSlots*>(base_of(v.recv_rank))->ready[i];
         v.in.staging = m_block + offsets[i];
@@ -267,11 +301,12 @@ class GridFusedTransport final : public Transport {
       link.pulse = static_cast<int>(i);
       link.kind = wait_probe;
       link.out_link = link.in_link = static_cast<int>(i);
-      if (v.send_rank >= 0) {
+      // (a proxied link's probe is the proxy's own, HostProxy::self_test)
+      if (v.send_rank >= 0 && !proxied(v.send_rank)) {
         link.out = &reinterpret_cast<GridSlots*>(base_of(v.send_rank))->probe[i];
         link.out_pe = v.out.pe;
       }
-      if (v.recv_rank >= 0) {
+      if (v.recv_rank >= 0 && !proxied(v.recv_rank)) {
         link.in = &mine->probe[i];
         link.peer = v.recv_rank;
       }
@@ -316,6 +351,7 @@ class GridFusedTransport final : public Transport {
     ProbeRun probes;
     probes.launch(links, 1, m_timeout_seconds, m_errors.sink(), true, m_puts);
     probes.finish();
+    if (m_proxy) m_proxy->self_test();  // collective over the ranks with proxied links
     std::string error;
     try {
       check(ops);
@@ -388,6 +424,7 @@ class GridFusedTransport final : public Transport {
   MPI_Comm m_comm;
   int m_rank;
   Mapping m_mapping;
+  ProxyPolicy m_proxy_policy;
   std::string m_name;
   int m_trace_object;  // this exchange in traces
   PeerBlocks m_peers;
@@ -408,15 +445,16 @@ class GridFusedTransport final : public Transport {
   bool m_sized_for_trace = false;       // m_blocks fits the traced kernel
   bool m_puts = false;                  // some op reaches its peer by NVSHMEM puts
   ErrorChannel m_errors;
+  std::unique_ptr<HostProxy> m_proxy;  // the links to proxied neighbours, if any
 };
 
 }  // namespace
 
 std::unique_ptr<Transport> make_grid_fused_transport(MPI_Comm comm, int rank, Mapping mapping,
-                                                     const std::string& name,
+                                                     ProxyPolicy proxy, const std::string& name,
                                                      const std::string& trace_name,
                                                      double timeout_seconds, bool self_test) {
-  return std::make_unique<GridFusedTransport>(comm, rank, mapping, name, trace_name,
+  return std::make_unique<GridFusedTransport>(comm, rank, mapping, proxy, name, trace_name,
                                               timeout_seconds, self_test);
 }
 

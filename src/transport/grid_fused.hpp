@@ -7,16 +7,17 @@
 #include <memory>
 #include <string>
 
-#include "transport.hpp"
 #include "peer_halo.hpp"
+#include "transport.hpp"
 
 namespace halox::detail {
 
 /// `name` is the transport's name in messages, `trace_name` the exchange's in traces
 /// (ExchangeOptions::name); ops must carry their datatypes. Collective on first use (maps
-/// the neighbours' blocks; self-test of every link when `self_test`).
+/// the neighbours' blocks, the proxied ones through the host proxy; self-test of every link
+/// when `self_test`).
 std::unique_ptr<Transport> make_grid_fused_transport(MPI_Comm comm, int rank, Mapping mapping,
-                                                     const std::string& name,
+                                                     ProxyPolicy proxy, const std::string& name,
                                                      const std::string& trace_name,
                                                      double timeout_seconds, bool self_test);
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 
@@ -30,6 +31,7 @@ namespace {
 struct BlockInfo {
   cudaIpcMemHandle_t handle;  // ipc only
   char uuid[16];              // its GPU: peers on one GPU need only GPU-scope signals
+  unsigned long long node;    // its node: IPC maps only this node's blocks
   BlockOffsets offsets;
 };
 
@@ -56,6 +58,10 @@ PeerBlocks::PeerBlocks(MPI_Comm comm, int rank, Mapping mapping)
   cudaDeviceProp prop{};
   HALOX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   std::memcpy(m_uuid, &prop.uuid, sizeof m_uuid);
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  HALOX_MPI_CHECK(MPI_Get_processor_name(name, &length));
+  m_node = std::hash<std::string>{}(std::string(name, static_cast<std::size_t>(length)));
 }
 
 void PeerBlocks::unmap() {
@@ -66,13 +72,15 @@ void PeerBlocks::unmap() {
 }
 
 void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
-                         const std::set<int>& neighbours, bool kept) {
+                         const std::set<int>& neighbours, bool kept, ProxyPolicy proxy) {
   if (!kept) unmap();
+  m_proxied.clear();
   BlockInfo out{};
   // A kept block keeps its handle (and the peers their mappings of it).
   if (m_mapping == Mapping::ipc && !kept) HALOX_CUDA_CHECK(cudaIpcGetMemHandle(&m_handle, my_base));
   out.handle = m_handle;
   std::memcpy(out.uuid, m_uuid, sizeof out.uuid);
+  out.node = m_node;
   out.offsets = offsets;
   std::vector<BlockInfo> in(neighbours.size());
   std::vector<MPI_Request> requests;
@@ -93,6 +101,13 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
   k = 0;
   for (int n : neighbours) {
     m_same_gpu &= std::memcmp(in[k].uuid, out.uuid, sizeof out.uuid) == 0;
+    if (proxy == ProxyPolicy::every_peer ||
+        (proxy == ProxyPolicy::other_nodes && in[k].node != m_node)) {
+      m_proxied.insert(n);
+      m_same_gpu = false;  // the proxy's signals are in host memory: system scope
+      ++k;
+      continue;
+    }
     void* base = nullptr;
     int put = -1;
     const auto mapped = m_peers.find(n);
@@ -236,6 +251,12 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
     self_test = e.what();
   }
   raise_if_any(m_comm, self_test);
+}
+
+ProxyPolicy grid_proxy_policy(Mapping mapping, const ExchangeOptions& options) {
+  if (options.testing.host_proxy || env_host_proxy()) return ProxyPolicy::every_peer;
+  // NVSHMEM puts reach other nodes from the kernel itself; CUDA IPC maps this node only.
+  return mapping == Mapping::ipc ? ProxyPolicy::other_nodes : ProxyPolicy::none;
 }
 
 Mapping peer_mapping(TransportKind kind, const ExchangeOptions& options) {

@@ -35,6 +35,16 @@ class NcclWindows;
 /// HALOX_NVSHMEM_PUTS=1) for nvshmem-*, NCCL's windows for nccl-device.
 Mapping peer_mapping(TransportKind kind, const ExchangeOptions& options);
 
+/// Which neighbours the fused grid kernel reaches through the host proxy (host_proxy.hpp)
+/// instead of mapping their blocks: none; those on another node (ipc: CUDA IPC maps only
+/// this node's); every one (tests and measurements of that path on one node).
+enum class ProxyPolicy { none, other_nodes, every_peer };
+
+/// The fused grid kernel's proxied neighbours: every one with
+/// ExchangeOptions::testing.host_proxy or HALOX_HOST_PROXY=1; otherwise those CUDA IPC cannot
+/// map (another node) for ipc-fused; none for NVSHMEM (its puts reach them).
+ProxyPolicy grid_proxy_policy(Mapping mapping, const ExchangeOptions& options);
+
 /// Up to 2 x kMaxPulses offsets into a block that its neighbours need (staging areas).
 using BlockOffsets = std::array<long long, 2 * kMaxPulses>;
 
@@ -48,9 +58,10 @@ class PeerBlocks {
   PeerBlocks& operator=(const PeerBlocks&) = delete;
   /// Collective: tells every neighbour my block and its offsets, maps theirs. `kept`: every
   /// rank kept its block since the last call (collective decision), so mappings stay.
-  /// Raises on every rank when some rank cannot map a neighbour.
+  /// Raises on every rank when some rank cannot map a neighbour. Neighbours that `proxy`
+  /// names are not mapped (proxied()).
   void publish(char* my_base, const BlockOffsets& offsets, const std::set<int>& neighbours,
-               bool kept);
+               bool kept, ProxyPolicy proxy = ProxyPolicy::none);
   void unmap();
   /// Mapping::nccl: the windows that the blocks are registered in (owned by the caller).
   void use_windows(const NcclWindows* windows) { m_windows = windows; }
@@ -61,6 +72,8 @@ class PeerBlocks {
   const BlockOffsets& offsets(int rank) const { return m_peers.at(rank).offsets; }
   /// Every neighbour is on this process's GPU (GPU-scope signals suffice).
   bool same_gpu() const { return m_same_gpu; }
+  /// That neighbour is reached through the host proxy (not mapped).
+  bool proxied(int rank) const { return m_proxied.count(rank) != 0; }
 
  private:
   struct Peer {
@@ -72,8 +85,10 @@ class PeerBlocks {
   int m_rank;
   Mapping m_mapping;
   std::map<int, Peer> m_peers;
+  std::set<int> m_proxied;
   bool m_same_gpu = true;
   char m_uuid[16] = {};           // this process's GPU, read once (cudaGetDeviceProperties is slow)
+  unsigned long long m_node = 0;  // this process's node (a hash of MPI's processor name)
   cudaIpcMemHandle_t m_handle{};  // of the block last published (ipc)
   const NcclWindows* m_windows = nullptr;  // nccl
 };

@@ -11,7 +11,9 @@
 #include <string>
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // MPI from several threads: the fused grid kernel's host proxy (host_proxy.hpp).
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   halox::select_device(MPI_COMM_WORLD);  // one GPU per rank where there are several
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;

@@ -1,0 +1,98 @@
+// The host proxy of the fused grid kernel: the links whose peer the kernel cannot store into
+// (another node without NVSHMEM, or every link under HALOX_HOST_PROXY=1) go through the host,
+// as NCCL's and NVSHMEM's proxies carry what the GPU cannot send itself. The kernel sees such
+// a link as any other device channel (channel.cuh), with every end in this process's pinned,
+// mapped host memory:
+//   sender    waits on `ready`, packs into `send staging`, sets `packed` to data_signal(e)
+//   proxy     sees `packed`, MPI_Isend of the staging; once sent, `ready` = e + 1
+//   receiver  sets `released` to e (its staging is free for exchange e)
+//   proxy     sees `released`, MPI_Irecv into the receive staging; once in, `data` =
+//             data_signal(e), which the receiver's kernel waits for
+// So the kernel's code is the one it runs for direct stores; it only needs system-scope
+// signals. The proxy thread serves the exchanges in order. It waits without a time-out until
+// this rank's kernel of an exchange starts (queued steps may sit behind long updates), then
+// bounds the exchange's messages by the time-out and records the first that does not finish
+// (rank, peer, pulse), which the transport's next call throws. MPI is called from the proxy
+// thread: the process must have MPI_THREAD_MULTIPLE.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace halox::detail {
+
+/// One op's link through the proxy: what it sends (send_rank >= 0) and receives.
+struct ProxyLinkPlan {
+  int op = 0;  // the op's index: its MPI tag, alike on both ends
+  int send_rank = -1, recv_rank = -1;
+  std::int64_t send_bytes = 0, recv_bytes = 0;
+  std::string name;  // the op's, for errors
+};
+
+/// The device's view of one proxied op (device pointers into mapped host memory).
+struct ProxyEnds {
+  char* send_staging = nullptr;
+  unsigned long long* packed = nullptr;  // the sender kernel's data signal
+  unsigned long long* ready = nullptr;   // the proxy's: the send staging is free
+  char* recv_staging = nullptr;
+  unsigned long long* data = nullptr;      // the proxy's: the face has arrived
+  unsigned long long* released = nullptr;  // the receiver kernel's: its staging is free
+};
+
+/// The process's MPI allows calls from several threads (the proxy needs it).
+bool mpi_thread_multiple();
+
+class HostProxy {
+ public:
+  /// Collective over `comm` (it is duplicated). Throws on every rank when some rank lacks
+  /// MPI_THREAD_MULTIPLE.
+  HostProxy(MPI_Comm comm, int rank, std::string transport, double timeout_seconds,
+            std::vector<ProxyLinkPlan> links);
+  ~HostProxy();
+  HostProxy(const HostProxy&) = delete;
+  HostProxy& operator=(const HostProxy&) = delete;
+
+  /// Some link goes through this proxy.
+  bool any() const { return !m_links.empty(); }
+  /// The ends of link k (in the order given).
+  const ProxyEnds& ends(std::size_t k) const { return m_ends[k]; }
+  /// Collective: a message over every proxied link, checked (magic, sender, op); every rank
+  /// learns whether any link is broken.
+  void self_test();
+  /// The kernel of exchange `epoch` (1, 2, ...) is queued: serve it.
+  void launched(std::uint64_t epoch);
+  /// Throws the first failure the proxy met (it then serves nothing more): HaloTimeoutError
+  /// for a message that did not finish in time, halox::Error for others.
+  void throw_if_failed() const;
+
+ private:
+  void serve();
+  bool serve_exchange(std::uint64_t epoch);  // false: failed or stopping
+  void fail(const std::string& message, bool timed_out);
+
+  MPI_Comm m_comm = MPI_COMM_NULL;
+  int m_rank;
+  std::string m_transport;
+  double m_timeout_seconds;
+  std::vector<ProxyLinkPlan> m_links;
+  std::vector<ProxyEnds> m_ends;  // device pointers
+  std::vector<ProxyEnds> m_host;  // the same memory, host pointers
+  void* m_memory = nullptr;       // one pinned, mapped allocation
+  std::atomic<std::uint64_t> m_launched{0};
+  std::atomic<bool> m_stop{false};
+  std::atomic<bool> m_failed{false};
+  mutable std::mutex m_mutex;  // m_error, and the sleep of the thread
+  std::condition_variable m_wake;
+  std::string m_error;
+  bool m_timed_out = false;
+  std::thread m_thread;
+};
+
+}  // namespace halox::detail
