@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "../common/cuda_check.hpp"
@@ -31,6 +32,12 @@ constexpr u64 data_signal(u64 exchange) {
   return exchange << 32;
 }
 constexpr u64 kProxyProbeMagic = 0x68616c6f78707879ull;  // "haloxpxy"
+
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", s);
+  return text;
+}
 
 std::int64_t rounded(std::int64_t bytes) {
   return (bytes + 255) / 256 * 256;
@@ -235,7 +242,7 @@ bool HostProxy::serve_exchange(std::uint64_t e) {
         if (!state[k].received || !state[k].sent) {
           const bool in = !state[k].received;
           return give_up("halox: rank " + std::to_string(m_rank) + " timed out after " +
-                         std::to_string(m_timeout_seconds) + " s on " + l.name + " waiting for " +
+                         seconds_text(m_timeout_seconds) + " s on " + l.name + " waiting for " +
                          (in ? "rank " + std::to_string(l.recv_rank) + " (its face to this rank "
                                                                        "did not arrive)"
                              : "rank " + std::to_string(l.send_rank) +
