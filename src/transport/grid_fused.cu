@@ -136,7 +136,7 @@ class GridFusedTransport final : public Transport {
       launch_dependent(
           traced ? grid_exchange_kernel<false, true> : grid_exchange_kernel<false, false>, grid,
           256, stream, a, f);
-    if (m_proxy) m_proxy->launched(epoch);
+    if (m_proxy->any()) m_proxy->launched(epoch);
     for (const Op& op : ops) {
       if (op.send_rank >= 0 && op.send_rank != m_rank) {
         stats.messages += 1;
@@ -246,10 +246,11 @@ class GridFusedTransport final : public Transport {
       if (out) l.send_rank = ops[i].send_rank, l.send_bytes = ops[i].send_bytes;
       if (in) l.recv_rank = ops[i].recv_rank, l.recv_bytes = ops[i].recv_bytes;
     }
+    // On every rank, links or not: its set-up and self-test are collective (a rank whose
+    // neighbours are all mapped has none).
     m_proxy.reset();
-    m_proxy = std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout_seconds,
-                                          std::move(links));  // collective
-    if (!m_proxy->any()) m_proxy.reset();
+    m_proxy =
+        std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout_seconds, std::move(links));
     auto base_of = [&](int r) { return r == m_rank ? m_block : m_peers.base(r); };
     auto offsets_of = [&](int r) { return r == m_rank ? offsets : m_peers.offsets(r); };
     GridSlots* mine = reinterpret_cast<GridSlots*>(m_block);
@@ -351,7 +352,7 @@ class GridFusedTransport final : public Transport {
     ProbeRun probes;
     probes.launch(links, 1, m_timeout_seconds, m_errors.sink(), true, m_puts);
     probes.finish();
-    if (m_proxy) m_proxy->self_test();  // collective over the ranks with proxied links
+    m_proxy->self_test();  // collective
     std::string error;
     try {
       check(ops);
@@ -445,7 +446,7 @@ class GridFusedTransport final : public Transport {
   bool m_sized_for_trace = false;       // m_blocks fits the traced kernel
   bool m_puts = false;                  // some op reaches its peer by NVSHMEM puts
   ErrorChannel m_errors;
-  std::unique_ptr<HostProxy> m_proxy;  // the links to proxied neighbours, if any
+  std::unique_ptr<HostProxy> m_proxy;  // the links to proxied neighbours (none, often)
 };
 
 }  // namespace

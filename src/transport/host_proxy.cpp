@@ -191,16 +191,14 @@ bool HostProxy::serve_exchange(std::uint64_t e) {
       State& s = state[k];
       if (!s.sent && !s.sending && load(h.packed) >= data_signal(e)) {
         started = true;
-        HALOX_MPI_CHECK(MPI_Isend(h.send_staging, message_size(l.send_bytes, m_transport),
-                                  MPI_BYTE, l.send_rank, tags::kHostProxy + l.op, m_comm,
-                                  &s.send));
+        HALOX_MPI_CHECK(MPI_Isend(h.send_staging, message_size(l.send_bytes, m_transport), MPI_BYTE,
+                                  l.send_rank, tags::kHostProxy + l.op, m_comm, &s.send));
         s.sending = true;
       }
       if (!s.received && !s.receiving && load(h.released) >= e) {
         started = true;
-        HALOX_MPI_CHECK(MPI_Irecv(h.recv_staging, message_size(l.recv_bytes, m_transport),
-                                  MPI_BYTE, l.recv_rank, tags::kHostProxy + l.op, m_comm,
-                                  &s.recv));
+        HALOX_MPI_CHECK(MPI_Irecv(h.recv_staging, message_size(l.recv_bytes, m_transport), MPI_BYTE,
+                                  l.recv_rank, tags::kHostProxy + l.op, m_comm, &s.recv));
         s.receiving = true;
       }
       int flag = 0;
@@ -220,9 +218,10 @@ bool HostProxy::serve_exchange(std::uint64_t e) {
           MPI_Get_count(&status, MPI_BYTE, &count);
           if (count != l.recv_bytes) {
             return give_up("halox: " + m_transport + ": rank " + std::to_string(m_rank) +
-                           " received " + std::to_string(count) + " bytes from rank " +
-                           std::to_string(l.recv_rank) + " on " + l.name + " through the host " +
-                           "proxy; its plan says " + std::to_string(l.recv_bytes),
+                               " received " + std::to_string(count) + " bytes from rank " +
+                               std::to_string(l.recv_rank) + " on " + l.name +
+                               " through the host " + "proxy; its plan says " +
+                               std::to_string(l.recv_bytes),
                            false);
           }
           store(h.data, data_signal(e));
@@ -242,12 +241,13 @@ bool HostProxy::serve_exchange(std::uint64_t e) {
         if (!state[k].received || !state[k].sent) {
           const bool in = !state[k].received;
           return give_up("halox: rank " + std::to_string(m_rank) + " timed out after " +
-                         seconds_text(m_timeout_seconds) + " s on " + l.name + " waiting for " +
-                         (in ? "rank " + std::to_string(l.recv_rank) + " (its face to this rank "
-                                                                       "did not arrive)"
-                             : "rank " + std::to_string(l.send_rank) +
-                                   " (it did not take this rank's face)") +
-                         " (" + m_transport + ", host proxy)",
+                             seconds_text(m_timeout_seconds) + " s on " + l.name + " waiting for " +
+                             (in ? "rank " + std::to_string(l.recv_rank) +
+                                       " (its face to this rank "
+                                       "did not arrive)"
+                                 : "rank " + std::to_string(l.send_rank) +
+                                       " (it did not take this rank's face)") +
+                             " (" + m_transport + ", host proxy)",
                          true);
         }
       }

@@ -51,8 +51,9 @@ bool mpi_thread_multiple();
 
 class HostProxy {
  public:
-  /// Collective over `comm` (it is duplicated). Throws on every rank when some rank lacks
-  /// MPI_THREAD_MULTIPLE.
+  /// Collective over `comm` (every rank, links or not; tags tags::kHostProxy + op on it).
+  /// Throws on every rank when a rank with links lacks MPI_THREAD_MULTIPLE. No thread
+  /// without links.
   HostProxy(MPI_Comm comm, int rank, std::string transport, double timeout_seconds,
             std::vector<ProxyLinkPlan> links);
   ~HostProxy();
@@ -63,8 +64,8 @@ class HostProxy {
   bool any() const { return !m_links.empty(); }
   /// The ends of link k (in the order given).
   const ProxyEnds& ends(std::size_t k) const { return m_ends[k]; }
-  /// Collective: a message over every proxied link, checked (magic, sender, op); every rank
-  /// learns whether any link is broken.
+  /// Collective (every rank, links or not): a message over every proxied link, checked
+  /// (magic, sender, op); every rank learns whether any link is broken.
   void self_test();
   /// The kernel of exchange `epoch` (1, 2, ...) is queued: serve it.
   void launched(std::uint64_t epoch);
