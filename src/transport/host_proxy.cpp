@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "../common/cuda_check.hpp"
@@ -60,12 +61,13 @@ bool mpi_thread_multiple() {
 }
 
 HostProxy::HostProxy(MPI_Comm comm, int rank, std::string transport, double timeout_seconds,
-                     std::vector<ProxyLinkPlan> links)
+                     std::vector<ProxyLinkPlan> links, Memory memory)
     : m_comm(comm),
       m_rank(rank),
       m_transport(std::move(transport)),
       m_timeout_seconds(timeout_seconds),
-      m_links(std::move(links)) {
+      m_links(std::move(links)),
+      m_memory_kind(memory) {
   std::string error;
   if (!m_links.empty() && !mpi_thread_multiple()) {
     error = "halox: " + m_transport + ": rank " + std::to_string(m_rank) +
@@ -81,11 +83,17 @@ HostProxy::HostProxy(MPI_Comm comm, int rank, std::string transport, double time
     at.push_back(bytes);
     bytes += 256 + rounded(l.send_bytes) + rounded(l.recv_bytes);
   }
-  HALOX_CUDA_CHECK(cudaHostAlloc(&m_memory, static_cast<std::size_t>(bytes),
-                                 cudaHostAllocMapped | cudaHostAllocPortable));
-  std::memset(m_memory, 0, static_cast<std::size_t>(bytes));
   char* device = nullptr;
-  HALOX_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device), m_memory, 0));
+  if (memory == Memory::gpu_mapped) {
+    HALOX_CUDA_CHECK(cudaHostAlloc(&m_memory, static_cast<std::size_t>(bytes),
+                                   cudaHostAllocMapped | cudaHostAllocPortable));
+    HALOX_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device), m_memory, 0));
+  } else {
+    m_memory = std::aligned_alloc(256, static_cast<std::size_t>(bytes));
+    if (!m_memory) throw Error("halox: " + m_transport + ": no host memory for the host proxy");
+    device = static_cast<char*>(m_memory);
+  }
+  std::memset(m_memory, 0, static_cast<std::size_t>(bytes));
   auto ends_at = [&](char* base, std::size_t k) {
     const ProxyLinkPlan& l = m_links[k];
     char* p = base + at[k];
@@ -116,7 +124,8 @@ HostProxy::~HostProxy() {
     m_wake.notify_all();
     m_thread.join();
   }
-  if (m_memory) cudaFreeHost(m_memory);
+  if (m_memory && m_memory_kind == Memory::gpu_mapped) cudaFreeHost(m_memory);
+  if (m_memory && m_memory_kind == Memory::host) std::free(m_memory);
 }
 
 void HostProxy::launched(std::uint64_t epoch) {

@@ -51,19 +51,25 @@ bool mpi_thread_multiple();
 
 class HostProxy {
  public:
+  /// Where the links' ends live: pinned host memory mapped into the GPU's address space (the
+  /// kernel's), or plain host memory (tests of the proxy's protocol, with host threads in
+  /// the kernel's place, on machines without a GPU).
+  enum class Memory { gpu_mapped, host };
   /// Collective over `comm` (every rank, links or not; tags tags::kHostProxy + op on it).
   /// Throws on every rank when a rank with links lacks MPI_THREAD_MULTIPLE. No thread
   /// without links.
   HostProxy(MPI_Comm comm, int rank, std::string transport, double timeout_seconds,
-            std::vector<ProxyLinkPlan> links);
+            std::vector<ProxyLinkPlan> links, Memory memory = Memory::gpu_mapped);
   ~HostProxy();
   HostProxy(const HostProxy&) = delete;
   HostProxy& operator=(const HostProxy&) = delete;
 
   /// Some link goes through this proxy.
   bool any() const { return !m_links.empty(); }
-  /// The ends of link k (in the order given).
+  /// The ends of link k (in the order given), as the kernel addresses them.
   const ProxyEnds& ends(std::size_t k) const { return m_ends[k]; }
+  /// The same ends, as this process's threads address them.
+  const ProxyEnds& host_ends(std::size_t k) const { return m_host[k]; }
   /// Collective (every rank, links or not): a message over every proxied link, checked
   /// (magic, sender, op); every rank learns whether any link is broken.
   void self_test();
@@ -85,7 +91,8 @@ class HostProxy {
   std::vector<ProxyLinkPlan> m_links;
   std::vector<ProxyEnds> m_ends;  // device pointers
   std::vector<ProxyEnds> m_host;  // the same memory, host pointers
-  void* m_memory = nullptr;       // one pinned, mapped allocation
+  void* m_memory = nullptr;       // one allocation for every link
+  Memory m_memory_kind;
   std::atomic<std::uint64_t> m_launched{0};
   std::atomic<bool> m_stop{false};
   std::atomic<bool> m_failed{false};
