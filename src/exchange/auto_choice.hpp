@@ -19,9 +19,8 @@ struct AutoChoice {
 /// message of any rank's plan, in bytes. direct_until: the measured size from which
 /// NVSHMEM's copy-engine puts beat direct stores (<= 0: not measured). pipelined_from: the
 /// measured size from which pipelining beats staging. particle: a particle halo (else a
-/// grid's). host_proxy: MPI allows the fused grid kernel's host proxy (MPI_THREAD_MULTIPLE).
+/// grid's), for the text.
 AutoChoice choose_transport(bool all_local, bool have_nvshmem, std::int64_t largest_message,
-                            std::int64_t direct_until, std::int64_t pipelined_from, bool particle,
-                            bool host_proxy = false);
+                            std::int64_t direct_until, std::int64_t pipelined_from, bool particle);
 
 }  // namespace halox::detail

@@ -23,8 +23,7 @@
 namespace halox::detail {
 
 AutoChoice choose_transport(bool all_local, bool have_nvshmem, std::int64_t largest_message,
-                            std::int64_t direct_until, std::int64_t pipelined_from, bool particle,
-                            bool host_proxy) {
+                            std::int64_t direct_until, std::int64_t pipelined_from, bool particle) {
   TransportKind kind;
   std::string why;
   // nccl-device is never the pick: on one node ipc-fused runs the same kernels without NCCL's
@@ -66,23 +65,13 @@ AutoChoice choose_transport(bool all_local, bool have_nvshmem, std::int64_t larg
         "NIC), no host waits; " +
         crossover;
   } else {
+    // Not ipc-fused with its host proxy for the other nodes' links: on one H200 it ran the
+    // 2-process LBM at a fifth of staged's MLUPS (docs/PERFORMANCE.md).
     const bool pipelined = largest_message >= pipelined_from;
-    const std::string size = "largest message " + std::to_string(largest_message) + " bytes " +
-                             (pipelined ? ">=" : "<") + " the measured pipelining crossover of " +
-                             std::to_string(pipelined_from) + " bytes";
-    if (!pipelined && !particle && host_proxy) {
-      // Per link inside one kernel, as nvshmem-fused does with puts: this node's neighbours
-      // by direct stores, the others through the host proxy (host_proxy.hpp). Not measured
-      // across nodes: one node here.
-      kind = TransportKind::ipc_fused;
-      why =
-          "neighbours on other nodes, no NVSHMEM: one fused kernel, direct stores to this "
-          "node's peers and the host proxy (MPI) for the others; " +
-          size;
-    } else {
-      kind = pipelined ? TransportKind::pipelined : TransportKind::staged;
-      why = size;
-    }
+    kind = pipelined ? TransportKind::pipelined : TransportKind::staged;
+    why = "largest message " + std::to_string(largest_message) + " bytes " +
+          (pipelined ? ">=" : "<") + " the measured pipelining crossover of " +
+          std::to_string(pipelined_from) + " bytes";
   }
   return {kind, why};
 }
@@ -245,18 +234,13 @@ TransportKind TransportChooser::choose_automatically(const std::vector<PulseHead
     }
     largest = std::max<long long>(largest, std::max(p.send_size, p.recv_size) * item_bytes);
   }
-  // The fused grid kernel's host proxy calls MPI from a thread of its own.
-  int provided = MPI_THREAD_SINGLE;
-  HALOX_MPI_CHECK(MPI_Query_thread(&provided));
-  const int mine[2] = {local, HALOX_HAS_CUDA && provided >= MPI_THREAD_MULTIPLE};
-  int every[2] = {0, 0};
+  int all_local = 0;
   long long most = 0;
-  HALOX_MPI_CHECK(MPI_Allreduce(mine, every, 2, MPI_INT, MPI_MIN, comm));
-  const int all_local = every[0], host_proxy = every[1];
+  HALOX_MPI_CHECK(MPI_Allreduce(&local, &all_local, 1, MPI_INT, MPI_MIN, comm));
   HALOX_MPI_CHECK(MPI_Allreduce(&largest, &most, 1, MPI_LONG_LONG, MPI_MAX, comm));
   const auto [kind, why] =
       choose_transport(all_local != 0, HALOX_HAS_NVSHMEM != 0, most, tuned_direct_until_bytes(),
-                       tuned_pipelined_from_bytes(), m_particle, host_proxy != 0);
+                       tuned_pipelined_from_bytes(), m_particle);
   if (me == 0) {
     std::printf("halox: transport auto -> %s (%s)\n", to_string(kind).c_str(), why.c_str());
     std::fflush(stdout);

@@ -81,8 +81,8 @@ std::vector<ProxyLinkPlan> two_rank_links(const std::vector<std::int64_t>& bytes
 
 // One exchange in the kernel's place: free my receive staging, pack when my send staging is
 // free, then wait for and check every face. False (with a failure) on a wait that ran out.
-bool exchange(HostProxy& proxy, const std::vector<ProxyLinkPlan>& links, u64 e, u64 seed,
-              int rank, int peer, double data_seconds = 10) {
+bool exchange(HostProxy& proxy, const std::vector<ProxyLinkPlan>& links, u64 e, u64 seed, int rank,
+              int peer, double data_seconds = 10) {
   proxy.launched(e);
   for (std::size_t k = 0; k < links.size(); ++k) store(proxy.host_ends(k).released, e);
   for (std::size_t k = 0; k < links.size(); ++k) {
@@ -102,8 +102,8 @@ bool exchange(HostProxy& proxy, const std::vector<ProxyLinkPlan>& links, u64 e, 
       const auto want = pattern(seed, peer, links[k].op, e, j);
       if (static_cast<unsigned char>(h.recv_staging[j]) != want) {
         ADD_FAILURE() << "rank " << rank << ", exchange " << e << ", op " << k << ", byte " << j
-                      << ": " << int(static_cast<unsigned char>(h.recv_staging[j]))
-                      << ", expected " << int(want);
+                      << ": " << int(static_cast<unsigned char>(h.recv_staging[j])) << ", expected "
+                      << int(want);
         return false;
       }
     }
