@@ -2,8 +2,9 @@
 // for every face of every stage (grid y = an op that sends or receives) packs each face
 // straight into the receiving rank's staging area (a direct store through CUDA IPC or
 // nvshmem_ptr; for a peer nvshmem_ptr cannot map, into a send staging area that the last
-// block puts with its signal: grid_fused_puts.cu), signals it, waits for its own faces and
-// unpacks them. A face of a later stage carries edges and corners that the
+// block puts with its signal: grid_fused_puts.cu; for a peer neither reaches, into host
+// memory that the host proxy sends by MPI: host_proxy.hpp), signals it, waits for its own
+// faces and unpacks them. A face of a later stage carries edges and corners that the
 // earlier stages deliver, so its pack waits on the device until this rank has unpacked the
 // earlier stages' faces (a count per op); faces of the first stage go at once. The pack and
 // unpack are the GPU pack engine's (pack_device.cuh), driven by the plan's datatypes; the
