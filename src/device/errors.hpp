@@ -11,6 +11,18 @@ namespace halox::detail {
 
 using u64 = unsigned long long;
 
+/// The value of a link's data signal once exchange `exchange`'s data is in (2^32 per
+/// exchange: signals.cuh says why). Kernels wait for it and raise it; so does the host proxy
+/// (transport/host_proxy.cpp) for the links it carries.
+#ifdef __CUDACC__
+#define HALOX_HOST_DEVICE __host__ __device__
+#else
+#define HALOX_HOST_DEVICE
+#endif
+HALOX_HOST_DEVICE constexpr u64 data_signal(u64 exchange) {
+  return exchange << 32;
+}
+
 /// flag: 0 nothing, 1 a wait timed out (`seen` is where the signal stood, `expected` what it
 /// waited for), 2 a self-test probe arrived with a wrong word (`seen` against `expected`).
 struct ErrorRecord {

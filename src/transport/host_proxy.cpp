@@ -9,6 +9,7 @@
 
 #include "../common/cuda_check.hpp"
 #include "../common/mpi_tags.hpp"
+#include "../device/errors.hpp"
 #include "../plan/collective.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
@@ -18,7 +19,6 @@ namespace halox::detail {
 
 namespace {
 
-using u64 = unsigned long long;
 using Clock = std::chrono::steady_clock;
 
 // The signals' memory is written by the GPU (system-scope atomics) and by this thread.
@@ -27,10 +27,6 @@ u64 load(u64* p) {
 }
 void store(u64* p, u64 v) {
   std::atomic_ref<u64>(*p).store(v, std::memory_order_release);
-}
-// channel.cuh's data_signal: what a receiver waits for, and a sender's kernel sets.
-constexpr u64 data_signal(u64 exchange) {
-  return exchange << 32;
 }
 constexpr u64 kProxyProbeMagic = 0x68616c6f78707879ull;  // "haloxpxy"
 
