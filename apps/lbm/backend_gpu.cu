@@ -367,7 +367,6 @@ class GpuBackend final : public Backend {
       const dim3 grid(b.tiles[0][0], b.tiles[0][1], static_cast<unsigned>(b.box[0].n[2]));
       cell_kernel<Real, Op><<<grid, block, 0, stream>>>(F, b.box[0], op);
     } else {
-      for (int k = b.count + 1; k <= kMaxBoxes; ++k) b.first[k] = b.first[b.count];
       boxes_kernel<Real, Op><<<b.first[b.count], kCellThreads, 0, stream>>>(F, b, op);
     }
     LBM_CUDA(cudaGetLastError());
