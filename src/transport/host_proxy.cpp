@@ -10,7 +10,6 @@
 #include "../common/cuda_check.hpp"
 #include "../common/mpi_tags.hpp"
 #include "../device/errors.hpp"
-#include "../plan/collective.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "host_wait.hpp"
@@ -70,8 +69,9 @@ HostProxy::HostProxy(MPI_Comm comm, int rank, std::string transport, double time
             " reaches a neighbour only through the host (a proxy thread that calls MPI), which "
             "needs MPI initialised with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)";
   }
-  raise_if_any(m_comm, error);
+  agree(error, "host proxy set-up");
   if (m_links.empty()) return;
+  m_state.resize(m_links.size());
   // Per link: 4 signals (one 256-byte line), then the send and receive staging.
   std::int64_t bytes = 0;
   std::vector<std::int64_t> at;
@@ -165,12 +165,9 @@ void HostProxy::serve() {
 // Every link of exchange `epoch` at once (a later stage's face leaves only after the earlier
 // stages' faces have arrived, through this same loop).
 bool HostProxy::serve_exchange(std::uint64_t e) {
-  struct State {
-    MPI_Request send = MPI_REQUEST_NULL, recv = MPI_REQUEST_NULL;
-    bool sending = false, sent = false, receiving = false, received = false;
-  };
-  std::vector<State> state(m_links.size());
+  std::vector<LinkState>& state = m_state;
   for (std::size_t k = 0; k < m_links.size(); ++k) {
+    state[k] = LinkState{};
     state[k].sent = m_links[k].send_rank < 0;
     state[k].received = m_links[k].recv_rank < 0;
   }
@@ -178,7 +175,7 @@ bool HostProxy::serve_exchange(std::uint64_t e) {
   Clock::time_point deadline{};
   int spins = 0;
   auto give_up = [&](const std::string& message, bool timed_out) {
-    for (State& s : state) {
+    for (LinkState& s : state) {
       if (s.recv != MPI_REQUEST_NULL) {
         MPI_Cancel(&s.recv);
         MPI_Wait(&s.recv, MPI_STATUS_IGNORE);
@@ -193,7 +190,7 @@ bool HostProxy::serve_exchange(std::uint64_t e) {
     for (std::size_t k = 0; k < m_links.size(); ++k) {
       const ProxyLinkPlan& l = m_links[k];
       const ProxyEnds& h = m_host[k];
-      State& s = state[k];
+      LinkState& s = state[k];
       if (!s.sent && !s.sending && load(h.packed) >= data_signal(e)) {
         started = true;
         HALOX_MPI_CHECK(MPI_Isend(h.send_staging, message_size(l.send_bytes, m_transport), MPI_BYTE,
@@ -308,7 +305,17 @@ void HostProxy::self_test() {
   } catch (const Error& e) {
     error = e.what();
   }
-  raise_if_any(m_comm, error);
+  agree(error, "host proxy self-test");
+}
+
+void HostProxy::agree(const std::string& error, const char* what) const {
+  const WaitContext context{m_rank, m_transport.c_str(), m_timeout_seconds};
+  const long long failed = bounded_max(m_comm, error.empty() ? 0 : m_rank + 1, context, what);
+  if (!error.empty()) throw Error(error);
+  if (failed > 0) {
+    throw Error("halox: " + m_transport + ": rank " + std::to_string(failed - 1) + "'s " + what +
+                " failed (that rank's error says why)");
+  }
 }
 
 }  // namespace halox::detail

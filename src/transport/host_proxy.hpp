@@ -83,6 +83,17 @@ class HostProxy {
   void serve();
   bool serve_exchange(std::uint64_t epoch);  // false: failed or stopping
   void fail(const std::string& message, bool timed_out);
+  /// Every rank learns, within the time-out, whether some rank's `error` is not empty
+  /// (`what`: the step, for the errors); throws on every rank if so.
+  void agree(const std::string& error, const char* what) const;
+
+  // One link's messages of the exchange being served (the proxy thread's; kept, not made
+  // per exchange).
+  struct LinkState {
+    MPI_Request send = MPI_REQUEST_NULL, recv = MPI_REQUEST_NULL;
+    bool sending = false, sent = false, receiving = false, received = false;
+  };
+  std::vector<LinkState> m_state;
 
   MPI_Comm m_comm = MPI_COMM_NULL;
   int m_rank;
