@@ -21,6 +21,16 @@ cmake --preset cpu -B build/cpu-debug -DCMAKE_BUILD_TYPE=Debug -DHALOX_WARNINGS_
   -DHALOX_BUILD_TESTS=OFF >/dev/null  # the library and every program; tests: the Release build
 cmake --build build/cpu-debug -j "$jobs"
 
+# CUDA without MPI (ranks of one process): the library alone, so that no MPI header slips
+# into a CUDA source again.
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "== build (CUDA without MPI, the library)"
+  cmake -S . -B build/cuda-nompi -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
+    -DHALOX_ENABLE_MPI=OFF -DHALOX_WARNINGS_AS_ERRORS=ON -DHALOX_BUILD_TESTS=OFF \
+    -DHALOX_BUILD_BENCHMARKS=OFF -DHALOX_BUILD_APPS=OFF >/dev/null
+  cmake --build build/cuda-nompi -j "$jobs" --target halox
+fi
+
 echo "== tests"
 (cd build/test && ctest --output-on-failure -j "$jobs" -LE gpu)
 

@@ -5,7 +5,9 @@
 // otherwise); thread g moves word g, so the writes to the packed side are fully coalesced
 // and the reads are as coalesced as the type allows. A type that is one strided block (the
 // common case: faces, vectors, subarrays) passes its descriptor as a kernel argument; other
-// types read a small table of pieces and find theirs by binary search. Index math is 32-bit
+// types read a small table of pieces and find theirs by binary search, except pieces of one
+// shape at different offsets (a lattice's subset of distributions on one face), which are one
+// more dimension whose offsets the kernel's parameters carry. Index math is 32-bit
 // whenever the sizes allow, because 64-bit division costs more than the memory access.
 #include <cuda_runtime.h>
 
@@ -56,6 +58,18 @@ void fast_divisor(std::int64_t d, unsigned& mul, unsigned& shr) {
   shr = p - 32;
 }
 
+// Pieces of one strided shape at different memory offsets, packed one after another: word g
+// is word g % words of piece g / words, whose runs lie delta bytes from the first piece's.
+// Up to kMaxUniformPieces (a D3Q27 face sends 9), so that the offsets travel as parameters;
+// the binary search over a table of pieces cost the D3Q19 5-of-19 face 1.39x its floor.
+constexpr int kMaxUniformPieces = 32;
+struct UniformPieces {
+  std::int64_t words = 0;        // per piece, in launch words
+  std::int64_t piece_bytes = 0;  // packed bytes per piece
+  unsigned div_mul = 0, div_shr = 0;
+  std::int64_t delta[kMaxUniformPieces] = {};
+};
+
 // Everything about a (type, count) pair that does not depend on the pointers.
 struct Plan {
   std::vector<DeviceDesc> host_descs;  // word fields in bytes (scaled at launch)
@@ -76,6 +90,8 @@ struct Plan {
     std::vector<DeviceDesc> descs;  // word fields filled for this word size
     std::int64_t words = 0;
     bool run_per_thread = false;  // index_runs_kernel: short runs of an ascending index
+    bool uniform = false;         // uniform_pieces_kernel: the pieces differ only in offset
+    UniformPieces pieces;
     std::shared_ptr<void> table;  // device copy of descs when there are several
   };
   std::map<int, Launch> launches;  // per word size
@@ -211,6 +227,19 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+template <int W, PackOp OP, class I, int DEPTH>
+__global__ void __launch_bounds__(256) uniform_pieces_kernel(DeviceDesc d, UniformPieces u, I first,
+                                                             I end, const char* src, char* dst) {
+  for (I g = first + static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < end;
+       g += static_cast<I>(gridDim.x) * blockDim.x) {
+    const I piece = divide<I>(g, u.words, u.div_mul, u.div_shr);
+    std::int64_t mem, packed;
+    detail::word_offsets<W, I, DEPTH>(d, g - piece * static_cast<I>(u.words), mem, packed);
+    move_at<W, OP>(mem + u.delta[piece], packed + static_cast<std::int64_t>(piece) * u.piece_bytes,
+                   src, dst);
+  }
+}
+
 // Many pieces: each thread finds its piece by binary search over first_word.
 template <int W, PackOp OP, class I>
 __global__ void __launch_bounds__(256)
@@ -245,6 +274,31 @@ int grid_for(std::int64_t items) {
   return static_cast<int>(std::min<std::int64_t>((items + 255) / 256, max_blocks));
 }
 
+// Whether the pieces are one strided shape at several offsets, packed in order; if so, fills u
+// (its word fields from the launch's descriptors, already scaled to the word size).
+bool uniform_pieces(const std::vector<DeviceDesc>& descs, UniformPieces& u) {
+  const std::size_t n = descs.size();
+  if (n < 2 || n > kMaxUniformPieces) return false;
+  const DeviceDesc& a = descs[0];
+  std::int64_t runs = 1;
+  for (int k = 0; k < a.ndims; ++k) runs *= a.count[k];
+  u.words = runs * a.words_per_run;
+  u.piece_bytes = runs * a.block_bytes;
+  for (std::size_t i = 0; i < n; ++i) {
+    const DeviceDesc& b = descs[i];
+    if (b.index != nullptr || b.ndims != a.ndims || b.block_bytes != a.block_bytes ||
+        b.packed_offset != a.packed_offset + static_cast<std::int64_t>(i) * u.piece_bytes) {
+      return false;
+    }
+    for (int k = 0; k < a.ndims; ++k) {
+      if (b.count[k] != a.count[k] || b.stride[k] != a.stride[k]) return false;
+    }
+    u.delta[i] = b.offset - a.offset;
+  }
+  fast_divisor(u.words, u.div_mul, u.div_shr);
+  return true;
+}
+
 // The descriptors for one word size, computed once per plan: words per run, first word
 // and the division magic numbers do not change between calls, so no call repeats them.
 const Plan::Launch& launch_for(Plan& plan, int word) {
@@ -267,6 +321,7 @@ const Plan::Launch& launch_for(Plan& plan, int word) {
   }
   launch.run_per_thread = plan.ascending_index && launch.descs.size() == 1 &&
                           launch.descs[0].words_per_run <= kMaxWordsPerThreadRun;
+  launch.uniform = uniform_pieces(launch.descs, launch.pieces);
   return plan.launches.emplace(word, std::move(launch)).first->second;
 }
 
@@ -286,6 +341,22 @@ void launch_kernel(const Plan::Launch& launch, Range range, const char* src, cha
     const int runs_grid = grid_for((end - first) / d.words_per_run + 2);
     index_runs_kernel<W, OP, I>
         <<<runs_grid, 256, 0, stream>>>(d, static_cast<I>(first), static_cast<I>(end), src, dst);
+  } else if (launch.uniform) {
+    const DeviceDesc& d = launch.descs[0];
+    const UniformPieces& u = launch.pieces;
+    const I f = static_cast<I>(first), e = static_cast<I>(end);
+    switch (d.ndims) {
+      case 0:
+        uniform_pieces_kernel<W, OP, I, 0><<<grid, 256, 0, stream>>>(d, u, f, e, src, dst);
+        break;
+      case 1:
+        uniform_pieces_kernel<W, OP, I, 1><<<grid, 256, 0, stream>>>(d, u, f, e, src, dst);
+        break;
+      case 2:
+        uniform_pieces_kernel<W, OP, I, 2><<<grid, 256, 0, stream>>>(d, u, f, e, src, dst);
+        break;
+      default: uniform_pieces_kernel<W, OP, I, -1><<<grid, 256, 0, stream>>>(d, u, f, e, src, dst);
+    }
   } else if (launch.descs.size() == 1) {
     const DeviceDesc& d = launch.descs[0];
     const I f = static_cast<I>(first), e = static_cast<I>(end);
@@ -522,6 +593,8 @@ GpuPackShape gpu_pack_shape(const void* in, std::int64_t count, const Datatype& 
   shape.pieces = static_cast<int>(plan.host_descs.size());
   shape.word_bytes = word_size(plan, in, out, 1);
   shape.words = shape.word_bytes ? plan.bytes / shape.word_bytes : 0;
+  shape.uniform_pieces =
+      shape.word_bytes > 0 && !plan.contiguous && launch_for(plan, shape.word_bytes).uniform;
   return shape;
 }
 

@@ -6,9 +6,11 @@
 #if HALOX_HAS_NVSHMEM
 #include "nvshmem_runtime.hpp"
 #else
-#include <mpi.h>
-
 #include <cstdint>
+
+#if HALOX_HAS_MPI
+#include <mpi.h>
+#endif
 
 #include "halox/error.hpp"
 
@@ -16,9 +18,11 @@ namespace halox::detail {
 [[noreturn]] inline void no_nvshmem() {
   throw Error("halox: this build has no NVSHMEM (configure with HALOX_ENABLE_NVSHMEM=ON)");
 }
+#if HALOX_HAS_MPI  // a build without MPI (ranks of one process) has no caller
 inline void ensure_nvshmem(MPI_Comm, std::int64_t) {
   no_nvshmem();
 }
+#endif
 inline void* symmetric_alloc(std::int64_t) {
   no_nvshmem();
 }

@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -25,6 +27,70 @@ struct DeviceBuffer {
   ~DeviceBuffer() { cudaFree(ptr); }
   char* get() { return static_cast<char*>(ptr); }
 };
+
+// Packs t (elements of `elem` bytes, finite random values) on the GPU in whole and in 11
+// random ranges on element boundaries, unpacks and accumulates, each against the CPU byte for
+// byte with the outputs poisoned; counts the ranges packed.
+void expect_like_cpu(const Datatype& t, std::int64_t elem, std::mt19937_64& rng,
+                     cudaStream_t stream, const std::string& what, long& ranges) {
+  const std::size_t n_bytes = static_cast<std::size_t>(t.true_lb() + t.true_extent() + 64);
+  const std::int64_t packed = packed_size(t, 1);
+  std::vector<unsigned char> host(n_bytes);
+  for (std::size_t k = 0; k + elem <= n_bytes; k += static_cast<std::size_t>(elem)) {
+    const double x = static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / 8.0;
+    if (elem == 4) {
+      const float f = static_cast<float>(x);
+      std::memcpy(&host[k], &f, 4);
+    } else {
+      std::memcpy(&host[k], &x, 8);
+    }
+  }
+  std::vector<unsigned char> expected(static_cast<std::size_t>(packed));
+  pack(host.data(), 1, t, expected.data());
+  DeviceBuffer d_in(n_bytes), d_out(static_cast<std::size_t>(packed) + 16);
+  CUDA_OK(cudaMemcpy(d_in.get(), host.data(), n_bytes, cudaMemcpyHostToDevice));
+  // The whole stream, then ranges on element boundaries that cut runs.
+  for (int r = 0; r < 12; ++r) {
+    std::int64_t from = 0, bytes = packed;
+    if (r > 0) {
+      const std::int64_t elems = packed / elem;
+      from = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(elems)) * elem;
+      bytes =
+          (1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(elems - from / elem))) *
+          elem;
+    }
+    CUDA_OK(cudaMemset(d_out.get(), 0xA5, static_cast<std::size_t>(packed) + 16));
+    pack_range_async(d_in.get(), 1, t, d_out.get(), from, bytes, stream);
+    std::vector<unsigned char> got(static_cast<std::size_t>(bytes) + 16);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaMemcpy(got.data(), d_out.get(), got.size(), cudaMemcpyDeviceToHost));
+    ASSERT_EQ(std::memcmp(got.data(), expected.data() + from, static_cast<std::size_t>(bytes)), 0)
+        << what << ", range [" << from << ", " << from + bytes << ")";
+    for (std::size_t k = static_cast<std::size_t>(bytes); k < got.size(); ++k)
+      ASSERT_EQ(got[k], 0xA5) << "wrote past the range: " << what;
+    ++ranges;
+  }
+  if (t.overlaps(1)) return;
+  std::vector<unsigned char> cpu(n_bytes), poison(n_bytes);
+  for (auto& c : poison) c = static_cast<unsigned char>(rng());
+  cpu = poison;
+  unpack(expected.data(), cpu.data(), 1, t);
+  CUDA_OK(cudaMemcpy(d_in.get(), poison.data(), n_bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_out.get(), expected.data(), expected.size(), cudaMemcpyHostToDevice));
+  unpack_async(d_out.get(), d_in.get(), 1, t, stream);
+  std::vector<unsigned char> gpu(n_bytes);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaMemcpy(gpu.data(), d_in.get(), n_bytes, cudaMemcpyDeviceToHost));
+  ASSERT_EQ(gpu, cpu) << "unpack: " << what;
+  // Accumulate the packed values onto the original array.
+  std::vector<unsigned char> cpu_acc = host;
+  unpack_accumulate(expected.data(), cpu_acc.data(), 1, t);
+  CUDA_OK(cudaMemcpy(d_in.get(), host.data(), n_bytes, cudaMemcpyHostToDevice));
+  unpack_accumulate_async(d_out.get(), d_in.get(), 1, t, stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaMemcpy(gpu.data(), d_in.get(), n_bytes, cudaMemcpyDeviceToHost));
+  ASSERT_EQ(gpu, cpu_acc) << "accumulate: " << what;
+}
 
 }  // namespace
 
@@ -149,69 +215,11 @@ TEST(GpuPack, AscendingGathersMatchCpuInEveryRange) {
         }
         Datatype t = Datatype::hindexed_block(block, disps, Datatype::basic(kind));
         t.commit();
-        const std::size_t n_bytes = static_cast<std::size_t>(t.true_lb() + t.true_extent() + 64);
-        const std::int64_t packed = packed_size(t, 1);
-        std::vector<unsigned char> host(n_bytes);
-        for (std::size_t k = 0; k + elem <= n_bytes; k += static_cast<std::size_t>(elem)) {
-          const double x = static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / 8.0;
-          if (elem == 4) {
-            const float f = static_cast<float>(x);
-            std::memcpy(&host[k], &f, 4);
-          } else {
-            std::memcpy(&host[k], &x, 8);
-          }
-        }
-        std::vector<unsigned char> expected(static_cast<std::size_t>(packed));
-        pack(host.data(), 1, t, expected.data());
-        DeviceBuffer d_in(n_bytes), d_out(static_cast<std::size_t>(packed) + 16);
-        CUDA_OK(cudaMemcpy(d_in.get(), host.data(), n_bytes, cudaMemcpyHostToDevice));
         const std::string what = std::string(elem == 4 ? "float" : "double") + " runs of " +
                                  std::to_string(block) + ", " + std::to_string(entries) +
                                  " entries";
-        // The whole stream, then ranges on element boundaries that cut runs.
-        for (int r = 0; r < 12; ++r) {
-          std::int64_t from = 0, bytes = packed;
-          if (r > 0) {
-            const std::int64_t elems = packed / elem;
-            from = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(elems)) * elem;
-            bytes = (1 + static_cast<std::int64_t>(
-                             rng() % static_cast<std::uint64_t>(elems - from / elem))) *
-                    elem;
-          }
-          CUDA_OK(cudaMemset(d_out.get(), 0xA5, static_cast<std::size_t>(packed) + 16));
-          pack_range_async(d_in.get(), 1, t, d_out.get(), from, bytes, stream);
-          std::vector<unsigned char> got(static_cast<std::size_t>(bytes) + 16);
-          CUDA_OK(cudaStreamSynchronize(stream));
-          CUDA_OK(cudaMemcpy(got.data(), d_out.get(), got.size(), cudaMemcpyDeviceToHost));
-          ASSERT_EQ(
-              std::memcmp(got.data(), expected.data() + from, static_cast<std::size_t>(bytes)), 0)
-              << what << ", range [" << from << ", " << from + bytes << ")";
-          for (std::size_t k = static_cast<std::size_t>(bytes); k < got.size(); ++k)
-            ASSERT_EQ(got[k], 0xA5) << "wrote past the range: " << what;
-          ++ranges;
-        }
-        if (!t.overlaps(1)) {
-          std::vector<unsigned char> cpu(n_bytes), poison(n_bytes);
-          for (auto& c : poison) c = static_cast<unsigned char>(rng());
-          cpu = poison;
-          unpack(expected.data(), cpu.data(), 1, t);
-          CUDA_OK(cudaMemcpy(d_in.get(), poison.data(), n_bytes, cudaMemcpyHostToDevice));
-          CUDA_OK(
-              cudaMemcpy(d_out.get(), expected.data(), expected.size(), cudaMemcpyHostToDevice));
-          unpack_async(d_out.get(), d_in.get(), 1, t, stream);
-          std::vector<unsigned char> gpu(n_bytes);
-          CUDA_OK(cudaStreamSynchronize(stream));
-          CUDA_OK(cudaMemcpy(gpu.data(), d_in.get(), n_bytes, cudaMemcpyDeviceToHost));
-          ASSERT_EQ(gpu, cpu) << "unpack: " << what;
-          // Accumulate the packed values onto the original array.
-          std::vector<unsigned char> cpu_acc = host;
-          unpack_accumulate(expected.data(), cpu_acc.data(), 1, t);
-          CUDA_OK(cudaMemcpy(d_in.get(), host.data(), n_bytes, cudaMemcpyHostToDevice));
-          unpack_accumulate_async(d_out.get(), d_in.get(), 1, t, stream);
-          CUDA_OK(cudaStreamSynchronize(stream));
-          CUDA_OK(cudaMemcpy(gpu.data(), d_in.get(), n_bytes, cudaMemcpyDeviceToHost));
-          ASSERT_EQ(gpu, cpu_acc) << "accumulate: " << what;
-        }
+        expect_like_cpu(t, elem, rng, stream, what, ranges);
+        if (::testing::Test::HasFatalFailure()) return;
         ++cases;
       }
     }
@@ -219,6 +227,75 @@ TEST(GpuPack, AscendingGathersMatchCpuInEveryRange) {
   std::printf("GPU: %ld ascending gathers, %ld packed ranges, all equal to the CPU\n", cases,
               ranges);
   CUDA_OK(cudaStreamDestroy(stream));
+}
+
+// A lattice's subset of distributions on one face (the D3Q19 5-of-19 x face and its kind):
+// pieces of one strided shape at several offsets, which one kernel moves with the offsets as
+// parameters. Random lattices, subsets, axes, widths and element sizes, against the CPU in
+// whole and in ranges; subsets of more pieces than the parameters hold, and pieces of two
+// shapes, take the table of pieces and must agree too.
+TEST(GpuPack, LatticeSubsetsMatchCpuInEveryRange) {
+  std::mt19937_64 rng(test_seed("GpuPack.LatticeSubsetsMatchCpuInEveryRange"));
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  long uniform = 0, other = 0, ranges = 0;
+  for (int i = 0; i < 60; ++i) {
+    const bool dbl = i % 2 == 1;
+    const std::int64_t elem = dbl ? 8 : 4;
+    const std::int64_t q = i % 3 == 0 ? 7 : (i % 3 == 1 ? 19 : 27);
+    const std::int64_t n[3] = {static_cast<std::int64_t>(3 + rng() % 20),
+                               static_cast<std::int64_t>(3 + rng() % 20),
+                               static_cast<std::int64_t>(3 + rng() % 40)};
+    const int axis = static_cast<int>(rng() % 3);  // 0: x (the last, fastest index)
+    const std::int64_t width = 1 + static_cast<std::int64_t>(rng() % 2);
+    std::vector<std::int64_t> sub{n[0], n[1], n[2]}, start{0, 0, 0};
+    sub[2 - axis] = width;
+    start[2 - axis] = static_cast<std::int64_t>(rng() % 2) * (n[2 - axis] - width);
+    const Datatype e = dbl ? Datatype::of<double>() : Datatype::of<float>();
+    const Datatype face =
+        Datatype::subarray(std::vector<std::int64_t>{n[0], n[1], n[2]}, sub, start, Order::c, e);
+    // A random subset in random order. Every tenth type takes all of Q in two instances (38
+    // and 54 pieces for Q 19 and 27: more than the kernel's parameters hold), and another
+    // tenth mixes in a second shape; both take the table.
+    std::vector<std::int64_t> all(static_cast<std::size_t>(q));
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    const std::size_t pick = i % 10 == 9 ? all.size() : 2 + rng() % 8;
+    std::vector<std::int64_t> disps, lengths;
+    const std::int64_t plane = n[0] * n[1] * n[2] * elem;
+    for (std::size_t k = 0; k < std::min(pick, all.size()); ++k) {
+      disps.push_back(all[k] * plane);
+      lengths.push_back(1);
+    }
+    Datatype t = Datatype::hindexed(lengths, disps, face);
+    if (i % 10 == 4) {  // two shapes: this face and a whole plane
+      const std::vector<std::int64_t> one{1, 1}, at{0, q * plane};
+      const std::vector<Datatype> parts{t, Datatype::contiguous(n[2], e)};
+      t = Datatype::struct_(one, at, parts);
+    }
+    const std::int64_t instances = i % 10 == 9 ? 2 : 1;  // 54 pieces when Q = 27
+    if (instances > 1) t = Datatype::contiguous(instances, Datatype::resized(t, 0, q * plane));
+    t.commit();
+    DeviceBuffer probe(16);
+    const bool is_uniform = gpu_pack_shape(probe.get(), 1, t, probe.get()).uniform_pieces;
+    (is_uniform ? uniform : other) += 1;
+    const std::string what =
+        "Q" + std::to_string(q) + " " + std::to_string(pick) + " of " + std::to_string(q) + " x" +
+        std::to_string(instances) + ", " + "xyz"[axis] + " face w" + std::to_string(width) +
+        " of " + std::to_string(n[0]) + "x" + std::to_string(n[1]) + "x" + std::to_string(n[2]) +
+        (dbl ? " double" : " float") + (i % 10 == 4 ? " and a plane" : "") +
+        (is_uniform ? " (uniform pieces)" : " (table of pieces)");
+    expect_like_cpu(t, elem, rng, stream, what, ranges);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  std::printf(
+      "GPU: %ld lattice subsets by uniform pieces, %ld by the table, %ld packed ranges, "
+      "all equal to the CPU\n",
+      uniform, other, ranges);
+  CUDA_OK(cudaStreamDestroy(stream));
+  // Some faces are contiguous runs (z) or merge into one piece: counted as they fall.
+  EXPECT_GE(uniform, 10);
+  EXPECT_GE(other, 5);
 }
 
 // copy_async (a message to oneself, typed memory to typed memory in one kernel) equals the
