@@ -16,6 +16,8 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -61,7 +63,7 @@ void fast_divisor(std::int64_t d, unsigned& mul, unsigned& shr) {
 // Pieces of one strided shape at different memory offsets, packed one after another: word g
 // is word g % words of piece g / words, whose runs lie delta bytes from the first piece's.
 // Up to kMaxUniformPieces (a D3Q27 face sends 9), so that the offsets travel as parameters;
-// the binary search over a table of pieces cost the D3Q19 5-of-19 face 1.39x its floor.
+// otherwise every word searches a table of the pieces in device memory.
 constexpr int kMaxUniformPieces = 32;
 struct UniformPieces {
   std::int64_t words = 0;        // per piece, in launch words
@@ -83,15 +85,14 @@ struct Plan {
   bool contiguous = false;
   std::int64_t contiguous_offset = 0;
   bool fits_32bit = true;
-  // One index piece whose offsets never decrease (a sorted gather, as a particle halo's).
-  bool ascending_index = false;
   std::vector<std::shared_ptr<void>> device_index;  // owned index arrays
   struct Launch {
     std::vector<DeviceDesc> descs;  // word fields filled for this word size
     std::int64_t words = 0;
-    bool run_per_thread = false;  // index_runs_kernel: short runs of an ascending index
+    bool run_per_thread = false;  // index_runs_kernel: one index piece of short runs
     bool uniform = false;         // uniform_pieces_kernel: the pieces differ only in offset
     UniformPieces pieces;
+    DeviceDesc uniform_shape;     // the first of them
     std::shared_ptr<void> table;  // device copy of descs when there are several
   };
   std::map<int, Launch> launches;  // per word size
@@ -107,6 +108,42 @@ std::shared_ptr<void> device_copy(const void* data, std::size_t bytes) {
   HALOX_CUDA_CHECK(cudaMalloc(&p, bytes));
   detail::copy_to_device_now(p, data, bytes);
   return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+// An index of equal runs whose first or last runs the canonical form merged with a neighbour
+// (a sorted gather whose first two entries touch: one 24-byte run, then 12-byte ones) as one
+// index of the equal runs, so that it takes the kernel of one thread per run instead of a
+// search of a table of pieces, which made such a 1M-entry gather slower than a naive one.
+// Only pieces that add few entries: single runs of whole multiples of the index's run.
+std::optional<CanonicalPiece> as_one_index(const CanonicalForm& form) {
+  if (form.pieces.size() < 2) return std::nullopt;
+  const CanonicalPiece* index = nullptr;
+  for (const auto& piece : form.pieces) {
+    if (piece.is_index) index = &piece;
+  }
+  if (index == nullptr) return std::nullopt;
+  const std::int64_t run = index->index.block_bytes;
+  CanonicalPiece one = *index;
+  one.packed_offset = form.pieces.front().packed_offset;
+  one.index.offsets.clear();
+  std::int64_t packed = one.packed_offset;
+  for (const auto& piece : form.pieces) {
+    if (piece.packed_offset != packed) return std::nullopt;
+    if (piece.is_index) {
+      if (piece.index.block_bytes != run) return std::nullopt;
+      one.index.offsets.insert(one.index.offsets.end(), piece.index.offsets.begin(),
+                               piece.index.offsets.end());
+      packed += run * static_cast<std::int64_t>(piece.index.offsets.size());
+    } else {
+      const StridedBlock& b = piece.strided;
+      if (b.ndims != 0 || b.block_bytes % run != 0 || b.block_bytes / run > 64) return std::nullopt;
+      for (std::int64_t at = 0; at < b.block_bytes; at += run)
+        one.index.offsets.push_back(b.offset + at);
+      packed += b.block_bytes;
+    }
+  }
+  if (one.index.offsets.size() > 2 * index->index.offsets.size() + 64) return std::nullopt;
+  return one;
 }
 
 std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
@@ -127,7 +164,9 @@ std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
     }
     align = gcd_align(align, offset - plan->first_offset);
   };
-  for (const auto& piece : form.pieces) {
+  const std::optional<CanonicalPiece> gather = as_one_index(form);
+  for (const auto& piece : gather ? std::span<const CanonicalPiece>(&*gather, 1)
+                                  : std::span<const CanonicalPiece>(form.pieces)) {
     DeviceDesc d;
     d.packed_offset = piece.packed_offset;
     align = gcd_align(align, piece.packed_offset);
@@ -136,8 +175,6 @@ std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
       d.ndims = 1;
       d.count[0] = static_cast<std::int64_t>(piece.index.offsets.size());
       for (std::int64_t o : piece.index.offsets) offset_align(o);
-      plan->ascending_index = form.pieces.size() == 1 && std::is_sorted(piece.index.offsets.begin(),
-                                                                        piece.index.offsets.end());
       auto dev = device_copy(piece.index.offsets.data(),
                              piece.index.offsets.size() * sizeof(std::int64_t));
       d.index = static_cast<const std::int64_t*>(dev.get());
@@ -187,11 +224,11 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// An ascending index of short runs (a sorted particle gather: 3 words of 4 bytes per entry):
-// one thread per run, its offset read once and its words read before any is written, as a
-// hand-written gather does. One thread per word reads the offset and divides for every word,
-// and lost to such a gather by 10% on 22M sorted float3 entries (docs/PERFORMANCE.md); on a
-// random index the threads per word keep more reads in flight, and win.
+// An index of short runs (a particle gather: 3 words of 4 bytes per entry): one thread per
+// run, its offset read once and its words read before any is written, as a hand-written
+// gather does. One thread per word reads the offset and divides for every word: it lost to
+// one thread per entry by 10% on 22M sorted float3 entries, and by 5% on random ones
+// (docs/PERFORMANCE.md).
 constexpr int kMaxWordsPerThreadRun = 4;
 template <int W, PackOp OP, class I>
 __global__ void __launch_bounds__(256)
@@ -274,26 +311,48 @@ int grid_for(std::int64_t items) {
   return static_cast<int>(std::min<std::int64_t>((items + 255) / 256, max_blocks));
 }
 
-// Whether the pieces are one strided shape at several offsets, packed in order; if so, fills u
-// (its word fields from the launch's descriptors, already scaled to the word size).
-bool uniform_pieces(const std::vector<DeviceDesc>& descs, UniformPieces& u) {
-  const std::size_t n = descs.size();
-  if (n < 2 || n > kMaxUniformPieces) return false;
-  const DeviceDesc& a = descs[0];
+// Whether the pieces are one strided shape at several offsets, packed in order, once the outer
+// dimensions that some have and others lack are unrolled into pieces (the canonical form
+// merges evenly spaced ones: the D3Q19 5-of-19 face is distributions {1, 7} and {9, 11, 13}).
+// If so, fills u and `shape`, the first such piece, from the launch's descriptors (their
+// word fields already scaled to the word size).
+bool uniform_pieces(const std::vector<DeviceDesc>& descs, UniformPieces& u, DeviceDesc& shape) {
+  if (descs.size() < 2) return false;
+  const DeviceDesc* ref = &descs[0];
+  for (const DeviceDesc& d : descs) {
+    if (d.index != nullptr) return false;
+    if (d.ndims < ref->ndims) ref = &d;
+  }
+  const int inner = ref->ndims;
   std::int64_t runs = 1;
-  for (int k = 0; k < a.ndims; ++k) runs *= a.count[k];
-  u.words = runs * a.words_per_run;
-  u.piece_bytes = runs * a.block_bytes;
-  for (std::size_t i = 0; i < n; ++i) {
-    const DeviceDesc& b = descs[i];
-    if (b.index != nullptr || b.ndims != a.ndims || b.block_bytes != a.block_bytes ||
-        b.packed_offset != a.packed_offset + static_cast<std::int64_t>(i) * u.piece_bytes) {
-      return false;
+  for (int k = 0; k < inner; ++k) runs *= ref->count[k];
+  u.words = runs * ref->words_per_run;
+  u.piece_bytes = runs * ref->block_bytes;
+  int n = 0;
+  for (const DeviceDesc& d : descs) {
+    if (d.block_bytes != ref->block_bytes) return false;
+    for (int k = 0; k < inner; ++k) {
+      if (d.count[k] != ref->count[k] || d.stride[k] != ref->stride[k]) return false;
     }
-    for (int k = 0; k < a.ndims; ++k) {
-      if (b.count[k] != a.count[k] || b.stride[k] != a.stride[k]) return false;
+    std::int64_t outer = 1;
+    for (int k = inner; k < d.ndims; ++k) outer *= d.count[k];
+    for (std::int64_t j = 0; j < outer; ++j, ++n) {
+      if (n == kMaxUniformPieces) return false;
+      std::int64_t offset = d.offset, rest = j;
+      for (int k = inner; k < d.ndims; ++k) {
+        offset += rest % d.count[k] * d.stride[k];
+        rest /= d.count[k];
+      }
+      if (n == 0) {
+        shape = *ref;
+        shape.offset = offset;
+        shape.packed_offset = d.packed_offset;
+      }
+      if (d.packed_offset + j * u.piece_bytes != shape.packed_offset + n * u.piece_bytes) {
+        return false;
+      }
+      u.delta[n] = offset - shape.offset;
     }
-    u.delta[i] = b.offset - a.offset;
   }
   fast_divisor(u.words, u.div_mul, u.div_shr);
   return true;
@@ -319,9 +378,9 @@ const Plan::Launch& launch_for(Plan& plan, int word) {
   if (launch.descs.size() > 1) {
     launch.table = device_copy(launch.descs.data(), launch.descs.size() * sizeof(DeviceDesc));
   }
-  launch.run_per_thread = plan.ascending_index && launch.descs.size() == 1 &&
+  launch.run_per_thread = launch.descs.size() == 1 && launch.descs[0].index != nullptr &&
                           launch.descs[0].words_per_run <= kMaxWordsPerThreadRun;
-  launch.uniform = uniform_pieces(launch.descs, launch.pieces);
+  launch.uniform = uniform_pieces(launch.descs, launch.pieces, launch.uniform_shape);
   return plan.launches.emplace(word, std::move(launch)).first->second;
 }
 
@@ -338,11 +397,14 @@ void launch_kernel(const Plan::Launch& launch, Range range, const char* src, cha
   const int grid = grid_for(end - first);
   if (launch.run_per_thread) {
     const DeviceDesc& d = launch.descs[0];
-    const int runs_grid = grid_for((end - first) / d.words_per_run + 2);
+    // One thread per run, not capped to waves: the resident blocks' loop cost the 22M-entry
+    // gathers 4-5% against one thread per entry.
+    const std::int64_t runs = (end - first) / d.words_per_run + 2;
+    const int runs_grid = static_cast<int>(std::min<std::int64_t>((runs + 255) / 256, INT32_MAX));
     index_runs_kernel<W, OP, I>
         <<<runs_grid, 256, 0, stream>>>(d, static_cast<I>(first), static_cast<I>(end), src, dst);
   } else if (launch.uniform) {
-    const DeviceDesc& d = launch.descs[0];
+    const DeviceDesc& d = launch.uniform_shape;
     const UniformPieces& u = launch.pieces;
     const I f = static_cast<I>(first), e = static_cast<I>(end);
     switch (d.ndims) {

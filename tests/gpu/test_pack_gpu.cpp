@@ -224,6 +224,31 @@ TEST(GpuPack, AscendingGathersMatchCpuInEveryRange) {
       }
     }
   }
+  // Gathers whose first two entries touch (and the last two): the canonical form merges the
+  // first two into a run of its own, and the GPU plan must take it back into one index of
+  // equal runs (the kernel of one thread per run), in sorted and in shuffled order.
+  for (const bool sorted : {true, false}) {
+    for (const std::int64_t block : {1L, 3L}) {
+      const std::int64_t elem = 4, entries = 5000;
+      std::vector<std::int64_t> disps;
+      std::int64_t at = elem;
+      for (std::int64_t k = 0; k < entries; ++k) {
+        const bool touch = k == 0 || k == entries - 2;
+        disps.push_back(at);
+        at += block * elem + (touch ? 0 : elem * (1 + rng() % 8));
+      }
+      if (!sorted) std::shuffle(disps.begin() + 2, disps.end() - 2, rng);
+      Datatype t = Datatype::hindexed_block(block, disps, Datatype::of<float>()).commit();
+      const std::string what = std::string(sorted ? "sorted" : "shuffled") + " runs of " +
+                               std::to_string(block) + " floats, the first two touching";
+      ASSERT_GT(t.canonical().pieces.size(), 1u) << what << ": " << t.canonical().describe();
+      DeviceBuffer probe(16);
+      EXPECT_EQ(gpu_pack_shape(probe.get(), 1, t, probe.get()).pieces, 1) << what;
+      expect_like_cpu(t, elem, rng, stream, what, ranges);
+      if (::testing::Test::HasFatalFailure()) return;
+      ++cases;
+    }
+  }
   std::printf("GPU: %ld ascending gathers, %ld packed ranges, all equal to the CPU\n", cases,
               ranges);
   CUDA_OK(cudaStreamDestroy(stream));
