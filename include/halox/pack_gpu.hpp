@@ -47,11 +47,10 @@ void unpack_range_async(const void* in, void* out, std::int64_t count, const Dat
                         std::int64_t packed_offset, std::int64_t bytes, GpuStream stream);
 
 struct GpuPackShape {
-  int word_bytes = 0;           ///< bytes each thread moves per access (16, 8, 4, 2 or 1)
-  std::int64_t words = 0;       ///< total words
-  int pieces = 0;               ///< canonical pieces (1: the single-descriptor fast path)
-  bool memcpy_path = false;     ///< contiguous: a cudaMemcpyAsync
-  bool uniform_pieces = false;  ///< pieces of one shape at several offsets: no piece search
+  int word_bytes = 0;        ///< bytes each thread moves per access (16, 8, 4, 2 or 1)
+  std::int64_t words = 0;    ///< total words
+  int pieces = 0;            ///< canonical pieces (1: the single-descriptor fast path)
+  bool memcpy_path = false;  ///< contiguous: a cudaMemcpyAsync
 };
 GpuPackShape gpu_pack_shape(const void* in, std::int64_t count, const Datatype& type,
                             const void* out);

@@ -5,9 +5,7 @@
 // otherwise); thread g moves word g, so the writes to the packed side are fully coalesced
 // and the reads are as coalesced as the type allows. A type that is one strided block (the
 // common case: faces, vectors, subarrays) passes its descriptor as a kernel argument; other
-// types read a small table of pieces and find theirs by binary search, except pieces of one
-// shape at different offsets (a lattice's subset of distributions on one face), which are one
-// more dimension whose offsets the kernel's parameters carry. Index math is 32-bit
+// types read a small table of pieces and find theirs by binary search. Index math is 32-bit
 // whenever the sizes allow, because 64-bit division costs more than the memory access.
 #include <cuda_runtime.h>
 
@@ -60,18 +58,6 @@ void fast_divisor(std::int64_t d, unsigned& mul, unsigned& shr) {
   shr = p - 32;
 }
 
-// Pieces of one strided shape at different memory offsets, packed one after another: word g
-// is word g % words of piece g / words, whose runs lie delta bytes from the first piece's.
-// Up to kMaxUniformPieces (a D3Q27 face sends 9), so that the offsets travel as parameters;
-// otherwise every word searches a table of the pieces in device memory.
-constexpr int kMaxUniformPieces = 32;
-struct UniformPieces {
-  std::int64_t words = 0;        // per piece, in launch words
-  std::int64_t piece_bytes = 0;  // packed bytes per piece
-  unsigned div_mul = 0, div_shr = 0;
-  std::int64_t delta[kMaxUniformPieces] = {};
-};
-
 // Everything about a (type, count) pair that does not depend on the pointers.
 struct Plan {
   std::vector<DeviceDesc> host_descs;  // word fields in bytes (scaled at launch)
@@ -90,9 +76,6 @@ struct Plan {
     std::vector<DeviceDesc> descs;  // word fields filled for this word size
     std::int64_t words = 0;
     bool run_per_thread = false;  // index_runs_kernel: one index piece of short runs
-    bool uniform = false;         // uniform_pieces_kernel: the pieces differ only in offset
-    UniformPieces pieces;
-    DeviceDesc uniform_shape;     // the first of them
     std::shared_ptr<void> table;  // device copy of descs when there are several
   };
   std::map<int, Launch> launches;  // per word size
@@ -110,7 +93,7 @@ std::shared_ptr<void> device_copy(const void* data, std::size_t bytes) {
   return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
 }
 
-// An index of equal runs whose first or last runs the canonical form merged with a neighbour
+// An index of equal runs whose first runs the canonical form merged into one longer run
 // (a sorted gather whose first two entries touch: one 24-byte run, then 12-byte ones) as one
 // index of the equal runs, so that it takes the kernel of one thread per run instead of a
 // search of a table of pieces, which made such a 1M-entry gather slower than a naive one.
@@ -264,19 +247,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <int W, PackOp OP, class I, int DEPTH>
-__global__ void __launch_bounds__(256) uniform_pieces_kernel(DeviceDesc d, UniformPieces u, I first,
-                                                             I end, const char* src, char* dst) {
-  for (I g = first + static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; g < end;
-       g += static_cast<I>(gridDim.x) * blockDim.x) {
-    const I piece = divide<I>(g, u.words, u.div_mul, u.div_shr);
-    std::int64_t mem, packed;
-    detail::word_offsets<W, I, DEPTH>(d, g - piece * static_cast<I>(u.words), mem, packed);
-    move_at<W, OP>(mem + u.delta[piece], packed + static_cast<std::int64_t>(piece) * u.piece_bytes,
-                   src, dst);
-  }
-}
-
 // Many pieces: each thread finds its piece by binary search over first_word.
 template <int W, PackOp OP, class I>
 __global__ void __launch_bounds__(256)
@@ -311,53 +281,6 @@ int grid_for(std::int64_t items) {
   return static_cast<int>(std::min<std::int64_t>((items + 255) / 256, max_blocks));
 }
 
-// Whether the pieces are one strided shape at several offsets, packed in order, once the outer
-// dimensions that some have and others lack are unrolled into pieces (the canonical form
-// merges evenly spaced ones: the D3Q19 5-of-19 face is distributions {1, 7} and {9, 11, 13}).
-// If so, fills u and `shape`, the first such piece, from the launch's descriptors (their
-// word fields already scaled to the word size).
-bool uniform_pieces(const std::vector<DeviceDesc>& descs, UniformPieces& u, DeviceDesc& shape) {
-  if (descs.size() < 2) return false;
-  const DeviceDesc* ref = &descs[0];
-  for (const DeviceDesc& d : descs) {
-    if (d.index != nullptr) return false;
-    if (d.ndims < ref->ndims) ref = &d;
-  }
-  const int inner = ref->ndims;
-  std::int64_t runs = 1;
-  for (int k = 0; k < inner; ++k) runs *= ref->count[k];
-  u.words = runs * ref->words_per_run;
-  u.piece_bytes = runs * ref->block_bytes;
-  int n = 0;
-  for (const DeviceDesc& d : descs) {
-    if (d.block_bytes != ref->block_bytes) return false;
-    for (int k = 0; k < inner; ++k) {
-      if (d.count[k] != ref->count[k] || d.stride[k] != ref->stride[k]) return false;
-    }
-    std::int64_t outer = 1;
-    for (int k = inner; k < d.ndims; ++k) outer *= d.count[k];
-    for (std::int64_t j = 0; j < outer; ++j, ++n) {
-      if (n == kMaxUniformPieces) return false;
-      std::int64_t offset = d.offset, rest = j;
-      for (int k = inner; k < d.ndims; ++k) {
-        offset += rest % d.count[k] * d.stride[k];
-        rest /= d.count[k];
-      }
-      if (n == 0) {
-        shape = *ref;
-        shape.offset = offset;
-        shape.packed_offset = d.packed_offset;
-      }
-      if (d.packed_offset + j * u.piece_bytes != shape.packed_offset + n * u.piece_bytes) {
-        return false;
-      }
-      u.delta[n] = offset - shape.offset;
-    }
-  }
-  fast_divisor(u.words, u.div_mul, u.div_shr);
-  return true;
-}
-
 // The descriptors for one word size, computed once per plan: words per run, first word
 // and the division magic numbers do not change between calls, so no call repeats them.
 const Plan::Launch& launch_for(Plan& plan, int word) {
@@ -380,7 +303,6 @@ const Plan::Launch& launch_for(Plan& plan, int word) {
   }
   launch.run_per_thread = launch.descs.size() == 1 && launch.descs[0].index != nullptr &&
                           launch.descs[0].words_per_run <= kMaxWordsPerThreadRun;
-  launch.uniform = uniform_pieces(launch.descs, launch.pieces, launch.uniform_shape);
   return plan.launches.emplace(word, std::move(launch)).first->second;
 }
 
@@ -403,22 +325,6 @@ void launch_kernel(const Plan::Launch& launch, Range range, const char* src, cha
     const int runs_grid = static_cast<int>(std::min<std::int64_t>((runs + 255) / 256, INT32_MAX));
     index_runs_kernel<W, OP, I>
         <<<runs_grid, 256, 0, stream>>>(d, static_cast<I>(first), static_cast<I>(end), src, dst);
-  } else if (launch.uniform) {
-    const DeviceDesc& d = launch.uniform_shape;
-    const UniformPieces& u = launch.pieces;
-    const I f = static_cast<I>(first), e = static_cast<I>(end);
-    switch (d.ndims) {
-      case 0:
-        uniform_pieces_kernel<W, OP, I, 0><<<grid, 256, 0, stream>>>(d, u, f, e, src, dst);
-        break;
-      case 1:
-        uniform_pieces_kernel<W, OP, I, 1><<<grid, 256, 0, stream>>>(d, u, f, e, src, dst);
-        break;
-      case 2:
-        uniform_pieces_kernel<W, OP, I, 2><<<grid, 256, 0, stream>>>(d, u, f, e, src, dst);
-        break;
-      default: uniform_pieces_kernel<W, OP, I, -1><<<grid, 256, 0, stream>>>(d, u, f, e, src, dst);
-    }
   } else if (launch.descs.size() == 1) {
     const DeviceDesc& d = launch.descs[0];
     const I f = static_cast<I>(first), e = static_cast<I>(end);
@@ -655,8 +561,6 @@ GpuPackShape gpu_pack_shape(const void* in, std::int64_t count, const Datatype& 
   shape.pieces = static_cast<int>(plan.host_descs.size());
   shape.word_bytes = word_size(plan, in, out, 1);
   shape.words = shape.word_bytes ? plan.bytes / shape.word_bytes : 0;
-  shape.uniform_pieces =
-      shape.word_bytes > 0 && !plan.contiguous && launch_for(plan, shape.word_bytes).uniform;
   return shape;
 }
 
