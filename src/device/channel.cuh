@@ -26,9 +26,9 @@
 
 namespace halox::detail {
 
-/// Who waits, for the time-out's record: the waiting rank, and the sink and scope of the
-/// launch.
-struct WaitContext {
+/// Who waits on a device channel, for the time-out's record: the waiting rank, and the sink and
+/// scope of the launch.
+struct ChannelWait {
   u64 timeout_ns;
   ErrorSink error;
   int rank;
@@ -51,7 +51,7 @@ struct SendChannel {
   }
   /// Every thread of the block: waits until the receiver's staging is free; false when the
   /// wait timed out (recorded with `peer`, `pulse` and `kind`).
-  __device__ __forceinline__ bool wait_free(u64 epoch, const WaitContext& c, int peer, int pulse,
+  __device__ __forceinline__ bool wait_free(u64 epoch, const ChannelWait& c, int peer, int pulse,
                                             int kind) const {
     return block_wait(ready, epoch, c.timeout_ns, c.error, c.rank, peer, pulse, kind, c.sys);
   }
@@ -88,7 +88,7 @@ struct RecvChannel {
     signal_peer<PUTS>(remote_ready, epoch, pe, sys);
   }
   /// Every thread of the block: waits for exchange `epoch`'s data; false on a time-out.
-  __device__ __forceinline__ bool wait_data(u64 epoch, const WaitContext& c, int peer, int pulse,
+  __device__ __forceinline__ bool wait_data(u64 epoch, const ChannelWait& c, int peer, int pulse,
                                             int kind) const {
     return block_wait(signal, data_signal(epoch), c.timeout_ns, c.error, c.rank, peer, pulse, kind,
                       c.sys);

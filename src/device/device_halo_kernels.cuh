@@ -254,9 +254,9 @@ __device__ __forceinline__ void start_exchange(const LaunchArgs& a, const BlockS
 }
 
 // Who waits in rank v's blocks, for the device channel's waits.
-__device__ __forceinline__ WaitContext wait_context(const LaunchArgs& a, const PulseView& v,
+__device__ __forceinline__ ChannelWait wait_context(const LaunchArgs& a, const PulseView& v,
                                                     bool sys) {
-  return WaitContext{a.timeout_ns, a.error, v.rank, sys};
+  return ChannelWait{a.timeout_ns, a.error, v.rank, sys};
 }
 
 // Protocol step 2 (every thread of the block calls it): wait until the staging I fill in
@@ -268,7 +268,7 @@ __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, 
   const bool fwd = direction == 0;
   if ((fwd ? v.dest_in_launch : v.source_in_launch) || a.peers_known_free != 0) return true;
   record(a, v.rank, p, trace_ready_begin, direction);
-  const WaitContext c = wait_context(a, v, sys);
+  const ChannelWait c = wait_context(a, v, sys);
   if (!(fwd ? v.fwd_out.wait_free(a.epoch, c, v.send_rank, p, fwd_ready)
             : v.rev_out.wait_free(a.epoch, c, v.recv_rank, p, rev_ready))) {
     return false;
@@ -299,7 +299,7 @@ __device__ inline bool wait_for_data(const LaunchArgs& a, const PulseView& v, in
                                      bool sys) {
   const bool fwd = direction == 0;
   record(a, v.rank, p, trace_data_begin, direction);
-  const WaitContext c = wait_context(a, v, sys);
+  const ChannelWait c = wait_context(a, v, sys);
   if (!(fwd ? v.fwd_in.wait_data(a.epoch, c, v.recv_rank, p, fwd_data)
             : v.rev_in.wait_data(a.epoch, c, v.send_rank, p, rev_data)))
     return false;
@@ -316,7 +316,7 @@ __device__ inline bool wait_for_deps(const LaunchArgs& a, const PulseView& v, in
   if (deps == 0) return true;
   record(a, v.rank, p, trace_deps_begin, direction);
   const PulseView* pulses = a.views + r * a.npulses;
-  const WaitContext c = wait_context(a, v, sys);
+  const ChannelWait c = wait_context(a, v, sys);
   for (; deps != 0; deps &= deps - 1) {
     const int q = __ffs(static_cast<int>(deps)) - 1;
     const PulseView& from = pulses[q];

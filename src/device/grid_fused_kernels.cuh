@@ -85,7 +85,7 @@ __device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* fi
     record(trace_unpack_end);
     return;
   }
-  const WaitContext c{a.timeout_ns, a.error, a.rank, sys};
+  const ChannelWait c{a.timeout_ns, a.error, a.rank, sys};
   if (v.send_rank >= 0) {
     record(trace_ready_begin);
     if (!v.out.wait_free(a.epoch, c, v.send_rank, op, wait_ready)) return;

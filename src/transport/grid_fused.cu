@@ -91,6 +91,9 @@ class GridFusedTransport final : public Transport {
     for (auto& [key, views] : m_views) cudaFree(views);
   }
   std::string name() const override { return m_name; }
+  // The set-up's collectives end in an error naming this rank after the time-out, as its
+  // waits for data do, instead of holding a rank whose neighbour never arrives.
+  WaitContext wait_context() const { return {m_rank, m_name.c_str(), m_timeout_seconds}; }
 
   // Several fields per launch (up to kMaxGridFields; more: one instance per field).
   Capabilities capabilities() const override { return {true, true, false, kMaxGridFields}; }
@@ -214,8 +217,8 @@ class GridFusedTransport final : public Transport {
       bytes += (ops[i].send_bytes + 255) / 256 * 256;
     }
     if (symmetric(m_mapping)) {
-      long long most = 0;
-      HALOX_MPI_CHECK(MPI_Allreduce(&bytes, &most, 1, MPI_LONG_LONG, MPI_MAX, m_comm));
+      const long long most =
+          bounded_max(m_comm, bytes, wait_context(), "the agreement on the block size");
       m_block = static_cast<char*>(symmetric_alloc(most));
     } else {
       HALOX_CUDA_CHECK(cudaMalloc(&m_block, static_cast<std::size_t>(bytes)));
@@ -230,8 +233,9 @@ class GridFusedTransport final : public Transport {
         if (n >= 0 && n != m_rank) neighbours.insert(n);
       }
     }
-    HALOX_MPI_CHECK(MPI_Barrier(m_comm));  // every block zeroed before anyone signals into it
-    m_peers.publish(m_block, offsets, neighbours, false, m_proxy_policy);
+    // Every block zeroed before anyone signals into it.
+    bounded_barrier(m_comm, wait_context(), "the set-up (the blocks zeroed)");
+    m_peers.publish(m_block, offsets, neighbours, false, wait_context(), m_proxy_policy);
     m_same_gpu = m_peers.same_gpu();
     // The links to proxied neighbours: their ends are the proxy's, in mapped host memory.
     auto proxied = [&](int r) { return r >= 0 && r != m_rank && m_peers.proxied(r); };
@@ -349,7 +353,7 @@ class GridFusedTransport final : public Transport {
   // A small message over every link of the plan before any real exchange; every rank learns
   // whether any rank found a broken link.
   void self_test(const std::vector<Op>& ops, const std::vector<ProbeLink>& links) {
-    HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+    bounded_barrier(m_comm, wait_context(), "the self-test");
     ProbeRun probes;
     probes.launch(links, 1, m_timeout_seconds, m_errors.sink(), true, m_puts);
     probes.finish();
@@ -360,7 +364,7 @@ class GridFusedTransport final : public Transport {
     } catch (const Error& e) {
       error = e.what();
     }
-    raise_if_any(m_comm, error);
+    raise_if_any(m_comm, error, bounded_wait(wait_context(), "the self-test's verdict"));
   }
 
   // The widest word every op's type and its field's address allow. It depends on the

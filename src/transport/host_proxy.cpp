@@ -309,13 +309,7 @@ void HostProxy::self_test() {
 }
 
 void HostProxy::agree(const std::string& error, const char* what) const {
-  const WaitContext context{m_rank, m_transport.c_str(), m_timeout_seconds};
-  const long long failed = bounded_max(m_comm, error.empty() ? 0 : m_rank + 1, context, what);
-  if (!error.empty()) throw Error(error);
-  if (failed > 0) {
-    throw Error("halox: " + m_transport + ": rank " + std::to_string(failed - 1) + "'s " + what +
-                " failed (that rank's error says why)");
-  }
+  raise_if_any(m_comm, error, bounded_wait({m_rank, m_transport.c_str(), m_timeout_seconds}, what));
 }
 
 }  // namespace halox::detail

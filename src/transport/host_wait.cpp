@@ -1,6 +1,8 @@
 #include "host_wait.hpp"
 
+#include <array>
 #include <chrono>
+#include <memory>
 #include <sstream>
 
 #include "halox/error.hpp"
@@ -48,6 +50,10 @@ void wait_collective(MPI_Request& request, const WaitContext& context, const cha
   }
 }
 
+CollectiveWait bounded_wait(const WaitContext& context, const char* what) {
+  return [context, what](MPI_Request& request) { wait_collective(request, context, what); };
+}
+
 void bounded_barrier(MPI_Comm comm, const WaitContext& context, const char* what) {
   MPI_Request request;
   HALOX_MPI_CHECK(MPI_Ibarrier(comm, &request));
@@ -56,11 +62,20 @@ void bounded_barrier(MPI_Comm comm, const WaitContext& context, const char* what
 
 long long bounded_max(MPI_Comm comm, long long value, const WaitContext& context,
                       const char* what) {
-  long long most = 0;
+  // On a time-out the request stays in flight and a late rank's arrival still moves data
+  // through its buffers: on the heap, and left there then (the exchange is unusable anyway).
+  auto buffers = std::make_unique<std::array<long long, 2>>();
+  (*buffers)[0] = value;
   MPI_Request request;
-  HALOX_MPI_CHECK(MPI_Iallreduce(&value, &most, 1, MPI_LONG_LONG, MPI_MAX, comm, &request));
-  wait_collective(request, context, what);
-  return most;
+  HALOX_MPI_CHECK(
+      MPI_Iallreduce(&(*buffers)[0], &(*buffers)[1], 1, MPI_LONG_LONG, MPI_MAX, comm, &request));
+  try {
+    wait_collective(request, context, what);
+  } catch (...) {
+    buffers.release();  // in MPI's hands now
+    throw;
+  }
+  return (*buffers)[1];
 }
 
 void MessageWait::wait(const WaitContext& context) {

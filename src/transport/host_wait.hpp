@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "../plan/collective.hpp"
+
 namespace halox::detail {
 
 /// One message in flight: `expected_bytes` >= 0 for a receive (what the plan says arrives),
@@ -35,6 +37,8 @@ std::string mpi_error_text(int code);
 /// rank stalled or dead before a collective ends the wait instead of holding it. halox enters
 /// a collective that it cannot bound (NVSHMEM's allocation barriers) only after one of these.
 void wait_collective(MPI_Request& request, const WaitContext& context, const char* what);
+/// wait_collective as a CollectiveWait (plan/collective.hpp), for raise_if_any in a set-up.
+CollectiveWait bounded_wait(const WaitContext& context, const char* what);
 /// MPI_Ibarrier + wait_collective.
 void bounded_barrier(MPI_Comm comm, const WaitContext& context, const char* what);
 /// The largest `value` of all ranks, MPI_Iallreduce + wait_collective.

@@ -72,7 +72,8 @@ void PeerBlocks::unmap() {
 }
 
 void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
-                         const std::set<int>& neighbours, bool kept, ProxyPolicy proxy) {
+                         const std::set<int>& neighbours, bool kept, const WaitContext& context,
+                         ProxyPolicy proxy) {
   if (!kept) unmap();
   m_proxied.clear();
   BlockInfo out{};
@@ -83,19 +84,20 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
   out.node = m_node;
   out.offsets = offsets;
   std::vector<BlockInfo> in(neighbours.size());
-  std::vector<MPI_Request> requests;
+  static const std::string step = "the set-up (the exchange of block addresses)";
+  MessageWait wait;
   std::size_t k = 0;
   for (int n : neighbours) {
-    MPI_Request r;
-    HALOX_MPI_CHECK(
-        MPI_Irecv(&in[k++], sizeof(BlockInfo), MPI_BYTE, n, detail::tags::kPeerBlocks, m_comm, &r));
-    requests.push_back(r);
-    HALOX_MPI_CHECK(
-        MPI_Isend(&out, sizeof(BlockInfo), MPI_BYTE, n, detail::tags::kPeerBlocks, m_comm, &r));
-    requests.push_back(r);
+    PendingMessage m{MPI_REQUEST_NULL, n, static_cast<std::int64_t>(sizeof(BlockInfo)), &step};
+    HALOX_MPI_CHECK(MPI_Irecv(&in[k++], sizeof(BlockInfo), MPI_BYTE, n, detail::tags::kPeerBlocks,
+                              m_comm, &m.request));
+    wait.add(m);
+    m.expected_bytes = -1;
+    HALOX_MPI_CHECK(MPI_Isend(&out, sizeof(BlockInfo), MPI_BYTE, n, detail::tags::kPeerBlocks,
+                              m_comm, &m.request));
+    wait.add(m);
   }
-  HALOX_MPI_CHECK(
-      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+  wait.wait(context);
   std::string error;
   m_same_gpu = true;
   k = 0;
@@ -147,7 +149,7 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
     if (base) m_peers[n] = Peer{static_cast<char*>(base), in[k].offsets, put};
     ++k;
   }
-  raise_if_any(m_comm, error);
+  raise_if_any(m_comm, error, bounded_wait(context, "the set-up (the mapping of the blocks)"));
 }
 
 PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
@@ -210,17 +212,20 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
   // If, besides, no rank has a new neighbour, the links are those the self-test checked
   // and it is not run again. Both decisions collective (the NVSHMEM allocator is, and the
   // peers' exchange counters must stay in step).
-  int mine[2] = {m_halo->fits({&plan}) ? 1 : 0, neighbours == m_neighbours ? 1 : 0}, all[2];
-  HALOX_MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, m_comm));
-  const bool all_fit = all[0] != 0;
+  const WaitContext context{m_rank, m_name.c_str(), m_timeout};
+  // 2: this rank's plan does not fit its block; 1: it has new neighbours.
+  const long long worst =
+      bounded_max(m_comm, (m_halo->fits({&plan}) ? 0 : 2) | (neighbours == m_neighbours ? 0 : 1),
+                  context, "the agreement on the new plan's blocks");
+  const bool all_fit = worst < 2;
   if (!all_fit) {
     // Nobody may still write into a block about to be freed, and nobody may signal into a
     // new block before its owner zeroed it: barriers around the swap.
     m_peers.unmap();
-    HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+    bounded_barrier(m_comm, context, "the swap of the blocks");
   }
   const bool kept = m_halo->allocate({m_rank}, {&plan}, all_fit);
-  const bool links_changed = !kept || all[1] == 0;
+  const bool links_changed = !kept || worst > 0;
   m_neighbours = neighbours;
   const PeerBlock mine_block = m_halo->block(0);
   BlockOffsets offsets{};
@@ -228,7 +233,7 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
     offsets[p] = mine_block.fwd_offset[p];
     offsets[kMaxPulses + p] = mine_block.rev_offset[p];
   }
-  m_peers.publish(mine_block.base, offsets, neighbours, kept);
+  m_peers.publish(mine_block.base, offsets, neighbours, kept, context);
   m_halo->set_system_scope(!m_peers.same_gpu());
   m_halo->connect([&](int rank) {
     if (rank == m_rank) return mine_block;
@@ -243,14 +248,14 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
     return block;
   });
   if (!links_changed) return;
-  HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+  bounded_barrier(m_comm, context, "the self-test");
   std::string self_test;
   try {
     m_halo->self_test();
   } catch (const Error& e) {
     self_test = e.what();
   }
-  raise_if_any(m_comm, self_test);
+  raise_if_any(m_comm, self_test, bounded_wait(context, "the self-test's verdict"));
 }
 
 ProxyPolicy grid_proxy_policy(Mapping mapping, const ExchangeOptions& options) {

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "../device/device_halo.hpp"
+#include "host_wait.hpp"
 
 namespace halox::detail {
 
@@ -59,9 +60,10 @@ class PeerBlocks {
   /// Collective: tells every neighbour my block and its offsets, maps theirs. `kept`: every
   /// rank kept its block since the last call (collective decision), so mappings stay.
   /// Raises on every rank when some rank cannot map a neighbour. Neighbours that `proxy`
-  /// names are not mapped (proxied()).
+  /// names are not mapped (proxied()). Its waits end after `context`'s time-out in an error
+  /// naming this rank and the neighbour that did not answer.
   void publish(char* my_base, const BlockOffsets& offsets, const std::set<int>& neighbours,
-               bool kept, ProxyPolicy proxy = ProxyPolicy::none);
+               bool kept, const WaitContext& context, ProxyPolicy proxy = ProxyPolicy::none);
   void unmap();
   /// Mapping::nccl: the windows that the blocks are registered in (owned by the caller).
   void use_windows(const NcclWindows* windows) { m_windows = windows; }

@@ -644,6 +644,42 @@ TEST(Collectives, ABoundedBarrierEndsWhenARankStaysAway) {
   MPI_Comm_free(&comm);
 }
 
+// The set-ups' agreement on an error, bounded as their barriers are: a rank's error reaches
+// every rank with its text; a rank that stays away ends the others' wait in a named time-out.
+TEST(Collectives, ABoundedAgreementTellsEveryRankOrEndsInTime) {
+  if (world_size() != 2) GTEST_SKIP() << "two ranks";
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  const detail::WaitContext context{world_rank(), "test", 0.3};
+  const detail::CollectiveWait wait = detail::bounded_wait(context, "the test's verdict");
+  EXPECT_NO_THROW(detail::raise_if_any(comm, "", wait));
+  try {
+    detail::raise_if_any(comm, world_rank() == 1 ? "rank 1's plan is wrong" : "", wait);
+    ADD_FAILURE() << "no rank raised";
+  } catch (const HaloTimeoutError& e) {
+    ADD_FAILURE() << "timed out: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              world_rank() == 1 ? "rank 1's plan is wrong" : "rank 1: rank 1's plan is wrong");
+  }
+  if (world_rank() == 0) {
+    try {
+      detail::raise_if_any(comm, "", wait);
+      ADD_FAILURE() << "the agreement ended without rank 1";
+    } catch (const HaloTimeoutError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("rank 0 timed out after 0.3 s in the test's verdict"), std::string::npos)
+          << m;
+    }
+    MPI_Send(nullptr, 0, MPI_BYTE, 1, 0, comm);  // now rank 1 may come
+  } else {
+    MPI_Recv(nullptr, 0, MPI_BYTE, 0, 0, comm, MPI_STATUS_IGNORE);
+    EXPECT_NO_THROW(detail::raise_if_any(comm, "", wait));  // matches rank 0's
+  }
+  EXPECT_EQ(detail::bounded_max(comm, world_rank() + 5, context, "a maximum"), 6);
+  MPI_Comm_free(&comm);
+}
+
 TEST(ParticleHalo, BadCutoffIsRefusedOnEveryRank) {
   Topology topology = Topology::from_mpi(MPI_COMM_WORLD);
   std::vector<double> xyz;
