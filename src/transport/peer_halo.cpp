@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -76,14 +77,21 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
                          ProxyPolicy proxy) {
   if (!kept) unmap();
   m_proxied.clear();
-  BlockInfo out{};
+  // The messages' buffers on the heap: a wait that times out leaves them to MPI (released).
+  struct Buffers {
+    BlockInfo out{};
+    std::vector<BlockInfo> in;
+  };
+  auto buffers = std::make_unique<Buffers>();
+  BlockInfo& out = buffers->out;
+  std::vector<BlockInfo>& in = buffers->in;
   // A kept block keeps its handle (and the peers their mappings of it).
   if (m_mapping == Mapping::ipc && !kept) HALOX_CUDA_CHECK(cudaIpcGetMemHandle(&m_handle, my_base));
   out.handle = m_handle;
   std::memcpy(out.uuid, m_uuid, sizeof out.uuid);
   out.node = m_node;
   out.offsets = offsets;
-  std::vector<BlockInfo> in(neighbours.size());
+  in.resize(neighbours.size());
   static const std::string step = "the set-up (the exchange of block addresses)";
   MessageWait wait;
   std::size_t k = 0;
@@ -97,7 +105,12 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
                               m_comm, &m.request));
     wait.add(m);
   }
-  wait.wait(context);
+  try {
+    wait.wait(context);
+  } catch (...) {
+    buffers.release();  // in MPI's hands now
+    throw;
+  }
   std::string error;
   m_same_gpu = true;
   k = 0;
