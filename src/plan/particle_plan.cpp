@@ -11,52 +11,10 @@
 #include "halox/mpi.hpp"
 #include "halox/plan.hpp"
 #include "../common/mpi_tags.hpp"
-#include "../transport/host_wait.hpp"
 
 namespace halox {
 
 namespace detail {
-
-void raise_if_any(MPI_Comm comm, const std::string& error, const CollectiveWait& wait) {
-  int rank = 0, size = 0;
-  HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
-  // A bounded wait that times out leaves its request in flight, and MPI may still read or
-  // write its buffers when a late rank arrives: they are on the heap, and left there then.
-  struct Buffers {
-    int mine = 0, first = 0, length = 0;
-    std::string message;
-  };
-  auto buffers = std::make_unique<Buffers>();
-  Buffers& b = *buffers;
-  auto finish = [&](MPI_Request& request) {
-    if (!wait) {
-      HALOX_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
-      return;
-    }
-    try {
-      wait(request);
-    } catch (...) {
-      buffers.release();  // in MPI's hands now
-      throw;
-    }
-  };
-  MPI_Request request;
-  b.mine = error.empty() ? size : rank;
-  b.first = size;
-  HALOX_MPI_CHECK(MPI_Iallreduce(&b.mine, &b.first, 1, MPI_INT, MPI_MIN, comm, &request));
-  finish(request);
-  const int first = b.first;
-  if (first == size) return;
-  b.length = static_cast<int>(error.size());
-  HALOX_MPI_CHECK(MPI_Ibcast(&b.length, 1, MPI_INT, first, comm, &request));
-  finish(request);
-  b.message = error;
-  b.message.resize(static_cast<std::size_t>(b.length));
-  HALOX_MPI_CHECK(MPI_Ibcast(b.message.data(), b.length, MPI_CHAR, first, comm, &request));
-  finish(request);
-  throw Error(rank == first ? b.message : "rank " + std::to_string(first) + ": " + b.message);
-}
 
 void agree_on_grid(const Topology& topology, MPI_Comm comm, const char* where) {
   const auto& d = topology.dims();

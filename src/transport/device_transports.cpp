@@ -6,7 +6,7 @@
 
 #include "../common/cuda_check.hpp"
 #include "device_buffer.hpp"
-#include "host_wait.hpp"
+#include "../common/mpi_wait.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"

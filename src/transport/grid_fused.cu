@@ -34,7 +34,7 @@
 #include "../common/cuda_check.hpp"
 #include "../runtime/nvshmem_runtime_stub.hpp"
 #include "transport.hpp"
-#include "../plan/collective.hpp"
+#include "../common/mpi_wait.hpp"
 #include "grid_fused.hpp"
 #include "host_proxy.hpp"
 #include "peer_halo.hpp"

@@ -12,7 +12,7 @@
 #include "../device/errors.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
-#include "host_wait.hpp"
+#include "../common/mpi_wait.hpp"
 
 namespace halox::detail {
 

@@ -4,7 +4,7 @@
 
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"
-#include "host_wait.hpp"
+#include "../common/mpi_wait.hpp"
 #include "transport.hpp"
 
 namespace halox::detail {

@@ -12,7 +12,7 @@
 
 #include "../common/cuda_check.hpp"
 #include "../common/pointer_text.hpp"
-#include "../plan/collective.hpp"
+#include "../common/mpi_wait.hpp"
 #include "halox/error.hpp"
 #include "nccl_comm.hpp"
 

@@ -16,7 +16,7 @@
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "../common/mpi_tags.hpp"
-#include "host_wait.hpp"
+#include "../common/mpi_wait.hpp"
 #include "../runtime/nvshmem_runtime.hpp"
 #include "stream_wait.hpp"
 #include "transport.hpp"

@@ -12,11 +12,11 @@
 #include <string>
 
 #include "../runtime/nvshmem_runtime_stub.hpp"
-#include "../plan/collective.hpp"
+#include "../common/mpi_wait.hpp"
 #include "../runtime/env.hpp"
 #include "../runtime/gpu_share.hpp"
 #include "halox/error.hpp"
-#include "host_wait.hpp"
+#include "../common/mpi_wait.hpp"
 #include "transport.hpp"
 #include "halox/mpi.hpp"
 #include "../common/mpi_tags.hpp"

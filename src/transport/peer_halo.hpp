@@ -19,7 +19,7 @@
 #include <string>
 
 #include "../device/device_halo.hpp"
-#include "host_wait.hpp"
+#include "../common/mpi_wait.hpp"
 
 namespace halox::detail {
 

@@ -122,7 +122,7 @@ void check_local_particle_plans(const Topology& grid, std::span<const ParticlePl
 
 #if HALOX_HAS_MPI
 /// Every host-side wait of these transports ends after `timeout_seconds` with a
-/// HaloTimeoutError (host_wait.hpp).
+/// HaloTimeoutError (common/mpi_wait.hpp).
 std::unique_ptr<Transport> make_host_transport(MPI_Comm comm, int rank, double timeout_seconds);
 /// Device transports (throw halox::Error when the build has no CUDA or, for mpi-direct,
 /// when MPI is not CUDA-aware).

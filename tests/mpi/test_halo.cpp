@@ -19,7 +19,7 @@
 #include "../common/grid_field.hpp"
 #include "../common/particle_world.hpp"
 #include "../common/seed.hpp"
-#include "../../src/transport/host_wait.hpp"
+#include "../../src/common/mpi_wait.hpp"
 #include "halox/device.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"

@@ -1,15 +1,16 @@
 // The host side's one wait for MPI messages of an exchange: bounded by the exchange's
 // time-out (a test loop with a deadline, as the device waits have), and checked against the
-// plan (a message of another size than the plan gives is an error on the rank that gets it).
+// plan (a message of another size than the plan gives is an error on the rank that gets it);
+// the collectives that tell every rank of an error, and those bounded by a time-out. Below
+// the plans and the transports, which both use them.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
-
-#include "../plan/collective.hpp"
 
 namespace halox::detail {
 
@@ -29,6 +30,15 @@ struct WaitContext {
   double timeout_seconds = 5.0;
 };
 
+/// How a nonblocking collective's request is waited for: MPI_Wait when empty; an exchange's
+/// set-up passes a wait bounded by its time-out (bounded_wait).
+using CollectiveWait = std::function<void(MPI_Request&)>;
+
+/// Collective over `comm`: when any rank passes a non-empty `error`, every rank throws
+/// halox::Error with the message of the lowest such rank (prefixed by that rank). With a
+/// bounded `wait`, a rank that never arrives ends the others' call in that wait's error.
+void raise_if_any(MPI_Comm comm, const std::string& error, const CollectiveWait& wait = {});
+
 /// MPI's text for an error code.
 std::string mpi_error_text(int code);
 
@@ -37,7 +47,7 @@ std::string mpi_error_text(int code);
 /// rank stalled or dead before a collective ends the wait instead of holding it. halox enters
 /// a collective that it cannot bound (NVSHMEM's allocation barriers) only after one of these.
 void wait_collective(MPI_Request& request, const WaitContext& context, const char* what);
-/// wait_collective as a CollectiveWait (plan/collective.hpp), for raise_if_any in a set-up.
+/// wait_collective as a CollectiveWait, for raise_if_any in a set-up.
 CollectiveWait bounded_wait(const WaitContext& context, const char* what);
 /// MPI_Ibarrier + wait_collective.
 void bounded_barrier(MPI_Comm comm, const WaitContext& context, const char* what);
