@@ -292,7 +292,7 @@ TEST(GpuPack, LatticeSubsetsMatchCpuInEveryRange) {
       lengths.push_back(1);
     }
     Datatype t = Datatype::hindexed(lengths, disps, face);
-    if (i % 10 == 4) {  // two shapes: this face and a whole plane
+    if (i % 10 == 4) {  // two shapes: this face and a row after the lattice
       const std::vector<std::int64_t> one{1, 1}, at{0, q * plane};
       const std::vector<Datatype> parts{t, Datatype::contiguous(n[2], e)};
       t = Datatype::struct_(one, at, parts);
@@ -304,7 +304,7 @@ TEST(GpuPack, LatticeSubsetsMatchCpuInEveryRange) {
         "Q" + std::to_string(q) + " " + std::to_string(pick) + " of " + std::to_string(q) + " x" +
         std::to_string(instances) + ", " + "xyz"[axis] + " face w" + std::to_string(width) +
         " of " + std::to_string(n[0]) + "x" + std::to_string(n[1]) + "x" + std::to_string(n[2]) +
-        (dbl ? " double" : " float") + (i % 10 == 4 ? " and a plane" : "") + ": " +
+        (dbl ? " double" : " float") + (i % 10 == 4 ? " and a row" : "") + ": " +
         t.canonical().describe().substr(0, 300);
     expect_like_cpu(t, elem, rng, stream, what, ranges);
     if (::testing::Test::HasFatalFailure()) return;

@@ -14,91 +14,168 @@
 #include "halox/datatype.hpp"
 #include "halox/pack_gpu.hpp"
 using namespace halox;
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { std::printf("CUDA %s line %d\n", cudaGetErrorString(e), __LINE__); return 1; } } while (0)
+#define CK(x)                                                            \
+  do {                                                                   \
+    cudaError_t e = (x);                                                 \
+    if (e != cudaSuccess) {                                              \
+      std::printf("CUDA %s line %d\n", cudaGetErrorString(e), __LINE__); \
+      return 1;                                                          \
+    }                                                                    \
+  } while (0)
 
-__global__ void naive_grid(const float* __restrict__ a, const long* __restrict__ idx, float* __restrict__ out, long n) {
-  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x) {
+__global__ void naive_grid(const float* __restrict__ a, const long* __restrict__ idx,
+                           float* __restrict__ out, long n) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
+       i += long(gridDim.x) * blockDim.x) {
     const long j = idx[i];
-    out[3 * i] = a[3 * j]; out[3 * i + 1] = a[3 * j + 1]; out[3 * i + 2] = a[3 * j + 2];
+    out[3 * i] = a[3 * j];
+    out[3 * i + 1] = a[3 * j + 1];
+    out[3 * i + 2] = a[3 * j + 2];
   }
 }
-__global__ void naive_one(const float* __restrict__ a, const long* __restrict__ idx, float* __restrict__ out, unsigned n) {
+__global__ void naive_one(const float* __restrict__ a, const long* __restrict__ idx,
+                          float* __restrict__ out, unsigned n) {
   unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) { const long j = idx[i]; out[3 * i] = a[3 * j]; out[3 * i + 1] = a[3 * j + 1]; out[3 * i + 2] = a[3 * j + 2]; }
+  if (i < n) {
+    const long j = idx[i];
+    out[3 * i] = a[3 * j];
+    out[3 * i + 1] = a[3 * j + 1];
+    out[3 * i + 2] = a[3 * j + 2];
+  }
 }
 // byte offsets, predicated words (halox's index_runs shape)
 template <bool LDG>
-__global__ void runs_pred(const long* __restrict__ off, const char* src, char* dst, unsigned first, unsigned end, unsigned wpr) {
+__global__ void runs_pred(const long* __restrict__ off, const char* src, char* dst, unsigned first,
+                          unsigned end, unsigned wpr) {
   const unsigned first_run = first / wpr, end_run = (end + wpr - 1) / wpr;
-  for (unsigned run = first_run + blockIdx.x * blockDim.x + threadIdx.x; run < end_run; run += gridDim.x * blockDim.x) {
+  for (unsigned run = first_run + blockIdx.x * blockDim.x + threadIdx.x; run < end_run;
+       run += gridDim.x * blockDim.x) {
     const long mem = __ldg(off + run);
     const long packed = long(run) * 12;
     const unsigned g0 = run * wpr;
     unsigned w[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) if (k < int(wpr) && g0 + k >= first && g0 + k < end)
-      w[k] = LDG ? __ldg(reinterpret_cast<const unsigned*>(src + mem + 4 * k)) : *reinterpret_cast<const unsigned*>(src + mem + 4 * k);
+    for (int k = 0; k < 4; ++k)
+      if (k < int(wpr) && g0 + k >= first && g0 + k < end)
+        w[k] = LDG ? __ldg(reinterpret_cast<const unsigned*>(src + mem + 4 * k))
+                   : *reinterpret_cast<const unsigned*>(src + mem + 4 * k);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) if (k < int(wpr) && g0 + k >= first && g0 + k < end)
-      *reinterpret_cast<unsigned*>(dst + packed + 4 * k) = w[k];
+    for (int k = 0; k < 4; ++k)
+      if (k < int(wpr) && g0 + k >= first && g0 + k < end)
+        *reinterpret_cast<unsigned*>(dst + packed + 4 * k) = w[k];
   }
 }
 __global__ void empty() {}
 
-template <class F> double med_us(cudaStream_t s, int reps, int inner, F f) {
-  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-  f(); cudaStreamSynchronize(s);
+template <class F>
+double med_us(cudaStream_t s, int reps, int inner, F f) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  f();
+  cudaStreamSynchronize(s);
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
-    cudaEventRecord(a, s); for (int i = 0; i < inner; ++i) f(); cudaEventRecord(b, s); cudaEventSynchronize(b);
-    float ms; cudaEventElapsedTime(&ms, a, b); t.push_back(1e3 * ms / inner);
+    cudaEventRecord(a, s);
+    for (int i = 0; i < inner; ++i) f();
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(1e3 * ms / inner);
   }
-  std::sort(t.begin(), t.end()); return t[t.size() / 2];
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
-template <class F> double host_us(cudaStream_t s, int reps, F f) {
+template <class F>
+double host_us(cudaStream_t s, int reps, F f) {
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
     cudaStreamSynchronize(s);
-    auto h0 = std::chrono::steady_clock::now(); f();
-    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
+    auto h0 = std::chrono::steady_clock::now();
+    f();
+    t.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
   }
-  std::sort(t.begin(), t.end()); return t[t.size() / 2];
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 int main(int argc, char** argv) {
   const bool prof = argc > 1;  // under ncu: each kernel a few times only
-  cudaStream_t s; CK(cudaStreamCreate(&s));
-  int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  int sms;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const int reps = prof ? 3 : 101;
-  std::printf("%-22s %9s %9s %9s %9s %9s %9s | %9s %9s | %9s %9s\n", "shape", "naive", "naive1", "pred", "pred_ldg", "halox", "empty",
-              "naive q20", "halox q20", "host lnch", "host pack");
-  for (long entries : {65536L, 1048576L, 22369622L}) for (bool sorted : {true, false}) {
-    const long array = entries * 4;
-    std::mt19937_64 rng(1234 + entries);
-    std::vector<long> idx(array); std::iota(idx.begin(), idx.end(), 0L); std::shuffle(idx.begin(), idx.end(), rng);
-    idx.resize(entries); if (sorted) std::sort(idx.begin(), idx.end());
-    std::vector<std::int64_t> disps(idx.begin(), idx.end()); for (auto& d : disps) d *= 12;
-    std::vector<long> offs(disps.begin(), disps.end());
-    const Datatype f3 = Datatype::contiguous(3, Datatype::of<float>()).commit();
-    const Datatype type = Datatype::hindexed_block(1, disps, f3).commit();
-    float *a, *out; long *didx, *doff;
-    CK(cudaMalloc(&a, array * 12)); CK(cudaMalloc(&out, entries * 12)); CK(cudaMalloc(&didx, entries * 8)); CK(cudaMalloc(&doff, entries * 8));
-    CK(cudaMemset(a, 1, array * 12));
-    CK(cudaMemcpy(didx, idx.data(), entries * 8, cudaMemcpyHostToDevice)); CK(cudaMemcpy(doff, offs.data(), entries * 8, cudaMemcpyHostToDevice));
-    const int grid = sms * 8; const unsigned words = unsigned(entries * 3);
-    auto naive = [&] { naive_grid<<<grid, 256, 0, s>>>(a, didx, out, entries); };
-    auto one = [&] { naive_one<<<unsigned((entries + 255) / 256), 256, 0, s>>>(a, didx, out, unsigned(entries)); };
-    auto pred = [&] { runs_pred<false><<<unsigned((entries + 255) / 256), 256, 0, s>>>(doff, (const char*)a, (char*)out, 0u, words, 3u); };
-    auto ldg = [&] { runs_pred<true><<<unsigned((entries + 255) / 256), 256, 0, s>>>(doff, (const char*)a, (char*)out, 0u, words, 3u); };
-    auto hx = [&] { pack_async(a, 1, type, out, s); };
-    auto em = [&] { empty<<<1, 32, 0, s>>>(); };
-    if (prof) { naive(); one(); pred(); ldg(); hx(); CK(cudaStreamSynchronize(s)); cudaFree(a); cudaFree(out); cudaFree(didx); cudaFree(doff); continue; }
-    char name[64]; std::snprintf(name, sizeof name, "%ld %s", entries, sorted ? "sorted" : "random");
-    std::printf("%-22s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f | %9.2f %9.2f | %9.2f %9.2f\n", name, med_us(s, reps, 1, naive),
-                med_us(s, reps, 1, one), med_us(s, reps, 1, pred), med_us(s, reps, 1, ldg), med_us(s, reps, 1, hx), med_us(s, reps, 1, em),
-                med_us(s, reps, 20, naive) , med_us(s, reps, 20, hx), host_us(s, reps, naive), host_us(s, reps, hx));
-    CK(cudaStreamSynchronize(s)); CK(cudaGetLastError());
-    cudaFree(a); cudaFree(out); cudaFree(didx); cudaFree(doff);
-  }
+  std::printf("%-22s %9s %9s %9s %9s %9s %9s | %9s %9s | %9s %9s\n", "shape", "naive", "naive1",
+              "pred", "pred_ldg", "halox", "empty", "naive q20", "halox q20", "host lnch",
+              "host pack");
+  for (long entries : {65536L, 1048576L, 22369622L})
+    for (bool sorted : {true, false}) {
+      const long array = entries * 4;
+      std::mt19937_64 rng(1234 + entries);
+      std::vector<long> idx(array);
+      std::iota(idx.begin(), idx.end(), 0L);
+      std::shuffle(idx.begin(), idx.end(), rng);
+      idx.resize(entries);
+      if (sorted) std::sort(idx.begin(), idx.end());
+      std::vector<std::int64_t> disps(idx.begin(), idx.end());
+      for (auto& d : disps) d *= 12;
+      std::vector<long> offs(disps.begin(), disps.end());
+      const Datatype f3 = Datatype::contiguous(3, Datatype::of<float>()).commit();
+      const Datatype type = Datatype::hindexed_block(1, disps, f3).commit();
+      float *a, *out;
+      long *didx, *doff;
+      CK(cudaMalloc(&a, array * 12));
+      CK(cudaMalloc(&out, entries * 12));
+      CK(cudaMalloc(&didx, entries * 8));
+      CK(cudaMalloc(&doff, entries * 8));
+      CK(cudaMemset(a, 1, array * 12));
+      CK(cudaMemcpy(didx, idx.data(), entries * 8, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(doff, offs.data(), entries * 8, cudaMemcpyHostToDevice));
+      const int grid = sms * 8;
+      const unsigned words = unsigned(entries * 3);
+      auto naive = [&] { naive_grid<<<grid, 256, 0, s>>>(a, didx, out, entries); };
+      auto one = [&] {
+        naive_one<<<unsigned((entries + 255) / 256), 256, 0, s>>>(a, didx, out, unsigned(entries));
+      };
+      auto pred = [&] {
+        runs_pred<false><<<unsigned((entries + 255) / 256), 256, 0, s>>>(doff, (const char*)a,
+                                                                         (char*)out, 0u, words, 3u);
+      };
+      auto ldg = [&] {
+        runs_pred<true><<<unsigned((entries + 255) / 256), 256, 0, s>>>(doff, (const char*)a,
+                                                                        (char*)out, 0u, words, 3u);
+      };
+      auto hx = [&] { pack_async(a, 1, type, out, s); };
+      auto em = [&] { empty<<<1, 32, 0, s>>>(); };
+      if (prof) {
+        naive();
+        one();
+        pred();
+        ldg();
+        hx();
+        CK(cudaStreamSynchronize(s));
+        cudaFree(a);
+        cudaFree(out);
+        cudaFree(didx);
+        cudaFree(doff);
+        continue;
+      }
+      char name[64];
+      std::snprintf(name, sizeof name, "%ld %s", entries, sorted ? "sorted" : "random");
+      std::printf("%-22s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f | %9.2f %9.2f | %9.2f %9.2f\n", name,
+                  med_us(s, reps, 1, naive), med_us(s, reps, 1, one), med_us(s, reps, 1, pred),
+                  med_us(s, reps, 1, ldg), med_us(s, reps, 1, hx), med_us(s, reps, 1, em),
+                  med_us(s, reps, 20, naive), med_us(s, reps, 20, hx), host_us(s, reps, naive),
+                  host_us(s, reps, hx));
+      CK(cudaStreamSynchronize(s));
+      CK(cudaGetLastError());
+      cudaFree(a);
+      cudaFree(out);
+      cudaFree(didx);
+      cudaFree(doff);
+    }
   return 0;
 }
