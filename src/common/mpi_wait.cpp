@@ -29,8 +29,6 @@ void raise_if_any(MPI_Comm comm, const std::string& error, const CollectiveWait&
   int rank = 0, size = 0;
   HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
-  // A bounded wait that times out leaves its request in flight, and MPI may still read or
-  // write its buffers when a late rank arrives: they are on the heap, and left there then.
   struct Buffers {
     int mine = 0, first = 0, length = 0;
     std::string message;
@@ -42,12 +40,7 @@ void raise_if_any(MPI_Comm comm, const std::string& error, const CollectiveWait&
       HALOX_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
       return;
     }
-    try {
-      wait(request);
-    } catch (...) {
-      buffers.release();  // in MPI's hands now
-      throw;
-    }
+    wait_leaving_buffers(buffers, [&] { wait(request); });
   };
   MPI_Request request;
   b.mine = error.empty() ? size : rank;
@@ -103,19 +96,12 @@ void bounded_barrier(MPI_Comm comm, const WaitContext& context, const char* what
 
 long long bounded_max(MPI_Comm comm, long long value, const WaitContext& context,
                       const char* what) {
-  // On a time-out the request stays in flight and a late rank's arrival still moves data
-  // through its buffers: on the heap, and left there then (the exchange is unusable anyway).
   auto buffers = std::make_unique<std::array<long long, 2>>();
   (*buffers)[0] = value;
   MPI_Request request;
   HALOX_MPI_CHECK(
       MPI_Iallreduce(&(*buffers)[0], &(*buffers)[1], 1, MPI_LONG_LONG, MPI_MAX, comm, &request));
-  try {
-    wait_collective(request, context, what);
-  } catch (...) {
-    buffers.release();  // in MPI's hands now
-    throw;
-  }
+  wait_leaving_buffers(buffers, [&] { wait_collective(request, context, what); });
   return (*buffers)[1];
 }
 

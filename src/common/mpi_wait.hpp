@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,19 @@ struct WaitContext {
   const char* transport = "host";
   double timeout_seconds = 5.0;
 };
+
+/// Runs `wait` for requests whose buffers `buffers` owns. A wait that throws (a time-out)
+/// leaves its requests in flight, and a late peer still moves data through their buffers:
+/// `buffers` is then left allocated, in MPI's hands (the exchange is unusable anyway).
+template <class Buffers, class Wait>
+void wait_leaving_buffers(std::unique_ptr<Buffers>& buffers, Wait&& wait) {
+  try {
+    wait();
+  } catch (...) {
+    buffers.release();
+    throw;
+  }
+}
 
 /// How a nonblocking collective's request is waited for: MPI_Wait when empty; an exchange's
 /// set-up passes a wait bounded by its time-out (bounded_wait).

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "../common/cuda_check.hpp"
 #include "../common/mpi_tags.hpp"
@@ -263,7 +264,14 @@ void HostProxy::self_test() {
   struct Probe {
     u64 magic, sender, op;
   };
-  std::vector<Probe> out(m_links.size()), in(m_links.size());
+  struct Buffers {
+    std::vector<Probe> out, in;
+  };
+  auto buffers = std::make_unique<Buffers>();
+  std::vector<Probe>& out = buffers->out;
+  std::vector<Probe>& in = buffers->in;
+  out.resize(m_links.size());
+  in.resize(m_links.size());
   MessageWait wait;
   std::vector<std::string> names;
   names.reserve(m_links.size());
@@ -291,7 +299,9 @@ void HostProxy::self_test() {
   }
   std::string error;
   try {
-    wait.wait({m_rank, m_transport.c_str(), m_timeout_seconds});
+    wait_leaving_buffers(buffers, [&] {
+      wait.wait({m_rank, m_transport.c_str(), m_timeout_seconds});
+    });
     for (std::size_t k = 0; k < m_links.size() && error.empty(); ++k) {
       const ProxyLinkPlan& l = m_links[k];
       if (l.recv_rank < 0) continue;

@@ -77,7 +77,6 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
                          ProxyPolicy proxy) {
   if (!kept) unmap();
   m_proxied.clear();
-  // The messages' buffers on the heap: a wait that times out leaves them to MPI (released).
   struct Buffers {
     BlockInfo out{};
     std::vector<BlockInfo> in;
@@ -105,12 +104,7 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
                               m_comm, &m.request));
     wait.add(m);
   }
-  try {
-    wait.wait(context);
-  } catch (...) {
-    buffers.release();  // in MPI's hands now
-    throw;
-  }
+  wait_leaving_buffers(buffers, [&] { wait.wait(context); });
   std::string error;
   m_same_gpu = true;
   k = 0;
