@@ -175,23 +175,27 @@ void Decomposition::step_in_phases() {
 //   ran 20% slower than without overlap (the event log showed it; docs/PERFORMANCE.md).
 // - The exchange is queued before the inner updates, so that the host's launches of eight
 //   inner updates do not delay it.
-// - Multiphase: the phi pass (a seventh of the step) is not split. Split, its shells alone
-//   took as long as the whole pass; so g's halo (all that pass reads) moves first, and f's
-//   with phi's behind the stream-collide update.
+// - Multiphase: both passes split alike. g's halo (all the phi pass reads) moves behind the
+//   phi pass's inner cells; f's, with phi's, behind the stream-collide update's.
 void Decomposition::step_overlapped() {
   gather_streams();  // the shells of the last step: the faces, and every inner cell's input
   const bool multiphase = m_cli.params.multiphase;
   if (multiphase) {
-    exchange(1);
-    scatter_streams();
-    for (auto& block : m_blocks) block->first_update();
+    overlapped_pass(0, 1);
     gather_streams();  // phi of every block, before its faces move
   }
+  overlapped_pass(multiphase ? 1 : 0, 0);
+}
+
+// Update pass `pass` of every block with the exchange of `field` (and f's second field, or
+// phi when it moves alone) hidden behind the inner cells: the side streams wait for block
+// 0's stream, which holds every block's last work, so every input of the inner cells is
+// there.
+void Decomposition::overlapped_pass(int pass, int field) {
   scatter_streams();
   for (auto& block : m_blocks) block->fork();
-  exchange(0);
-  if (multiphase && m_with_f != 2) exchange(2);
-  const int pass = multiphase ? 1 : 0;
+  exchange(field);
+  if (field == 0 && m_cli.params.multiphase && m_with_f != 2) exchange(2);
   for (auto& block : m_blocks) block->update_inner(pass);
   scatter_streams();
   for (auto& block : m_blocks) block->update_shell(pass);

@@ -83,6 +83,7 @@ class Decomposition {
  private:
   void step_in_phases();
   void step_overlapped();
+  void overlapped_pass(int pass, int field);
   void exchange(int field);
   void exchange_field(int field);
   void exchange_contiguous(int field);
