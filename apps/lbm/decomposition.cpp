@@ -175,13 +175,22 @@ void Decomposition::step_in_phases() {
 //   ran 20% slower than without overlap (the event log showed it; docs/PERFORMANCE.md).
 // - The exchange is queued before the inner updates, so that the host's launches of eight
 //   inner updates do not delay it.
-// - Multiphase: both passes split alike. g's halo (all the phi pass reads) moves behind the
-//   phi pass's inner cells; f's, with phi's, behind the stream-collide update's.
+// - Multiphase: f's halo, with phi's, moves behind the stream-collide update's inner cells.
+//   g's (all the phi pass reads) moves behind the phi pass's inner cells where a process
+//   runs one block: on 2 processes (1x1x2) that lifted the run from 94.3-94.6% of one rank
+//   to 95.1-95.2%. With 8 blocks in one process (1x2x4) the split pass lost (87.3-88.2%
+//   against 91.0-91.2%; docs/PERFORMANCE.md), so there g moves first and the pass runs whole.
 void Decomposition::step_overlapped() {
   gather_streams();  // the shells of the last step: the faces, and every inner cell's input
   const bool multiphase = m_cli.params.multiphase;
   if (multiphase) {
-    overlapped_pass(0, 1);
+    if (m_blocks.size() == 1) {
+      overlapped_pass(0, 1);
+    } else {
+      exchange(1);
+      scatter_streams();
+      for (auto& block : m_blocks) block->first_update();
+    }
     gather_streams();  // phi of every block, before its faces move
   }
   overlapped_pass(multiphase ? 1 : 0, 0);
