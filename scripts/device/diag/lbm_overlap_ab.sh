@@ -7,7 +7,7 @@
 # processes under MPS (overlap, ipc-fused), each at halox-lbm's default rank grid. Prints
 # per run MLUPS and % of the one-rank run of the same round; JSON per run in OUTDIR.
 #   scripts/device/diag/lbm_overlap_ab.sh OUTDIR [BASELINE_FOLDER]
-# HALOX_LBM_MODEL (default multiphase; bgk runs 256^3).
+# HALOX_LBM_MODELS (default multiphase; "multiphase bgk" runs both, BGK on 256^3).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source scripts/device/diag/common.sh
@@ -21,39 +21,43 @@ cmake -S "$base" -B "$base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_EN
   -DHALOX_WARNINGS_AS_ERRORS=OFF -DHALOX_BUILD_TESTS=OFF > "$out/base-configure.log" 2>&1 &&
   cmake --build "$base/build" -j "$(nproc)" --target halox-lbm > "$out/base-build.log" 2>&1 ||
   { echo "baseline build FAILED"; tail -20 "$out/base-build.log"; exit 1; }
-model=${HALOX_LBM_MODEL:-multiphase}
-grid=$([ "$model" = multiphase ] && echo 128x256x256 || echo 256x256x256)
+models=${HALOX_LBM_MODELS:-multiphase}
 start_mps
 for round in 1 2; do
-  for variant in base change; do
-    exe=$([ $variant = base ] && echo "$base/build/apps/lbm/halox-lbm" || echo "$lbm")
-    args=(--model "$model" --grid "$grid" --steps 200 --device gpu)
-    # One process without MPS (its streams would share the server's hardware queues).
-    echo quit | nvidia-cuda-mps-control 2>/dev/null
-    timeout 120 "$exe" "${args[@]}" --json "$out/r1-$variant-$round.json" > "$out/r1-$variant-$round.txt" 2>&1
-    timeout 120 "$exe" "${args[@]}" --rank-count 8 --comm overlap --transport local-fused \
-      --json "$out/r8-$variant-$round.json" > "$out/r8-$variant-$round.txt" 2>&1
-    start_mps
-    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n 2 --oversubscribe --bind-to none \
-      "$exe" "${args[@]}" --comm overlap --transport ipc-fused \
-      --json "$out/np2-$variant-$round.json" > "$out/np2-$variant-$round.txt" 2>&1
+  for model in $models; do
+    grid=$([ "$model" = multiphase ] && echo 128x256x256 || echo 256x256x256)
+    for variant in base change; do
+      exe=$([ $variant = base ] && echo "$base/build/apps/lbm/halox-lbm" || echo "$lbm")
+      args=(--model "$model" --grid "$grid" --steps 200 --device gpu)
+      name=$model-$variant-$round
+      # One process without MPS (its streams would share the server's hardware queues).
+      stop_mps
+      timeout 120 "$exe" "${args[@]}" --json "$out/r1-$name.json" > "$out/r1-$name.txt" 2>&1
+      timeout 120 "$exe" "${args[@]}" --rank-count 8 --comm overlap --transport local-fused \
+        --json "$out/r8-$name.json" > "$out/r8-$name.txt" 2>&1
+      start_mps
+      CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n 2 --oversubscribe --bind-to none \
+        "$exe" "${args[@]}" --comm overlap --transport ipc-fused \
+        --json "$out/np2-$name.json" > "$out/np2-$name.txt" 2>&1
+    done
   done
 done
 stop_mps
-python3 - "$out" <<'PY'
+python3 - "$out" $models <<'PY'
 import json, sys, os
-out = sys.argv[1]
+out, models = sys.argv[1], sys.argv[2:]
 def mlups(name):
     try:
         return json.load(open(os.path.join(out, name + ".json")))["mlups"]
     except Exception as e:
         print(f"{name}: {e}")
         return None
-print(f"{'round':6s} {'build':7s} {'1 rank':>9s} {'8 ranks':>9s} {'%':>6s} {'2 procs':>9s} {'%':>6s}")
-for rnd in (1, 2):
-    for v in ("base", "change"):
-        r1, r8, np2 = (mlups(f"{k}-{v}-{rnd}") for k in ("r1", "r8", "np2"))
-        pct = lambda x: f"{100 * x / r1:6.1f}" if x and r1 else "     -"
-        fmt = lambda x: f"{x:9.0f}" if x else "        -"
-        print(f"{rnd:<6d} {v:7s} {fmt(r1)} {fmt(r8)} {pct(r8)} {fmt(np2)} {pct(np2)}")
+print(f"{'model':11s} {'round':6s} {'build':7s} {'1 rank':>9s} {'8 ranks':>9s} {'%':>6s} {'2 procs':>9s} {'%':>6s}")
+for model in models:
+    for rnd in (1, 2):
+        for v in ("base", "change"):
+            r1, r8, np2 = (mlups(f"{k}-{model}-{v}-{rnd}") for k in ("r1", "r8", "np2"))
+            pct = lambda x: f"{100 * x / r1:6.1f}" if x and r1 else "     -"
+            fmt = lambda x: f"{x:9.0f}" if x else "        -"
+            print(f"{model:11s} {rnd:<6d} {v:7s} {fmt(r1)} {fmt(r8)} {pct(r8)} {fmt(np2)} {pct(np2)}")
 PY
