@@ -8,6 +8,18 @@ nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>
 [ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
 # A baseline tree (a carried, git-ignored folder) copied to DEST with the carried .deps.
 copy_baseline() { rm -rf "$2" && cp -r "$1" "$2" && cp -r .deps "$2/.deps"; }
+# The baseline tree TREE (a carried folder) copied to /tmp/halox-base and TARGETS built there
+# (Release, CUDA, no tests); its logs in OUT.
+build_baseline() {  # TREE OUT TARGETS...
+  local tree=$1 out=$2 base=/tmp/halox-base
+  shift 2
+  [ -d "$tree" ] || { echo "no $tree folder with the baseline tree"; return 1; }
+  copy_baseline "$tree" "$base"
+  cmake -S "$base" -B "$base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
+    -DHALOX_WARNINGS_AS_ERRORS=OFF -DHALOX_BUILD_TESTS=OFF > "$out/base-configure.log" 2>&1 &&
+    cmake --build "$base/build" -j "$(nproc)" --target "$@" > "$out/base-build.log" 2>&1 ||
+    { echo "baseline build FAILED"; tail -20 "$out/base-build.log"; return 1; }
+}
 bench=build/gpu/bench/halox-bench
 lbm=build/gpu/apps/lbm/halox-lbm
 start_mps() {

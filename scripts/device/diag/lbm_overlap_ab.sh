@@ -14,13 +14,8 @@ source scripts/device/diag/common.sh
 out=${1:?usage: lbm_overlap_ab.sh OUTDIR [BASELINE_FOLDER]}
 tree=${2:-.ab-base}
 mkdir -p "$out"
-[ -d "$tree" ] || { echo "lbm_overlap_ab.sh: no $tree folder with the baseline tree"; exit 1; }
+build_baseline "$tree" "$out" halox-lbm || exit 1
 base=/tmp/halox-base
-copy_baseline "$tree" "$base"
-cmake -S "$base" -B "$base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
-  -DHALOX_WARNINGS_AS_ERRORS=OFF -DHALOX_BUILD_TESTS=OFF > "$out/base-configure.log" 2>&1 &&
-  cmake --build "$base/build" -j "$(nproc)" --target halox-lbm > "$out/base-build.log" 2>&1 ||
-  { echo "baseline build FAILED"; tail -20 "$out/base-build.log"; exit 1; }
 models=${HALOX_LBM_MODELS:-multiphase}
 start_mps
 for round in 1 2; do
