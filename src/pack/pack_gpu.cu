@@ -10,9 +10,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
-#include <bit>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,9 +78,7 @@ struct Plan {
     bool run_per_thread = false;  // index_runs_kernel: one index piece of short runs
     std::shared_ptr<void> table;  // device copy of descs when there are several
   };
-  std::map<int, Launch> launches;  // per word size; nodes never move nor go
-  // launches[w] once built, by log2(w): every call reads it without a lock.
-  std::atomic<const Launch*> launch_of_word[5] = {};
+  std::map<int, Launch> launches;  // per word size
   std::mutex mutex;
 };
 
@@ -134,8 +129,8 @@ std::optional<CanonicalPiece> as_one_index(const CanonicalForm& form) {
   return one;
 }
 
-std::unique_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
-  auto plan = std::make_unique<Plan>();
+std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
+  auto plan = std::make_shared<Plan>();
   const CanonicalForm form = repeat_canonical(type.canonical(), count, type.extent());
   plan->bytes = form.size;
   if (form.is_contiguous()) {
@@ -187,34 +182,19 @@ std::unique_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
   return plan;
 }
 
-// Plans are cached per (type node, count) for the life of the process: the cache keeps the
-// node alive, so its address names one type while the process runs, and a plan never moves.
-Plan& plan_for(const Datatype& type, std::int64_t count) {
-  using Key = std::pair<const void*, std::int64_t>;
-  const Key key{type.node().get(), count};
-  // A halo's few types are looked up on every call: each thread remembers its last ones, so
-  // a call takes no lock (a launch-bound pack pays for every hundred nanoseconds).
-  constexpr int kRecent = 8;
-  thread_local std::array<std::pair<Key, Plan*>, kRecent> recent{};
-  thread_local int next = 0;
-  for (const auto& [k, plan] : recent) {
-    if (plan != nullptr && k == key) return *plan;
-  }
+std::shared_ptr<Plan> plan_for(const Datatype& type, std::int64_t count) {
+  // Cached per (type node, count); the node is kept alive by the key's shared pointer.
   static std::mutex mutex;
-  static std::map<Key, std::pair<std::shared_ptr<const Datatype::Node>, std::unique_ptr<Plan>>>
+  static std::map<std::pair<const void*, std::int64_t>,
+                  std::pair<std::shared_ptr<const Datatype::Node>, std::shared_ptr<Plan>>>
       cache;
-  Plan* plan = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = cache.find(key);
-    if (it == cache.end()) {
-      it = cache.emplace(key, std::make_pair(type.node(), make_plan(type, count))).first;
-    }
-    plan = it->second.second.get();
-  }
-  recent[next] = {key, plan};
-  next = (next + 1) % kRecent;
-  return *plan;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(static_cast<const void*>(type.node().get()), count);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.second;
+  auto plan = make_plan(type, count);
+  cache.emplace(key, std::make_pair(type.node(), plan));
+  return plan;
 }
 
 // One strided or index piece, its descriptor in the kernel's parameters.
@@ -232,21 +212,14 @@ __global__ void __launch_bounds__(256)
 // gather does. One thread per word reads the offset and divides for every word: it lost to
 // one thread per entry by 10% on 22M sorted float3 entries, and by 5% on random ones
 // (docs/PERFORMANCE.md).
-// Its descriptor is a fifth of a DeviceDesc: the parameters are copied at every launch, and
-// a gather of a halo's size is bound by the launch.
 constexpr int kMaxWordsPerThreadRun = 4;
-struct IndexRuns {
-  const std::int64_t* index = nullptr;
-  std::int64_t packed_offset = 0, block_bytes = 0, words_per_run = 0;
-  unsigned div_mul = 0, div_shr = 0;
-};
 template <int W, PackOp OP, class I>
 __global__ void __launch_bounds__(256)
-    index_runs_kernel(IndexRuns d, I first, I end, const char* src, char* dst) {
+    index_runs_kernel(DeviceDesc d, I first, I end, const char* src, char* dst) {
   using Word = typename WordOf<W>::type;
   const I wpr = static_cast<I>(d.words_per_run);
-  const I first_run = divide<I>(first, d.words_per_run, d.div_mul, d.div_shr);
-  const I end_run = divide<I>(end + wpr - 1, d.words_per_run, d.div_mul, d.div_shr);
+  const I first_run = divide<I>(first, d.words_per_run, d.div_mul[0], d.div_shr[0]);
+  const I end_run = divide<I>(end + wpr - 1, d.words_per_run, d.div_mul[0], d.div_shr[0]);
   for (I run = first_run + static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; run < end_run;
        run += static_cast<I>(gridDim.x) * blockDim.x) {
     const std::int64_t mem = __ldg(d.index + run);
@@ -311,10 +284,6 @@ int grid_for(std::int64_t items) {
 // The descriptors for one word size, computed once per plan: words per run, first word
 // and the division magic numbers do not change between calls, so no call repeats them.
 const Plan::Launch& launch_for(Plan& plan, int word) {
-  const int slot = std::countr_zero(static_cast<unsigned>(word));
-  if (const Plan::Launch* built = plan.launch_of_word[slot].load(std::memory_order_acquire)) {
-    return *built;
-  }
   std::lock_guard<std::mutex> lock(plan.mutex);
   auto found = plan.launches.find(word);
   if (found != plan.launches.end()) return found->second;
@@ -334,9 +303,7 @@ const Plan::Launch& launch_for(Plan& plan, int word) {
   }
   launch.run_per_thread = launch.descs.size() == 1 && launch.descs[0].index != nullptr &&
                           launch.descs[0].words_per_run <= kMaxWordsPerThreadRun;
-  const Plan::Launch& built = plan.launches.emplace(word, std::move(launch)).first->second;
-  plan.launch_of_word[slot].store(&built, std::memory_order_release);
-  return built;
+  return plan.launches.emplace(word, std::move(launch)).first->second;
 }
 
 // Packed bytes [begin, end) of the stream; both are multiples of the word size.
@@ -352,14 +319,12 @@ void launch_kernel(const Plan::Launch& launch, Range range, const char* src, cha
   const int grid = grid_for(end - first);
   if (launch.run_per_thread) {
     const DeviceDesc& d = launch.descs[0];
-    const IndexRuns runs_of{d.index,         d.packed_offset, d.block_bytes,
-                            d.words_per_run, d.div_mul[0],    d.div_shr[0]};
     // One thread per run, not capped to waves: the resident blocks' loop cost the 22M-entry
     // gathers 4-5% against one thread per entry.
     const std::int64_t runs = (end - first) / d.words_per_run + 2;
     const int runs_grid = static_cast<int>(std::min<std::int64_t>((runs + 255) / 256, INT32_MAX));
-    index_runs_kernel<W, OP, I><<<runs_grid, 256, 0, stream>>>(runs_of, static_cast<I>(first),
-                                                               static_cast<I>(end), src, dst);
+    index_runs_kernel<W, OP, I>
+        <<<runs_grid, 256, 0, stream>>>(d, static_cast<I>(first), static_cast<I>(end), src, dst);
   } else if (launch.descs.size() == 1) {
     const DeviceDesc& d = launch.descs[0];
     const I f = static_cast<I>(first), e = static_cast<I>(end);
@@ -431,7 +396,7 @@ void run(PackOp op, const void* in, void* out, std::int64_t count, const Datatyp
   if (op == PackOp::accumulate_f32 || op == PackOp::accumulate_f64) {
     element = op == PackOp::accumulate_f32 ? 4 : 8;
   }
-  Plan& plan = plan_for(type, count);
+  Plan& plan = *plan_for(type, count);
   if (packed_offset < 0 || max_bytes < 0) {
     throw DatatypeError(std::string("halox::") + where + ": negative packed range");
   }
@@ -518,7 +483,7 @@ void copy_async(const void* in, const Datatype& in_type, void* out, const Dataty
     throw DatatypeError("halox::copy_async: the destination " + out_type.combiner_name() +
                         " type addresses some bytes twice");
   }
-  const Plan *from = &plan_for(in_type, 1), *to = &plan_for(out_type, 1);
+  const std::shared_ptr<Plan> from = plan_for(in_type, 1), to = plan_for(out_type, 1);
   if (from->bytes != to->bytes) {
     throw DatatypeError("halox::copy_async: the source type holds " + std::to_string(from->bytes) +
                         " bytes, the destination type " + std::to_string(to->bytes));
@@ -564,11 +529,11 @@ namespace detail {
 int device_pack_word(const Datatype& type, std::int64_t count, const void* base) {
   // The packed side is a 256-byte aligned staging area: only the typed side limits the word.
   static const void* const aligned = reinterpret_cast<const void*>(std::uintptr_t{256});
-  return word_size(plan_for(type, count), base, aligned, 1);
+  return word_size(*plan_for(type, count), base, aligned, 1);
 }
 
 DevicePackView device_pack_view(const Datatype& type, std::int64_t count, int word) {
-  Plan* plan = &plan_for(type, count);
+  const std::shared_ptr<Plan> plan = plan_for(type, count);
   const Plan::Launch& launch = launch_for(*plan, word);
   DevicePackView view;
   view.pieces = static_cast<int>(launch.descs.size());
@@ -590,7 +555,7 @@ DevicePackView device_pack_view(const Datatype& type, std::int64_t count, int wo
 
 GpuPackShape gpu_pack_shape(const void* in, std::int64_t count, const Datatype& type,
                             const void* out) {
-  Plan& plan = plan_for(type, count);
+  Plan& plan = *plan_for(type, count);
   GpuPackShape shape;
   shape.memcpy_path = plan.contiguous;
   shape.pieces = static_cast<int>(plan.host_descs.size());
