@@ -18,6 +18,7 @@
 #include "pack_cases.hpp"
 #include "pack_gpu_bench.hpp"
 #include "cuda_timing.cuh"
+#include "naive_gather.cuh"
 #include "report.hpp"
 #include "sector_bound.hpp"
 #include "tempi_reference.hpp"
@@ -47,18 +48,6 @@ __global__ void naive_face_kernel(const T* __restrict__ a, T* __restrict__ out, 
     out[i] = a[((z0 + z) * ny + (y0 + y)) * nx + (x0 + x)];
   }
   (void)nz;
-}
-
-// A gather by an index map (the naive kernel for index shapes).
-__global__ void naive_gather_kernel(const float* __restrict__ a, const long* __restrict__ idx,
-                                    float* __restrict__ out, long n) {
-  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
-       i += long(gridDim.x) * blockDim.x) {
-    const long j = idx[i];
-    out[3 * i] = a[3 * j];
-    out[3 * i + 1] = a[3 * j + 1];
-    out[3 * i + 2] = a[3 * j + 2];
-  }
 }
 
 struct Shape {

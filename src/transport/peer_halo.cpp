@@ -16,7 +16,6 @@
 #include "../runtime/env.hpp"
 #include "../runtime/gpu_share.hpp"
 #include "halox/error.hpp"
-#include "../common/mpi_wait.hpp"
 #include "transport.hpp"
 #include "halox/mpi.hpp"
 #include "../common/mpi_tags.hpp"

@@ -618,6 +618,26 @@ TEST(Transports, AStalledRankBecomesAnErrorNamingItNotAHang) {
 #endif
 }
 
+// Two ranks: rank 0 enters `collective` alone and must time out with `expected` in the
+// error; then rank 1 enters it, matching the call rank 0 left in flight.
+template <class Collective>
+void expect_alone_times_out(MPI_Comm comm, const Collective& collective,
+                            const std::string& expected) {
+  if (world_rank() == 0) {
+    try {
+      collective();
+      ADD_FAILURE() << "the collective ended without rank 1";
+    } catch (const HaloTimeoutError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(expected), std::string::npos) << m;
+    }
+    MPI_Send(nullptr, 0, MPI_BYTE, 1, 0, comm);  // now rank 1 may come
+  } else {
+    MPI_Recv(nullptr, 0, MPI_BYTE, 0, 0, comm, MPI_STATUS_IGNORE);
+    EXPECT_NO_THROW(collective());  // matches rank 0's
+  }
+}
+
 // A collective that one rank does not join in time ends on the others in an error naming
 // the step, not a hang (halox's set-up collectives before NVSHMEM's unbounded barriers).
 TEST(Collectives, ABoundedBarrierEndsWhenARankStaysAway) {
@@ -625,21 +645,10 @@ TEST(Collectives, ABoundedBarrierEndsWhenARankStaysAway) {
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   const detail::WaitContext context{world_rank(), "test", 0.3};
-  if (world_rank() == 0) {
-    try {
-      detail::bounded_barrier(comm, context, "the test's set-up");
-      ADD_FAILURE() << "the barrier ended without rank 1";
-    } catch (const HaloTimeoutError& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("rank 0 timed out after 0.3 s in the test's set-up"), std::string::npos)
-          << m;
-    }
-    MPI_Send(nullptr, 0, MPI_BYTE, 1, 0, comm);  // now rank 1 may come
-  } else {
-    MPI_Recv(nullptr, 0, MPI_BYTE, 0, 0, comm, MPI_STATUS_IGNORE);
-    detail::bounded_barrier(comm, context, "the test's set-up");  // matches rank 0's
-    EXPECT_EQ(detail::bounded_max(comm, 7, context, "a maximum"), 7);
-  }
+  expect_alone_times_out(
+      comm, [&] { detail::bounded_barrier(comm, context, "the test's set-up"); },
+      "rank 0 timed out after 0.3 s in the test's set-up");
+  if (world_rank() == 1) EXPECT_EQ(detail::bounded_max(comm, 7, context, "a maximum"), 7);
   if (world_rank() == 0) EXPECT_EQ(detail::bounded_max(comm, 3, context, "a maximum"), 7);
   MPI_Comm_free(&comm);
 }
@@ -662,20 +671,9 @@ TEST(Collectives, ABoundedAgreementTellsEveryRankOrEndsInTime) {
     EXPECT_EQ(std::string(e.what()),
               world_rank() == 1 ? "rank 1's plan is wrong" : "rank 1: rank 1's plan is wrong");
   }
-  if (world_rank() == 0) {
-    try {
-      detail::raise_if_any(comm, "", wait);
-      ADD_FAILURE() << "the agreement ended without rank 1";
-    } catch (const HaloTimeoutError& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("rank 0 timed out after 0.3 s in the test's verdict"), std::string::npos)
-          << m;
-    }
-    MPI_Send(nullptr, 0, MPI_BYTE, 1, 0, comm);  // now rank 1 may come
-  } else {
-    MPI_Recv(nullptr, 0, MPI_BYTE, 0, 0, comm, MPI_STATUS_IGNORE);
-    EXPECT_NO_THROW(detail::raise_if_any(comm, "", wait));  // matches rank 0's
-  }
+  expect_alone_times_out(
+      comm, [&] { detail::raise_if_any(comm, "", wait); },
+      "rank 0 timed out after 0.3 s in the test's verdict");
   EXPECT_EQ(detail::bounded_max(comm, world_rank() + 5, context, "a maximum"), 6);
   MPI_Comm_free(&comm);
 }

@@ -13,6 +13,7 @@
 #include <vector>
 #include "halox/datatype.hpp"
 #include "halox/pack_gpu.hpp"
+#include "../../../bench/naive_gather.cuh"
 using namespace halox;
 #define CK(x)                                                            \
   do {                                                                   \
@@ -23,16 +24,6 @@ using namespace halox;
     }                                                                    \
   } while (0)
 
-__global__ void naive_grid(const float* __restrict__ a, const long* __restrict__ idx,
-                           float* __restrict__ out, long n) {
-  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
-       i += long(gridDim.x) * blockDim.x) {
-    const long j = idx[i];
-    out[3 * i] = a[3 * j];
-    out[3 * i + 1] = a[3 * j + 1];
-    out[3 * i + 2] = a[3 * j + 2];
-  }
-}
 __global__ void naive_one(const float* __restrict__ a, const long* __restrict__ idx,
                           float* __restrict__ out, unsigned n) {
   unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -136,7 +127,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpy(doff, offs.data(), entries * 8, cudaMemcpyHostToDevice));
       const int grid = sms * 8;
       const unsigned words = unsigned(entries * 3);
-      auto naive = [&] { naive_grid<<<grid, 256, 0, s>>>(a, didx, out, entries); };
+      auto naive = [&] { naive_gather_kernel<<<grid, 256, 0, s>>>(a, didx, out, entries); };
       auto one = [&] {
         naive_one<<<unsigned((entries + 255) / 256), 256, 0, s>>>(a, didx, out, unsigned(entries));
       };
