@@ -258,19 +258,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Many pieces, pack or unpack: at most one wave of resident blocks, each thread reading up to
-// kBatchFor<W> words before it writes any (move_face, as the fused exchanges do). One word
-// per thread in waves, a halo-sized type of several pieces (the D3Q19 5-of-19 face of a
-// 256^3 lattice: 327,680 words of 4 bytes, 1.2 waves) waited for DRAM once per wave.
-template <int W, PackOp OP, class I>
-__global__ void __launch_bounds__(256)
-    batched_pieces_kernel(DevicePackView view, I first, I end, const char* src, char* dst) {
-  constexpr auto move = OP == PackOp::pack ? detail::Move::pack : detail::Move::unpack;
-  detail::move_face<W, move, I>(
-      view, view, static_cast<long long>(first) + blockIdx.x * blockDim.x + threadIdx.x,
-      static_cast<long long>(end), static_cast<long long>(gridDim.x) * blockDim.x, src, dst);
-}
-
 // Typed memory to typed memory: word g of the source type's packed stream is word g of the
 // destination type's, so it moves straight from one layout to the other, with no packed
 // copy in between (a message to oneself, e.g. a periodic axis with one rank).
@@ -282,21 +269,15 @@ __global__ void __launch_bounds__(256)
       static_cast<long long>(words), static_cast<long long>(gridDim.x) * blockDim.x, src, dst);
 }
 
-// Blocks of 256 threads the GPU holds at once.
-int resident_blocks() {
-  static const int blocks = [] {
+// One thread per item (word or run) up to HALOX_PACK_WAVES waves of resident blocks.
+int grid_for(std::int64_t items) {
+  static const int max_blocks = [] {
     int device = 0, sms = 0, per_sm = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device);
-    return std::max(1, sms * per_sm / 256);
+    return std::max(1, sms * per_sm / 256) * detail::env_pack_waves();
   }();
-  return blocks;
-}
-
-// One thread per item (word or run) up to HALOX_PACK_WAVES waves of resident blocks.
-int grid_for(std::int64_t items) {
-  static const int max_blocks = resident_blocks() * detail::env_pack_waves();
   return static_cast<int>(std::min<std::int64_t>((items + 255) / 256, max_blocks));
 }
 
@@ -354,13 +335,6 @@ void launch_kernel(const Plan::Launch& launch, Range range, const char* src, cha
       case 3: single_piece_kernel<W, OP, I, 3><<<grid, 256, 0, stream>>>(d, f, e, src, dst); break;
       default: single_piece_kernel<W, OP, I, -1><<<grid, 256, 0, stream>>>(d, f, e, src, dst);
     }
-  } else if constexpr (OP == PackOp::pack || OP == PackOp::unpack) {
-    const DevicePackView view{static_cast<const DeviceDesc*>(launch.table.get()),
-                              static_cast<int>(launch.descs.size()), launch.words};
-    const int one_wave =
-        static_cast<int>(std::min<std::int64_t>((end - first + 255) / 256, resident_blocks()));
-    batched_pieces_kernel<W, OP, I>
-        <<<one_wave, 256, 0, stream>>>(view, static_cast<I>(first), static_cast<I>(end), src, dst);
   } else {
     multi_piece_kernel<W, OP, I><<<grid, 256, 0, stream>>>(
         static_cast<const DeviceDesc*>(launch.table.get()), static_cast<int>(launch.descs.size()),
