@@ -83,6 +83,7 @@ struct SendChannel {
   // stores (copy_to_host): packed straight into host memory, one word at a time, a face
   // crossed PCIe at 1-3 GB/s.
   bool through_host = false;
+  u64* copied = nullptr;  // then: blocks done packing, before they copy (a local counter)
 
   /// Where the pack writes: the receiver's staging, or my own for a put or the host proxy.
   template <bool PUTS>
@@ -91,10 +92,12 @@ struct SendChannel {
   }
   /// Every block of a through_host link, after its pack: once every block has packed (they
   /// are resident together), copies its share of the message to the proxy's staging; false
-  /// when that wait timed out. Then deliver() adds the block's share of the signal.
+  /// when that wait timed out. Then deliver(), by the last block: the signal in host memory
+  /// takes a store, not the blocks' atomic adds (atomics on host memory over PCIe are not
+  /// guaranteed; with adds the proxy's signal lost some and an exchange never left).
   __device__ bool copy_to_host(u64 epoch, int block, int blocks, std::size_t bytes,
                                const ChannelWait& c, int pulse, int kind) const {
-    if (!all_blocks_arrived(packed, epoch, blocks, c, pulse, kind)) return false;
+    if (!all_blocks_arrived(copied, epoch, blocks, c, pulse, kind)) return false;
     copy_share(remote, staging, bytes, block, blocks);
     return true;
   }
@@ -115,7 +118,7 @@ struct SendChannel {
     if (PUTS && pe >= 0) {
       put_when_packed(packed, blocks, remote, staging, bytes, remote_signal, data_signal(epoch),
                       pe);
-    } else if (BY_LAST_BLOCK && !through_host) {
+    } else if (BY_LAST_BLOCK || through_host) {
       if (last_block(packed, blocks, sys) && threadIdx.x == 0)
         signal_release(remote_signal, data_signal(epoch), sys);
     } else {

@@ -226,9 +226,9 @@ class GridFusedTransport final : public Transport {
       HALOX_CUDA_CHECK(cudaMalloc(&m_block, static_cast<std::size_t>(bytes)));
     }
     HALOX_CUDA_CHECK(cudaMemset(m_block, 0, kGridSlotsBytes));
-    // Per op: blocks packed, unpacked, and (through the host proxy) copied in.
-    HALOX_CUDA_CHECK(cudaMalloc(&m_counters, 3 * kMaxGridOps * sizeof(u64)));
-    HALOX_CUDA_CHECK(cudaMemset(m_counters, 0, 3 * kMaxGridOps * sizeof(u64)));
+    // Per op: blocks packed, unpacked, and (through the host proxy) copied in and out.
+    HALOX_CUDA_CHECK(cudaMalloc(&m_counters, 4 * kMaxGridOps * sizeof(u64)));
+    HALOX_CUDA_CHECK(cudaMemset(m_counters, 0, 4 * kMaxGridOps * sizeof(u64)));
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
     std::set<int> neighbours;
     for (const Op& op : ops) {
@@ -290,6 +290,7 @@ class GridFusedTransport final : public Transport {
         v.out.ready = proxy->ready;
         v.out.staging = m_proxy_staging + proxy_send_at[i];
         v.out.through_host = true;
+        v.out.copied = m_counters + 3 * kMaxGridOps + i;
         v.out.packed = m_counters + i;
         v.send_bytes = ops[i].send_bytes;
       } else if (v.send_rank >= 0) {
