@@ -35,41 +35,6 @@ struct ChannelWait {
   bool sys;  // system scope (a peer on another GPU), else GPU scope
 };
 
-/// Copies block `block`'s share (of `blocks`) of `bytes` from `from` to `to` in 16-byte words,
-/// four loads in flight per thread (host memory answers in microseconds). Both ends are
-/// 256-byte aligned areas rounded up to 256 bytes, so the last word may run past `bytes`.
-__device__ inline void copy_share(char* to, const char* from, std::size_t bytes, int block,
-                                  int blocks) {
-  const long long words = static_cast<long long>((bytes + 15) / 16);
-  const long long first = words * block / blocks, end = words * (block + 1) / blocks;
-  uint4* __restrict__ d = reinterpret_cast<uint4*>(to);
-  const uint4* __restrict__ s = reinterpret_cast<const uint4*>(from);
-  constexpr int kInFlight = 2;
-  const long long step = static_cast<long long>(blockDim.x);
-  for (long long i = first + threadIdx.x; i < end; i += kInFlight * step) {
-    uint4 w[kInFlight];
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      if (i + k * step < end) w[k] = s[i + k * step];
-    }
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      if (i + k * step < end) d[i + k * step] = w[k];
-    }
-  }
-}
-
-/// A barrier of the `blocks` blocks of one link, which are resident together: each adds one
-/// to `counter` (never reset: exchange e completes at e * blocks), then waits for the rest;
-/// false when that wait timed out (recorded with `pulse` and `kind`, the waiting rank as peer).
-__device__ inline bool all_blocks_arrived(u64* counter, u64 epoch, int blocks, const ChannelWait& c,
-                                          int pulse, int kind) {
-  __syncthreads();
-  if (threadIdx.x == 0) add_acq_rel(counter, 1ull, false);
-  return block_wait(counter, epoch * static_cast<u64>(blocks), c.timeout_ns, c.error, c.rank,
-                    c.rank, pulse, kind, false);
-}
-
 /// The sending end of a link.
 struct SendChannel {
   char* remote = nullptr;        // the receiver's staging (a symmetric address when pe >= 0)
@@ -78,28 +43,11 @@ struct SendChannel {
   char* staging = nullptr;       // pe >= 0: what goes by put is packed here first
   u64* packed = nullptr;         // blocks done packing (a local counter): puts, by last block
   int pe = -1;                   // >= 0: the receiver is reached by put-with-signal
-  // A link through the host proxy: `remote` is the proxy's staging in mapped host memory. The
-  // pack goes to `staging` (device memory) and the blocks then copy it over in 16-byte
-  // stores (copy_to_host): packed straight into host memory, one word at a time, a face
-  // crossed PCIe at 1-3 GB/s.
-  bool through_host = false;
-  u64* copied = nullptr;  // then: blocks done packing, before they copy (a local counter)
 
-  /// Where the pack writes: the receiver's staging, or my own for a put or the host proxy.
+  /// Where the pack writes: the receiver's staging, or my own for a put.
   template <bool PUTS>
   __device__ __forceinline__ char* pack_target() const {
-    return (PUTS && pe >= 0) || through_host ? staging : remote;
-  }
-  /// Every block of a through_host link, after its pack: once every block has packed (they
-  /// are resident together), copies its share of the message to the proxy's staging; false
-  /// when that wait timed out. Then deliver(), by the last block: the signal in host memory
-  /// takes a store, not the blocks' atomic adds (atomics on host memory over PCIe are not
-  /// guaranteed; with adds the proxy's signal lost some and an exchange never left).
-  __device__ bool copy_to_host(u64 epoch, int block, int blocks, std::size_t bytes,
-                               const ChannelWait& c, int pulse, int kind) const {
-    if (!all_blocks_arrived(copied, epoch, blocks, c, pulse, kind)) return false;
-    copy_share(remote, staging, bytes, block, blocks);
-    return true;
+    return PUTS && pe >= 0 ? staging : remote;
   }
   /// Every thread of the block: waits until the receiver's staging is free; false when the
   /// wait timed out (recorded with `peer`, `pulse` and `kind`).
@@ -118,7 +66,7 @@ struct SendChannel {
     if (PUTS && pe >= 0) {
       put_when_packed(packed, blocks, remote, staging, bytes, remote_signal, data_signal(epoch),
                       pe);
-    } else if (BY_LAST_BLOCK || through_host) {
+    } else if (BY_LAST_BLOCK) {
       if (last_block(packed, blocks, sys) && threadIdx.x == 0)
         signal_release(remote_signal, data_signal(epoch), sys);
     } else {
@@ -129,22 +77,10 @@ struct SendChannel {
 
 /// The receiving end of a link.
 struct RecvChannel {
-  char* staging = nullptr;       // mine
-  const u64* signal = nullptr;   // my data signal
-  u64* remote_ready = nullptr;   // the sender's ready slot
-  int pe = -1;                   // >= 0: the sender is reached by puts
-  const char* host = nullptr;    // a link through the host proxy: its staging (mapped), which
-                                 // the blocks copy into `staging` before they unpack
-  u64* arrived = nullptr;        // then: blocks done copying (a local counter)
-
-  /// Every block of a link through the host proxy, once the data is there: copies its share
-  /// from the proxy's staging, then waits until every block has (the unpack reads any part);
-  /// false when that wait timed out.
-  __device__ bool copy_from_host(u64 epoch, int block, int blocks, std::size_t bytes,
-                                 const ChannelWait& c, int pulse, int kind) const {
-    copy_share(staging, host, bytes, block, blocks);
-    return all_blocks_arrived(arrived, epoch, blocks, c, pulse, kind);
-  }
+  const char* staging = nullptr;  // mine
+  const u64* signal = nullptr;    // my data signal
+  u64* remote_ready = nullptr;    // the sender's ready slot
+  int pe = -1;                    // >= 0: the sender is reached by puts
 
   /// One thread: tells the sender that my staging is free for exchange `epoch`.
   template <bool PUTS>

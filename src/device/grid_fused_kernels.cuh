@@ -25,13 +25,7 @@ struct GridSlots {
 };
 constexpr long long kGridSlotsBytes = (sizeof(GridSlots) + 255) / 256 * 256;
 
-enum GridWaitKind : int {
-  wait_ready = 0,
-  wait_data = 1,
-  wait_probe = 2,
-  wait_unpacked = 3,
-  wait_host_copy = 4  // the blocks of a link through the host proxy, for each other's copies
-};
+enum GridWaitKind : int { wait_ready = 0, wait_data = 1, wait_probe = 2, wait_unpacked = 3 };
 
 struct GridOpView {
   int send_rank = -1, recv_rank = -1;
@@ -99,13 +93,6 @@ __device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* fi
     record(trace_pack_begin);
     move_face<W, Move::pack>(v.send, v.send, first, v.send.words, stride, field,
                              v.out.pack_target<PUTS>());
-    // (A link through the host proxy is never one of a launch with puts: NVSHMEM reaches
-    // every peer its mapping names, and the proxy serves the peers of ipc-* alone.)
-    if (!PUTS && v.out.through_host &&
-        !v.out.copy_to_host(a.epoch, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
-                            static_cast<std::size_t>(v.send_bytes), c, op, wait_host_copy)) {
-      return;
-    }
     v.out.deliver<PUTS, true>(a.epoch, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
                               static_cast<std::size_t>(v.send_bytes), sys);
     record(trace_pack_end);
@@ -114,11 +101,6 @@ __device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* fi
     record(trace_data_begin);
     if (!v.in.wait_data(a.epoch, c, v.recv_rank, op, wait_data)) return;
     record(trace_data_end);
-    if (!PUTS && v.in.host != nullptr &&
-        !v.in.copy_from_host(a.epoch, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
-                             static_cast<std::size_t>(v.recv.words) * W, c, op, wait_host_copy)) {
-      return;
-    }
     record(trace_unpack_begin);
     move_face<W, Move::unpack>(v.recv, v.recv, first, v.recv.words, stride, v.in.staging, field);
     count_unpacked(v);
@@ -139,12 +121,9 @@ __device__ __forceinline__ char* field_of(const GridFields& f, int k) {
 
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file). TRACE: device
 // events into a.trace; a variant of its own, since the records cost the kernel 16 registers
-// (48 -> 64: one resident block fewer per SM) when tracing is off too. The bounds keep each
-// variant's resident blocks per SM where they were before the host proxy's copies (ptxas
-// for sm_90, without spills: 64 registers plain, 74 traced; the puts variants have no copies).
+// (48 -> 64: one resident block fewer per SM) when tracing is off too.
 template <bool PUTS, bool TRACE>
-__global__ void __launch_bounds__(256, PUTS ? 1 : TRACE ? 3 : 4)
-    grid_exchange_kernel(GridArgs a, GridFields fields) {
+__global__ void __launch_bounds__(256, 1) grid_exchange_kernel(GridArgs a, GridFields fields) {
   wait_for_previous_kernel();
   const int op = active_op(a.active, blockIdx.y);
   const GridOpView& v = a.views[op];

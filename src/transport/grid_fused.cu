@@ -88,7 +88,6 @@ class GridFusedTransport final : public Transport {
         cudaFree(m_block);
     }
     cudaFree(m_counters);
-    cudaFree(m_proxy_staging);
     for (auto& [key, views] : m_views) cudaFree(views);
   }
   std::string name() const override { return m_name; }
@@ -166,7 +165,6 @@ class GridFusedTransport final : public Transport {
         case wait_ready: return "its staging to become free";
         case wait_data: return "the face it sends";
         case wait_probe: return "the link";
-        case wait_host_copy: return "its other blocks' copies through the host proxy";
         default: return "the face it sends, which this face forwards";
       }
     };
@@ -226,9 +224,8 @@ class GridFusedTransport final : public Transport {
       HALOX_CUDA_CHECK(cudaMalloc(&m_block, static_cast<std::size_t>(bytes)));
     }
     HALOX_CUDA_CHECK(cudaMemset(m_block, 0, kGridSlotsBytes));
-    // Per op: blocks packed, unpacked, and (through the host proxy) copied in and out.
-    HALOX_CUDA_CHECK(cudaMalloc(&m_counters, 4 * kMaxGridOps * sizeof(u64)));
-    HALOX_CUDA_CHECK(cudaMemset(m_counters, 0, 4 * kMaxGridOps * sizeof(u64)));
+    HALOX_CUDA_CHECK(cudaMalloc(&m_counters, 2 * kMaxGridOps * sizeof(u64)));
+    HALOX_CUDA_CHECK(cudaMemset(m_counters, 0, 2 * kMaxGridOps * sizeof(u64)));
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
     std::set<int> neighbours;
     for (const Op& op : ops) {
@@ -259,17 +256,6 @@ class GridFusedTransport final : public Transport {
     m_proxy.reset();
     m_proxy =
         std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout_seconds, std::move(links));
-    // What a proxied op packs, in device memory, before its blocks copy it to the proxy's.
-    std::vector<long long> proxy_send_at(ops.size(), -1);
-    long long proxy_bytes = 0;
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (!proxied(ops[i].send_rank)) continue;
-      proxy_send_at[i] = proxy_bytes;
-      proxy_bytes += (ops[i].send_bytes + 255) / 256 * 256;
-    }
-    if (proxy_bytes > 0) {
-      HALOX_CUDA_CHECK(cudaMalloc(&m_proxy_staging, static_cast<std::size_t>(proxy_bytes)));
-    }
     auto base_of = [&](int r) { return r == m_rank ? m_block : m_peers.base(r); };
     auto offsets_of = [&](int r) { return r == m_rank ? offsets : m_peers.offsets(r); };
     GridSlots* mine = reinterpret_cast<GridSlots*>(m_block);
@@ -288,9 +274,6 @@ class GridFusedTransport final : public Transport {
         v.out.remote = proxy->send_staging;
         v.out.remote_signal = proxy->packed;
         v.out.ready = proxy->ready;
-        v.out.staging = m_proxy_staging + proxy_send_at[i];
-        v.out.through_host = true;
-        v.out.copied = m_counters + 3 * kMaxGridOps + i;
         v.out.packed = m_counters + i;
         v.send_bytes = ops[i].send_bytes;
       } else if (v.send_rank >= 0) {
@@ -309,9 +292,7 @@ class GridFusedTransport final : public Transport {
         v.send_bytes = ops[i].send_bytes;
       }
       if (proxied(v.recv_rank)) {
-        v.in.staging = m_block + offsets[i];
-        v.in.host = proxy->recv_staging;
-        v.in.arrived = m_counters + 2 * kMaxGridOps + i;
+        v.in.staging = proxy->recv_staging;
         v.in.signal = proxy->data;
         v.in.remote_ready = proxy->released;
       } else if (v.recv_rank >= 0) {
@@ -344,10 +325,6 @@ class GridFusedTransport final : public Transport {
     }
     m_puts = std::any_of(m_host_views.begin(), m_host_views.end(),
                          [](const GridOpView& v) { return v.out.pe >= 0 || v.in.pe >= 0; });
-    if (m_puts && m_proxy->any()) {  // the kernel with puts has no host-proxy copies
-      throw Error("halox: internal: " + m_name + " reaches some peer by puts and some through "
-                  "the host proxy");
-    }
     // Every block of every op spins at some point: all must be resident at once, with the GPU
     // shared by the processes on it.
     // With tracing on, sized for the traced kernel (more registers, fewer resident blocks),
@@ -468,7 +445,6 @@ class GridFusedTransport final : public Transport {
   std::vector<std::uintptr_t> m_key;                                   // views_for's scratch
   char* m_block = nullptr;
   u64* m_counters = nullptr;
-  char* m_proxy_staging = nullptr;  // what proxied ops pack, before the copy to the host
   u64 m_epoch = 0;
   int m_blocks = 1;
   std::vector<unsigned char> m_active;  // the ops that send or receive (GridArgs::active)

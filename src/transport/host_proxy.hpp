@@ -1,19 +1,15 @@
 // The host proxy of the fused grid kernel: the links whose peer the kernel cannot store into
 // (another node without NVSHMEM, or every link under HALOX_HOST_PROXY=1) go through the host,
 // as NCCL's and NVSHMEM's proxies carry what the GPU cannot send itself. The kernel sees such
-// a link as any other device channel (channel.cuh), with its signals and stagings in this
-// process's pinned, mapped host memory:
-//   sender    waits on `ready`, packs into device memory, its blocks copy that into `send
-//             staging` (16-byte stores), sets `packed` to data_signal(e)
+// a link as any other device channel (channel.cuh), with every end in this process's pinned,
+// mapped host memory:
+//   sender    waits on `ready`, packs into `send staging`, sets `packed` to data_signal(e)
 //   proxy     sees `packed`, MPI_Isend of the staging; once sent, `ready` = e + 1
 //   receiver  sets `released` to e (its staging is free for exchange e)
 //   proxy     sees `released`, MPI_Irecv into the receive staging; once in, `data` =
-//             data_signal(e), which the receiver's kernel waits for; its blocks copy the
-//             staging into device memory (16-byte loads), then unpack
-// So the kernel's protocol is the one it runs for direct stores, with system-scope signals.
-// The copies are the kernel's, not the copy engine's queued by this thread: a copy queued
-// on a stream can wait behind the spinning kernel itself (streams share the GPU's hardware
-// queues), and the kernel waits for that copy. The proxy thread serves the exchanges in order. It waits without a time-out until
+//             data_signal(e), which the receiver's kernel waits for
+// So the kernel's code is the one it runs for direct stores; it only needs system-scope
+// signals. The proxy thread serves the exchanges in order. It waits without a time-out until
 // this rank's kernel of an exchange starts (queued steps may sit behind long updates), then
 // bounds the exchange's messages by the time-out and records the first that does not finish
 // (rank, peer, pulse), which the transport's next call throws. MPI is called from the proxy
