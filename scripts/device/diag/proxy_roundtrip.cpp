@@ -25,8 +25,12 @@ using u64 = unsigned long long;
 
 namespace {
 
-u64 load(u64* p) { return std::atomic_ref<u64>(*p).load(std::memory_order_acquire); }
-void store(u64* p, u64 v) { std::atomic_ref<u64>(*p).store(v, std::memory_order_release); }
+u64 load(u64* p) {
+  return std::atomic_ref<u64>(*p).load(std::memory_order_acquire);
+}
+void store(u64* p, u64 v) {
+  std::atomic_ref<u64>(*p).store(v, std::memory_order_release);
+}
 // The kernel's waits; they yield the core, which the GPU's would not take.
 void wait_until(u64* p, u64 target) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -115,9 +119,8 @@ int main(int argc, char** argv) {
     for (int p = 0; p < 2; ++p) {
       MPI_Comm comm = MPI_COMM_NULL;
       MPI_Comm_dup(MPI_COMM_WORLD, &comm);  // kept to the end (the proxy holds it)
-      proxies.push_back(std::make_unique<HostProxy>(comm, rank, "proxy_roundtrip", 10.0,
-                                                    axis_links(bytes, peer),
-                                                    HostProxy::Memory::host));
+      proxies.push_back(std::make_unique<HostProxy>(
+          comm, rank, "proxy_roundtrip", 10.0, axis_links(bytes, peer), HostProxy::Memory::host));
     }
     MPI_Barrier(MPI_COMM_WORLD);
     t = std::chrono::steady_clock::now();
