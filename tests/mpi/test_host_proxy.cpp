@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -19,12 +18,16 @@
 
 #include "../../src/transport/host_proxy.hpp"
 #include "../common/seed.hpp"
+#include "host_proxy_driver.hpp"
 #include "halox/error.hpp"
 
 using halox::detail::HostProxy;
 using halox::detail::ProxyEnds;
 using halox::detail::ProxyLinkPlan;
 using u64 = unsigned long long;
+using halox::testing::proxy::store;
+using halox::testing::proxy::two_rank_links;
+using halox::testing::proxy::wait_until;
 
 namespace {
 
@@ -46,37 +49,8 @@ struct Comm {
   ~Comm() { MPI_Comm_free(&comm); }
 };
 
-u64 load(u64* p) {
-  return std::atomic_ref<u64>(*p).load(std::memory_order_acquire);
-}
-void store(u64* p, u64 v) {
-  std::atomic_ref<u64>(*p).store(v, std::memory_order_release);
-}
-// The kernel's waits, bounded: false when `seconds` pass first.
-bool wait_until(u64* p, u64 target, double seconds) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (load(p) < target) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
-
 unsigned char pattern(u64 seed, int sender, int op, u64 exchange, std::int64_t j) {
   return static_cast<unsigned char>(seed + 131 * sender + 31 * op + 7 * exchange + j);
-}
-
-// Two ranks on a periodic axis: each op sends to the other rank and receives from it.
-std::vector<ProxyLinkPlan> two_rank_links(const std::vector<std::int64_t>& bytes, int peer) {
-  std::vector<ProxyLinkPlan> links;
-  for (std::size_t op = 0; op < bytes.size(); ++op) {
-    ProxyLinkPlan& l = links.emplace_back();
-    l.op = static_cast<int>(op);
-    l.send_rank = l.recv_rank = peer;
-    l.send_bytes = l.recv_bytes = bytes[op];
-    l.name = "pulse " + std::to_string(op);
-  }
-  return links;
 }
 
 // One exchange in the kernel's place: free my receive staging, pack when my send staging is

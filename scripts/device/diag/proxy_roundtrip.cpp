@@ -6,7 +6,6 @@
 //   mpirun -n 2 proxy_roundtrip [exchanges]
 #include <mpi.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,43 +16,20 @@
 #include <vector>
 
 #include "../../../src/transport/host_proxy.hpp"
+#include "../../../tests/mpi/host_proxy_driver.hpp"
 
 using halox::detail::HostProxy;
 using halox::detail::ProxyEnds;
-using halox::detail::ProxyLinkPlan;
-using u64 = unsigned long long;
+using namespace halox::testing::proxy;  // the kernel's side, as the test plays it
 
 namespace {
 
-u64 load(u64* p) {
-  return std::atomic_ref<u64>(*p).load(std::memory_order_acquire);
-}
-void store(u64* p, u64 v) {
-  std::atomic_ref<u64>(*p).store(v, std::memory_order_release);
-}
-// The kernel's waits; they yield the core, which the GPU's would not take.
-void wait_until(u64* p, u64 target) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (load(p) < target) {
-    if (std::chrono::steady_clock::now() > end) {
-      std::fprintf(stderr, "proxy_roundtrip: a wait ran out\n");
-      MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    std::this_thread::yield();
+// The kernel's waits; a wait that runs out ends the run.
+void wait_for(u64* p, u64 target) {
+  if (!wait_until(p, target, 10)) {
+    std::fprintf(stderr, "proxy_roundtrip: a wait ran out\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
   }
-}
-
-// The two faces of a periodic axis of two ranks: op 0 and op 1 each send to and receive from
-// the other rank.
-std::vector<ProxyLinkPlan> axis_links(std::int64_t bytes, int peer) {
-  std::vector<ProxyLinkPlan> links(2);
-  for (int op = 0; op < 2; ++op) {
-    links[op].op = op;
-    links[op].send_rank = links[op].recv_rank = peer;
-    links[op].send_bytes = links[op].recv_bytes = bytes;
-    links[op].name = "pulse " + std::to_string(op);
-  }
-  return links;
 }
 
 // One exchange in the kernel's place: free my staging, pack when the send staging is free,
@@ -63,13 +39,13 @@ void exchange(HostProxy& proxy, std::size_t links, std::int64_t bytes, u64 e) {
   for (std::size_t k = 0; k < links; ++k) store(proxy.host_ends(k).released, e);
   for (std::size_t k = 0; k < links; ++k) {
     const ProxyEnds& h = proxy.host_ends(k);
-    wait_until(h.ready, e);
+    wait_for(h.ready, e);
     std::memset(h.send_staging, static_cast<int>(e), static_cast<std::size_t>(bytes));
     store(h.packed, e << 32);
   }
   for (std::size_t k = 0; k < links; ++k) {
     const ProxyEnds& h = proxy.host_ends(k);
-    wait_until(h.data, e << 32);
+    wait_for(h.data, e << 32);
     if (h.recv_staging[bytes - 1] != static_cast<char>(e)) {
       std::fprintf(stderr, "proxy_roundtrip: exchange %llu delivered a wrong face\n", e);
       MPI_Abort(MPI_COMM_WORLD, 3);
@@ -119,8 +95,9 @@ int main(int argc, char** argv) {
     for (int p = 0; p < 2; ++p) {
       MPI_Comm comm = MPI_COMM_NULL;
       MPI_Comm_dup(MPI_COMM_WORLD, &comm);  // kept to the end (the proxy holds it)
-      proxies.push_back(std::make_unique<HostProxy>(
-          comm, rank, "proxy_roundtrip", 10.0, axis_links(bytes, peer), HostProxy::Memory::host));
+      proxies.push_back(std::make_unique<HostProxy>(comm, rank, "proxy_roundtrip", 10.0,
+                                                    two_rank_links({bytes, bytes}, peer),
+                                                    HostProxy::Memory::host));
     }
     MPI_Barrier(MPI_COMM_WORLD);
     t = std::chrono::steady_clock::now();
