@@ -35,6 +35,22 @@ struct ChannelWait {
   bool sys;  // system scope (a peer on another GPU), else GPU scope
 };
 
+/// A wait on a signal in host memory (a link through the host proxy) by block 0 of the op
+/// alone, which relays it into `relay` (device memory) for the op's other blocks: with every
+/// block polling host memory, their PCIe reads (one per 32 ns sleep each) compete with the
+/// faces' own PCIe traffic. false on a time-out.
+__device__ inline bool relayed_wait(const u64* slot, u64* relay, u64 target, const ChannelWait& c,
+                                    int peer, int pulse, int kind) {
+  if (blockIdx.x != 0) {
+    return block_wait(relay, target, c.timeout_ns, c.error, c.rank, peer, pulse, kind, false);
+  }
+  if (!block_wait(slot, target, c.timeout_ns, c.error, c.rank, peer, pulse, kind, true)) {
+    return false;
+  }
+  if (threadIdx.x == 0) signal_release(relay, target, false);
+  return true;
+}
+
 /// The sending end of a link.
 struct SendChannel {
   char* remote = nullptr;        // the receiver's staging (a symmetric address when pe >= 0)
@@ -43,6 +59,7 @@ struct SendChannel {
   char* staging = nullptr;       // pe >= 0: what goes by put is packed here first
   u64* packed = nullptr;         // blocks done packing (a local counter): puts, by last block
   int pe = -1;                   // >= 0: the receiver is reached by put-with-signal
+  u64* ready_relay = nullptr;    // a link through the host proxy: `ready` relayed (relayed_wait)
 
   /// Where the pack writes: the receiver's staging, or my own for a put.
   template <bool PUTS>
@@ -53,6 +70,8 @@ struct SendChannel {
   /// wait timed out (recorded with `peer`, `pulse` and `kind`).
   __device__ __forceinline__ bool wait_free(u64 epoch, const ChannelWait& c, int peer, int pulse,
                                             int kind) const {
+    if (ready_relay != nullptr)
+      return relayed_wait(ready, ready_relay, epoch, c, peer, pulse, kind);
     return block_wait(ready, epoch, c.timeout_ns, c.error, c.rank, peer, pulse, kind, c.sys);
   }
   /// Every block of the pack calls it once its own stores are done (`bytes`: the whole
@@ -81,6 +100,7 @@ struct RecvChannel {
   const u64* signal = nullptr;    // my data signal
   u64* remote_ready = nullptr;    // the sender's ready slot
   int pe = -1;                    // >= 0: the sender is reached by puts
+  u64* data_relay = nullptr;      // a link through the host proxy: `signal` relayed
 
   /// One thread: tells the sender that my staging is free for exchange `epoch`.
   template <bool PUTS>
@@ -90,6 +110,9 @@ struct RecvChannel {
   /// Every thread of the block: waits for exchange `epoch`'s data; false on a time-out.
   __device__ __forceinline__ bool wait_data(u64 epoch, const ChannelWait& c, int peer, int pulse,
                                             int kind) const {
+    if (data_relay != nullptr) {
+      return relayed_wait(signal, data_relay, data_signal(epoch), c, peer, pulse, kind);
+    }
     return block_wait(signal, data_signal(epoch), c.timeout_ns, c.error, c.rank, peer, pulse, kind,
                       c.sys);
   }

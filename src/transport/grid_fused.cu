@@ -224,8 +224,10 @@ class GridFusedTransport final : public Transport {
       HALOX_CUDA_CHECK(cudaMalloc(&m_block, static_cast<std::size_t>(bytes)));
     }
     HALOX_CUDA_CHECK(cudaMemset(m_block, 0, kGridSlotsBytes));
-    HALOX_CUDA_CHECK(cudaMalloc(&m_counters, 2 * kMaxGridOps * sizeof(u64)));
-    HALOX_CUDA_CHECK(cudaMemset(m_counters, 0, 2 * kMaxGridOps * sizeof(u64)));
+    // Per op: blocks packed, blocks unpacked, and the host proxy's ready and data signals
+    // relayed into device memory.
+    HALOX_CUDA_CHECK(cudaMalloc(&m_counters, 4 * kMaxGridOps * sizeof(u64)));
+    HALOX_CUDA_CHECK(cudaMemset(m_counters, 0, 4 * kMaxGridOps * sizeof(u64)));
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
     std::set<int> neighbours;
     for (const Op& op : ops) {
@@ -274,6 +276,7 @@ class GridFusedTransport final : public Transport {
         v.out.remote = proxy->send_staging;
         v.out.remote_signal = proxy->packed;
         v.out.ready = proxy->ready;
+        v.out.ready_relay = m_counters + 2 * kMaxGridOps + i;
         v.out.packed = m_counters + i;
         v.send_bytes = ops[i].send_bytes;
       } else if (v.send_rank >= 0) {
@@ -294,6 +297,7 @@ class GridFusedTransport final : public Transport {
       if (proxied(v.recv_rank)) {
         v.in.staging = proxy->recv_staging;
         v.in.signal = proxy->data;
+        v.in.data_relay = m_counters + 3 * kMaxGridOps + i;
         v.in.remote_ready = proxy->released;
       } else if (v.recv_rank >= 0) {
         v.in.pe = v.recv_rank == m_rank ? -1 : m_peers.put_pe(v.recv_rank);
