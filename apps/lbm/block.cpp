@@ -250,8 +250,11 @@ void Block::update_inner(int pass) {
   updates(pass ? "inner 2" : "inner", pass, {&inner, 1}, true);
 }
 void Block::update_shell(int pass) {
-  updates(pass ? "shell 2" : "shell", pass, shell_boxes());
+  update_shell_alone(pass);
   m_backend->join();
+}
+void Block::update_shell_alone(int pass) {
+  updates(pass ? "shell 2" : "shell", pass, shell_boxes());
 }
 
 void Block::contig_pack(FieldHalo& h, int s) {

@@ -73,7 +73,9 @@ class Block {
   void second_update() { whole_update("update 2", 1); }
   void fork() { m_backend->fork(); }  // the side stream waits for the main stream's work
   void update_inner(int pass);
-  void update_shell(int pass);
+  void update_shell(int pass);        // then joins the side stream
+  void update_shell_alone(int pass);  // leaves the side stream running (join() later)
+  void join() { m_backend->join(); }
   void finish_step() { m_backend->swap(); }
 
   // The contig variant: stage s's two faces packed by hand into the front of its buffer

@@ -123,11 +123,11 @@ void Decomposition::scatter_streams() {
 
 void Decomposition::step() {
   if (m_cli.comm == "overlap") {
-    step_overlapped();
+    step_overlapped();  // swaps the fields itself
   } else {
     step_in_phases();
+    for (auto& b : m_blocks) b->finish_step();
   }
-  for (auto& b : m_blocks) b->finish_step();
   ++m_steps;
 }
 
@@ -179,21 +179,42 @@ void Decomposition::step_in_phases() {
 //   g's (all the phi pass reads) moves behind the phi pass's inner cells where a process
 //   runs one block: on 2 processes (1x1x2) that lifted the run from 94.3-94.6% of one rank
 //   to 95.1-95.2%. With 8 blocks in one process (1x2x4) the split pass lost (87.3-88.2%
-//   against 91.0-91.2%; docs/PERFORMANCE.md), so there g moves first and the pass runs whole.
+//   against 91.0-91.2%; docs/PERFORMANCE.md), so there the phi pass runs whole, and g's
+//   halo moves at the end of the step before, behind the stream-collide pass's inner cells:
+//   its faces are the shells' cells, and the inner cells neither read nor write the new
+//   g's halo or faces.
 void Decomposition::step_overlapped() {
   gather_streams();  // the shells of the last step: the faces, and every inner cell's input
   const bool multiphase = m_cli.params.multiphase;
+  const bool g_behind_inner = multiphase && m_blocks.size() > 1;
   if (multiphase) {
-    if (m_blocks.size() == 1) {
+    if (!g_behind_inner) {
       overlapped_pass(0, 1);
     } else {
-      exchange(1);
+      if (m_steps == 0) exchange(1);  // later steps' g moved at the end of the step before
       scatter_streams();
       for (auto& block : m_blocks) block->first_update();
     }
     gather_streams();  // phi of every block, before its faces move
   }
-  overlapped_pass(multiphase ? 1 : 0, 0);
+  if (!g_behind_inner) {
+    overlapped_pass(multiphase ? 1 : 0, 0);
+    for (auto& b : m_blocks) b->finish_step();
+    return;
+  }
+  // f's halo (with phi) behind the inner cells, then the shells, then the new g's halo,
+  // still behind the inner cells; every block's main stream then joins its side stream.
+  scatter_streams();
+  for (auto& block : m_blocks) block->fork();
+  exchange(0);
+  if (m_with_f != 2) exchange(2);
+  for (auto& block : m_blocks) block->update_inner(1);
+  scatter_streams();
+  for (auto& block : m_blocks) block->update_shell_alone(1);
+  gather_streams();  // every block's shells: the new g's faces
+  for (auto& b : m_blocks) b->finish_step();
+  exchange(1);
+  for (auto& block : m_blocks) block->join();
 }
 
 // Update pass `pass` of every block with the exchange of `field` (and f's second field, or
