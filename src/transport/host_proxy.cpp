@@ -56,9 +56,19 @@ bool mpi_thread_multiple() {
   return provided >= MPI_THREAD_MULTIPLE;
 }
 
+HostProxy::OwnComm::OwnComm(MPI_Comm parent) {
+  HALOX_MPI_CHECK(MPI_Comm_dup(parent, &comm));  // collective; keeps the error handler
+}
+HostProxy::OwnComm::~OwnComm() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);  // nothing to report here
+}
+
 HostProxy::HostProxy(MPI_Comm comm, int rank, std::string transport, double timeout_seconds,
                      std::vector<ProxyLinkPlan> links, Memory memory)
-    : m_comm(comm),
+    : m_own(comm),
+      m_comm(m_own.comm),
       m_rank(rank),
       m_transport(std::move(transport)),
       m_timeout_seconds(timeout_seconds),

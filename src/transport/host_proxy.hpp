@@ -95,7 +95,18 @@ class HostProxy {
   };
   std::vector<LinkState> m_state;
 
-  MPI_Comm m_comm = MPI_COMM_NULL;
+  // A duplicate of the exchange's communicator, its own: the proxy threads of two exchanges
+  // over one communicator post their messages concurrently with the same tags, and would
+  // match each other's where their kernels run on different streams.
+  struct OwnComm {
+    explicit OwnComm(MPI_Comm parent);
+    ~OwnComm();
+    OwnComm(const OwnComm&) = delete;
+    OwnComm& operator=(const OwnComm&) = delete;
+    MPI_Comm comm = MPI_COMM_NULL;
+  };
+  OwnComm m_own;
+  MPI_Comm m_comm;  // m_own's
   int m_rank;
   std::string m_transport;
   double m_timeout_seconds;
