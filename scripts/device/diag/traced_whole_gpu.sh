@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# An open bug's reproduction: halox-lbm traced (HALOX_TRACE=1) through ipc-fused on 2 processes
+# under MPS without an MPS thread percentage times out on its second exchange (both ranks wait
+# on one op: one for the other's staging, one for its face), proxied or not, on main as of
+# 2026-12-03 (H200). The same run passes with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE 50 or 90,
+# untraced, or traced with HALOX_GRID_BLOCKS 1-32; it hung with the sizing's 49 blocks per op
+# and with 39 (a margin tried and dropped); HALOX_PDL=0 does not help. The cause is not
+# established. Prints rc and the first time-out of each case.
+#   scripts/device/diag/traced_whole_gpu.sh OUTDIR   (builds halox-lbm into build/gpu)
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+source scripts/device/diag/common.sh
+out=${1:?usage: traced_whole_gpu.sh OUTDIR}
+mkdir -p "$out"
+cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
+  -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/configure.log" 2>&1 &&
+  cmake --build build/gpu -j "$(nproc)" --target halox-lbm > "$out/build.log" 2>&1 ||
+  { tail -20 "$out/build.log"; exit 1; }
+start_mps
+case_run() {  # NAME ENV...
+  local name=$1
+  shift
+  env "$@" timeout 20 mpirun -n 2 --oversubscribe --bind-to none "$lbm" --grid 24x20x18 \
+    --ranks 2x1x1 --init spinodal --steps 100 --device gpu --transport ipc-fused \
+    > "$out/$name.txt" 2>&1
+  printf "%-20s rc=%-3s %s\n" "$name" $? "$(grep -o 'timed out.*waiting for rank [01] ([a-z ]*' "$out/$name.txt" | head -1)"
+  sleep 2  # MPS refuses new clients for a moment after an aborted one
+}
+case_run traced HALOX_TRACE=1
+case_run traced-b32 HALOX_TRACE=1 HALOX_GRID_BLOCKS=32
+case_run traced-nopdl HALOX_TRACE=1 HALOX_PDL=0
+case_run traced-mps90 HALOX_TRACE=1 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90
+case_run traced-proxy HALOX_TRACE=1 HALOX_HOST_PROXY=1
+case_run untraced
+stop_mps
