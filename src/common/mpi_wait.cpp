@@ -168,4 +168,10 @@ void MessageWait::wait(const WaitContext& context) {
   if (!wrong_size.empty()) throw Error(wrong_size);
 }
 
+bool mpi_thread_multiple() {
+  int provided = MPI_THREAD_SINGLE;
+  HALOX_MPI_CHECK(MPI_Query_thread(&provided));
+  return provided >= MPI_THREAD_MULTIPLE;
+}
+
 }  // namespace halox::detail

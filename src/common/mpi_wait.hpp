@@ -89,4 +89,7 @@ class MessageWait {
   std::vector<MPI_Status> m_statuses;
 };
 
+/// The process's MPI allows calls from several threads (the host proxy's thread needs it).
+bool mpi_thread_multiple();
+
 }  // namespace halox::detail

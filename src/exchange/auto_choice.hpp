@@ -15,12 +15,19 @@ struct AutoChoice {
   std::string why;  // printed with the choice
 };
 
-/// all_local: every neighbour of every rank is on its node. largest_message: the largest
-/// message of any rank's plan, in bytes. direct_until: the measured size from which
-/// NVSHMEM's copy-engine puts beat direct stores (<= 0: not measured). pipelined_from: the
-/// measured size from which pipelining beats staging. particle: a particle halo (else a
-/// grid's), for the text.
-AutoChoice choose_transport(bool all_local, bool have_nvshmem, std::int64_t largest_message,
-                            std::int64_t direct_until, std::int64_t pipelined_from, bool particle);
+/// What the rule reads, gathered collectively by TransportChooser.
+struct AutoInputs {
+  bool all_local = true;              // every neighbour of every rank is on its node
+  bool have_nvshmem = false;          // halox was built with NVSHMEM
+  std::int64_t largest_message = 0;   // the largest message of any rank's plan, bytes
+  std::int64_t direct_until = -1;     // measured size from which NVSHMEM's copy-engine puts
+                                      // beat direct stores (<= 0: not measured)
+  std::int64_t pipelined_from = 0;    // measured size from which pipelining beats staging
+  bool particle = false;              // a particle halo (else a grid's)
+  bool proxy_thread_allowed = false;  // every rank's MPI allows calls from the host proxy's
+                                      // thread (MPI_THREAD_MULTIPLE)
+};
+
+AutoChoice choose_transport(const AutoInputs& in);
 
 }  // namespace halox::detail

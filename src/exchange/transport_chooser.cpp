@@ -10,6 +10,7 @@
 #include "auto_choice.hpp"
 #include "../transport/engine.hpp"
 #if HALOX_HAS_MPI
+#include "../common/mpi_wait.hpp"
 #include "halox/mpi.hpp"
 #endif
 #if HALOX_HAS_CUDA
@@ -22,8 +23,9 @@
 
 namespace halox::detail {
 
-AutoChoice choose_transport(bool all_local, bool have_nvshmem, std::int64_t largest_message,
-                            std::int64_t direct_until, std::int64_t pipelined_from, bool particle) {
+AutoChoice choose_transport(const AutoInputs& in) {
+  const auto [all_local, have_nvshmem, largest_message, direct_until, pipelined_from, particle,
+              proxy_thread_allowed] = in;
   TransportKind kind;
   std::string why;
   // nccl-device is never the pick: on one node ipc-fused runs the same kernels without NCCL's
@@ -64,9 +66,18 @@ AutoChoice choose_transport(bool all_local, bool have_nvshmem, std::int64_t larg
         "neighbours on other nodes: NVSHMEM put-with-signal on the stream (copy engine or "
         "NIC), no host waits; " +
         crossover;
+  } else if (!particle && proxy_thread_allowed && largest_message < pipelined_from) {
+    // Per link: direct stores to this node's peers, the host proxy's MPI messages to the
+    // others. Every link proxied on one H200 (2 processes, 64^3 faces, docs/PERFORMANCE.md),
+    // the LBM ran at 1.3-1.9x staged's MLUPS; pipelined sizes were not measured against it.
+    kind = TransportKind::ipc_fused;
+    why =
+        "neighbours on other nodes, no NVSHMEM: one fused kernel, direct stores to this "
+        "node's peers and the host proxy's MPI messages to the others; largest message " +
+        std::to_string(largest_message) + " bytes < the measured pipelining crossover of " +
+        std::to_string(pipelined_from) + " bytes";
   } else {
-    // Not ipc-fused with its host proxy for the other nodes' links: on one H200 it ran the
-    // 2-process LBM at a fifth of staged's MLUPS (docs/PERFORMANCE.md).
+    // Particles have no host proxy; a grid's proxy needs MPI_THREAD_MULTIPLE.
     const bool pipelined = largest_message >= pipelined_from;
     kind = pipelined ? TransportKind::pipelined : TransportKind::staged;
     why = "largest message " + std::to_string(largest_message) + " bytes " +
@@ -238,9 +249,16 @@ TransportKind TransportChooser::choose_automatically(const std::vector<PulseHead
   long long most = 0;
   HALOX_MPI_CHECK(MPI_Allreduce(&local, &all_local, 1, MPI_INT, MPI_MIN, comm));
   HALOX_MPI_CHECK(MPI_Allreduce(&largest, &most, 1, MPI_LONG_LONG, MPI_MAX, comm));
-  const auto [kind, why] =
-      choose_transport(all_local != 0, HALOX_HAS_NVSHMEM != 0, most, tuned_direct_until_bytes(),
-                       tuned_pipelined_from_bytes(), m_particle);
+  int thread_multiple = mpi_thread_multiple() ? 1 : 0, every_thread_multiple = 0;
+  HALOX_MPI_CHECK(
+      MPI_Allreduce(&thread_multiple, &every_thread_multiple, 1, MPI_INT, MPI_MIN, comm));
+  const auto [kind, why] = choose_transport({.all_local = all_local != 0,
+                                             .have_nvshmem = HALOX_HAS_NVSHMEM != 0,
+                                             .largest_message = most,
+                                             .direct_until = tuned_direct_until_bytes(),
+                                             .pipelined_from = tuned_pipelined_from_bytes(),
+                                             .particle = m_particle,
+                                             .proxy_thread_allowed = every_thread_multiple != 0});
   if (me == 0) {
     std::printf("halox: transport auto -> %s (%s)\n", to_string(kind).c_str(), why.c_str());
     std::fflush(stdout);

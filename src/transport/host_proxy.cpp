@@ -50,12 +50,6 @@ int message_size(std::int64_t bytes, const std::string& transport) {
 
 }  // namespace
 
-bool mpi_thread_multiple() {
-  int provided = MPI_THREAD_SINGLE;
-  HALOX_MPI_CHECK(MPI_Query_thread(&provided));
-  return provided >= MPI_THREAD_MULTIPLE;
-}
-
 HostProxy::OwnComm::OwnComm(MPI_Comm parent) {
   HALOX_MPI_CHECK(MPI_Comm_dup(parent, &comm));  // collective; keeps the error handler
 }

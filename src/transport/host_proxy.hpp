@@ -46,9 +46,6 @@ struct ProxyEnds {
   unsigned long long* released = nullptr;  // the receiver kernel's: its staging is free
 };
 
-/// The process's MPI allows calls from several threads (the proxy needs it).
-bool mpi_thread_multiple();
-
 class HostProxy {
  public:
   /// Where the links' ends live: pinned host memory mapped into the GPU's address space (the
