@@ -52,7 +52,8 @@ class HostProxy {
   /// kernel's), or plain host memory (tests of the proxy's protocol, with host threads in
   /// the kernel's place, on machines without a GPU).
   enum class Memory { gpu_mapped, host };
-  /// Collective over `comm` (every rank, links or not; tags tags::kHostProxy + op on it).
+  /// Collective over `comm` (every rank, links or not; tags tags::kHostProxy + op on a
+  /// duplicate of it).
   /// Throws on every rank when a rank with links lacks MPI_THREAD_MULTIPLE. No thread
   /// without links.
   HostProxy(MPI_Comm comm, int rank, std::string transport, double timeout_seconds,

@@ -3,7 +3,8 @@
 // proxy's memory as plain host memory, so it runs on machines without a GPU). Faces of random
 // sizes, eager and rendezvous, over many exchanges arrive whole and in order; a rank that
 // stops exchanging becomes a time-out naming it; a face of another size than the plan says is
-// an error. The kernel's side runs on the GPU in gpu.test_halo.ipc-fused-proxy.np2 and
+// an error; two exchanges' proxies on one communicator, serving at once, keep their faces
+// apart. The kernel's side runs on the GPU in gpu.test_halo.ipc-fused-proxy.np2 and
 // gpu.halox_lbm.decomposition.ipc-fused-proxy.np2.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -111,6 +112,38 @@ TEST(HostProxy, FacesOfRandomSizesArriveWholeAndInOrderOverManyExchanges) {
     }
   }
   EXPECT_NO_THROW(proxy.throw_if_failed());
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Two exchanges over one communicator whose kernels run at once (two streams): their proxy
+// threads post messages with the same tags; on the communicator itself they matched each
+// other's, so each proxy works on a duplicate of its own.
+TEST(HostProxy, TwoProxiesOnOneCommunicatorKeepTheirFacesApart) {
+  int size = 0;
+  const int rank = world(&size);
+  if (size != 2) GTEST_SKIP() << "two ranks";
+  Comm c;
+  u64 seed = halox::testing::test_seed("HostProxy.Two", 0);
+  MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  // Sizes differ between the two exchanges, so a face taken by the other proxy is an error.
+  const auto links_a = two_rank_links({96, 48000}, 1 - rank);
+  const auto links_b = two_rank_links({160, 64000}, 1 - rank);
+  HostProxy a(c.comm, rank, "ipc-fused", 5.0, links_a, HostProxy::Memory::host);
+  HostProxy b(c.comm, rank, "ipc-fused", 5.0, links_b, HostProxy::Memory::host);
+  constexpr u64 kExchanges = 300;
+  auto drive = [&](HostProxy& proxy, const std::vector<ProxyLinkPlan>& links, u64 own_seed) {
+    for (u64 e = 1; e <= kExchanges; ++e) {
+      if (!exchange(proxy, links, e, own_seed, rank, 1 - rank)) {
+        ADD_FAILURE() << "rank " << rank << ": exchange " << e << " did not complete";
+        return;
+      }
+    }
+  };
+  std::thread second([&] { drive(b, links_b, seed + 1); });
+  drive(a, links_a, seed);
+  second.join();
+  EXPECT_NO_THROW(a.throw_if_failed());
+  EXPECT_NO_THROW(b.throw_if_failed());
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
