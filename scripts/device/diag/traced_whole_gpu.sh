@@ -5,7 +5,8 @@
 # 2026-12-03 (H200). The same run passes with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE 50 or 90,
 # untraced, or traced with HALOX_GRID_BLOCKS 1-32; it hung with the sizing's 49 blocks per op
 # and with 39 (a margin tried and dropped); HALOX_PDL=0 does not help. The cause is not
-# established. Prints rc and the first time-out of each case.
+# established. Prints rc and the first time-out of each case; the last case runs the library
+# alone traced (test_halo's grid tests), without halox-lbm's stream spans.
 #   scripts/device/diag/traced_whole_gpu.sh OUTDIR   (builds halox-lbm into build/gpu)
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -14,7 +15,7 @@ out=${1:?usage: traced_whole_gpu.sh OUTDIR}
 mkdir -p "$out"
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
   -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/configure.log" 2>&1 &&
-  cmake --build build/gpu -j "$(nproc)" --target halox-lbm > "$out/build.log" 2>&1 ||
+  cmake --build build/gpu -j "$(nproc)" --target halox-lbm test_halo > "$out/build.log" 2>&1 ||
   { tail -20 "$out/build.log"; exit 1; }
 start_mps
 case_run() {  # NAME ENV...
@@ -32,4 +33,8 @@ case_run traced-nopdl HALOX_TRACE=1 HALOX_PDL=0
 case_run traced-mps90 HALOX_TRACE=1 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90
 case_run traced-proxy HALOX_TRACE=1 HALOX_HOST_PROXY=1
 case_run untraced
+# The library alone (no halox-lbm spans on the stream): test_halo's grid tests, traced.
+HALOX_TRACE=1 HALOX_TEST_TRANSPORT=ipc-fused timeout 60 mpirun -n 2 --oversubscribe --bind-to none \
+  build/gpu/tests/mpi/test_halo --gtest_filter='GridHalo.*' > "$out/test_halo-traced.txt" 2>&1
+printf "%-20s rc=%-3s %s\n" test_halo-traced $? "$(grep -m1 -o 'timed out.*waiting for rank [01] ([a-z ]*' "$out/test_halo-traced.txt")"
 stop_mps
