@@ -9,7 +9,7 @@
 # alone traced (test_halo's grid tests), without halox-lbm's stream spans.
 #   scripts/device/diag/traced_whole_gpu.sh OUTDIR   (builds halox-lbm into build/gpu)
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../.." || exit 1
 source scripts/device/diag/common.sh
 out=${1:?usage: traced_whole_gpu.sh OUTDIR}
 mkdir -p "$out"
