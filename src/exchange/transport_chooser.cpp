@@ -24,8 +24,6 @@
 namespace halox::detail {
 
 AutoChoice choose_transport(const AutoInputs& in) {
-  const auto [all_local, have_nvshmem, largest_message, direct_until, pipelined_from, particle,
-              proxy_thread_allowed] = in;
   TransportKind kind;
   std::string why;
   // nccl-device is never the pick: on one node ipc-fused runs the same kernels without NCCL's
@@ -35,23 +33,24 @@ AutoChoice choose_transport(const AutoInputs& in) {
   // MLUPS), unless halox-tune measured NVSHMEM's copy-engine puts to win from a message
   // size this exchange reaches (4 MiB on one H200 shared by 2 processes; about 4 MB
   // between two H200s in pingpong).
-  const bool copy_engine = have_nvshmem && direct_until > 0 && largest_message >= direct_until;
+  const bool copy_engine =
+      in.have_nvshmem && in.direct_until > 0 && in.largest_message >= in.direct_until;
   // The size rule, said once for every branch that follows it.
   const std::string crossover =
-      direct_until > 0 ? "largest message " + std::to_string(largest_message) + " bytes " +
-                             (copy_engine ? ">=" : "<") + " the measured crossover of " +
-                             std::to_string(direct_until) +
-                             " bytes from which NVSHMEM's copy-engine puts beat direct stores"
-                       : std::string("direct-store crossover not measured (halox-tune)");
-  if (all_local && !copy_engine) {
+      in.direct_until > 0 ? "largest message " + std::to_string(in.largest_message) + " bytes " +
+                                (copy_engine ? ">=" : "<") + " the measured crossover of " +
+                                std::to_string(in.direct_until) +
+                                " bytes from which NVSHMEM's copy-engine puts beat direct stores"
+                          : std::string("direct-store crossover not measured (halox-tune)");
+  if (in.all_local && !copy_engine) {
     kind = TransportKind::ipc_fused;
     why = std::string("every neighbour is on this node: one fused kernel ") +
-          (particle ? "for every pulse" : "for every face of every stage") +
+          (in.particle ? "for every pulse" : "for every face of every stage") +
           " stores straight into their buffers (CUDA IPC), no host waits; " + crossover;
-  } else if (all_local) {
+  } else if (in.all_local) {
     kind = TransportKind::nvshmem_stream;
     why = "every neighbour is on this node; " + crossover;
-  } else if (have_nvshmem && !copy_engine) {
+  } else if (in.have_nvshmem && !copy_engine) {
     // Per link inside one kernel: nvshmem_ptr maps this node's peers (direct stores), the
     // others get put-with-signal from the fused kernel (seed 003: GPU-initiated for the
     // small, frequent messages of a halo). Not measured across nodes: one node here.
@@ -60,13 +59,13 @@ AutoChoice choose_transport(const AutoInputs& in) {
         "neighbours on other nodes: one fused kernel, direct stores to this node's peers "
         "and NVSHMEM put-with-signal to the others, no host waits; " +
         crossover;
-  } else if (have_nvshmem) {
+  } else if (in.have_nvshmem) {
     kind = TransportKind::nvshmem_stream;
     why =
         "neighbours on other nodes: NVSHMEM put-with-signal on the stream (copy engine or "
         "NIC), no host waits; " +
         crossover;
-  } else if (!particle && proxy_thread_allowed && largest_message < pipelined_from) {
+  } else if (!in.particle && in.proxy_thread_allowed && in.largest_message < in.pipelined_from) {
     // Per link: direct stores to this node's peers, the host proxy's MPI messages to the
     // others. Every link proxied on one H200 (2 processes, 64^3 faces, docs/PERFORMANCE.md),
     // the LBM ran at 1.3-1.9x staged's MLUPS; pipelined sizes were not measured against it.
@@ -74,15 +73,15 @@ AutoChoice choose_transport(const AutoInputs& in) {
     why =
         "neighbours on other nodes, no NVSHMEM: one fused kernel, direct stores to this "
         "node's peers and the host proxy's MPI messages to the others; largest message " +
-        std::to_string(largest_message) + " bytes < the measured pipelining crossover of " +
-        std::to_string(pipelined_from) + " bytes";
+        std::to_string(in.largest_message) + " bytes < the measured pipelining crossover of " +
+        std::to_string(in.pipelined_from) + " bytes";
   } else {
     // Particles have no host proxy; a grid's proxy needs MPI_THREAD_MULTIPLE.
-    const bool pipelined = largest_message >= pipelined_from;
+    const bool pipelined = in.largest_message >= in.pipelined_from;
     kind = pipelined ? TransportKind::pipelined : TransportKind::staged;
-    why = "largest message " + std::to_string(largest_message) + " bytes " +
+    why = "largest message " + std::to_string(in.largest_message) + " bytes " +
           (pipelined ? ">=" : "<") + " the measured pipelining crossover of " +
-          std::to_string(pipelined_from) + " bytes";
+          std::to_string(in.pipelined_from) + " bytes";
   }
   return {kind, why};
 }

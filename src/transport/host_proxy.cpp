@@ -61,8 +61,7 @@ HostProxy::OwnComm::~OwnComm() {
 
 HostProxy::HostProxy(MPI_Comm comm, int rank, std::string transport, double timeout_seconds,
                      std::vector<ProxyLinkPlan> links, Memory memory)
-    : m_own(comm),
-      m_comm(m_own.comm),
+    : m_comm(comm),
       m_rank(rank),
       m_transport(std::move(transport)),
       m_timeout_seconds(timeout_seconds),
@@ -199,13 +198,13 @@ bool HostProxy::serve_exchange(std::uint64_t e) {
       if (!s.sent && !s.sending && load(h.packed) >= data_signal(e)) {
         started = true;
         HALOX_MPI_CHECK(MPI_Isend(h.send_staging, message_size(l.send_bytes, m_transport), MPI_BYTE,
-                                  l.send_rank, tags::kHostProxy + l.op, m_comm, &s.send));
+                                  l.send_rank, tags::kHostProxy + l.op, m_comm.comm, &s.send));
         s.sending = true;
       }
       if (!s.received && !s.receiving && load(h.released) >= e) {
         started = true;
         HALOX_MPI_CHECK(MPI_Irecv(h.recv_staging, message_size(l.recv_bytes, m_transport), MPI_BYTE,
-                                  l.recv_rank, tags::kHostProxy + l.op, m_comm, &s.recv));
+                                  l.recv_rank, tags::kHostProxy + l.op, m_comm.comm, &s.recv));
         s.receiving = true;
       }
       int flag = 0;
@@ -288,7 +287,7 @@ void HostProxy::self_test() {
       m.expected_bytes = sizeof(Probe);
       m.pulse = &names.back();
       HALOX_MPI_CHECK(MPI_Irecv(&in[k], sizeof(Probe), MPI_BYTE, l.recv_rank,
-                                tags::kHostProxyProbe + l.op, m_comm, &m.request));
+                                tags::kHostProxyProbe + l.op, m_comm.comm, &m.request));
       wait.add(m);
     }
     if (l.send_rank >= 0) {
@@ -297,7 +296,7 @@ void HostProxy::self_test() {
       m.peer = l.send_rank;
       m.pulse = &names.back();
       HALOX_MPI_CHECK(MPI_Isend(&out[k], sizeof(Probe), MPI_BYTE, l.send_rank,
-                                tags::kHostProxyProbe + l.op, m_comm, &m.request));
+                                tags::kHostProxyProbe + l.op, m_comm.comm, &m.request));
       wait.add(m);
     }
   }
@@ -323,7 +322,8 @@ void HostProxy::self_test() {
 }
 
 void HostProxy::agree(const std::string& error, const char* what) const {
-  raise_if_any(m_comm, error, bounded_wait({m_rank, m_transport.c_str(), m_timeout_seconds}, what));
+  raise_if_any(m_comm.comm, error,
+               bounded_wait({m_rank, m_transport.c_str(), m_timeout_seconds}, what));
 }
 
 }  // namespace halox::detail

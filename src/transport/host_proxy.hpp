@@ -103,8 +103,7 @@ class HostProxy {
     OwnComm& operator=(const OwnComm&) = delete;
     MPI_Comm comm = MPI_COMM_NULL;
   };
-  OwnComm m_own;
-  MPI_Comm m_comm;  // m_own's
+  OwnComm m_comm;
   int m_rank;
   std::string m_transport;
   double m_timeout_seconds;
