@@ -10,6 +10,26 @@
 #include <random>
 #include <string>
 
+namespace {
+// A rank other than 0 prints only its failures, each naming the rank and the test (without
+// it, a failure on those ranks showed only as "FAILED on at least one rank").
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : m_rank(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::fprintf(stderr, "rank %d: %s.%s: %s:%d: Failure\n%s\n", m_rank,
+                 test ? test->test_suite_name() : "?", test ? test->name() : "?",
+                 result.file_name() ? result.file_name() : "?", result.line_number(),
+                 result.message());
+  }
+
+ private:
+  int m_rank;
+};
+}  // namespace
+
 int main(int argc, char** argv) {
   // MPI from several threads: the fused grid kernel's host proxy (host_proxy.hpp).
   int provided = 0;
@@ -22,6 +42,7 @@ int main(int argc, char** argv) {
     // Only rank 0 prints the full report; other ranks print failures only.
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(rank));
   }
   // Every rank derives its seed from one base seed, drawn on rank 0 unless given.
   unsigned long long base_seed = 0;
