@@ -223,8 +223,11 @@ Datatype import_level(MPI_Datatype type, int nints, int naddrs, int ntypes, int 
 
 // The last word is the library's own MPI_Pack: two instances of a probe buffer packed by both
 // must agree byte for byte (Open MPI 4.1 packs some types with sticky bounds contiguously,
-// against the extent it reports; no bound can tell). Types whose two instances span more than
-// kProbeBytes are not probed: their bounds were checked level by level.
+// against the extent it reports; no bound can tell). The probe's bytes are its offsets, one
+// byte of them per round, so that a byte read from any other offset differs in some round (a
+// single pattern repeated itself within the probe: a type Open MPI packed from the wrong
+// offsets passed). Types whose two instances span more than kProbeBytes are not probed: their
+// bounds were checked level by level.
 void check_against_mpi_pack(const Datatype& imported, MPI_Datatype type) {
   constexpr std::int64_t kProbeBytes = 1 << 20;
   if (imported.size() == 0) return;
@@ -234,27 +237,32 @@ void check_against_mpi_pack(const Datatype& imported, MPI_Datatype type) {
       imported.true_lb() + imported.true_extent() + std::max<std::int64_t>(0, extent);
   if (hi - lo > kProbeBytes || 2 * imported.size() > kProbeBytes) return;
   std::vector<unsigned char> probe(static_cast<std::size_t>(hi - lo));
-  for (std::size_t i = 0; i < probe.size(); ++i) {
-    probe[i] = static_cast<unsigned char>((i * 131 + i / 251) % 256);
-  }
   const unsigned char* base = probe.data() - lo;
   const std::int64_t bytes = 2 * imported.size();
   std::vector<unsigned char> theirs(static_cast<std::size_t>(bytes)), ours(theirs.size());
-  int position = 0;
-  HALOX_MPI_CHECK(
-      MPI_Pack(base, 2, type, theirs.data(), static_cast<int>(bytes), &position, MPI_COMM_SELF));
-  pack(base, 2, imported, ours.data());
-  if (position != bytes || theirs != ours) {
-    std::int64_t at = 0;
-    while (at < bytes && theirs[static_cast<std::size_t>(at)] == ours[static_cast<std::size_t>(at)])
-      ++at;
-    throw DatatypeError(
-        "halox::from_mpi: the MPI library's MPI_Pack of two instances differs from the type "
-        "map of the bounds it reports (from byte " +
-        std::to_string(at) +
-        " of the packed stream): an MPI library bug halox cannot follow; build the type with "
-        "halox's constructors instead");
-  }
+  int shift = 0;
+  do {
+    for (std::size_t i = 0; i < probe.size(); ++i) {
+      probe[i] = static_cast<unsigned char>(i >> shift);
+    }
+    int position = 0;
+    HALOX_MPI_CHECK(
+        MPI_Pack(base, 2, type, theirs.data(), static_cast<int>(bytes), &position, MPI_COMM_SELF));
+    pack(base, 2, imported, ours.data());
+    if (position != bytes || theirs != ours) {
+      std::int64_t at = 0;
+      while (at < bytes &&
+             theirs[static_cast<std::size_t>(at)] == ours[static_cast<std::size_t>(at)])
+        ++at;
+      throw DatatypeError(
+          "halox::from_mpi: the MPI library's MPI_Pack of two instances differs from the type "
+          "map of the bounds it reports (from byte " +
+          std::to_string(at) +
+          " of the packed stream): an MPI library bug halox cannot follow; build the type with "
+          "halox's constructors instead");
+    }
+    shift += 8;
+  } while ((probe.size() - 1) >> shift != 0);
 }
 
 }  // namespace

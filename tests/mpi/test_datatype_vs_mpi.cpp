@@ -328,6 +328,40 @@ TEST(DatatypeVsMpi, EmptyResizedChildKeepsItsBounds) {
   EXPECT_EQ(st.extent(), 32);
 }
 
+// An awkward type (random seed 12099828032036469767) whose second instance Open MPI 4.1 packs
+// from the bytes right after the first, against the extent of 684 it reports: the import's
+// probe of MPI_Pack used one byte pattern that repeats 682 bytes on, so it passed, and halox
+// packed other bytes than the library. The import must follow MPI_Pack or refuse.
+TEST(DatatypeVsMpi, ImportRefusesWhatMpiPackDoesNotFollow) {
+  MPI_Datatype empty, rz, block, outer, st;
+  MPI_Type_contiguous(0, MPI_INT64_T, &empty);
+  MPI_Type_create_resized(empty, -2, 37, &rz);
+  const int at[2] = {0, 4};
+  MPI_Type_create_indexed_block(2, 2, at, rz, &block);
+  MPI_Type_create_resized(block, -7, 228, &outer);
+  const int lengths[2] = {2, 3};
+  const MPI_Aint disps[2] = {-5, -1};
+  MPI_Datatype types[2] = {MPI_BYTE, outer};
+  MPI_Type_create_struct(2, lengths, disps, types, &st);
+  MPI_Type_commit(&st);
+  try {
+    const Datatype imported = from_mpi(st);
+    std::vector<unsigned char> memory(2048);
+    for (std::size_t i = 0; i < memory.size(); ++i) memory[i] = static_cast<unsigned char>(i);
+    const unsigned char* base = memory.data() + 1024;
+    std::vector<unsigned char> ref(4), out(4, 0xC3);
+    int position = 0;
+    MPI_Pack(base, 2, st, ref.data(), 4, &position, MPI_COMM_SELF);
+    ASSERT_EQ(position, 4);
+    ASSERT_EQ(pack(base, 2, imported, out.data()), 4);
+    EXPECT_EQ(out, ref);
+  } catch (const DatatypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("MPI_Pack of two instances"), std::string::npos)
+        << e.what();
+  }
+  for (MPI_Datatype* t : {&empty, &rz, &block, &outer, &st}) MPI_Type_free(t);
+}
+
 // Nests deeper than kMaxDatatypeDepth are refused (construction and import), not a crash.
 TEST(DatatypeVsMpi, DeepNestsAreRefused) {
   Datatype t = Datatype::of<int>();
