@@ -16,17 +16,21 @@ namespace {
 class FailurePrinter : public ::testing::EmptyTestEventListener {
  public:
   explicit FailurePrinter(int rank) : m_rank(rank) {}
+  // The test's name is kept here: UnitTest::current_test_info() from OnTestPartResult waits on
+  // the lock GoogleTest holds while it reports (a hang).
+  void OnTestStart(const ::testing::TestInfo& test) override {
+    m_test = std::string(test.test_suite_name()) + "." + test.name();
+  }
   void OnTestPartResult(const ::testing::TestPartResult& result) override {
     if (!result.failed()) return;
-    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::fprintf(stderr, "rank %d: %s.%s: %s:%d: Failure\n%s\n", m_rank,
-                 test ? test->test_suite_name() : "?", test ? test->name() : "?",
+    std::fprintf(stderr, "rank %d: %s: %s:%d: Failure\n%s\n", m_rank, m_test.c_str(),
                  result.file_name() ? result.file_name() : "?", result.line_number(),
                  result.message());
   }
 
  private:
   int m_rank;
+  std::string m_test;
 };
 }  // namespace
 
