@@ -24,17 +24,19 @@ case_run() {  # NAME ENV...
   env "$@" timeout 20 mpirun -n 2 --oversubscribe --bind-to none "$lbm" --grid 24x20x18 \
     --ranks 2x1x1 --init spinodal --steps 100 --device gpu --transport ipc-fused \
     > "$out/$name.txt" 2>&1
-  printf "%-20s rc=%-3s %s\n" "$name" $? "$(grep -o 'timed out.*waiting for rank [01] ([a-z ]*' "$out/$name.txt" | head -1)"
+  printf "%-20s rc=%-3s %s\n" "$name" $? "$(grep -o -e 'timed out.*waiting for rank [01] ([a-z ]*' \
+    -e 'HALOX_GRID_BLOCKS=.*' "$out/$name.txt" | head -1)"
   sleep 2  # MPS refuses new clients for a moment after an aborted one
 }
 case_run traced HALOX_TRACE=1
-case_run traced-b32 HALOX_TRACE=1 HALOX_GRID_BLOCKS=32
-case_run traced-nopdl HALOX_TRACE=1 HALOX_PDL=0
-case_run traced-mps90 HALOX_TRACE=1 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90
-case_run traced-proxy HALOX_TRACE=1 HALOX_HOST_PROXY=1
+# HALOX_GRID_BLOCKS above what fits is refused with the fit in the message: the sizing's count.
+case_run traced-fit HALOX_TRACE=1 HALOX_GRID_BLOCKS=999
+case_run untraced-fit HALOX_GRID_BLOCKS=999
+# Where it starts to fail: 4 ops x 33 blocks is the H200's 132 SMs.
+for b in 32 33 34 40; do case_run traced-b$b HALOX_TRACE=1 HALOX_GRID_BLOCKS=$b; done
 case_run untraced
 # The library alone (no halox-lbm spans on the stream): test_halo's grid tests, traced.
-HALOX_TRACE=1 HALOX_TEST_TRANSPORT=ipc-fused timeout 60 mpirun -n 2 --oversubscribe --bind-to none \
+HALOX_TRACE=1 HALOX_TEST_TRANSPORT=ipc-fused timeout 40 mpirun -n 2 --oversubscribe --bind-to none \
   build/gpu/tests/mpi/test_halo --gtest_filter='GridHalo.*' > "$out/test_halo-traced.txt" 2>&1
 printf "%-20s rc=%-3s %s\n" test_halo-traced $? "$(grep -m1 -o 'timed out.*waiting for rank [01] ([a-z ]*' "$out/test_halo-traced.txt")"
 stop_mps
