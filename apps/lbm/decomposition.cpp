@@ -183,29 +183,41 @@ void Decomposition::step_in_phases() {
 //   halo moves at the end of the step before, behind the stream-collide pass's inner cells:
 //   its faces are the shells' cells, and the inner cells neither read nor write the new
 //   g's halo or faces.
+// - On that path a block's passes wait for the other blocks only where data crosses
+//   blocks: its phi pass for its own last step and g's exchange (not for the other blocks'
+//   inner cells), its inner cells for its own phi pass (not for the other blocks'), so no
+//   pass waits for the tail of the slowest block's.
 void Decomposition::step_overlapped() {
-  gather_streams();  // the shells of the last step: the faces, and every inner cell's input
   const bool multiphase = m_cli.params.multiphase;
-  const bool g_behind_inner = multiphase && m_blocks.size() > 1;
-  if (multiphase) {
-    if (!g_behind_inner) {
-      overlapped_pass(0, 1);
-    } else {
-      if (m_steps == 0) exchange(1);  // later steps' g moved at the end of the step before
-      scatter_streams();
-      for (auto& block : m_blocks) block->first_update();
-    }
-    gather_streams();  // phi of every block, before its faces move
-  }
-  if (!g_behind_inner) {
-    overlapped_pass(multiphase ? 1 : 0, 0);
-    for (auto& b : m_blocks) b->finish_step();
+  if (multiphase && m_blocks.size() > 1) {
+    step_overlapped_blocks();
     return;
   }
+  gather_streams();  // the shells of the last step: the faces, and every inner cell's input
+  if (multiphase) {
+    overlapped_pass(0, 1);
+    gather_streams();  // phi of every block, before its faces move
+  }
+  overlapped_pass(multiphase ? 1 : 0, 0);
+  for (auto& b : m_blocks) b->finish_step();
+}
+
+// Multiphase, several blocks in one process (see step_overlapped). Each block's stream
+// starts the step behind its own shells, its inner cells (joined) and g's exchange
+// (scattered at the end of the step before).
+void Decomposition::step_overlapped_blocks() {
+  if (m_steps == 0) {  // later steps' g moved at the end of the step before
+    gather_streams();
+    exchange(1);
+    scatter_streams();
+  }
+  for (auto& block : m_blocks) {
+    block->first_update();
+    block->fork();  // its inner cells read its own phi, no other block's
+  }
+  gather_streams();  // phi of every block, before its faces move
   // f's halo (with phi) behind the inner cells, then the shells, then the new g's halo,
   // still behind the inner cells; every block's main stream then joins its side stream.
-  scatter_streams();
-  for (auto& block : m_blocks) block->fork();
   exchange(0);
   if (m_with_f != 2) exchange(2);
   for (auto& block : m_blocks) block->update_inner(1);
@@ -214,6 +226,7 @@ void Decomposition::step_overlapped() {
   gather_streams();  // every block's shells: the new g's faces
   for (auto& b : m_blocks) b->finish_step();
   exchange(1);
+  scatter_streams();  // the next step's phi pass of every block reads g's halo
   for (auto& block : m_blocks) block->join();
 }
 

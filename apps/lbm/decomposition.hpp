@@ -83,6 +83,7 @@ class Decomposition {
  private:
   void step_in_phases();
   void step_overlapped();
+  void step_overlapped_blocks();
   void overlapped_pass(int pass, int field);
   void exchange(int field);
   void exchange_field(int field);

@@ -7,7 +7,9 @@
 # processes under MPS (overlap, ipc-fused), each at halox-lbm's default rank grid. Prints
 # per run MLUPS and % of the one-rank run of the same round; JSON per run in OUTDIR.
 #   scripts/device/diag/lbm_overlap_ab.sh OUTDIR [BASELINE_FOLDER]
-# HALOX_LBM_MODELS (default multiphase; "multiphase bgk" runs both, BGK on 256^3).
+# HALOX_LBM_MODELS (default multiphase; "multiphase bgk" runs both, BGK on 256^3),
+# HALOX_LBM_AB_ROUNDS (default 2), HALOX_LBM_AB_PROCS=0 (skips the 2-process runs, for a change
+# of the 8-rank path alone).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source scripts/device/diag/common.sh
@@ -18,7 +20,8 @@ build_baseline "$tree" "$out" halox-lbm || exit 1
 base=/tmp/halox-base
 models=${HALOX_LBM_MODELS:-multiphase}
 start_mps
-for round in 1 2; do
+rounds=${HALOX_LBM_AB_ROUNDS:-2}
+for round in $(seq "$rounds"); do
   for model in $models; do
     grid=$([ "$model" = multiphase ] && echo 128x256x256 || echo 256x256x256)
     for variant in base change; do
@@ -31,6 +34,7 @@ for round in 1 2; do
       timeout 120 "$exe" "${args[@]}" --rank-count 8 --comm overlap --transport local-fused \
         --json "$out/r8-$name.json" > "$out/r8-$name.txt" 2>&1
       start_mps
+      [ "${HALOX_LBM_AB_PROCS:-1}" = 0 ] && continue
       CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n 2 --oversubscribe --bind-to none \
         "$exe" "${args[@]}" --comm overlap --transport ipc-fused \
         --json "$out/np2-$name.json" > "$out/np2-$name.txt" 2>&1
@@ -38,18 +42,19 @@ for round in 1 2; do
   done
 done
 stop_mps
-python3 - "$out" $models <<'PY'
+python3 - "$out" "$rounds" $models <<'PY'
 import json, sys, os
-out, models = sys.argv[1], sys.argv[2:]
+out, rounds, models = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def mlups(name):
     try:
         return json.load(open(os.path.join(out, name + ".json")))["mlups"]
     except Exception as e:
-        print(f"{name}: {e}")
+        if not name.startswith("np2") or os.path.exists(os.path.join(out, name + ".txt")):
+            print(f"{name}: {e}")
         return None
 print(f"{'model':11s} {'round':6s} {'build':7s} {'1 rank':>9s} {'8 ranks':>9s} {'%':>6s} {'2 procs':>9s} {'%':>6s}")
 for model in models:
-    for rnd in (1, 2):
+    for rnd in range(1, rounds + 1):
         for v in ("base", "change"):
             r1, r8, np2 = (mlups(f"{k}-{model}-{v}-{rnd}") for k in ("r1", "r8", "np2"))
             pct = lambda x: f"{100 * x / r1:6.1f}" if x and r1 else "     -"
