@@ -218,8 +218,7 @@ void Decomposition::step_overlapped_blocks() {
   gather_streams();  // phi of every block, before its faces move
   // f's halo (with phi) behind the inner cells, then the shells, then the new g's halo,
   // still behind the inner cells; every block's main stream then joins its side stream.
-  exchange(0);
-  if (m_with_f != 2) exchange(2);
+  exchange_f();
   for (auto& block : m_blocks) block->update_inner(1);
   scatter_streams();
   for (auto& block : m_blocks) block->update_shell_alone(1);
@@ -237,11 +236,20 @@ void Decomposition::step_overlapped_blocks() {
 void Decomposition::overlapped_pass(int pass, int field) {
   scatter_streams();
   for (auto& block : m_blocks) block->fork();
-  exchange(field);
-  if (field == 0 && m_cli.params.multiphase && m_with_f != 2) exchange(2);
+  if (field == 0) {
+    exchange_f();
+  } else {
+    exchange(field);
+  }
   for (auto& block : m_blocks) block->update_inner(pass);
   scatter_streams();
   for (auto& block : m_blocks) block->update_shell(pass);
+}
+
+// f's halo for the stream-collide pass, and phi's where it does not travel with f.
+void Decomposition::exchange_f() {
+  exchange(0);
+  if (m_cli.params.multiphase && m_with_f != 2) exchange(2);
 }
 
 // Ordered by the caller: every block's stream is gathered into block 0's before, and waits

@@ -86,6 +86,7 @@ class Decomposition {
   void step_overlapped_blocks();
   void overlapped_pass(int pass, int field);
   void exchange(int field);
+  void exchange_f();
   void exchange_field(int field);
   void exchange_contiguous(int field);
   void exchange_by_hand(int field);
