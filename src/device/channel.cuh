@@ -35,13 +35,14 @@ struct ChannelWait {
   bool sys;  // system scope (a peer on another GPU), else GPU scope
 };
 
-/// A wait on a signal in host memory (a link through the host proxy) by block 0 of the op
-/// alone, which relays it into `relay` (device memory) for the op's other blocks: with every
-/// block polling host memory (a PCIe read per 32 ns sleep each), the proxied LBM on the H200
-/// ran 12x slower. false on a time-out.
+/// A wait on a signal in host memory (a link through the host proxy) by one block of the face
+/// alone (`relayer`: its first tile, which a block takes before any other of the face's), which
+/// relays it into `relay` (device memory) for the face's other blocks: with every block polling
+/// host memory (a PCIe read per 32 ns sleep each), the proxied LBM on the H200 ran 12x slower.
+/// false on a time-out.
 __device__ inline bool relayed_wait(const u64* slot, u64* relay, u64 target, const ChannelWait& c,
-                                    int peer, int pulse, int kind) {
-  if (blockIdx.x != 0) {
+                                    int peer, int pulse, int kind, bool relayer) {
+  if (!relayer) {
     return block_wait(relay, target, c.timeout_ns, c.error, c.rank, peer, pulse, kind, false);
   }
   if (!block_wait(slot, target, c.timeout_ns, c.error, c.rank, peer, pulse, kind, true)) {
@@ -68,10 +69,11 @@ struct SendChannel {
   }
   /// Every thread of the block: waits until the receiver's staging is free; false when the
   /// wait timed out (recorded with `peer`, `pulse` and `kind`).
+  /// `relayer`: this block polls a proxied link's host slot for the others (relayed_wait).
   __device__ __forceinline__ bool wait_free(u64 epoch, const ChannelWait& c, int peer, int pulse,
-                                            int kind) const {
+                                            int kind, bool relayer = true) const {
     if (ready_relay != nullptr)
-      return relayed_wait(ready, ready_relay, epoch, c, peer, pulse, kind);
+      return relayed_wait(ready, ready_relay, epoch, c, peer, pulse, kind, relayer);
     return block_wait(ready, epoch, c.timeout_ns, c.error, c.rank, peer, pulse, kind, c.sys);
   }
   /// Every block of the pack calls it once its own stores are done (`bytes`: the whole
@@ -109,9 +111,9 @@ struct RecvChannel {
   }
   /// Every thread of the block: waits for exchange `epoch`'s data; false on a time-out.
   __device__ __forceinline__ bool wait_data(u64 epoch, const ChannelWait& c, int peer, int pulse,
-                                            int kind) const {
+                                            int kind, bool relayer = true) const {
     if (data_relay != nullptr) {
-      return relayed_wait(signal, data_relay, data_signal(epoch), c, peer, pulse, kind);
+      return relayed_wait(signal, data_relay, data_signal(epoch), c, peer, pulse, kind, relayer);
     }
     return block_wait(signal, data_signal(epoch), c.timeout_ns, c.error, c.rank, peer, pulse, kind,
                       c.sys);

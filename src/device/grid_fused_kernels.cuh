@@ -1,7 +1,33 @@
-// The fused grid kernel and its device views, instantiated twice like the particle kernels
-// (device_halo_kernels.cuh says why): PUTS = false in grid_fused.cu, PUTS = true in
-// grid_fused_puts.cu (relocatable code with NVSHMEM, for peers reached by puts). The
-// protocol is described in grid_fused.cu. Include only from CUDA sources.
+// The grid kernel: one kernel for every grid face of every rank in this process, whether its
+// other end is a rank of this process or of another. Instantiated twice like the particle
+// kernels (device_halo_kernels.cuh says why): PUTS = false in grid_kernel.cu, PUTS = true in
+// grid_fused_puts.cu (relocatable code with NVSHMEM, for peers reached by puts). Include only
+// from CUDA sources.
+//
+// A launch moves a table of faces, in stage order. A face is one of
+//   copy    both ends in this process: straight from the sender's field at its send type to
+//           the receiver's at its receive type (Ranks::local, or a periodic axis with one rank)
+//   pack    my face to a rank of another process: into its staging, over the device channel
+//   unpack  my face from a rank of another process: out of my staging into the field
+// Faces are cut into tiles; blocks take tickets in order: ticket 0 frees every unpack face's
+// staging for this exchange (RecvChannel::release), then the tiles, stage by stage, a
+// stage's copy and pack tiles before its unpack tiles. A tile of a later stage waits on the
+// device only for the faces of earlier stages into its sender (the edges and corners it
+// forwards); a pack tile waits for its receiver's staging to be free; an unpack tile for the
+// face's data. The data signal is set by the face's last tile to finish packing.
+//
+// No deadlock without co-residency: a block waits only for tickets below its own, here or,
+// over a channel, in the peer's launch (whose tickets run in the same order: releases, then
+// per stage packs before unpacks), and blocks holding those run and finish without waiting
+// for anything later. What must be resident is one block of each process sharing the GPU:
+// the engines size the grid to their share of it. Every wait has a time-out that records the
+// rank, the peer and the pulse.
+//
+// A tile's set-up is a chain of dependent loads, and the tables are cold by the time the
+// exchange runs (the updates before it stream hundreds of MB through L2): so a tile finds its
+// face in one load (tile_face), the face's waits carry what they test, and the face's
+// canonical pieces are copied into shared memory in one round, where each word's piece search
+// and offsets then read them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,7 +43,7 @@ namespace halox::detail::fused_grid {
 
 constexpr int kMaxGridOps = kMaxPulses;
 
-// Signal slots at the start of a rank's block. One writer per slot.
+// Signal slots at the start of a rank's block (ranks of other processes). One writer per slot.
 struct GridSlots {
   u64 ready[kMaxGridOps];        // written by the rank I send to: its staging for this op is free
   u64 data[kMaxGridOps];         // written by the rank I receive from: my face has arrived
@@ -25,135 +51,196 @@ struct GridSlots {
 };
 constexpr long long kGridSlotsBytes = (sizeof(GridSlots) + 255) / 256 * 256;
 
-enum GridWaitKind : int { wait_ready = 0, wait_data = 1, wait_probe = 2, wait_unpacked = 3 };
+// What a wait waited for, in its time-out's record.
+enum GridWaitKind : int { wait_ready = 0, wait_data = 1, wait_probe = 2, wait_forwarded = 3 };
 
-struct GridOpView {
-  int send_rank = -1, recv_rank = -1;
-  int field = 0;            // which of the launch's fields its faces are in
-  int word = 4;             // bytes per load and store of this op's faces
-  unsigned deps = 0;        // the ops of earlier stages whose faces this rank receives
-  u64* unpacked = nullptr;  // blocks that finished unpacking this op's face (local counter)
-  DevicePackView send, recv;
-  SendChannel out;  // to send_rank: its staging for this op
-  RecvChannel in;   // from recv_rank: my staging for this op
-  long long send_bytes = 0;
+enum FaceKind : int { face_copy = 0, face_pack = 1, face_unpack = 2 };
+
+// The faces of earlier stages into a face's sender (2 per stage with one pulse each).
+constexpr int kMaxFaceWaits = 8;
+
+// A face of an earlier stage that this face forwards from: all its tiles must be done.
+struct FaceWait {
+  int face, tiles;  // its index and tile count
+  int peer, pulse;  // for the time-out's record
 };
+
+struct GridFace {
+  int kind = face_copy;
+  int word = 4;        // bytes per load and store
+  int from = 0;        // the field slot read (copy, pack)
+  int to = 0;          // the field slot written (copy, unpack)
+  int rank = 0;        // who waits, in records: the sender of copy and pack, the receiver of unpack
+  int peer = 0;        // the other end (records)
+  int pulse = 0;       // the op or pulse (records and traces)
+  int first_tile = 0;  // its tiles' tickets start at 1 + first_tile
+  int tiles = 0;
+  int waits = 0;
+  FaceWait wait[kMaxFaceWaits];
+  DevicePackView send, recv;  // the typed sides: send (copy, pack), recv (copy, unpack)
+  SendChannel out;            // pack: to the peer's staging
+  RecvChannel in;             // unpack: my staging
+  long long bytes = 0;        // the message's bytes (a put moves them whole)
+};
+
+// Field slots per launch: ranks of this process times fields.
+constexpr int kMaxGridSlots = 64;
 
 struct GridArgs {
-  const GridOpView* views;
-  int rank;
-  u64 epoch;
+  const GridFace* faces;
+  const int* tile_face;  // per tile: its face
+  int face_count;
+  int total_tiles;
+  long long tile_words;
+  u64* done;        // per face: tiles finished, over all exchanges of this table
+  u64* ticket;      // tickets handed out, over all exchanges of this table
+  u64 ticket_base;  // the value of *ticket when this launch started
+  u64 table_epoch;  // exchanges of this table, this one included (for `done`)
+  u64 epoch;        // the engine's exchange counter (for the channels)
   u64 timeout_ns;
   ErrorSink error;
-  int system_scope;
-  DeviceTrace trace;  // null when tracing is off
-  // The exchange kernel's grid row y moves the op of the y-th set bit of `active`: ops that
-  // neither send nor receive (no neighbour on that side) get no blocks, which leaves the
-  // resident blocks to the others. A mask, not a list: a parameter array indexed by
-  // blockIdx.y is copied to local memory (ptxas: 58 registers and 88 bytes of stack, against
-  // 48 and 24).
-  unsigned active = 0;
+  int system_scope;   // a peer on another GPU
+  int stall_from;     // testing: copy faces from this slot are not moved (-1: none)
+  DeviceTrace trace;  // null when tracing is off: per tile kTraceSlots slots
+  char* field[kMaxGridSlots];
 };
-static_assert(kMaxGridOps <= 32, "GridArgs::active is a 32-bit mask");
 
-// Row y's op: the y-th set bit of the mask.
-__device__ __forceinline__ int active_op(unsigned active, unsigned y) {
-  for (; y > 0; --y) active &= active - 1;
-  return __ffs(static_cast<int>(active)) - 1;
+// Copies `pieces` canonical pieces to `to` (shared memory) with the block's threads, as words.
+constexpr int kDescWords = static_cast<int>(sizeof(DeviceDesc) / sizeof(u64));
+static_assert(sizeof(DeviceDesc) % sizeof(u64) == 0, "DeviceDesc is copied as u64 words");
+__device__ inline const DeviceDesc* copy_pieces(u64* to, const DeviceDesc* from, int pieces) {
+  for (int i = static_cast<int>(threadIdx.x); i < pieces * kDescWords;
+       i += static_cast<int>(blockDim.x)) {
+    to[i] = reinterpret_cast<const u64*>(from)[i];
+  }
+  return reinterpret_cast<const DeviceDesc*>(to);
+}
+// Canonical pieces per side that a tile copies into shared memory (more: read in place).
+constexpr int kSharedPieces = 8;
+
+// A trace record of tile `tile` of face f (its own slots: a block moves many tiles).
+template <bool TRACE>
+__device__ __forceinline__ void record(const GridArgs& a, const GridFace& f, long long ticket,
+                                       int tile, int event) {
+  if constexpr (TRACE) {
+    trace_record_in(a.trace, static_cast<unsigned long long>(ticket), tile, f.rank, f.pulse, event,
+                    2, a.epoch);
+  }
 }
 
-// Counts this block's unpack (or copy) of op v's face in, once all its threads are done.
-__device__ inline void count_unpacked(const GridOpView& v) {
-  __syncthreads();
-  if (threadIdx.x == 0) add_acq_rel(v.unpacked, 1ull, false);
-}
-
+// Words [first, end) of face f, kBatch words in flight per thread whatever the word size (a
+// tile is sized for that). false when a wait timed out.
 template <int W, bool PUTS, bool TRACE>
-__device__ void move_op(const GridArgs& a, const GridOpView& v, int op, char* field) {
+__device__ bool move_tile(const GridArgs& a, const GridFace& f, const DevicePackView& send,
+                          const DevicePackView& recv, long long ticket, int tile, long long first,
+                          long long end) {
+  const long long me = first + threadIdx.x;
   const bool sys = a.system_scope != 0;
-  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  auto record = [&](int event) {
-    if constexpr (TRACE) trace_record(a.trace, a.rank, op, event, 2, a.epoch);
-  };
-  if (v.send_rank == a.rank && v.recv_rank == a.rank) {
-    // A message to myself (a periodic axis with one rank): straight from the send layout to
-    // the receive layout, no staging and no signals.
-    record(trace_unpack_begin);
-    move_face<W, Move::copy>(v.send, v.recv, first, v.send.words, stride, field, field);
-    count_unpacked(v);
-    record(trace_unpack_end);
-    return;
+  const ChannelWait c{a.timeout_ns, a.error, f.rank, sys};
+  switch (f.kind) {
+    case face_copy:
+      record<TRACE>(a, f, ticket, tile, trace_unpack_begin);
+      move_face<W, Move::copy, unsigned, kBatch>(send, recv, me, end, blockDim.x, a.field[f.from],
+                                                 a.field[f.to]);
+      record<TRACE>(a, f, ticket, tile, trace_unpack_end);
+      return true;
+    case face_pack:
+      record<TRACE>(a, f, ticket, tile, trace_ready_begin);
+      if (!f.out.wait_free(a.epoch, c, f.peer, f.pulse, wait_ready, tile == 0)) return false;
+      record<TRACE>(a, f, ticket, tile, trace_ready_end);
+      record<TRACE>(a, f, ticket, tile, trace_pack_begin);
+      move_face<W, Move::pack, unsigned, kBatch>(send, send, me, end, blockDim.x, a.field[f.from],
+                                                 f.out.pack_target<PUTS>());
+      f.out.deliver<PUTS, true>(a.epoch, tile, f.tiles, static_cast<std::size_t>(f.bytes), sys);
+      record<TRACE>(a, f, ticket, tile, trace_pack_end);
+      return true;
+    default:
+      record<TRACE>(a, f, ticket, tile, trace_data_begin);
+      if (!f.in.wait_data(a.epoch, c, f.peer, f.pulse, wait_data, tile == 0)) return false;
+      record<TRACE>(a, f, ticket, tile, trace_data_end);
+      record<TRACE>(a, f, ticket, tile, trace_unpack_begin);
+      move_face<W, Move::unpack, unsigned, kBatch>(recv, recv, me, end, blockDim.x, f.in.staging,
+                                                   a.field[f.to]);
+      record<TRACE>(a, f, ticket, tile, trace_unpack_end);
+      return true;
   }
-  const ChannelWait c{a.timeout_ns, a.error, a.rank, sys};
-  if (v.send_rank >= 0) {
-    record(trace_ready_begin);
-    if (!v.out.wait_free(a.epoch, c, v.send_rank, op, wait_ready)) return;
-    record(trace_ready_end);
-    record(trace_pack_begin);
-    move_face<W, Move::pack>(v.send, v.send, first, v.send.words, stride, field,
-                             v.out.pack_target<PUTS>());
-    v.out.deliver<PUTS, true>(a.epoch, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
-                              static_cast<std::size_t>(v.send_bytes), sys);
-    record(trace_pack_end);
-  }
-  if (v.recv_rank >= 0) {
-    record(trace_data_begin);
-    if (!v.in.wait_data(a.epoch, c, v.recv_rank, op, wait_data)) return;
-    record(trace_data_end);
-    record(trace_unpack_begin);
-    move_face<W, Move::unpack>(v.recv, v.recv, first, v.recv.words, stride, v.in.staging, field);
-    count_unpacked(v);
-    record(trace_unpack_end);
-  }
-}
-
-// The fields of one launch (several fields in one exchange call); an op's faces are in
-// base[its field]. Selected by comparisons, not by indexing the parameter array (which
-// would copy it to local memory).
-constexpr int kMaxGridFields = 4;
-struct GridFields {
-  char* base[kMaxGridFields];
-};
-__device__ __forceinline__ char* field_of(const GridFields& f, int k) {
-  return k == 0 ? f.base[0] : k == 1 ? f.base[1] : k == 2 ? f.base[2] : f.base[3];
 }
 
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file). TRACE: device
-// events into a.trace; a variant of its own, since the records cost the kernel 16 registers
-// (48 -> 64: one resident block fewer per SM) when tracing is off too.
+// events into a.trace; a variant of its own, since the records cost registers when tracing
+// is off too. Four blocks per SM, as Ranks::local's tile kernel had before it served both
+// localities: 64 registers, and ptxas spills some of the tile's set-up (1 block per SM
+// would take 86 registers without spills, and hold a third of the words in flight).
 template <bool PUTS, bool TRACE>
-__global__ void __launch_bounds__(256, 1) grid_exchange_kernel(GridArgs a, GridFields fields) {
+__global__ void __launch_bounds__(256, 4) grid_kernel(GridArgs a) {
+  __shared__ long long claimed;
+  __shared__ int ok;
+  // The tile's face's pieces, send side then receive side (raw words: DeviceDesc has
+  // default member initialisers, which a __shared__ variable may not).
+  __shared__ u64 pieces[2][kSharedPieces * kDescWords];
   wait_for_previous_kernel();
-  const int op = active_op(a.active, blockIdx.y);
-  const GridOpView& v = a.views[op];
-  const bool to_myself = v.send_rank == a.rank && v.recv_rank == a.rank;
-  if (!to_myself && v.recv_rank >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
-    v.in.release<PUTS>(a.epoch, a.system_scope != 0);
-  }
-  // The edges and corners this face forwards: every block of the earlier stages' ops has
-  // unpacked (each exchange adds gridDim.x per op).
-  const u64 unpacked = a.epoch * gridDim.x;
-  if (TRACE && v.deps != 0) trace_record(a.trace, a.rank, op, trace_deps_begin, 2, a.epoch);
-  for (unsigned deps = v.deps; deps != 0; deps &= deps - 1) {
-    const int k = __ffs(static_cast<int>(deps)) - 1;
-    if (!block_wait(a.views[k].unpacked, unpacked, a.timeout_ns, a.error, a.rank,
-                    a.views[k].recv_rank, k, wait_unpacked, false)) {
-      return;
+  for (;;) {
+    __syncthreads();  // every thread is done with the previous tile's shared values
+    if (threadIdx.x == 0)
+      claimed = static_cast<long long>(atomicAdd(a.ticket, 1ull) - a.ticket_base);
+    __syncthreads();
+    const long long t = claimed;
+    if (t == 0) {
+      // My staging is free for this exchange: the launch before this one on the stream (the
+      // last to read it) is done.
+      for (int k = static_cast<int>(threadIdx.x); k < a.face_count;
+           k += static_cast<int>(blockDim.x)) {
+        if (a.faces[k].kind == face_unpack) a.faces[k].in.release<PUTS>(a.epoch, a.system_scope);
+      }
+      continue;
     }
-  }
-  if (TRACE && v.deps != 0) trace_record(a.trace, a.rank, op, trace_deps_end, 2, a.epoch);
-  char* const field = field_of(fields, v.field);
-  switch (v.word) {
-    case 16: move_op<16, PUTS, TRACE>(a, v, op, field); break;
-    case 8: move_op<8, PUTS, TRACE>(a, v, op, field); break;
-    default: move_op<4, PUTS, TRACE>(a, v, op, field); break;
+    if (t > a.total_tiles) return;
+    const int k = a.tile_face[t - 1];
+    const GridFace& f = a.faces[k];
+    const int tile = static_cast<int>(t - 1 - f.first_tile);
+    if (f.kind == face_copy && f.from == a.stall_from)
+      continue;  // testing: neither moved nor counted
+    DevicePackView send = f.send, recv = f.recv;
+    // The pieces go to shared memory while thread 0 waits for the faces this one forwards.
+    if (send.pieces <= kSharedPieces && recv.pieces <= kSharedPieces) {
+      if (f.kind != face_unpack) send.descs = copy_pieces(pieces[0], send.descs, send.pieces);
+      if (f.kind != face_pack) recv.descs = copy_pieces(pieces[1], recv.descs, recv.pieces);
+    }
+    if (threadIdx.x == 0) {
+      ok = 1;
+      if (TRACE && f.waits > 0) record<TRACE>(a, f, t, tile, trace_deps_begin);
+      for (int w = 0; w < f.waits && ok; ++w) {
+        const FaceWait& before = f.wait[w];
+        ok = wait_for(&a.done[before.face], a.table_epoch * static_cast<u64>(before.tiles),
+                      a.timeout_ns, a.error, f.rank, before.peer, before.pulse, wait_forwarded,
+                      false);
+      }
+      if (TRACE && f.waits > 0) record<TRACE>(a, f, t, tile, trace_deps_end);
+    }
+    __syncthreads();
+    if (!ok) return;
+    const long long first = static_cast<long long>(tile) * a.tile_words;
+    const long long words = f.kind == face_unpack ? recv.words : send.words;
+    const long long end = words < first + a.tile_words ? words : first + a.tile_words;
+    bool moved;
+    switch (f.word) {
+      case 16: moved = move_tile<16, PUTS, TRACE>(a, f, send, recv, t, tile, first, end); break;
+      case 8: moved = move_tile<8, PUTS, TRACE>(a, f, send, recv, t, tile, first, end); break;
+      case 4: moved = move_tile<4, PUTS, TRACE>(a, f, send, recv, t, tile, first, end); break;
+      case 2: moved = move_tile<2, PUTS, TRACE>(a, f, send, recv, t, tile, first, end); break;
+      default: moved = move_tile<1, PUTS, TRACE>(a, f, send, recv, t, tile, first, end); break;
+    }
+    if (!moved) return;
+    if (f.kind != face_pack) {
+      __syncthreads();
+      if (threadIdx.x == 0)
+        add_acq_rel(&a.done[k], 1ull, false);  // the tile's stores, then its count
+    }
   }
 }
 
 // The PUTS instantiations (grid_fused_puts.cu; NVSHMEM builds only).
-void launch_grid_with_puts(dim3 grid, const GridArgs& a, const GridFields& fields,
-                           cudaStream_t stream, bool traced);
+void launch_grid_with_puts(int blocks, const GridArgs& a, cudaStream_t stream, bool traced);
 /// resident_blocks of the grid kernel with puts (traced or not).
 int grid_resident_blocks_with_puts(bool traced);
 

@@ -14,28 +14,39 @@ namespace halox::detail {
 // direction: 0 particles forward, 1 particles reverse, 2 a grid exchange (pulse = its op),
 // kStreamSpanDirection a stream span.
 // exchange: the kernel's exchange counter, which tells its records from the next launch's.
-// The record goes to this block's slot for `event` in the launch's reservation.
-__device__ __forceinline__ void trace_record(const DeviceTrace& trace, int rank, int pulse,
-                                             int event, int direction,
-                                             unsigned long long exchange) {
+// The record goes to slot `event` of the launch's reservation for `unit` (a block, or a unit
+// of work that a block takes among several: a grid kernel's tile); `block` is what the record
+// names (the tracks of a trace).
+__device__ __forceinline__ void trace_record_in(const DeviceTrace& trace, unsigned long long unit,
+                                                int block, int rank, int pulse, int event,
+                                                int direction, unsigned long long exchange) {
 #if HALOX_HAS_TRACING
   if (trace.records == nullptr || threadIdx.x != 0) return;
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  const unsigned long long block =
-      blockIdx.x + static_cast<unsigned long long>(gridDim.x) *
-                       (blockIdx.y + static_cast<unsigned long long>(gridDim.y) * blockIdx.z);
-  DeviceRecord& r = trace.records[(trace.base + block * kTraceSlots + event) % trace.capacity];
+  DeviceRecord& r = trace.records[(trace.base + unit * kTraceSlots + event) % trace.capacity];
   r.t = t;
   r.rank = rank;
   r.pulse = static_cast<short>(pulse);
   r.event = static_cast<unsigned char>(event);
   r.direction = static_cast<unsigned char>(direction);
-  r.block = static_cast<int>(blockIdx.x);
+  r.block = block;
   r.exchange = static_cast<int>(exchange & 0x7fffffffull);
 #else
-  (void)trace, (void)rank, (void)pulse, (void)event, (void)direction, (void)exchange;
+  (void)trace, (void)unit, (void)block, (void)rank, (void)pulse, (void)event, (void)direction,
+      (void)exchange;
 #endif
+}
+
+// The record of this block (its own slots in the launch's reservation).
+__device__ __forceinline__ void trace_record(const DeviceTrace& trace, int rank, int pulse,
+                                             int event, int direction,
+                                             unsigned long long exchange) {
+  const unsigned long long block =
+      blockIdx.x + static_cast<unsigned long long>(gridDim.x) *
+                       (blockIdx.y + static_cast<unsigned long long>(gridDim.y) * blockIdx.z);
+  trace_record_in(trace, block, static_cast<int>(blockIdx.x), rank, pulse, event, direction,
+                  exchange);
 }
 
 }  // namespace halox::detail

@@ -1,25 +1,20 @@
-// GPU-initiated grid halo (ipc-* and nvshmem-* transports for GridExchange): one fused kernel
-// for every face of every stage (grid y = an op that sends or receives) packs each face
-// straight into the receiving rank's staging area (a direct store through CUDA IPC or
-// nvshmem_ptr; for a peer nvshmem_ptr cannot map, into a send staging area that the last
-// block puts with its signal: grid_fused_puts.cu; for a peer neither reaches, into host
-// memory that the host proxy sends by MPI: host_proxy.hpp), signals it, waits for its own
-// faces and unpacks them. A face of a later stage carries edges and corners that the
-// earlier stages deliver, so its pack waits on the device until this rank has unpacked the
-// earlier stages' faces (a count per op); faces of the first stage go at once. The pack and
-// unpack are the GPU pack engine's (pack_device.cuh), driven by the plan's datatypes; the
-// signals and time-outs are those of the particle engine.
-//
-// Protocol per op (a plan pulse: one face out, one face in), e = the exchange's counter:
+// GPU-initiated grid halo (ipc-* and nvshmem-* transports for GridExchange): the grid kernel
+// (device/grid_fused_kernels.cuh, the kernel of Ranks::local too) moves every face of every
+// stage in one launch: a pack face per op that sends, straight into the receiving rank's
+// staging area (a direct store through CUDA IPC or nvshmem_ptr; for a peer nvshmem_ptr cannot
+// map, into a send staging area that the last tile puts with its signal: grid_fused_puts.cu;
+// for a peer neither reaches, into host memory that the host proxy sends by MPI:
+// host_proxy.hpp), and an unpack face per op that receives; a copy face for a message to
+// this rank itself. A face of a later stage carries edges and corners that the earlier
+// stages deliver, so its pack waits on the device until this rank has unpacked the earlier
+// stages' faces of its field; faces of the first stage go at once. The pack and unpack are
+// the GPU pack engine's (pack_device.cuh), driven by the plan's datatypes; the channel's
+// protocol (device/channel.cuh) per op, e = the exchange's counter:
 //   1. tell the rank I receive from that my staging is free   (release e into its ready slot)
 //   2. later stages: wait until the earlier stages' faces are unpacked here (acquire, local)
 //   3. wait until the rank I send to has freed its staging     (acquire >= e on my ready slot)
-//   4. pack my face into its staging; the last block to finish sets its data signal
-//   5. wait for my own face (the data signal of exchange e), unpack it into the
-//      field, and count the block in (release).
-// Steps 1, 3, 4 and 5 are the device channel's (device/channel.cuh).
-// Every block of every op spins at some point, so the grid is sized for all of them to be
-// resident at once.
+//   4. pack my face into its staging; the last tile to finish sets its data signal
+//   5. wait for my own face (the data signal of exchange e), unpack it into the field.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,7 +33,7 @@
 #include "grid_fused.hpp"
 #include "host_proxy.hpp"
 #include "peer_halo.hpp"
-#include "../device/grid_fused_kernels.cuh"
+#include "../device/grid_kernel.hpp"
 #include "../device/signals.cuh"
 #include "halox/config.hpp"
 #include "halox/error.hpp"
@@ -48,21 +43,12 @@
 
 namespace halox::detail {
 
-#if !HALOX_HAS_NVSHMEM
-// No NVSHMEM, no peer reached by puts (PeerBlocks never makes one): never called.
-namespace fused_grid {
-void launch_grid_with_puts(dim3, const GridArgs&, const GridFields&, cudaStream_t, bool) {
-  no_nvshmem();
-}
-int grid_resident_blocks_with_puts(bool) {
-  no_nvshmem();
-}
-}  // namespace fused_grid
-#endif
-
 using namespace fused_grid;
 
 namespace {
+
+// Fields per run: every field's ops share the kMaxGridOps signal slots of a rank's block.
+constexpr int kMaxGridFields = 4;
 
 class GridFusedTransport final : public Transport {
  public:
@@ -87,8 +73,7 @@ class GridFusedTransport final : public Transport {
       else
         cudaFree(m_block);
     }
-    cudaFree(m_counters);
-    for (auto& [key, views] : m_views) cudaFree(views);
+    m_tables.clear();
   }
   std::string name() const override { return m_name; }
   // The set-up's collectives end in an error naming this rank after the time-out, as its
@@ -115,31 +100,20 @@ class GridFusedTransport final : public Transport {
     }
     check(ops);
     if (!m_ready) set_up(ops);
-    if (m_active.empty()) {  // neighbours on no side: nothing to move
+    if (m_faces.empty()) {  // neighbours on no side: nothing to move
       stats.exchanges += 1;
       return;
     }
     const u64 epoch = ++m_epoch;
-    GridArgs a{views_for(fields),
-               m_rank,
-               epoch,
-               static_cast<u64>(m_timeout_seconds * 1e9),
-               m_errors.sink(),
-               m_same_gpu ? 0 : 1,
-               {}};
-    for (const unsigned char op : m_active) a.active |= 1u << op;
-    const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(m_active.size()));
-    a.trace = device_trace(static_cast<unsigned long long>(grid.x) * grid.y, m_trace_object);
+    GridArgs a{};
+    a.epoch = epoch;
+    a.timeout_ns = static_cast<u64>(m_timeout_seconds * 1e9);
+    a.error = m_errors.sink();
+    a.system_scope = m_same_gpu ? 0 : 1;
+    a.stall_from = -1;
+    for (std::size_t k = 0; k < fields.size(); ++k) a.field[k] = static_cast<char*>(fields[k]);
     // The traced kernel only where the grid was sized for it (tracing on at set-up).
-    const bool traced = m_sized_for_trace && a.trace.records != nullptr;
-    GridFields f{};
-    for (std::size_t k = 0; k < fields.size(); ++k) f.base[k] = static_cast<char*>(fields[k]);
-    if (m_puts)
-      launch_grid_with_puts(grid, a, f, stream, traced);
-    else
-      launch_dependent(
-          traced ? grid_exchange_kernel<false, true> : grid_exchange_kernel<false, false>, grid,
-          256, stream, a, f);
+    table_for(fields).launch(a, m_blocks, m_puts, m_sized_for_trace, m_trace_object, stream);
     if (m_proxy->any()) m_proxy->launched(epoch);
     for (const Op& op : ops) {
       if (op.send_rank >= 0 && op.send_rank != m_rank) {
@@ -224,10 +198,6 @@ class GridFusedTransport final : public Transport {
       HALOX_CUDA_CHECK(cudaMalloc(&m_block, static_cast<std::size_t>(bytes)));
     }
     HALOX_CUDA_CHECK(cudaMemset(m_block, 0, kGridSlotsBytes));
-    // Per op: blocks packed, blocks unpacked, and the host proxy's ready and data signals
-    // relayed into device memory.
-    HALOX_CUDA_CHECK(cudaMalloc(&m_counters, 4 * kMaxGridOps * sizeof(u64)));
-    HALOX_CUDA_CHECK(cudaMemset(m_counters, 0, 4 * kMaxGridOps * sizeof(u64)));
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
     std::set<int> neighbours;
     for (const Op& op : ops) {
@@ -261,95 +231,111 @@ class GridFusedTransport final : public Transport {
     auto base_of = [&](int r) { return r == m_rank ? m_block : m_peers.base(r); };
     auto offsets_of = [&](int r) { return r == m_rank ? offsets : m_peers.offsets(r); };
     GridSlots* mine = reinterpret_cast<GridSlots*>(m_block);
-    m_host_views.assign(ops.size(), GridOpView{});
+    // The faces, stage by stage: the stage's copy and pack faces, then its unpack faces (the
+    // kernel's ticket order, which both ends of a link share).
+    m_faces.clear();
     std::vector<ProbeLink> probes;  // the self-test's, one per op
+    std::vector<FacePlan> unpacks;
     for (std::size_t i = 0; i < ops.size(); ++i) {
-      GridOpView& v = m_host_views[i];
-      v.send_rank = ops[i].send_rank;
-      v.recv_rank = ops[i].recv_rank;
-      v.unpacked = m_counters + kMaxGridOps + i;
-      for (std::size_t k = 0; k < i; ++k) {
-        if (ops[k].stage < ops[i].stage && ops[k].recv_rank >= 0) v.deps |= 1u << k;
-      }
+      const Op& op = ops[i];
+      const int pulse = static_cast<int>(i);
       const ProxyEnds* proxy = link_of[i] >= 0 ? &m_proxy->ends(link_of[i]) : nullptr;
-      if (proxied(v.send_rank)) {
-        v.out.remote = proxy->send_staging;
-        v.out.remote_signal = proxy->packed;
-        v.out.ready = proxy->ready;
-        v.out.ready_relay = m_counters + 2 * kMaxGridOps + i;
-        v.out.packed = m_counters + i;
-        v.send_bytes = ops[i].send_bytes;
-      } else if (v.send_rank >= 0) {
-        char* dest = base_of(v.send_rank);
-        SendChannel& out = v.out;
-        out.pe = v.send_rank == m_rank ? -1 : m_peers.put_pe(v.send_rank);
-        if (out.pe >= 0 && send_offsets[i] == 0) {
-          throw Error("halox: " + m_name + ": rank " + std::to_string(v.send_rank) +
-                      " is reached by puts, but NVSHMEM's team of shared memory said otherwise");
+      if (op.send_rank == m_rank && op.recv_rank == m_rank) {
+        // A message to myself (a periodic axis with one rank): straight from the send layout
+        // to the receive layout, no staging and no signals.
+        FacePlan& p = m_faces.emplace_back();
+        p.stage = op.stage;
+        p.face.kind = face_copy;
+        p.face.from = p.face.to = op.field;
+        p.face.rank = p.face.peer = m_rank;
+        p.face.pulse = pulse;
+      } else if (op.send_rank >= 0) {
+        FacePlan& p = m_faces.emplace_back();
+        p.stage = op.stage;
+        GridFace& f = p.face;
+        f.kind = face_pack;
+        f.from = op.field;
+        f.to = -1;
+        f.rank = m_rank;
+        f.peer = op.send_rank;
+        f.pulse = pulse;
+        f.bytes = op.send_bytes;
+        SendChannel& out = f.out;
+        if (proxied(op.send_rank)) {
+          out.remote = proxy->send_staging;
+          out.remote_signal = proxy->packed;
+          out.ready = proxy->ready;
+          p.relayed = true;
+        } else {
+          char* dest = base_of(op.send_rank);
+          out.pe = op.send_rank == m_rank ? -1 : m_peers.put_pe(op.send_rank);
+          if (out.pe >= 0 && send_offsets[i] == 0) {
+            throw Error("halox: " + m_name + ": rank " + std::to_string(op.send_rank) +
+                        " is reached by puts, but NVSHMEM's team of shared memory said otherwise");
+          }
+          out.remote = dest + offsets_of(op.send_rank)[i];
+          out.remote_signal = &reinterpret_cast<GridSlots*>(dest)->data[i];
+          out.ready = &mine->ready[i];
+          out.staging = m_block + send_offsets[i];
         }
-        out.remote = dest + offsets_of(v.send_rank)[i];
-        out.remote_signal = &reinterpret_cast<GridSlots*>(dest)->data[i];
-        out.ready = &mine->ready[i];
-        out.staging = m_block + send_offsets[i];
-        out.packed = m_counters + i;
-        v.send_bytes = ops[i].send_bytes;
       }
-      if (proxied(v.recv_rank)) {
-        v.in.staging = proxy->recv_staging;
-        v.in.signal = proxy->data;
-        v.in.data_relay = m_counters + 3 * kMaxGridOps + i;
-        v.in.remote_ready = proxy->released;
-      } else if (v.recv_rank >= 0) {
-        v.in.pe = v.recv_rank == m_rank ? -1 : m_peers.put_pe(v.recv_rank);
-        v.in.remote_ready = &reinterpret_cast<GridSlots*>(base_of(v.recv_rank))->ready[i];
-        v.in.staging = m_block + offsets[i];
-        v.in.signal = &mine->data[i];
+      if (op.recv_rank >= 0 && !(op.send_rank == m_rank && op.recv_rank == m_rank)) {
+        FacePlan& p = unpacks.emplace_back();
+        p.stage = op.stage;
+        GridFace& f = p.face;
+        f.kind = face_unpack;
+        f.from = -1;
+        f.to = op.field;
+        f.rank = m_rank;
+        f.peer = op.recv_rank;
+        f.pulse = pulse;
+        RecvChannel& in = f.in;
+        if (proxied(op.recv_rank)) {
+          in.staging = proxy->recv_staging;
+          in.signal = proxy->data;
+          in.remote_ready = proxy->released;
+          p.relayed = true;
+        } else {
+          in.pe = op.recv_rank == m_rank ? -1 : m_peers.put_pe(op.recv_rank);
+          in.remote_ready = &reinterpret_cast<GridSlots*>(base_of(op.recv_rank))->ready[i];
+          in.staging = m_block + offsets[i];
+          in.signal = &mine->data[i];
+        }
+      }
+      const bool stage_ends = i + 1 == ops.size() || ops[i + 1].stage != op.stage;
+      if (stage_ends) {
+        m_faces.insert(m_faces.end(), unpacks.begin(), unpacks.end());
+        unpacks.clear();
       }
       // The self-test's probe over op i's link: mine to its receiver, its sender's to me.
       ProbeLink& link = probes.emplace_back();
       link.rank = m_rank;
-      link.pulse = static_cast<int>(i);
+      link.pulse = pulse;
       link.kind = wait_probe;
-      link.out_link = link.in_link = static_cast<int>(i);
+      link.out_link = link.in_link = pulse;
       // (a proxied link's probe is the proxy's own, HostProxy::self_test)
-      if (v.send_rank >= 0 && !proxied(v.send_rank)) {
-        link.out = &reinterpret_cast<GridSlots*>(base_of(v.send_rank))->probe[i];
-        link.out_pe = v.out.pe;
+      if (op.send_rank >= 0 && !proxied(op.send_rank)) {
+        link.out = &reinterpret_cast<GridSlots*>(base_of(op.send_rank))->probe[i];
+        link.out_pe = op.send_rank == m_rank ? -1 : m_peers.put_pe(op.send_rank);
       }
-      if (v.recv_rank >= 0 && !proxied(v.recv_rank)) {
+      if (op.recv_rank >= 0 && !proxied(op.recv_rank)) {
         link.in = &mine->probe[i];
-        link.peer = v.recv_rank;
+        link.peer = op.recv_rank;
       }
     }
     m_ops = &ops;
-    m_active.clear();
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (ops[i].send_rank >= 0 || ops[i].recv_rank >= 0)
-        m_active.push_back(static_cast<unsigned char>(i));
-    }
-    m_puts = std::any_of(m_host_views.begin(), m_host_views.end(),
-                         [](const GridOpView& v) { return v.out.pe >= 0 || v.in.pe >= 0; });
-    // Every block of every op spins at some point: all must be resident at once, with the GPU
-    // shared by the processes on it.
-    // With tracing on, sized for the traced kernel (more registers, fewer resident blocks),
-    // which then serves while tracing stays on.
+    m_puts = std::any_of(m_faces.begin(), m_faces.end(),
+                         [](const FacePlan& p) { return p.face.out.pe >= 0 || p.face.in.pe >= 0; });
+    // The blocks of this process's launch wait only for tickets below their own, here or in
+    // a peer's launch; what must be resident is a block of each process sharing the GPU: so
+    // this launch takes at most its share of what the GPU holds at once. With tracing on,
+    // sized for the traced kernel (more registers), which then serves while tracing stays on.
     m_sized_for_trace = device_trace().records != nullptr;
-    const int on_gpu = m_puts              ? grid_resident_blocks_with_puts(m_sized_for_trace)
-                       : m_sized_for_trace ? resident_blocks(grid_exchange_kernel<false, true>)
-                                           : resident_blocks(grid_exchange_kernel<false, false>);
-    const int fit =
-        spinning_blocks_per_group(on_gpu, gpu_share(m_comm), static_cast<int>(m_active.size()));
-    if (fit < 1) {
-      throw Error("halox: " + m_name + ": " + std::to_string(m_active.size()) +
-                  " faces do not fit on the GPU at once; use staged");
-    }
-    // 128 blocks per op whatever the face's size: a 2-process multiphase LBM step ran 4.6%
-    // slower with blocks sized from the face (8 four-byte words in flight per thread: 40 and
-    // 8 blocks for its faces; 10,673 against 11,166 MLUPS, PERFORMANCE.md). Why more blocks
-    // win where the words are few is not established.
-    m_blocks = std::min(128, fit);
-    // Diagnostics: HALOX_GRID_BLOCKS=N forces N blocks per op (still at most what fits).
-    m_blocks = detail::env_grid_blocks(fit, m_blocks);
+    const int fit = spinning_blocks_per_group(grid_resident_blocks(m_puts, m_sized_for_trace),
+                                              gpu_share(m_comm), 1);
+    if (fit < 1) throw Error("halox: " + m_name + ": the grid kernel does not fit on the GPU");
+    // Diagnostics: HALOX_GRID_BLOCKS=N forces N blocks (still at most what fits).
+    m_blocks = detail::env_grid_blocks(fit, fit);
     m_ready = true;
     if (m_self_test) self_test(ops, probes);
   }
@@ -394,42 +380,36 @@ class GridFusedTransport final : public Transport {
     return word;
   }
 
-  // The device views of every op, each with its pack descriptors in the widest words its
-  // stage allows at these field addresses (x faces of a field of floats: 4 bytes; y and z
-  // faces of whole aligned rows: up to 16). Cached per addresses % 16; for no fields, views
-  // without descriptors (the self-test reads none).
-  const GridOpView* views_for(std::span<void* const> fields) {
+  // The grid kernel's table at these field addresses: every face's pack descriptors in the
+  // widest words its stage allows (x faces of a field of floats: 4 bytes; y and z faces of
+  // whole aligned rows: up to 16). Cached per addresses % 16.
+  GridTable& table_for(std::span<void* const> fields) {
     std::vector<std::uintptr_t>& key = m_key;  // a member: no allocation per exchange
     key.clear();
     for (void* f : fields) key.push_back(reinterpret_cast<std::uintptr_t>(f) % 16);
-    auto found = m_views.find(key);
-    if (found != m_views.end()) return found->second;
-    std::vector<GridOpView> views = m_host_views;
-    for (const auto& [first, count] : m_stages) {
-      if (fields.empty()) break;
-      const int word = word_for(fields, key, first, count);
-      for (int i = first; i < first + count; ++i) {
-        const Op& op = (*m_ops)[i];
-        if (op.field >= static_cast<int>(fields.size())) {
-          throw Error("halox: internal: " + m_name + ": an op of field " +
-                      std::to_string(op.field) + " in a run of " + std::to_string(fields.size()) +
-                      " fields");
-        }
-        views[i].field = op.field;
-        views[i].word = word;
-        if (op.send_rank >= 0) views[i].send = device_pack_view(op.send_type, 1, word);
-        if (op.recv_rank >= 0) views[i].recv = device_pack_view(op.recv_type, 1, word);
-        if (views[i].send.words >= (1ll << 31) || views[i].recv.words >= (1ll << 31)) {
-          throw Error("halox: " + m_name + ": a face of 2^31 words or more");
-        }
+    auto found = m_tables.find(key);
+    if (found != m_tables.end()) return *found->second;
+    std::vector<FacePlan> faces = m_faces;
+    for (FacePlan& p : faces) {
+      GridFace& f = p.face;
+      const Op& op = (*m_ops)[f.pulse];
+      if (op.field >= static_cast<int>(fields.size())) {
+        throw Error("halox: internal: " + m_name + ": an op of field " + std::to_string(op.field) +
+                    " in a run of " + std::to_string(fields.size()) + " fields");
       }
+      const auto& [first, count] = *std::find_if(
+          m_stages.begin(), m_stages.end(),
+          [&](const std::pair<int, int>& st) { return f.pulse < st.first + st.second; });
+      f.word = word_for(fields, key, first, count);
+      if (f.kind != face_unpack) f.send = device_pack_view(op.send_type, 1, f.word);
+      if (f.kind != face_pack) f.recv = device_pack_view(op.recv_type, 1, f.word);
     }
-    GridOpView* device = nullptr;
-    HALOX_CUDA_CHECK(cudaMalloc(&device, views.size() * sizeof(GridOpView)));
-    detail::copy_to_device_now(device, views.data(), views.size() * sizeof(GridOpView));
-    m_views[key] = device;
-    return device;
+    auto table = std::make_unique<GridTable>(std::move(faces), tile_words());
+    return *m_tables.emplace(key, std::move(table)).first->second;
   }
+
+  // Words per tile, as Ranks::local's (local_grid_fused.cu).
+  static long long tile_words() { return 256LL * kBatch; }
 
   MPI_Comm m_comm;
   int m_rank;
@@ -443,17 +423,15 @@ class GridFusedTransport final : public Transport {
   bool m_ready = false, m_same_gpu = true;
   const std::vector<Op>* m_ops = nullptr;     // the exchange's ops (it owns them and this)
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
-  std::vector<GridOpView> m_host_views;
-  std::map<std::vector<std::uintptr_t>, GridOpView*> m_views;          // per field addresses % 16
+  std::vector<FacePlan> m_faces;              // in the kernel's order, without typed views
+  std::map<std::vector<std::uintptr_t>, std::unique_ptr<GridTable>> m_tables;  // per addresses % 16
   std::map<std::pair<int, std::vector<std::uintptr_t>>, int> m_words;  // per stage and those
-  std::vector<std::uintptr_t> m_key;                                   // views_for's scratch
+  std::vector<std::uintptr_t> m_key;                                   // table_for's scratch
   char* m_block = nullptr;
-  u64* m_counters = nullptr;
   u64 m_epoch = 0;
   int m_blocks = 1;
-  std::vector<unsigned char> m_active;  // the ops that send or receive (GridArgs::active)
-  bool m_sized_for_trace = false;       // m_blocks fits the traced kernel
-  bool m_puts = false;                  // some op reaches its peer by NVSHMEM puts
+  bool m_sized_for_trace = false;  // m_blocks fits the traced kernel
+  bool m_puts = false;             // some op reaches its peer by NVSHMEM puts
   ErrorChannel m_errors;
   std::unique_ptr<HostProxy> m_proxy;  // the links to proxied neighbours (none, often)
 };

@@ -1,20 +1,6 @@
 // The local-fused grid exchange (Ranks::local): every face of every rank of the process in one
-// launch. The faces are cut into tiles; blocks take tiles in ticket order (stage Z's first,
-// then Y's, then X's) and copy each straight from the sender's array to the receiver's in the
-// widest word the face allows. A tile of a later stage waits on the device only for the
-// faces its sender receives in the earlier stages (the edges and corners it forwards), not
-// for the whole earlier stage, and not for the host.
-//
-// No deadlock without co-residency: a block waits only for tiles with smaller tickets, which
-// running blocks hold and finish without waiting for anything later. Every wait has a
-// time-out that records the rank, the peer and the pulse; the next exchange throws.
-//
-// A tile's set-up is a chain of dependent loads, and the tables are cold by the time the
-// exchange runs (the updates before it stream hundreds of MB through L2): so a tile finds
-// its face in one load (tile_face) rather than a scan of the faces (up to 47 loads in a row:
-// the 8-rank LBM's phi exchange took 57 us for 3 MB), the face's waits carry what they test,
-// and the face's canonical pieces are copied into shared memory in one round, where each
-// word's piece search and offsets then read them.
+// launch of the grid kernel (device/grid_fused_kernels.cuh), each a copy face straight from
+// the sender's array to the receiver's in the widest word the face allows.
 #include "local_grid_fused.hpp"
 
 #include <cuda_runtime.h>
@@ -23,11 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 
 #include "../common/cuda_check.hpp"
 #include "../device/channel.cuh"
+#include "../device/grid_kernel.hpp"
 #include "../pack/pack_device.cuh"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
@@ -37,9 +25,8 @@ namespace halox::detail {
 
 namespace {
 
-constexpr int kMaxLocalRanks = 64;
-constexpr int kMaxWaits =
-    8;  // the faces of earlier stages into a sender (2 per stage with one pulse each)
+using fused_grid::kMaxGridSlots;
+constexpr int kMaxLocalRanks = kMaxGridSlots;
 // Words per tile: 256 threads with kBatch words in flight each, once. Measured on the 8-rank
 // LBM (docs/PERFORMANCE.md, 41e61ea): against two rounds per tile, the exchange kernels took
 // 15 and 32 us, not 22 and 35 (1x2x4), and 30 and 175, not 40 and 192 (2x2x2); four and eight
@@ -50,131 +37,16 @@ constexpr long long kTileWords = 256LL * kBatch;
 long long tile_words_from_environment() {
   return detail::env_local_tile_words(256LL * kBatch, kTileWords);
 }
-// Canonical pieces per side that a tile copies into shared memory (more: read in place).
-constexpr int kSharedPieces = 8;
-
-// A face of an earlier stage that this face forwards from: all its tiles must be done.
-struct FaceWait {
-  int face, tiles;  // its index and tile count
-  int from, pulse;  // its sender and pulse, for the time-out's report
-};
-
-struct FaceView {
-  DevicePackView send, recv;
-  int word;  // bytes per word for this face
-  int from, to, pulse;
-  int first_tile, tiles;
-  int waits;
-  FaceWait wait[kMaxWaits];
-};
-
-struct LocalArgs {
-  const FaceView* faces;
-  const int* tile_face;  // per tile: the face it belongs to
-  int total_tiles;
-  long long tile_words;
-  u64* done;        // per face: tiles finished, over all exchanges of this table
-  u64* ticket;      // tickets handed out, over all exchanges of this table
-  u64 ticket_base;  // the value of *ticket when this launch started
-  u64 epoch;        // exchanges of this table, this one included
-  u64 timeout_ns;
-  ErrorSink error;
-  int stall_rank;  // testing: this rank's faces are not moved
-  char* field[kMaxLocalRanks];
-};
-
-// Copies `pieces` canonical pieces to `to` (shared memory) with the block's threads, as words.
-constexpr int kDescWords = static_cast<int>(sizeof(DeviceDesc) / sizeof(u64));
-static_assert(sizeof(DeviceDesc) % sizeof(u64) == 0, "DeviceDesc is copied as u64 words");
-__device__ inline const DeviceDesc* copy_pieces(u64* to, const DeviceDesc* from, int pieces) {
-  for (int i = static_cast<int>(threadIdx.x); i < pieces * kDescWords;
-       i += static_cast<int>(blockDim.x)) {
-    to[i] = reinterpret_cast<const u64*>(from)[i];
-  }
-  return reinterpret_cast<const DeviceDesc*>(to);
-}
-
-__global__ void __launch_bounds__(256) local_grid_kernel(LocalArgs a) {
-  __shared__ long long claimed;
-  __shared__ int ok;
-  // The tile's face's pieces, send side then receive side (raw words: DeviceDesc has
-  // default member initialisers, which a __shared__ variable may not).
-  __shared__ u64 pieces[2][kSharedPieces * kDescWords];
-  wait_for_previous_kernel();
-  for (;;) {
-    __syncthreads();  // every thread is done with the previous tile's shared values
-    if (threadIdx.x == 0)
-      claimed = static_cast<long long>(atomicAdd(a.ticket, 1ull) - a.ticket_base);
-    __syncthreads();
-    const long long t = claimed;
-    if (t >= a.total_tiles) return;
-    const int k = a.tile_face[t];
-    const FaceView& f = a.faces[k];
-    DevicePackView send = f.send, recv = f.recv;
-    // The pieces go to shared memory while thread 0 waits for the faces this one forwards.
-    const bool shared = send.pieces <= kSharedPieces && recv.pieces <= kSharedPieces;
-    if (shared) {
-      send.descs = copy_pieces(pieces[0], send.descs, send.pieces);
-      recv.descs = copy_pieces(pieces[1], recv.descs, recv.pieces);
-    }
-    if (threadIdx.x == 0) {
-      ok = 1;
-      for (int w = 0; w < f.waits && ok; ++w) {
-        const FaceWait& before = f.wait[w];
-        ok = wait_for(&a.done[before.face], a.epoch * static_cast<u64>(before.tiles), a.timeout_ns,
-                      a.error, f.from, before.from, before.pulse, 0, false);
-      }
-    }
-    __syncthreads();
-    if (!ok) return;
-    if (f.from != a.stall_rank) {
-      const long long first = (t - f.first_tile) * a.tile_words;
-      const long long end = send.words < first + a.tile_words ? send.words : first + a.tile_words;
-      const char* src = a.field[f.from];
-      char* dst = a.field[f.to];
-      const long long me = first + threadIdx.x;
-      // kBatch words in flight whatever the word size: a tile is sized for that (tile_words),
-      // and this kernel's many blocks are not capped to stay resident.
-      switch (f.word) {
-        case 16:
-          move_face<16, Move::copy, unsigned, kBatch>(send, recv, me, end, blockDim.x, src, dst);
-          break;
-        case 8:
-          move_face<8, Move::copy, unsigned, kBatch>(send, recv, me, end, blockDim.x, src, dst);
-          break;
-        case 4:
-          move_face<4, Move::copy, unsigned, kBatch>(send, recv, me, end, blockDim.x, src, dst);
-          break;
-        case 2:
-          move_face<2, Move::copy, unsigned, kBatch>(send, recv, me, end, blockDim.x, src, dst);
-          break;
-        default:
-          move_face<1, Move::copy, unsigned, kBatch>(send, recv, me, end, blockDim.x, src, dst);
-          break;
-      }
-      __syncthreads();
-      if (threadIdx.x == 0)
-        add_acq_rel(&a.done[k], 1ull, false);  // the tile's stores, then its count
-    }
-  }
-}
 
 }  // namespace
 
 struct LocalGridFused::Impl {
-  // The device tables of one alignment of the ranks' arrays (each face's word follows from
-  // where the arrays start: f and its copy for the next step share one).
-  struct Table {
-    FaceView* faces = nullptr;
-    int* tile_face = nullptr;
-    u64* counters = nullptr;  // done per face, then the ticket
-    int total_tiles = 0;
-    u64 ticket_base = 0, epoch = 0;
-  };
   std::vector<LocalFace> faces;
   int arrays = 0;
-  std::map<std::vector<int>, Table> tables;  // per alignment of the ranks' arrays
-  std::vector<int> key;                      // table_for's scratch
+  // The tables per alignment of the ranks' arrays (each face's word follows from where the
+  // arrays start: f and its copy for the next step share one).
+  std::map<std::vector<int>, std::unique_ptr<fused_grid::GridTable>> tables;
+  std::vector<int> key;  // table_for's scratch
   double timeout_seconds;
   int stall_rank;
   int ranks_per_field = 1;
@@ -182,50 +54,28 @@ struct LocalGridFused::Impl {
   long long tile_words = kTileWords;
   ErrorChannel errors;
 
-  Table& table_for(std::span<void* const> fields) {
+  fused_grid::GridTable& table_for(std::span<void* const> fields) {
     key.clear();  // a member: no allocation per exchange
     for (void* p : fields)
       key.push_back(static_cast<int>(reinterpret_cast<std::uintptr_t>(p) & 15));
     auto it = tables.find(key);
-    if (it != tables.end()) return it->second;
-    std::vector<FaceView> views;
-    std::vector<int> tile_face;
-    int tiles = 0;
-    for (std::size_t i = 0; i < faces.size(); ++i) {
-      const LocalFace& lf = faces[i];
-      FaceView v{};
-      v.word = std::min(device_pack_word(lf.send_type, 1, fields[lf.from]),
+    if (it != tables.end()) return *it->second;
+    std::vector<fused_grid::FacePlan> plans;
+    for (const LocalFace& lf : faces) {
+      fused_grid::FacePlan& p = plans.emplace_back();
+      fused_grid::GridFace& f = p.face;
+      p.stage = lf.stage;
+      f.kind = fused_grid::face_copy;
+      f.word = std::min(device_pack_word(lf.send_type, 1, fields[lf.from]),
                         device_pack_word(lf.recv_type, 1, fields[lf.to]));
-      v.send = device_pack_view(lf.send_type, 1, v.word);
-      v.recv = device_pack_view(lf.recv_type, 1, v.word);
-      v.from = lf.from;
-      v.to = lf.to;
-      v.pulse = lf.pulse;
-      v.first_tile = tiles;
-      v.tiles = static_cast<int>((v.send.words + tile_words - 1) / tile_words);
-      tiles += v.tiles;
-      tile_face.insert(tile_face.end(), v.tiles, static_cast<int>(i));
-      // The faces of earlier stages into my sender: what this face forwards.
-      for (std::size_t j = 0; j < i; ++j) {
-        if (faces[j].to != lf.from || faces[j].stage >= lf.stage) continue;
-        if (v.waits == kMaxWaits)
-          throw Error("halox::GridExchange (local-fused): too many forwarded faces");
-        const FaceView& before = views[j];
-        v.wait[v.waits++] = {static_cast<int>(j), before.tiles, before.from, before.pulse};
-      }
-      views.push_back(v);
+      f.send = device_pack_view(lf.send_type, 1, f.word);
+      f.recv = device_pack_view(lf.recv_type, 1, f.word);
+      f.from = f.rank = lf.from;
+      f.to = f.peer = lf.to;
+      f.pulse = lf.pulse;
     }
-    Table t;
-    t.total_tiles = tiles;
-    HALOX_CUDA_CHECK(cudaMalloc(&t.faces, views.size() * sizeof(FaceView)));
-    copy_to_device_now(t.faces, views.data(), views.size() * sizeof(FaceView));
-    if (tiles > 0) {
-      HALOX_CUDA_CHECK(cudaMalloc(&t.tile_face, tile_face.size() * sizeof(int)));
-      copy_to_device_now(t.tile_face, tile_face.data(), tile_face.size() * sizeof(int));
-    }
-    HALOX_CUDA_CHECK(cudaMalloc(&t.counters, (views.size() + 1) * sizeof(u64)));
-    fill_device_now(t.counters, 0, (views.size() + 1) * sizeof(u64));
-    return tables.emplace(key, t).first->second;
+    auto table = std::make_unique<fused_grid::GridTable>(std::move(plans), tile_words);
+    return *tables.emplace(key, std::move(table)).first->second;
   }
 
   // `rank` as an error record names it (in_ranks): the face's sender or receiver in any field.
@@ -325,7 +175,7 @@ LocalGridFused::LocalGridFused(std::vector<LocalFace> faces, int arrays,
   m.faces = std::move(faces);
   m.timeout_seconds = options.timeout_seconds;
   m.stall_rank = options.testing.stall_rank;
-  m.blocks = env_local_blocks(std::max(1, resident_blocks(local_grid_kernel)));
+  m.blocks = env_local_blocks(std::max(1, fused_grid::grid_resident_blocks(false, false)));
   m.tile_words = tile_words_from_environment();
   if (options.self_test) m.self_test();
 }
@@ -335,38 +185,24 @@ int LocalGridFused::max_ranks() {
 }
 
 LocalGridFused::~LocalGridFused() {
-  Impl& m = *m_impl;
   cudaDeviceSynchronize();
-  for (auto& [key, t] : m.tables) {
-    cudaFree(t.faces);
-    cudaFree(t.tile_face);
-    cudaFree(t.counters);
-  }
 }
 
 void LocalGridFused::exchange(std::span<void* const> fields, GpuStream stream) {
   Impl& m = *m_impl;
   m.check();
   if (m.faces.empty()) return;
-  Impl::Table& t = m.table_for(fields);
-  if (t.total_tiles == 0) return;  // faces of no words
-  LocalArgs a{};
-  a.faces = t.faces;
-  a.tile_face = t.tile_face;
-  a.total_tiles = t.total_tiles;
-  a.tile_words = m.tile_words;
-  a.done = t.counters;
-  a.ticket = t.counters + m.faces.size();
-  a.ticket_base = t.ticket_base;
-  a.epoch = ++t.epoch;
+  fused_grid::GridTable& t = m.table_for(fields);
+  if (t.total_tiles() == 0) return;  // faces of no words
+  fused_grid::GridArgs a{};
+  a.epoch = 0;  // no channels: copy faces only
   a.timeout_ns = static_cast<u64>(m.timeout_seconds * 1e9);
   a.error = m.errors.sink();
-  a.stall_rank = m.stall_rank;
+  a.system_scope = 0;
+  a.stall_from = m.stall_rank;
   for (std::size_t r = 0; r < fields.size(); ++r) a.field[r] = static_cast<char*>(fields[r]);
-  const int blocks = std::min(m.blocks, t.total_tiles);
-  launch_dependent(local_grid_kernel, blocks, 256, stream, a);
-  // Each block takes tickets until it draws one past the last tile.
-  t.ticket_base += static_cast<u64>(t.total_tiles + blocks);
+  // Not traced: the spans of Ranks::local are the application's, per rank.
+  t.launch(a, m.blocks, false, false, -1, stream);
 }
 
 }  // namespace halox::detail

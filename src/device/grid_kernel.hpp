@@ -1,0 +1,51 @@
+// The host side of the grid kernel (grid_fused_kernels.cuh), for the engines of either
+// locality: a table of faces cut into tiles, with the waits of the faces that forward, in
+// device memory; and its launch. Include only from CUDA sources.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "grid_fused_kernels.cuh"
+
+namespace halox::detail::fused_grid {
+
+/// A face as an engine describes it: the GridFace's kind, slots, records' ranks, channels,
+/// bytes, word and typed views (in that word); the tiles, waits and counters are the table's.
+struct FacePlan {
+  GridFace face;
+  int stage = 0;
+  bool relayed = false;  // a link through the host proxy: its waits are relayed (channel.cuh)
+};
+
+/// The device tables of one set of faces in stage order, and their counters.
+class GridTable {
+ public:
+  /// Tiles of `tile_words` words; a face waits for the faces of earlier stages that write the
+  /// slot it reads (what it forwards).
+  GridTable(std::vector<FacePlan> faces, long long tile_words);
+  ~GridTable();
+  GridTable(const GridTable&) = delete;
+  GridTable& operator=(const GridTable&) = delete;
+
+  /// One launch of the kernel (PUTS: some face's peer is reached by puts; traced: tracing
+  /// was on when the caller sized `max_blocks`): `a` carries the engine's part (epoch,
+  /// time-out, error sink, scope, stall, fields), the table fills in its own.
+  void launch(GridArgs a, int max_blocks, bool puts, bool traced, int trace_object,
+              cudaStream_t stream);
+  int total_tiles() const { return m_total_tiles; }
+
+ private:
+  GridFace* m_faces = nullptr;
+  int* m_tile_face = nullptr;
+  u64* m_counters = nullptr;  // done per face, the ticket, packed, ready relays, data relays
+  int m_face_count = 0, m_total_tiles = 0;
+  long long m_tile_words = 0;
+  u64 m_ticket_base = 0, m_epoch = 0;
+};
+
+/// Blocks of the grid kernel the GPU holds at once (traced or not, with puts or not).
+int grid_resident_blocks(bool puts, bool traced);
+
+}  // namespace halox::detail::fused_grid
