@@ -194,7 +194,10 @@ __global__ void __launch_bounds__(256, 4) grid_kernel(GridArgs a) {
       }
       continue;
     }
-    if (t > a.total_tiles) return;
+    // Past the last tile; or below the first, after a launch whose blocks gave up on a wait
+    // before drawing theirs (the host's ticket base counts one past the end per block): the
+    // exchange is unusable then, and the recorded error says why.
+    if (t < 0 || t > a.total_tiles) return;
     const int k = a.tile_face[t - 1];
     const GridFace& f = a.faces[k];
     const int tile = static_cast<int>(t - 1 - f.first_tile);

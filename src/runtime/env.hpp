@@ -59,7 +59,7 @@ inline bool env_nvshmem_puts() {
 inline bool env_host_proxy() {
   return env_flag("HALOX_HOST_PROXY", false);
 }
-/// HALOX_GRID_BLOCKS (diagnostics): blocks per op of the fused grid kernel, 1 to `fit`.
+/// HALOX_GRID_BLOCKS (diagnostics): blocks of the grid kernel between processes, 1 to `fit`.
 inline int env_grid_blocks(int fit, int otherwise) {
   return static_cast<int>(env_int("HALOX_GRID_BLOCKS", 1, fit, otherwise));
 }
