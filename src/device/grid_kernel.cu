@@ -91,8 +91,8 @@ void GridTable::launch(GridArgs a, int max_blocks, bool puts, bool traced, int t
   // Ticket 0 frees the staging, then one per tile.
   const int tickets = 1 + m_total_tiles;
   const int blocks = std::max(1, std::min(max_blocks, tickets));
-  a.trace = traced ? device_trace(static_cast<unsigned long long>(tickets), trace_object)
-                   : DeviceTrace{};
+  a.trace =
+      traced ? device_trace(static_cast<unsigned long long>(tickets), trace_object) : DeviceTrace{};
   traced = a.trace.records != nullptr;
   if (puts)
     launch_grid_with_puts(blocks, a, stream, traced);
