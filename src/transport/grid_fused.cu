@@ -240,27 +240,27 @@ class GridFusedTransport final : public Transport {
       const Op& op = ops[i];
       const int pulse = static_cast<int>(i);
       const ProxyEnds* proxy = link_of[i] >= 0 ? &m_proxy->ends(link_of[i]) : nullptr;
+      // A face of this op (slots: the field it reads, the field it writes, -1 for none).
+      auto face = [&](std::vector<FacePlan>& into, int kind, int from, int to,
+                      int peer) -> FacePlan& {
+        FacePlan& p = into.emplace_back();
+        p.stage = op.stage;
+        p.face.kind = kind;
+        p.face.from = from;
+        p.face.to = to;
+        p.face.rank = m_rank;
+        p.face.peer = peer;
+        p.face.pulse = pulse;
+        return p;
+      };
       if (op.send_rank == m_rank && op.recv_rank == m_rank) {
         // A message to myself (a periodic axis with one rank): straight from the send layout
         // to the receive layout, no staging and no signals.
-        FacePlan& p = m_faces.emplace_back();
-        p.stage = op.stage;
-        p.face.kind = face_copy;
-        p.face.from = p.face.to = op.field;
-        p.face.rank = p.face.peer = m_rank;
-        p.face.pulse = pulse;
+        face(m_faces, face_copy, op.field, op.field, m_rank);
       } else if (op.send_rank >= 0) {
-        FacePlan& p = m_faces.emplace_back();
-        p.stage = op.stage;
-        GridFace& f = p.face;
-        f.kind = face_pack;
-        f.from = op.field;
-        f.to = -1;
-        f.rank = m_rank;
-        f.peer = op.send_rank;
-        f.pulse = pulse;
-        f.bytes = op.send_bytes;
-        SendChannel& out = f.out;
+        FacePlan& p = face(m_faces, face_pack, op.field, -1, op.send_rank);
+        p.face.bytes = op.send_bytes;
+        SendChannel& out = p.face.out;
         if (proxied(op.send_rank)) {
           out.remote = proxy->send_staging;
           out.remote_signal = proxy->packed;
@@ -280,16 +280,8 @@ class GridFusedTransport final : public Transport {
         }
       }
       if (op.recv_rank >= 0 && !(op.send_rank == m_rank && op.recv_rank == m_rank)) {
-        FacePlan& p = unpacks.emplace_back();
-        p.stage = op.stage;
-        GridFace& f = p.face;
-        f.kind = face_unpack;
-        f.from = -1;
-        f.to = op.field;
-        f.rank = m_rank;
-        f.peer = op.recv_rank;
-        f.pulse = pulse;
-        RecvChannel& in = f.in;
+        FacePlan& p = face(unpacks, face_unpack, -1, op.field, op.recv_rank);
+        RecvChannel& in = p.face.in;
         if (proxied(op.recv_rank)) {
           in.staging = proxy->recv_staging;
           in.signal = proxy->data;
