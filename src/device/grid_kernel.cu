@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../common/cuda_check.hpp"
+#include "../runtime/env.hpp"
 #include "../runtime/nvshmem_runtime_stub.hpp"
 #include "../trace/device_trace.hpp"
 #include "halox/config.hpp"
@@ -101,6 +102,11 @@ void GridTable::launch(GridArgs a, int max_blocks, bool puts, bool traced, int t
                      stream, a);
   // Each block takes tickets until it draws one past the last tile.
   m_ticket_base += static_cast<u64>(tickets + blocks);
+}
+
+long long grid_tile_words() {
+  static const long long words = env_grid_tile_words(256LL * kBatch, 256LL * kBatch);
+  return words;
 }
 
 int grid_resident_blocks(bool puts, bool traced) {

@@ -45,6 +45,13 @@ class GridTable {
   u64 m_ticket_base = 0, m_epoch = 0;
 };
 
+/// Words per tile: 256 threads with kBatch words in flight each, once. Measured on the 8-rank
+/// LBM (docs/PERFORMANCE.md, 41e61ea): against two rounds per tile, the exchange kernels took
+/// 15 and 32 us, not 22 and 35 (1x2x4), and 30 and 175, not 40 and 192 (2x2x2); four and
+/// eight rounds were slower still. HALOX_GRID_TILE_WORDS, a multiple of 256 * kBatch, sets it
+/// for measurements of the choice.
+long long grid_tile_words();
+
 /// Blocks of the grid kernel the GPU holds at once (traced or not, with puts or not).
 int grid_resident_blocks(bool puts, bool traced);
 

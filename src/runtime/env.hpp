@@ -59,15 +59,12 @@ inline bool env_nvshmem_puts() {
 inline bool env_host_proxy() {
   return env_flag("HALOX_HOST_PROXY", false);
 }
-/// HALOX_GRID_BLOCKS (diagnostics): blocks of the grid kernel between processes, 1 to `fit`.
-inline int env_grid_blocks(int fit, int otherwise) {
-  return static_cast<int>(env_int("HALOX_GRID_BLOCKS", 1, fit, otherwise));
-}
-/// HALOX_LOCAL_BLOCKS (measurements): blocks of the local grid kernel, 1 to `fit` (default:
-/// every block the GPU holds at once). Its blocks wait only on tiles that running blocks
-/// hold, so any count is safe; fewer leave SMs to an update that runs beside the exchange.
-inline int env_local_blocks(int fit) {
-  return static_cast<int>(env_int("HALOX_LOCAL_BLOCKS", 1, fit, fit));
+/// HALOX_GRID_BLOCKS (diagnostics): blocks of the grid kernel's launch, 1 to `fit` (default:
+/// `fit`, what the GPU holds at once, or this process's share of it where other processes use
+/// the GPU). Its blocks wait only for tickets below their own, so any count is safe; fewer
+/// leave SMs to an update that runs beside the exchange.
+inline int env_grid_blocks(int fit) {
+  return static_cast<int>(env_int("HALOX_GRID_BLOCKS", 1, fit, fit));
 }
 /// HALOX_PACK_WAVES (measurements): the GPU pack kernels' largest grid, in waves of the
 /// blocks the GPU holds at once, 1 to 64 (default 4); beyond it their threads loop.
@@ -78,13 +75,13 @@ inline int env_pack_waves() {
 inline int env_device(int count, int otherwise) {
   return static_cast<int>(env_int("HALOX_DEVICE", 0, count - 1, otherwise));
 }
-/// HALOX_LOCAL_TILE_WORDS (measurements): the local grid kernel's tile, a positive multiple
+/// HALOX_GRID_TILE_WORDS (measurements): the grid kernel's tile, a positive multiple
 /// of `granule` words.
-inline long long env_local_tile_words(long long granule, long long otherwise) {
+inline long long env_grid_tile_words(long long granule, long long otherwise) {
   const long long words =
-      env_int("HALOX_LOCAL_TILE_WORDS", granule, std::int64_t{1} << 40, otherwise);
+      env_int("HALOX_GRID_TILE_WORDS", granule, std::int64_t{1} << 40, otherwise);
   if (words % granule != 0) {
-    throw Error("halox: HALOX_LOCAL_TILE_WORDS must be a positive multiple of " +
+    throw Error("halox: HALOX_GRID_TILE_WORDS must be a positive multiple of " +
                 std::to_string(granule) + ", not " + std::to_string(words));
   }
   return words;

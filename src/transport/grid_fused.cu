@@ -326,8 +326,7 @@ class GridFusedTransport final : public Transport {
     const int fit = spinning_blocks_per_group(grid_resident_blocks(m_puts, m_sized_for_trace),
                                               gpu_share(m_comm), 1);
     if (fit < 1) throw Error("halox: " + m_name + ": the grid kernel does not fit on the GPU");
-    // Diagnostics: HALOX_GRID_BLOCKS=N forces N blocks (still at most what fits).
-    m_blocks = detail::env_grid_blocks(fit, fit);
+    m_blocks = detail::env_grid_blocks(fit);
     m_ready = true;
     if (m_self_test) self_test(ops, probes);
   }
@@ -396,12 +395,9 @@ class GridFusedTransport final : public Transport {
       if (f.kind != face_unpack) f.send = device_pack_view(op.send_type, 1, f.word);
       if (f.kind != face_pack) f.recv = device_pack_view(op.recv_type, 1, f.word);
     }
-    auto table = std::make_unique<GridTable>(std::move(faces), tile_words());
+    auto table = std::make_unique<GridTable>(std::move(faces), grid_tile_words());
     return *m_tables.emplace(key, std::move(table)).first->second;
   }
-
-  // Words per tile, as Ranks::local's (local_grid_fused.cu).
-  static long long tile_words() { return 256LL * kBatch; }
 
   MPI_Comm m_comm;
   int m_rank;

@@ -27,16 +27,6 @@ namespace {
 
 using fused_grid::kMaxGridSlots;
 constexpr int kMaxLocalRanks = kMaxGridSlots;
-// Words per tile: 256 threads with kBatch words in flight each, once. Measured on the 8-rank
-// LBM (docs/PERFORMANCE.md, 41e61ea): against two rounds per tile, the exchange kernels took
-// 15 and 32 us, not 22 and 35 (1x2x4), and 30 and 175, not 40 and 192 (2x2x2); four and eight
-// rounds were slower still. The environment variable HALOX_LOCAL_TILE_WORDS, a multiple of
-// 256 * kBatch, sets it for measurements of the choice.
-constexpr long long kTileWords = 256LL * kBatch;
-
-long long tile_words_from_environment() {
-  return detail::env_local_tile_words(256LL * kBatch, kTileWords);
-}
 
 }  // namespace
 
@@ -51,7 +41,6 @@ struct LocalGridFused::Impl {
   int stall_rank;
   int ranks_per_field = 1;
   int blocks = 0;  // resident blocks of the whole GPU
-  long long tile_words = kTileWords;
   ErrorChannel errors;
 
   fused_grid::GridTable& table_for(std::span<void* const> fields) {
@@ -74,7 +63,8 @@ struct LocalGridFused::Impl {
       f.to = f.peer = lf.to;
       f.pulse = lf.pulse;
     }
-    auto table = std::make_unique<fused_grid::GridTable>(std::move(plans), tile_words);
+    auto table =
+        std::make_unique<fused_grid::GridTable>(std::move(plans), fused_grid::grid_tile_words());
     return *tables.emplace(key, std::move(table)).first->second;
   }
 
@@ -175,8 +165,7 @@ LocalGridFused::LocalGridFused(std::vector<LocalFace> faces, int arrays,
   m.faces = std::move(faces);
   m.timeout_seconds = options.timeout_seconds;
   m.stall_rank = options.testing.stall_rank;
-  m.blocks = env_local_blocks(std::max(1, fused_grid::grid_resident_blocks(false, false)));
-  m.tile_words = tile_words_from_environment();
+  m.blocks = env_grid_blocks(std::max(1, fused_grid::grid_resident_blocks(false, false)));
   if (options.self_test) m.self_test();
 }
 

@@ -11,7 +11,7 @@
 # HALOX_LBM_RANKS (the rank grids), HALOX_LBM_TRACED (the traced runs, BGK's by default,
 # e.g. "overlap-2x2x2", "overlap-conn32-2x2x2", "multiphase:overlap-1x2x4"),
 # HALOX_LBM_BLOCKS (overlap runs more with the exchange kernel capped at each of these
-# HALOX_LOCAL_BLOCKS, e.g. "66 132 264 528"; none by default), HALOX_LBM_CONNECTIONS (datatype and overlap runs more with each of these
+# HALOX_GRID_BLOCKS, e.g. "66 132 264 528"; none by default), HALOX_LBM_CONNECTIONS (datatype and overlap runs more with each of these
 # CUDA_DEVICE_MAX_CONNECTIONS, e.g. 32: the hardware queues the 16 streams of 8 blocks map
 # onto, 8 by default, so that a main stream's exchange or shells may wait behind another
 # block's inner update in a shared queue; none by default).
@@ -35,7 +35,7 @@ for model in bgk multiphase; do
   run() {  # name args... (the case's knobs from its name: -blocksN, -connN)
     local name=$1 knobs=()
     shift
-    [[ "$name" =~ -blocks([0-9]+) ]] && knobs+=("HALOX_LOCAL_BLOCKS=${BASH_REMATCH[1]}")
+    [[ "$name" =~ -blocks([0-9]+) ]] && knobs+=("HALOX_GRID_BLOCKS=${BASH_REMATCH[1]}")
     [[ "$name" =~ -conn([0-9]+) ]] && knobs+=("CUDA_DEVICE_MAX_CONNECTIONS=${BASH_REMATCH[1]}")
     env "${knobs[@]}" "$lbm" --model "$model" --grid "$grid" --device "$device" "${extra[@]}" "$@" \
       --json "$out/$model-$name.json" > "$out/$model-$name.txt" 2>&1 ||

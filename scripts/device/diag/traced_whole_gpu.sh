@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
-# An open bug's reproduction: halox-lbm traced (HALOX_TRACE=1) through ipc-fused on 2 processes
-# under MPS without an MPS thread percentage times out on its second exchange (both ranks wait
-# on one op: one for the other's staging, one for its face), proxied or not, on main as of
-# 2026-12-03 (H200). The same run passes with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE 50 or 90,
-# untraced, or traced with HALOX_GRID_BLOCKS 1-32; it hung with the sizing's 49 blocks per op
-# and with 39 (a margin tried and dropped); HALOX_PDL=0 does not help. The cause is not
-# established. Prints rc and the first time-out of each case; the last case runs the library
-# alone traced (test_halo's grid tests), without halox-lbm's stream spans.
+# A mended bug's reproduction: halox-lbm traced (HALOX_TRACE=1) through ipc-fused on 2 processes
+# under MPS without an MPS thread percentage timed out on its second exchange with the per-op
+# grid kernel, whose every block had to be resident (H200, 2026-12-03; docs/gpu-initiated.md).
+# The one grid kernel (tile tickets) needs one resident block per process, and every case here
+# passes. Prints rc and the first time-out of each case; HALOX_GRID_BLOCKS counts the launch's
+# blocks; the last case runs the library alone traced (test_halo's grid tests).
 #   scripts/device/diag/traced_whole_gpu.sh OUTDIR   (builds halox-lbm into build/gpu)
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
