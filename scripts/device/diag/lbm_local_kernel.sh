@@ -30,12 +30,12 @@ for ranks in 1x2x4 2x2x2; do
     --comm "$comm" --steps 14 --device gpu > "$out/ncu-$ranks.csv" 2> "$out/ncu-$ranks.err"
   ncu_summary "$out/ncu-$ranks.csv"
   echo "== $ranks: the exchange kernels in detail"
-  ncu --clock-control none --cache-control none -k regex:local_grid_kernel --launch-skip 20 \
+  ncu --clock-control none --cache-control none -k regex:grid_kernel --launch-skip 20 \
     --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section Occupancy --section LaunchStats \
     $lbm --grid 256x256x256 --ranks $ranks --transport local-fused --comm "$comm" --steps 14 \
     --device gpu > "$out/ncu-detail-$ranks.txt" 2>&1
-  grep -vE "^==PROF==|^ +-+ " "$out/ncu-detail-$ranks.txt" | grep -E "local_grid_kernel|Duration|Throughput|Stall|Warp Cycles|Achieved|Registers|Hit Rate|Mem Busy|Max Bandwidth|Waves|Theoretical Occ|Block Limit|Issued" | head -80
+  grep -vE "^==PROF==|^ +-+ " "$out/ncu-detail-$ranks.txt" | grep -E "grid_kernel|Duration|Throughput|Stall|Warp Cycles|Achieved|Registers|Hit Rate|Mem Busy|Max Bandwidth|Waves|Theoretical Occ|Block Limit|Issued" | head -80
 done
 for ranks in 1x2x4 2x2x2; do
   echo "== $ranks, $comm: 100 steps, untraced"

@@ -18,7 +18,7 @@ for ranks in 1x2x4 2x2x2; do
       --comm datatype --steps 100 --device gpu --json "$out/lbm-$ranks-$words.json" 2>&1 |
       grep -E "MLUPS;"
     HALOX_GRID_TILE_WORDS=$words ncu --clock-control none --cache-control none \
-      -k regex:local_grid_kernel --launch-skip 10 --launch-count 4 --csv \
+      -k regex:grid_kernel --launch-skip 10 --launch-count 4 --csv \
       --metrics gpu__time_duration.sum,launch__grid_size $lbm --grid 256x256x256 --ranks $ranks \
       --transport local-fused --comm datatype --steps 8 --device gpu \
       > "$out/ncu-$ranks-$words.csv" 2> "$out/ncu-$ranks-$words.err"
