@@ -1,0 +1,248 @@
+// Diagnostic (scripts/device/diag/face_probe.sh): the pack shapes issue 29 still misses, each
+// by halox's pack_async and by hand-written kernels that try one idea each, event-timed
+// (median of 51) beside the empty kernel and the copy ceiling of the same run:
+//   - the D3Q19 5-of-19 x face of a 256^3 float lattice (5 pieces, 327,680 4-byte words,
+//     1.48-1.58x of its sector floor): one launch per piece; a 2D grid (y = piece) with 1, 2
+//     or 4 words per thread, each thread's loads issued before its stores;
+//   - the 512^3 float x face w1 (one piece, 262,144 words), the same kernels on one piece;
+//   - the bandwidth-sized y face (16384 x 8 x 4096 floats, 16 KB runs 128 KB apart; 85.8-89.5%
+//     of the copy ceiling): 16-byte words with 1, 2 or 4 per thread, in one wave of resident
+//     blocks or one thread per word group.
+// Each probe kernel's output is checked against pack_async's.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "halox/datatype.hpp"
+#include "halox/pack_gpu.hpp"
+
+using namespace halox;
+#define CK(x)                                                            \
+  do {                                                                   \
+    cudaError_t e = (x);                                                 \
+    if (e != cudaSuccess) {                                              \
+      std::printf("CUDA %s line %d\n", cudaGetErrorString(e), __LINE__); \
+      std::exit(1);                                                      \
+    }                                                                    \
+  } while (0)
+
+__global__ void empty() {}
+__global__ void copy(const float4* __restrict__ in, float4* __restrict__ out, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    out[i] = in[i];
+}
+
+// Where each piece's array starts (floats), up to 8 pieces.
+struct Pieces {
+  size_t offset[8];
+};
+
+// x faces at x = 1 of the pieces' arrays of `rows` rows of nx floats: word i of piece p is row
+// i's element 1. K words per thread (i, i + rows/K, ...), loads first.
+template <int K>
+__global__ void x_faces(const float* __restrict__ a, float* __restrict__ out, unsigned rows,
+                        unsigned nx, Pieces pieces) {
+  const unsigned p = blockIdx.y;
+  const unsigned per = (rows + K - 1) / K;
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= per) return;
+  const float* src = a + pieces.offset[p] + 1;
+  float* dst = out + size_t(p) * rows;
+  float v[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (i + k * per < rows) v[k] = src[size_t(i + k * per) * nx];
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (i + k * per < rows) dst[i + k * per] = v[k];
+}
+
+// A y face of 16-byte words: `runs` runs of `wpr` words, `stride` words apart. K words per
+// thread, loads first; threads loop when the grid is capped.
+template <int K>
+__global__ void y_face(const uint4* __restrict__ a, uint4* __restrict__ out, unsigned runs,
+                       unsigned wpr, unsigned stride) {
+  const unsigned total = runs * wpr;
+  const unsigned threads = gridDim.x * blockDim.x;
+  for (unsigned g = blockIdx.x * blockDim.x + threadIdx.x; g < (total + K - 1) / K; g += threads) {
+    uint4 v[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const unsigned w = g + k * ((total + K - 1) / K);
+      if (w < total) v[k] = a[(w / wpr) * stride + w % wpr];
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const unsigned w = g + k * ((total + K - 1) / K);
+      if (w < total) out[w] = v[k];
+    }
+  }
+}
+
+double median_us(cudaStream_t s, const std::function<void()>& f, int reps = 51) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<double> t;
+  f();
+  CK(cudaStreamSynchronize(s));
+  for (int r = 0; r < reps; ++r) {
+    CK(cudaEventRecord(a, s));
+    f();
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1e3);
+  }
+  CK(cudaGetLastError());
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+bool same(const void* x, const void* y, size_t bytes) {
+  std::vector<char> a(bytes), b(bytes);
+  CK(cudaMemcpy(a.data(), x, bytes, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(b.data(), y, bytes, cudaMemcpyDeviceToHost));
+  return std::memcmp(a.data(), b.data(), bytes) == 0;
+}
+
+int main() {
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  int sms = 0, per_sm = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, 0));
+  const int wave = sms * per_sm / 256;
+  const double t_empty = median_us(s, [&] { empty<<<1, 32, 0, s>>>(); });
+  const size_t cbytes = size_t(1) << 30;
+  void *ca, *cb;
+  CK(cudaMalloc(&ca, cbytes));
+  CK(cudaMalloc(&cb, cbytes));
+  CK(cudaMemset(ca, 1, cbytes));
+  const double t_copy = median_us(
+      s, [&] { copy<<<sms * 8, 256, 0, s>>>((const float4*)ca, (float4*)cb, cbytes / 16); }, 11);
+  CK(cudaFree(ca));
+  CK(cudaFree(cb));
+  const double ceiling = 2.0 * cbytes / (t_copy * 1e-6) / 1e9;
+  std::printf("empty kernel %.2f us, copy ceiling %.0f GB/s, %d blocks of 256 per wave\n", t_empty,
+              ceiling, wave);
+  auto report = [&](const char* shape, const char* variant, double us, double sector_bytes,
+                    bool ok) {
+    const double sfloor = t_empty + sector_bytes / (ceiling * 1e3);
+    std::printf("%-28s %-34s %8.2f us  %5.2fx sector floor  %s\n", shape, variant, us, us / sfloor,
+                ok ? "" : "WRONG OUTPUT");
+  };
+
+  // The x faces: D3Q19 subset (5 pieces of 256^3) and one 512^3 piece.
+  struct XCase {
+    const char* name;
+    long n;
+    std::vector<long> pops;
+  };
+  for (const XCase& c : {XCase{"d3q19 5-of-19 x 256^3", 256, {1, 7, 9, 11, 13}},
+                         XCase{"x-face w1 512^3 float", 512, {0}}}) {
+    const long n = c.n, cells = n * n * n, rows = n * n;
+    const long arrays = c.pops.back() + 1;
+    float* a;
+    CK(cudaMalloc(&a, size_t(arrays) * cells * 4));
+    std::vector<float> h(static_cast<std::size_t>(cells), 0.0f);
+    for (long i = 0; i < cells; ++i) h[size_t(i)] = float(i % 9973) + 0.5f;
+    for (long p = 0; p < arrays; ++p)
+      CK(cudaMemcpy(a + p * cells, h.data(), size_t(cells) * 4, cudaMemcpyHostToDevice));
+    const std::vector<std::int64_t> sizes{n, n, n}, sub{n, n, 1}, start{0, 0, 1};
+    const Datatype face =
+        Datatype::subarray(sizes, sub, start, Order::c, Datatype::of<float>()).commit();
+    std::vector<std::int64_t> disps;
+    for (long q : c.pops) disps.push_back(q * cells * 4);
+    const Datatype type =
+        Datatype::hindexed(std::vector<std::int64_t>(c.pops.size(), 1), disps, face).commit();
+    const size_t bytes = c.pops.size() * size_t(rows) * 4;
+    float *ref, *out;
+    CK(cudaMalloc(&ref, bytes));
+    CK(cudaMalloc(&out, bytes));
+    pack_async(a, 1, type, ref, s);
+    CK(cudaStreamSynchronize(s));
+    const double sector_bytes = double(c.pops.size()) * rows * 32 + bytes;
+    report(c.name, "pack_async", median_us(s, [&] { pack_async(a, 1, type, out, s); }),
+           sector_bytes, true);
+    if (c.pops.size() > 1) {
+      CK(cudaMemset(out, 0xFF, bytes));
+      const double t = median_us(s, [&] {
+        for (size_t k = 0; k < c.pops.size(); ++k)
+          pack_async(a + c.pops[k] * cells, 1, face, out + k * rows, s);
+      });
+      report(c.name, "pack_async per piece", t, sector_bytes, same(ref, out, bytes));
+    }
+    Pieces pieces{};
+    for (size_t k = 0; k < c.pops.size(); ++k) pieces.offset[k] = size_t(c.pops[k] * cells);
+    auto probe = [&](auto kernel, int k, const char* name) {
+      const unsigned per = unsigned((rows + k - 1) / k);
+      const dim3 grid((per + 255) / 256, unsigned(c.pops.size()));
+      CK(cudaMemset(out, 0xFF, bytes));
+      const double t = median_us(
+          s, [&] { kernel<<<grid, 256, 0, s>>>(a, out, unsigned(rows), unsigned(n), pieces); });
+      report(c.name, name, t, sector_bytes, same(ref, out, bytes));
+    };
+    probe(x_faces<1>, 1, "2D grid, 1 word/thread");
+    probe(x_faces<2>, 2, "2D grid, 2 words/thread");
+    probe(x_faces<4>, 4, "2D grid, 4 words/thread");
+    CK(cudaFree(a));
+    CK(cudaFree(ref));
+    CK(cudaFree(out));
+  }
+
+  // The bandwidth-sized y face: 16384 x 8 x 4096 floats, y = 1.
+  {
+    const long nz = 16384, ny = 8, nx = 4096;
+    const size_t cells = size_t(nz) * ny * nx;
+    void* a;
+    CK(cudaMalloc(&a, cells * 4));
+    CK(cudaMemset(a, 0x3C, cells * 4));
+    const std::vector<std::int64_t> sizes{nz, ny, nx}, sub{nz, 1, nx}, start{0, 1, 0};
+    const Datatype type =
+        Datatype::subarray(sizes, sub, start, Order::c, Datatype::of<float>()).commit();
+    const size_t bytes = size_t(nz) * nx * 4;
+    void *ref, *out;
+    CK(cudaMalloc(&ref, bytes));
+    CK(cudaMalloc(&out, bytes));
+    pack_async(a, 1, type, ref, s);
+    CK(cudaStreamSynchronize(s));
+    const double counted = 2.0 * bytes;
+    auto row = [&](const char* variant, double us, bool ok) {
+      std::printf("%-28s %-34s %8.2f us  %5.1f%% of the copy ceiling  %s\n",
+                  "y-face w1 16384x8x4096", variant, us,
+                  100.0 * counted / (us * 1e-6) / 1e9 / ceiling, ok ? "" : "WRONG OUTPUT");
+    };
+    row("pack_async",
+        median_us(
+            s, [&] { pack_async(a, 1, type, out, s); }, 11),
+        true);
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<char*>(a) + nx * 4);
+    const unsigned runs = unsigned(nz), wpr = unsigned(nx / 4), stride = unsigned(ny * nx / 4);
+    auto probe = [&](auto kernel, int k, bool one_wave, const char* name) {
+      const unsigned groups = unsigned((size_t(runs) * wpr + k - 1) / k);
+      const unsigned blocks = one_wave ? unsigned(wave) : (groups + 255) / 256;
+      CK(cudaMemset(out, 0xFF, bytes));
+      const double t = median_us(
+          s,
+          [&] { kernel<<<blocks, 256, 0, s>>>(src, static_cast<uint4*>(out), runs, wpr, stride); },
+          11);
+      row(name, t, same(ref, out, bytes));
+    };
+    probe(y_face<1>, 1, false, "1 word/thread, all threads");
+    probe(y_face<2>, 2, false, "2 words/thread, all threads");
+    probe(y_face<4>, 4, false, "4 words/thread, all threads");
+    probe(y_face<1>, 1, true, "1 word/thread, one wave");
+    probe(y_face<4>, 4, true, "4 words/thread, one wave");
+    CK(cudaFree(a));
+    CK(cudaFree(ref));
+    CK(cudaFree(out));
+  }
+  return 0;
+}
