@@ -26,12 +26,6 @@ int grid_resident_blocks_with_puts(bool) {
 GridTable::GridTable(std::vector<FacePlan> plans, long long tile_words)
     : m_face_count(static_cast<int>(plans.size())), m_tile_words(tile_words) {
   const std::size_t n = plans.size();
-  // Counters: done per face, the ticket, blocks packed per face, the proxy's relays per face.
-  HALOX_CUDA_CHECK(cudaMalloc(&m_counters, (4 * n + 1) * sizeof(u64)));
-  fill_device_now(m_counters, 0, (4 * n + 1) * sizeof(u64));
-  u64* packed = m_counters + n + 1;
-  u64* ready_relay = packed + n;
-  u64* data_relay = ready_relay + n;
   std::vector<GridFace> faces;
   std::vector<int> tile_face;
   for (std::size_t i = 0; i < n; ++i) {
@@ -42,11 +36,6 @@ GridTable::GridTable(std::vector<FacePlan> plans, long long tile_words)
     f.tiles = static_cast<int>((words + tile_words - 1) / tile_words);
     m_total_tiles += f.tiles;
     tile_face.insert(tile_face.end(), f.tiles, static_cast<int>(i));
-    if (f.kind == face_pack) {
-      f.out.packed = packed + i;
-      if (plans[i].relayed) f.out.ready_relay = ready_relay + i;
-    }
-    if (f.kind == face_unpack && plans[i].relayed) f.in.data_relay = data_relay + i;
     // The faces of earlier stages into the slot this one reads: what it forwards.
     if (f.kind != face_unpack) {
       for (std::size_t j = 0; j < i; ++j) {
@@ -61,6 +50,20 @@ GridTable::GridTable(std::vector<FacePlan> plans, long long tile_words)
       }
     }
     faces.push_back(f);
+  }
+  // Counters: done per face, the ticket, blocks packed per face, the proxy's relays per face.
+  HALOX_CUDA_CHECK(cudaMalloc(&m_counters, (4 * n + 1) * sizeof(u64)));
+  fill_device_now(m_counters, 0, (4 * n + 1) * sizeof(u64));
+  u64* packed = m_counters + n + 1;
+  u64* ready_relay = packed + n;
+  u64* data_relay = ready_relay + n;
+  for (std::size_t i = 0; i < n; ++i) {
+    GridFace& f = faces[i];
+    if (f.kind == face_pack) {
+      f.out.packed = packed + i;
+      if (plans[i].relayed) f.out.ready_relay = ready_relay + i;
+    }
+    if (f.kind == face_unpack && plans[i].relayed) f.in.data_relay = data_relay + i;
   }
   if (n > 0) {
     HALOX_CUDA_CHECK(cudaMalloc(&m_faces, n * sizeof(GridFace)));
