@@ -20,6 +20,18 @@ build_baseline() {  # TREE OUT TARGETS...
     cmake --build "$base/build" -j "$(nproc)" --target "$@" > "$out/base-build.log" 2>&1 ||
     { echo "baseline build FAILED"; tail -20 "$out/base-build.log"; return 1; }
 }
+# A standalone probe SRC (.cu) built against build/gpu's libhalox into BIN: compiled with the
+# bench's headers in reach, linked as halox-tune is.
+build_probe() {  # SRC BIN
+  local b=build/gpu
+  nvcc -O3 -std=c++20 -arch=sm_90 -Iinclude -I$b/include -I.deps/nlohmann_json/include \
+    -c "$1" -o "$2.o" || return 1
+  local link
+  link=$(cd $b && ninja -t commands bench/halox-tune | tail -1)
+  link=${link//bench\/CMakeFiles\/halox-tune.dir\/halox_tune.cpp.o/$2.o}
+  link=${link//-o bench\/halox-tune/-o $2}
+  (cd $b && eval "$link")
+}
 bench=build/gpu/bench/halox-bench
 lbm=build/gpu/apps/lbm/halox-lbm
 start_mps() {

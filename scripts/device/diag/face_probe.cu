@@ -14,21 +14,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <vector>
 
 #include "halox/datatype.hpp"
 #include "halox/pack_gpu.hpp"
+#include "../../../bench/cuda_timing.cuh"
 
 using namespace halox;
-#define CK(x)                                                            \
-  do {                                                                   \
-    cudaError_t e = (x);                                                 \
-    if (e != cudaSuccess) {                                              \
-      std::printf("CUDA %s line %d\n", cudaGetErrorString(e), __LINE__); \
-      std::exit(1);                                                      \
-    }                                                                    \
-  } while (0)
+#define CK(call) BENCH_CUDA(call)
+using halox::bench::median_event_us;
 
 __global__ void empty() {}
 __global__ void copy(const float4* __restrict__ in, float4* __restrict__ out, size_t n) {
@@ -84,25 +78,10 @@ __global__ void y_face(const uint4* __restrict__ a, uint4* __restrict__ out, uns
   }
 }
 
-double median_us(cudaStream_t s, const std::function<void()>& f, int reps = 51) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<double> t;
-  f();
-  CK(cudaStreamSynchronize(s));
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(a, s));
-    f();
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1e3);
-  }
-  CK(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+// The median of `reps` event-timed calls of f (the benchmarks' timing).
+template <class F>
+double median_us(cudaStream_t s, F&& f, int reps = 51) {
+  return median_event_us(s, reps, 1, f);
 }
 
 bool same(const void* x, const void* y, size_t bytes) {

@@ -8,10 +8,5 @@ cd "$(dirname "$0")/../../.."
 source scripts/device/diag/common.sh
 out=${1:?usage: face_probe.sh OUTDIR}
 mkdir -p "$out"
-b=build/gpu
-nvcc -O3 -std=c++20 -arch=sm_90 -Iinclude -I$b/include -c scripts/device/diag/face_probe.cu -o /tmp/face_probe.o || exit 1
-link=$(cd $b && ninja -t commands bench/halox-tune | tail -1)
-link=${link//bench\/CMakeFiles\/halox-tune.dir\/halox_tune.cpp.o//tmp/face_probe.o}
-link=${link//-o bench\/halox-tune/-o /tmp/face_probe}
-(cd $b && eval "$link") || exit 1
+build_probe scripts/device/diag/face_probe.cu /tmp/face_probe || exit 1
 for r in 1 2; do timeout 120 /tmp/face_probe | tee "$out/probe-$r.txt"; done

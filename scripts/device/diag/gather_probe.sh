@@ -7,12 +7,7 @@ cd "$(dirname "$0")/../../.."
 source scripts/device/diag/common.sh
 out=${1:?usage: gather_probe.sh OUTDIR}
 mkdir -p "$out"
-b=build/gpu
-nvcc -O3 -std=c++20 -arch=sm_90 -Iinclude -I$b/include -c scripts/device/diag/gather_probe.cu -o /tmp/gather_probe.o || exit 1
-link=$(cd $b && ninja -t commands bench/halox-tune | tail -1)
-link=${link//bench\/CMakeFiles\/halox-tune.dir\/halox_tune.cpp.o//tmp/gather_probe.o}
-link=${link//-o bench\/halox-tune/-o /tmp/gather_probe}
-(cd $b && eval "$link") || exit 1
+build_probe scripts/device/diag/gather_probe.cu /tmp/gather_probe || exit 1
 for r in 1 2; do timeout 120 /tmp/gather_probe | tee "$out/probe-$r.txt"; done
 timeout 200 ncu --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,launch__registers_per_thread,launch__grid_size \
   /tmp/gather_probe profile > "$out/ncu.csv" 2> "$out/ncu.err" && ncu_summary "$out/ncu.csv"
