@@ -21,7 +21,6 @@
 #include "../../../bench/cuda_timing.cuh"
 
 using namespace halox;
-#define CK(call) BENCH_CUDA(call)
 using halox::bench::median_event_us;
 
 __global__ void empty() {}
@@ -86,28 +85,28 @@ double median_us(cudaStream_t s, F&& f, int reps = 51) {
 
 bool same(const void* x, const void* y, size_t bytes) {
   std::vector<char> a(bytes), b(bytes);
-  CK(cudaMemcpy(a.data(), x, bytes, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(b.data(), y, bytes, cudaMemcpyDeviceToHost));
+  BENCH_CUDA(cudaMemcpy(a.data(), x, bytes, cudaMemcpyDeviceToHost));
+  BENCH_CUDA(cudaMemcpy(b.data(), y, bytes, cudaMemcpyDeviceToHost));
   return std::memcmp(a.data(), b.data(), bytes) == 0;
 }
 
 int main() {
   cudaStream_t s;
-  CK(cudaStreamCreate(&s));
+  BENCH_CUDA(cudaStreamCreate(&s));
   int sms = 0, per_sm = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  CK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, 0));
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  BENCH_CUDA(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, 0));
   const int wave = sms * per_sm / 256;
   const double t_empty = median_us(s, [&] { empty<<<1, 32, 0, s>>>(); });
   const size_t cbytes = size_t(1) << 30;
   void *ca, *cb;
-  CK(cudaMalloc(&ca, cbytes));
-  CK(cudaMalloc(&cb, cbytes));
-  CK(cudaMemset(ca, 1, cbytes));
+  BENCH_CUDA(cudaMalloc(&ca, cbytes));
+  BENCH_CUDA(cudaMalloc(&cb, cbytes));
+  BENCH_CUDA(cudaMemset(ca, 1, cbytes));
   const double t_copy = median_us(
       s, [&] { copy<<<sms * 8, 256, 0, s>>>((const float4*)ca, (float4*)cb, cbytes / 16); }, 11);
-  CK(cudaFree(ca));
-  CK(cudaFree(cb));
+  BENCH_CUDA(cudaFree(ca));
+  BENCH_CUDA(cudaFree(cb));
   const double ceiling = 2.0 * cbytes / (t_copy * 1e-6) / 1e9;
   std::printf("empty kernel %.2f us, copy ceiling %.0f GB/s, %d blocks of 256 per wave\n", t_empty,
               ceiling, wave);
@@ -129,11 +128,11 @@ int main() {
     const long n = c.n, cells = n * n * n, rows = n * n;
     const long arrays = c.pops.back() + 1;
     float* a;
-    CK(cudaMalloc(&a, size_t(arrays) * cells * 4));
+    BENCH_CUDA(cudaMalloc(&a, size_t(arrays) * cells * 4));
     std::vector<float> h(static_cast<std::size_t>(cells), 0.0f);
     for (long i = 0; i < cells; ++i) h[size_t(i)] = float(i % 9973) + 0.5f;
     for (long p = 0; p < arrays; ++p)
-      CK(cudaMemcpy(a + p * cells, h.data(), size_t(cells) * 4, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(a + p * cells, h.data(), size_t(cells) * 4, cudaMemcpyHostToDevice));
     const std::vector<std::int64_t> sizes{n, n, n}, sub{n, n, 1}, start{0, 0, 1};
     const Datatype face =
         Datatype::subarray(sizes, sub, start, Order::c, Datatype::of<float>()).commit();
@@ -143,15 +142,15 @@ int main() {
         Datatype::hindexed(std::vector<std::int64_t>(c.pops.size(), 1), disps, face).commit();
     const size_t bytes = c.pops.size() * size_t(rows) * 4;
     float *ref, *out;
-    CK(cudaMalloc(&ref, bytes));
-    CK(cudaMalloc(&out, bytes));
+    BENCH_CUDA(cudaMalloc(&ref, bytes));
+    BENCH_CUDA(cudaMalloc(&out, bytes));
     pack_async(a, 1, type, ref, s);
-    CK(cudaStreamSynchronize(s));
+    BENCH_CUDA(cudaStreamSynchronize(s));
     const double sector_bytes = double(c.pops.size()) * rows * 32 + bytes;
     report(c.name, "pack_async", median_us(s, [&] { pack_async(a, 1, type, out, s); }),
            sector_bytes, true);
     if (c.pops.size() > 1) {
-      CK(cudaMemset(out, 0xFF, bytes));
+      BENCH_CUDA(cudaMemset(out, 0xFF, bytes));
       const double t = median_us(s, [&] {
         for (size_t k = 0; k < c.pops.size(); ++k)
           pack_async(a + c.pops[k] * cells, 1, face, out + k * rows, s);
@@ -163,7 +162,7 @@ int main() {
     auto probe = [&](auto kernel, int k, const char* name) {
       const unsigned per = unsigned((rows + k - 1) / k);
       const dim3 grid((per + 255) / 256, unsigned(c.pops.size()));
-      CK(cudaMemset(out, 0xFF, bytes));
+      BENCH_CUDA(cudaMemset(out, 0xFF, bytes));
       const double t = median_us(
           s, [&] { kernel<<<grid, 256, 0, s>>>(a, out, unsigned(rows), unsigned(n), pieces); });
       report(c.name, name, t, sector_bytes, same(ref, out, bytes));
@@ -171,9 +170,9 @@ int main() {
     probe(x_faces<1>, 1, "2D grid, 1 word/thread");
     probe(x_faces<2>, 2, "2D grid, 2 words/thread");
     probe(x_faces<4>, 4, "2D grid, 4 words/thread");
-    CK(cudaFree(a));
-    CK(cudaFree(ref));
-    CK(cudaFree(out));
+    BENCH_CUDA(cudaFree(a));
+    BENCH_CUDA(cudaFree(ref));
+    BENCH_CUDA(cudaFree(out));
   }
 
   // The bandwidth-sized y face: 16384 x 8 x 4096 floats, y = 1.
@@ -181,17 +180,17 @@ int main() {
     const long nz = 16384, ny = 8, nx = 4096;
     const size_t cells = size_t(nz) * ny * nx;
     void* a;
-    CK(cudaMalloc(&a, cells * 4));
-    CK(cudaMemset(a, 0x3C, cells * 4));
+    BENCH_CUDA(cudaMalloc(&a, cells * 4));
+    BENCH_CUDA(cudaMemset(a, 0x3C, cells * 4));
     const std::vector<std::int64_t> sizes{nz, ny, nx}, sub{nz, 1, nx}, start{0, 1, 0};
     const Datatype type =
         Datatype::subarray(sizes, sub, start, Order::c, Datatype::of<float>()).commit();
     const size_t bytes = size_t(nz) * nx * 4;
     void *ref, *out;
-    CK(cudaMalloc(&ref, bytes));
-    CK(cudaMalloc(&out, bytes));
+    BENCH_CUDA(cudaMalloc(&ref, bytes));
+    BENCH_CUDA(cudaMalloc(&out, bytes));
     pack_async(a, 1, type, ref, s);
-    CK(cudaStreamSynchronize(s));
+    BENCH_CUDA(cudaStreamSynchronize(s));
     const double counted = 2.0 * bytes;
     auto row = [&](const char* variant, double us, bool ok) {
       std::printf("%-28s %-34s %8.2f us  %5.1f%% of the copy ceiling  %s\n",
@@ -207,7 +206,7 @@ int main() {
     auto probe = [&](auto kernel, int k, bool one_wave, const char* name) {
       const unsigned groups = unsigned((size_t(runs) * wpr + k - 1) / k);
       const unsigned blocks = one_wave ? unsigned(wave) : (groups + 255) / 256;
-      CK(cudaMemset(out, 0xFF, bytes));
+      BENCH_CUDA(cudaMemset(out, 0xFF, bytes));
       const double t = median_us(
           s,
           [&] { kernel<<<blocks, 256, 0, s>>>(src, static_cast<uint4*>(out), runs, wpr, stride); },
@@ -219,9 +218,9 @@ int main() {
     probe(y_face<4>, 4, false, "4 words/thread, all threads");
     probe(y_face<1>, 1, true, "1 word/thread, one wave");
     probe(y_face<4>, 4, true, "4 words/thread, one wave");
-    CK(cudaFree(a));
-    CK(cudaFree(ref));
-    CK(cudaFree(out));
+    BENCH_CUDA(cudaFree(a));
+    BENCH_CUDA(cudaFree(ref));
+    BENCH_CUDA(cudaFree(out));
   }
   return 0;
 }
