@@ -6,15 +6,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "../common/cuda_check.hpp"
-#include "../device/channel.cuh"
 #include "../device/grid_kernel.hpp"
 #include "../pack/pack_device.cuh"
 #include "halox/error.hpp"
@@ -22,13 +18,6 @@
 #include "../runtime/env.hpp"
 
 namespace halox::detail {
-
-namespace {
-
-using fused_grid::kMaxGridSlots;
-constexpr int kMaxLocalRanks = kMaxGridSlots;
-
-}  // namespace
 
 struct LocalGridFused::Impl {
   std::vector<LocalFace> faces;
@@ -156,9 +145,9 @@ LocalGridFused::LocalGridFused(std::vector<LocalFace> faces, int arrays,
     : m_impl(std::make_unique<Impl>()) {
   Impl& m = *m_impl;
   m.ranks_per_field = ranks_per_field;
-  if (arrays > kMaxLocalRanks) {
+  if (arrays > fused_grid::kMaxGridSlots) {
     throw Error("halox::GridExchange (local-fused): the fused kernel takes at most " +
-                std::to_string(kMaxLocalRanks) + " ranks times fields, not " +
+                std::to_string(fused_grid::kMaxGridSlots) + " ranks times fields, not " +
                 std::to_string(arrays));
   }
   m.arrays = arrays;
@@ -170,7 +159,7 @@ LocalGridFused::LocalGridFused(std::vector<LocalFace> faces, int arrays,
 }
 
 int LocalGridFused::max_ranks() {
-  return kMaxLocalRanks;
+  return fused_grid::kMaxGridSlots;
 }
 
 LocalGridFused::~LocalGridFused() {
