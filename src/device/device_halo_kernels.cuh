@@ -56,8 +56,14 @@ struct Slots {
   u64 rev_data[kMaxPulses];
   ProbeSlot probe_fwd[kMaxPulses];  // the self-test's
   ProbeSlot probe_rev[kMaxPulses];
-  u64 fwd_packed[kMaxPulses];  // local: blocks that finished packing (put-with-signal peers)
-  u64 rev_packed[kMaxPulses];
+  u64 fwd_packed[kMaxPulses];  // local: blocks that finished packing (put-with-signal peers,
+  u64 rev_packed[kMaxPulses];  // and the host proxy's)
+  // Local: a link through the host proxy, its signals in host memory relayed by the pulse's
+  // block 0 to the pulse's other blocks (channel.cuh).
+  u64 fwd_ready_relay[kMaxPulses];
+  u64 fwd_data_relay[kMaxPulses];
+  u64 rev_ready_relay[kMaxPulses];
+  u64 rev_data_relay[kMaxPulses];
 };
 constexpr long long kSlotsBytes = (sizeof(Slots) + 255) / 256 * 256;
 
@@ -262,15 +268,20 @@ __device__ __forceinline__ ChannelWait wait_context(const LaunchArgs& a, const P
 // Protocol step 2 (every thread of the block calls it): wait until the staging I fill in
 // this direction (forward: my destination's; reverse: my source's) is free, traced; a peer in
 // this launch needs no wait (stream order), nor does any after a launch of the other direction
-// (LaunchArgs::peers_known_free). False when the wait timed out.
+// (LaunchArgs::peers_known_free) but one through the host proxy, whose staging is the proxy's
+// until its message has gone. False when the wait timed out.
 __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, int p,
                                        int direction, bool sys) {
   const bool fwd = direction == 0;
-  if ((fwd ? v.dest_in_launch : v.source_in_launch) || a.peers_known_free != 0) return true;
+  const SendChannel& out = fwd ? v.fwd_out : v.rev_out;
+  if ((fwd ? v.dest_in_launch : v.source_in_launch) ||
+      (a.peers_known_free != 0 && out.ready_relay == nullptr))
+    return true;
   record(a, v.rank, p, trace_ready_begin, direction);
   const ChannelWait c = wait_context(a, v, sys);
-  if (!(fwd ? v.fwd_out.wait_free(a.epoch, c, v.send_rank, p, fwd_ready)
-            : v.rev_out.wait_free(a.epoch, c, v.recv_rank, p, rev_ready))) {
+  const bool relayer = blockIdx.x == 0;  // the pulse's block 0 polls a proxied link's signal
+  if (!out.wait_free(a.epoch, c, fwd ? v.send_rank : v.recv_rank, p, fwd ? fwd_ready : rev_ready,
+                     relayer)) {
     return false;
   }
   record(a, v.rank, p, trace_ready_end, direction);
@@ -300,8 +311,9 @@ __device__ inline bool wait_for_data(const LaunchArgs& a, const PulseView& v, in
   const bool fwd = direction == 0;
   record(a, v.rank, p, trace_data_begin, direction);
   const ChannelWait c = wait_context(a, v, sys);
-  if (!(fwd ? v.fwd_in.wait_data(a.epoch, c, v.recv_rank, p, fwd_data)
-            : v.rev_in.wait_data(a.epoch, c, v.send_rank, p, rev_data)))
+  const bool relayer = blockIdx.x == 0;
+  if (!(fwd ? v.fwd_in.wait_data(a.epoch, c, v.recv_rank, p, fwd_data, relayer)
+            : v.rev_in.wait_data(a.epoch, c, v.send_rank, p, rev_data, relayer)))
     return false;
   record(a, v.rank, p, trace_data_end, direction);
   record(a, v.rank, p, trace_unpack_begin, direction);
@@ -320,8 +332,11 @@ __device__ inline bool wait_for_deps(const LaunchArgs& a, const PulseView& v, in
   for (; deps != 0; deps &= deps - 1) {
     const int q = __ffs(static_cast<int>(deps)) - 1;
     const PulseView& from = pulses[q];
-    const bool ok = direction == 0 ? from.fwd_in.wait_data(a.epoch, c, from.recv_rank, q, fwd_data)
-                                   : from.rev_in.wait_data(a.epoch, c, from.send_rank, q, rev_data);
+    // Block 0 of pulse p relays too (the same value as pulse q's block 0 writes).
+    const bool relayer = blockIdx.x == 0;
+    const bool ok = direction == 0
+                        ? from.fwd_in.wait_data(a.epoch, c, from.recv_rank, q, fwd_data, relayer)
+                        : from.rev_in.wait_data(a.epoch, c, from.send_rank, q, rev_data, relayer);
     if (!ok) return false;
   }
   record(a, v.rank, p, trace_deps_end, direction);
