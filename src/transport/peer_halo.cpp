@@ -37,6 +37,25 @@ struct BlockInfo {
 
 }  // namespace
 
+// The particle kernels' proxy policy (proxy_policy over CUDA IPC): none where every rank is
+// on this node and no test asks for the proxy, so that a plan (every list update) builds no
+// proxies. Collective.
+ProxyPolicy particle_proxy_policy(MPI_Comm comm, Mapping mapping, const ExchangeOptions& options) {
+  if (mapping != Mapping::ipc) return ProxyPolicy::none;
+  const ProxyPolicy policy = proxy_policy(mapping, options);
+  if (policy != ProxyPolicy::other_nodes) return policy;
+  MPI_Comm node;
+  HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int here = 0, all = 0;
+  HALOX_MPI_CHECK(MPI_Comm_size(node, &here));
+  HALOX_MPI_CHECK(MPI_Comm_size(comm, &all));
+  HALOX_MPI_CHECK(MPI_Comm_free(&node));
+  // Ranks agree: a node of fewer ranks than the communicator has makes every rank keep it.
+  int one_node = here == all ? 1 : 0;
+  HALOX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &one_node, 1, MPI_INT, MPI_MIN, comm));
+  return one_node ? ProxyPolicy::none : policy;
+}
+
 double gpu_share(MPI_Comm comm) {
   MPI_Comm node;
   HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
@@ -167,7 +186,7 @@ PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
       m_timeout(options.timeout_seconds),
       m_halo(std::make_unique<DeviceHalo>(real, options, gpu_share(comm))),
       m_peers(comm, rank, mapping),
-      m_proxy_policy(mapping == Mapping::ipc ? proxy_policy(mapping, options) : ProxyPolicy::none),
+      m_proxy_policy(particle_proxy_policy(comm, mapping, options)),
       m_item(3 * (real == BasicKind::float32 ? 4 : 8)) {
   if (mapping == Mapping::nccl) {
 #if HALOX_HAS_NCCL_DEVICE

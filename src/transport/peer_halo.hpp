@@ -46,6 +46,9 @@ enum class ProxyPolicy { none, other_nodes, every_peer };
 /// or HALOX_HOST_PROXY=1; otherwise those CUDA IPC cannot map (another node) for ipc-*; none
 /// for NVSHMEM (its puts reach them). The particle kernels follow it over CUDA IPC only.
 ProxyPolicy proxy_policy(Mapping mapping, const ExchangeOptions& options);
+/// The particle kernels' (over CUDA IPC only): none when every rank is on one node and no
+/// test asks for the proxy. Collective over `comm`.
+ProxyPolicy particle_proxy_policy(MPI_Comm comm, Mapping mapping, const ExchangeOptions& options);
 
 /// Up to 2 x kMaxPulses offsets into a block that its neighbours need (staging areas).
 using BlockOffsets = std::array<long long, 2 * kMaxPulses>;
