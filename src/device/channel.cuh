@@ -89,7 +89,7 @@ struct SendChannel {
     if (PUTS && pe >= 0) {
       put_when_packed(packed, blocks, remote, staging, bytes, remote_signal, data_signal(epoch),
                       pe);
-    } else if (BY_LAST_BLOCK || ready_relay != nullptr) {
+    } else if (BY_LAST_BLOCK) {
       if (last_block(packed, blocks, sys) && threadIdx.x == 0)
         signal_release(remote_signal, data_signal(epoch), sys);
     } else {

@@ -104,9 +104,10 @@ struct DeviceHalo::Impl {
   // The links through the host proxy (set_proxy).
   std::function<bool(int)> proxied = [](int) { return false; };
   std::vector<const ProxyEnds*> proxy_fwd, proxy_rev;
-  bool puts = false;        // some view reaches its peer by puts: the kernels that make them
-  void* x_table = nullptr;  // device array of per-rank pointers
-  int trace_object = -1;    // this exchange in traces
+  bool any_proxied = false;  // some link goes through the host proxy (connect)
+  bool puts = false;         // some view reaches its peer by puts: the kernels that make them
+  void* x_table = nullptr;   // device array of per-rank pointers
+  int trace_object = -1;     // this exchange in traces
   std::vector<void*> last_x, last_f;
   std::vector<char> last_direct;  // per view: fwd (1) / rev (2) arrives direct, last plan
   // Recorded after each launch: a new plan waits for this engine's kernels, not for the
@@ -138,6 +139,7 @@ struct DeviceHalo::Impl {
     a.error = errors.sink();
     a.stall_rank = options.testing.stall_rank;
     a.system_scope = system_scope ? 1 : 0;
+    a.any_proxied = any_proxied ? 1 : 0;
     return a;
   }
 
@@ -232,7 +234,9 @@ struct DeviceHalo::Impl {
     const unsigned nranks = static_cast<unsigned>(ranks.size());
     if (npulses == 0) return;
     const int direction = forward ? 0 : 1;
-    const bool peers_known_free = last_direction == 1 - direction;
+    // A proxied link's staging is the proxy's until its message has gone, so it always waits;
+    // deciding that here keeps the proxy's test out of every kernel's path.
+    const bool peers_known_free = last_direction == 1 - direction && !any_proxied;
     last_direction = direction;
     const bool all = all_pulses;  // a member, read once for the loop below
     const dim3 grid(grid_blocks, all ? npulses : 1, nranks);
@@ -408,6 +412,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   Impl& m = *m_impl;
   std::vector<PulseView> views;
   m.probes.clear();
+  m.any_proxied = false;
   std::vector<RankTable> tables;
   // Every pulse's index lists go into one array, uploaded with the views and the tables in
   // one copy (one host wait per plan, not three); the views get their places in it now and
@@ -506,6 +511,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       // returned forces come back; to my source the other way round.
       auto link = [&](int peer, bool destination) {
         if (m.proxied(peer)) {
+          m.any_proxied = true;
           // Through the host proxy: the link's ends are in mapped host memory, its waits
           // relayed by the pulse's block 0; the proxy's own self-test probes it.
           const ProxyEnds* f =

@@ -138,6 +138,9 @@ struct LaunchArgs {
   // forward / reverse no kernel waits for its peer's next kernel to start; queued
   // exchanges of one direction still do.
   int peers_known_free;
+  // 1: some link goes through the host proxy (read before a view's proxy fields, which would
+  // otherwise cost every launch a load on its path).
+  int any_proxied;
   DeviceTrace trace;  // null when tracing is off
 };
 
@@ -268,15 +271,13 @@ __device__ __forceinline__ ChannelWait wait_context(const LaunchArgs& a, const P
 // Protocol step 2 (every thread of the block calls it): wait until the staging I fill in
 // this direction (forward: my destination's; reverse: my source's) is free, traced; a peer in
 // this launch needs no wait (stream order), nor does any after a launch of the other direction
-// (LaunchArgs::peers_known_free) but one through the host proxy, whose staging is the proxy's
-// until its message has gone. False when the wait timed out.
+// (LaunchArgs::peers_known_free, never set where a link goes through the host proxy). False
+// when the wait timed out.
 __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, int p,
                                        int direction, bool sys) {
   const bool fwd = direction == 0;
+  if ((fwd ? v.dest_in_launch : v.source_in_launch) || a.peers_known_free != 0) return true;
   const SendChannel& out = fwd ? v.fwd_out : v.rev_out;
-  if ((fwd ? v.dest_in_launch : v.source_in_launch) ||
-      (a.peers_known_free != 0 && out.ready_relay == nullptr))
-    return true;
   record(a, v.rank, p, trace_ready_begin, direction);
   const ChannelWait c = wait_context(a, v, sys);
   const bool relayer = blockIdx.x == 0;  // the pulse's block 0 polls a proxied link's signal
@@ -298,8 +299,11 @@ __device__ __forceinline__ void send_packed(const LaunchArgs& a, const PulseView
   const bool fwd = direction == 0;
   const SendChannel& out = fwd ? v.fwd_out : v.rev_out;
   const int items = fwd ? v.n_send : v.n_recv;
-  out.deliver<PUTS>(a.epoch, static_cast<int>(blockIdx.x), a.blocks,
-                    3 * sizeof(Real) * static_cast<std::size_t>(items), sys);
+  const std::size_t bytes = 3 * sizeof(Real) * static_cast<std::size_t>(items);
+  if (a.any_proxied != 0 && out.ready_relay != nullptr)  // a signal in host memory: one store
+    out.deliver<PUTS, true>(a.epoch, static_cast<int>(blockIdx.x), a.blocks, bytes, sys);
+  else
+    out.deliver<PUTS>(a.epoch, static_cast<int>(blockIdx.x), a.blocks, bytes, sys);
   record(a, v.rank, p, trace_signal, direction);
 }
 
