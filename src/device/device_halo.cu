@@ -139,7 +139,6 @@ struct DeviceHalo::Impl {
     a.error = errors.sink();
     a.stall_rank = options.testing.stall_rank;
     a.system_scope = system_scope ? 1 : 0;
-    a.any_proxied = any_proxied ? 1 : 0;
     return a;
   }
 
@@ -249,8 +248,11 @@ struct DeviceHalo::Impl {
       if (puts)
         launch_with_puts<Real>(forward, grid, a, table, stream);
       else
-        launch_dependent(forward ? forward_kernel<Real, false> : reverse_kernel<Real, false>, grid,
-                         256, stream, a, table);
+        launch_dependent(
+            forward
+                ? (any_proxied ? forward_kernel<Real, false, true> : forward_kernel<Real, false>)
+                : (any_proxied ? reverse_kernel<Real, false, true> : reverse_kernel<Real, false>),
+            grid, 256, stream, a, table);
     }
     if (!launched) HALOX_CUDA_CHECK(cudaEventCreateWithFlags(&launched, cudaEventDisableTiming));
     HALOX_CUDA_CHECK(cudaEventRecord(launched, stream));
