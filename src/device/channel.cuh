@@ -80,7 +80,9 @@ struct SendChannel {
   /// message, for a put). BY_LAST_BLOCK: the last block to finish (counted in `packed`) sets
   /// the signal for all, instead of a share per block; the receiver waits alike. The grid
   /// kernel delivers so: the shares' arithmetic costs it 6 registers (59 -> 65 with ptxas
-  /// for sm_90), one resident block fewer per SM.
+  /// for sm_90), one resident block fewer per SM. A link through the host proxy is always
+  /// delivered so: its signal is in host memory, where the GPU's atomics over PCIe are not
+  /// guaranteed (every block adding its share hung the proxied grid test after 85 exchanges).
   template <bool PUTS, bool BY_LAST_BLOCK = false>
   __device__ __forceinline__ void deliver(u64 epoch, int block, int blocks, std::size_t bytes,
                                           bool sys) const {

@@ -12,6 +12,7 @@
 #include "../runtime/nvshmem_runtime_stub.hpp"
 #include "../trace/device_trace.hpp"
 #include "device_halo.hpp"
+#include "proxy_ends.hpp"
 #include "forwarding_graph.hpp"
 #include "device_halo_kernels.cuh"
 #include "signals.cuh"
@@ -100,9 +101,13 @@ struct DeviceHalo::Impl {
   int grid_blocks = 1;
   bool system_scope = true;
   bool put_staging = false;
-  bool puts = false;        // some view reaches its peer by puts: the kernels that make them
-  void* x_table = nullptr;  // device array of per-rank pointers
-  int trace_object = -1;    // this exchange in traces
+  // The links through the host proxy (set_proxy).
+  std::function<bool(int)> proxied = [](int) { return false; };
+  std::vector<const ProxyEnds*> proxy_fwd, proxy_rev;
+  bool any_proxied = false;  // some link goes through the host proxy (connect)
+  bool puts = false;         // some view reaches its peer by puts: the kernels that make them
+  void* x_table = nullptr;   // device array of per-rank pointers
+  int trace_object = -1;     // this exchange in traces
   std::vector<void*> last_x, last_f;
   std::vector<char> last_direct;  // per view: fwd (1) / rev (2) arrives direct, last plan
   // Recorded after each launch: a new plan waits for this engine's kernels, not for the
@@ -228,7 +233,9 @@ struct DeviceHalo::Impl {
     const unsigned nranks = static_cast<unsigned>(ranks.size());
     if (npulses == 0) return;
     const int direction = forward ? 0 : 1;
-    const bool peers_known_free = last_direction == 1 - direction;
+    // A proxied link's staging is the proxy's until its message has gone, so it always waits;
+    // deciding that here keeps the proxy's test out of every kernel's path.
+    const bool peers_known_free = last_direction == 1 - direction && !any_proxied;
     last_direction = direction;
     const bool all = all_pulses;  // a member, read once for the loop below
     const dim3 grid(grid_blocks, all ? npulses : 1, nranks);
@@ -241,8 +248,11 @@ struct DeviceHalo::Impl {
       if (puts)
         launch_with_puts<Real>(forward, grid, a, table, stream);
       else
-        launch_dependent(forward ? forward_kernel<Real, false> : reverse_kernel<Real, false>, grid,
-                         256, stream, a, table);
+        launch_dependent(
+            forward
+                ? (any_proxied ? forward_kernel<Real, false, true> : forward_kernel<Real, false>)
+                : (any_proxied ? reverse_kernel<Real, false, true> : reverse_kernel<Real, false>),
+            grid, 256, stream, a, table);
     }
     if (!launched) HALOX_CUDA_CHECK(cudaEventCreateWithFlags(&launched, cudaEventDisableTiming));
     HALOX_CUDA_CHECK(cudaEventRecord(launched, stream));
@@ -383,6 +393,17 @@ void DeviceHalo::set_system_scope(bool system) {
   m_impl->system_scope = system;
 }
 
+void DeviceHalo::set_proxy(std::function<bool(int)> proxied, std::vector<const ProxyEnds*> fwd,
+                           std::vector<const ProxyEnds*> rev) {
+  m_impl->proxied = std::move(proxied);
+  m_impl->proxy_fwd = std::move(fwd);
+  m_impl->proxy_rev = std::move(rev);
+}
+
+std::uint64_t DeviceHalo::epoch(bool forward) const {
+  return forward ? m_impl->fwd_epoch : m_impl->rev_epoch;
+}
+
 void DeviceHalo::set_allocator(std::function<char*(std::int64_t)> allocate,
                                std::function<void(char*)> free) {
   m_impl->allocate_block = std::move(allocate);
@@ -393,6 +414,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   Impl& m = *m_impl;
   std::vector<PulseView> views;
   m.probes.clear();
+  m.any_proxied = false;
   std::vector<RankTable> tables;
   // Every pulse's index lists go into one array, uploaded with the views and the tables in
   // one copy (one host wait per plan, not three); the views get their places in it now and
@@ -490,6 +512,33 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       // The channels to one neighbour: to my destination (forward) my items go out and its
       // returned forces come back; to my source the other way round.
       auto link = [&](int peer, bool destination) {
+        if (m.proxied(peer)) {
+          m.any_proxied = true;
+          // Through the host proxy: the link's ends are in mapped host memory, its waits
+          // relayed by the pulse's block 0; the proxy's own self-test probes it.
+          const ProxyEnds* f =
+              static_cast<std::size_t>(p) < m.proxy_fwd.size() ? m.proxy_fwd[p] : nullptr;
+          const ProxyEnds* r =
+              static_cast<std::size_t>(p) < m.proxy_rev.size() ? m.proxy_rev[p] : nullptr;
+          if (f == nullptr || r == nullptr) {
+            throw Error("halox: internal: rank " + std::to_string(peer) +
+                        " is proxied without the proxy's ends of pulse " + std::to_string(p));
+          }
+          SendChannel& out = destination ? v.fwd_out : v.rev_out;
+          RecvChannel& in = destination ? v.rev_in : v.fwd_in;
+          const ProxyEnds& to = destination ? *f : *r;    // what I send it
+          const ProxyEnds& from = destination ? *r : *f;  // what it sends me
+          out.pe = in.pe = -1;
+          out.remote = to.send_staging;
+          out.remote_signal = to.packed;
+          out.ready = to.ready;
+          out.ready_relay = destination ? &mine->fwd_ready_relay[p] : &mine->rev_ready_relay[p];
+          in.staging = from.recv_staging;
+          in.signal = from.data;
+          in.remote_ready = from.released;
+          in.data_relay = destination ? &mine->rev_data_relay[p] : &mine->fwd_data_relay[p];
+          return;
+        }
         const PeerBlock b = block_of(peer);
         if (b.put_pe >= 0 && !m.put_staging) {
           throw Error("halox: rank " + std::to_string(peer) +
@@ -513,6 +562,10 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       };
       if (v.send_rank >= 0) link(v.send_rank, true);
       if (v.recv_rank >= 0) link(v.recv_rank, false);
+      // What the kernels read of the staging (forwarded items, returned forces): a proxied
+      // link's is in host memory.
+      tables.back().fwd_in[p] = v.fwd_in.staging;
+      tables.back().rev_in[p] = v.rev_in.staging;
       // A rank stalled on purpose (tests) neither sends nor receives.
       if (rank != m.options.testing.stall_rank) {
         m.probes.push_back(forward_probe);

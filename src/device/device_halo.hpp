@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -12,6 +13,7 @@
 namespace halox::detail {
 
 constexpr int kMaxPulses = 32;
+struct ProxyEnds;
 
 /// A rank's shared block as another rank sees it: its base address in this process and the
 /// offsets of its per-pulse staging areas (forward: received coordinates; reverse: returned
@@ -70,8 +72,17 @@ class DeviceHalo {
   /// Signals and fences at system scope (a peer on another GPU) or GPU scope (every peer
   /// on this GPU: cheaper). Default: system.
   void set_system_scope(bool system);
-  /// Builds the device views; block_of(global rank) must give every neighbour's block.
+  /// The links through the host proxy (transport/host_proxy.hpp), of an engine of one rank:
+  /// `proxied(rank)` says which neighbours; fwd[p] are the forward proxy's ends of pulse p (to
+  /// my destination, from my source), rev[p] the reverse proxy's (to my source, from my
+  /// destination). Call before connect(); they must live while the views do.
+  void set_proxy(std::function<bool(int)> proxied, std::vector<const ProxyEnds*> fwd,
+                 std::vector<const ProxyEnds*> rev);
+  /// Builds the device views; block_of(global rank) must give every neighbour's block but a
+  /// proxied one's.
   void connect(const std::function<PeerBlock(int)>& block_of);
+  /// The counter of the last exchange launched in that direction (the next is one more).
+  std::uint64_t epoch(bool forward) const;
   /// Runs the self-test: a probe over every link, both directions. Throws HaloTimeoutError.
   void self_test();
   /// The same in two halves, for engines on several GPUs whose probes wait on each other:

@@ -37,6 +37,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 
 #include "../trace/device_trace.cuh"
@@ -56,8 +57,14 @@ struct Slots {
   u64 rev_data[kMaxPulses];
   ProbeSlot probe_fwd[kMaxPulses];  // the self-test's
   ProbeSlot probe_rev[kMaxPulses];
-  u64 fwd_packed[kMaxPulses];  // local: blocks that finished packing (put-with-signal peers)
-  u64 rev_packed[kMaxPulses];
+  u64 fwd_packed[kMaxPulses];  // local: blocks that finished packing (put-with-signal peers,
+  u64 rev_packed[kMaxPulses];  // and the host proxy's)
+  // Local: a link through the host proxy, its signals in host memory relayed by the pulse's
+  // block 0 to the pulse's other blocks (channel.cuh).
+  u64 fwd_ready_relay[kMaxPulses];
+  u64 fwd_data_relay[kMaxPulses];
+  u64 rev_ready_relay[kMaxPulses];
+  u64 rev_data_relay[kMaxPulses];
 };
 constexpr long long kSlotsBytes = (sizeof(Slots) + 255) / 256 * 256;
 
@@ -262,15 +269,21 @@ __device__ __forceinline__ ChannelWait wait_context(const LaunchArgs& a, const P
 // Protocol step 2 (every thread of the block calls it): wait until the staging I fill in
 // this direction (forward: my destination's; reverse: my source's) is free, traced; a peer in
 // this launch needs no wait (stream order), nor does any after a launch of the other direction
-// (LaunchArgs::peers_known_free). False when the wait timed out.
+// (LaunchArgs::peers_known_free, never set where a link goes through the host proxy). False
+// when the wait timed out. PROXIED: some link of the launch goes through the host proxy, whose
+// signals the pulse's block 0 polls for the others. A kernel of its own: the proxy's branches in
+// every kernel made the direct links' queued pair 7% slower on the H200.
+template <bool PROXIED>
 __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, int p,
                                        int direction, bool sys) {
   const bool fwd = direction == 0;
   if ((fwd ? v.dest_in_launch : v.source_in_launch) || a.peers_known_free != 0) return true;
+  const SendChannel& out = fwd ? v.fwd_out : v.rev_out;
   record(a, v.rank, p, trace_ready_begin, direction);
   const ChannelWait c = wait_context(a, v, sys);
-  if (!(fwd ? v.fwd_out.wait_free(a.epoch, c, v.send_rank, p, fwd_ready)
-            : v.rev_out.wait_free(a.epoch, c, v.recv_rank, p, rev_ready))) {
+  const bool relayer = !PROXIED || blockIdx.x == 0;
+  if (!out.wait_free(a.epoch, c, fwd ? v.send_rank : v.recv_rank, p, fwd ? fwd_ready : rev_ready,
+                     relayer)) {
     return false;
   }
   record(a, v.rank, p, trace_ready_end, direction);
@@ -281,27 +294,32 @@ __device__ inline bool wait_until_free(const LaunchArgs& a, const PulseView& v, 
 // destination; reverse: for my source): that rank learns it, by a share of its data signal per
 // block, or (a peer reached by puts) by one put-with-signal of my whole send staging from the
 // last block to finish; then traced.
-template <class Real, bool PUTS>
+template <class Real, bool PUTS, bool PROXIED>
 __device__ __forceinline__ void send_packed(const LaunchArgs& a, const PulseView& v, int p,
                                             int direction, bool sys) {
   const bool fwd = direction == 0;
   const SendChannel& out = fwd ? v.fwd_out : v.rev_out;
   const int items = fwd ? v.n_send : v.n_recv;
-  out.deliver<PUTS>(a.epoch, static_cast<int>(blockIdx.x), a.blocks,
-                    3 * sizeof(Real) * static_cast<std::size_t>(items), sys);
+  const std::size_t bytes = 3 * sizeof(Real) * static_cast<std::size_t>(items);
+  if (PROXIED && out.ready_relay != nullptr)  // a signal in host memory: one store
+    out.deliver<PUTS, true>(a.epoch, static_cast<int>(blockIdx.x), a.blocks, bytes, sys);
+  else
+    out.deliver<PUTS>(a.epoch, static_cast<int>(blockIdx.x), a.blocks, bytes, sys);
   record(a, v.rank, p, trace_signal, direction);
 }
 
 // Protocol step 5's wait (every thread of the block calls it) for what fills my staging in
 // this direction (forward: from my source; reverse: from my destination), traced: false when
 // it timed out.
+template <bool PROXIED>
 __device__ inline bool wait_for_data(const LaunchArgs& a, const PulseView& v, int p, int direction,
                                      bool sys) {
   const bool fwd = direction == 0;
   record(a, v.rank, p, trace_data_begin, direction);
   const ChannelWait c = wait_context(a, v, sys);
-  if (!(fwd ? v.fwd_in.wait_data(a.epoch, c, v.recv_rank, p, fwd_data)
-            : v.rev_in.wait_data(a.epoch, c, v.send_rank, p, rev_data)))
+  const bool relayer = !PROXIED || blockIdx.x == 0;
+  if (!(fwd ? v.fwd_in.wait_data(a.epoch, c, v.recv_rank, p, fwd_data, relayer)
+            : v.rev_in.wait_data(a.epoch, c, v.send_rank, p, rev_data, relayer)))
     return false;
   record(a, v.rank, p, trace_data_end, direction);
   record(a, v.rank, p, trace_unpack_begin, direction);
@@ -311,6 +329,7 @@ __device__ inline bool wait_for_data(const LaunchArgs& a, const PulseView& v, in
 // Forwarded items (every thread of the block calls it), traced: waits for the data of the
 // pulses from other ranks that deliver them (direction 0: forward, the pulses in `deps`
 // before p; 1: reverse, after p). False when a wait timed out.
+template <bool PROXIED>
 __device__ inline bool wait_for_deps(const LaunchArgs& a, const PulseView& v, int r, int p,
                                      int direction, unsigned deps, bool sys) {
   if (deps == 0) return true;
@@ -320,8 +339,11 @@ __device__ inline bool wait_for_deps(const LaunchArgs& a, const PulseView& v, in
   for (; deps != 0; deps &= deps - 1) {
     const int q = __ffs(static_cast<int>(deps)) - 1;
     const PulseView& from = pulses[q];
-    const bool ok = direction == 0 ? from.fwd_in.wait_data(a.epoch, c, from.recv_rank, q, fwd_data)
-                                   : from.rev_in.wait_data(a.epoch, c, from.send_rank, q, rev_data);
+    // Block 0 of pulse p relays too (the same value as pulse q's block 0 writes).
+    const bool relayer = !PROXIED || blockIdx.x == 0;
+    const bool ok = direction == 0
+                        ? from.fwd_in.wait_data(a.epoch, c, from.recv_rank, q, fwd_data, relayer)
+                        : from.rev_in.wait_data(a.epoch, c, from.send_rank, q, rev_data, relayer);
     if (!ok) return false;
   }
   record(a, v.rank, p, trace_deps_end, direction);
@@ -329,7 +351,7 @@ __device__ inline bool wait_for_deps(const LaunchArgs& a, const PulseView& v, in
 }
 
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
-template <class Real, bool PUTS>
+template <class Real, bool PUTS, bool PROXIED = false>
 __global__ void __launch_bounds__(256, 1) forward_kernel(LaunchArgs a, Real* const* xs) {
   const BlockStart s = locate_block(a);
   if (s.v == nullptr) return;
@@ -344,7 +366,7 @@ __global__ void __launch_bounds__(256, 1) forward_kernel(LaunchArgs a, Real* con
   const FirstForwarded forwarded = first_forwarded_item(v, first, stride, v.send_rank >= 0);
   start_exchange<PUTS>(a, s, 0);
   if (v.send_rank >= 0) {
-    if (!wait_until_free(a, v, p, 0, sys)) return;
+    if (!wait_until_free<PROXIED>(a, v, p, 0, sys)) return;
     record(a, v.rank, p, trace_pack_begin, 0);
     const bool direct = v.fwd_direct_to >= 0;
     Real* out = direct ? xs[v.fwd_direct_to] + 3 * v.fwd_direct_offset
@@ -355,7 +377,7 @@ __global__ void __launch_bounds__(256, 1) forward_kernel(LaunchArgs a, Real* con
     }
     if (v.first_forwarded < v.n_send) {
       // Forwarded items: wait only for the pulses from other ranks that deliver them.
-      if (!wait_for_deps(a, v, r, p, 0, v.fwd_deps, sys)) return;
+      if (!wait_for_deps<PROXIED>(a, v, r, p, 0, v.fwd_deps, sys)) return;
       for (int k = forwarded.k; k < v.n_send; k += stride) {
         const int* source = v.fwd_source + 3 * (k - v.first_forwarded);
         const bool held = k == forwarded.k;
@@ -389,11 +411,11 @@ __global__ void __launch_bounds__(256, 1) forward_kernel(LaunchArgs a, Real* con
     }
     record(a, v.rank, p, trace_pack_end, 0);
     if (!direct) {
-      send_packed<Real, PUTS>(a, v, p, 0, sys);
+      send_packed<Real, PUTS, PROXIED>(a, v, p, 0, sys);
     }
   }
   if (v.recv_rank >= 0 && !v.fwd_arrives_direct) {
-    if (!wait_for_data(a, v, p, 0, sys)) return;
+    if (!wait_for_data<PROXIED>(a, v, p, 0, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.fwd_in.staging);
     for (int k = first; k < v.n_recv; k += stride) {
       copy_item(x + 3 * (v.recv_offset + k), in + 3 * k);
@@ -402,7 +424,7 @@ __global__ void __launch_bounds__(256, 1) forward_kernel(LaunchArgs a, Real* con
   }
 }
 
-template <class Real, bool PUTS>
+template <class Real, bool PUTS, bool PROXIED = false>
 __global__ void __launch_bounds__(256, 1) reverse_kernel(LaunchArgs a, Real* const* fs) {
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
@@ -419,7 +441,7 @@ __global__ void __launch_bounds__(256, 1) reverse_kernel(LaunchArgs a, Real* con
   const int first_home = v.send_rank >= 0 && first < v.first_forwarded ? v.send_index[first] : 0;
   start_exchange<PUTS>(a, s, 1);
   if (v.recv_rank >= 0) {
-    if (!wait_until_free(a, v, p, 1, sys)) return;
+    if (!wait_until_free<PROXIED>(a, v, p, 1, sys)) return;
     record(a, v.rank, p, trace_pack_begin, 1);
     Real* out = reinterpret_cast<Real*>(v.rev_out.pack_target<PUTS>());
     // Item k's force goes to the source: into its staging, or (direct) added into its home
@@ -442,7 +464,7 @@ __global__ void __launch_bounds__(256, 1) reverse_kernel(LaunchArgs a, Real* con
       // returned, read from their staging as soon as it has arrived (pulses from other
       // ranks), or summed here from my own forces (pulses to myself).
       const RankTable& table = a.tables[r];
-      if (!wait_for_deps(a, v, r, p, 1, v.rev_deps, sys)) return;
+      if (!wait_for_deps<PROXIED>(a, v, r, p, 1, v.rev_deps, sys)) return;
       for (int j = first_at_or_after(v.rev_first_forwarded, first, stride); j < v.n_recv;
            j += stride) {
         const int k = v.rev_order[j], e = j - v.rev_first_forwarded;
@@ -460,11 +482,11 @@ __global__ void __launch_bounds__(256, 1) reverse_kernel(LaunchArgs a, Real* con
     }
     record(a, v.rank, p, trace_pack_end, 1);
     if (homes == nullptr) {
-      send_packed<Real, PUTS>(a, v, p, 1, sys);
+      send_packed<Real, PUTS, PROXIED>(a, v, p, 1, sys);
     }
   }
   if (v.send_rank >= 0 && !v.rev_arrives_direct) {
-    if (!wait_for_data(a, v, p, 1, sys)) return;
+    if (!wait_for_data<PROXIED>(a, v, p, 1, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.rev_in.staging);
     for (int k = first; k < v.first_forwarded; k += stride) {
       const int home = k == first ? first_home : v.send_index[k];
@@ -498,11 +520,16 @@ void launch_with_puts(bool forward, dim3 grid, const LaunchArgs& a, Real* const*
 /// serves both directions and every block may spin, so the kernel with fewer resident blocks
 /// decides (which one that is follows ptxas's register choice: with __launch_bounds__(256, 1)
 /// the forward takes more registers than the reverse, and in float a block fewer per SM).
+/// Without puts, the proxied kernels count too: an engine's grid is sized before its links.
 template <class Real, bool PUTS>
 int resident_blocks_both_directions() {
-  const int forward = resident_blocks(forward_kernel<Real, PUTS>);
-  const int reverse = resident_blocks(reverse_kernel<Real, PUTS>);
-  return forward < reverse ? forward : reverse;
+  int least = std::min(resident_blocks(forward_kernel<Real, PUTS>),
+                       resident_blocks(reverse_kernel<Real, PUTS>));
+  if (!PUTS) {
+    least = std::min({least, resident_blocks(forward_kernel<Real, false, true>),
+                      resident_blocks(reverse_kernel<Real, false, true>)});
+  }
+  return least;
 }
 /// resident_blocks_both_directions with puts.
 int resident_blocks_with_puts(bool float32);

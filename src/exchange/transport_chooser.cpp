@@ -197,7 +197,7 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
           "one node, nvshmem-fused across nodes)");
     }
     const Mapping mapping = peer_mapping(t, m_options);
-    return make_grid_fused_transport(comm, rank, mapping, grid_proxy_policy(mapping, m_options),
+    return make_grid_fused_transport(comm, rank, mapping, proxy_policy(mapping, m_options),
                                      to_string(t), m_options.name, m_options.timeout_seconds,
                                      m_options.self_test);
   }

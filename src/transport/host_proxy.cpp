@@ -60,13 +60,15 @@ HostProxy::OwnComm::~OwnComm() {
 }
 
 HostProxy::HostProxy(MPI_Comm comm, int rank, std::string transport, double timeout_seconds,
-                     std::vector<ProxyLinkPlan> links, Memory memory)
+                     std::vector<ProxyLinkPlan> links, Memory memory, std::uint64_t first_epoch)
     : m_comm(comm),
       m_rank(rank),
       m_transport(std::move(transport)),
       m_timeout_seconds(timeout_seconds),
       m_links(std::move(links)),
-      m_memory_kind(memory) {
+      m_memory_kind(memory),
+      m_first_epoch(first_epoch),
+      m_launched(first_epoch - 1) {
   std::string error;
   if (!m_links.empty() && !mpi_thread_multiple()) {
     error = "halox: " + m_transport + ": rank " + std::to_string(m_rank) +
@@ -110,7 +112,7 @@ HostProxy::HostProxy(MPI_Comm comm, int rank, std::string transport, double time
   for (std::size_t k = 0; k < m_links.size(); ++k) {
     m_ends.push_back(ends_at(device, k));
     m_host.push_back(ends_at(static_cast<char*>(m_memory), k));
-    store(m_host.back().ready, 1);  // the send staging is free for exchange 1
+    store(m_host.back().ready, first_epoch);  // the send staging is free for the first exchange
   }
   m_thread = std::thread([this] { serve(); });
 }
@@ -150,7 +152,7 @@ void HostProxy::fail(const std::string& message, bool timed_out) {
 }
 
 void HostProxy::serve() {
-  std::uint64_t served = 0;
+  std::uint64_t served = m_first_epoch - 1;
   try {
     for (;;) {
       {

@@ -26,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include "../device/proxy_ends.hpp"
+
 namespace halox::detail {
 
 /// One op's link through the proxy: what it sends (send_rank >= 0) and receives.
@@ -34,16 +36,6 @@ struct ProxyLinkPlan {
   int send_rank = -1, recv_rank = -1;
   std::int64_t send_bytes = 0, recv_bytes = 0;
   std::string name;  // the op's, for errors
-};
-
-/// The device's view of one proxied op (device pointers into mapped host memory).
-struct ProxyEnds {
-  char* send_staging = nullptr;
-  unsigned long long* packed = nullptr;  // the sender kernel's data signal
-  unsigned long long* ready = nullptr;   // the proxy's: the send staging is free
-  char* recv_staging = nullptr;
-  unsigned long long* data = nullptr;      // the proxy's: the face has arrived
-  unsigned long long* released = nullptr;  // the receiver kernel's: its staging is free
 };
 
 class HostProxy {
@@ -56,8 +48,11 @@ class HostProxy {
   /// duplicate of it).
   /// Throws on every rank when a rank with links lacks MPI_THREAD_MULTIPLE. No thread
   /// without links.
+  /// `first_epoch`: the first exchange it serves (an engine whose counters run on across
+  /// plans, the particles', rebuilds its proxy at the next one).
   HostProxy(MPI_Comm comm, int rank, std::string transport, double timeout_seconds,
-            std::vector<ProxyLinkPlan> links, Memory memory = Memory::gpu_mapped);
+            std::vector<ProxyLinkPlan> links, Memory memory = Memory::gpu_mapped,
+            std::uint64_t first_epoch = 1);
   ~HostProxy();
   HostProxy(const HostProxy&) = delete;
   HostProxy& operator=(const HostProxy&) = delete;
@@ -112,6 +107,7 @@ class HostProxy {
   std::vector<ProxyEnds> m_host;  // the same memory, host pointers
   void* m_memory = nullptr;       // one allocation for every link
   Memory m_memory_kind;
+  std::uint64_t m_first_epoch;
   std::atomic<std::uint64_t> m_launched{0};
   std::atomic<bool> m_stop{false};
   std::atomic<bool> m_failed{false};

@@ -37,6 +37,25 @@ struct BlockInfo {
 
 }  // namespace
 
+// The particle kernels' proxy policy (proxy_policy over CUDA IPC): none where every rank is
+// on this node and no test asks for the proxy, so that a plan (every list update) builds no
+// proxies. Collective.
+ProxyPolicy particle_proxy_policy(MPI_Comm comm, Mapping mapping, const ExchangeOptions& options) {
+  if (mapping != Mapping::ipc) return ProxyPolicy::none;
+  const ProxyPolicy policy = proxy_policy(mapping, options);
+  if (policy != ProxyPolicy::other_nodes) return policy;
+  MPI_Comm node;
+  HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int here = 0, all = 0;
+  HALOX_MPI_CHECK(MPI_Comm_size(node, &here));
+  HALOX_MPI_CHECK(MPI_Comm_size(comm, &all));
+  HALOX_MPI_CHECK(MPI_Comm_free(&node));
+  // Ranks agree: a node of fewer ranks than the communicator has makes every rank keep it.
+  int one_node = here == all ? 1 : 0;
+  HALOX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &one_node, 1, MPI_INT, MPI_MIN, comm));
+  return one_node ? ProxyPolicy::none : policy;
+}
+
 double gpu_share(MPI_Comm comm) {
   MPI_Comm node;
   HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
@@ -166,7 +185,9 @@ PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
       m_name(to_string(options.transport)),
       m_timeout(options.timeout_seconds),
       m_halo(std::make_unique<DeviceHalo>(real, options, gpu_share(comm))),
-      m_peers(comm, rank, mapping) {
+      m_peers(comm, rank, mapping),
+      m_proxy_policy(particle_proxy_policy(comm, mapping, options)),
+      m_item(3 * (real == BasicKind::float32 ? 4 : 8)) {
   if (mapping == Mapping::nccl) {
 #if HALOX_HAS_NCCL_DEVICE
     m_windows = std::make_shared<NcclWindows>(comm, rank);
@@ -239,8 +260,9 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
     offsets[p] = mine_block.fwd_offset[p];
     offsets[kMaxPulses + p] = mine_block.rev_offset[p];
   }
-  m_peers.publish(mine_block.base, offsets, neighbours, kept, context);
+  m_peers.publish(mine_block.base, offsets, neighbours, kept, context, m_proxy_policy);
   m_halo->set_system_scope(!m_peers.same_gpu());
+  if (m_proxy_policy != ProxyPolicy::none) set_up_proxies(plan);
   m_halo->connect([&](int rank) {
     if (rank == m_rank) return mine_block;
     PeerBlock block;
@@ -262,9 +284,74 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
     self_test = e.what();
   }
   raise_if_any(m_comm, self_test, bounded_wait(context, "the self-test's verdict"));
+  if (m_fwd_proxy) {  // collective, links or not
+    m_fwd_proxy->self_test();
+    m_rev_proxy->self_test();
+  }
 }
 
-ProxyPolicy grid_proxy_policy(Mapping mapping, const ExchangeOptions& options) {
+// The links to proxied neighbours, per pulse: forward, my items to my destination and my
+// source's to me; reverse, the forces of my received items to my source and those of my sent
+// items back from my destination. Collective (every rank, links or not).
+void PeerHalo::set_up_proxies(const ParticlePlan& plan) {
+  m_fwd_proxy.reset();
+  m_rev_proxy.reset();
+  std::vector<ProxyLinkPlan> fwd, rev;
+  std::vector<int> link_of(plan.pulses.size(), -1);
+  auto proxied = [this](int rank) { return rank >= 0 && rank != m_rank && m_peers.proxied(rank); };
+  for (std::size_t p = 0; p < plan.pulses.size(); ++p) {
+    const ParticlePulse& pulse = plan.pulses[p];
+    const int to = pulse.header.send_rank, from = pulse.header.recv_rank;
+    if (!proxied(to) && !proxied(from)) continue;
+    const std::int64_t sent = static_cast<std::int64_t>(pulse.send_index.size()) * m_item;
+    const std::int64_t received = static_cast<std::int64_t>(pulse.recv_count) * m_item;
+    const std::string name = "pulse " + std::to_string(p);
+    link_of[p] = static_cast<int>(fwd.size());
+    ProxyLinkPlan& f = fwd.emplace_back();
+    ProxyLinkPlan& r = rev.emplace_back();
+    f.op = r.op = static_cast<int>(p);
+    f.name = name + " (forward)";
+    r.name = name + " (reverse)";
+    if (proxied(to)) f.send_rank = to, f.send_bytes = sent, r.recv_rank = to, r.recv_bytes = sent;
+    if (proxied(from))
+      f.recv_rank = from, f.recv_bytes = received, r.send_rank = from, r.send_bytes = received;
+  }
+  // Each direction's proxy starts at that direction's next exchange: kept blocks keep their
+  // counters across plans.
+  m_fwd_proxy = std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout, std::move(fwd),
+                                            HostProxy::Memory::gpu_mapped, m_halo->epoch(true) + 1);
+  m_rev_proxy =
+      std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout, std::move(rev),
+                                  HostProxy::Memory::gpu_mapped, m_halo->epoch(false) + 1);
+  std::vector<const ProxyEnds*> fwd_ends(plan.pulses.size(), nullptr),
+      rev_ends(plan.pulses.size(), nullptr);
+  for (std::size_t p = 0; p < plan.pulses.size(); ++p) {
+    if (link_of[p] < 0) continue;
+    fwd_ends[p] = &m_fwd_proxy->ends(static_cast<std::size_t>(link_of[p]));
+    rev_ends[p] = &m_rev_proxy->ends(static_cast<std::size_t>(link_of[p]));
+  }
+  m_halo->set_proxy(proxied, std::move(fwd_ends), std::move(rev_ends));
+}
+
+void PeerHalo::forward(void* x, GpuStream stream) {
+  m_halo->forward({x}, stream);
+  if (m_fwd_proxy && m_fwd_proxy->any()) m_fwd_proxy->launched(m_halo->epoch(true));
+}
+
+void PeerHalo::reverse(void* f, GpuStream stream) {
+  m_halo->reverse({f}, stream);
+  if (m_rev_proxy && m_rev_proxy->any()) m_rev_proxy->launched(m_halo->epoch(false));
+}
+
+void PeerHalo::check() const {
+  m_halo->check();
+  if (m_fwd_proxy) {
+    m_fwd_proxy->throw_if_failed();
+    m_rev_proxy->throw_if_failed();
+  }
+}
+
+ProxyPolicy proxy_policy(Mapping mapping, const ExchangeOptions& options) {
   if (options.testing.host_proxy || env_host_proxy()) return ProxyPolicy::every_peer;
   // NVSHMEM puts reach other nodes from the kernel itself; CUDA IPC maps this node only.
   return mapping == Mapping::ipc ? ProxyPolicy::other_nodes : ProxyPolicy::none;

@@ -20,6 +20,7 @@
 
 #include "../device/device_halo.hpp"
 #include "../common/mpi_wait.hpp"
+#include "host_proxy.hpp"
 
 namespace halox::detail {
 
@@ -41,10 +42,13 @@ Mapping peer_mapping(TransportKind kind, const ExchangeOptions& options);
 /// this node's); every one (tests and measurements of that path on one node).
 enum class ProxyPolicy { none, other_nodes, every_peer };
 
-/// The fused grid kernel's proxied neighbours: every one with
-/// ExchangeOptions::testing.host_proxy or HALOX_HOST_PROXY=1; otherwise those CUDA IPC cannot
-/// map (another node) for ipc-fused; none for NVSHMEM (its puts reach them).
-ProxyPolicy grid_proxy_policy(Mapping mapping, const ExchangeOptions& options);
+/// The fused kernels' proxied neighbours: every one with ExchangeOptions::testing.host_proxy
+/// or HALOX_HOST_PROXY=1; otherwise those CUDA IPC cannot map (another node) for ipc-*; none
+/// for NVSHMEM (its puts reach them). The particle kernels follow it over CUDA IPC only.
+ProxyPolicy proxy_policy(Mapping mapping, const ExchangeOptions& options);
+/// The particle kernels' (over CUDA IPC only): none when every rank is on one node and no
+/// test asks for the proxy. Collective over `comm`.
+ProxyPolicy particle_proxy_policy(MPI_Comm comm, Mapping mapping, const ExchangeOptions& options);
 
 /// Up to 2 x kMaxPulses offsets into a block that its neighbours need (staging areas).
 using BlockOffsets = std::array<long long, 2 * kMaxPulses>;
@@ -106,15 +110,17 @@ class PeerHalo {
            const ExchangeOptions& options);
   /// Collective over the communicator (every rank calls it with its own plan).
   void set_plan(const ParticlePlan& plan);
-  void forward(void* x, GpuStream stream) { m_halo->forward({x}, stream); }
-  void reverse(void* f, GpuStream stream) { m_halo->reverse({f}, stream); }
-  void check() const { m_halo->check(); }
+  void forward(void* x, GpuStream stream);
+  void reverse(void* f, GpuStream stream);
+  void check() const;
   int launches_per_exchange() const { return m_halo->launches_per_exchange(); }
 
  private:
   /// Collective: the largest of every rank's `bytes`; symmetric blocks are that size on
   /// every rank.
   std::int64_t largest_block(std::int64_t bytes) const;
+  /// Collective: the host proxies of this plan's proxied links, handed to the engine.
+  void set_up_proxies(const ParticlePlan& plan);
 
   MPI_Comm m_comm;
   int m_rank;
@@ -127,6 +133,11 @@ class PeerHalo {
   std::unique_ptr<DeviceHalo> m_halo;
   PeerBlocks m_peers;          // declared after m_halo: unmapped before the blocks are freed
   std::set<int> m_neighbours;  // of the last plan: the links the self-test last checked
+  ProxyPolicy m_proxy_policy;
+  std::int64_t m_item;  // bytes per item (3 coordinates)
+  // The links through the host proxy, one proxy per direction (each has its own exchange
+  // counter); rebuilt with every plan, on every rank when the policy may proxy any.
+  std::unique_ptr<HostProxy> m_fwd_proxy, m_rev_proxy;
 };
 
 }  // namespace halox::detail

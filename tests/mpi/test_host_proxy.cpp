@@ -1,7 +1,8 @@
 // The fused grid kernel's host proxy (src/transport/host_proxy.hpp): its protocol between
 // real MPI ranks, with this test's thread in the kernel's place on the same signals (the
 // proxy's memory as plain host memory, so it runs on machines without a GPU). Faces of random
-// sizes, eager and rendezvous, over many exchanges arrive whole and in order; a rank that
+// sizes, eager and rendezvous, over many exchanges arrive whole and in order; a proxy rebuilt
+// mid-run serves from its first exchange; a rank that
 // stops exchanging becomes a time-out naming it; a face of another size than the plan says is
 // an error; two exchanges' proxies on one communicator, serving at once, keep their faces
 // apart. The kernel's side runs on the GPU in gpu.test_halo.ipc-fused-proxy.np2 and
@@ -144,6 +145,32 @@ TEST(HostProxy, TwoProxiesOnOneCommunicatorKeepTheirFacesApart) {
   second.join();
   EXPECT_NO_THROW(a.throw_if_failed());
   EXPECT_NO_THROW(b.throw_if_failed());
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The particle engine rebuilds its proxies at every new plan while its exchange counters run
+// on: a proxy built at exchange 37 with faces of other sizes serves from there (its send
+// staging free for 37 at once); one that started at exchange 1 fails this test.
+TEST(HostProxy, AProxyRebuiltMidRunServesFromItsFirstExchange) {
+  int size = 0;
+  const int rank = world(&size);
+  if (size != 2) GTEST_SKIP() << "two ranks";
+  Comm c;
+  u64 seed = halox::testing::test_seed("HostProxy.Rebuilt", 0);
+  MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  u64 e = 1;
+  {
+    const auto links = two_rank_links({64, 120000}, 1 - rank);
+    HostProxy proxy(c.comm, rank, "ipc-fused", 5.0, links, HostProxy::Memory::host);
+    for (; e < 37; ++e) ASSERT_TRUE(exchange(proxy, links, e, seed, rank, 1 - rank)) << e;
+    EXPECT_NO_THROW(proxy.throw_if_failed());
+  }
+  const auto links = two_rank_links({200, 36, 90000}, 1 - rank);
+  HostProxy proxy(c.comm, rank, "ipc-fused", 5.0, links, HostProxy::Memory::host, e);
+  proxy.self_test();
+  for (const u64 last = e + 50; e < last; ++e)
+    ASSERT_TRUE(exchange(proxy, links, e, seed + 1, rank, 1 - rank)) << e;
+  EXPECT_NO_THROW(proxy.throw_if_failed());
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
