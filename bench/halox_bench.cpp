@@ -15,6 +15,7 @@
 #include <mpi.h>
 
 #include "../apps/common/agree.hpp"
+#include "../apps/common/mpi_main.hpp"
 #include "halox/mpi.hpp"
 #endif
 #include "../apps/common/memory.hpp"
@@ -133,10 +134,9 @@ int halo_main(int argc, char** argv);
 int pingpong_main(int argc, char** argv);
 }  // namespace halox::bench
 
-// `halox-bench halo` runs under mpiexec; the other modes need no MPI.
 // `halox-bench halo` and `pingpong` run under mpiexec; the other modes need no MPI.
 int mpi_command(int (*command)(int, char**), int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  halox::apps::init_mpi(argc, argv);
   halox::select_device(MPI_COMM_WORLD);  // one GPU per rank on multi-GPU nodes
   int rc = 0;
   try {

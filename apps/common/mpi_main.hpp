@@ -96,7 +96,14 @@ inline void report_and_abort(const std::string& what) {
 }
 }  // namespace detail
 
-/// Runs `run` between MPI_Init_thread and MPI_Finalize. InputError: rank 0 prints it, every rank
+/// MPI_Init, asking for calls from several threads where the MPI library allows them: the fused
+/// kernels' host proxy (halox's host_proxy.hpp) needs them for neighbours it cannot store into.
+inline void init_mpi(int& argc, char**& argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+}
+
+/// Runs `run` between init_mpi and MPI_Finalize. InputError: rank 0 prints it, every rank
 /// exits with 2. Any other error may be on one rank only (the others would wait forever) and
 /// is deliberately not caught: with no handler, the exception leaves main without unwinding
 /// the stack, so no destructor runs that could wait on a stalled peer (an NVSHMEM exchange's
@@ -105,10 +112,7 @@ inline void report_and_abort(const std::string& what) {
 /// aborts the job with 3.
 inline int mpi_main(const char* name, int argc, char** argv, int (*run)(int, char**)) {
   detail::program_name() = name;
-  // MPI from several threads where the MPI library allows it: the fused grid kernel's host
-  // proxy (halox's host_proxy.hpp) needs it for neighbours it cannot store into.
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  init_mpi(argc, argv);
   MPI_Comm_dup(MPI_COMM_WORLD, &detail::report_comm());
   std::set_terminate([] {
     int initialized = 0, finalized = 0;
