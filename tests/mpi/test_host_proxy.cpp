@@ -40,6 +40,13 @@ int world(int* size = nullptr) {
   return rank;
 }
 
+// The test's seed, rank 0's on both ranks (random sizes must agree).
+u64 shared_seed(const char* name) {
+  u64 seed = halox::testing::test_seed(name, 0);
+  MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  return seed;
+}
+
 // A communicator of the test's own, whose errors return (a stale message of a stalled
 // exchange stays in it).
 struct Comm {
@@ -94,8 +101,7 @@ TEST(HostProxy, FacesOfRandomSizesArriveWholeAndInOrderOverManyExchanges) {
   const int rank = world(&size);
   if (size != 2) GTEST_SKIP() << "two ranks";
   Comm c;
-  u64 seed = halox::testing::test_seed("HostProxy.Faces", 0);
-  MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  const u64 seed = shared_seed("HostProxy.Faces");
   if (rank == 0) std::printf("HostProxy seed %llu\n", seed);
   std::mt19937_64 random(seed);
   // Sizes alike on both ranks (one seed): small (eager) and large (rendezvous) faces.
@@ -124,8 +130,7 @@ TEST(HostProxy, TwoProxiesOnOneCommunicatorKeepTheirFacesApart) {
   const int rank = world(&size);
   if (size != 2) GTEST_SKIP() << "two ranks";
   Comm c;
-  u64 seed = halox::testing::test_seed("HostProxy.Two", 0);
-  MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  const u64 seed = shared_seed("HostProxy.Two");
   // Sizes differ between the two exchanges, so a face taken by the other proxy is an error.
   const auto links_a = two_rank_links({96, 48000}, 1 - rank);
   const auto links_b = two_rank_links({160, 64000}, 1 - rank);
@@ -156,8 +161,7 @@ TEST(HostProxy, AProxyRebuiltMidRunServesFromItsFirstExchange) {
   const int rank = world(&size);
   if (size != 2) GTEST_SKIP() << "two ranks";
   Comm c;
-  u64 seed = halox::testing::test_seed("HostProxy.Rebuilt", 0);
-  MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  const u64 seed = shared_seed("HostProxy.Rebuilt");
   u64 e = 1;
   {
     const auto links = two_rank_links({64, 120000}, 1 - rank);
