@@ -441,12 +441,7 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
     const ParticlePlan& plan = *m.plans[k];
     const PeerBlock& me = m.published[k];
     const int rank = m.ranks[k];
-    RankTable table;
-    for (int p = 0; p < m.npulses; ++p) {
-      table.fwd_in[p] = me.base + me.fwd_offset[p];
-      table.rev_in[p] = me.base + me.rev_offset[p];
-    }
-    tables.push_back(table);
+    tables.emplace_back();  // each pulse's staging, set with its channels below
     for (int p = 0; p < m.npulses; ++p) {
       const ParticlePulse& pulse = plan.pulses[p];
       PulseView v;
@@ -562,8 +557,8 @@ void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
       };
       if (v.send_rank >= 0) link(v.send_rank, true);
       if (v.recv_rank >= 0) link(v.recv_rank, false);
-      // What the kernels read of the staging (forwarded items, returned forces): a proxied
-      // link's is in host memory.
+      // What the kernels read of the staging (forwarded items, returned forces): my block's,
+      // or a proxied link's in host memory.
       tables.back().fwd_in[p] = v.fwd_in.staging;
       tables.back().rev_in[p] = v.rev_in.staging;
       // A rank stalled on purpose (tests) neither sends nor receives.
