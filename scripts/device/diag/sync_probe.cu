@@ -18,12 +18,12 @@
 #include <functional>
 #include <vector>
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    if (auto e_ = (x); e_ != 0) {                                                   \
+#define CK(x)                                                                           \
+  do {                                                                                  \
+    if (auto e_ = (x); e_ != 0) {                                                       \
       std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, (int)e_); \
-      std::exit(1);                                                                 \
-    }                                                                               \
+      std::exit(1);                                                                     \
+    }                                                                                   \
   } while (0)
 
 constexpr int kN = 512;
@@ -59,8 +59,8 @@ static double median_us(int reps, const std::function<void()>& f) {
   for (int k = 0; k < reps; ++k) {
     const auto h0 = std::chrono::steady_clock::now();
     f();
-    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0)
-                    .count());
+    t.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -103,9 +103,8 @@ int main(int argc, char** argv) {
   std::printf("scheduling flag: %s\n", mode);
   std::printf("%-52s %9s\n", "case", "median us");
   auto row = [](const char* name, double us) { std::printf("%-52s %9.2f\n", name, us); };
-  row("empty: launch only (host return)", median_us(reps, [&] {
-        empty<<<1, 32, 0, s>>>(nullptr, 0);
-      }));
+  row("empty: launch only (host return)",
+      median_us(reps, [&] { empty<<<1, 32, 0, s>>>(nullptr, 0); }));
   CK(cudaStreamSynchronize(s));
   row("empty: launch + cudaStreamSynchronize", median_us(reps, [&] {
         empty<<<1, 32, 0, s>>>(nullptr, 0);
