@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -77,13 +78,18 @@ HostProxy::HostProxy(MPI_Comm comm, int rank, std::string transport, double time
   }
   agree(error, "host proxy set-up");
   if (m_links.empty()) return;
+  for (ProxyLinkPlan& l : m_links) {
+    l.send_capacity = std::max(l.send_capacity, l.send_bytes);
+    l.recv_capacity = std::max(l.recv_capacity, l.recv_bytes);
+  }
+  m_plan = m_links;
   m_state.resize(m_links.size());
   // Per link: 4 signals (one 256-byte line), then the send and receive staging.
   std::int64_t bytes = 0;
   std::vector<std::int64_t> at;
-  for (const ProxyLinkPlan& l : m_links) {
+  for (const ProxyLinkPlan& l : m_plan) {
     at.push_back(bytes);
-    bytes += 256 + rounded(l.send_bytes) + rounded(l.recv_bytes);
+    bytes += 256 + rounded(l.send_capacity) + rounded(l.recv_capacity);
   }
   char* device = nullptr;
   if (memory == Memory::gpu_mapped) {
@@ -97,7 +103,7 @@ HostProxy::HostProxy(MPI_Comm comm, int rank, std::string transport, double time
   }
   std::memset(m_memory, 0, static_cast<std::size_t>(bytes));
   auto ends_at = [&](char* base, std::size_t k) {
-    const ProxyLinkPlan& l = m_links[k];
+    const ProxyLinkPlan& l = m_plan[k];
     char* p = base + at[k];
     u64* signals = reinterpret_cast<u64*>(p);
     ProxyEnds e;
@@ -106,10 +112,10 @@ HostProxy::HostProxy(MPI_Comm comm, int rank, std::string transport, double time
     e.data = signals + 2;
     e.released = signals + 3;
     e.send_staging = p + 256;
-    e.recv_staging = p + 256 + rounded(l.send_bytes);
+    e.recv_staging = p + 256 + rounded(l.send_capacity);
     return e;
   };
-  for (std::size_t k = 0; k < m_links.size(); ++k) {
+  for (std::size_t k = 0; k < m_plan.size(); ++k) {
     m_ends.push_back(ends_at(device, k));
     m_host.push_back(ends_at(static_cast<char*>(m_memory), k));
     store(m_host.back().ready, first_epoch);  // the send staging is free for the first exchange
@@ -128,6 +134,30 @@ HostProxy::~HostProxy() {
   }
   if (m_memory && m_memory_kind == Memory::gpu_mapped) cudaFreeHost(m_memory);
   if (m_memory && m_memory_kind == Memory::host) std::free(m_memory);
+}
+
+bool HostProxy::fits(const std::vector<ProxyLinkPlan>& links) const {
+  if (links.size() != m_plan.size()) return false;
+  for (std::size_t k = 0; k < links.size(); ++k) {
+    const ProxyLinkPlan &now = m_plan[k], &next = links[k];
+    if (next.op != now.op || next.send_rank != now.send_rank || next.recv_rank != now.recv_rank ||
+        next.send_bytes > now.send_capacity || next.recv_bytes > now.recv_capacity)
+      return false;
+  }
+  return true;
+}
+
+void HostProxy::resize(std::vector<ProxyLinkPlan> links, std::uint64_t from_epoch) {
+  if (!fits(links)) {
+    throw Error("halox: " + m_transport + ": rank " + std::to_string(m_rank) +
+                ": the host proxy was given links that are not its own or do not fit its "
+                "staging (an internal error)");
+  }
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_resizes.emplace_back(from_epoch, std::move(links));
+  }
+  m_wake.notify_all();
 }
 
 void HostProxy::launched(std::uint64_t epoch) {
@@ -159,6 +189,10 @@ void HostProxy::serve() {
         std::unique_lock<std::mutex> lock(m_mutex);
         m_wake.wait(lock, [&] { return m_stop || m_launched > served; });
         if (m_stop) return;
+        while (!m_resizes.empty() && m_resizes.front().first <= served + 1) {
+          m_links = std::move(m_resizes.front().second);
+          m_resizes.pop_front();
+        }
       }
       if (!serve_exchange(served + 1)) return;
       ++served;
@@ -275,13 +309,13 @@ void HostProxy::self_test() {
   auto buffers = std::make_unique<Buffers>();
   std::vector<Probe>& out = buffers->out;
   std::vector<Probe>& in = buffers->in;
-  out.resize(m_links.size());
-  in.resize(m_links.size());
+  out.resize(m_plan.size());
+  in.resize(m_plan.size());
   MessageWait wait;
   std::vector<std::string> names;
-  names.reserve(m_links.size());
-  for (std::size_t k = 0; k < m_links.size(); ++k) {
-    const ProxyLinkPlan& l = m_links[k];
+  names.reserve(m_plan.size());
+  for (std::size_t k = 0; k < m_plan.size(); ++k) {
+    const ProxyLinkPlan& l = m_plan[k];
     names.push_back(l.name + " (the host proxy's self-test)");
     if (l.recv_rank >= 0) {
       PendingMessage m;
@@ -307,8 +341,8 @@ void HostProxy::self_test() {
     wait_leaving_buffers(buffers, [&] {
       wait.wait({m_rank, m_transport.c_str(), m_timeout_seconds});
     });
-    for (std::size_t k = 0; k < m_links.size() && error.empty(); ++k) {
-      const ProxyLinkPlan& l = m_links[k];
+    for (std::size_t k = 0; k < m_plan.size() && error.empty(); ++k) {
+      const ProxyLinkPlan& l = m_plan[k];
       if (l.recv_rank < 0) continue;
       const Probe want{kProxyProbeMagic, static_cast<u64>(l.recv_rank), static_cast<u64>(l.op)};
       if (std::memcmp(&in[k], &want, sizeof want) != 0) {

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -35,6 +36,9 @@ struct ProxyLinkPlan {
   int op = 0;  // the op's index: its MPI tag, alike on both ends
   int send_rank = -1, recv_rank = -1;
   std::int64_t send_bytes = 0, recv_bytes = 0;
+  // Staging allocated for the faces (0: their size): room for the larger faces of later plans
+  // (an engine whose plans change, the particles', keeps its proxy while they fit; resize).
+  std::int64_t send_capacity = 0, recv_capacity = 0;
   std::string name;  // the op's, for errors
 };
 
@@ -58,7 +62,7 @@ class HostProxy {
   HostProxy& operator=(const HostProxy&) = delete;
 
   /// Some link goes through this proxy.
-  bool any() const { return !m_links.empty(); }
+  bool any() const { return !m_plan.empty(); }
   /// The ends of link k (in the order given), as the kernel addresses them.
   const ProxyEnds& ends(std::size_t k) const { return m_ends[k]; }
   /// The same ends, as this process's threads address them.
@@ -66,6 +70,13 @@ class HostProxy {
   /// Collective (every rank, links or not): a message over every proxied link, checked
   /// (magic, sender, op); every rank learns whether any link is broken.
   void self_test();
+  /// Whether `links` are this proxy's links (ops and ranks, in order) with faces that fit
+  /// their staging. Local; the caller agrees on it collectively before resize.
+  bool fits(const std::vector<ProxyLinkPlan>& links) const;
+  /// Serves `links` (fits() true) from exchange `from_epoch` on, the earlier ones as before:
+  /// a new plan with the same neighbours keeps its proxy (a duplicate communicator, pinned
+  /// memory, a thread and a self-test each time cost the particles' re-plan 0.5-2.4 ms).
+  void resize(std::vector<ProxyLinkPlan> links, std::uint64_t from_epoch);
   /// The kernel of exchange `epoch` (1, 2, ...) is queued: serve it.
   void launched(std::uint64_t epoch);
   /// Throws the first failure the proxy met (it then serves nothing more): HaloTimeoutError
@@ -102,7 +113,10 @@ class HostProxy {
   int m_rank;
   std::string m_transport;
   double m_timeout_seconds;
-  std::vector<ProxyLinkPlan> m_links;
+  std::vector<ProxyLinkPlan> m_plan;   // as built: ops, ranks, capacities (never changes)
+  std::vector<ProxyLinkPlan> m_links;  // the sizes of the exchange being served (the thread's)
+  // Sizes from a later exchange on (resize), taken by the thread when it gets there.
+  std::deque<std::pair<std::uint64_t, std::vector<ProxyLinkPlan>>> m_resizes;
   std::vector<ProxyEnds> m_ends;  // device pointers
   std::vector<ProxyEnds> m_host;  // the same memory, host pointers
   void* m_memory = nullptr;       // one allocation for every link
@@ -111,7 +125,7 @@ class HostProxy {
   std::atomic<std::uint64_t> m_launched{0};
   std::atomic<bool> m_stop{false};
   std::atomic<bool> m_failed{false};
-  mutable std::mutex m_mutex;  // m_error, and the sleep of the thread
+  mutable std::mutex m_mutex;  // m_error, m_resizes, and the sleep of the thread
   std::condition_variable m_wake;
   std::string m_error;
   bool m_timed_out = false;

@@ -294,8 +294,6 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
 // source's to me; reverse, the forces of my received items to my source and those of my sent
 // items back from my destination. Collective (every rank, links or not).
 void PeerHalo::set_up_proxies(const ParticlePlan& plan) {
-  m_fwd_proxy.reset();
-  m_rev_proxy.reset();
   std::vector<ProxyLinkPlan> fwd, rev;
   std::vector<int> link_of(plan.pulses.size(), -1);
   auto proxied = [this](int rank) { return rank >= 0 && rank != m_rank && m_peers.proxied(rank); };
@@ -316,13 +314,30 @@ void PeerHalo::set_up_proxies(const ParticlePlan& plan) {
     if (proxied(from))
       f.recv_rank = from, f.recv_bytes = received, r.send_rank = from, r.send_bytes = received;
   }
-  // Each direction's proxy starts at that direction's next exchange: kept blocks keep their
-  // counters across plans.
-  m_fwd_proxy = std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout, std::move(fwd),
-                                            HostProxy::Memory::gpu_mapped, m_halo->epoch(true) + 1);
-  m_rev_proxy =
-      std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout, std::move(rev),
-                                  HostProxy::Memory::gpu_mapped, m_halo->epoch(false) + 1);
+  // Each direction's proxy serves from that direction's next exchange: kept blocks keep their
+  // counters across plans. A plan whose proxied links are the last ones', each face in its
+  // staging (the usual neighbour search), keeps the proxies, on every rank or none.
+  const std::uint64_t next_fwd = m_halo->epoch(true) + 1, next_rev = m_halo->epoch(false) + 1;
+  const bool fits = m_fwd_proxy && m_fwd_proxy->fits(fwd) && m_rev_proxy->fits(rev);
+  if (bounded_max(m_comm, fits ? 0 : 1, WaitContext{m_rank, m_name.c_str(), m_timeout},
+                  "the agreement on keeping the host proxies") == 0) {
+    m_fwd_proxy->resize(std::move(fwd), next_fwd);
+    m_rev_proxy->resize(std::move(rev), next_rev);
+  } else {
+    m_fwd_proxy.reset();
+    m_rev_proxy.reset();
+    // Room for faces a quarter larger, as the blocks have (particles move between searches).
+    for (auto* links : {&fwd, &rev}) {
+      for (ProxyLinkPlan& l : *links) {
+        l.send_capacity = l.send_bytes + l.send_bytes / 4;
+        l.recv_capacity = l.recv_bytes + l.recv_bytes / 4;
+      }
+    }
+    m_fwd_proxy = std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout, std::move(fwd),
+                                              HostProxy::Memory::gpu_mapped, next_fwd);
+    m_rev_proxy = std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout, std::move(rev),
+                                              HostProxy::Memory::gpu_mapped, next_rev);
+  }
   std::vector<const ProxyEnds*> fwd_ends(plan.pulses.size(), nullptr),
       rev_ends(plan.pulses.size(), nullptr);
   for (std::size_t p = 0; p < plan.pulses.size(); ++p) {

@@ -2,7 +2,8 @@
 // real MPI ranks, with this test's thread in the kernel's place on the same signals (the
 // proxy's memory as plain host memory, so it runs on machines without a GPU). Faces of random
 // sizes, eager and rendezvous, over many exchanges arrive whole and in order; a proxy rebuilt
-// mid-run serves from its first exchange; a rank that
+// mid-run serves from its first exchange, and one kept takes new face sizes from the exchange
+// it is told of; a rank that
 // stops exchanging becomes a time-out naming it; a face of another size than the plan says is
 // an error; two exchanges' proxies on one communicator, serving at once, keep their faces
 // apart. The kernel's side runs on the GPU in gpu.test_halo.ipc-fused-proxy.np2 and
@@ -175,6 +176,40 @@ TEST(HostProxy, AProxyRebuiltMidRunServesFromItsFirstExchange) {
   for (const u64 last = e + 50; e < last; ++e)
     ASSERT_TRUE(exchange(proxy, links, e, seed + 1, rank, 1 - rank)) << e;
   EXPECT_NO_THROW(proxy.throw_if_failed());
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A new plan with the same proxied links keeps the proxy (the particle engine's neighbour
+// searches): faces resized within their staging from a later exchange on, the exchanges
+// before it served with the old sizes although the resize came first; links that are not
+// the proxy's, or a face larger than its staging, do not fit.
+TEST(HostProxy, AKeptProxyTakesNewFaceSizesFromTheExchangeItIsToldOf) {
+  int size = 0;
+  const int rank = world(&size);
+  if (size != 2) GTEST_SKIP() << "two ranks";
+  Comm c;
+  const u64 seed = shared_seed("HostProxy.Kept");
+  auto old_links = two_rank_links({64, 120000}, 1 - rank);
+  old_links[0].send_capacity = old_links[0].recv_capacity = 200;
+  old_links[1].send_capacity = old_links[1].recv_capacity = 150000;
+  HostProxy proxy(c.comm, rank, "ipc-fused", 5.0, old_links, HostProxy::Memory::host);
+  proxy.self_test();
+  EXPECT_TRUE(proxy.fits(two_rank_links({200, 150000}, 1 - rank)));
+  // Smaller faces: an exchange before the resize's served with them loses bytes the test checks.
+  const auto new_links = two_rank_links({32, 90000}, 1 - rank);
+  EXPECT_TRUE(proxy.fits(new_links));
+  EXPECT_FALSE(proxy.fits(two_rank_links({201, 64}, 1 - rank)));     // over its staging
+  EXPECT_FALSE(proxy.fits(two_rank_links({64, 64, 64}, 1 - rank)));  // another link
+  auto other_peer = two_rank_links({64, 64}, 1 - rank);
+  other_peer[1].send_rank = -1;  // sends nothing on op 1 now
+  EXPECT_FALSE(proxy.fits(other_peer));
+  u64 e = 1;
+  for (; e < 30; ++e) ASSERT_TRUE(exchange(proxy, old_links, e, seed, rank, 1 - rank)) << e;
+  proxy.resize(new_links, 37);
+  for (; e < 37; ++e) ASSERT_TRUE(exchange(proxy, old_links, e, seed, rank, 1 - rank)) << e;
+  for (; e < 87; ++e) ASSERT_TRUE(exchange(proxy, new_links, e, seed, rank, 1 - rank)) << e;
+  EXPECT_NO_THROW(proxy.throw_if_failed());
+  EXPECT_THROW(proxy.resize(two_rank_links({201, 64}, 1 - rank), e), halox::Error);
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
