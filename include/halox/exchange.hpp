@@ -56,9 +56,9 @@ namespace halox {
 ///                on other nodes with NVSHMEM built in -> nvshmem-fused (direct stores to this
 ///                node's peers, put-with-signal to the others) below that size, nvshmem-stream
 ///                above it; otherwise, below the message size where halox-tune measured
-///                pipelining to win (the "pipelined_from_bytes" of the tuning file), a grid
-///                -> ipc-fused (direct stores to this node's peers, the host proxy's MPI
-///                messages to the others; needs MPI_THREAD_MULTIPLE on every rank), else
+///                pipelining to win (the "pipelined_from_bytes" of the tuning file), grids
+///                and particles -> ipc-fused (direct stores to this node's peers, the host proxy's
+///                MPI messages to the others; needs MPI_THREAD_MULTIPLE on every rank), else
 ///                staged; pipelined above that size. One choice per exchange.
 enum class TransportKind {
   host,

@@ -65,12 +65,12 @@ AutoChoice choose_transport(const AutoInputs& in) {
         "neighbours on other nodes: NVSHMEM put-with-signal on the stream (copy engine or "
         "NIC), no host waits; " +
         crossover;
-  } else if (!in.particle && in.proxy_thread_allowed && in.largest_message < in.pipelined_from) {
+  } else if (in.proxy_thread_allowed && in.largest_message < in.pipelined_from) {
     // Per link: direct stores to this node's peers, the host proxy's MPI messages to the
-    // others. Every link proxied on one H200 (2 processes, 64^3 faces, docs/PERFORMANCE.md),
-    // the LBM ran at 1.4-1.7x staged's MLUPS; pipelined sizes were not measured against it.
-    // Particles reach other nodes through the proxy too, but `auto` picks it for them only
-    // once their proxied rate has been measured against staged.
+    // others. Every link proxied on one H200 (2 processes, docs/PERFORMANCE.md): the LBM at
+    // 64^3 ran at 1.4-1.7x staged's MLUPS, the MD halo at 1.3-1.7x staged's rate and its
+    // whole step 1.2-1.5x (the proxies kept across neighbour searches); pipelined sizes were
+    // not measured against it.
     kind = TransportKind::ipc_fused;
     why =
         "neighbours on other nodes, no NVSHMEM: one fused kernel, direct stores to this "
@@ -78,7 +78,7 @@ AutoChoice choose_transport(const AutoInputs& in) {
         std::to_string(in.largest_message) + " bytes < the measured pipelining crossover of " +
         std::to_string(in.pipelined_from) + " bytes";
   } else {
-    // Particles (see above); a grid's proxy needs MPI_THREAD_MULTIPLE.
+    // The proxy needs MPI_THREAD_MULTIPLE.
     const bool pipelined = in.largest_message >= in.pipelined_from;
     kind = pipelined ? TransportKind::pipelined : TransportKind::staged;
     why = "largest message " + std::to_string(in.largest_message) + " bytes " +

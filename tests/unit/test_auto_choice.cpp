@@ -1,9 +1,9 @@
 // What `auto` picks, every branch, the cross-node ones included (one node here, so no MPI
 // run can reach them): direct stores on one node up to the measured copy-engine crossover,
 // NVSHMEM's fused kernel (put-with-signal to other nodes) or its stream puts past it, and
-// without NVSHMEM: a grid below the measured pipelining crossover through ipc-fused (its host
-// proxy for the other nodes' links) where MPI allows the proxy's thread, else staged or
-// pipelined by that crossover.
+// without NVSHMEM: grids and particles below the measured pipelining crossover through
+// ipc-fused (its host proxy for the other nodes' links) where MPI allows the proxy's thread, else
+// staged or pipelined by that crossover.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -60,8 +60,8 @@ TEST(AutoChoice, OtherNodesGetPutWithSignalFromTheFusedKernel) {
   EXPECT_TRUE(says(c.why, "on the stream")) << c.why;
 }
 
-TEST(AutoChoice, WithoutNvshmemOtherNodesAreStagedOrPipelinedBySize) {
-  auto c = choose(false, false, kMiB - 1, kNotMeasured, kMiB, true);
+TEST(AutoChoice, WithoutNvshmemOrTheProxysThreadOtherNodesAreStagedOrPipelinedBySize) {
+  auto c = choose(false, false, kMiB - 1, kNotMeasured, kMiB, true, false);
   EXPECT_EQ(c.kind, TransportKind::staged);
   EXPECT_TRUE(says(c.why, "1048575 bytes < the measured pipelining crossover of 1048576")) << c.why;
   c = choose(false, false, kMiB, 4 * kMiB, kMiB, true);
@@ -72,15 +72,18 @@ TEST(AutoChoice, WithoutNvshmemOtherNodesAreStagedOrPipelinedBySize) {
             TransportKind::pipelined);
 }
 
-TEST(AutoChoice, WithoutNvshmemAGridReachesOtherNodesThroughTheHostProxyPerLink) {
+TEST(AutoChoice, WithoutNvshmemGridsAndParticlesReachOtherNodesThroughTheHostProxyPerLink) {
+  for (const bool particle : {false, true}) {
+    auto c = choose(false, false, 64 * 1024, kNotMeasured, kMiB, particle);
+    EXPECT_EQ(c.kind, TransportKind::ipc_fused) << particle;
+    EXPECT_TRUE(says(c.why, "host proxy")) << c.why;
+    EXPECT_TRUE(says(c.why, "direct stores to this node's peers")) << c.why;
+    EXPECT_TRUE(says(c.why, "65536 bytes < the measured pipelining crossover of 1048576")) << c.why;
+    // Without MPI_THREAD_MULTIPLE on every rank the proxy cannot call MPI: staged.
+    c = choose(false, false, 64 * 1024, kNotMeasured, kMiB, particle, false);
+    EXPECT_EQ(c.kind, TransportKind::staged) << particle;
+  }
   auto c = choose(false, false, 64 * 1024, kNotMeasured, kMiB, false);
-  EXPECT_EQ(c.kind, TransportKind::ipc_fused);
-  EXPECT_TRUE(says(c.why, "host proxy")) << c.why;
-  EXPECT_TRUE(says(c.why, "direct stores to this node's peers")) << c.why;
-  EXPECT_TRUE(says(c.why, "65536 bytes < the measured pipelining crossover of 1048576")) << c.why;
-  // Without MPI_THREAD_MULTIPLE on every rank the proxy cannot call MPI: staged.
-  c = choose(false, false, 64 * 1024, kNotMeasured, kMiB, false, false);
-  EXPECT_EQ(c.kind, TransportKind::staged);
   // NVSHMEM's puts reach other nodes from the kernel itself: no proxy there.
   EXPECT_EQ(choose(false, true, 64 * 1024, kNotMeasured, kMiB, false).kind,
             TransportKind::nvshmem_fused);
