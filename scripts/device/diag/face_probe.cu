@@ -7,7 +7,8 @@
 //   - the 512^3 float x face w1 (one piece, 262,144 words), the same kernels on one piece;
 //   - the bandwidth-sized y face (16384 x 8 x 4096 floats, 16 KB runs 128 KB apart; 85.8-89.5%
 //     of the copy ceiling): 16-byte words with 1, 2 or 4 per thread, in one wave of resident
-//     blocks or one thread per word group.
+//     blocks or one thread per word group; then pack_async on five more arrays of that size
+//     (does where an array lands change the figure?).
 // Each probe kernel's output is checked against pack_async's.
 #include <cuda_runtime.h>
 
@@ -218,6 +219,24 @@ int main() {
     probe(y_face<4>, 4, false, "4 words/thread, all threads");
     probe(y_face<1>, 1, true, "1 word/thread, one wave");
     probe(y_face<4>, 4, true, "4 words/thread, one wave");
+    // Placement: the same call on five more 2 GiB arrays alive at once (other physical pages,
+    // so other memory channels under the 128 KB row stride). halox-bench took 155.8-157.4 us
+    // for this face where this program took 138-139: if these spread as far, where the array
+    // lands decides the figure, not the kernel.
+    std::vector<void*> more(5, nullptr);
+    for (std::size_t k = 0; k < more.size(); ++k) {
+      BENCH_CUDA(cudaMalloc(&more[k], cells * 4));
+      BENCH_CUDA(cudaMemset(more[k], 0x3C, cells * 4));
+    }
+    for (std::size_t k = 0; k < more.size(); ++k) {
+      char variant[64];
+      std::snprintf(variant, sizeof variant, "pack_async, array %zu of 5 more", k + 1);
+      BENCH_CUDA(cudaMemset(out, 0xFF, bytes));
+      const double t = median_us(
+          s, [&] { pack_async(more[k], 1, type, out, s); }, 11);
+      row(variant, t, same(ref, out, bytes));
+    }
+    for (void* p : more) BENCH_CUDA(cudaFree(p));
     BENCH_CUDA(cudaFree(a));
     BENCH_CUDA(cudaFree(ref));
     BENCH_CUDA(cudaFree(out));
