@@ -262,7 +262,7 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
   }
   m_peers.publish(mine_block.base, offsets, neighbours, kept, context, m_proxy_policy);
   m_halo->set_system_scope(!m_peers.same_gpu());
-  if (m_proxy_policy != ProxyPolicy::none) set_up_proxies(plan);
+  if (m_proxy_policy != ProxyPolicy::none) set_up_proxies(plan, kept);
   m_halo->connect([&](int rank) {
     if (rank == m_rank) return mine_block;
     PeerBlock block;
@@ -293,7 +293,7 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
 // The links to proxied neighbours, per pulse: forward, my items to my destination and my
 // source's to me; reverse, the forces of my received items to my source and those of my sent
 // items back from my destination. Collective (every rank, links or not).
-void PeerHalo::set_up_proxies(const ParticlePlan& plan) {
+void PeerHalo::set_up_proxies(const ParticlePlan& plan, bool blocks_kept) {
   std::vector<ProxyLinkPlan> fwd, rev;
   std::vector<int> link_of(plan.pulses.size(), -1);
   auto proxied = [this](int rank) { return rank >= 0 && rank != m_rank && m_peers.proxied(rank); };
@@ -315,10 +315,12 @@ void PeerHalo::set_up_proxies(const ParticlePlan& plan) {
       f.recv_rank = from, f.recv_bytes = received, r.send_rank = from, r.send_bytes = received;
   }
   // Each direction's proxy serves from that direction's next exchange: kept blocks keep their
-  // counters across plans. A plan whose proxied links are the last ones', each face in its
-  // staging (the usual neighbour search), keeps the proxies, on every rank or none.
+  // counters across plans, new blocks start them again at 1. A plan that keeps the blocks and
+  // whose proxied links are the last ones', each face in its staging (the usual neighbour
+  // search), keeps the proxies, on every rank or none; a kept proxy's counter runs on, so new
+  // blocks need new proxies.
   const std::uint64_t next_fwd = m_halo->epoch(true) + 1, next_rev = m_halo->epoch(false) + 1;
-  const bool fits = m_fwd_proxy && m_fwd_proxy->fits(fwd) && m_rev_proxy->fits(rev);
+  const bool fits = blocks_kept && m_fwd_proxy && m_fwd_proxy->fits(fwd) && m_rev_proxy->fits(rev);
   if (bounded_max(m_comm, fits ? 0 : 1, WaitContext{m_rank, m_name.c_str(), m_timeout},
                   "the agreement on keeping the host proxies") == 0) {
     m_fwd_proxy->resize(std::move(fwd), next_fwd);

@@ -120,7 +120,8 @@ class PeerHalo {
   /// every rank.
   std::int64_t largest_block(std::int64_t bytes) const;
   /// Collective: the host proxies of this plan's proxied links, handed to the engine.
-  void set_up_proxies(const ParticlePlan& plan);
+  /// `blocks_kept`: the engine kept its blocks, so its exchange counters run on.
+  void set_up_proxies(const ParticlePlan& plan, bool blocks_kept);
 
   MPI_Comm m_comm;
   int m_rank;
