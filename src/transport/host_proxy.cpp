@@ -155,6 +155,14 @@ void HostProxy::resize(std::vector<ProxyLinkPlan> links, std::uint64_t from_epoc
   }
   {
     std::lock_guard<std::mutex> lock(m_mutex);
+    // An exchange counter that went back (the engine's new blocks restart theirs) would
+    // never be served: a wait until the time-out. Said now instead.
+    if (from_epoch <= m_launched) {
+      throw Error("halox: " + m_transport + ": rank " + std::to_string(m_rank) +
+                  ": the host proxy was resized from exchange " + std::to_string(from_epoch) +
+                  " after exchange " + std::to_string(m_launched.load()) +
+                  " was launched; a proxy serves its exchanges in order (an internal error)");
+    }
     m_resizes.emplace_back(from_epoch, std::move(links));
   }
   m_wake.notify_all();

@@ -73,7 +73,8 @@ class HostProxy {
   /// Whether `links` are this proxy's links (ops and ranks, in order) with faces that fit
   /// their staging. Local; the caller agrees on it collectively before resize.
   bool fits(const std::vector<ProxyLinkPlan>& links) const;
-  /// Serves `links` (fits() true) from exchange `from_epoch` on, the earlier ones as before:
+  /// Serves `links` (fits() true) from exchange `from_epoch` (after every exchange launched so
+  /// far; halox::Error otherwise) on, the earlier ones as before:
   /// a new plan with the same neighbours keeps its proxy (a duplicate communicator, pinned
   /// memory, a thread and a self-test each time cost the particles' re-plan 0.5-2.4 ms).
   void resize(std::vector<ProxyLinkPlan> links, std::uint64_t from_epoch);

@@ -210,6 +210,10 @@ TEST(HostProxy, AKeptProxyTakesNewFaceSizesFromTheExchangeItIsToldOf) {
   for (; e < 87; ++e) ASSERT_TRUE(exchange(proxy, new_links, e, seed, rank, 1 - rank)) << e;
   EXPECT_NO_THROW(proxy.throw_if_failed());
   EXPECT_THROW(proxy.resize(two_rank_links({201, 64}, 1 - rank), e), halox::Error);
+  // A counter that went back (new blocks restart theirs at 1) is an error, not a wait.
+  EXPECT_THROW(proxy.resize(new_links, 1), halox::Error);
+  EXPECT_THROW(proxy.resize(new_links, e - 1), halox::Error);
+  EXPECT_NO_THROW(proxy.resize(new_links, e));
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
