@@ -62,8 +62,10 @@ class DeviceBytes {
       cudaFree(m_ptr);
       m_ptr = nullptr;
       m_capacity = 0;
-      HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, bytes + bytes / 4));
-      m_capacity = bytes + bytes / 4;
+      const std::size_t capacity =
+          static_cast<std::size_t>(with_plan_headroom(static_cast<std::int64_t>(bytes)));
+      HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, capacity));
+      m_capacity = capacity;
     }
     return m_ptr;
   }
@@ -314,7 +316,7 @@ PeerBlock layout(const ParticlePlan& plan, int npulses, int item, bool send_stag
 std::int64_t DeviceHalo::block_bytes(const ParticlePlan& plan) const {
   long long bytes = 0;
   layout(plan, static_cast<int>(plan.pulses.size()), m_impl->item, m_impl->put_staging, bytes);
-  return bytes + bytes / 4;
+  return with_plan_headroom(bytes);
 }
 
 bool DeviceHalo::fits(const std::vector<const ParticlePlan*>& plans) const {
@@ -354,8 +356,7 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
     long long bytes = 0;
     PeerBlock pb = layout(plan, m.npulses, m.item, m.put_staging, bytes);
     if (!keep) {
-      // A quarter of headroom: the halo of a later plan may grow a little.
-      const long long capacity = bytes + bytes / 4;
+      const long long capacity = with_plan_headroom(bytes);
       char* block = m.allocate_block(capacity);
       m.blocks.push_back(block);
       m.capacity.push_back(capacity);

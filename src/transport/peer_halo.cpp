@@ -328,11 +328,11 @@ void PeerHalo::set_up_proxies(const ParticlePlan& plan, bool blocks_kept) {
   } else {
     m_fwd_proxy.reset();
     m_rev_proxy.reset();
-    // Room for faces a quarter larger, as the blocks have (particles move between searches).
+    // The blocks' headroom (particles move between searches).
     for (auto* links : {&fwd, &rev}) {
       for (ProxyLinkPlan& l : *links) {
-        l.send_capacity = l.send_bytes + l.send_bytes / 4;
-        l.recv_capacity = l.recv_bytes + l.recv_bytes / 4;
+        l.send_capacity = with_plan_headroom(l.send_bytes);
+        l.recv_capacity = with_plan_headroom(l.recv_bytes);
       }
     }
     m_fwd_proxy = std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout, std::move(fwd),
