@@ -3,7 +3,8 @@
 // (median of 51) beside the empty kernel and the copy ceiling of the same run:
 //   - the D3Q19 5-of-19 x face of a 256^3 float lattice (5 pieces, 327,680 4-byte words,
 //     1.48-1.58x of its sector floor): one launch per piece; a 2D grid (y = piece) with 1, 2
-//     or 4 words per thread, each thread's loads issued before its stores;
+//     or 4 words per thread, each thread's loads issued before its stores; the same with each
+//     piece's rows rotated, and on a lattice whose arrays are padded apart;
 //   - the 512^3 float x face w1 (one piece, 262,144 words), the same kernels on one piece;
 //   - the bandwidth-sized y face (16384 x 8 x 4096 floats, 16 KB runs 128 KB apart; 85.8-89.5%
 //     of the copy ceiling): 16-byte words with 1, 2 or 4 per thread, in one wave of resident
@@ -37,10 +38,12 @@ struct Pieces {
 };
 
 // x faces at x = 1 of the pieces' arrays of `rows` rows of nx floats: word i of piece p is row
-// i's element 1. K words per thread (i, i + rows/K, ...), loads first.
+// i's element 1. K words per thread (i, i + rows/K, ...), loads first. With `rotate`, piece
+// p's threads start p * rotate rows further on (wrapping), so that blocks running at once read
+// rows of different pieces that are not a power-of-two array size apart.
 template <int K>
 __global__ void x_faces(const float* __restrict__ a, float* __restrict__ out, unsigned rows,
-                        unsigned nx, Pieces pieces) {
+                        unsigned nx, Pieces pieces, unsigned rotate) {
   const unsigned p = blockIdx.y;
   const unsigned per = (rows + K - 1) / K;
   const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -48,12 +51,15 @@ __global__ void x_faces(const float* __restrict__ a, float* __restrict__ out, un
   const float* src = a + pieces.offset[p] + 1;
   float* dst = out + size_t(p) * rows;
   float v[K];
+  unsigned r[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    r[k] = (i + k * per + p * rotate) % rows;
+    if (i + k * per < rows) v[k] = src[size_t(r[k]) * nx];
+  }
 #pragma unroll
   for (int k = 0; k < K; ++k)
-    if (i + k * per < rows) v[k] = src[size_t(i + k * per) * nx];
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-    if (i + k * per < rows) dst[i + k * per] = v[k];
+    if (i + k * per < rows) dst[r[k]] = v[k];
 }
 
 // A y face of 16-byte words: `runs` runs of `wpr` words, `stride` words apart. K words per
@@ -119,21 +125,26 @@ int main() {
   };
 
   // The x faces: D3Q19 subset (5 pieces of 256^3) and one 512^3 piece.
+  // The padded case spaces the lattice's arrays 4,160 floats more than their size apart: if it
+  // is faster, reads of the pieces 64 MiB apart meet in the same memory banks.
   struct XCase {
     const char* name;
     long n;
     std::vector<long> pops;
+    long pad;
   };
-  for (const XCase& c : {XCase{"d3q19 5-of-19 x 256^3", 256, {1, 7, 9, 11, 13}},
-                         XCase{"x-face w1 512^3 float", 512, {0}}}) {
-    const long n = c.n, cells = n * n * n, rows = n * n;
+  for (const XCase& c : {XCase{"d3q19 5-of-19 x 256^3", 256, {1, 7, 9, 11, 13}, 0},
+                         XCase{"d3q19 arrays padded", 256, {1, 7, 9, 11, 13}, 4160},
+                         XCase{"x-face w1 512^3 float", 512, {0}, 0}}) {
+    const long n = c.n, rows = n * n, cells = n * n * n + c.pad;
     const long arrays = c.pops.back() + 1;
     float* a;
     BENCH_CUDA(cudaMalloc(&a, size_t(arrays) * cells * 4));
-    std::vector<float> h(static_cast<std::size_t>(cells), 0.0f);
-    for (long i = 0; i < cells; ++i) h[size_t(i)] = float(i % 9973) + 0.5f;
+    std::vector<float> h(static_cast<std::size_t>(n * n * n), 0.0f);
+    for (long i = 0; i < n * n * n; ++i) h[size_t(i)] = float(i % 9973) + 0.5f;
     for (long p = 0; p < arrays; ++p)
-      BENCH_CUDA(cudaMemcpy(a + p * cells, h.data(), size_t(cells) * 4, cudaMemcpyHostToDevice));
+      BENCH_CUDA(
+          cudaMemcpy(a + p * cells, h.data(), size_t(n * n * n) * 4, cudaMemcpyHostToDevice));
     const std::vector<std::int64_t> sizes{n, n, n}, sub{n, n, 1}, start{0, 0, 1};
     const Datatype face =
         Datatype::subarray(sizes, sub, start, Order::c, Datatype::of<float>()).commit();
@@ -160,17 +171,24 @@ int main() {
     }
     Pieces pieces{};
     for (size_t k = 0; k < c.pops.size(); ++k) pieces.offset[k] = size_t(c.pops[k] * cells);
-    auto probe = [&](auto kernel, int k, const char* name) {
+    auto probe = [&](auto kernel, int k, unsigned rotate, const char* name) {
       const unsigned per = unsigned((rows + k - 1) / k);
       const dim3 grid((per + 255) / 256, unsigned(c.pops.size()));
       BENCH_CUDA(cudaMemset(out, 0xFF, bytes));
-      const double t = median_us(
-          s, [&] { kernel<<<grid, 256, 0, s>>>(a, out, unsigned(rows), unsigned(n), pieces); });
+      const double t = median_us(s, [&] {
+        kernel<<<grid, 256, 0, s>>>(a, out, unsigned(rows), unsigned(n), pieces, rotate);
+      });
       report(c.name, name, t, sector_bytes, same(ref, out, bytes));
     };
-    probe(x_faces<1>, 1, "2D grid, 1 word/thread");
-    probe(x_faces<2>, 2, "2D grid, 2 words/thread");
-    probe(x_faces<4>, 4, "2D grid, 4 words/thread");
+    probe(x_faces<1>, 1, 0, "2D grid, 1 word/thread");
+    probe(x_faces<2>, 2, 0, "2D grid, 2 words/thread");
+    probe(x_faces<4>, 4, 0, "2D grid, 4 words/thread");
+    if (c.pops.size() > 1) {
+      const unsigned rotate = unsigned(rows / long(c.pops.size()));
+      probe(x_faces<1>, 1, rotate, "2D grid, 1 word/thread, rotated");
+      probe(x_faces<2>, 2, rotate, "2D grid, 2 words/thread, rotated");
+      probe(x_faces<4>, 4, rotate, "2D grid, 4 words/thread, rotated");
+    }
     BENCH_CUDA(cudaFree(a));
     BENCH_CUDA(cudaFree(ref));
     BENCH_CUDA(cudaFree(out));
