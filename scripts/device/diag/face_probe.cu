@@ -9,7 +9,8 @@
 //   - the bandwidth-sized y face (16384 x 8 x 4096 floats, 16 KB runs 128 KB apart; 85.8-89.5%
 //     of the copy ceiling): 16-byte words with 1, 2 or 4 per thread, in one wave of resident
 //     blocks or one thread per word group; then pack_async on five more arrays of that size
-//     (does where an array lands change the figure?).
+//     (does where an array lands change the figure?), and on an array allocated after thirty
+//     allocations and frees of 64 MiB to 2 GiB, as halox-bench's shapes do.
 // Each probe kernel's output is checked against pack_async's.
 #include <cuda_runtime.h>
 
@@ -255,6 +256,29 @@ int main() {
       row(variant, t, same(ref, out, bytes));
     }
     for (void* p : more) BENCH_CUDA(cudaFree(p));
+    BENCH_CUDA(cudaFree(a));
+    BENCH_CUDA(cudaFree(out));
+    // Allocation history: halox-bench allocated and freed an array and a packed buffer for each
+    // of some thirty shapes (64 MiB to 2 GiB) before this face. The same churn here, then a
+    // fresh array and buffer for the face.
+    for (int k = 0; k < 30; ++k) {
+      const size_t array = (size_t(64) << 20) << (k % 6), packed = (size_t(256) << 10) << (k % 4);
+      void *x, *y;
+      BENCH_CUDA(cudaMalloc(&x, array));
+      BENCH_CUDA(cudaMalloc(&y, packed));
+      BENCH_CUDA(cudaMemset(x, 0x3C, array));
+      BENCH_CUDA(cudaFree(x));
+      BENCH_CUDA(cudaFree(y));
+    }
+    BENCH_CUDA(cudaMalloc(&a, cells * 4));
+    BENCH_CUDA(cudaMalloc(&out, bytes));
+    BENCH_CUDA(cudaMemset(a, 0x3C, cells * 4));
+    for (int k = 0; k < 2; ++k) {
+      row(k == 0 ? "pack_async after 30 allocs+frees" : "the same, again",
+          median_us(
+              s, [&] { pack_async(a, 1, type, out, s); }, 11),
+          same(ref, out, bytes));
+    }
     BENCH_CUDA(cudaFree(a));
     BENCH_CUDA(cudaFree(ref));
     BENCH_CUDA(cudaFree(out));
