@@ -11,6 +11,7 @@
 //     blocks or one thread per word group; then pack_async on five more arrays of that size
 //     (does where an array lands change the figure?), and on an array allocated after thirty
 //     allocations and frees of 64 MiB to 2 GiB, as halox-bench's shapes do.
+//   - the memory system's rate for one sector per word at those faces' strides (8M words).
 // Each probe kernel's output is checked against pack_async's.
 #include <cuda_runtime.h>
 
@@ -85,6 +86,24 @@ __global__ void y_face(const uint4* __restrict__ a, uint4* __restrict__ out, uns
   }
 }
 
+// One 4-byte word every `stride` words, `n` of them, packed: 4 words per thread, loads first.
+// At bandwidth size this is the memory system's rate for one sector per word at that stride,
+// which an x face's sector floor (the streaming copy's rate) may overstate.
+__global__ void strided_words(const float* __restrict__ a, float* __restrict__ out, size_t n,
+                              size_t stride) {
+  const size_t per = (n + 3) / 4;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < per;
+       i += size_t(gridDim.x) * blockDim.x) {
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (i + k * per < n) v[k] = a[(i + k * per) * stride];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (i + k * per < n) out[i + k * per] = v[k];
+  }
+}
+
 // The median of `reps` event-timed calls of f (the benchmarks' timing).
 template <class F>
 double median_us(cudaStream_t s, F&& f, int reps = 51) {
@@ -124,6 +143,30 @@ int main() {
     std::printf("%-28s %-34s %8.2f us  %5.2fx sector floor  %s\n", shape, variant, us, us / sfloor,
                 ok ? "" : "WRONG OUTPUT");
   };
+
+  // The rate of one sector per word, 8M words at the x faces' strides (256^3 and 512^3 rows)
+  // and at one sector (the bandwidth-sized x face's), in sector bytes read plus bytes
+  // written per second, against the copy ceiling.
+  {
+    const size_t n = size_t(8) << 20;
+    float* out;
+    BENCH_CUDA(cudaMalloc(&out, n * 4));
+    for (size_t stride : {size_t(8), size_t(256), size_t(512)}) {
+      float* a;
+      BENCH_CUDA(cudaMalloc(&a, n * stride * 4));
+      const double t = median_us(
+          s, [&] { strided_words<<<wave, 256, 0, s>>>(a, out, n, stride); }, 11);
+      const double rate = double(n) * (32 + 4) / (t * 1e-6) / 1e9;
+      std::printf("%-28s %-34s %8.2f us  %5.0f GB/s of sectors, %5.1f%% of the copy ceiling\n",
+                  "one sector per word, 8M",
+                  stride == 8     ? "32 B apart"
+                  : stride == 256 ? "1 KiB apart"
+                                  : "2 KiB apart",
+                  t, rate, 100.0 * rate / ceiling);
+      BENCH_CUDA(cudaFree(a));
+    }
+    BENCH_CUDA(cudaFree(out));
+  }
 
   // The x faces: D3Q19 subset (5 pieces of 256^3) and one 512^3 piece.
   // The padded case spaces the lattice's arrays 4,160 floats more than their size apart: if it
