@@ -3,7 +3,8 @@
 # build/gpu from the change): the baseline is a whole earlier tree in a carried, git-ignored
 # folder (`git archive <sha> | tar -x -C .ab-pack`), built into /tmp/halox-base. The quick
 # `halox-bench pack --device gpu` (halo-sized faces, the D3Q19 subset, 65,536 and 1M gathers
-# beside the naive kernel of the same run), baseline and change alternated ROUNDS times (3),
+# beside the naive kernel of the same run; HALOX_PACK_AB_FULL=1: every shape, the
+# bandwidth-sized ones too), baseline and change alternated HALOX_PACK_AB_ROUNDS times (3),
 # outside MPS; then the change's gather probe (the host time of one launch and of one call).
 #   scripts/device/diag/pack_ab.sh OUTDIR [BASELINE_FOLDER]
 set -uo pipefail
@@ -18,9 +19,9 @@ for round in $(seq "${HALOX_PACK_AB_ROUNDS:-3}"); do
   for variant in base change; do
     b=$([ $variant = base ] && echo "$base/build/bench/halox-bench" || echo "$bench")
     echo "== round $round, $variant"
-    timeout 120 $b pack --device gpu --quick --json "$out/pack-$variant-$round.json" \
+    timeout 120 $b pack --device gpu $([ "${HALOX_PACK_AB_FULL:-0}" = 1 ] || echo --quick) --json "$out/pack-$variant-$round.json" \
       > "$out/pack-$variant-$round.txt" 2>&1
-    grep -E "^(ceilings|gather|d3q19|x-face w1 256)" "$out/pack-$variant-$round.txt"
+    grep -E "^(ceilings|gather|d3q19|x-face w1 256|y-face w1 16384)" "$out/pack-$variant-$round.txt"
   done
 done
 # Per shape: the change's and the baseline's median over the rounds (us), and the naive
