@@ -1,6 +1,7 @@
 // The bound a pack can reach on a GPU whose memory moves 32-byte sectors: it reads every
 // sector that holds a byte of the type's footprint (an x face of a C-order float array reads
-// 32 bytes for each 4 it packs) and writes the packed bytes (contiguous). Against the copy
+// 32 bytes for each 4 it packs) and a gather's index, and writes the packed bytes
+// (contiguous). Against the copy
 // ceiling measured in the same run (bytes read + written per second), this is the fastest
 // the pack can go; the benchmark prints the fraction of it reached.
 #pragma once
@@ -47,11 +48,24 @@ inline std::int64_t sector_bytes_read(const CanonicalForm& form, std::int64_t ar
   return sectors * kSectorBytes;
 }
 
-/// Sector bytes a pack moves: the sectors it reads plus the packed bytes it writes (whole
-/// sectors, the output starting on one).
+/// Bytes of the index an instance of `form` reads besides its data: an index piece's run
+/// offsets, 8 bytes each, contiguous in device memory (halox's plan keeps them so, and a
+/// hand-written gather reads its index too).
+inline std::int64_t index_bytes_read(const CanonicalForm& form) {
+  std::int64_t bytes = 0;
+  for (const CanonicalPiece& piece : form.pieces) {
+    if (!piece.is_index) continue;
+    const auto offsets = static_cast<std::int64_t>(piece.index.offsets.size());
+    bytes += (offsets * 8 + kSectorBytes - 1) / kSectorBytes * kSectorBytes;
+  }
+  return bytes;
+}
+
+/// Sector bytes a pack moves: the sectors it reads (data and index) plus the packed bytes it
+/// writes (whole sectors, the output starting on one).
 inline std::int64_t sector_bytes_moved(const CanonicalForm& form, std::int64_t array_bytes) {
   const std::int64_t written = (form.size + kSectorBytes - 1) / kSectorBytes * kSectorBytes;
-  return sector_bytes_read(form, array_bytes) + written;
+  return sector_bytes_read(form, array_bytes) + index_bytes_read(form) + written;
 }
 
 }  // namespace halox::bench

@@ -10,6 +10,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -78,7 +81,8 @@ struct Plan {
     bool run_per_thread = false;  // index_runs_kernel: one index piece of short runs
     std::shared_ptr<void> table;  // device copy of descs when there are several
   };
-  std::map<int, Launch> launches;  // per word size
+  std::map<int, Launch> launches;  // per word size, built under the mutex
+  std::array<std::atomic<const Launch*>, 5> launch_by_log2_word{};  // read without it
   std::mutex mutex;
 };
 
@@ -129,8 +133,8 @@ std::optional<CanonicalPiece> as_one_index(const CanonicalForm& form) {
   return one;
 }
 
-std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
-  auto plan = std::make_shared<Plan>();
+std::unique_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
+  auto plan = std::make_unique<Plan>();
   const CanonicalForm form = repeat_canonical(type.canonical(), count, type.extent());
   plan->bytes = form.size;
   if (form.is_contiguous()) {
@@ -182,19 +186,35 @@ std::shared_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
   return plan;
 }
 
-std::shared_ptr<Plan> plan_for(const Datatype& type, std::int64_t count) {
-  // Cached per (type node, count); the node is kept alive by the key's shared pointer.
+// Plans are cached per (type node, count) for the life of the process; the key keeps its node
+// alive, so no other node can take its address. A pack of a halo-sized face or gather is as
+// short as its launch, so each thread remembers its last few plans and takes them without the
+// shared cache's lock and search.
+Plan& plan_for(const Datatype& type, std::int64_t count) {
+  const void* node = type.node().get();
+  struct Recent {
+    const void* node = nullptr;
+    std::int64_t count = 0;
+    Plan* plan = nullptr;
+  };
+  thread_local std::array<Recent, 8> recent;
+  Recent& slot =
+      recent[(reinterpret_cast<std::uintptr_t>(node) >> 6 ^ static_cast<std::uintptr_t>(count)) %
+             recent.size()];
+  if (slot.node == node && slot.count == count) return *slot.plan;
+
   static std::mutex mutex;
   static std::map<std::pair<const void*, std::int64_t>,
-                  std::pair<std::shared_ptr<const Datatype::Node>, std::shared_ptr<Plan>>>
+                  std::pair<std::shared_ptr<const Datatype::Node>, std::unique_ptr<Plan>>>
       cache;
   std::lock_guard<std::mutex> lock(mutex);
-  auto key = std::make_pair(static_cast<const void*>(type.node().get()), count);
+  auto key = std::make_pair(node, count);
   auto it = cache.find(key);
-  if (it != cache.end()) return it->second.second;
-  auto plan = make_plan(type, count);
-  cache.emplace(key, std::make_pair(type.node(), plan));
-  return plan;
+  if (it == cache.end()) {
+    it = cache.emplace(key, std::make_pair(type.node(), make_plan(type, count))).first;
+  }
+  slot = {node, count, it->second.second.get()};
+  return *slot.plan;
 }
 
 // One strided or index piece, its descriptor in the kernel's parameters.
@@ -284,6 +304,9 @@ int grid_for(std::int64_t items) {
 // The descriptors for one word size, computed once per plan: words per run, first word
 // and the division magic numbers do not change between calls, so no call repeats them.
 const Plan::Launch& launch_for(Plan& plan, int word) {
+  std::atomic<const Plan::Launch*>& known =
+      plan.launch_by_log2_word[std::countr_zero(static_cast<unsigned>(word))];
+  if (const Plan::Launch* launch = known.load(std::memory_order_acquire)) return *launch;
   std::lock_guard<std::mutex> lock(plan.mutex);
   auto found = plan.launches.find(word);
   if (found != plan.launches.end()) return found->second;
@@ -303,7 +326,9 @@ const Plan::Launch& launch_for(Plan& plan, int word) {
   }
   launch.run_per_thread = launch.descs.size() == 1 && launch.descs[0].index != nullptr &&
                           launch.descs[0].words_per_run <= kMaxWordsPerThreadRun;
-  return plan.launches.emplace(word, std::move(launch)).first->second;
+  const Plan::Launch& built = plan.launches.emplace(word, std::move(launch)).first->second;
+  known.store(&built, std::memory_order_release);
+  return built;
 }
 
 // Packed bytes [begin, end) of the stream; both are multiples of the word size.
@@ -311,36 +336,46 @@ struct Range {
   std::int64_t begin = 0, end = 0;
 };
 
+// A launch of 256-thread blocks that reports its failure as cudaLaunchKernel's result: the
+// <<<>>> form needs a cudaGetLastError call after it, on a path as short as a halo's pack.
+template <class... Params>
+void launch_256(void (*kernel)(Params...), std::int64_t grid, cudaStream_t stream,
+                std::type_identity_t<Params>... params) {
+  void* args[] = {&params...};
+  HALOX_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel),
+                                    dim3(static_cast<unsigned>(grid)), dim3(256), args, 0, stream));
+}
+
 template <int W, PackOp OP, class I>
 void launch_kernel(const Plan::Launch& launch, Range range, const char* src, char* dst,
                    cudaStream_t stream) {
   const std::int64_t first = range.begin / W, end = range.end / W;
   if (end <= first) return;
-  const int grid = grid_for(end - first);
+  const I f = static_cast<I>(first), e = static_cast<I>(end);
   if (launch.run_per_thread) {
     const DeviceDesc& d = launch.descs[0];
     // One thread per run, not capped to waves: the resident blocks' loop cost the 22M-entry
     // gathers 4-5% against one thread per entry.
     const std::int64_t runs = (end - first) / d.words_per_run + 2;
-    const int runs_grid = static_cast<int>(std::min<std::int64_t>((runs + 255) / 256, INT32_MAX));
-    index_runs_kernel<W, OP, I>
-        <<<runs_grid, 256, 0, stream>>>(d, static_cast<I>(first), static_cast<I>(end), src, dst);
-  } else if (launch.descs.size() == 1) {
+    launch_256(index_runs_kernel<W, OP, I>, std::min<std::int64_t>((runs + 255) / 256, INT32_MAX),
+               stream, d, f, e, src, dst);
+    return;
+  }
+  const int grid = grid_for(end - first);
+  if (launch.descs.size() == 1) {
     const DeviceDesc& d = launch.descs[0];
-    const I f = static_cast<I>(first), e = static_cast<I>(end);
     // Depth-specialised kernels for the common strided shapes (vectors, 2D and 3D faces).
     switch (d.index != nullptr ? -1 : d.ndims) {
-      case 1: single_piece_kernel<W, OP, I, 1><<<grid, 256, 0, stream>>>(d, f, e, src, dst); break;
-      case 2: single_piece_kernel<W, OP, I, 2><<<grid, 256, 0, stream>>>(d, f, e, src, dst); break;
-      case 3: single_piece_kernel<W, OP, I, 3><<<grid, 256, 0, stream>>>(d, f, e, src, dst); break;
-      default: single_piece_kernel<W, OP, I, -1><<<grid, 256, 0, stream>>>(d, f, e, src, dst);
+      case 1: launch_256(single_piece_kernel<W, OP, I, 1>, grid, stream, d, f, e, src, dst); break;
+      case 2: launch_256(single_piece_kernel<W, OP, I, 2>, grid, stream, d, f, e, src, dst); break;
+      case 3: launch_256(single_piece_kernel<W, OP, I, 3>, grid, stream, d, f, e, src, dst); break;
+      default: launch_256(single_piece_kernel<W, OP, I, -1>, grid, stream, d, f, e, src, dst);
     }
-  } else {
-    multi_piece_kernel<W, OP, I><<<grid, 256, 0, stream>>>(
-        static_cast<const DeviceDesc*>(launch.table.get()), static_cast<int>(launch.descs.size()),
-        static_cast<I>(first), static_cast<I>(end), src, dst);
+    return;
   }
-  HALOX_CUDA_CHECK(cudaGetLastError());
+  launch_256(multi_piece_kernel<W, OP, I>, grid, stream,
+             static_cast<const DeviceDesc*>(launch.table.get()),
+             static_cast<int>(launch.descs.size()), f, e, src, dst);
 }
 
 template <int W, PackOp OP>
@@ -396,7 +431,7 @@ void run(PackOp op, const void* in, void* out, std::int64_t count, const Datatyp
   if (op == PackOp::accumulate_f32 || op == PackOp::accumulate_f64) {
     element = op == PackOp::accumulate_f32 ? 4 : 8;
   }
-  Plan& plan = *plan_for(type, count);
+  Plan& plan = plan_for(type, count);
   if (packed_offset < 0 || max_bytes < 0) {
     throw DatatypeError(std::string("halox::") + where + ": negative packed range");
   }
@@ -483,37 +518,36 @@ void copy_async(const void* in, const Datatype& in_type, void* out, const Dataty
     throw DatatypeError("halox::copy_async: the destination " + out_type.combiner_name() +
                         " type addresses some bytes twice");
   }
-  const std::shared_ptr<Plan> from = plan_for(in_type, 1), to = plan_for(out_type, 1);
-  if (from->bytes != to->bytes) {
-    throw DatatypeError("halox::copy_async: the source type holds " + std::to_string(from->bytes) +
-                        " bytes, the destination type " + std::to_string(to->bytes));
+  const Plan &from = plan_for(in_type, 1), &to = plan_for(out_type, 1);
+  if (from.bytes != to.bytes) {
+    throw DatatypeError("halox::copy_async: the source type holds " + std::to_string(from.bytes) +
+                        " bytes, the destination type " + std::to_string(to.bytes));
   }
-  if (from->bytes == 0) return;
+  if (from.bytes == 0) return;
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   // A contiguous side is a packed stream already: one pack or unpack (or a memcpy).
-  if (to->contiguous) {
-    pack_async(in, 1, in_type, dst + to->contiguous_offset, stream);
+  if (to.contiguous) {
+    pack_async(in, 1, in_type, dst + to.contiguous_offset, stream);
     return;
   }
-  if (from->contiguous) {
-    unpack_async(src + from->contiguous_offset, out, 1, out_type, stream);
+  if (from.contiguous) {
+    unpack_async(src + from.contiguous_offset, out, 1, out_type, stream);
     return;
   }
   static const void* const aligned = reinterpret_cast<const void*>(std::uintptr_t{256});
-  const int word = std::min(word_size(*from, in, aligned, 1), word_size(*to, out, aligned, 1));
+  const int word = std::min(word_size(from, in, aligned, 1), word_size(to, out, aligned, 1));
   auto launch = [&](auto w) {
     constexpr int W = decltype(w)::value;
     const DevicePackView a = detail::device_pack_view(in_type, 1, W),
                          b = detail::device_pack_view(out_type, 1, W);
     const int grid = grid_for(a.words);
-    if (from->fits_32bit && to->fits_32bit) {
-      copy_kernel<W, unsigned>
-          <<<grid, 256, 0, stream>>>(a, b, static_cast<unsigned>(a.words), src, dst);
+    if (from.fits_32bit && to.fits_32bit) {
+      launch_256(copy_kernel<W, unsigned>, grid, stream, a, b, static_cast<unsigned>(a.words), src,
+                 dst);
     } else {
-      copy_kernel<W, std::int64_t><<<grid, 256, 0, stream>>>(a, b, a.words, src, dst);
+      launch_256(copy_kernel<W, std::int64_t>, grid, stream, a, b, a.words, src, dst);
     }
-    HALOX_CUDA_CHECK(cudaGetLastError());
   };
   switch (word) {
     case 16: launch(std::integral_constant<int, 16>{}); break;
@@ -529,19 +563,19 @@ namespace detail {
 int device_pack_word(const Datatype& type, std::int64_t count, const void* base) {
   // The packed side is a 256-byte aligned staging area: only the typed side limits the word.
   static const void* const aligned = reinterpret_cast<const void*>(std::uintptr_t{256});
-  return word_size(*plan_for(type, count), base, aligned, 1);
+  return word_size(plan_for(type, count), base, aligned, 1);
 }
 
 DevicePackView device_pack_view(const Datatype& type, std::int64_t count, int word) {
-  const std::shared_ptr<Plan> plan = plan_for(type, count);
-  const Plan::Launch& launch = launch_for(*plan, word);
+  Plan& plan = plan_for(type, count);
+  const Plan::Launch& launch = launch_for(plan, word);
   DevicePackView view;
   view.pieces = static_cast<int>(launch.descs.size());
   view.words = launch.words;
   if (view.pieces == 0) return view;
   if (!launch.table) {
     // One piece: its launches pass the descriptor by value; the fused kernels need a table.
-    std::lock_guard<std::mutex> lock(plan->mutex);
+    std::lock_guard<std::mutex> lock(plan.mutex);
     auto& mutable_launch = const_cast<Plan::Launch&>(launch);
     if (!mutable_launch.table) {
       mutable_launch.table = device_copy(launch.descs.data(), sizeof(DeviceDesc));
@@ -555,7 +589,7 @@ DevicePackView device_pack_view(const Datatype& type, std::int64_t count, int wo
 
 GpuPackShape gpu_pack_shape(const void* in, std::int64_t count, const Datatype& type,
                             const void* out) {
-  Plan& plan = *plan_for(type, count);
+  Plan& plan = plan_for(type, count);
   GpuPackShape shape;
   shape.memcpy_path = plan.contiguous;
   shape.pieces = static_cast<int>(plan.host_descs.size());

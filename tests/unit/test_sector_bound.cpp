@@ -50,6 +50,18 @@ TEST(SectorBound, GatheredIndicesCountEachSectorOnce) {
   EXPECT_EQ(sector_bytes_read(gather.canonical(), 4096), 2 * 32);
 }
 
+TEST(SectorBound, AGatherMovesItsIndexBesidesItsData) {
+  // 100 floats in 100 sectors, irregularly (no stride to fold them into): 100 data sectors,
+  // an index of 800 bytes (25 sectors), 400 packed bytes written (13 sectors).
+  std::vector<std::int64_t> displacements;
+  for (std::int64_t i = 0; i < 100; ++i) displacements.push_back(16 * i + i * i % 7);
+  Datatype gather = Datatype::indexed_block(1, displacements, Datatype::of<float>());
+  gather.commit();
+  ASSERT_EQ(gather.canonical().pieces.size(), 1u);
+  EXPECT_EQ(halox::bench::index_bytes_read(gather.canonical()), 800);
+  EXPECT_EQ(sector_bytes_moved(gather.canonical(), 16 * 100 * 4), 100 * 32 + 800 + 13 * 32);
+}
+
 TEST(TempiReference, RecordedEndsAndBetween) {
   using halox::bench::tempi_pack_us;
   const std::int64_t mib = 1 << 20;

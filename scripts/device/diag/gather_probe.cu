@@ -4,7 +4,9 @@
 // event-timed alone and 20 back to back, and the host time of one launch and of one call. It
 // found the gathers' lost time (docs/PERFORMANCE.md); with an argument, one call of each for
 // Nsight Compute.
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -57,6 +59,14 @@ __global__ void runs_pred(const long* __restrict__ off, const char* src, char* d
   }
 }
 __global__ void empty() {}
+// halox's gather kernel takes a descriptor of some 190 bytes by value: this one takes a
+// parameter of that size, to see whether the launch's host time grows with it.
+struct Wide {
+  long words[24];
+};
+__global__ void empty_wide(Wide w) {
+  if (w.words[0] == -1) asm volatile("trap;");
+}
 
 template <class F>
 double med_us(cudaStream_t s, int reps, int inner, F f) {
@@ -161,6 +171,47 @@ int main(int argc, char** argv) {
                   med_us(s, reps, 1, ldg), med_us(s, reps, 1, hx), med_us(s, reps, 1, em),
                   med_us(s, reps, 20, naive), med_us(s, reps, 20, hx), host_us(s, reps, naive),
                   host_us(s, reps, hx));
+      if (entries == 65536 && sorted) {
+        // The host time of one call, 1001 times each, interleaved so that drift hits all alike.
+        Wide wide{};
+        long n = entries;
+        void* args[] = {&a, &didx, &out, &n};
+        auto by_api = [&] {
+          cudaLaunchKernel(reinterpret_cast<const void*>(naive_gather_kernel), dim3(grid),
+                           dim3(256), args, 0, s);
+        };
+        // The driver's launch, which the runtime's wraps: found through the runtime (no link to
+        // libcuda), the kernel's CUfunction by its host symbol.
+        PFN_cuLaunchKernel_v4000 cu_launch = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        CK(cudaGetDriverEntryPointByVersion("cuLaunchKernel", reinterpret_cast<void**>(&cu_launch),
+                                            12000, cudaEnableDefault, &found));
+        cudaFunction_t fn = nullptr;
+        CK(cudaGetFuncBySymbol(&fn, reinterpret_cast<const void*>(naive_gather_kernel)));
+        auto by_driver = [&] {
+          cu_launch(reinterpret_cast<CUfunction>(fn), unsigned(grid), 1, 1, 256, 1, 1, 0,
+                    reinterpret_cast<CUstream>(s), args, nullptr);
+        };
+        auto wide_launch = [&] { empty_wide<<<256, 256, 0, s>>>(wide); };
+        auto small_launch = [&] { empty<<<256, 256, 0, s>>>(); };
+        std::vector<double> t[6];
+        for (int r = 0; r < 1001; ++r) {
+          t[0].push_back(host_us(s, 1, naive));
+          t[1].push_back(host_us(s, 1, by_api));
+          t[2].push_back(host_us(s, 1, small_launch));
+          t[3].push_back(host_us(s, 1, wide_launch));
+          t[4].push_back(host_us(s, 1, hx));
+          t[5].push_back(host_us(s, 1, by_driver));
+        }
+        const char* what[6] = {"naive <<<>>>",      "naive cudaLaunchKernel",
+                               "empty, 0 B params", "empty, 192 B params",
+                               "pack_async",        "naive cuLaunchKernel"};
+        for (int k = 0; k < 6; ++k) {
+          std::sort(t[k].begin(), t[k].end());
+          std::printf("  host time of one call, %-24s median %.2f us, 10th pct %.2f, 90th %.2f\n",
+                      what[k], t[k][500], t[k][100], t[k][900]);
+        }
+      }
       CK(cudaStreamSynchronize(s));
       CK(cudaGetLastError());
       cudaFree(a);
