@@ -19,6 +19,7 @@
 #include "pack_gpu_bench.hpp"
 #include "cuda_timing.cuh"
 #include "naive_gather.cuh"
+#include "strided_words.cuh"
 #include "report.hpp"
 #include "sector_bound.hpp"
 #include "tempi_reference.hpp"
@@ -34,23 +35,6 @@ __global__ void copy_kernel(const float4* __restrict__ in, float4* __restrict__ 
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
     out[i] = in[i];
-  }
-}
-
-// One 4-byte word every `stride` words, packed, 4 per thread with the loads first: the
-// memory system's rate for one sector per word, as an x face of long rows reads.
-__global__ void strided_words_kernel(const float* __restrict__ a, float* __restrict__ out,
-                                     std::size_t n, std::size_t stride) {
-  const std::size_t per = (n + 3) / 4;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < per;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    float v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (i + k * per < n) v[k] = a[(i + k * per) * stride];
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (i + k * per < n) out[i + k * per] = v[k];
   }
 }
 

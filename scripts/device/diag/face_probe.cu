@@ -23,6 +23,7 @@
 #include "halox/datatype.hpp"
 #include "halox/pack_gpu.hpp"
 #include "../../../bench/cuda_timing.cuh"
+#include "../../../bench/strided_words.cuh"
 
 using namespace halox;
 using halox::bench::median_event_us;
@@ -86,24 +87,6 @@ __global__ void y_face(const uint4* __restrict__ a, uint4* __restrict__ out, uns
   }
 }
 
-// One 4-byte word every `stride` words, `n` of them, packed: 4 words per thread, loads first.
-// At bandwidth size this is the memory system's rate for one sector per word at that stride,
-// which an x face's sector floor (the streaming copy's rate) may overstate.
-__global__ void strided_words(const float* __restrict__ a, float* __restrict__ out, size_t n,
-                              size_t stride) {
-  const size_t per = (n + 3) / 4;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < per;
-       i += size_t(gridDim.x) * blockDim.x) {
-    float v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (i + k * per < n) v[k] = a[(i + k * per) * stride];
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (i + k * per < n) out[i + k * per] = v[k];
-  }
-}
-
 // The median of `reps` event-timed calls of f (the benchmarks' timing).
 template <class F>
 double median_us(cudaStream_t s, F&& f, int reps = 51) {
@@ -156,7 +139,7 @@ int main() {
         float* a;
         BENCH_CUDA(cudaMalloc(&a, n * stride * 4));
         const double t = median_us(
-            s, [&] { strided_words<<<wave, 256, 0, s>>>(a, out, n, stride); }, 11);
+            s, [&] { strided_words_kernel<<<wave, 256, 0, s>>>(a, out, n, stride); }, 11);
         const double rate = double(n) * (32 + 4) / (t * 1e-6) / 1e9;
         std::printf("%-28s %-34s %8.2f us  %5.0f GB/s of sectors, %5.1f%% of the copy ceiling\n",
                     n > (size_t(1) << 20) ? "one sector per word, 8M" : "one sector per word, 1M",
