@@ -225,8 +225,10 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
   };
   std::vector<TempiRow> tempi_rows;  // faces within TEMPI's recorded range
   // One array and one packed buffer, as large as the largest shape needs, for every shape, as
-  // a simulation allocates its fields once: a fresh 2 GiB array after thirty others were
-  // allocated and freed packed its y face 12% slower than the first array of a process.
+  // a simulation allocates its fields once. Timed right after its own allocation, which
+  // followed some thirty shapes' allocations and frees, the bandwidth-sized y face ran at 88%
+  // of the copy ceiling, against 99% in one array; the first timing after such allocations
+  // is slow and the same call right after is not (face_probe).
   std::vector<Shape> all = shapes(quick);
   std::int64_t most_array = 0, most_bytes = 0;
   for (const Shape& s : all) {

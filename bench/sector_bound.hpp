@@ -1,9 +1,9 @@
 // The bound a pack can reach on a GPU whose memory moves 32-byte sectors: it reads every
 // sector that holds a byte of the type's footprint (an x face of a C-order float array reads
 // 32 bytes for each 4 it packs) and a gather's index, and writes the packed bytes
-// (contiguous). Against the copy
-// ceiling measured in the same run (bytes read + written per second), this is the fastest
-// the pack can go; the benchmark prints the fraction of it reached.
+// (contiguous). Against the copy ceiling measured in the same run (bytes read + written per
+// second), this is the fastest the pack can go; the benchmark prints the fraction of it
+// reached.
 #pragma once
 
 #include <cstdint>
