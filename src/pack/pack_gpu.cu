@@ -10,9 +10,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
-#include <bit>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,8 +78,7 @@ struct Plan {
     bool run_per_thread = false;  // index_runs_kernel: one index piece of short runs
     std::shared_ptr<void> table;  // device copy of descs when there are several
   };
-  std::map<int, Launch> launches;  // per word size, built under the mutex
-  std::array<std::atomic<const Launch*>, 5> launch_by_log2_word{};  // read without it
+  std::map<int, Launch> launches;  // per word size
   std::mutex mutex;
 };
 
@@ -186,35 +182,20 @@ std::unique_ptr<Plan> make_plan(const Datatype& type, std::int64_t count) {
   return plan;
 }
 
-// Plans are cached per (type node, count) for the life of the process; the key keeps its node
-// alive, so no other node can take its address. A pack of a halo-sized face or gather is as
-// short as its launch, so each thread remembers its last few plans and takes them without the
-// shared cache's lock and search.
+// Plans are cached per (type node, count) for the life of the process; the key's shared
+// pointer keeps its node alive.
 Plan& plan_for(const Datatype& type, std::int64_t count) {
-  const void* node = type.node().get();
-  struct Recent {
-    const void* node = nullptr;
-    std::int64_t count = 0;
-    Plan* plan = nullptr;
-  };
-  thread_local std::array<Recent, 8> recent;
-  Recent& slot =
-      recent[(reinterpret_cast<std::uintptr_t>(node) >> 6 ^ static_cast<std::uintptr_t>(count)) %
-             recent.size()];
-  if (slot.node == node && slot.count == count) return *slot.plan;
-
   static std::mutex mutex;
   static std::map<std::pair<const void*, std::int64_t>,
                   std::pair<std::shared_ptr<const Datatype::Node>, std::unique_ptr<Plan>>>
       cache;
   std::lock_guard<std::mutex> lock(mutex);
-  auto key = std::make_pair(node, count);
+  auto key = std::make_pair(static_cast<const void*>(type.node().get()), count);
   auto it = cache.find(key);
   if (it == cache.end()) {
     it = cache.emplace(key, std::make_pair(type.node(), make_plan(type, count))).first;
   }
-  slot = {node, count, it->second.second.get()};
-  return *slot.plan;
+  return *it->second.second;
 }
 
 // One strided or index piece, its descriptor in the kernel's parameters.
@@ -304,9 +285,6 @@ int grid_for(std::int64_t items) {
 // The descriptors for one word size, computed once per plan: words per run, first word
 // and the division magic numbers do not change between calls, so no call repeats them.
 const Plan::Launch& launch_for(Plan& plan, int word) {
-  std::atomic<const Plan::Launch*>& known =
-      plan.launch_by_log2_word[std::countr_zero(static_cast<unsigned>(word))];
-  if (const Plan::Launch* launch = known.load(std::memory_order_acquire)) return *launch;
   std::lock_guard<std::mutex> lock(plan.mutex);
   auto found = plan.launches.find(word);
   if (found != plan.launches.end()) return found->second;
@@ -326,9 +304,7 @@ const Plan::Launch& launch_for(Plan& plan, int word) {
   }
   launch.run_per_thread = launch.descs.size() == 1 && launch.descs[0].index != nullptr &&
                           launch.descs[0].words_per_run <= kMaxWordsPerThreadRun;
-  const Plan::Launch& built = plan.launches.emplace(word, std::move(launch)).first->second;
-  known.store(&built, std::memory_order_release);
-  return built;
+  return plan.launches.emplace(word, std::move(launch)).first->second;
 }
 
 // Packed bytes [begin, end) of the stream; both are multiples of the word size.
