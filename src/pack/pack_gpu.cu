@@ -345,7 +345,8 @@ PFN_cuLaunchKernel_v4000 driver_launch() {
 }
 
 // The kernel's function on the current device, kept per thread for its last few kernels:
-// the handle is the current context's.
+// the handle is the current context's. Null where the runtime gives none (the launch through
+// the runtime then names why).
 CUfunction function_on_current_device(const void* kernel) {
   struct Known {
     const void* kernel = nullptr;
@@ -354,11 +355,14 @@ CUfunction function_on_current_device(const void* kernel) {
   };
   thread_local std::array<Known, 16> known;
   int device = 0;
-  HALOX_CUDA_CHECK(cudaGetDevice(&device));
+  if (cudaGetDevice(&device) != cudaSuccess) return nullptr;
   Known& slot = known[(reinterpret_cast<std::uintptr_t>(kernel) >> 4) % known.size()];
   if (slot.kernel != kernel || slot.device != device) {
     cudaFunction_t function = nullptr;
-    HALOX_CUDA_CHECK(cudaGetFuncBySymbol(&function, kernel));
+    if (cudaGetFuncBySymbol(&function, kernel) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
     slot = {kernel, device, reinterpret_cast<CUfunction>(function)};
   }
   return slot.function;
@@ -366,15 +370,16 @@ CUfunction function_on_current_device(const void* kernel) {
 
 // A launch of 256-thread blocks through the driver's cuLaunchKernel, which skips the
 // runtime's own lookup of the kernel: 0.14-0.27 us less host time than cudaLaunchKernel on
-// the H200's host (gather_probe), where a halo-sized pack's whole call takes some 4 us. A launch the
-// driver refuses is made again through the runtime, which names the error.
+// the H200's host (gather_probe), where a halo-sized pack's whole call takes some 4 us. A launch
+// the driver refuses is made again through the runtime, which names the error.
 template <class... Params>
 void launch_256(void (*kernel)(Params...), std::int64_t grid, cudaStream_t stream,
                 std::type_identity_t<Params>... params) {
   void* args[] = {&params...};
   const void* stub = reinterpret_cast<const void*>(kernel);
-  if (const PFN_cuLaunchKernel_v4000 launch = driver_launch()) {
-    if (launch(function_on_current_device(stub), static_cast<unsigned>(grid), 1, 1, 256, 1, 1, 0,
+  const PFN_cuLaunchKernel_v4000 launch = driver_launch();
+  if (const CUfunction function = launch ? function_on_current_device(stub) : nullptr) {
+    if (launch(function, static_cast<unsigned>(grid), 1, 1, 256, 1, 1, 0,
                reinterpret_cast<CUstream>(stream), args, nullptr) == CUDA_SUCCESS) {
       return;
     }
