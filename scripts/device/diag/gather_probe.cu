@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -188,10 +189,23 @@ int main(int argc, char** argv) {
                                             12000, cudaEnableDefault, &found));
         cudaFunction_t fn = nullptr;
         CK(cudaGetFuncBySymbol(&fn, reinterpret_cast<const void*>(naive_gather_kernel)));
+        CUresult driver_rc = CUDA_SUCCESS;
         auto by_driver = [&] {
-          cu_launch(reinterpret_cast<CUfunction>(fn), unsigned(grid), 1, 1, 256, 1, 1, 0,
-                    reinterpret_cast<CUstream>(s), args, nullptr);
+          const CUresult rc = cu_launch(reinterpret_cast<CUfunction>(fn), unsigned(grid), 1, 1, 256,
+                                        1, 1, 0, reinterpret_cast<CUstream>(s), args, nullptr);
+          if (rc != CUDA_SUCCESS) driver_rc = rc;
         };
+        // The driver's launch does the naive kernel's work: its output equals the runtime's.
+        CK(cudaMemset(out, 0xFF, entries * 12));
+        naive();
+        std::vector<float> want(entries * 3), got(entries * 3);
+        CK(cudaMemcpy(want.data(), out, entries * 12, cudaMemcpyDeviceToHost));
+        CK(cudaMemset(out, 0xFF, entries * 12));
+        by_driver();
+        CK(cudaMemcpy(got.data(), out, entries * 12, cudaMemcpyDeviceToHost));
+        std::printf(
+            "  the driver's launch: result %d, output %s the runtime's\n", int(driver_rc),
+            std::memcmp(want.data(), got.data(), entries * 12) == 0 ? "equals" : "DIFFERS from");
         auto wide_launch = [&] { empty_wide<<<256, 256, 0, s>>>(wide); };
         auto small_launch = [&] { empty<<<256, 256, 0, s>>>(); };
         std::vector<double> t[6];
