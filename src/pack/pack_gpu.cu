@@ -88,11 +88,33 @@ std::int64_t gcd_align(std::int64_t a, std::int64_t v) {
   return std::gcd(a, v < 0 ? -v : v);
 }
 
+// A type's first pack may come while the caller's stream is being captured into a CUDA graph
+// (a step captured whole): its plan's tables are then made outside the capture. In relaxed
+// mode, which lets this thread allocate, and on a stream of their own, for the default stream
+// may not be used while a blocking stream is captured (cudaErrorStreamCaptureImplicit).
+class OutsideCapture {
+ public:
+  OutsideCapture() { HALOX_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&m_mode)); }
+  ~OutsideCapture() { cudaThreadExchangeStreamCaptureMode(&m_mode); }
+  OutsideCapture(const OutsideCapture&) = delete;
+  OutsideCapture& operator=(const OutsideCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode m_mode = cudaStreamCaptureModeRelaxed;
+};
+
 std::shared_ptr<void> device_copy(const void* data, std::size_t bytes) {
+  OutsideCapture outside;
   void* p = nullptr;
   HALOX_CUDA_CHECK(cudaMalloc(&p, bytes));
-  detail::copy_to_device_now(p, data, bytes);
-  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  std::shared_ptr<void> copy(p, [](void* q) { cudaFree(q); });
+  cudaStream_t upload = nullptr;
+  HALOX_CUDA_CHECK(cudaStreamCreateWithFlags(&upload, cudaStreamNonBlocking));
+  const cudaError_t copied = cudaMemcpyAsync(p, data, bytes, cudaMemcpyHostToDevice, upload);
+  const cudaError_t landed = copied == cudaSuccess ? cudaStreamSynchronize(upload) : copied;
+  cudaStreamDestroy(upload);
+  detail::check_cuda(landed, "cudaMemcpyAsync + cudaStreamSynchronize of a pack plan's table");
+  return copy;
 }
 
 // An index of equal runs whose first runs the canonical form merged into one longer run

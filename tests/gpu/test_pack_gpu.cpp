@@ -390,3 +390,71 @@ TEST(GpuPack, UnpackIntoOverlappingTypeIsRefused) {
   DeviceBuffer a(64), b(64);
   EXPECT_THROW(unpack_async(a.get(), b.get(), 1, overlapping, nullptr), DatatypeError);
 }
+
+// pack_async and unpack_async captured into a CUDA graph (stream capture in global mode, as a
+// simulation captures its step), on a blocking and on a non-blocking stream, for random types
+// whose first use is inside the capture (their plan is made then) and again for the same types
+// once planned: each replay, after new input was copied in, packs and unpacks the new data,
+// against the CPU byte for byte, outputs poisoned before every replay.
+TEST(GpuPack, CapturedInAGraphEachReplayMovesItsData) {
+  RecipeGenerator gen(test_seed("GpuPack.CapturedInAGraphEachReplayMovesItsData"));
+  const long n_types = std::min<long>(env_count("HALOX_GPU_PROPERTY_COUNT", 3000) / 10, 300);
+  long graphs = 0, replays = 0;
+  for (const bool blocking : {true, false}) {
+    cudaStream_t stream;
+    CUDA_OK(blocking ? cudaStreamCreate(&stream)
+                     : cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (long i = 0; i < n_types; ++i) {
+      const Recipe recipe = gen.random(4, i % 4 == 0);
+      Datatype t = to_halox(recipe);
+      t.commit();
+      if (t.size() == 0 || t.true_extent() > (1 << 20)) continue;
+      const std::int64_t pad = (t.true_lb() % 16 + 16) % 16;  // origin 16-byte aligned
+      const std::int64_t origin = -t.true_lb() + pad;
+      const std::size_t n_bytes = static_cast<std::size_t>(t.true_extent() + pad + 16);
+      const std::int64_t packed = packed_size(t, 1);
+      const bool unpacks = !t.overlaps(1);
+      DeviceBuffer d_in(n_bytes), d_out(static_cast<std::size_t>(packed)), d_back(n_bytes);
+      for (const bool planned : {false, true}) {
+        const std::string what = std::string(blocking ? "blocking" : "non-blocking") + " stream, " +
+                                 (planned ? "planned type #" : "new type #") + std::to_string(i) +
+                                 ": " + recipe.describe();
+        cudaGraph_t graph = nullptr;
+        CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        pack_async(d_in.get() + origin, 1, t, d_out.get(), stream);
+        if (unpacks) unpack_async(d_out.get(), d_back.get() + origin, 1, t, stream);
+        ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << what;
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess) << what;
+        for (int replay = 0; replay < 2; ++replay) {
+          std::vector<unsigned char> host(n_bytes), poison(n_bytes);
+          for (auto& c : host) c = static_cast<unsigned char>(gen.rng()());
+          for (auto& c : poison) c = static_cast<unsigned char>(gen.rng()());
+          std::vector<unsigned char> expected(static_cast<std::size_t>(packed));
+          pack(host.data() + origin, 1, t, expected.data());
+          std::vector<unsigned char> back = poison;
+          if (unpacks) unpack(expected.data(), back.data() + origin, 1, t);
+          CUDA_OK(cudaMemcpy(d_in.get(), host.data(), n_bytes, cudaMemcpyHostToDevice));
+          CUDA_OK(cudaMemcpy(d_back.get(), poison.data(), n_bytes, cudaMemcpyHostToDevice));
+          CUDA_OK(cudaMemset(d_out.get(), 0xA5, static_cast<std::size_t>(packed)));
+          CUDA_OK(cudaGraphLaunch(exec, stream));
+          CUDA_OK(cudaStreamSynchronize(stream));
+          std::vector<unsigned char> got(static_cast<std::size_t>(packed)), got_back(n_bytes);
+          CUDA_OK(cudaMemcpy(got.data(), d_out.get(), got.size(), cudaMemcpyDeviceToHost));
+          CUDA_OK(cudaMemcpy(got_back.data(), d_back.get(), n_bytes, cudaMemcpyDeviceToHost));
+          ASSERT_EQ(got, expected) << what << ", replay " << replay;
+          ASSERT_EQ(got_back, back) << what << ", replay " << replay << " (unpack)";
+          ++replays;
+        }
+        CUDA_OK(cudaGraphExecDestroy(exec));
+        CUDA_OK(cudaGraphDestroy(graph));
+        ++graphs;
+      }
+    }
+    CUDA_OK(cudaStreamDestroy(stream));
+  }
+  std::printf(
+      "GPU: %ld captured graphs of random types, %ld replays on new data, all equal to "
+      "the CPU\n",
+      graphs, replays);
+}
