@@ -4,9 +4,9 @@
 // All functions are asynchronous on `stream` and never synchronise the host. The device
 // copy of a type's canonical form and its launch shape are computed on first use of a
 // (type, count) pair and cached. `out` of pack_async may be any device-accessible pointer,
-// including a peer GPU's buffer (direct stores) or mapped pinned host memory. The calls may be
-// captured into a CUDA graph, a type's first call included (its tables are made outside the
-// capture); a replay moves the data then at the captured addresses.
+// including a peer GPU's buffer (direct stores) or mapped pinned host memory. pack_async and
+// unpack_async may be captured into a CUDA graph (tested), a type's first call included: its
+// tables are made outside the capture. A replay moves the data then at the captured addresses.
 #pragma once
 
 #include <cstdint>
