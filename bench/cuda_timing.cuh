@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <functional>
 #include <vector>
 
@@ -32,6 +33,21 @@ double median_event_us(cudaStream_t stream, int reps, int inner, F&& f) {
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
+  return median(t);
+}
+
+// The median host time of f followed by cudaStreamSynchronize(stream), over `reps` calls: a
+// synchronous call's latency, as MPI_Pack's caller sees it.
+template <class F>
+double median_sync_us(cudaStream_t stream, int reps, F&& f) {
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto h0 = std::chrono::steady_clock::now();
+    f();
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    t.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
+  }
   return median(t);
 }
 

@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -165,15 +164,8 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
       median_event_us(stream, halo_reps, 1, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
   // The host's round trip of an empty kernel, launch to cudaStreamSynchronize's return: what
   // any synchronous pack by a kernel pays before its data moves.
-  std::vector<double> empty_sync;
-  for (int k = 0; k < halo_reps; ++k) {
-    const auto h0 = std::chrono::steady_clock::now();
-    empty_kernel<<<1, 32, 0, stream>>>();
-    BENCH_CUDA(cudaStreamSynchronize(stream));
-    empty_sync.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
-  }
-  const double t_empty_sync = median(empty_sync);
+  const double t_empty_sync =
+      median_sync_us(stream, halo_reps, [&] { empty_kernel<<<1, 32, 0, stream>>>(); });
   const std::size_t copy_bytes = quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
   void *ca = nullptr, *cb = nullptr;
   BENCH_CUDA(cudaMalloc(&ca, copy_bytes));
@@ -303,15 +295,8 @@ int pack_gpu(int reps, bool quick, const std::string& json) {
     const double t_2d = at_2d < 0 ? -1 : medians[at_2d];
     const double t_naive = at_naive < 0 ? -1 : medians[at_naive];
     // Synchronous latency, as MPI_Pack would be used: host clock around pack + synchronize.
-    std::vector<double> sync;
-    for (int k = 0; k < r; ++k) {
-      const auto h0 = std::chrono::steady_clock::now();
-      pack_async(src, 1, s.type, dst, stream);
-      BENCH_CUDA(cudaStreamSynchronize(stream));
-      sync.push_back(
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
-    }
-    const double t_sync = median(sync);
+    const double t_sync =
+        median_sync_us(stream, r, [&] { pack_async(src, 1, s.type, dst, stream); });
     BENCH_CUDA(cudaGetLastError());
     const double gbs = 2.0 * bytes / (t * 1e-6) / 1e9;
     const double floor_us = t_empty + 2.0 * bytes / (ceiling * 1e9) * 1e6;
