@@ -92,7 +92,9 @@ std::int64_t gcd_align(std::int64_t a, std::int64_t v) {
 // A type's first pack may come while the caller's stream is being captured into a CUDA graph
 // (a step captured whole): its plan's tables are then made outside the capture. In relaxed
 // mode, which lets this thread allocate, and on a stream of their own, for the default stream
-// may not be used while a blocking stream is captured (cudaErrorStreamCaptureImplicit).
+// may not be used while a blocking stream is captured (cudaErrorStreamCaptureImplicit). Not
+// detail::copy_to_device_now, whose copies on the default stream the other set-up paths keep:
+// there a copy also waits for the work of the blocking streams before it.
 class OutsideCapture {
  public:
   OutsideCapture() { HALOX_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&m_mode)); }
