@@ -10,10 +10,14 @@
 #pragma once
 
 #include <array>
+#include <concepts>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <ranges>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "halox/error.hpp"
@@ -100,6 +104,53 @@ struct CanonicalPiece {
   std::int64_t bytes() const { return is_index ? index.bytes() : strided.bytes(); }
 };
 
+/// The integer lists the constructors take (sizes, starts, block lengths, displacements):
+/// written as a braced list (`{n, n, 1}`) or given as any contiguous range of integers
+/// (`std::vector<int>`, `std::array<std::size_t, 3>`, `std::span<const std::int64_t>`).
+/// A parameter type only: it views a range of `std::int64_t` and copies any other, so it
+/// lives as long as the call.
+class IntList {
+ public:
+  IntList(std::initializer_list<std::int64_t> values) : m_view(values.begin(), values.size()) {}
+  template <std::integral T>
+  requires(!std::same_as<T, std::int64_t>) IntList(std::initializer_list<T> values)
+      : IntList(std::span<const T>(values.begin(), values.size())) {}
+  template <std::ranges::contiguous_range R>
+  requires std::integral<std::remove_cv_t<std::ranges::range_value_t<R>>> IntList(
+      const R& range) {  // NOLINT: converts implicitly, as std::span does
+    using T = std::remove_cv_t<std::ranges::range_value_t<R>>;
+    if constexpr (std::same_as<T, std::int64_t>) {
+      m_view = std::span<const std::int64_t>(std::ranges::data(range), std::ranges::size(range));
+    } else {
+      m_storage.reserve(std::ranges::size(range));
+      for (const T v : range) {
+        if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(std::int64_t)) {
+          // A value past int64's range becomes -1: the constructors refuse it as negative.
+          m_storage.push_back(v > static_cast<T>(INT64_MAX) ? -1 : static_cast<std::int64_t>(v));
+        } else {
+          m_storage.push_back(static_cast<std::int64_t>(v));
+        }
+      }
+      m_view = m_storage;
+    }
+  }
+  IntList(const IntList&) = delete;
+  IntList& operator=(const IntList&) = delete;
+
+  operator std::span<const std::int64_t>() const { return m_view; }  // NOLINT
+  std::span<const std::int64_t> span() const { return m_view; }
+  std::size_t size() const { return m_view.size(); }
+  bool empty() const { return m_view.empty(); }
+  const std::int64_t* data() const { return m_view.data(); }
+  const std::int64_t* begin() const { return m_view.data(); }
+  const std::int64_t* end() const { return m_view.data() + m_view.size(); }
+  std::int64_t operator[](std::size_t i) const { return m_view[i]; }
+
+ private:
+  std::vector<std::int64_t> m_storage;
+  std::span<const std::int64_t> m_view;
+};
+
 /// The canonical form of one instance of a committed type: pieces in type-map order, with
 /// adjacent bytes merged and nested strided patterns recognised (a face of a 3D subarray is
 /// one StridedBlock, not thousands of segments).
@@ -147,31 +198,24 @@ class Datatype {
   static Datatype hvector(std::int64_t count, std::int64_t blocklength, std::int64_t stride_bytes,
                           const Datatype& old);
   /// MPI_Type_indexed: displacements counted in extents of old.
-  static Datatype indexed(std::span<const std::int64_t> blocklengths,
-                          std::span<const std::int64_t> displacements, const Datatype& old);
+  static Datatype indexed(IntList blocklengths, IntList displacements, const Datatype& old);
   /// MPI_Type_create_hindexed: displacements in bytes.
-  static Datatype hindexed(std::span<const std::int64_t> blocklengths,
-                           std::span<const std::int64_t> displacements_bytes, const Datatype& old);
+  static Datatype hindexed(IntList blocklengths, IntList displacements_bytes, const Datatype& old);
   /// MPI_Type_create_indexed_block.
-  static Datatype indexed_block(std::int64_t blocklength,
-                                std::span<const std::int64_t> displacements, const Datatype& old);
+  static Datatype indexed_block(std::int64_t blocklength, IntList displacements,
+                                const Datatype& old);
   /// MPI_Type_create_hindexed_block.
-  static Datatype hindexed_block(std::int64_t blocklength,
-                                 std::span<const std::int64_t> displacements_bytes,
+  static Datatype hindexed_block(std::int64_t blocklength, IntList displacements_bytes,
                                  const Datatype& old);
   /// MPI_Type_create_struct.
-  static Datatype struct_(std::span<const std::int64_t> blocklengths,
-                          std::span<const std::int64_t> displacements_bytes,
+  static Datatype struct_(IntList blocklengths, IntList displacements_bytes,
                           std::span<const Datatype> types);
   /// MPI_Type_create_subarray.
-  static Datatype subarray(std::span<const std::int64_t> sizes,
-                           std::span<const std::int64_t> subsizes,
-                           std::span<const std::int64_t> starts, Order order, const Datatype& old);
+  static Datatype subarray(IntList sizes, IntList subsizes, IntList starts, Order order,
+                           const Datatype& old);
   /// MPI_Type_create_darray.
-  static Datatype darray(int size, int rank, std::span<const std::int64_t> gsizes,
-                         std::span<const Distribution> distribs,
-                         std::span<const std::int64_t> dargs, std::span<const std::int64_t> psizes,
-                         Order order, const Datatype& old);
+  static Datatype darray(int size, int rank, IntList gsizes, std::span<const Distribution> distribs,
+                         IntList dargs, IntList psizes, Order order, const Datatype& old);
   /// MPI_Type_create_resized.
   static Datatype resized(const Datatype& old, std::int64_t lb, std::int64_t extent);
   /// MPI_Type_dup.

@@ -334,22 +334,20 @@ Datatype Datatype::hvector(std::int64_t count, std::int64_t blocklength, std::in
   return strided_type("hvector", "MPI_COMBINER_HVECTOR", count, blocklength, stride_bytes, old);
 }
 
-Datatype Datatype::indexed(std::span<const std::int64_t> blocklengths,
-                           std::span<const std::int64_t> displacements, const Datatype& old) {
+Datatype Datatype::indexed(IntList blocklengths, IntList displacements, const Datatype& old) {
   const auto bytes = scaled(displacements, old.extent(), "indexed");
   return blocks_type("indexed", "MPI_COMBINER_INDEXED", blocklengths, bytes,
                      std::span<const Datatype>(&old, 1), true);
 }
 
-Datatype Datatype::hindexed(std::span<const std::int64_t> blocklengths,
-                            std::span<const std::int64_t> displacements_bytes,
+Datatype Datatype::hindexed(IntList blocklengths, IntList displacements_bytes,
                             const Datatype& old) {
   return blocks_type("hindexed", "MPI_COMBINER_HINDEXED", blocklengths, displacements_bytes,
                      std::span<const Datatype>(&old, 1), true);
 }
 
-Datatype Datatype::indexed_block(std::int64_t blocklength,
-                                 std::span<const std::int64_t> displacements, const Datatype& old) {
+Datatype Datatype::indexed_block(std::int64_t blocklength, IntList displacements,
+                                 const Datatype& old) {
   require_non_negative("indexed_block", "blocklength", blocklength);
   const std::vector<std::int64_t> lengths(displacements.size(), blocklength);
   const auto bytes = scaled(displacements, old.extent(), "indexed_block");
@@ -357,8 +355,7 @@ Datatype Datatype::indexed_block(std::int64_t blocklength,
                      std::span<const Datatype>(&old, 1), true);
 }
 
-Datatype Datatype::hindexed_block(std::int64_t blocklength,
-                                  std::span<const std::int64_t> displacements_bytes,
+Datatype Datatype::hindexed_block(std::int64_t blocklength, IntList displacements_bytes,
                                   const Datatype& old) {
   require_non_negative("hindexed_block", "blocklength", blocklength);
   const std::vector<std::int64_t> lengths(displacements_bytes.size(), blocklength);
@@ -366,16 +363,13 @@ Datatype Datatype::hindexed_block(std::int64_t blocklength,
                      std::span<const Datatype>(&old, 1), true);
 }
 
-Datatype Datatype::struct_(std::span<const std::int64_t> blocklengths,
-                           std::span<const std::int64_t> displacements_bytes,
+Datatype Datatype::struct_(IntList blocklengths, IntList displacements_bytes,
                            std::span<const Datatype> types) {
   return blocks_type("struct_", "MPI_COMBINER_STRUCT", blocklengths, displacements_bytes, types,
                      false);
 }
 
-Datatype Datatype::subarray(std::span<const std::int64_t> sizes,
-                            std::span<const std::int64_t> subsizes,
-                            std::span<const std::int64_t> starts, Order order,
+Datatype Datatype::subarray(IntList sizes, IntList subsizes, IntList starts, Order order,
                             const Datatype& old) {
   const char* where = "subarray";
   const std::size_t ndims = sizes.size();
@@ -412,9 +406,8 @@ Datatype Datatype::subarray(std::span<const std::int64_t> sizes,
   return resized_type("MPI_COMBINER_SUBARRAY", type, 0, stride);
 }
 
-Datatype Datatype::darray(int size, int rank, std::span<const std::int64_t> gsizes,
-                          std::span<const Distribution> distribs,
-                          std::span<const std::int64_t> dargs, std::span<const std::int64_t> psizes,
+Datatype Datatype::darray(int size, int rank, IntList gsizes,
+                          std::span<const Distribution> distribs, IntList dargs, IntList psizes,
                           Order order, const Datatype& old) {
   const char* where = "darray";
   const std::size_t ndims = gsizes.size();

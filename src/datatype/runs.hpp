@@ -11,8 +11,12 @@ namespace halox::detail {
 /// Throws DatatypeError unless every byte `count` instances of `type` address, and every
 /// packed position, has a 64-bit offset from the buffer's address: pack and unpack compute
 /// instance * extent + offset and instance * size + position.
-inline void check_footprint(const Datatype& type, std::int64_t count, const char* where) {
-  if (count <= 0) return;
+/// The bytes [lo, hi) that `count` instances of `type` touch, relative to the buffer address
+/// (count >= 1); throws when they do not fit a 64-bit offset.
+struct Footprint {
+  std::int64_t lo = 0, hi = 0;
+};
+inline Footprint footprint(const Datatype& type, std::int64_t count, const char* where) {
   std::int64_t span = 0, lo = 0, hi = 0, true_ub = 0, bytes = 0;
   const bool overflow =
       __builtin_mul_overflow(count - 1, type.extent(), &span) ||
@@ -26,6 +30,11 @@ inline void check_footprint(const Datatype& type, std::int64_t count, const char
                         std::to_string(type.extent()) + ", size " + std::to_string(type.size()) +
                         ") span more bytes than a 64-bit offset addresses");
   }
+  return {lo, hi};
+}
+
+inline void check_footprint(const Datatype& type, std::int64_t count, const char* where) {
+  if (count > 0) footprint(type, count, where);
 }
 
 /// Calls visit(memory_offset) for every run of `piece`, in packed order, starting at run

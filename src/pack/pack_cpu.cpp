@@ -14,6 +14,34 @@ struct Range {
   std::int64_t begin = 0, end = 0;
 };
 
+// The typed side of a call: a null buffer or a range smaller than the type's footprint.
+void check_typed(const char* where, const char* name, const void* data, std::int64_t size,
+                 const Datatype& type, std::int64_t count) {
+  if (count == 0 || type.size() == 0) return;
+  const std::string prefix = std::string("halox::") + where + ": ";
+  if (data == nullptr) throw DatatypeError(prefix + "the " + name + " buffer is null");
+  if (size < 0) return;
+  const detail::Footprint bytes = detail::footprint(type, count, where);
+  if (bytes.lo < 0 || bytes.hi > size) {
+    throw DatatypeError(prefix + std::to_string(count) + " instances of the " +
+                        type.combiner_name() + " type touch bytes [" + std::to_string(bytes.lo) +
+                        ", " + std::to_string(bytes.hi) + ") of the " + name +
+                        " buffer, which holds " + std::to_string(size) + " bytes");
+  }
+}
+
+// The packed side: null, or smaller than the bytes of the range moved.
+void check_packed(const char* where, const char* name, const void* data, std::int64_t size,
+                  std::int64_t bytes) {
+  if (bytes == 0) return;
+  const std::string prefix = std::string("halox::") + where + ": ";
+  if (data == nullptr) throw DatatypeError(prefix + "the " + name + " buffer is null");
+  if (size >= 0 && size < bytes) {
+    throw DatatypeError(prefix + "the packed " + name + " buffer holds " + std::to_string(size) +
+                        " bytes; the range needs " + std::to_string(bytes));
+  }
+}
+
 Range check_range(const char* where, const Datatype& type, std::int64_t count,
                   std::int64_t packed_offset, std::int64_t max_bytes) {
   const std::string prefix = std::string("halox::") + where + ": ";
@@ -99,35 +127,42 @@ std::int64_t packed_size(const Datatype& type, std::int64_t count) {
   return bytes;
 }
 
-std::int64_t pack(const void* in, std::int64_t count, const Datatype& type, void* out,
+std::int64_t pack(ConstBytes in, std::int64_t count, const Datatype& type, MutableBytes out,
                   std::int64_t packed_offset, std::int64_t max_bytes) {
   const Range range = check_range("pack", type, count, packed_offset, max_bytes);
-  const char* src = static_cast<const char*>(in);
-  char* dst = static_cast<char*>(out);
+  check_typed("pack", "input", in.data, in.size, type, count);
+  check_packed("pack", "output", out.data, out.size, range.end - range.begin);
+  const char* src = static_cast<const char*>(in.data);
+  char* dst = static_cast<char*>(out.data);
   for_each_segment(type, count, range, [&](std::int64_t mem, std::int64_t packed, std::int64_t n) {
     copy_bytes(dst + packed, src + mem, n);
   });
   return range.end - range.begin;
 }
 
-std::int64_t unpack(const void* in, void* out, std::int64_t count, const Datatype& type,
+std::int64_t unpack(ConstBytes in, MutableBytes out, std::int64_t count, const Datatype& type,
                     std::int64_t packed_offset, std::int64_t max_bytes) {
   const Range range = check_range("unpack", type, count, packed_offset, max_bytes);
+  check_packed("unpack", "input", in.data, in.size, range.end - range.begin);
+  check_typed("unpack", "output", out.data, out.size, type, count);
   if (type.overlaps(count)) {
     throw DatatypeError("halox::unpack: the " + type.combiner_name() +
                         " type addresses some bytes twice; unpacking into it is undefined");
   }
-  const char* src = static_cast<const char*>(in);
-  char* dst = static_cast<char*>(out);
+  const char* src = static_cast<const char*>(in.data);
+  char* dst = static_cast<char*>(out.data);
   for_each_segment(type, count, range, [&](std::int64_t mem, std::int64_t packed, std::int64_t n) {
     copy_bytes(dst + mem, src + packed, n);
   });
   return range.end - range.begin;
 }
 
-std::int64_t unpack_accumulate(const void* in, void* out, std::int64_t count, const Datatype& type,
-                               std::int64_t packed_offset, std::int64_t max_bytes) {
+std::int64_t unpack_accumulate(ConstBytes in, MutableBytes out, std::int64_t count,
+                               const Datatype& type, std::int64_t packed_offset,
+                               std::int64_t max_bytes) {
   const Range range = check_range("unpack_accumulate", type, count, packed_offset, max_bytes);
+  check_packed("unpack_accumulate", "input", in.data, in.size, range.end - range.begin);
+  check_typed("unpack_accumulate", "output", out.data, out.size, type, count);
   BasicKind kind{};
   if (!type.homogeneous(&kind) || (kind != BasicKind::float32 && kind != BasicKind::float64)) {
     throw DatatypeError("halox::unpack_accumulate: the " + type.combiner_name() +
@@ -143,8 +178,8 @@ std::int64_t unpack_accumulate(const void* in, void* out, std::int64_t count, co
     throw DatatypeError("halox::unpack_accumulate: the " + type.combiner_name() +
                         " type addresses some elements twice");
   }
-  const char* src = static_cast<const char*>(in);
-  char* dst = static_cast<char*>(out);
+  const char* src = static_cast<const char*>(in.data);
+  char* dst = static_cast<char*>(out.data);
   for_each_segment(type, count, range, [&](std::int64_t mem, std::int64_t packed, std::int64_t n) {
     if (kind == BasicKind::float32) {
       accumulate_bytes<float>(dst + mem, src + packed, n);

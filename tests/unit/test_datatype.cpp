@@ -2,10 +2,13 @@
 // definitions), the canonical form of the shapes halos use, and the errors bad input gets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "../common/random_datatype.hpp"
@@ -201,4 +204,73 @@ TEST(Errors, ExplodingLoweringIsRefusedQuickly) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 20.0) << "the work bound did not stop the commit in time";
+}
+
+// What a user writes: braced lists of any integer type and standard containers, for the
+// constructors and for the CPU pack (README's snippet).
+TEST(UserArguments, BracedListsAndContainersBuildTheSameType) {
+  const std::size_t n = 6;
+  const int m = 6;
+  const std::vector<int> sizes{m, m, m};
+  const std::array<std::int64_t, 3> subsizes{m, m, 1};
+  const Datatype reference =
+      Datatype::subarray(std::vector<std::int64_t>{6, 6, 6}, std::vector<std::int64_t>{6, 6, 1},
+                         std::vector<std::int64_t>{0, 0, 1}, Order::c, kDouble)
+          .commit();
+  const Datatype braced_size_t =
+      Datatype::subarray({n, n, n}, {n, n, n - 5}, {n - 6, n - 6, n - 5}, Order::c, kDouble)
+          .commit();
+  const Datatype mixed =
+      Datatype::subarray({m, m, m}, {m, m, 1}, {0, 0, 1}, Order::c, kDouble).commit();
+  const Datatype containers =
+      Datatype::subarray(sizes, subsizes, std::vector<unsigned>{0, 0, 1}, Order::c, kDouble)
+          .commit();
+  for (const Datatype* t : {&braced_size_t, &mixed, &containers}) {
+    EXPECT_EQ(t->canonical().describe(), reference.canonical().describe());
+    expect_bounds(*t, reference.size(), reference.lb(), reference.extent(), reference.true_lb(),
+                  reference.true_extent());
+  }
+  // An unsigned value past int64's range is refused, not wrapped into a plausible size.
+  EXPECT_THROW(Datatype::indexed({std::numeric_limits<std::uint64_t>::max()}, {0}, kInt),
+               DatatypeError);
+}
+
+TEST(UserArguments, PackTakesContainersAndChecksTheirBounds) {
+  const std::uint64_t seed = halox::testing::test_seed("PackTakesContainers");
+  std::mt19937_64 rng(seed);
+  const int n = 5;
+  std::vector<double> field(n * n * n);
+  for (double& v : field) v = std::uniform_real_distribution<double>(-1, 1)(rng);
+  const Datatype face =
+      Datatype::subarray({n, n, n}, {n, n, 1}, {0, 0, n - 1}, Order::c, kDouble).commit();
+  std::vector<double> by_pointer(n * n, -7.0), by_range(n * n, -9.0);
+  pack(field.data(), 1, face, by_pointer.data());
+  EXPECT_EQ(pack(field, 1, face, by_range), n * n * 8);
+  EXPECT_EQ(by_range, by_pointer);
+  for (int j = 0; j < n * n; ++j) EXPECT_EQ(by_range[j], field[j * n + n - 1]);
+
+  // unpack_accumulate into a vector adds, as into a pointer.
+  std::vector<double> forces(field.size(), 0.5);
+  unpack_accumulate(by_range, forces, 1, face);
+  for (int j = 0; j < n * n; ++j) EXPECT_EQ(forces[j * n + n - 1], 0.5 + field[j * n + n - 1]);
+
+  // A range smaller than what the type touches, a packed buffer too small, and a null
+  // buffer are refused before any byte is written.
+  std::vector<double> short_field(field.begin(), field.end() - 1);
+  std::vector<double> short_buffer(n * n - 1, -3.0);
+  EXPECT_THROW(pack(short_field, 1, face, by_range), DatatypeError);
+  EXPECT_THROW(pack(field, 1, face, short_buffer), DatatypeError);
+  EXPECT_TRUE(
+      std::all_of(short_buffer.begin(), short_buffer.end(), [](double v) { return v == -3.0; }));
+  EXPECT_THROW(pack(field, 2, face, by_range), DatatypeError);  // 2 instances run past the field
+  EXPECT_THROW(pack(nullptr, 1, face, by_range.data()), DatatypeError);
+  EXPECT_THROW(pack(field, 1, face, nullptr), DatatypeError);
+  EXPECT_THROW(unpack(short_buffer, forces, 1, face), DatatypeError);
+  EXPECT_THROW(unpack(by_range, short_field, 1, face), DatatypeError);
+  EXPECT_EQ(pack(nullptr, 0, face, nullptr), 0);  // nothing to move: no buffer needed
+  try {
+    pack(short_field, 1, face, by_range);
+  } catch (const DatatypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 992 bytes"), std::string::npos) << e.what();
+  }
 }
