@@ -61,8 +61,8 @@ HaloOptions parse_halo(int argc, char** argv) {
   line.count("--steps", o.steps, "timed steps per case (after 20 warm-up steps)", 1);
   line.choice("--device", o.device, "auto: gpu when one is visible", {"auto", "cpu", "gpu"});
   line.flag("--quick", o.quick, "2000 and 20000 atoms per rank, 50 steps");
-  line.text("--json", o.json, "also write the rows as JSON", "FILE");
-  line.text("--trace", o.trace, "Chrome trace JSON of the last case (all ranks)", "FILE");
+  line.output("--json", o.json, "also write the rows as JSON");
+  line.output("--trace", o.trace, "Chrome trace JSON of the last case (all ranks)");
   line.parse(argc, argv);
   o.local_ranks = halox::parse_dims(local);
   if (o.quick) {

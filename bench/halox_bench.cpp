@@ -54,7 +54,7 @@ Options parse(int argc, char** argv) {
   line.count("--n", n, "edge of the cubic array for the CPU faces", 8, 100000);
   line.count("--reps", o.reps, "timed repetitions, the median is reported", 1);
   line.flag("--quick", o.quick, "fewer shapes and repetitions (for smoke tests)");
-  line.text("--json", o.json, "also write the results as JSON", "FILE");
+  line.output("--json", o.json, "also write the results as JSON");
   try {
     line.parse(argc, argv);
   } catch (const halox::Error& e) {

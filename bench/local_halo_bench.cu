@@ -85,8 +85,8 @@ int local_halo_main(int argc, char** argv) {
       ->check(CLI::IsMember({"direct", "staged"}));
   line.list("--kernels", kernels, "kernel designs")
       ->check(CLI::IsMember({"per_pulse", "all_pulses"}));
-  line.text("--json", json, "also write the rows as JSON", "FILE");
-  line.text("--trace", trace_file, "Chrome trace of the first case", "FILE");
+  line.output("--json", json, "also write the rows as JSON");
+  line.output("--trace", trace_file, "Chrome trace of the first case");
   line.parse(argc, argv);
   atoms = atom_count;
   direct_modes.clear();

@@ -150,7 +150,7 @@ int pingpong_main(int argc, char** argv) {
               "default host,staged,pipelined,ipc-pulse,ipc-fused (NVSHMEM and NCCL by name: "
               "nvshmem-stream, nvshmem-pulse, nvshmem-fused, nccl, nccl-device, mpi-direct)");
     line.count("--max-bytes", max_bytes, "the largest message", 1);
-    line.text("--json", json, "also write the rows as JSON", "FILE");
+    line.output("--json", json, "also write the rows as JSON");
     line.parse(argc, argv);
   });
   if (size != 2) throw Error("halox-bench pingpong: run it on 2 ranks");

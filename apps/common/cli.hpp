@@ -15,6 +15,7 @@
 
 #include "halox/config.hpp"
 #include "halox/error.hpp"
+#include "output.hpp"
 #if HALOX_HAS_MPI
 #include <mpi.h>
 #endif
@@ -67,6 +68,26 @@ class CommandLine {
   CLI::Option* text(const std::string& name, std::string& value, const std::string& help,
                     const std::string& type = "TEXT") {
     return m_app.add_option(name, value, help)->type_name(type);
+  }
+  /// A file the program writes: refused at parse time, naming the option, when rank 0 (which
+  /// writes every file) cannot write it (output.hpp's check_writable).
+  CLI::Option* output(const std::string& name, std::string& value, const std::string& help) {
+    const std::string program = m_program;
+    return m_app.add_option(name, value, help)
+        ->type_name("FILE")
+        ->check(CLI::Validator(
+            [program, name](std::string& path) -> std::string {
+              if (!on_rank_0()) return "";
+              try {
+                check_writable(program.c_str(), name.c_str(), path);
+              } catch (const Error& e) {
+                // CLI11 prefixes the option's name; the reason is what follows it.
+                const std::string what = e.what();
+                return what.substr(what.find(": cannot write") + 2);
+              }
+              return "";
+            },
+            ""));
   }
   /// A comma-separated list ("a,b,c"); each element checked by the caller.
   CLI::Option* list(const std::string& name, std::vector<std::string>& value,
@@ -129,14 +150,22 @@ class CommandLine {
         "");
   }
 
-  // Help and version: once under mpirun, then a clean end on every rank.
-  [[noreturn]] static void finish_with(const std::string& text) {
+  static bool on_rank_0() {
     int initialized = 0, rank = 0;
 #if HALOX_HAS_MPI
     MPI_Initialized(&initialized);
     if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 #endif
-    if (rank == 0) std::fputs(text.c_str(), stdout);
+    return rank == 0;
+  }
+
+  // Help and version: once under mpirun, then a clean end on every rank.
+  [[noreturn]] static void finish_with(const std::string& text) {
+    int initialized = 0;
+#if HALOX_HAS_MPI
+    MPI_Initialized(&initialized);
+#endif
+    if (on_rank_0()) std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
 #if HALOX_HAS_MPI
     if (initialized) MPI_Finalize();

@@ -50,6 +50,11 @@ inline void report_and_abort(const std::string& what) {
   MPI_Comm comm = report_comm();
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1) {  // nobody else to tell, nor to stop: the message once, no MPI_Abort banner
+    std::fprintf(stderr, "%s: %s\n", program_name(), what.c_str());
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
   std::fprintf(stderr, "%s: rank %d: %s\n", program_name(), rank, what.c_str());
   std::fflush(stderr);
   if (comm != MPI_COMM_NULL && rank != 0) {

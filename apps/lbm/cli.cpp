@@ -71,13 +71,13 @@ Cli parse(int argc, char** argv) {
               "and g as two fields; overlap: f and phi, g alone before the phi pass) | "
               "separate (one exchange each)",
               {"fields", "separate"});
-  line.text("--dump", c.dump, "rho, u, phi of every cell after the run (binary, global order)");
-  line.text("--slice", c.slice, "the order parameter (or |u|) in the mid z plane as a PGM image");
-  line.text("--trace", c.trace,
-            "Chrome trace JSON of the last steps: the exchange kernels' events and, on the GPU, "
-            "every rank's updates and exchange calls as stream spans");
+  line.output("--dump", c.dump, "rho, u, phi of every cell after the run (binary, global order)");
+  line.output("--slice", c.slice, "the order parameter (or |u|) in the mid z plane as a PGM image");
+  line.output("--trace", c.trace,
+              "Chrome trace JSON of the last steps: the exchange kernels' events and, on the GPU, "
+              "every rank's updates and exchange calls as stream spans");
   line.watchdog(c.watchdog);
-  line.text("--json", c.json, "results as JSON");
+  line.output("--json", c.json, "results as JSON");
   line.parse(argc, argv);
   c.grid = parse_dims(grid);
   if (!ranks.empty()) c.ranks = parse_dims(ranks);

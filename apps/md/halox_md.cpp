@@ -79,10 +79,10 @@ Cli parse(int argc, char** argv) {
   line.number("--chunk", chunk, "pipelined chunk size in bytes (0: the tuning file's)", 0, 1e12);
   line.number("--seed", seed, "velocity and lattice-jitter seed", 0, 9e15);
   line.number("--jitter", c.jitter, "random lattice displacement in lattice constants", 0, 0.5);
-  line.text("--json", cli.json, "write thermo, timings and configuration as JSON");
-  line.text("--dump-forces", cli.dump_forces, "write 'id fx fy fz' of every atom at step 0");
+  line.output("--json", cli.json, "write thermo, timings and configuration as JSON");
+  line.output("--dump-forces", cli.dump_forces, "write 'id fx fy fz' of every atom at step 0");
   line.flag("--quiet", cli.quiet, "no thermo table");
-  line.text("--trace", cli.trace, "Chrome trace JSON (Perfetto) of the last 4 steps, all ranks");
+  line.output("--trace", cli.trace, "Chrome trace JSON (Perfetto) of the last 4 steps, all ranks");
   line.watchdog(cli.watchdog);
   line.parse(argc, argv);
   if (!ranks.empty()) c.ranks = parse_dims(ranks);

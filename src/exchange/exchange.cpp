@@ -64,9 +64,12 @@ bool transport_available(TransportKind kind, std::string* why) {
     if (why) *why = reason;
     return false;
   };
-  if (kind == TransportKind::host || kind == TransportKind::automatic) return true;
+  // The local transports copy host arrays on the CPU: they run in every build.
+  if (kind == TransportKind::host || kind == TransportKind::automatic ||
+      kind == TransportKind::local_pulse || kind == TransportKind::local_fused) {
+    return true;
+  }
 #if HALOX_HAS_CUDA
-  if (kind == TransportKind::local_pulse || kind == TransportKind::local_fused) return true;
 #if HALOX_HAS_MPI
   if (kind == TransportKind::mpi_direct && !detail::mpi_is_cuda_aware()) {
     return no("this MPI library is not CUDA-aware (MPIX_Query_cuda_support)");
