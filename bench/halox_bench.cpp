@@ -57,17 +57,13 @@ Options parse(int argc, char** argv) {
   line.output("--json", o.json, "also write the results as JSON");
   try {
     line.parse(argc, argv);
-  } catch (const halox::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    std::exit(2);
-  }
-  o.n = n;
-  try {  // the array, its faces and their packed copies: about three n^3 arrays of doubles
-    const double n = static_cast<double>(o.n);
+    o.n = n;
+    // The array, its faces and their packed copies: about three n^3 arrays of doubles.
+    const double edge = static_cast<double>(o.n);
     halox::apps::require_memory("halox-bench pack: --n " + std::to_string(o.n),
-                                3.0 * 8.0 * n * n * n);
+                                3.0 * 8.0 * edge * edge * edge);
   } catch (const halox::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    halox::apps::print_once(e.what());
     std::exit(2);
   }
   if (o.quick) o.reps = std::min(o.reps, 5);
@@ -134,25 +130,12 @@ int halo_main(int argc, char** argv);
 int pingpong_main(int argc, char** argv);
 }  // namespace halox::bench
 
-// `halox-bench halo` and `pingpong` run under mpiexec; the other modes need no MPI.
-int mpi_command(int (*command)(int, char**), int argc, char** argv) {
-  halox::apps::init_mpi(argc, argv);
+// `halox-bench halo` and `pingpong` run under mpiexec (mpi_main: MPI's start and end, and
+// one error policy); the other commands need no MPI.
+template <int (*command)(int, char**)>
+int on_this_ranks_gpu(int argc, char** argv) {
   halox::select_device(MPI_COMM_WORLD);  // one GPU per rank on multi-GPU nodes
-  int rc = 0;
-  try {
-    rc = command(argc - 1, argv + 1);
-  } catch (const halox::apps::InputError& e) {  // the same on every rank: said once
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
-    MPI_Finalize();
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-  MPI_Finalize();
-  return rc;
+  return command(argc, argv);
 }
 #endif
 
@@ -163,28 +146,53 @@ int local_halo_main(int argc, char** argv);
 #endif
 
 int main(int argc, char** argv) {
+  halox::apps::record_command_line(argc, argv);  // before a subcommand takes argv apart
+  // "pack" is the default command: named, or left out before the options.
+  const std::string command = argc > 1 && argv[1][0] != '-' ? argv[1] : "pack";
+  const bool named = argc > 1 && argv[1][0] != '-';
+  const char* needs = nullptr;  // what this build lacks for a known command
+  int (*mpi_command)(int, char**) = nullptr;
+  if (command == "halo") {
+#if HALOX_HAS_MPI
+    mpi_command = on_this_ranks_gpu<halox::bench::halo_main>;
+#else
+    needs = "MPI";
+#endif
+  } else if (command == "pingpong") {
+#if HALOX_HAS_MPI && HALOX_HAS_CUDA
+    mpi_command = on_this_ranks_gpu<halox::bench::pingpong_main>;
+#else
+    needs = "MPI and CUDA";
+#endif
+  } else if (command == "halo-local") {
 #if HALOX_HAS_CUDA
-  if (argc > 1 && std::string(argv[1]) == "halo-local") {
     try {
       return halox::bench::local_halo_main(argc - 1, argv + 1);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s\n", e.what());
+      halox::apps::print_once(e.what());
       return 2;
     }
-  }
+#else
+    needs = "CUDA";
 #endif
+  } else if (command != "pack") {
+    halox::apps::print_once("halox-bench: unknown command '" + command +
+                            "'; the commands are pack (the default), halo, halo-local and "
+                            "pingpong: halox-bench COMMAND --help");
+    return 2;
+  }
+  if (needs != nullptr) {
+    halox::apps::print_once("halox-bench " + command + ": this build of halox has no " + needs +
+                            " (configure with HALOX_ENABLE_MPI/HALOX_ENABLE_CUDA)");
+    return 2;
+  }
 #if HALOX_HAS_MPI
-  if (argc > 1 && std::string(argv[1]) == "halo") {
-    return mpi_command(halox::bench::halo_main, argc, argv);
-  }
-#if HALOX_HAS_CUDA
-  if (argc > 1 && std::string(argv[1]) == "pingpong") {
-    return mpi_command(halox::bench::pingpong_main, argc, argv);
+  if (mpi_command != nullptr) {
+    static const std::string program = "halox-bench " + command;  // outlives the run
+    return halox::apps::mpi_main(program.c_str(), argc - 1, argv + 1, mpi_command);
   }
 #endif
-#endif
-  // "pack" is the default command, named or not.
-  if (argc > 1 && std::string(argv[1]) == "pack") {
+  if (named) {
     argv[1] = argv[0];
     --argc;
     ++argv;
@@ -195,12 +203,13 @@ int main(int argc, char** argv) {
 #if HALOX_HAS_CUDA
     return pack_gpu(o.reps, o.quick, o.json);
 #else
-    std::fprintf(stderr,
-                 "halox-bench: this build has no CUDA (configure with HALOX_ENABLE_CUDA=ON)\n");
+    halox::apps::print_once(
+        "halox-bench pack: --device gpu: this build has no CUDA (configure with "
+        "HALOX_ENABLE_CUDA=ON)");
     return 2;
 #endif
   } catch (const halox::Error& e) {
-    std::fprintf(stderr, "halox-bench: %s\n", e.what());
-    return 1;
+    halox::apps::print_once(std::string("halox-bench: ") + e.what());
+    return 3;
   }
 }

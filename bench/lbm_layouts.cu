@@ -16,13 +16,14 @@
 #include "apps/common/cli.hpp"
 #include "apps/lbm/lattice.hpp"
 using namespace halox::lbm;
-#define CK(x)                                                     \
-  do {                                                            \
-    cudaError_t e = (x);                                          \
-    if (e != cudaSuccess) {                                       \
-      printf("CUDA %s at %d\n", cudaGetErrorString(e), __LINE__); \
-      exit(1);                                                    \
-    }                                                             \
+#define CK(x)                                                                  \
+  do {                                                                         \
+    cudaError_t e = (x);                                                       \
+    if (e != cudaSuccess) {                                                    \
+      halox::apps::print_once(std::string("halox-lbm-layouts: CUDA error: ") + \
+                              cudaGetErrorString(e) + " (" #x ")");            \
+      exit(3);                                                                 \
+    }                                                                          \
   } while (0)
 
 // V0: the app's kernel exactly.
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
     line.count("--n", n, "cells per axis", 8, 600);
     line.parse(argc, argv);
   } catch (const halox::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    halox::apps::print_once(e.what());
     return 2;
   }
   const int reps = 20;

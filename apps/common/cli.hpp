@@ -22,6 +22,27 @@
 
 namespace halox::apps {
 
+/// This process's rank in its job: MPI's once MPI is up, else the launcher's (mpirun, srun,
+/// any PMI), so that a program without MPI started under mpirun prints --help, --version and
+/// its errors once, from rank 0.
+inline int job_rank() {
+  int initialized = 0, rank = 0;
+#if HALOX_HAS_MPI
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+#endif
+  if (initialized) return rank;
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  }
+  return 0;
+}
+
+/// Prints `message` to stderr from rank 0 of the job only (an error every rank finds alike).
+inline void print_once(const std::string& message) {
+  if (job_rank() == 0) std::fprintf(stderr, "%s\n", message.c_str());
+}
+
 class CommandLine {
  public:
   CommandLine(const char* program, const std::string& description)
@@ -120,6 +141,7 @@ class CommandLine {
 
   /// Parses argv; bad input throws halox::Error naming the program and the option.
   void parse(int argc, char** argv) {
+    record_command_line(argc, argv);
     try {
       m_app.parse(argc, argv);
     } catch (const CLI::Success& done) {  // --help, --version
@@ -150,14 +172,7 @@ class CommandLine {
         "");
   }
 
-  static bool on_rank_0() {
-    int initialized = 0, rank = 0;
-#if HALOX_HAS_MPI
-    MPI_Initialized(&initialized);
-    if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-#endif
-    return rank == 0;
-  }
+  static bool on_rank_0() { return job_rank() == 0; }
 
   // Help and version: once under mpirun, then a clean end on every rank.
   [[noreturn]] static void finish_with(const std::string& text) {

@@ -15,11 +15,35 @@
 
 namespace halox::apps {
 
+/// The programs' exit codes (docs/reliability.md): 0 done; 1 a result check asked for
+/// failed (--check-mass, an example's comparison); 2 bad input (an option, an input file, an
+/// output path that cannot be written), found before the run; 3 the run failed (a time-out
+/// naming the rank waited for, an MPI or CUDA error, a simulation that diverged, a write that
+/// failed); 4 the watchdog ended a run that made no progress.
+enum ExitCode : int {
+  kExitDone = 0,
+  kExitCheckFailed = 1,
+  kExitBadInput = 2,
+  kExitRunFailed = 3,
+  kExitNoProgress = 4
+};
+
+/// An error every rank finds alike (the same check on the same values): rank 0 prints it,
+/// every rank finalises MPI and exits with `exit_code`.
+class CollectiveError : public Error {
+ public:
+  CollectiveError(const std::string& what, int exit_code) : Error(what), m_exit_code(exit_code) {}
+  int exit_code() const { return m_exit_code; }
+
+ private:
+  int m_exit_code;
+};
+
 /// Bad input, found identically on every rank before any work (check_input_collectively
 /// throws it on every rank alike): rank 0 prints it and every rank exits with 2.
-class InputError : public Error {
+class InputError : public CollectiveError {
  public:
-  using Error::Error;
+  explicit InputError(const std::string& what) : CollectiveError(what, kExitBadInput) {}
 };
 
 namespace detail {
@@ -53,7 +77,7 @@ inline void report_and_abort(const std::string& what) {
   if (size == 1) {  // nobody else to tell, nor to stop: the message once, no MPI_Abort banner
     std::fprintf(stderr, "%s: %s\n", program_name(), what.c_str());
     std::fflush(stderr);
-    std::_Exit(3);
+    std::_Exit(kExitRunFailed);
   }
   std::fprintf(stderr, "%s: rank %d: %s\n", program_name(), rank, what.c_str());
   std::fflush(stderr);
@@ -96,8 +120,8 @@ inline void report_and_abort(const std::string& what) {
     }
     std::fflush(stderr);
   }
-  MPI_Abort(MPI_COMM_WORLD, 3);
-  std::_Exit(3);
+  MPI_Abort(MPI_COMM_WORLD, kExitRunFailed);
+  std::_Exit(kExitRunFailed);
 }
 }  // namespace detail
 
@@ -108,11 +132,11 @@ inline void init_mpi(int& argc, char**& argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
 }
 
-/// Runs `run` between init_mpi and MPI_Finalize. InputError: rank 0 prints it, every rank
-/// exits with 2. Any other error may be on one rank only (the others would wait forever) and
-/// is deliberately not caught: with no handler, the exception leaves main without unwinding
-/// the stack, so no destructor runs that could wait on a stalled peer (an NVSHMEM exchange's
-/// collective free would), and the terminate handler prints "program: rank r: message",
+/// Runs `run` between init_mpi and MPI_Finalize. CollectiveError (InputError): rank 0 prints
+/// it, every rank exits with its code. Any other error may be on one rank only (the others would
+/// wait forever) and is deliberately not caught: with no handler, the exception leaves main without
+/// unwinding the stack, so no destructor runs that could wait on a stalled peer (an NVSHMEM
+/// exchange's collective free would), and the terminate handler prints "program: rank r: message",
 /// sends it to rank 0, which prints one table of every rank's state (each wait bounded), and
 /// aborts the job with 3.
 inline int mpi_main(const char* name, int argc, char** argv, int (*run)(int, char**)) {
@@ -132,16 +156,16 @@ inline int mpi_main(const char* name, int argc, char** argv, int (*run)(int, cha
     }
     if (initialized && !finalized) detail::report_and_abort(what);
     std::fprintf(stderr, "%s: %s\n", detail::program_name(), what.c_str());
-    std::_Exit(3);
+    std::_Exit(kExitRunFailed);
   });
   int rc = 0;
   try {
     rc = run(argc, argv);
-  } catch (const InputError& e) {
+  } catch (const CollectiveError& e) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
-    rc = 2;
+    rc = e.exit_code();
   }
   MPI_Comm_free(&detail::report_comm());
   MPI_Finalize();

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <string>
 
+#include "halox/config.hpp"
 #include "halox/error.hpp"
 
 namespace halox::apps {
@@ -77,8 +78,27 @@ inline void write_file(const char* program, const std::string& path, const std::
   }
 }
 
+/// The command line of this run, as the JSON files record it (set once, by the first
+/// CommandLine::parse or by a main that dispatches to a subcommand).
+inline std::string& recorded_command_line() {
+  static std::string line;
+  return line;
+}
+inline void record_command_line(int argc, char** argv) {
+  if (!recorded_command_line().empty()) return;
+  std::string line;
+  for (int i = 0; i < argc; ++i) line += (i ? " " : "") + std::string(argv[i]);
+  recorded_command_line() = line;
+}
+
+/// Writes `json` with two members first, in every file a program writes: "halox_version"
+/// and "command_line" (what made the file).
 inline void write_json(const char* program, const std::string& path, const Json& json) {
-  write_file(program, path, json.dump(2) + "\n");
+  Json out;
+  out["halox_version"] = HALOX_VERSION;
+  out["command_line"] = recorded_command_line();
+  for (auto it = json.begin(); it != json.end(); ++it) out[it.key()] = it.value();
+  write_file(program, path, out.dump(2) + "\n");
 }
 
 }  // namespace halox::apps

@@ -58,7 +58,8 @@ class Watchdog {
                      "stalled or dead; ending the job (--watchdog sets the limit)\n",
                      m_program, m_rank, quiet, m_phase.load(std::memory_order_relaxed));
         std::fflush(stderr);
-        std::_Exit(4);  // no unwinding: it could wait on the stalled rank again
+        std::_Exit(4);  // kExitNoProgress (mpi_main.hpp); no unwinding: it could wait on the
+                        // stalled rank again
       }
     }
   }

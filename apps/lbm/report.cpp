@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -118,14 +119,34 @@ int drive(Decomposition& lbm, const Cli& cli, int rank, halox::apps::Watchdog& w
     checks += "Taylor-Green velocity amplitude after " + std::to_string(cli.steps) +
               " steps: " + std::to_string(got) + " vs analytic " + std::to_string(want) +
               ", relative error " + std::to_string(tg_error);
-    if (cli.check_taylor_green && !(tg_error < 0.01)) rc = 1;
+    if (cli.check_taylor_green && !(tg_error < 0.01)) rc = 1;  // named below
   }
   double mass_error = 0;
   for (int k = 0; k < 3; ++k) {
     if (k > 0 && cli.model != "multiphase") continue;
     mass_error = std::max(mass_error, std::abs(last[k] - first[k]) / std::abs(first[k]));
   }
-  if (cli.check_mass && !(mass_error < 1e-10)) rc = 1;
+  // Float populations lose mass systematically to the collision's rounding, about a tenth of
+  // an epsilon per step (measured: 2.0e-7 after 10 steps, 3.6e-6 after 200 on 24^3); double
+  // ones only to the sums' rounding (1e-14). One cell's population lost in a halo is 1e-5
+  // of a 24^3 lattice's mass in float; the float tolerance stays below it for short runs.
+  const bool single = lbm.backend().real() == BasicKind::float32;
+  const double mass_tolerance =
+      single ? 2 * std::numeric_limits<float>::epsilon() * (8.0 + cli.steps) : 1e-10;
+  std::string failed;
+  if (cli.check_mass && !(mass_error < mass_tolerance)) {
+    rc = 1;
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "--check-mass: the mass changed by %.3e, more than the tolerance %.3e (%s)",
+                  mass_error, mass_tolerance,
+                  single ? "float: 2 epsilon x (8 + steps)" : "double: 1e-10");
+    failed = text;
+  }
+  if (cli.check_taylor_green && cli.init == "taylor-green" && !(tg_error < 0.01)) {
+    failed += std::string(failed.empty() ? "" : "; ") + "--check-taylor-green: relative error " +
+              std::to_string(tg_error) + ", more than 0.01";
+  }
   // Collective: every rank takes part, only rank 0 receives the fields.
   const bool gathered = !cli.dump.empty() || !cli.slice.empty() || cli.init == "droplet";
   std::vector<double> fields;
@@ -153,7 +174,7 @@ int drive(Decomposition& lbm, const Cli& cli, int rank, halox::apps::Watchdog& w
                 cli.model == "multiphase" ? std::abs(last[1] - first[1]) / first[1] : 0.0,
                 cli.model == "multiphase" ? std::abs(last[2] - first[2]) / first[2] : 0.0);
     if (!checks.empty()) std::printf("%s\n", checks.c_str());
-    if (rc) std::printf("CHECK FAILED\n");
+    if (rc) std::printf("CHECK FAILED: %s\n", failed.c_str());
   }
   if (cli.init == "droplet") {
     // Laplace: the pressure jump c_s^2 (rho_in - rho_out) between the centre and a corner.
@@ -226,15 +247,17 @@ int drive(Decomposition& lbm, const Cli& cli, int rank, halox::apps::Watchdog& w
     j["mlups"] = mlups;
     j["exchange_seconds"] = worst[0];
     j["compute_seconds"] = worst[1];
-    j["compute_mlups"] = compute_mlups;
+    const halox::apps::Json unmeasured = nullptr;  // null, not 0, for what this run did not measure
+    j["compute_mlups"] = compute_mlups > 0 ? halox::apps::Json(compute_mlups) : unmeasured;
     j["bytes_per_cell"] =
         double(lbm.backend().bytes()) / (double(lbm.local()[0]) * lbm.local()[1] * lbm.local()[2]);
     j["bytes_per_cell_update"] = cell_bytes;
-    j["copy_ceiling_gbs"] = ceiling;
-    j["bound_mlups"] = bound;
-    j["fraction_of_bound"] = bound > 0 ? mlups / bound : 0;
+    j["copy_ceiling_gbs"] = ceiling > 0 ? halox::apps::Json(ceiling) : unmeasured;
+    j["bound_mlups"] = bound > 0 ? halox::apps::Json(bound) : unmeasured;
+    j["fraction_of_bound"] = bound > 0 ? halox::apps::Json(mlups / bound) : unmeasured;
     j["mass_change"] = mass_error;
-    j["taylor_green_error"] = tg_error;
+    j["mass_tolerance"] = mass_tolerance;
+    j["taylor_green_error"] = cli.init == "taylor-green" ? halox::apps::Json(tg_error) : unmeasured;
     halox::apps::write_json("halox-lbm", cli.json, j);
   }
   return rc;

@@ -146,10 +146,19 @@ int run(int argc, char** argv) {
     thermo.push_back(sim.thermo());
     const Thermo& t = thermo.back();
     // The same sums on every rank: all stop together, with a non-zero exit.
-    if (!std::isfinite(t.total) || !std::isfinite(t.pressure) || !std::isfinite(t.temperature)) {
-      throw Error("halox-md: the energy became non-finite at step " + std::to_string(t.step) +
-                  " (temperature " + std::to_string(t.temperature) + ", total energy/N " +
-                  std::to_string(t.total) + "): the run diverged; lower --dt");
+    // A temperature a hundred times the start's (or of 1) is no LJ fluid any more: atoms
+    // fly through the skin and the halo between searches, and pairs are lost (LAMMPS stops
+    // such a run with "Lost atoms").
+    const double hot = 100 * std::max(1.0, c.temperature);
+    if (!std::isfinite(t.total) || !std::isfinite(t.pressure) || !std::isfinite(t.temperature) ||
+        t.temperature > hot) {
+      char text[320];
+      std::snprintf(text, sizeof text,
+                    "halox-md: the run diverged at step %lld: temperature %.3g (started at %.3g; "
+                    "the limit is %.3g), total energy/N %.3g; lower --dt (now %g)",
+                    static_cast<long long>(t.step), t.temperature, c.temperature, hot, t.total,
+                    c.dt);
+      throw halox::apps::CollectiveError(text, halox::apps::kExitRunFailed);
     }
     if (rank == 0 && !cli.quiet) {
       if (thermo.size() == 1) {
