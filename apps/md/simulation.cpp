@@ -198,6 +198,9 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
   m_ranks.front().backend->forces_ranks(m_backends, config.cutoff, energy_shift(), true);
   halo(false);
   for (Rank& r : m_ranks) r.backend->synchronize();
+  // Past the set-up the ranks step in lockstep: the searches' collectives and the thermo
+  // reductions wait as long as an exchange does before naming a rank that does not arrive.
+  for (Rank& r : m_ranks) r.topology.set_timeout_seconds(ExchangeOptions{}.timeout_seconds);
 }
 
 Simulation::~Simulation() {
@@ -212,8 +215,19 @@ double Simulation::energy_shift() const {
 
 double Simulation::sum(double local) {
   double global = 0;
-  HALOX_MPI_CHECK(MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_SUM, m_comm));
+  reduce(&local, &global, 1, MPI_SUM, "the set-up's sums");
   return global;
+}
+
+// The simulation's reductions: bounded by the topology's time-out, naming a rank that does
+// not arrive (halox::allreduce); ranks in one process have nobody to wait for.
+void Simulation::reduce(const void* in, double* out, int count, MPI_Op op, const char* what) {
+  const Topology& topology = m_ranks.front().topology;
+  if (topology.comm() == MPI_COMM_NULL) {
+    HALOX_MPI_CHECK(MPI_Allreduce(in, out, count, MPI_DOUBLE, op, m_comm));
+  } else {
+    allreduce(topology, in, out, count, MPI_DOUBLE, op, what);
+  }
 }
 
 std::string Simulation::transport_name() const {
@@ -306,7 +320,7 @@ void Simulation::neighbor_search(bool first) {
     // skin between two prunes. Reported, not hidden.
     double most[2] = {m_ranks.front().backend->fetch_ranks(m_backends, m_fetch_into), 0.0};
     for (Backend* b : m_backends) most[1] = std::max(most[1], b->pruned_displacement2());
-    HALOX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, most, 2, MPI_DOUBLE, MPI_MAX, m_comm));
+    reduce(MPI_IN_PLACE, most, 2, MPI_MAX, "the search's largest displacement");
     const double moved = std::sqrt(most[0]), moved_pruned = std::sqrt(most[1]);
     m_max_displacement = std::max(m_max_displacement, moved);
     if (2 * moved > m_config.skin) ++m_violations;
@@ -476,7 +490,7 @@ Thermo Simulation::thermo() {
     local[1] += sums.energy;
     local[2] += sums.virial;
   }
-  HALOX_MPI_CHECK(MPI_Allreduce(local, global, 3, MPI_DOUBLE, MPI_SUM, m_comm));
+  reduce(local, global, 3, MPI_SUM, "the thermo output's sums");
   const double n = static_cast<double>(m_atoms);
   const double volume = m_box.length[0] * m_box.length[1] * m_box.length[2];
   Thermo t;

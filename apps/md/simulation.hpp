@@ -163,6 +163,7 @@ class Simulation {
   /// The energy shift each pair inside the cutoff gets (Config::lj_shift).
   double energy_shift() const;
   double sum(double local);
+  void reduce(const void* in, double* out, int count, MPI_Op op, const char* what);
   /// What went onto the stream just before a timed phase: the last timed phase (whose end
   /// is then its start: one event per boundary) or something else, or nothing.
   enum class Follows { last_phase, nothing };

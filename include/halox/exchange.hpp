@@ -132,7 +132,8 @@ struct ExchangeOptions {
   std::int64_t chunk_bytes = 0;
   /// Every wait of an exchange, host (MPI) and device, ends after this many seconds with a
   /// HaloTimeoutError naming the rank, the peer, the pulse and the transport; the
-  /// GPU-initiated transports also run a start-up self-test of every link.
+  /// GPU-initiated transports also run a start-up self-test of every link. Finite, above 0
+  /// and at most 1e6 s: anything else is refused when the exchange is built.
   double timeout_seconds = 5.0;
   bool self_test = true;
   /// In traces (halox/trace.hpp): the name that this exchange's device events carry

@@ -17,6 +17,9 @@ namespace halox {
 /// plans: the periodic axes one rank spans first).
 enum Axis : int { X = 0, Y = 1, Z = 2 };
 
+/// The default time-out of halox's collective calls on a Topology (Topology::timeout_seconds).
+inline constexpr double kPlanTimeoutSeconds = 30.0;
+
 /// A Cartesian grid of ranks, 1D to 3D (any dimension may be 1), periodic or not per axis.
 /// Rank r has coordinates (x, y, z) with r = x + dims[X] * (y + dims[Y] * z).
 class Topology {
@@ -59,10 +62,13 @@ class Topology {
   std::array<int, 3> coords() const {
     return coords_of(m_rank);
   }
+  /// The coordinates of `rank`; throws halox::Error for a rank outside the grid.
   std::array<int, 3> coords_of(int rank) const;
   /// The rank at `coords`, wrapping periodic axes; -1 when off a non-periodic edge.
   int rank_of(std::array<int, 3> coords) const;
   /// The neighbour of `rank` one step along `axis` in `direction` (-1 or +1); -1 when none.
+  /// Throws halox::Error for a rank outside the grid, an axis other than 0, 1, 2 or a
+  /// direction other than -1, +1.
   int neighbor(int rank, int axis, int direction) const;
   int neighbor(int axis, int direction) const {
     return neighbor(m_rank, axis, direction);
@@ -70,14 +76,35 @@ class Topology {
   /// "2x2x1 periodic xyz" style description.
   std::string describe() const;
 
+  /// How long halox's collective calls on this topology (the plan builders, validate_plan,
+  /// migrate_particles and their agreement steps) wait for a rank before each waiting rank
+  /// throws HaloTimeoutError naming the ranks that did not arrive. kPlanTimeoutSeconds by
+  /// default: ranks reach their first plan after set-up work of their own; a simulation that
+  /// re-plans every few steps in lockstep can set its exchange's time-out here.
+  double timeout_seconds() const {
+    return m_timeout_seconds;
+  }
+  /// Sets timeout_seconds; throws halox::Error unless 0 < seconds <= 1e6 (finite).
+  void set_timeout_seconds(double seconds);
+
  private:
   std::array<int, 3> m_dims;
   std::array<bool, 3> m_periodic;
   int m_rank;
+  double m_timeout_seconds = kPlanTimeoutSeconds;
 #if HALOX_HAS_MPI
   std::shared_ptr<const MPI_Comm> m_comm;  // halox's duplicate, freed with the last copy
 #endif
 };
+
+#if HALOX_HAS_MPI
+/// MPI_Allreduce over `topology`'s communicator, bounded by its timeout_seconds: a rank that
+/// does not arrive ends every waiting rank's call in a HaloTimeoutError naming it and `what`
+/// ("the thermo output"), instead of a hang. `in` may be MPI_IN_PLACE. For a simulation's
+/// own reductions between its exchanges; collective over the topology's ranks.
+void allreduce(const Topology& topology, const void* in, void* out, int count, MPI_Datatype type,
+               MPI_Op op, const char* what);
+#endif
 
 /// A rank grid of `ranks` ranks for a periodic grid of `cells` cells (x fastest in memory)
 /// whose halo is cheap to move: the fewest face cells per rank, the cells of x faces counted

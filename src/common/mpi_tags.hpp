@@ -15,5 +15,6 @@ constexpr int kPeerBlocks = 9100;       ///< PeerHalo's block addresses
 constexpr int kNvshmemOffsets = 9200;   ///< + op (the NVSHMEM transport's receive offsets)
 constexpr int kHostProxy = 9300;        ///< + op (the fused grid kernel's host-proxied faces)
 constexpr int kHostProxyProbe = 9400;   ///< + op (their self-test)
+constexpr int kRollCall = 9500;         ///< a timed-out collective's roll call (+1: the verdict)
 
 }  // namespace halox::detail::tags

@@ -29,6 +29,13 @@ struct WaitContext {
   int rank = 0;
   const char* transport = "host";
   double timeout_seconds = 5.0;
+  const char* call = nullptr;  ///< a plan call's name ("migrate_particles") instead of a transport
+
+  /// "(host transport)", or "(in halox::migrate_particles)" for a plan call.
+  std::string where() const {
+    return call ? std::string("(in halox::") + call + ")"
+                : std::string("(") + transport + " transport)";
+  }
 };
 
 /// Runs `wait` for requests whose buffers `buffers` owns. A wait that throws (a time-out)
@@ -56,17 +63,35 @@ void raise_if_any(MPI_Comm comm, const std::string& error, const CollectiveWait&
 /// MPI's text for an error code.
 std::string mpi_error_text(int code);
 
-/// Waits for a nonblocking collective (MPI_Ibarrier, MPI_Iallreduce, ...) until the time-out,
-/// then throws HaloTimeoutError naming this rank and `what` ("nvshmem-stream set-up"): a
-/// rank stalled or dead before a collective ends the wait instead of holding it. halox enters
-/// a collective that it cannot bound (NVSHMEM's allocation barriers) only after one of these.
-void wait_collective(MPI_Request& request, const WaitContext& context, const char* what);
+/// Waits for a nonblocking collective (MPI_Ibarrier, MPI_Iallreduce, ...) on `comm` until the
+/// time-out, then throws HaloTimeoutError naming this rank, `what` ("nvshmem-stream set-up")
+/// and the ranks that did not arrive (roll_call): a rank stalled or dead before a collective
+/// ends the wait, named, instead of holding it. halox enters a collective that it cannot
+/// bound (NVSHMEM's allocation barriers, MPI_Comm_split_type) only after one of these.
+/// `comm` MPI_COMM_NULL: no roll call (a collective on a communicator that is not halox's).
+void wait_collective(MPI_Comm comm, MPI_Request& request, const WaitContext& context,
+                     const char* what);
 /// wait_collective as a CollectiveWait, for raise_if_any in a set-up.
-CollectiveWait bounded_wait(const WaitContext& context, const char* what);
+CollectiveWait bounded_wait(MPI_Comm comm, const WaitContext& context, const char* what);
 /// MPI_Ibarrier + wait_collective.
 void bounded_barrier(MPI_Comm comm, const WaitContext& context, const char* what);
 /// The largest `value` of all ranks, MPI_Iallreduce + wait_collective.
 long long bounded_max(MPI_Comm comm, long long value, const WaitContext& context, const char* what);
+/// MPI_Allreduce of `count` elements, MPI_Iallreduce + wait_collective (`in` may be
+/// MPI_IN_PLACE, as MPI's).
+void bounded_allreduce(MPI_Comm comm, const void* in, void* out, int count, MPI_Datatype type,
+                       MPI_Op op, const WaitContext& context, const char* what);
+/// MPI_Allgather of `count` elements per rank, MPI_Iallgather + wait_collective.
+void bounded_allgather(MPI_Comm comm, const void* in, void* out, int count, MPI_Datatype type,
+                       const WaitContext& context, const char* what);
+
+/// Which ranks did not reach a collective that timed out on this rank, as a phrase ("rank 2",
+/// "ranks 2 and 5", "rank 0, which did not answer the roll call"). Every rank that timed out
+/// reports to rank 0 of `comm`; rank 0 waits a grace period (0.4 x the time-out, 0.2 to 2 s)
+/// for the others, then answers every rank that reported with the ranks that did not. A rank
+/// that never reported is stalled, dead or waiting elsewhere (in an exchange whose own
+/// time-out then names its peer).
+std::string roll_call(MPI_Comm comm, const WaitContext& context);
 
 /// The messages of one stage in flight, and the one wait for them. A transport keeps one and
 /// reuses it, so waiting allocates nothing on the exchange path after the first exchange.

@@ -111,6 +111,13 @@ TransportChooser::TransportChooser(const Ranks& ranks, ExchangeOptions options, 
                                    BasicKind real)
     : m_ranks(ranks), m_options(options), m_particle(particle), m_real(real) {
   const char* exchange = particle ? "ParticleExchange" : "GridExchange";
+  // A device wait counts nanoseconds in 64 bits: 1e6 s is far inside, and NaN, infinity,
+  // zero or a negative limit would time out at once or never.
+  if (!(options.timeout_seconds > 0 && options.timeout_seconds <= 1e6)) {
+    throw Error(std::string("halox::") + exchange +
+                ": ExchangeOptions::timeout_seconds = " + std::to_string(options.timeout_seconds) +
+                "; it must be finite, above 0 and at most 1e6 s");
+  }
   if (ranks.in_process()) {
     m_options = local_exchange_options(options, exchange);
     m_host.transport = make_local(false);

@@ -65,6 +65,9 @@ void migrate_local_particles(const Topology& topology, const Box& box,
       rank_views(topology, data.size(), "migrate_local_particles", "atom sets");
   std::vector<detail::MigrateRank> ranks(size);
   for (int r = 0; r < size; ++r) {
+    const std::string bad =
+        detail::check_migrate_input("migrate_local_particles", r, data[r], stride);
+    if (!bad.empty()) throw Error(bad);
     ranks[r].topology = &views[r];
     ranks[r].data = &data[r];
   }

@@ -174,6 +174,22 @@ struct MigrateRank {
   std::vector<double> arrived;          // per axis: what transfer delivered
 };
 
+/// Empty when `stride` doubles per atom fit `data` (position first: at least 3, and whole
+/// atoms), else the message naming `where` and the rank.
+inline std::string check_migrate_input(const char* where, int rank, const std::vector<double>& data,
+                                       int stride) {
+  if (stride < 3) {
+    return std::string("halox::") + where + ": stride " + std::to_string(stride) +
+           " doubles per atom; an atom holds at least its 3 coordinates";
+  }
+  if (data.size() % static_cast<std::size_t>(stride) != 0) {
+    return std::string("halox::") + where + ": rank " + std::to_string(rank) + "'s data holds " +
+           std::to_string(data.size()) + " doubles, not a whole number of atoms of " +
+           std::to_string(stride);
+  }
+  return {};
+}
+
 /// Moves every given rank's atoms that left its domain to the neighbour that owns them,
 /// axis by axis (Z, then Y, then X), wrapping periodic coordinates. transfer(axis) must set
 /// each rank's `arrived` to its +1 neighbour's `down` followed by its -1 neighbour's `up`

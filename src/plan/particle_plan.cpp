@@ -16,30 +16,31 @@ namespace halox {
 
 namespace detail {
 
+WaitContext plan_wait(const Topology& topology, const char* where) {
+  return {topology.rank(), where, topology.timeout_seconds(), where};
+}
+
 void agree_on_grid(const Topology& topology, MPI_Comm comm, const char* where) {
   const auto& d = topology.dims();
   const auto& p = topology.periodic();
-  const int mine[6] = {d[0], d[1], d[2], p[0], p[1], p[2]};
-  int lo[6], hi[6];
-  HALOX_MPI_CHECK(MPI_Allreduce(mine, lo, 6, MPI_INT, MPI_MIN, comm));
-  HALOX_MPI_CHECK(MPI_Allreduce(mine, hi, 6, MPI_INT, MPI_MAX, comm));
+  // The least of each value and of its negation: the range of every value in one reduction.
+  int values[12] = {d[0], d[1], d[2], p[0], p[1], p[2], -d[0], -d[1], -d[2], -p[0], -p[1], -p[2]};
+  const WaitContext context = plan_wait(topology, where);
+  bounded_allreduce(comm, MPI_IN_PLACE, values, 12, MPI_INT, MPI_MIN, context,
+                    "the agreement on the rank grid");
   std::string error;
   for (int k = 0; k < 6 && error.empty(); ++k) {
-    if (lo[k] == hi[k]) continue;
+    if (values[k] == -values[k + 6]) continue;
     error = std::string("halox::") + where + ": the ranks disagree on the rank grid's " +
             (k < 3 ? "dimensions" : "periodicity") + " (this rank: " + topology.describe() +
             "); every rank must build its Topology alike";
   }
-  raise_if_any(comm, error);
+  raise_if_any(comm, error, bounded_wait(comm, context, "the agreement on the rank grid"));
 }
 
 }  // namespace detail
 
 namespace {
-
-// The plan builders' point-to-point waits: longer than an exchange's, as ranks reach a plan
-// after their own set-up work.
-constexpr double kPlanWaitSeconds = 30.0;
 
 int peer(int rank) {
   return rank < 0 ? MPI_PROC_NULL : rank;
@@ -53,18 +54,31 @@ MPI_Comm comm_of(const Topology& topology, const char* where) {
   return topology.comm();
 }
 
-// Sends `out` to send_rank and receives from recv_rank (sizes first), appending to `in`.
-void shift_doubles(MPI_Comm comm, int send_rank, int recv_rank, int tag,
-                   const std::vector<double>& out, std::vector<double>& in) {
+// Sends `out` to send_rank and receives from recv_rank (sizes first), appending to `in`;
+// each wait bounded by the topology's time-out and naming the peer and `step`.
+void shift_doubles(const Topology& topology, MPI_Comm comm, int send_rank, int recv_rank, int tag,
+                   const std::vector<double>& out, std::vector<double>& in, const std::string& step,
+                   const char* where) {
+  const detail::WaitContext context = detail::plan_wait(topology, where);
+  detail::MessageWait wait;
   long long send_count = static_cast<long long>(out.size()), recv_count = 0;
-  HALOX_MPI_CHECK(MPI_Sendrecv(&send_count, 1, MPI_LONG_LONG, peer(send_rank), tag, &recv_count, 1,
-                               MPI_LONG_LONG, peer(recv_rank), tag, comm, MPI_STATUS_IGNORE));
+  const std::string counts = step + " (the counts)";
+  MPI_Request r;
+  HALOX_MPI_CHECK(MPI_Irecv(&recv_count, 1, MPI_LONG_LONG, peer(recv_rank), tag, comm, &r));
+  wait.add(
+      {r, recv_rank, recv_rank >= 0 ? static_cast<std::int64_t>(sizeof recv_count) : -1, &counts});
+  HALOX_MPI_CHECK(MPI_Isend(&send_count, 1, MPI_LONG_LONG, peer(send_rank), tag, comm, &r));
+  wait.add({r, send_rank, -1, &counts});
+  wait.wait(context);
   const std::size_t at = in.size();
   in.resize(at + static_cast<std::size_t>(recv_count));
-  HALOX_MPI_CHECK(MPI_Sendrecv(out.data(), static_cast<int>(send_count), MPI_DOUBLE,
-                               peer(send_rank), tag + 1, in.data() + at,
-                               static_cast<int>(recv_count), MPI_DOUBLE, peer(recv_rank), tag + 1,
-                               comm, MPI_STATUS_IGNORE));
+  HALOX_MPI_CHECK(MPI_Irecv(in.data() + at, static_cast<int>(recv_count), MPI_DOUBLE,
+                            peer(recv_rank), tag + 1, comm, &r));
+  wait.add({r, recv_rank, recv_rank >= 0 ? recv_count * 8 : -1, &step});
+  HALOX_MPI_CHECK(MPI_Isend(out.data(), static_cast<int>(send_count), MPI_DOUBLE, peer(send_rank),
+                            tag + 1, comm, &r));
+  wait.add({r, send_rank, -1, &step});
+  wait.wait(context);
 }
 
 }  // namespace
@@ -74,14 +88,18 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
   // Collectively first (no message can then go unmatched): the rank grid, the pulse count,
   // and each pulse's peers; point-to-point messages only when all agree.
   detail::agree_on_grid(topology, comm, "validate_plan");
-  int n = static_cast<int>(pulses.size()), lo = 0, hi = 0;
-  HALOX_MPI_CHECK(MPI_Allreduce(&n, &lo, 1, MPI_INT, MPI_MIN, comm));
-  HALOX_MPI_CHECK(MPI_Allreduce(&n, &hi, 1, MPI_INT, MPI_MAX, comm));
+  const detail::WaitContext context = detail::plan_wait(topology, "validate_plan");
+  const detail::CollectiveWait agree = detail::bounded_wait(comm, context, "the plan check");
+  const int n = static_cast<int>(pulses.size());
+  int range[2] = {n, -n};
+  detail::bounded_allreduce(comm, MPI_IN_PLACE, range, 2, MPI_INT, MPI_MIN, context,
+                            "the plan check (the pulse counts)");
+  const int lo = range[0], hi = -range[1];
   std::string error;
   if (lo != hi) {
     error = "halox::validate_plan: the ranks' plans have between " + std::to_string(lo) + " and " +
             std::to_string(hi) + " pulses (this rank: " + std::to_string(n) + ")";
-    detail::raise_if_any(comm, error);
+    detail::raise_if_any(comm, error, agree);
   }
   {
     int size = 1;
@@ -91,8 +109,8 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
       mine[2 * p] = pulses[p].send_rank;
       mine[2 * p + 1] = pulses[p].recv_rank;
     }
-    HALOX_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT, all.data(),
-                                  static_cast<int>(mine.size()), MPI_INT, comm));
+    detail::bounded_allgather(comm, mine.data(), all.data(), static_cast<int>(mine.size()), MPI_INT,
+                              context, "the plan check (the peers)");
     for (std::size_t p = 0; p < pulses.size() && error.empty(); ++p) {
       const int to = pulses[p].send_rank, me = topology.rank();
       if (to < 0) continue;
@@ -105,7 +123,7 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
                 ": the ranks' plans or rank grids differ";
       }
     }
-    detail::raise_if_any(comm, error);
+    detail::raise_if_any(comm, error, agree);
   }
   std::vector<long long> sent(pulses.size()), seen(pulses.size(), -1);
   std::vector<std::string> names(pulses.size());
@@ -124,7 +142,7 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
     requests.add({r, pulses[p].send_rank, -1, &names[p]});
   }
   // The peers agreed above, so these messages match; a peer that stalls now is named.
-  requests.wait({topology.rank(), "validate_plan", kPlanWaitSeconds});
+  requests.wait(context);
   for (std::size_t p = 0; p < pulses.size() && error.empty(); ++p) {
     if (pulses[p].recv_rank >= 0 && seen[p] != pulses[p].recv_size) {
       error = "halox::validate_plan: " + pulses[p].name(static_cast<int>(p)) + ": rank " +
@@ -133,7 +151,7 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
               std::to_string(pulses[p].recv_size);
     }
   }
-  detail::raise_if_any(comm, error);
+  detail::raise_if_any(comm, error, agree);
 }
 
 ParticlePlan build_particle_plan(const Topology& topology, const Box& box, double cutoff,
@@ -142,30 +160,34 @@ ParticlePlan build_particle_plan(const Topology& topology, const Box& box, doubl
   detail::agree_on_grid(topology, comm, "build_particle_plan");
   // Every rank must build with the same box and cutoff, or their pulse counts differ and the
   // builder's messages would not match: compare first.
-  const double mine[4] = {cutoff, box.length[0], box.length[1], box.length[2]};
-  double lo[4], hi[4];
-  HALOX_MPI_CHECK(MPI_Allreduce(mine, lo, 4, MPI_DOUBLE, MPI_MIN, comm));
-  HALOX_MPI_CHECK(MPI_Allreduce(mine, hi, 4, MPI_DOUBLE, MPI_MAX, comm));
+  const detail::WaitContext context = detail::plan_wait(topology, "build_particle_plan");
+  const detail::CollectiveWait agree =
+      detail::bounded_wait(comm, context, "the agreement on the plan's input");
+  double range[8] = {cutoff,  box.length[0],  box.length[1],  box.length[2],
+                     -cutoff, -box.length[0], -box.length[1], -box.length[2]};
+  detail::bounded_allreduce(comm, MPI_IN_PLACE, range, 8, MPI_DOUBLE, MPI_MIN, context,
+                            "the agreement on the box and cutoff");
   std::string mismatch;
   for (int k = 0; k < 4 && mismatch.empty(); ++k) {
-    if (lo[k] != hi[k]) {
+    if (range[k] != -range[k + 4]) {
       mismatch = std::string("halox::build_particle_plan: the ranks disagree on the ") +
-                 (k == 0 ? "cutoff" : "box length") + " (from " + std::to_string(lo[k]) + " to " +
-                 std::to_string(hi[k]) + ")";
+                 (k == 0 ? "cutoff" : "box length") + " (from " + std::to_string(range[k]) +
+                 " to " + std::to_string(-range[k + 4]) + ")";
     }
   }
-  detail::raise_if_any(comm, mismatch);
-  detail::raise_if_any(comm, detail::check_particle_input(topology, box, cutoff, xyz));
+  detail::raise_if_any(comm, mismatch, agree);
+  detail::raise_if_any(comm, detail::check_particle_input(topology, box, cutoff, xyz), agree);
   std::vector<detail::BuilderRank> ranks(1);
   ranks[0].topology = &topology;
   ranks[0].xyz = &xyz;
-  detail::build_particle_plans(box, cutoff, ranks,
-                               [&](int number, const std::vector<std::vector<double>>& out,
-                                   std::vector<std::vector<double>>& in) {
-                                 const PulseHeader& h = ranks[0].plan.pulses.back().header;
-                                 shift_doubles(comm, h.send_rank, h.recv_rank, 100 + 2 * number,
-                                               out[0], in[0]);
-                               });
+  detail::build_particle_plans(
+      box, cutoff, ranks,
+      [&](int number, const std::vector<std::vector<double>>& out,
+          std::vector<std::vector<double>>& in) {
+        const PulseHeader& h = ranks[0].plan.pulses.back().header;
+        shift_doubles(topology, comm, h.send_rank, h.recv_rank, 100 + 2 * number, out[0], in[0],
+                      h.name(number) + " of the plan's build", "build_particle_plan");
+      });
   validate_plan(topology, headers(ranks[0].plan));
   return std::move(ranks[0].plan);
 }
@@ -179,7 +201,10 @@ GridPlan build_grid_plan(const Topology& topology, std::array<std::int64_t, 3> i
   } catch (const Error& e) {
     error = e.what();
   }
-  detail::raise_if_any(comm_of(topology, "build_grid_plan"), error);
+  MPI_Comm comm = comm_of(topology, "build_grid_plan");
+  detail::raise_if_any(comm, error,
+                       detail::bounded_wait(comm, detail::plan_wait(topology, "build_grid_plan"),
+                                            "the agreement on the grid plan"));
   validate_plan(topology, headers(plan));
   return plan;
 }
@@ -188,18 +213,32 @@ void migrate_particles(const Topology& topology, const Box& box, std::vector<dou
                        int stride) {
   MPI_Comm comm = comm_of(topology, "migrate_particles");
   detail::agree_on_grid(topology, comm, "migrate_particles");
+  // Every rank's stride valid and the same (or the messages would not fit), before any move.
+  const detail::WaitContext context = detail::plan_wait(topology, "migrate_particles");
+  const detail::CollectiveWait agree =
+      detail::bounded_wait(comm, context, "the migration's verdict");
+  std::string bad = detail::check_migrate_input("migrate_particles", topology.rank(), data, stride);
+  int strides[2] = {stride, -stride};
+  detail::bounded_allreduce(comm, MPI_IN_PLACE, strides, 2, MPI_INT, MPI_MIN, context,
+                            "the agreement on the stride");
+  if (bad.empty() && strides[0] != -strides[1]) {
+    bad = "halox::migrate_particles: the ranks' strides differ (" + std::to_string(strides[0]) +
+          " to " + std::to_string(-strides[1]) + " doubles per atom)";
+  }
+  detail::raise_if_any(comm, bad, agree);
   std::vector<detail::MigrateRank> ranks(1);
   ranks[0].topology = &topology;
   ranks[0].data = &data;
   const std::string error = detail::migrate_particles_of(box, ranks, stride, [&](int axis) {
     detail::MigrateRank& r = ranks[0];
     const int tag = detail::tags::kMigrate + 4 * axis;
-    shift_doubles(comm, topology.neighbor(axis, -1), topology.neighbor(axis, +1), tag, r.down,
-                  r.arrived);
-    shift_doubles(comm, topology.neighbor(axis, +1), topology.neighbor(axis, -1), tag + 2, r.up,
-                  r.arrived);
+    const std::string name = std::string("the migration along ") + "xyz"[axis];
+    shift_doubles(topology, comm, topology.neighbor(axis, -1), topology.neighbor(axis, +1), tag,
+                  r.down, r.arrived, name + " (down)", "migrate_particles");
+    shift_doubles(topology, comm, topology.neighbor(axis, +1), topology.neighbor(axis, -1), tag + 2,
+                  r.up, r.arrived, name + " (up)", "migrate_particles");
   });
-  detail::raise_if_any(comm, error);
+  detail::raise_if_any(comm, error, agree);
 }
 
 }  // namespace halox

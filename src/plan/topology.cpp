@@ -5,6 +5,7 @@
 
 #include "halox/error.hpp"
 #if HALOX_HAS_MPI
+#include "../common/mpi_wait.hpp"
 #include "halox/mpi.hpp"
 #endif
 
@@ -33,6 +34,9 @@ Topology::Topology(std::array<int, 3> dims, std::array<bool, 3> periodic, int ra
 
 #if HALOX_HAS_MPI
 Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims, std::array<bool, 3> periodic) {
+  if (comm == MPI_COMM_NULL) {
+    throw Error("halox::Topology::from_mpi: the communicator is MPI_COMM_NULL");
+  }
   int size = 0, rank = 0;
   HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
   HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -64,8 +68,15 @@ Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims, std::array<b
                 std::to_string(size) + " ranks");
   }
   Topology topology(dims, periodic, rank);
+  // The duplicate is collective: bounded, so that a rank that never arrives ends the others'
+  // wait in a time-out (no roll call: its messages would travel on the caller's
+  // communicator).
   MPI_Comm own = MPI_COMM_NULL;
-  HALOX_MPI_CHECK(MPI_Comm_dup(comm, &own));
+  MPI_Request request = MPI_REQUEST_NULL;
+  HALOX_MPI_CHECK(MPI_Comm_idup(comm, &own, &request));
+  detail::wait_collective(MPI_COMM_NULL, request,
+                          {rank, "", kPlanTimeoutSeconds, "Topology::from_mpi"},
+                          "the duplicate of the communicator");
   // halox's calls on its communicator report errors (a truncated message, a dead peer) as
   // exceptions naming the call, instead of aborting the caller's job from inside MPI.
   HALOX_MPI_CHECK(MPI_Comm_set_errhandler(own, MPI_ERRORS_RETURN));
@@ -77,6 +88,19 @@ Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims, std::array<b
     delete c;
   });
   return topology;
+}
+#endif
+
+#if HALOX_HAS_MPI
+void allreduce(const Topology& topology, const void* in, void* out, int count, MPI_Datatype type,
+               MPI_Op op, const char* what) {
+  if (topology.comm() == MPI_COMM_NULL) {
+    throw Error(
+        "halox::allreduce: the topology has no communicator (build it with "
+        "Topology::from_mpi)");
+  }
+  detail::bounded_allreduce(topology.comm(), in, out, count, type, op,
+                            {topology.rank(), "", topology.timeout_seconds(), "allreduce"}, what);
 }
 #endif
 
@@ -116,6 +140,10 @@ std::array<int, 3> grid_rank_dims(int ranks, const std::array<long, 3>& cells,
 }
 
 std::array<int, 3> Topology::coords_of(int rank) const {
+  if (rank < 0 || rank >= size()) {
+    throw Error("halox::Topology::coords_of: rank " + std::to_string(rank) + " is outside the " +
+                describe() + " grid of " + std::to_string(size()) + " ranks");
+  }
   return {rank % m_dims[0], (rank / m_dims[0]) % m_dims[1], rank / (m_dims[0] * m_dims[1])};
 }
 
@@ -130,9 +158,23 @@ int Topology::rank_of(std::array<int, 3> c) const {
 }
 
 int Topology::neighbor(int rank, int axis, int direction) const {
+  if (axis < 0 || axis > 2 || (direction != -1 && direction != 1)) {
+    throw Error("halox::Topology::neighbor: axis " + std::to_string(axis) + ", direction " +
+                std::to_string(direction) +
+                ": the axis must be 0, 1 or 2 and the direction -1 "
+                "or +1");
+  }
   auto c = coords_of(rank);
   c[axis] += direction;
   return rank_of(c);
+}
+
+void Topology::set_timeout_seconds(double seconds) {
+  if (!(seconds > 0 && seconds <= 1e6)) {
+    throw Error("halox::Topology::set_timeout_seconds: " + std::to_string(seconds) +
+                " s; a time-out must be finite, above 0 and at most 1e6 s");
+  }
+  m_timeout_seconds = seconds;
 }
 
 std::string Topology::describe() const {

@@ -345,7 +345,7 @@ class GridFusedTransport final : public Transport {
     } catch (const Error& e) {
       error = e.what();
     }
-    raise_if_any(m_comm, error, bounded_wait(wait_context(), "the self-test's verdict"));
+    raise_if_any(m_comm, error, bounded_wait(m_comm, wait_context(), "the self-test's verdict"));
   }
 
   // The widest word every op's type and its field's address allow. It depends on the

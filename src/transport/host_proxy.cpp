@@ -367,7 +367,7 @@ void HostProxy::self_test() {
 
 void HostProxy::agree(const std::string& error, const char* what) const {
   raise_if_any(m_comm.comm, error,
-               bounded_wait({m_rank, m_transport.c_str(), m_timeout_seconds}, what));
+               bounded_wait(m_comm.comm, {m_rank, m_transport.c_str(), m_timeout_seconds}, what));
 }
 
 }  // namespace halox::detail

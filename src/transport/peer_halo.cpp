@@ -174,7 +174,8 @@ void PeerBlocks::publish(char* my_base, const BlockOffsets& offsets,
     if (base) m_peers[n] = Peer{static_cast<char*>(base), in[k].offsets, put};
     ++k;
   }
-  raise_if_any(m_comm, error, bounded_wait(context, "the set-up (the mapping of the blocks)"));
+  raise_if_any(m_comm, error,
+               bounded_wait(m_comm, context, "the set-up (the mapping of the blocks)"));
 }
 
 PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
@@ -283,7 +284,7 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
   } catch (const Error& e) {
     self_test = e.what();
   }
-  raise_if_any(m_comm, self_test, bounded_wait(context, "the self-test's verdict"));
+  raise_if_any(m_comm, self_test, bounded_wait(m_comm, context, "the self-test's verdict"));
   if (m_fwd_proxy) {  // collective, links or not
     m_fwd_proxy->self_test();
     m_rev_proxy->self_test();

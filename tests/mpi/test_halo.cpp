@@ -660,7 +660,7 @@ TEST(Collectives, ABoundedAgreementTellsEveryRankOrEndsInTime) {
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   const detail::WaitContext context{world_rank(), "test", 0.3};
-  const detail::CollectiveWait wait = detail::bounded_wait(context, "the test's verdict");
+  const detail::CollectiveWait wait = detail::bounded_wait(comm, context, "the test's verdict");
   EXPECT_NO_THROW(detail::raise_if_any(comm, "", wait));
   try {
     detail::raise_if_any(comm, world_rank() == 1 ? "rank 1's plan is wrong" : "", wait);
