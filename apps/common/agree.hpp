@@ -18,21 +18,26 @@ namespace halox::apps {
 namespace detail {
 
 // Every rank's `text`, gathered on every rank (a bounded amount: error messages and
-// command lines).
+// command lines); each wait bounded (kStartSeconds), naming the ranks that do not arrive.
+// MPI_COMM_WORLD's gathers travel on the programs' duplicate of it (their roll call's).
 inline std::vector<std::string> all_gather_text(MPI_Comm comm, const std::string& text) {
+  if (comm == MPI_COMM_WORLD) comm = programs_comm();
   int size = 1;
   HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
   const int length = static_cast<int>(text.size());
   std::vector<int> lengths(static_cast<std::size_t>(size)), displs(lengths.size());
-  HALOX_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm));
+  MPI_Request request;
+  HALOX_MPI_CHECK(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm, &request));
+  halox::wait_collective(comm, request, kStartSeconds, "the start-up's input check");
   int total = 0;
   for (int r = 0; r < size; ++r) {
     displs[static_cast<std::size_t>(r)] = total;
     total += lengths[static_cast<std::size_t>(r)];
   }
   std::string all(static_cast<std::size_t>(total), '\0');
-  HALOX_MPI_CHECK(MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(),
-                                 displs.data(), MPI_CHAR, comm));
+  HALOX_MPI_CHECK(MPI_Iallgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(),
+                                  displs.data(), MPI_CHAR, comm, &request));
+  halox::wait_collective(comm, request, kStartSeconds, "the start-up's input check");
   std::vector<std::string> out;
   for (int r = 0; r < size; ++r) {
     out.push_back(all.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]),

@@ -11,7 +11,10 @@
 #include <thread>
 #include <vector>
 
+#include "cli.hpp"
 #include "halox/error.hpp"
+#include "halox/mpi.hpp"
+#include "watchdog.hpp"
 
 namespace halox::apps {
 
@@ -125,6 +128,49 @@ inline void report_and_abort(const std::string& what) {
 }
 }  // namespace detail
 
+/// How long the programs' own collectives wait (the input check, the reductions of results,
+/// the barriers around timed phases) before every waiting rank names the ranks that did not
+/// arrive: the start-up's collectives get kStartSeconds (processes start at their own pace),
+/// the others kCollectiveSeconds. MPI_Init gets kInitSeconds and MPI_Finalize
+/// kFinalizeSeconds (watched: they cannot be bounded from outside).
+constexpr double kStartSeconds = 60;
+constexpr double kCollectiveSeconds = 30;
+constexpr double kInitSeconds = 120;
+constexpr double kFinalizeSeconds = 30;
+
+/// The programs' collective communicator: a duplicate of MPI_COMM_WORLD, so that the roll
+/// call of a timed-out collective (halox::wait_collective) meets no other message.
+inline MPI_Comm programs_comm() {
+  return detail::report_comm();
+}
+
+/// Waits for a nonblocking collective of the programs' on programs_comm(), bounded, the
+/// ranks that do not arrive named (HaloTimeoutError).
+inline void wait_bounded(MPI_Request& request, const char* what,
+                         double seconds = kCollectiveSeconds) {
+  halox::wait_collective(programs_comm(), request, seconds, what);
+}
+
+/// MPI_Barrier and MPI_Allreduce over every rank, bounded (wait_bounded).
+inline void barrier(const char* what) {
+  MPI_Request request;
+  HALOX_MPI_CHECK(MPI_Ibarrier(programs_comm(), &request));
+  wait_bounded(request, what);
+}
+inline void allreduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op,
+                      const char* what) {
+  MPI_Request request;
+  HALOX_MPI_CHECK(MPI_Iallreduce(in, out, count, type, op, programs_comm(), &request));
+  wait_bounded(request, what);
+}
+/// MPI_Reduce to rank 0, bounded.
+inline void reduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op,
+                   const char* what) {
+  MPI_Request request;
+  HALOX_MPI_CHECK(MPI_Ireduce(in, out, count, type, op, 0, programs_comm(), &request));
+  wait_bounded(request, what);
+}
+
 /// MPI_Init, asking for calls from several threads where the MPI library allows them: the fused
 /// kernels' host proxy (halox's host_proxy.hpp) needs them for neighbours it cannot store into.
 inline void init_mpi(int& argc, char**& argv) {
@@ -141,8 +187,11 @@ inline void init_mpi(int& argc, char**& argv) {
 /// aborts the job with 3.
 inline int mpi_main(const char* name, int argc, char** argv, int (*run)(int, char**)) {
   detail::program_name() = name;
-  init_mpi(argc, argv);
-  MPI_Comm_dup(MPI_COMM_WORLD, &detail::report_comm());
+  {  // a rank stopped before or inside MPI_Init holds the others' MPI_Init: watched
+    Watchdog init_watch(name, job_rank(), "MPI_Init and the first duplicate", kInitSeconds);
+    init_mpi(argc, argv);
+    MPI_Comm_dup(MPI_COMM_WORLD, &detail::report_comm());
+  }
   std::set_terminate([] {
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
@@ -167,6 +216,9 @@ inline int mpi_main(const char* name, int argc, char** argv, int (*run)(int, cha
     if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
     rc = e.exit_code();
   }
+  // A rank stalled at the end holds the others' MPI_Finalize (after every result was
+  // printed): watched, and the job then ends with kExitNoProgress.
+  Watchdog finalize_watch(name, job_rank(), "MPI_Finalize", kFinalizeSeconds);
   MPI_Comm_free(&detail::report_comm());
   MPI_Finalize();
   return rc;

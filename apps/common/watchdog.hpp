@@ -53,10 +53,12 @@ class Watchdog {
       const double limit = m_seconds.load(std::memory_order_relaxed);
       const double quiet = now() - m_last.load(std::memory_order_acquire);
       if (limit > 0 && quiet > limit) {
+        const char* phase = m_phase.load(std::memory_order_relaxed);
         std::fprintf(stderr,
-                     "%s: rank %d: no progress for %.0f s (in %s): a rank this one waits for is "
-                     "stalled or dead; ending the job (--watchdog sets the limit)\n",
-                     m_program, m_rank, quiet, m_phase.load(std::memory_order_relaxed));
+                     "%s: rank %d: no progress for %.0f s (in %s, whose limit is %.0f s): a rank "
+                     "this one waits for is stalled or dead; ending the job (--watchdog sets a "
+                     "step's limit)\n",
+                     m_program, m_rank, quiet, phase, limit);
         std::fflush(stderr);
         std::_Exit(4);  // kExitNoProgress (mpi_main.hpp); no unwinding: it could wait on the
                         // stalled rank again

@@ -340,8 +340,7 @@ std::array<double, 4> Decomposition::totals() {
   }
   if (m_ranks.in_process()) return sum;
   std::array<double, 4> global{};
-  HALOX_MPI_CHECK(
-      MPI_Allreduce(sum.data(), global.data(), 4, MPI_DOUBLE, MPI_SUM, topology().comm()));
+  allreduce(topology(), sum.data(), global.data(), 4, MPI_DOUBLE, MPI_SUM, "the fluid's totals");
   return global;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/mpi_main.hpp"
 #include "../common/output.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
@@ -50,7 +51,7 @@ int drive(Decomposition& lbm, const Cli& cli, int rank, halox::apps::Watchdog& w
     lbm.step();
     if (s == cli.warmup) {
       lbm.synchronize();
-      HALOX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+      halox::apps::barrier("the barrier after the warm-up");
       lbm.reset_timers();
       start = Clock::now();
     }
@@ -82,7 +83,7 @@ int drive(Decomposition& lbm, const Cli& cli, int rank, halox::apps::Watchdog& w
   // overlap: one span, the whole run (its steps do not wait for the GPU one by one).
   double worst[2] = {0, 0},
          mine[2] = {lbm.time_exchange(), cli.comm == "overlap" ? seconds : lbm.time_compute()};
-  HALOX_MPI_CHECK(MPI_Reduce(mine, worst, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+  halox::apps::reduce(mine, worst, 2, MPI_DOUBLE, MPI_MAX, "the summary's timings");
   const double mlups = timed > 0 ? cells * double(timed) / seconds / 1e6 : 0;
   // The update kernels alone (the slowest rank's compute phases; not for overlap, whose one
   // span holds the exchange too): the rate if the exchange were free.
@@ -101,10 +102,10 @@ int drive(Decomposition& lbm, const Cli& cli, int rank, halox::apps::Watchdog& w
   // two processes on one GPU run at "130% of the bound".
   int processes = 1;
   HALOX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &processes));
-  HALOX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  halox::apps::barrier("the barrier before the copy ceiling");
   const double my_ceiling = lbm.backend().copy_ceiling_gbs();
   double ceiling = 0;
-  HALOX_MPI_CHECK(MPI_Allreduce(&my_ceiling, &ceiling, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  halox::apps::allreduce(&my_ceiling, &ceiling, 1, MPI_DOUBLE, MPI_SUM, "the copy ceilings' sum");
   const double bound = ceiling > 0 ? ceiling * 1e9 / cell_bytes / 1e6 : 0;
   int rc = 0;
   std::string checks;

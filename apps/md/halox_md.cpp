@@ -202,9 +202,9 @@ int run(int argc, char** argv) {
   const char* keys[kPhases] = {"force", "halo_forward", "halo_reverse", "integrate", "search"};
   double mine[kPhases + 1] = {t.force, t.halo_forward, t.halo_reverse, t.integrate, t.search, loop};
   double least[kPhases + 1], sum[kPhases + 1], worst[kPhases + 1];
-  HALOX_MPI_CHECK(MPI_Reduce(mine, least, kPhases + 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD));
-  HALOX_MPI_CHECK(MPI_Reduce(mine, sum, kPhases + 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD));
-  HALOX_MPI_CHECK(MPI_Reduce(mine, worst, kPhases + 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+  halox::apps::reduce(mine, least, kPhases + 1, MPI_DOUBLE, MPI_MIN, "the summary's timings");
+  halox::apps::reduce(mine, sum, kPhases + 1, MPI_DOUBLE, MPI_SUM, "the summary's timings");
+  halox::apps::reduce(mine, worst, kPhases + 1, MPI_DOUBLE, MPI_MAX, "the summary's timings");
   const long long violations = sim.list_violations();  // the same on every rank
   const ExchangeStats stats = sim.exchange_stats();
   const double exchanges_per_step = cli.steps > 0 ? 1.0 * stats.host_waits / cli.steps : 0;

@@ -29,6 +29,16 @@ namespace detail {
 /// Throws DatatypeError for types halox cannot represent (Fortran-only named types).
 Datatype from_mpi(MPI_Datatype type);
 
+/// Waits for a nonblocking collective's `request` on `comm` (MPI_Iallreduce, MPI_Ibarrier,
+/// ...) for at most `timeout_seconds`, then throws HaloTimeoutError naming this rank, `what`
+/// and the ranks that did not arrive: each rank that timed out reports to rank 0 of `comm`,
+/// which answers with the ranks that did not report (stalled, dead or waiting elsewhere)
+/// after a grace period of 0.2 x the time-out (0.2 to 1 s).
+/// The roll call's messages travel on `comm` with tags 9500 and 9501: give it a communicator
+/// whose point-to-point traffic cannot take them (a duplicate of one's own). A request that
+/// timed out is left in flight, with its buffers: the caller ends the run.
+void wait_collective(MPI_Comm comm, MPI_Request& request, double timeout_seconds, const char* what);
+
 /// One GPU per rank on multi-GPU nodes: makes GPU (node-local rank mod GPUs visible) current
 /// for this process and returns its index; -1 when halox has no CUDA or no GPU is visible.
 /// Ranks beyond the GPU count share GPUs round-robin (more than one process per GPU needs

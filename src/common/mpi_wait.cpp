@@ -100,7 +100,9 @@ std::string roll_call(MPI_Comm comm, const WaitContext& context) {
   int rank = 0, size = 1;
   HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   HALOX_MPI_CHECK(MPI_Comm_size(comm, &size));
-  const double grace = std::clamp(0.4 * context.timeout_seconds, 0.2, 2.0);
+  // Long enough for the other ranks' time-outs to fire (they entered at about the same
+  // time), short enough that a stalled rank is named within the time-out + 3 s.
+  const double grace = std::clamp(0.2 * context.timeout_seconds, 0.2, 1.0);
   auto* buffers = new RollCallBuffers;  // released to MPI: see RollCallBuffers
   buffers->me = rank;
   buffers->verdict.assign(static_cast<std::size_t>(size) + 1, -1);
@@ -109,7 +111,7 @@ std::string roll_call(MPI_Comm comm, const WaitContext& context) {
     HALOX_MPI_CHECK(MPI_Isend(&buffers->me, 1, MPI_INT, 0, tags::kRollCall, comm, &requests[0]));
     HALOX_MPI_CHECK(MPI_Irecv(buffers->verdict.data(), size + 1, MPI_INT, 0, tags::kRollCall + 1,
                               comm, &requests[1]));
-    const auto deadline = after(3 * grace);
+    const auto deadline = after(2 * grace + 0.5);
     int done = 0;
     while (!done && Clock::now() < deadline) {
       HALOX_MPI_CHECK(MPI_Test(&requests[1], &done, MPI_STATUS_IGNORE));
@@ -295,3 +297,18 @@ bool mpi_thread_multiple() {
 }
 
 }  // namespace halox::detail
+
+namespace halox {
+
+void wait_collective(MPI_Comm comm, MPI_Request& request, double timeout_seconds,
+                     const char* what) {
+  if (!(timeout_seconds > 0 && timeout_seconds <= 1e6)) {
+    throw Error("halox::wait_collective: a time-out of " + std::to_string(timeout_seconds) +
+                " s; it must be finite, above 0 and at most 1e6 s");
+  }
+  int rank = 0;
+  HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  detail::wait_collective(comm, request, {rank, "", timeout_seconds, "wait_collective"}, what);
+}
+
+}  // namespace halox

@@ -87,7 +87,7 @@ void bounded_allgather(MPI_Comm comm, const void* in, void* out, int count, MPI_
 
 /// Which ranks did not reach a collective that timed out on this rank, as a phrase ("rank 2",
 /// "ranks 2 and 5", "rank 0, which did not answer the roll call"). Every rank that timed out
-/// reports to rank 0 of `comm`; rank 0 waits a grace period (0.4 x the time-out, 0.2 to 2 s)
+/// reports to rank 0 of `comm`; rank 0 waits a grace period (0.2 x the time-out, 0.2 to 1 s)
 /// for the others, then answers every rank that reported with the ranks that did not. A rank
 /// that never reported is stalled, dead or waiting elsewhere (in an exchange whose own
 /// time-out then names its peer).

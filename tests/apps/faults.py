@@ -56,8 +56,8 @@ class Job:
     """A launched mpiexec whose stdout and stderr are read as they come (so that the test can
     wait for a line, and a pipe never fills)."""
 
-    def __init__(self, args):
-        self.p = subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    def __init__(self, args, env=None):
+        self.p = subprocess.Popen(args, env=env or ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True)
         self.out, self.err = [], []
         self.readers = [threading.Thread(target=self._read, args=(f, lines), daemon=True)
