@@ -303,6 +303,9 @@ void Simulation::neighbor_search(bool first) {
   // The steps before are queued without host waits: the search's clock starts once the GPU
   // has done them, so that it does not count their time again.
   if (!first) m_ranks.front().backend->synchronize();
+  // A device-side wait of those steps that expired names its peer: before the search's
+  // collectives, which would otherwise wait for that peer and name it less precisely.
+  if (m_exchange) m_exchange->check();
   const auto start = Clock::now();
   auto last = start;
   auto part = [&](double SearchParts::*slot) {  // the host time since the previous part

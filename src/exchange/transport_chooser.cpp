@@ -11,6 +11,7 @@
 #include "../transport/engine.hpp"
 #if HALOX_HAS_MPI
 #include "../common/mpi_wait.hpp"
+#include "../runtime/node.hpp"
 #include "halox/mpi.hpp"
 #endif
 #if HALOX_HAS_CUDA
@@ -230,20 +231,8 @@ TransportKind TransportChooser::choose_automatically(const std::vector<PulseHead
   // Which ranks share my node (and can map my memory)?
   const MPI_Comm comm = m_ranks.topology().comm();
   const int me = m_ranks.topology().rank();
-  MPI_Comm node;
-  HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node));
-  MPI_Group world_group, node_group;
-  HALOX_MPI_CHECK(MPI_Comm_group(comm, &world_group));
-  HALOX_MPI_CHECK(MPI_Comm_group(node, &node_group));
-  int node_size = 0;
-  HALOX_MPI_CHECK(MPI_Comm_size(node, &node_size));
-  std::vector<int> node_ranks(node_size), world_ranks(node_size);
-  for (int i = 0; i < node_size; ++i) node_ranks[i] = i;
-  HALOX_MPI_CHECK(MPI_Group_translate_ranks(node_group, node_size, node_ranks.data(), world_group,
-                                            world_ranks.data()));
-  HALOX_MPI_CHECK(MPI_Group_free(&node_group));
-  HALOX_MPI_CHECK(MPI_Group_free(&world_group));
-  HALOX_MPI_CHECK(MPI_Comm_free(&node));
+  const WaitContext context{me, "auto", m_options.timeout_seconds};
+  const std::vector<int> world_ranks = NodeRanks(comm, context, true, me).ranks_in(comm);
   int local = 1;
   long long largest = 0;
   for (const auto& p : pulses) {
@@ -253,13 +242,13 @@ TransportKind TransportChooser::choose_automatically(const std::vector<PulseHead
     }
     largest = std::max<long long>(largest, std::max(p.send_size, p.recv_size) * item_bytes);
   }
-  int all_local = 0;
-  long long most = 0;
-  HALOX_MPI_CHECK(MPI_Allreduce(&local, &all_local, 1, MPI_INT, MPI_MIN, comm));
-  HALOX_MPI_CHECK(MPI_Allreduce(&largest, &most, 1, MPI_LONG_LONG, MPI_MAX, comm));
-  int thread_multiple = mpi_thread_multiple() ? 1 : 0, every_thread_multiple = 0;
-  HALOX_MPI_CHECK(
-      MPI_Allreduce(&thread_multiple, &every_thread_multiple, 1, MPI_INT, MPI_MIN, comm));
+  // One reduction: the least of local and of thread support, the most of the sizes.
+  long long agreed[3] = {local, mpi_thread_multiple() ? 1 : 0, -largest};
+  bounded_allreduce(comm, MPI_IN_PLACE, agreed, 3, MPI_LONG_LONG, MPI_MIN, context,
+                    "the automatic choice's agreement");
+  const int all_local = static_cast<int>(agreed[0]);
+  const int every_thread_multiple = static_cast<int>(agreed[1]);
+  const long long most = -agreed[2];
   const auto [kind, why] = choose_transport({.all_local = all_local != 0,
                                              .have_nvshmem = HALOX_HAS_NVSHMEM != 0,
                                              .largest_message = most,

@@ -4,6 +4,8 @@
 #include "halox/device.hpp"
 #include "halox/mpi.hpp"
 #include "env.hpp"
+#include "halox/topology.hpp"
+#include "node.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -12,11 +14,11 @@ namespace halox {
 
 int select_device(MPI_Comm comm) {
 #if HALOX_HAS_CUDA
-  MPI_Comm node;
-  HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int local = 0;
-  HALOX_MPI_CHECK(MPI_Comm_rank(node, &local));
-  HALOX_MPI_CHECK(MPI_Comm_free(&node));
+  int rank = 0;
+  HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  // The caller's communicator: bounded, but no roll call on it.
+  const int local =
+      detail::NodeRanks(comm, {rank, "", kPlanTimeoutSeconds, "select_device"}, false).rank();
   const int count = visible_gpus();
   if (count == 0) return -1;
   int device = local % count;

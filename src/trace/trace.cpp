@@ -23,7 +23,9 @@
 #include "../common/cuda_check.hpp"
 #endif
 #if HALOX_HAS_MPI
+#include "../runtime/node.hpp"
 #include "halox/mpi.hpp"
+#include "halox/topology.hpp"
 #endif
 
 namespace halox {
@@ -348,11 +350,9 @@ void write(MPI_Comm comm, const std::string& path) {
   // Which clocks are shared: the host's realtime clock by the ranks of one node (as MPI's
   // shared-memory split sees nodes, like the rest of halox), a GPU's globaltimer by the
   // ranks on it. Key: the node's lowest rank, then the GPU's UUID (zeros: none).
-  MPI_Comm node = MPI_COMM_NULL;
-  HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-  int node_leader = rank;
-  HALOX_MPI_CHECK(MPI_Allreduce(&rank, &node_leader, 1, MPI_INT, MPI_MIN, node));
-  HALOX_MPI_CHECK(MPI_Comm_free(&node));
+  // The caller's communicator: bounded, but no roll call on it.
+  const detail::NodeRanks node(comm, {rank, "", kPlanTimeoutSeconds, "trace::write"}, false, rank);
+  const int node_leader = node.ranks_in(comm).front();  // ordered by rank: the lowest
   constexpr int kKeyBytes = sizeof(int) + 16;
   std::vector<char> keys(static_cast<std::size_t>(size) * kKeyBytes, 0);
   char* const my_key = keys.data() + static_cast<std::size_t>(rank) * kKeyBytes;

@@ -324,7 +324,7 @@ class GridFusedTransport final : public Transport {
     // sized for the traced kernel (more registers), which then serves while tracing stays on.
     m_sized_for_trace = device_trace().records != nullptr;
     const int fit = spinning_blocks_per_group(grid_resident_blocks(m_puts, m_sized_for_trace),
-                                              gpu_share(m_comm), 1);
+                                              gpu_share(m_comm, wait_context()), 1);
     if (fit < 1) throw Error("halox: " + m_name + ": the grid kernel does not fit on the GPU");
     m_blocks = detail::env_grid_blocks(fit);
     m_ready = true;

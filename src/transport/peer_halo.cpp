@@ -15,6 +15,7 @@
 #include "../common/mpi_wait.hpp"
 #include "../runtime/env.hpp"
 #include "../runtime/gpu_share.hpp"
+#include "../runtime/node.hpp"
 #include "halox/error.hpp"
 #include "transport.hpp"
 #include "halox/mpi.hpp"
@@ -44,27 +45,25 @@ ProxyPolicy particle_proxy_policy(MPI_Comm comm, Mapping mapping, const Exchange
   if (mapping != Mapping::ipc) return ProxyPolicy::none;
   const ProxyPolicy policy = proxy_policy(mapping, options);
   if (policy != ProxyPolicy::other_nodes) return policy;
-  MPI_Comm node;
-  HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int here = 0, all = 0;
-  HALOX_MPI_CHECK(MPI_Comm_size(node, &here));
+  int rank = 0, all = 0;
+  HALOX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   HALOX_MPI_CHECK(MPI_Comm_size(comm, &all));
-  HALOX_MPI_CHECK(MPI_Comm_free(&node));
+  const WaitContext context{rank, "ipc-fused", options.timeout_seconds};
+  const int here = NodeRanks(comm, context, true).size();
   // Ranks agree: a node of fewer ranks than the communicator has makes every rank keep it.
   int one_node = here == all ? 1 : 0;
-  HALOX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &one_node, 1, MPI_INT, MPI_MIN, comm));
+  bounded_allreduce(comm, MPI_IN_PLACE, &one_node, 1, MPI_INT, MPI_MIN, context,
+                    "the agreement on the proxy");
   return one_node ? ProxyPolicy::none : policy;
 }
 
-double gpu_share(MPI_Comm comm) {
-  MPI_Comm node;
-  HALOX_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int device = 0, size = 0;
+double gpu_share(MPI_Comm comm, const WaitContext& context) {
+  const NodeRanks node(comm, context, true);
+  int device = 0;
   HALOX_CUDA_CHECK(cudaGetDevice(&device));
-  HALOX_MPI_CHECK(MPI_Comm_size(node, &size));
-  std::vector<int> devices(size);
-  HALOX_MPI_CHECK(MPI_Allgather(&device, 1, MPI_INT, devices.data(), 1, MPI_INT, node));
-  HALOX_MPI_CHECK(MPI_Comm_free(&node));
+  std::vector<int> devices(static_cast<std::size_t>(node.size()));
+  bounded_allgather(node.comm(), &device, devices.data(), 1, MPI_INT, context,
+                    "the exchange of GPU numbers");
   int same = 0;
   for (int d : devices) same += d == device;
   return gpu_share_of(same, env_mps_thread_percentage());
@@ -185,7 +184,9 @@ PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
       m_mapping(mapping),
       m_name(to_string(options.transport)),
       m_timeout(options.timeout_seconds),
-      m_halo(std::make_unique<DeviceHalo>(real, options, gpu_share(comm))),
+      m_halo(std::make_unique<DeviceHalo>(
+          real, options,
+          gpu_share(comm, {rank, to_string(options.transport).c_str(), options.timeout_seconds}))),
       m_peers(comm, rank, mapping),
       m_proxy_policy(particle_proxy_policy(comm, mapping, options)),
       m_item(3 * (real == BasicKind::float32 ? 4 : 8)) {

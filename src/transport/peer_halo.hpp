@@ -101,8 +101,8 @@ class PeerBlocks {
 
 /// How much of the GPU it reads (SM count) this process's spinning kernels may use: 1 /
 /// (processes of this node on the same GPU), or under an MPS thread percentage, which already
-/// shrinks what it reads, 80% of its part of that. Collective.
-double gpu_share(MPI_Comm comm);
+/// shrinks what it reads, 80% of its part of that. Collective, bounded by `context`.
+double gpu_share(MPI_Comm comm, const WaitContext& context);
 
 class PeerHalo {
  public:

@@ -55,8 +55,8 @@ void maybe_stop(const char* name, std::atomic<long>& calls) {
 
 }  // namespace
 
-#define HALOX_STOP_BEFORE(name)             \
-  static std::atomic<long> calls_{0};       \
+#define HALOX_STOP_BEFORE(name)       \
+  static std::atomic<long> calls_{0}; \
   maybe_stop(#name, calls_)
 
 extern "C" {
@@ -127,11 +127,11 @@ int MPI_Irecv(void* buffer, int count, MPI_Datatype type, int peer, int tag, MPI
   return PMPI_Irecv(buffer, count, type, peer, tag, comm, request);
 }
 int MPI_Sendrecv(const void* out, int out_count, MPI_Datatype out_type, int to, int out_tag,
-                 void* in, int in_count, MPI_Datatype in_type, int from, int in_tag,
-                 MPI_Comm comm, MPI_Status* status) {
+                 void* in, int in_count, MPI_Datatype in_type, int from, int in_tag, MPI_Comm comm,
+                 MPI_Status* status) {
   HALOX_STOP_BEFORE(MPI_Sendrecv);
-  return PMPI_Sendrecv(out, out_count, out_type, to, out_tag, in, in_count, in_type, from,
-                       in_tag, comm, status);
+  return PMPI_Sendrecv(out, out_count, out_type, to, out_tag, in, in_count, in_type, from, in_tag,
+                       comm, status);
 }
 
 }  // extern "C"
