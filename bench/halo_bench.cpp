@@ -57,16 +57,18 @@ HaloOptions parse_halo(int argc, char** argv) {
             "--local-ranks in this process (run it on 1 MPI rank)");
   std::string local = "2x2x2";
   line.text("--local-ranks", local, "the local transports' rank grid", "XxYxZ");
-  line.counts("--atoms-per-rank", o.atoms_per_rank, "atoms per rank, one case each");
+  CLI::Option* sizes =
+      line.counts("--atoms-per-rank", o.atoms_per_rank, "atoms per rank, one case each");
   line.count("--steps", o.steps, "timed steps per case (after 20 warm-up steps)", 1);
   line.choice("--device", o.device, "auto: gpu when one is visible", {"auto", "cpu", "gpu"});
-  line.flag("--quick", o.quick, "2000 and 20000 atoms per rank, 50 steps");
+  line.flag("--quick", o.quick,
+            "at most 50 steps, and 2000 and 20000 atoms per rank unless --atoms-per-rank says");
   line.output("--json", o.json, "also write the rows as JSON");
   line.output("--trace", o.trace, "Chrome trace JSON of the last case (all ranks)");
   line.parse(argc, argv);
-  o.local_ranks = halox::parse_dims(local);
-  if (o.quick) {
-    o.atoms_per_rank = {2000, 20000};
+  o.local_ranks = halox::apps::dims_of("halox-bench halo", "--local-ranks", local, 1);
+  if (o.quick) {  // the sizes given win over --quick's
+    if (sizes->count() == 0) o.atoms_per_rank = {2000, 20000};
     o.steps = std::min(o.steps, 50);
   }
   return o;

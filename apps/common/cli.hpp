@@ -6,6 +6,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <array>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +17,7 @@
 
 #include "halox/config.hpp"
 #include "halox/error.hpp"
+#include "halox/topology.hpp"
 #include "output.hpp"
 #if HALOX_HAS_MPI
 #include <mpi.h>
@@ -41,6 +44,19 @@ inline int job_rank() {
 /// Prints `message` to stderr from rank 0 of the job only (an error every rank finds alike).
 inline void print_once(const std::string& message) {
   if (job_rank() == 0) std::fprintf(stderr, "%s\n", message.c_str());
+}
+
+/// A grid option's value ("--grid 32x32x32", "--ranks 2x2"): halox::parse_dims, its error
+/// naming the program and the option. `min_dims` 3 for a lattice.
+inline std::array<int, 3> dims_of(const char* program, const char* option, const std::string& text,
+                                  int min_dims) {
+  try {
+    return parse_dims(text, min_dims);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    throw Error(std::string(program) + ": " + option + ": " + what.substr(what.find('\'')) +
+                " (see --help)");
+  }
 }
 
 class CommandLine {
@@ -164,7 +180,13 @@ class CommandLine {
         [lo, hi](std::string& text) -> std::string {
           char* end = nullptr;
           const double d = std::strtod(text.c_str(), &end);
-          if (end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
+          // strtod also takes a leading blank and C's hexadecimal ("0x10"): not numbers here.
+          const bool decimal = !text.empty() &&
+                               !std::isspace(static_cast<unsigned char>(text[0])) &&
+                               text.find_first_of("xXpP") == std::string::npos;
+          if (end == text.c_str() || *end != '\0' || !decimal) {
+            return "'" + text + "' is not a number";
+          }
           if (!std::isfinite(d)) return "'" + text + "' is not finite";
           if (d < lo || d > hi) return "'" + text + "' is outside [" + g(lo) + ", " + g(hi) + "]";
           return "";

@@ -79,8 +79,8 @@ Cli parse(int argc, char** argv) {
   line.watchdog(c.watchdog);
   line.output("--json", c.json, "results as JSON");
   line.parse(argc, argv);
-  c.grid = parse_dims(grid);
-  if (!ranks.empty()) c.ranks = parse_dims(ranks);
+  c.grid = halox::apps::dims_of("halox-lbm", "--grid", grid, 3);
+  if (!ranks.empty()) c.ranks = halox::apps::dims_of("halox-lbm", "--ranks", ranks, 1);
   c.single = precision == "float";
   if (!transport.empty()) {
     c.transport = parse_transport(transport);

@@ -85,7 +85,7 @@ Cli parse(int argc, char** argv) {
   line.output("--trace", cli.trace, "Chrome trace JSON (Perfetto) of the last 4 steps, all ranks");
   line.watchdog(cli.watchdog);
   line.parse(argc, argv);
-  if (!ranks.empty()) c.ranks = parse_dims(ranks);
+  if (!ranks.empty()) c.ranks = halox::apps::dims_of("halox-md", "--ranks", ranks, 1);
   if (!transport.empty()) {
     c.transport = parse_transport(transport);
     c.transport_given = true;

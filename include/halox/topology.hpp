@@ -117,8 +117,10 @@ void allreduce(const Topology& topology, const void* in, void* out, int count, M
 std::array<int, 3> grid_rank_dims(int ranks, const std::array<long, 3>& cells,
                                   double x_face_weight);
 
-/// Parses "2x2x1" (or "4", "2x3") into rank-grid dimensions; missing trailing ones are 1.
-/// Throws halox::Error naming the text when it is not that form or a value is not positive.
-std::array<int, 3> parse_dims(const std::string& text);
+/// Parses "2x2x1" (or "4", "2x3") into rank-grid dimensions; missing trailing ones are 1
+/// unless `min_dims` asks for more (3 for a lattice, whose "16x16" is then refused, not taken
+/// as 16x16x1). Values are decimal digits only (no sign, blank or "0x"). Throws halox::Error
+/// naming the text when it is not that form or a value is not positive.
+std::array<int, 3> parse_dims(const std::string& text, int min_dims = 1);
 
 }  // namespace halox

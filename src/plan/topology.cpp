@@ -189,27 +189,28 @@ std::string Topology::describe() const {
   return s.str();
 }
 
-std::array<int, 3> parse_dims(const std::string& text) {
+std::array<int, 3> parse_dims(const std::string& text, int min_dims) {
+  const std::string form = min_dims >= 3 ? "NxMxK" : "N, NxM or NxMxK";
+  auto refuse = [&](const std::string& why) {
+    throw Error("halox: '" + text + "' is not of the form " + form + " with positive whole values" +
+                why);
+  };
   std::array<int, 3> dims = {1, 1, 1};
   std::size_t pos = 0;
-  for (int a = 0; a < 3 && pos <= text.size(); ++a) {
+  int given = 0;
+  for (;;) {
+    if (given == 3) refuse(" (more than three dimensions)");
     const std::size_t end = text.find('x', pos);
     const std::string part = text.substr(pos, end == std::string::npos ? end : end - pos);
-    std::size_t used = 0;
-    int value = 0;
-    try {
-      value = std::stoi(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != part.size() || part.empty() || value <= 0) {
-      throw Error("halox: rank grid '" + text + "' is not of the form NxMxK with positive values");
-    }
-    dims[a] = value;
-    if (end == std::string::npos) return dims;
+    const bool digits = !part.empty() && part.size() <= 9 &&
+                        part.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || std::stoi(part) <= 0) refuse("");
+    dims[static_cast<std::size_t>(given++)] = std::stoi(part);
+    if (end == std::string::npos) break;
     pos = end + 1;
   }
-  throw Error("halox: rank grid '" + text + "' has more than three dimensions");
+  if (given < min_dims) refuse(" (" + std::to_string(given) + " given)");
+  return dims;
 }
 
 }  // namespace halox

@@ -26,8 +26,7 @@ std::vector<int> NodeRanks::ranks_in(MPI_Comm comm) const {
   HALOX_MPI_CHECK(MPI_Comm_group(m_node, &inner));
   std::vector<int> mine(static_cast<std::size_t>(m_size)), theirs(mine.size());
   for (int i = 0; i < m_size; ++i) mine[static_cast<std::size_t>(i)] = i;
-  HALOX_MPI_CHECK(
-      MPI_Group_translate_ranks(inner, m_size, mine.data(), outer, theirs.data()));
+  HALOX_MPI_CHECK(MPI_Group_translate_ranks(inner, m_size, mine.data(), outer, theirs.data()));
   HALOX_MPI_CHECK(MPI_Group_free(&inner));
   HALOX_MPI_CHECK(MPI_Group_free(&outer));
   return theirs;

@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -51,10 +52,13 @@ TuningValues read_tuning_file(const std::string& path) {
   TuningValues t;
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) {
+  if (status.type() == std::filesystem::file_type::not_found) {
     t.found = false;
     return t;
   }
+  // A folder that cannot be entered or a symlink loop is a file that cannot be read, not one
+  // that is absent: the run would otherwise go untuned without a word.
+  if (ec) bad_file(path, "cannot be reached (" + ec.message() + ")");
   if (!std::filesystem::is_regular_file(status)) bad_file(path, "is not a regular file");
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) bad_file(path, "cannot be read (" + ec.message() + ")");
@@ -65,12 +69,25 @@ TuningValues read_tuning_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::string text(static_cast<std::size_t>(size), '\0');
   if (!in.read(text.data(), static_cast<std::streamsize>(size))) bad_file(path, "cannot be read");
+  if (const auto nul = text.find('\0'); nul != std::string::npos) {
+    bad_file(path, "holds a NUL byte at offset " + std::to_string(nul));
+  }
   nlohmann::json j;
+  std::set<std::string> keys;
+  std::string duplicate;  // JSON parsers keep the last of two equal keys: refused instead
   try {
-    j = nlohmann::json::parse(text);
+    j = nlohmann::json::parse(
+        text, [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+          if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
+              !keys.insert(parsed.get<std::string>()).second && duplicate.empty()) {
+            duplicate = parsed.get<std::string>();
+          }
+          return true;
+        });
   } catch (const nlohmann::json::exception& e) {
     bad_file(path, std::string("is not valid JSON: ") + e.what());
   }
+  if (!duplicate.empty()) bad_file(path, "names \"" + duplicate + "\" twice");
   if (!j.is_object()) bad_file(path, "is not a JSON object");
   constexpr std::int64_t kGiB = std::int64_t{1} << 30, kTiB = std::int64_t{1} << 40;
   t.chunk_bytes = member(j, path, "chunk_bytes", 16, kGiB, t.chunk_bytes);

@@ -71,6 +71,11 @@ def main():
         expect(cmd, 0, "--version" if "--help" in cmd else "(halox)", 2, stream="stdout")
     expect([bench, "foo", "--help"], 2, "unknown command 'foo'", 2)
     expect([bench, "pack", "--n", "3"], 2, "--n: '3' is outside", 2)
+    # Grid and number options take only what they say: a lattice of three sizes, decimal.
+    expect([lbm, "--grid", "16x16"], 2, "--grid: '16x16' is not of the form NxMxK")
+    expect([md, "--cells", "0x10"], 2, "--cells: '0x10' is not a number")
+    expect([md, "--cells", " 10"], 2, "--cells: ' 10' is not a number")
+    expect([md, "--ranks", "2xx"], 2, "--ranks: '2xx' is not of the form")
     # An unusable tuning file: reported by halox-info, which still prints the rest.
     with tempfile.NamedTemporaryFile("w", suffix=".json") as bad:
         bad.write('{"chunk_bytes": ')

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "halox/error.hpp"
 #include "halox/plan.hpp"
 #include "halox/topology.hpp"
@@ -31,6 +33,27 @@ TEST(Topology, BadInputIsRefused) {
   EXPECT_THROW(parse_dims("2x0x1"), Error);
   EXPECT_THROW(parse_dims("2xx1"), Error);
   EXPECT_THROW(parse_dims("1x1x1x1"), Error);
+  // A lattice needs all three; values are decimal digits (no blank, sign or hex).
+  EXPECT_THROW(parse_dims("16x16", 3), Error);
+  EXPECT_EQ(parse_dims("16x16x8", 3), (std::array<int, 3>{16, 16, 8}));
+  for (const char* bad : {" 2x2", "+2x2", "0x10", "2x 2", "2x2x", "", "99999999999"}) {
+    EXPECT_THROW(parse_dims(bad), Error) << bad;
+  }
+  // The calls that took any number: a rank outside the grid, an axis or direction that is
+  // none, a time-out that is not a time.
+  Topology t({2, 2, 1}, {true, true, true}, 0);
+  EXPECT_THROW(t.coords_of(99), Error);
+  EXPECT_THROW(t.coords_of(-1), Error);
+  EXPECT_THROW(t.neighbor(7, 1), Error);
+  EXPECT_THROW(t.neighbor(X, 2), Error);
+  EXPECT_THROW(t.neighbor(5, X, 1), Error);
+  for (double bad : {0.0, -1.0, 1e300, 1e7, std::numeric_limits<double>::infinity(),
+                     std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_THROW(t.set_timeout_seconds(bad), Error) << bad;
+  }
+  EXPECT_EQ(t.timeout_seconds(), kPlanTimeoutSeconds);
+  t.set_timeout_seconds(2.5);
+  EXPECT_EQ(t.timeout_seconds(), 2.5);
 }
 
 TEST(GridPlan, SixPulsesWithForwardedEdges) {

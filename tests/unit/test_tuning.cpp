@@ -62,6 +62,12 @@ TEST(Tuning, BadFilesAreRefusedWithTheirPathAndReason) {
   refused("chunk_bytes = 65536", "not valid JSON");
   refused("[65536]", "not a JSON object");
   refused("{\"direct_until_bytes\": -2}", "outside");
+  refused("{\"chunk_bytes\": 65536, \"chunk_bytes\": 4096}", "names \"chunk_bytes\" twice");
+  refused(std::string("{\"chunk_bytes\": 65536}\0garbage", 30), "NUL byte at offset 22");
+  // A symlink loop and a folder that cannot be entered are refused, not taken as absent.
+  const std::filesystem::path loop = dir / "loop.json";
+  std::filesystem::create_symlink(loop, loop);
+  EXPECT_THROW(halox::read_tuning_file(loop.string()), halox::Error);
   EXPECT_THROW(halox::read_tuning_file(dir.string()), halox::Error);  // a directory
   EXPECT_THROW(halox::read_tuning_file("/dev/zero"), halox::Error);   // never ends
   const std::string fifo = (dir / "fifo").string();
