@@ -94,6 +94,18 @@ def main():
     expect(lbm_cpu + ["--precision", "double", "--check-mass", "--init", "taylor-green",
                       "--check-taylor-green", "--tau", "0.51"], 1,
            "CHECK FAILED: --check-taylor-green", stream="stdout")
+    # The plotting and trace tools: a missing, broken or foreign file is one line and exit 2.
+    scripts = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts")
+    plot, summary = os.path.join(scripts, "plot"), os.path.join(scripts, "trace-summary")
+    with tempfile.TemporaryDirectory() as folder:
+        broken, foreign = f"{folder}/broken.json", f"{folder}/foreign.json"
+        open(broken, "w").write('{"app": "halox-md", ')
+        open(foreign, "w").write('{"app": "halox-lbm"}')
+        for tool, name in ((plot, "plot"), (summary, "trace-summary")):
+            out = [] if tool == summary else ["-o", f"{folder}/x.png"]
+            expect([sys.executable, tool, missing] + out, 2, f"{name}: cannot read {missing}")
+            expect([sys.executable, tool, broken] + out, 2, "is not valid JSON")
+            expect([sys.executable, tool, foreign] + out, 2, f"{name}: ")
     # JSON: version and command line in every file; null for what was not measured.
     with tempfile.TemporaryDirectory() as folder:
         files = {
