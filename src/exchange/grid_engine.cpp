@@ -8,6 +8,7 @@
 #include "halox/error.hpp"
 #include "halox/pack.hpp"
 #include "../common/mpi_tags.hpp"
+#include "../plan/plan_checks.hpp"
 #include "../transport/engine.hpp"
 #include "../transport/local_grid.hpp"
 #include "transport_chooser.hpp"
@@ -151,6 +152,13 @@ class RankGridEngine final : public GridEngine {
 
 std::unique_ptr<GridEngine> make_grid_engine(const Ranks& ranks, std::vector<GridPlan> plans,
                                              const ExchangeOptions& options) {
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const int rank =
+        ranks.in_process()
+            ? static_cast<int>(i % static_cast<std::size_t>(std::max(1, ranks.count())))
+            : ranks.topology().rank();
+    check_grid_plan(plans[i], rank, "GridExchange");
+  }
 #if HALOX_HAS_CUDA
   if (ranks.in_process() && !ranks.device_of_rank().empty()) {
     int current = 0;

@@ -7,6 +7,7 @@
 
 #include "halox/error.hpp"
 #include "../common/mpi_tags.hpp"
+#include "../plan/plan_checks.hpp"
 #include "../transport/engine.hpp"
 #include "transport_chooser.hpp"
 #if HALOX_HAS_CUDA
@@ -56,6 +57,10 @@ class RankParticleEngine final : public ParticleEngine {
     }
     // Ranks in this process: their plans are checked here, as one rank per process checks
     // them collectively when they are built.
+    for (std::size_t r = 0; r < plans.size(); ++r) {
+      const int rank = ranks.in_process() ? static_cast<int>(r) : ranks.topology().rank();
+      check_particle_plan(plans[r], rank, "ParticleExchange");
+    }
     if (ranks.in_process()) check_local_particle_plans(ranks.topology(), plans);
     plan_list = std::move(plans);
     chooser.new_plan();

@@ -1,9 +1,12 @@
 #include <algorithm>
+#include <limits>
 #include <string>
+#include <tuple>
 
 #include "halox/error.hpp"
 #include "halox/pack.hpp"
 #include "halox/plan.hpp"
+#include "plan_checks.hpp"
 
 namespace halox {
 
@@ -130,3 +133,78 @@ std::vector<PulseHeader> headers(const GridPlan& plan) {
 }
 
 }  // namespace halox
+
+namespace halox::detail {
+
+namespace {
+[[noreturn]] void bad_plan(const char* where, int rank, const std::string& what) {
+  throw Error(std::string("halox::") + where + ": rank " + std::to_string(rank) +
+              "'s plan: " + what);
+}
+}  // namespace
+
+void check_grid_plan(const GridPlan& plan, int rank, const char* where) {
+  // The types' bytes are not checked against the field: a plan may describe several arrays
+  // at once (halox-lbm's populations), and the exchange is given bare pointers.
+  for (std::size_t p = 0; p < plan.pulses.size(); ++p) {
+    const GridPulse& pulse = plan.pulses[p];
+    const std::string name = pulse.header.name(static_cast<int>(p));
+    // A pulse without a peer (a non-periodic edge) moves nothing: its header says 0.
+    for (const auto& [type, size, peer, side] :
+         {std::tuple{&pulse.send_type, pulse.header.send_size, pulse.header.send_rank, "send"},
+          std::tuple{&pulse.recv_type, pulse.header.recv_size, pulse.header.recv_rank,
+                     "receive"}}) {
+      if (!type->committed())
+        bad_plan(where, rank, name + ": its " + side + " type is not committed");
+      if (peer >= 0 ? type->size() != size : size != 0) {
+        bad_plan(where, rank,
+                 name + ": its " + side + " type holds " + std::to_string(type->size()) +
+                     " bytes, its header says " + std::to_string(size));
+      }
+    }
+  }
+}
+
+void check_particle_plan(const ParticlePlan& plan, int rank, const char* where) {
+  if (plan.home_count < 0 || plan.total_count < plan.home_count ||
+      plan.total_count > std::numeric_limits<std::int32_t>::max()) {
+    bad_plan(where, rank,
+             std::to_string(plan.home_count) + " home and " + std::to_string(plan.total_count) +
+                 " items in all");
+  }
+  std::int64_t received = plan.home_count;  // the items a pulse may send: home and earlier ones'
+  for (std::size_t p = 0; p < plan.pulses.size(); ++p) {
+    const ParticlePulse& pulse = plan.pulses[p];
+    const std::string name = pulse.header.name(static_cast<int>(p));
+    const auto sent = static_cast<std::int64_t>(pulse.send_index.size());
+    if (pulse.header.send_size != sent || pulse.header.recv_size != pulse.recv_count) {
+      bad_plan(where, rank,
+               name + ": its header's sizes (" + std::to_string(pulse.header.send_size) +
+                   " sent, " + std::to_string(pulse.header.recv_size) +
+                   " received) differ from its lists (" + std::to_string(sent) + ", " +
+                   std::to_string(pulse.recv_count) + ")");
+    }
+    if (pulse.first_forwarded < 0 || pulse.first_forwarded > sent) {
+      bad_plan(where, rank,
+               name + ": first_forwarded " + std::to_string(pulse.first_forwarded) +
+                   " outside its " + std::to_string(sent) + " sent items");
+    }
+    if (pulse.recv_count < 0 || pulse.recv_offset < plan.home_count ||
+        pulse.recv_offset > plan.total_count - pulse.recv_count) {
+      bad_plan(where, rank,
+               name + ": it receives items [" + std::to_string(pulse.recv_offset) + ", " +
+                   std::to_string(pulse.recv_offset + pulse.recv_count) + "), outside the halo [" +
+                   std::to_string(plan.home_count) + ", " + std::to_string(plan.total_count) + ")");
+    }
+    for (const std::int32_t i : pulse.send_index) {
+      if (i < 0 || i >= received) {
+        bad_plan(where, rank,
+                 name + ": it sends item " + std::to_string(i) + ", outside the " +
+                     std::to_string(received) + " items this rank holds by then");
+      }
+    }
+    received = std::max(received, pulse.recv_offset + pulse.recv_count);
+  }
+}
+
+}  // namespace halox::detail

@@ -361,3 +361,19 @@ TEST(LocalGrid, TransportsOfOneRankPerProcessAreRefused) {
   }
   EXPECT_THROW(Ranks::local(shape, {0}), Error);  // one GPU for 2 ranks
 }
+
+// A grid plan whose header says another size than its type moves is refused when an exchange
+// takes it, naming the rank and the pulse.
+TEST(LocalGrid, CorruptedPlansAreRefusedNotFollowed) {
+  const halox::Topology grid({2, 1, 1}, {true, true, true}, 0);
+  std::vector<std::array<std::int64_t, 3>> interior(2, {6, 5, 4});
+  std::vector<halox::GridPlan> plans =
+      halox::make_local_grid_plans(grid, interior, 1, halox::Datatype::of<float>());
+  plans[1].pulses[0].header.send_size += 4;
+  try {
+    halox::GridExchange exchange(halox::Ranks::local(grid), plans);
+    ADD_FAILURE() << "accepted a corrupted plan";
+  } catch (const halox::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1's plan: pulse 0"), std::string::npos) << e.what();
+  }
+}

@@ -108,3 +108,34 @@ TEST(LocalParticles, WrongNumberOfArraysIsRefused) {
   staged.transport = TransportKind::staged;
   EXPECT_THROW(ParticleExchange(Ranks::local(topology), plans, BasicKind::float64, staged), Error);
 }
+
+// A plan edited so that it reads or writes outside its arrays is refused when an exchange
+// takes it, naming the rank and the pulse: never a heap overflow.
+TEST(LocalParticles, CorruptedPlansAreRefusedNotFollowed) {
+  const Topology topology({2, 2, 1}, {true, true, true}, 0);
+  const World w = make_world(11, 300);
+  std::vector<std::vector<double>> xyz(4);
+  std::vector<std::vector<int>> ids(4);
+  for (int r = 0; r < 4; ++r) home_of(w, topology, r, ids[r], xyz[r]);
+  const std::vector<ParticlePlan> good = build_local_particle_plans(topology, w.box, 2.0, xyz);
+  ASSERT_FALSE(good[1].pulses.empty());
+  ASSERT_FALSE(good[1].pulses[0].send_index.empty());
+  auto refused = [&](auto&& edit, const std::string& words) {
+    std::vector<ParticlePlan> plans = good;
+    edit(plans[1].pulses[0], plans[1]);
+    try {
+      ParticleExchange exchange(Ranks::local(topology), plans, BasicKind::float64);
+      ADD_FAILURE() << "accepted a plan that " << words;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("rank 1's plan: pulse 0"), std::string::npos) << m;
+      EXPECT_NE(m.find(words), std::string::npos) << m;
+    }
+  };
+  refused([](ParticlePulse& p, ParticlePlan&) { p.send_index[0] = 1000000000; },
+          "sends item 1000000000");
+  refused([](ParticlePulse& p, ParticlePlan&) { p.send_index[0] = -5; }, "sends item -5");
+  refused([](ParticlePulse& p, ParticlePlan&) { p.recv_offset += 1000000; }, "outside the halo");
+  refused([](ParticlePulse& p, ParticlePlan&) { p.header.send_size += 1; }, "header's sizes");
+  refused([](ParticlePulse& p, ParticlePlan&) { p.first_forwarded = -1; }, "first_forwarded");
+}
