@@ -16,6 +16,7 @@ usage: faults.py MPIEXEC HALOX_MD [--np N] [--steps N] [-- halox-md arguments, e
 import json
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -131,8 +132,8 @@ def start(mpiexec, md, steps, json_path, run=("--nstlist", "100000000", "--therm
              f"{mine}\nthe job's output:\n{out}\n{err}")
 
 
-# A search and a reduction every step (collectives), watched with a 3 s limit.
-COLLECTIVES = ("--nstlist", "1", "--thermo", "1", "--watchdog", "3")
+# A search and a reduction every step, and a search every 200 steps without thermo output.
+COLLECTIVES = (("--nstlist", "1", "--thermo", "1"), ("--nstlist", "200", "--thermo", "0"))
 
 
 def main():
@@ -150,8 +151,8 @@ def main():
     stalled, killed, paused = (2, 1, 3) if NP >= 4 else (NP - 1, NP - 1, NP - 1)
     with tempfile.TemporaryDirectory() as work:
         if "stop" in only:  # the job ends within the time-out + 10 s, the stopped rank named
-            rc, err, took = signal_one(mpiexec, md, os.path.join(work, "stop.json"), stalled,
-                                       signal.SIGSTOP)
+            rc, err, took, _ = signal_one(mpiexec, md, os.path.join(work, "stop.json"),
+                                          stalled, signal.SIGSTOP)
             named = f"waiting for rank {stalled}"
             if rc is None or rc == 0 or named not in err:
                 sys.exit(f"FAILED: SIGSTOP of rank {stalled}: rc {rc} after {took:.1f} s\n{err}")
@@ -164,15 +165,26 @@ def main():
             print(f"ok: SIGSTOP of rank {stalled} ended the job in {took:.1f} s (rc {rc}):\n"
                   f"    {line}\n    table row: {stalled_row.strip()}")
         if "collectives" in only:
-            # Stopped while the ranks meet in collectives every step (reductions, plans): the
-            # exchange time-out or the watchdog (3 s here) ends the job.
-            rc, err, took = signal_one(mpiexec, md, os.path.join(work, "collective.json"),
-                                       stalled, signal.SIGSTOP, COLLECTIVES)
-            if rc is None or rc == 0 or ("no progress" not in err and "timed out" not in err):
-                sys.exit(f"FAILED: SIGSTOP amid collectives: rc {rc} after {took:.1f} s\n{err}")
-            line = next(l for l in err.splitlines() if "no progress" in l or "timed out" in l)
-            print(f"ok: SIGSTOP of rank {stalled} amid collectives ended the job in {took:.1f} s "
-                  f"(rc {rc}):\n    {line}")
+            # Stopped at a random moment of a run that searches and reduces every step, and of
+            # one that searches every 200 steps: the ranks that wait name the stopped one
+            # within the time-out + 3 s (the searches' collectives and the thermo reductions
+            # are bounded and run a roll call), not the watchdog.
+            seed = int(os.environ.get("HALOX_TEST_SEED", random.randrange(1 << 30)))
+            print(f"[seed] faults.py collectives: HALOX_TEST_SEED={seed}")
+            rng = random.Random(seed)
+            for run in COLLECTIVES:
+                delay = rng.uniform(1.5, 3.5)
+                rc, err, took, named = signal_one(mpiexec, md,
+                                                  os.path.join(work, "collective.json"), stalled,
+                                                  signal.SIGSTOP, run, delay)
+                case = f"SIGSTOP of rank {stalled} {delay:.2f} s into a run with {' '.join(run)}"
+                if rc is None or rc == 0 or named is None or named > TIMEOUT + 3:
+                    sys.exit(f"FAILED: {case}: rc {rc}, named after "
+                             f"{'never' if named is None else f'{named:.1f} s'} (limit "
+                             f"{TIMEOUT + 3:.0f} s)\n{err}")
+                line = next(l for l in err.splitlines() if f"waiting for rank {stalled}" in l)
+                print(f"ok: {case}: named after {named:.1f} s, the job ended in {took:.1f} s "
+                      f"(rc {rc}):\n    {line}")
         if "continue" in only:  # stopped and continued within the time-out: nothing changes
             def final_thermo(name, pause=False):
                 path = os.path.join(work, name)
@@ -229,8 +241,8 @@ def main():
                       f"within {worst:.1e} of theirs ({spread_total:.1e} between them, their total "
                       f"energy's band over the run {band:.1e})")
         if "kill" in only:  # the job ends
-            rc, err, took = signal_one(mpiexec, md, os.path.join(work, "kill.json"), killed,
-                                       signal.SIGKILL)
+            rc, err, took, _ = signal_one(mpiexec, md, os.path.join(work, "kill.json"),
+                                          killed, signal.SIGKILL)
             if rc is None or rc == 0:
                 sys.exit(f"FAILED: SIGKILL of rank {killed}: rc {rc} after {took:.1f} s\n{err}")
             print(f"ok: SIGKILL of rank {killed} ended the job in {took:.1f} s (rc {rc})")
@@ -238,20 +250,28 @@ def main():
                 wait_for_free_gpu(md)
 
 
-def signal_one(mpiexec, md, json_path, rank, sig, run=None):
-    """Starts a long job, sends `sig` to `rank` 2 s into its steps; returns (rc, stderr,
-    seconds until the job ended), rc None when it outlived the time-out + 10 s."""
+def signal_one(mpiexec, md, json_path, rank, sig, run=None, delay=2.0):
+    """Starts a long job, sends `sig` to `rank` `delay` s into its steps; returns (rc, stderr,
+    seconds until the job ended, seconds until a line named `rank` as the one waited for or
+    None), rc None when it outlived the time-out + 10 s."""
     job, pids = start(mpiexec, md, 100000000, json_path, *([run] if run else []))
-    time.sleep(2)
+    time.sleep(delay)
     if job.poll() is not None:
         rc, out, err = job.finish(10)
         sys.exit(f"FAILED: the job ended (rc {rc}) before the signal:\n{out}\n{err}")
     os.kill(pids[rank], sig)
     at = time.time()
-    rc, _, err = job.finish(TIMEOUT + 10)
+    named = None
+    while job.poll() is None and time.time() < at + TIMEOUT + 10:
+        if named is None and any(f"waiting for rank {rank}" in l for l in job.err):
+            named = time.time() - at
+        time.sleep(0.05)
+    rc, _, err = job.finish(max(1, at + TIMEOUT + 10 - time.time()))
     took = time.time() - at
+    if named is None and f"waiting for rank {rank}" in err:
+        named = took
     kill_all(pids)
-    return rc, err, took
+    return rc, err, took, named
 
 
 def wait_for_free_gpu(md):
