@@ -44,6 +44,11 @@ class Topology {
   MPI_Comm comm() const {
     return m_comm ? *m_comm : MPI_COMM_NULL;
   }
+  /// Collective over the topology's ranks: the same grid on a communicator of its own (a
+  /// bounded MPI_Comm_idup of this one), whose messages never meet this one's or another
+  /// duplicate's. Every exchange of one rank per process takes one, so that several
+  /// exchanges on one Topology can be in flight at once, from one thread or several.
+  Topology duplicate() const;
 #endif
 
   int rank() const {

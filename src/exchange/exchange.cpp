@@ -3,6 +3,8 @@
 // (src/transport/), Ranks::local's own among them.
 #include "halox/exchange.hpp"
 
+#include <atomic>
+
 #include "halox/error.hpp"
 #include "halox/trace.hpp"
 #include "../transport/engine.hpp"
@@ -147,9 +149,44 @@ void check_one_rank(const Ranks& ranks, const char* exchange) {
 // ---------------------------------------------------------------------------------------------
 // Grid
 
+namespace {
+
+// One rank per process: the exchange's ranks on a communicator of their own
+// (Topology::duplicate), so that exchanges on one Topology never take each other's messages.
+Ranks own_ranks(const Ranks& ranks) {
+#if HALOX_HAS_MPI
+  if (!ranks.in_process() && ranks.topology().comm() != MPI_COMM_NULL) {
+    return Ranks::mpi(ranks.topology().duplicate());
+  }
+#endif
+  return ranks;
+}
+
+// An exchange is not thread-safe: a second caller while one is inside is refused, where it
+// would have crashed, timed out or swapped halo cells.
+class OneCallerAtATime {
+ public:
+  OneCallerAtATime(std::atomic<bool>& busy, const char* exchange) : m_busy(busy) {
+    if (m_busy.exchange(true, std::memory_order_acquire)) {
+      throw Error(std::string("halox::") + exchange +
+                  ": called from two threads at once; an exchange is used by one thread at a "
+                  "time (give each thread an exchange of its own: they may run at once)");
+    }
+  }
+  ~OneCallerAtATime() { m_busy.store(false, std::memory_order_release); }
+  OneCallerAtATime(const OneCallerAtATime&) = delete;
+  OneCallerAtATime& operator=(const OneCallerAtATime&) = delete;
+
+ private:
+  std::atomic<bool>& m_busy;
+};
+
+}  // namespace
+
 struct GridExchange::Impl {
-  Impl(const Ranks& r, std::vector<GridPlan> p) : ranks(r), plans(std::move(p)) {}
+  Impl(const Ranks& r, std::vector<GridPlan> p) : ranks(own_ranks(r)), plans(std::move(p)) {}
   Ranks ranks;
+  std::atomic<bool> busy{false};
   std::vector<GridPlan> plans;  // [field][rank]
   std::unique_ptr<detail::GridEngine> engine;
   ExchangeStats stats;
@@ -165,7 +202,7 @@ GridExchange::GridExchange(const Ranks& ranks, std::vector<GridPlan> plans, Exch
 #if !HALOX_HAS_MPI
   if (!ranks.in_process()) no_mpi("GridExchange");
 #endif
-  m_impl->engine = detail::make_grid_engine(ranks, std::move(plans), options);
+  m_impl->engine = detail::make_grid_engine(m_impl->ranks, std::move(plans), options);
 }
 GridExchange::GridExchange(const Topology& topology, GridPlan plan, ExchangeOptions options)
     : GridExchange(Ranks::mpi(topology), std::vector<GridPlan>{std::move(plan)}, options) {}
@@ -177,6 +214,7 @@ void GridExchange::exchange_async(std::span<void* const> fields, GpuStream strea
                 std::to_string(this->fields()) + " field(s) of " +
                 std::to_string(m_impl->ranks.count()) + " rank(s) (one per field and rank)");
   }
+  const OneCallerAtATime guard(m_impl->busy, "GridExchange");
   trace::Scope scope("grid exchange",
                      m_impl->ranks.in_process() ? 0 : m_impl->ranks.topology().rank());
   m_impl->engine->exchange_async(fields, stream, m_impl->stats);
@@ -229,11 +267,13 @@ int GridExchange::launches_per_exchange() const {
 // Particles
 
 struct ParticleExchange::Impl {
-  explicit Impl(const Ranks& r) : ranks(r) {}
+  explicit Impl(const Ranks& r) : ranks(own_ranks(r)) {}
   Ranks ranks;
+  std::atomic<bool> busy{false};
   std::unique_ptr<detail::ParticleEngine> engine;
   ExchangeStats stats;
   void run(bool forward, std::span<void* const> arrays, std::span<const GpuStream> streams) {
+    const OneCallerAtATime guard(busy, "ParticleExchange");
     trace::Scope scope(forward ? "halo forward" : "halo reverse",
                        ranks.in_process() ? 0 : ranks.topology().rank());
     engine->run(forward, arrays, streams, stats);
@@ -250,7 +290,7 @@ ParticleExchange::ParticleExchange(const Ranks& ranks, std::vector<ParticlePlan>
 #if !HALOX_HAS_MPI
   if (!ranks.in_process()) no_mpi("ParticleExchange");
 #endif
-  m_impl->engine = detail::make_particle_engine(ranks, std::move(plans), real, options);
+  m_impl->engine = detail::make_particle_engine(m_impl->ranks, std::move(plans), real, options);
 }
 ParticleExchange::ParticleExchange(const Topology& topology, const ParticlePlan& plan,
                                    BasicKind real, ExchangeOptions options)
@@ -258,6 +298,7 @@ ParticleExchange::ParticleExchange(const Topology& topology, const ParticlePlan&
 ParticleExchange::~ParticleExchange() = default;
 
 void ParticleExchange::set_plans(std::vector<ParticlePlan> plans) {
+  const OneCallerAtATime guard(m_impl->busy, "ParticleExchange");
   m_impl->engine->set_plans(std::move(plans));
 }
 void ParticleExchange::set_plan(const ParticlePlan& plan) {

@@ -33,6 +33,33 @@ Topology::Topology(std::array<int, 3> dims, std::array<bool, 3> periodic, int ra
 }
 
 #if HALOX_HAS_MPI
+namespace {
+
+// halox's duplicate of `comm`, freed with the last copy of the topology. Collective, bounded:
+// a rank that never arrives ends the others' wait in a time-out (a roll call only on halox's
+// own communicators: on the caller's its messages could meet the caller's).
+std::shared_ptr<const MPI_Comm> own_duplicate(MPI_Comm comm, int rank, bool ours,
+                                              const char* where) {
+  MPI_Comm own = MPI_COMM_NULL;
+  MPI_Request request = MPI_REQUEST_NULL;
+  HALOX_MPI_CHECK(MPI_Comm_idup(comm, &own, &request));
+  detail::wait_collective(ours ? comm : MPI_COMM_NULL, request,
+                          {rank, "", kPlanTimeoutSeconds, where},
+                          "the duplicate of the communicator");
+  // halox's calls on its communicator report errors (a truncated message, a dead peer) as
+  // exceptions naming the call, instead of aborting the caller's job from inside MPI.
+  HALOX_MPI_CHECK(MPI_Comm_set_errhandler(own, MPI_ERRORS_RETURN));
+  return std::shared_ptr<const MPI_Comm>(new MPI_Comm(own), [](const MPI_Comm* c) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    MPI_Comm doomed = *c;
+    if (!finalized) MPI_Comm_free(&doomed);  // nothing to report from a destructor
+    delete c;
+  });
+}
+
+}  // namespace
+
 Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims, std::array<bool, 3> periodic) {
   if (comm == MPI_COMM_NULL) {
     throw Error("halox::Topology::from_mpi: the communicator is MPI_COMM_NULL");
@@ -68,26 +95,19 @@ Topology Topology::from_mpi(MPI_Comm comm, std::array<int, 3> dims, std::array<b
                 std::to_string(size) + " ranks");
   }
   Topology topology(dims, periodic, rank);
-  // The duplicate is collective: bounded, so that a rank that never arrives ends the others'
-  // wait in a time-out (no roll call: its messages would travel on the caller's
-  // communicator).
-  MPI_Comm own = MPI_COMM_NULL;
-  MPI_Request request = MPI_REQUEST_NULL;
-  HALOX_MPI_CHECK(MPI_Comm_idup(comm, &own, &request));
-  detail::wait_collective(MPI_COMM_NULL, request,
-                          {rank, "", kPlanTimeoutSeconds, "Topology::from_mpi"},
-                          "the duplicate of the communicator");
-  // halox's calls on its communicator report errors (a truncated message, a dead peer) as
-  // exceptions naming the call, instead of aborting the caller's job from inside MPI.
-  HALOX_MPI_CHECK(MPI_Comm_set_errhandler(own, MPI_ERRORS_RETURN));
-  topology.m_comm = std::shared_ptr<const MPI_Comm>(new MPI_Comm(own), [](const MPI_Comm* c) {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    MPI_Comm doomed = *c;
-    if (!finalized) MPI_Comm_free(&doomed);  // nothing to report from a destructor
-    delete c;
-  });
+  topology.m_comm = own_duplicate(comm, rank, false, "Topology::from_mpi");
   return topology;
+}
+
+Topology Topology::duplicate() const {
+  if (!m_comm) {
+    throw Error(
+        "halox::Topology::duplicate: the topology has no communicator (build it with "
+        "Topology::from_mpi)");
+  }
+  Topology copy = *this;
+  copy.m_comm = own_duplicate(*m_comm, m_rank, true, "Topology::duplicate");
+  return copy;
 }
 #endif
 

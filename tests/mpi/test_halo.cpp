@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "../common/grid_field.hpp"
@@ -234,6 +235,30 @@ TEST(GridHalo, SeveralFieldsInOneCall) {
     }
     EXPECT_EQ(exchange.stats().exchanges, 2);
   }
+}
+
+// Two exchanges on one Topology, each driven by a thread of its own at the same time (host
+// fields): each exchange has its own communicator, so neither takes the other's messages.
+// Before, with the same tags on the same communicator, halo cells were swapped between them.
+TEST(GridHalo, TwoExchangesOnOneTopologyInTwoThreads) {
+  if (test_transport() != TransportKind::host) GTEST_SKIP() << "host fields";
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE) GTEST_SKIP() << "MPI without MPI_THREAD_MULTIPLE";
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD);
+  const std::array<std::int64_t, 3> interior{6, 5, 4};
+  GridField a(topology, interior, 1, 1, {0, 0, 0}, 0.0);
+  GridField b(topology, interior, 1, 1, {0, 0, 0}, 0.5);  // other values: a swap shows
+  GridExchange first(topology, a.plan), second(topology, b.plan);
+  auto drive = [](GridExchange& exchange, GridField& field) {
+    for (int i = 0; i < 200; ++i) exchange.exchange(field.data.data());
+  };
+  std::thread one(drive, std::ref(first), std::ref(a));
+  std::thread two(drive, std::ref(second), std::ref(b));
+  one.join();
+  two.join();
+  EXPECT_EQ(a.wrong_cells(topology), 0);
+  EXPECT_EQ(b.wrong_cells(topology), 0);
 }
 
 // Every transport moves grid halos, the GPU-initiated ones with one fused kernel for all stages.
