@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../common/agree.hpp"
+#include "../common/memory.hpp"
 #include "../common/mpi_main.hpp"
 #include "../common/watchdog.hpp"
 #include "cli.hpp"
@@ -58,6 +59,18 @@ int run(int argc, char** argv) {
                     std::to_string(size) + " MPI ranks");
       }
     }
+    // Memory: each process holds its share of the lattice (two copies of the populations,
+    // f's 19 and the multiphase g's 7, and phi), a fifth more for the halo layers; rank 0
+    // also the gathered fields of --dump, --slice and the droplet's check (5 doubles a cell).
+    const double cells = 1.0 * cli.grid[0] * cli.grid[1] * cli.grid[2];
+    const double per_cell =
+        (2.0 * (19 + (cli.model == "multiphase" ? 7 : 0)) + 1) * (cli.single ? 4 : 8);
+    const bool gathered = !cli.dump.empty() || !cli.slice.empty() ||
+                          (cli.model == "multiphase" && cli.init == "droplet");
+    halox::apps::require_memory(
+        "halox-lbm: --grid " + std::to_string(cli.grid[0]) + "x" + std::to_string(cli.grid[1]) +
+            "x" + std::to_string(cli.grid[2]),
+        1.2 * cells * per_cell / (cli.local ? 1 : size) + (gathered ? 40.0 * cells : 0.0));
     if (cli.model == "multiphase" &&
         2 * cli.radius >= *std::min_element(cli.grid.begin(), cli.grid.end()) &&
         cli.init == "droplet") {

@@ -58,7 +58,7 @@ void validate(const Config& c, int ranks) {
   // copies and the lists take about 400 bytes per atom).
   const double atoms = 4.0 * c.cells * c.cells * c.cells;
   std::ostringstream what;
-  what << "halox-md: --cells " << c.cells << " (" << atoms << " atoms, each process its share)";
+  what << "halox-md: --cells " << c.cells << " (" << atoms << " atoms)";
   apps::require_memory(what.str(), 400.0 * atoms / ranks);
   if (!(c.cutoff > 0) || !(c.skin >= 0)) fail("--cutoff must be positive and --skin >= 0");
   if (!(c.dt > 0)) fail("--dt must be positive");

@@ -76,6 +76,9 @@ def main():
     expect([md, "--cells", "0x10"], 2, "--cells: '0x10' is not a number")
     expect([md, "--cells", " 10"], 2, "--cells: ' 10' is not a number")
     expect([md, "--ranks", "2xx"], 2, "--ranks: '2xx' is not of the form")
+    # Memory: the node's processes together, and the LBM's lattice (once killed unannounced).
+    expect([md, "--device", "cpu", "--cells", "380"], 2, "for the 4 processes on this node", 4)
+    expect([lbm, "--device", "cpu", "--grid", "3000x3000x3000"], 2, "GB, more than this node")
     # An unusable tuning file: reported by halox-info, which still prints the rest.
     with tempfile.NamedTemporaryFile("w", suffix=".json") as bad:
         bad.write('{"chunk_bytes": ')
