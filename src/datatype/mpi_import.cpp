@@ -179,11 +179,14 @@ Datatype import_level(MPI_Datatype type, int nints, int naddrs, int ntypes, int 
     case MPI_COMBINER_CONTIGUOUS: return Datatype::contiguous(ints[0], types[0]);
     // Open MPI takes a byte stride of exactly -1 (stride * extent == -1) for "the natural
     // extent" and lays the blocks out contiguously; conform() checks the library did so.
-    case MPI_COMBINER_VECTOR:
-      if (static_cast<std::int64_t>(ints[2]) * types[0].extent() == -1) {
+    case MPI_COMBINER_VECTOR: {
+      std::int64_t stride_bytes = 0;  // checked: a stride near 2^62 overflows the product
+      if (!__builtin_mul_overflow(std::int64_t{ints[2]}, types[0].extent(), &stride_bytes) &&
+          stride_bytes == -1) {
         return Datatype::contiguous(std::int64_t{ints[0]} * ints[1], types[0]);
       }
       return Datatype::vector(ints[0], ints[1], ints[2], types[0]);
+    }
     case MPI_COMBINER_HVECTOR:
       if (addrs[0] == -1) return Datatype::contiguous(std::int64_t{ints[0]} * ints[1], types[0]);
       return Datatype::hvector(ints[0], ints[1], addrs[0], types[0]);
@@ -232,10 +235,15 @@ void check_against_mpi_pack(const Datatype& imported, MPI_Datatype type) {
   constexpr std::int64_t kProbeBytes = 1 << 20;
   if (imported.size() == 0) return;
   const std::int64_t extent = imported.extent();
-  const std::int64_t lo = imported.true_lb() + std::min<std::int64_t>(0, extent);
-  const std::int64_t hi =
-      imported.true_lb() + imported.true_extent() + std::max<std::int64_t>(0, extent);
-  if (hi - lo > kProbeBytes || 2 * imported.size() > kProbeBytes) return;
+  std::int64_t lo = 0, hi = 0, span = 0;
+  // Bounds near 2^62 overflow these sums: such types are not probed (no buffer holds them).
+  if (__builtin_add_overflow(imported.true_lb(), std::min<std::int64_t>(0, extent), &lo) ||
+      __builtin_add_overflow(imported.true_lb(), imported.true_extent(), &hi) ||
+      __builtin_add_overflow(hi, std::max<std::int64_t>(0, extent), &hi) ||
+      __builtin_sub_overflow(hi, lo, &span)) {
+    return;
+  }
+  if (span > kProbeBytes || 2 * imported.size() > kProbeBytes) return;
   std::vector<unsigned char> probe(static_cast<std::size_t>(hi - lo));
   const unsigned char* base = probe.data() - lo;
   const std::int64_t bytes = 2 * imported.size();
