@@ -77,7 +77,12 @@ def main():
     expect([md, "--cells", " 10"], 2, "--cells: ' 10' is not a number")
     expect([md, "--ranks", "2xx"], 2, "--ranks: '2xx' is not of the form")
     # Memory: the node's processes together, and the LBM's lattice (once killed unannounced).
-    expect([md, "--device", "cpu", "--cells", "380"], 2, "for the 4 processes on this node", 4)
+    # halox-md needs about 400 bytes per atom (4 per cell^3) in all, split over the processes:
+    # cells whose share fits one process's check but not the node's four together.
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    cells = int((memory / 800) ** (1 / 3))
+    expect([md, "--device", "cpu", "--cells", str(cells)], 2, "for the 4 processes on this node",
+           4)
     expect([lbm, "--device", "cpu", "--grid", "3000x3000x3000"], 2, "GB, more than this node")
     # An unusable tuning file: reported by halox-info, which still prints the rest.
     with tempfile.NamedTemporaryFile("w", suffix=".json") as bad:
