@@ -162,6 +162,16 @@ Ranks own_ranks(const Ranks& ranks) {
   return ranks;
 }
 
+// A null array would be written through by a pack or a kernel: refused, naming it.
+void require_arrays(std::span<void* const> arrays, const char* exchange) {
+  for (std::size_t i = 0; i < arrays.size(); ++i) {
+    if (arrays[i] == nullptr) {
+      throw Error(std::string("halox::") + exchange + ": array " + std::to_string(i) + " of " +
+                  std::to_string(arrays.size()) + " is null");
+    }
+  }
+}
+
 // An exchange is not thread-safe: a second caller while one is inside is refused, where it
 // would have crashed, timed out or swapped halo cells.
 class OneCallerAtATime {
@@ -215,6 +225,7 @@ void GridExchange::exchange_async(std::span<void* const> fields, GpuStream strea
                 std::to_string(m_impl->ranks.count()) + " rank(s) (one per field and rank)");
   }
   const OneCallerAtATime guard(m_impl->busy, "GridExchange");
+  require_arrays(fields, "GridExchange");
   trace::Scope scope("grid exchange",
                      m_impl->ranks.in_process() ? 0 : m_impl->ranks.topology().rank());
   m_impl->engine->exchange_async(fields, stream, m_impl->stats);
@@ -274,6 +285,7 @@ struct ParticleExchange::Impl {
   ExchangeStats stats;
   void run(bool forward, std::span<void* const> arrays, std::span<const GpuStream> streams) {
     const OneCallerAtATime guard(busy, "ParticleExchange");
+    require_arrays(arrays, "ParticleExchange");
     trace::Scope scope(forward ? "halo forward" : "halo reverse",
                        ranks.in_process() ? 0 : ranks.topology().rank());
     engine->run(forward, arrays, streams, stats);

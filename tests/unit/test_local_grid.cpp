@@ -369,6 +369,11 @@ TEST(LocalGrid, CorruptedPlansAreRefusedNotFollowed) {
   std::vector<std::array<std::int64_t, 3>> interior(2, {6, 5, 4});
   std::vector<halox::GridPlan> plans =
       halox::make_local_grid_plans(grid, interior, 1, halox::Datatype::of<float>());
+  {  // a null array is refused, not written through
+    halox::GridExchange exchange(halox::Ranks::local(grid), plans);
+    std::vector<void*> arrays(2, nullptr);
+    EXPECT_THROW(exchange.exchange(arrays), halox::Error);
+  }
   plans[1].pulses[0].header.send_size += 4;
   try {
     halox::GridExchange exchange(halox::Ranks::local(grid), plans);
