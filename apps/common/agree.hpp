@@ -70,8 +70,9 @@ void check_input_collectively(MPI_Comm comm, const char* program, int argc, char
     for (const std::string& e : errors) everywhere = everywhere && e == errors[r];
     throw InputError(everywhere ? errors[r] : errors[r] + " (on rank " + std::to_string(r) + ")");
   }
-  // Arguments separated by a byte no command line holds.
-  std::string line;
+  // The program, then its arguments, separated by a byte no command line holds: an MPMD
+  // launch of two programs is told as such.
+  std::string line = std::string(program) + '\x1f';
   for (int i = 1; i < argc; ++i) line += std::string(argv[i]) + '\x1f';
   const std::vector<std::string> lines = detail::all_gather_text(comm, line);
   auto split = [](const std::string& s) {
@@ -92,8 +93,13 @@ void check_input_collectively(MPI_Comm comm, const char* program, int argc, char
     auto shown = [](const std::vector<std::string>& a, std::size_t k) {
       return k < a.size() ? "'" + a[k] + "'" : std::string("nothing");
     };
+    if (k == 0) {
+      throw InputError(std::string(program) + ": the ranks run different programs: " +
+                       first.front() + " on rank 0 but " + args.front() + " on rank " +
+                       std::to_string(r) + "; every rank of a run must run the same program");
+    }
     throw InputError(std::string(program) + ": the ranks were started with different parameters: " +
-                     "argument " + std::to_string(k + 1) + " is " + shown(first, k) +
+                     "argument " + std::to_string(k) + " is " + shown(first, k) +
                      " on rank 0 but " + shown(args, k) + " on rank " + std::to_string(r) +
                      "; every rank of a run must get the same parameters");
   }

@@ -71,6 +71,13 @@ def main():
         expect(cmd, 0, "--version" if "--help" in cmd else "(halox)", 2, stream="stdout")
     expect([bench, "foo", "--help"], 2, "unknown command 'foo'", 2)
     expect([bench, "pack", "--n", "3"], 2, "--n: '3' is outside", 2)
+    # Two programs in one job (MPMD): told at once, not a 300 s wait.
+    full = [MPIEXEC, "--oversubscribe", "-n", "1"] + md_cpu + [":", "-n", "1"] + lbm_cpu
+    start = time.monotonic()
+    p = subprocess.run(full, env=ENV, capture_output=True, text=True, timeout=TIMEOUT)
+    if p.returncode != 2 or "the ranks run different programs" not in p.stderr:
+        sys.exit(f"FAILED: {' '.join(full)}: rc {p.returncode}\n{p.stderr}")
+    print(f"ok (rc 2, {time.monotonic() - start:.1f} s): two programs in one job")
     # Grid and number options take only what they say: a lattice of three sizes, decimal.
     expect([lbm, "--grid", "16x16"], 2, "--grid: '16x16' is not of the form NxMxK")
     expect([md, "--cells", "0x10"], 2, "--cells: '0x10' is not a number")
