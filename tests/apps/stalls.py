@@ -9,7 +9,8 @@ Each must end in a time-out naming the stopped rank within the time-out + 3 s of
 and the job must end within a minute. A rank stalled inside MPI_Finalize cannot be named
 (no wait outside MPI reaches it): the watchdog ends the job there (exit code 4).
 
-usage: stalls.py MPIEXEC HALOX_MD STOP_AT_LIBRARY [--random N]
+usage: stalls.py MPIEXEC HALOX_MD STOP_AT_LIBRARY [--random N] [--lbm HALOX_LBM]
+--lbm: also halox-lbm stopped in the barrier after its warm-up (its programs' collective).
 """
 import os
 import random
@@ -63,13 +64,13 @@ def check(case, seen, rc, err, limit, took):
           f"rc {rc}\n    {line[:200]}")
 
 
-def injected(mpiexec, md, library, call, at, rank, steps, limit):
+def injected(mpiexec, md, library, call, at, rank, steps, limit, run=None):
     env_names = ["LD_PRELOAD", "HALOX_STOP_RANK", "HALOX_STOP_CALL", "HALOX_STOP_AT",
                  "HALOX_FAULT_JOB"]
     os.environ.update(LD_PRELOAD=library, HALOX_STOP_RANK=str(rank), HALOX_STOP_CALL=call,
                       HALOX_STOP_AT=str(at))
     args = [mpiexec, "-n", "4", "--oversubscribe"] + sum((["-x", n] for n in env_names), []) + [
-        md] + RUN + ["--steps", str(steps)]
+        md] + (run or RUN) + ["--steps", str(steps)]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     for n in env_names:
         os.environ.pop(n, None)
@@ -101,6 +102,7 @@ def main():
     mpiexec, md, library = sys.argv[1:4]
     rest = sys.argv[4:]
     randoms = int(rest[rest.index("--random") + 1]) if "--random" in rest else 3
+    lbm = rest[rest.index("--lbm") + 1] if "--lbm" in rest else None
     long_run = 100000000
     # Each wait of a run with a search every step, reached by the N-th call of the function
     # that enters it (counts from a run of this configuration: about 10 Iallreduce, 50 Isend
@@ -115,8 +117,13 @@ def main():
         injected(mpiexec, md, library, call, at, rank, long_run, TIMEOUT + 3)
     # The summary's reduction and MPI_Finalize, after a short run (the programs' collectives
     # wait 30 s, as does the watchdog of MPI_Finalize).
-    injected(mpiexec, md, library, "MPI_Ireduce", 1, 2, 20, 30 + 3)
+    injected(mpiexec, md, library, "MPI_Ireduce", 1, 2, 20, 20 + 3)
     injected(mpiexec, md, library, "MPI_Finalize", 1, 2, 20, 30 + 3)
+    # halox-lbm stopped before the barrier after its warm-up (the programs' collectives wait
+    # 20 s, then name it).
+    if lbm:
+        injected(mpiexec, lbm, library, "MPI_Ibarrier", 1, 2, 40, 20 + 3,
+                 ["--device", "cpu", "--model", "bgk", "--grid", "16x16x16", "--warmup", "20"])
     # SIGSTOP at random moments of a run with a search every step.
     seed = int(os.environ.get("HALOX_TEST_SEED", random.randrange(1 << 30)))
     print(f"[seed] stalls.py: HALOX_TEST_SEED={seed}")
