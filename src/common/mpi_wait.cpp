@@ -79,6 +79,21 @@ Clock::time_point after(double seconds) {
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
+// A wait that has spun for a millisecond yields the core between tests: on a node with more
+// ranks than cores, waits that never yield starve the peer they wait for and the launcher
+// that forwards their messages (a time-out seen 8 s late on 2 cores). An exchange's own
+// waits end well within the millisecond and never yield.
+class Spin {
+ public:
+  void again() {
+    if (++m_turns > 64 && Clock::now() > m_yield_from) std::this_thread::yield();
+  }
+
+ private:
+  long m_turns = 0;
+  Clock::time_point m_yield_from = Clock::now() + std::chrono::milliseconds(1);
+};
+
 std::string ranks_phrase(const std::vector<int>& ranks) {
   std::string text = ranks.size() == 1 ? "rank " : "ranks ";
   for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -162,10 +177,12 @@ std::string roll_call(MPI_Comm comm, const WaitContext& context) {
 void wait_collective(MPI_Comm comm, MPI_Request& request, const WaitContext& context,
                      const char* what) {
   const auto deadline = after(context.timeout_seconds);
+  Spin spin;
   for (;;) {
     int done = 0;
     HALOX_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     if (done) return;
+    spin.again();
     if (Clock::now() > deadline) {
       const std::string absent =
           comm == MPI_COMM_NULL ? "every rank to arrive" : roll_call(comm, context);
@@ -241,7 +258,9 @@ void MessageWait::wait(const WaitContext& context) {
   statuses.resize(pending.size());
   std::size_t left = pending.size();
   std::string wrong_size;
+  Spin spin;
   while (left > 0) {
+    spin.again();
     int count = 0;
     const int rc = MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count,
                                 done.data(), statuses.data());
