@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <array>
 #include <cctype>
+#include <initializer_list>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,23 @@
 
 namespace halox::apps {
 
+/// The first of the launcher's variables `names` that is set, as a whole number >= 0
+/// (`fallback` when none is); a value that is not one is an error naming it, not a default.
+inline int launcher_count(std::initializer_list<const char*> names, int fallback) {
+  for (const char* name : names) {
+    const char* value = std::getenv(name);
+    if (value == nullptr) continue;
+    char* end = nullptr;
+    const long n = std::strtol(value, &end, 10);
+    if (end == value || *end != '\0' || n < 0 || n > std::numeric_limits<int>::max()) {
+      throw Error(std::string("halox: the launcher's ") + name + "='" + value +
+                  "' is not a whole number >= 0");
+    }
+    return static_cast<int>(n);
+  }
+  return fallback;
+}
+
 /// This process's rank in its job: MPI's once MPI is up, else the launcher's (mpirun, srun,
 /// any PMI), so that a program without MPI started under mpirun prints --help, --version and
 /// its errors once, from rank 0.
@@ -35,10 +53,7 @@ inline int job_rank() {
   if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 #endif
   if (initialized) return rank;
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    if (const char* value = std::getenv(name)) return std::atoi(value);
-  }
-  return 0;
+  return launcher_count({"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}, 0);
 }
 
 /// Prints `message` to stderr from rank 0 of the job only (an error every rank finds alike).

@@ -4,10 +4,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "cli.hpp"
 #include "halox/error.hpp"
 
 namespace halox::apps {
@@ -21,14 +23,9 @@ inline double node_memory_bytes() {
 /// The processes of this job on this node, as the launcher says (Open MPI, MPICH, Slurm);
 /// 1 when none says. Read from the environment: the input check must not communicate.
 inline int processes_on_this_node() {
-  for (const char* name :
-       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
-    if (const char* value = std::getenv(name)) {
-      const int n = std::atoi(value);
-      if (n > 0) return n;
-    }
-  }
-  return 1;
+  return std::max(
+      1, launcher_count({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"},
+                        1));
 }
 
 /// Throws halox::Error naming `what` when `bytes` (one process's need) times the processes
