@@ -222,6 +222,9 @@ double Simulation::sum(double local) {
 // The simulation's reductions: bounded by the topology's time-out, naming a rank that does
 // not arrive (halox::allreduce); ranks in one process have nobody to wait for.
 void Simulation::reduce(const void* in, double* out, int count, MPI_Op op, const char* what) {
+  // The values reduced were read from the GPU after its exchange: a device-side wait in it
+  // that expired is reported first, naming its peer, not 5 s later by this reduction.
+  if (m_exchange) m_exchange->check();
   const Topology& topology = m_ranks.front().topology;
   if (topology.comm() == MPI_COMM_NULL) {
     HALOX_MPI_CHECK(MPI_Allreduce(in, out, count, MPI_DOUBLE, op, m_comm));

@@ -437,6 +437,9 @@ TEST(GpuPack, CapturedInAGraphEachReplayMovesItsData) {
           CUDA_OK(cudaMemcpy(d_in.get(), host.data(), n_bytes, cudaMemcpyHostToDevice));
           CUDA_OK(cudaMemcpy(d_back.get(), poison.data(), n_bytes, cudaMemcpyHostToDevice));
           CUDA_OK(cudaMemset(d_out.get(), 0xA5, static_cast<std::size_t>(packed)));
+          // cudaMemset runs on the legacy stream, which a non-blocking stream does not wait
+          // for: without this the poison could land after the replay (seen on the H200).
+          CUDA_OK(cudaDeviceSynchronize());
           CUDA_OK(cudaGraphLaunch(exec, stream));
           CUDA_OK(cudaStreamSynchronize(stream));
           std::vector<unsigned char> got(static_cast<std::size_t>(packed)), got_back(n_bytes);
