@@ -93,6 +93,17 @@ inline const char* env_tuning_file() {
   return raw && *raw ? raw : nullptr;
 }
 
+/// HALOX_MPI_REPORT: the MPI interposer (libhalox_mpi) prints its messages, bytes and time
+/// per path at MPI_Finalize (default off).
+inline bool env_mpi_report() {
+  return env_flag("HALOX_MPI_REPORT", false);
+}
+/// HALOX_MPI_PRETEND_DEVICE: a test-only switch: the interposer's halox_mpi_pretend_alloc()
+/// hands out host memory that it treats as device memory (default off).
+inline bool env_mpi_pretend_device() {
+  return env_flag("HALOX_MPI_PRETEND_DEVICE", false);
+}
+
 // Variables of others that halox reads, with the same strictness.
 
 /// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: this process's MPS share of the SMs, a number in

@@ -1,0 +1,344 @@
+#include "memory.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "halox/config.hpp"
+#include "halox/error.hpp"
+#include "halox/pack.hpp"
+#include "../runtime/env.hpp"
+#if HALOX_HAS_CUDA
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "halox/pack_gpu.hpp"
+#endif
+
+namespace halox::mpi {
+
+namespace {
+
+// Pretend device memory: one memfd mapped twice, the program's view without access (so that
+// the MPI library, given it by mistake, faults as it would on device memory) and a readable
+// view that only the copies below use.
+struct Region {
+  std::size_t bytes = 0;
+  char* open = nullptr;  // the readable view
+};
+
+std::mutex& pretend_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::uintptr_t, Region>& pretend_regions() {  // keyed by the program's view
+  static std::map<std::uintptr_t, Region> regions;
+  return regions;
+}
+
+// The readable view's offset from the program's for the region holding `p`; found false
+// when `p` is in none.
+bool pretend_delta(const void* p, std::ptrdiff_t* delta) {
+  std::lock_guard<std::mutex> lock(pretend_mutex());
+  auto& regions = pretend_regions();
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  auto it = regions.upper_bound(at);
+  if (it == regions.begin()) return false;
+  --it;
+  if (at >= it->first + it->second.bytes) return false;
+  *delta = it->second.open - reinterpret_cast<char*>(it->first);
+  return true;
+}
+
+template <class T>
+T* readable(T* p, std::ptrdiff_t delta) {
+  // Integer arithmetic: MPI's buffer address may lie outside the region (MPI_BOTTOM).
+  return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(p) + delta);
+}
+
+bool pretend_enabled() {
+  static const bool on = detail::env_mpi_pretend_device();
+  return on;
+}
+
+#if HALOX_HAS_CUDA
+void cuda_ok(cudaError_t rc, const char* call) {
+  if (rc != cudaSuccess) {
+    throw BackendError(std::string("halox_mpi: ") + call + ": " + cudaGetErrorString(rc));
+  }
+}
+#define MPI_CUDA(call) cuda_ok((call), #call)
+
+// No CUDA context is created for a program that never made one: until some device's
+// primary context is active, no pointer can be device memory.
+bool cuda_in_use() {
+  static bool seen = false;
+  if (seen) return true;
+  static const bool driver = cuInit(0) == CUDA_SUCCESS;
+  if (!driver) return false;
+  CUcontext current = nullptr;
+  if (cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != nullptr) return seen = true;
+  int devices = 0;
+  if (cuDeviceGetCount(&devices) != CUDA_SUCCESS) return false;
+  for (int d = 0; d < devices; ++d) {
+    CUdevice device;
+    unsigned flags = 0;
+    int active = 0;
+    if (cuDeviceGet(&device, d) == CUDA_SUCCESS &&
+        cuDevicePrimaryCtxGetState(device, &flags, &active) == CUDA_SUCCESS && active)
+      return seen = true;
+  }
+  return false;
+}
+
+// One stream that waits for the legacy default stream, as cudaMemcpy does: a program that
+// launched its kernel there and calls MPI_Send finds its data written.
+cudaStream_t staging_stream() {
+  static cudaStream_t stream = [] {
+    cudaStream_t s = nullptr;
+    MPI_CUDA(cudaStreamCreate(&s));
+    return s;
+  }();
+  return stream;
+}
+
+bool contiguous(std::int64_t count, const Datatype& type) {
+  return type.canonical().is_contiguous() && (count == 1 || type.extent() == type.size());
+}
+#endif
+
+}  // namespace
+
+Memory memory_of(const void* p) {
+  if (p == nullptr) return Memory::host;
+  if (pretend_enabled()) {
+    std::ptrdiff_t delta;
+    if (pretend_delta(p, &delta)) return Memory::pretend;
+  }
+#if HALOX_HAS_CUDA
+  if (!cuda_in_use()) return Memory::host;
+  CUmemorytype type{};
+  if (cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                            reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) {
+    return Memory::host;  // not known to CUDA: plain host memory
+  }
+  if (type != CU_MEMORYTYPE_DEVICE) return Memory::host;
+  int managed = 0;
+  cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                        reinterpret_cast<CUdeviceptr>(p));
+  return managed ? Memory::host : Memory::device;
+#else
+  return Memory::host;
+#endif
+}
+
+Memory memory_of(const void* buffer, std::int64_t count, const Datatype& type) {
+  if (count <= 0 || type.size() == 0) return Memory::host;
+  return memory_of(static_cast<const char*>(buffer) + type.true_lb());
+}
+
+void pack_to_host(const void* in, std::int64_t count, const Datatype& type, void* out,
+                  Memory kind) {
+  if (count <= 0 || type.size() == 0) return;
+  if (kind == Memory::pretend) {
+    std::ptrdiff_t delta = 0;
+    pretend_delta(static_cast<const char*>(in) + type.true_lb(), &delta);
+    pack(readable(in, delta), count, type, out);
+    return;
+  }
+#if HALOX_HAS_CUDA
+  if (kind == Memory::device) {
+    const cudaStream_t stream = staging_stream();
+    if (contiguous(count, type)) {
+      MPI_CUDA(cudaMemcpyAsync(out, static_cast<const char*>(in) + type.true_lb(),
+                               static_cast<std::size_t>(count * type.size()),
+                               cudaMemcpyDeviceToHost, stream));
+    } else {
+      pack_async(in, count, type, out, stream);  // the kernel stores into pinned memory
+    }
+    MPI_CUDA(cudaStreamSynchronize(stream));
+    return;
+  }
+#endif
+  pack(in, count, type, out);
+}
+
+void unpack_from_host(const void* in, std::int64_t bytes, void* out, std::int64_t count,
+                      const Datatype& type, Memory kind) {
+  if (bytes <= 0 || count <= 0) return;
+  if (kind == Memory::pretend) {
+    std::ptrdiff_t delta = 0;
+    pretend_delta(static_cast<char*>(out) + type.true_lb(), &delta);
+    unpack(in, readable(out, delta), count, type, 0, bytes);
+    return;
+  }
+#if HALOX_HAS_CUDA
+  if (kind == Memory::device) {
+    const cudaStream_t stream = staging_stream();
+    if (contiguous(count, type)) {
+      MPI_CUDA(cudaMemcpyAsync(static_cast<char*>(out) + type.true_lb(), in,
+                               static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, stream));
+    } else {
+      unpack_range_async(in, out, count, type, 0, bytes, stream);
+    }
+    MPI_CUDA(cudaStreamSynchronize(stream));
+    return;
+  }
+#endif
+  unpack(in, out, count, type, 0, bytes);
+}
+
+void copy_to_host(void* host, const void* from, std::size_t bytes, Memory kind) {
+  if (bytes == 0) return;
+  if (kind == Memory::pretend) {
+    std::ptrdiff_t delta = 0;
+    pretend_delta(from, &delta);
+    std::memcpy(host, readable(from, delta), bytes);
+    return;
+  }
+#if HALOX_HAS_CUDA
+  if (kind == Memory::device) {
+    MPI_CUDA(cudaMemcpyAsync(host, from, bytes, cudaMemcpyDeviceToHost, staging_stream()));
+    MPI_CUDA(cudaStreamSynchronize(staging_stream()));
+    return;
+  }
+#endif
+  std::memcpy(host, from, bytes);
+}
+
+void copy_from_host(void* to, const void* host, std::size_t bytes, Memory kind) {
+  if (bytes == 0) return;
+  if (kind == Memory::pretend) {
+    std::ptrdiff_t delta = 0;
+    pretend_delta(to, &delta);
+    std::memcpy(readable(to, delta), host, bytes);
+    return;
+  }
+#if HALOX_HAS_CUDA
+  if (kind == Memory::device) {
+    MPI_CUDA(cudaMemcpyAsync(to, host, bytes, cudaMemcpyHostToDevice, staging_stream()));
+    MPI_CUDA(cudaStreamSynchronize(staging_stream()));
+    return;
+  }
+#endif
+  std::memcpy(to, host, bytes);
+}
+
+namespace {
+
+// Freed staging buffers by size class (a power of two from 4 KiB), kept for the next message.
+std::mutex& pool_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::size_t, std::vector<char*>>& pool() {
+  static std::map<std::size_t, std::vector<char*>> free_lists;
+  return free_lists;
+}
+
+char* allocate(std::size_t bytes) {
+#if HALOX_HAS_CUDA
+  if (cuda_in_use()) {
+    void* p = nullptr;
+    if (cudaMallocHost(&p, bytes) == cudaSuccess) return static_cast<char*>(p);
+    cudaGetLastError();  // fall back to pageable memory
+  }
+#endif
+  void* p = std::malloc(bytes);
+  if (p == nullptr) throw Error("halox_mpi: no host memory for " + std::to_string(bytes) +
+                                " bytes of staging");
+  return static_cast<char*>(p);
+}
+
+}  // namespace
+
+Staging::Staging(std::size_t bytes) : m_size(bytes) {
+  m_capacity = 4096;
+  while (m_capacity < bytes) m_capacity *= 2;
+  {
+    std::lock_guard<std::mutex> lock(pool_mutex());
+    auto& list = pool()[m_capacity];
+    if (!list.empty()) {
+      m_data = list.back();
+      list.pop_back();
+      return;
+    }
+  }
+  m_data = allocate(m_capacity);
+}
+
+Staging::~Staging() {
+  if (m_data == nullptr) return;
+  std::lock_guard<std::mutex> lock(pool_mutex());
+  pool()[m_capacity].push_back(m_data);  // kept for the process's life, as MPI keeps its own
+}
+
+Staging::Staging(Staging&& other) noexcept
+    : m_data(std::exchange(other.m_data, nullptr)),
+      m_size(std::exchange(other.m_size, 0)),
+      m_capacity(std::exchange(other.m_capacity, 0)) {}
+
+Staging& Staging::operator=(Staging&& other) noexcept {
+  if (this != &other) {
+    Staging old(std::move(*this));
+    m_data = std::exchange(other.m_data, nullptr);
+    m_size = std::exchange(other.m_size, 0);
+    m_capacity = std::exchange(other.m_capacity, 0);
+  }
+  return *this;
+}
+
+}  // namespace halox::mpi
+
+extern "C" {
+
+void* halox_mpi_pretend_alloc(std::size_t bytes) {
+  using namespace halox::mpi;
+  if (!pretend_enabled() || bytes == 0) return nullptr;
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t length = (bytes + page - 1) / page * page;
+  const int fd = memfd_create("halox-pretend-device", 0);
+  if (fd < 0) return nullptr;
+  if (ftruncate(fd, static_cast<off_t>(length)) != 0) {
+    close(fd);
+    return nullptr;
+  }
+  void* closed = mmap(nullptr, length, PROT_NONE, MAP_SHARED, fd, 0);
+  void* open = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (closed == MAP_FAILED || open == MAP_FAILED) return nullptr;
+  std::lock_guard<std::mutex> lock(pretend_mutex());
+  pretend_regions()[reinterpret_cast<std::uintptr_t>(closed)] = {length, static_cast<char*>(open)};
+  return closed;
+}
+
+void halox_mpi_pretend_free(void* p) {
+  using namespace halox::mpi;
+  std::lock_guard<std::mutex> lock(pretend_mutex());
+  auto& regions = pretend_regions();
+  auto it = regions.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == regions.end()) return;
+  munmap(it->second.open, it->second.bytes);
+  munmap(p, it->second.bytes);
+  regions.erase(it);
+}
+
+int halox_mpi_pretend_copy(void* to, const void* from, std::size_t bytes) {
+  using namespace halox::mpi;
+  std::ptrdiff_t to_delta = 0, from_delta = 0;
+  const bool to_pretend = pretend_delta(to, &to_delta);
+  const bool from_pretend = pretend_delta(from, &from_delta);
+  if (!to_pretend && !from_pretend) return 1;
+  std::memcpy(to_pretend ? readable(to, to_delta) : to,
+              from_pretend ? readable(from, from_delta) : from, bytes);
+  return 0;
+}
+
+int halox_mpi_active() { return 1; }
+}

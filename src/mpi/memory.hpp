@@ -1,0 +1,71 @@
+// The MPI interposer's view of a user buffer: host memory (given to the MPI library as it
+// is), device memory (moved through host staging by halox), or, for the tests on machines
+// without a GPU, "pretend" device memory: host pages the program cannot touch, reached only
+// through this layer's copies, as device memory is.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "halox/datatype.hpp"
+
+namespace halox::mpi {
+
+enum class Memory { host, device, pretend };
+
+/// Where the byte at `p` lives. Managed memory counts as host memory: the CPU reads it, so the
+/// MPI library can be given it (the driver migrates its pages).
+Memory memory_of(const void* p);
+
+/// Where `count` instances of `type` at MPI buffer address `buffer` live: the memory of the
+/// first byte they touch (so that MPI_BOTTOM with absolute addresses is classified by the
+/// data, not by address 0); host memory when they touch none.
+Memory memory_of(const void* buffer, std::int64_t count, const Datatype& type);
+
+/// Packs `count` instances of `type` from `in` (memory `kind`, MPI's buffer address) into
+/// the host bytes `out` (count x size bytes), and the inverse: the first `bytes` packed
+/// bytes of `in` scattered into `out`. Both are done when they return.
+void pack_to_host(const void* in, std::int64_t count, const Datatype& type, void* out,
+                  Memory kind);
+void unpack_from_host(const void* in, std::int64_t bytes, void* out, std::int64_t count,
+                      const Datatype& type, Memory kind);
+
+/// Plain byte copies between host memory and memory `kind`.
+void copy_to_host(void* host, const void* from, std::size_t bytes, Memory kind);
+void copy_from_host(void* to, const void* host, std::size_t bytes, Memory kind);
+
+/// Host memory the staged messages go through: pinned where CUDA is there (one copy to or
+/// from the device, by DMA), reused from a pool of power-of-two sizes.
+class Staging {
+ public:
+  Staging() = default;
+  explicit Staging(std::size_t bytes);
+  ~Staging();
+  Staging(Staging&& other) noexcept;
+  Staging& operator=(Staging&& other) noexcept;
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  char* data() const { return m_data; }
+  std::size_t size() const { return m_size; }
+
+ private:
+  char* m_data = nullptr;
+  std::size_t m_size = 0;      // what was asked for
+  std::size_t m_capacity = 0;  // the pool's size class
+};
+
+}  // namespace halox::mpi
+
+#define HALOX_MPI_EXPORT __attribute__((visibility("default")))
+
+extern "C" {
+/// Test-only (HALOX_MPI_PRETEND_DEVICE=1; otherwise they fail): `bytes` of host memory that
+/// the program cannot read or write (its pages have no access), which the interposer treats
+/// as device memory; filled and read with halox_mpi_pretend_copy, as cudaMemcpy does for
+/// device memory (either side may be pretend memory).
+HALOX_MPI_EXPORT void* halox_mpi_pretend_alloc(std::size_t bytes);
+HALOX_MPI_EXPORT void halox_mpi_pretend_free(void* p);
+HALOX_MPI_EXPORT int halox_mpi_pretend_copy(void* to, const void* from, std::size_t bytes);
+/// 1 when libhalox_mpi is in the process (halox-info asks).
+HALOX_MPI_EXPORT int halox_mpi_active();
+}

@@ -1,0 +1,505 @@
+// The MPI interposer's point-to-point calls, waits and packs. A call on host memory goes to
+// the MPI library as it is (PMPI_*). A call on device memory moves the message through host
+// staging, in the MPI library's own order: the send is packed into staging (one GPU pack into
+// pinned memory, or one copy when the layout is contiguous) and handed to the library as
+// count x size bytes at the call; the receive is posted at the call into staging and
+// unpacked into the device buffer when its wait or test completes it. Matching, ordering,
+// statuses (counts in bytes, as the library keeps them), truncation and errors are therefore
+// the MPI library's; only the bytes take a detour.
+#include <mpi.h>
+
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "calls.hpp"
+#include "memory.hpp"
+#include "state.hpp"
+
+namespace halox::mpi {
+
+Memory where(const void* buffer, int count, MPI_Datatype type) {
+  if (count <= 0 || buffer == MPI_IN_PLACE) return Memory::host;
+  MPI_Aint lb = 0, extent = 0;
+  if (PMPI_Type_get_true_extent(type, &lb, &extent) != MPI_SUCCESS || extent == 0)
+    return Memory::host;
+  return memory_of(static_cast<const char*>(buffer) + lb);
+}
+
+int staged_bytes(const char* call, MPI_Comm comm, int count, const Datatype& type,
+                 int* bytes) {
+  const std::int64_t n = static_cast<std::int64_t>(count) * type.size();
+  if (n > INT_MAX) {
+    return raise(comm, std::string("halox_mpi: ") + call + ": " + std::to_string(n) +
+                           " bytes of device memory in one message; halox stages at most " +
+                           std::to_string(INT_MAX));
+  }
+  *bytes = static_cast<int>(n);
+  return MPI_SUCCESS;
+}
+
+int failed(const char* call, MPI_Comm comm, const std::exception& e) {
+  return raise(comm, std::string("halox_mpi: ") + call + " on device memory: " + e.what());
+}
+
+int send(const SendMode& mode, const void* buffer, int count, MPI_Datatype type, int dest,
+         int tag, MPI_Comm comm, MPI_Request* request) {
+  const Memory memory = dest == MPI_PROC_NULL ? Memory::host : where(buffer, count, type);
+  if (memory == Memory::host) {
+    if (reporting()) count_host(count, type);
+    return request ? mode.start(buffer, count, type, dest, tag, comm, request)
+                   : mode.blocking(buffer, count, type, dest, tag, comm);
+  }
+  try {
+    Pending p;
+    p.type = imported(type);
+    int bytes = 0;
+    if (const int rc = staged_bytes(mode.name, comm, count, *p.type, &bytes)) return rc;
+    p.staging = Staging(static_cast<std::size_t>(bytes));
+    pack_to_host(buffer, count, *p.type, p.staging.data(), memory);
+    tally(Path::staged_send, bytes);
+    if (!request) return mode.blocking(p.staging.data(), bytes, MPI_BYTE, dest, tag, comm);
+    const int rc = mode.start(p.staging.data(), bytes, MPI_BYTE, dest, tag, comm, request);
+    if (rc == MPI_SUCCESS) track(*request, std::move(p));
+    return rc;
+  } catch (const std::exception& e) {
+    return failed(mode.name, comm, e);
+  }
+}
+
+int send_init(const SendMode& mode, const void* buffer, int count, MPI_Datatype type, int dest,
+              int tag, MPI_Comm comm, MPI_Request* request) {
+  const Memory memory = dest == MPI_PROC_NULL ? Memory::host : where(buffer, count, type);
+  if (memory == Memory::host) return mode.init(buffer, count, type, dest, tag, comm, request);
+  try {
+    Pending p;
+    p.persistent = true;
+    p.type = imported(type);
+    p.buffer = const_cast<void*>(buffer);
+    p.count = count;
+    p.memory = memory;
+    int bytes = 0;
+    if (const int rc = staged_bytes(mode.name, comm, count, *p.type, &bytes)) return rc;
+    p.staging = Staging(static_cast<std::size_t>(bytes));
+    const int rc = mode.init(p.staging.data(), bytes, MPI_BYTE, dest, tag, comm, request);
+    if (rc == MPI_SUCCESS) track(*request, std::move(p));  // packed at each MPI_Start
+    return rc;
+  } catch (const std::exception& e) {
+    return failed(mode.name, comm, e);
+  }
+}
+
+// A receive into device memory: staging posted now, unpacked at completion.
+Pending receive_staging(void* buffer, int count, MPI_Datatype type, Memory memory,
+                        const char* call, MPI_Comm comm, int* bytes, int* rc) {
+  Pending p;
+  p.receive = true;
+  p.type = imported(type);
+  p.buffer = buffer;
+  p.count = count;
+  p.memory = memory;
+  *rc = staged_bytes(call, comm, count, *p.type, bytes);
+  if (*rc == MPI_SUCCESS) p.staging = Staging(static_cast<std::size_t>(*bytes));
+  return p;
+}
+
+int receive(void* buffer, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+            MPI_Status* status, MPI_Request* request, bool persistent) {
+  const char* call = persistent ? "MPI_Recv_init" : request ? "MPI_Irecv" : "MPI_Recv";
+  const Memory memory = source == MPI_PROC_NULL ? Memory::host : where(buffer, count, type);
+  if (memory == Memory::host) {
+    if (persistent) return PMPI_Recv_init(buffer, count, type, source, tag, comm, request);
+    if (request) return PMPI_Irecv(buffer, count, type, source, tag, comm, request);
+    return PMPI_Recv(buffer, count, type, source, tag, comm, status);
+  }
+  try {
+    int bytes = 0, rc = MPI_SUCCESS;
+    Pending p = receive_staging(buffer, count, type, memory, call, comm, &bytes, &rc);
+    if (rc != MPI_SUCCESS) return rc;
+    if (request) {
+      p.persistent = persistent;
+      rc = persistent
+               ? PMPI_Recv_init(p.staging.data(), bytes, MPI_BYTE, source, tag, comm, request)
+               : PMPI_Irecv(p.staging.data(), bytes, MPI_BYTE, source, tag, comm, request);
+      if (rc == MPI_SUCCESS) track(*request, std::move(p));
+      return rc;
+    }
+    MPI_Status mine;
+    MPI_Status* s = status == MPI_STATUS_IGNORE ? &mine : status;
+    rc = PMPI_Recv(p.staging.data(), bytes, MPI_BYTE, source, tag, comm, s);
+    const int unpacked = unpack_received(p, *s);
+    return rc != MPI_SUCCESS ? rc : unpacked;
+  } catch (const std::exception& e) {
+    return failed(call, comm, e);
+  }
+}
+
+int matched_receive(void* buffer, int count, MPI_Datatype type, MPI_Message* message,
+                    MPI_Status* status, MPI_Request* request) {
+  const char* call = request ? "MPI_Imrecv" : "MPI_Mrecv";
+  const Memory memory = *message == MPI_MESSAGE_NO_PROC ? Memory::host : where(buffer, count, type);
+  if (memory == Memory::host) {
+    return request ? PMPI_Imrecv(buffer, count, type, message, request)
+                   : PMPI_Mrecv(buffer, count, type, message, status);
+  }
+  try {
+    int bytes = 0, rc = MPI_SUCCESS;
+    Pending p = receive_staging(buffer, count, type, memory, call, MPI_COMM_WORLD, &bytes, &rc);
+    if (rc != MPI_SUCCESS) return rc;
+    if (request) {
+      rc = PMPI_Imrecv(p.staging.data(), bytes, MPI_BYTE, message, request);
+      if (rc == MPI_SUCCESS) track(*request, std::move(p));
+      return rc;
+    }
+    MPI_Status mine;
+    MPI_Status* s = status == MPI_STATUS_IGNORE ? &mine : status;
+    rc = PMPI_Mrecv(p.staging.data(), bytes, MPI_BYTE, message, s);
+    const int unpacked = unpack_received(p, *s);
+    return rc != MPI_SUCCESS ? rc : unpacked;
+  } catch (const std::exception& e) {
+    return failed(call, MPI_COMM_WORLD, e);
+  }
+}
+
+// The waits and tests: the MPI library's, then each completed request's unpack. `handles`
+// are the requests as they were before the call (the library sets completed ones to
+// MPI_REQUEST_NULL).
+int finish(const std::vector<MPI_Request>& handles, const int* indices, int done,
+           MPI_Status* statuses, int rc) {
+  for (int k = 0; k < done; ++k) {
+    const int i = indices ? indices[k] : k;
+    const int unpacked = completed(handles[static_cast<std::size_t>(i)], statuses[indices ? k : i]);
+    if (rc == MPI_SUCCESS) rc = unpacked;
+  }
+  return rc;
+}
+
+int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* index,
+                 int* outcount, int* indices, MPI_Status* statuses) {
+  progress_detached(false);
+  const bool ignore = statuses == MPI_STATUSES_IGNORE || statuses == MPI_STATUS_IGNORE;
+  if (!tracking()) {
+    switch (kind) {
+      case WaitKind::wait: return PMPI_Wait(requests, statuses);
+      case WaitKind::test: return PMPI_Test(requests, flag, statuses);
+      case WaitKind::waitall: return PMPI_Waitall(n, requests, statuses);
+      case WaitKind::testall: return PMPI_Testall(n, requests, flag, statuses);
+      case WaitKind::waitany: return PMPI_Waitany(n, requests, index, statuses);
+      case WaitKind::testany: return PMPI_Testany(n, requests, index, flag, statuses);
+      case WaitKind::waitsome: return PMPI_Waitsome(n, requests, outcount, indices, statuses);
+      case WaitKind::testsome: return PMPI_Testsome(n, requests, outcount, indices, statuses);
+    }
+  }
+  const std::vector<MPI_Request> handles(requests, requests + n);
+  const bool one = kind == WaitKind::wait || kind == WaitKind::test ||
+                   kind == WaitKind::waitany || kind == WaitKind::testany;
+  std::vector<MPI_Status> mine(ignore ? static_cast<std::size_t>(one ? 1 : n) : 0);
+  MPI_Status* s = ignore ? mine.data() : statuses;
+  int any = 0;
+  switch (kind) {
+    case WaitKind::wait: {
+      const int rc = PMPI_Wait(requests, s);
+      return finish(handles, nullptr, 1, s, rc);
+    }
+    case WaitKind::test: {
+      const int rc = PMPI_Test(requests, flag, s);
+      return *flag ? finish(handles, nullptr, 1, s, rc) : rc;
+    }
+    case WaitKind::waitall: {
+      const int rc = PMPI_Waitall(n, requests, s);
+      return finish(handles, nullptr, n, s, rc);
+    }
+    case WaitKind::testall: {
+      const int rc = PMPI_Testall(n, requests, flag, s);
+      return *flag ? finish(handles, nullptr, n, s, rc) : rc;
+    }
+    case WaitKind::waitany:
+    case WaitKind::testany: {
+      const int rc = kind == WaitKind::waitany ? PMPI_Waitany(n, requests, index, s)
+                                               : PMPI_Testany(n, requests, index, &any, s);
+      if (flag) *flag = any;
+      if (*index == MPI_UNDEFINED || (kind == WaitKind::testany && !any)) return rc;
+      return finish(handles, index, 1, s, rc);
+    }
+    case WaitKind::waitsome:
+    case WaitKind::testsome: {
+      const int rc = kind == WaitKind::waitsome
+                         ? PMPI_Waitsome(n, requests, outcount, indices, s)
+                         : PMPI_Testsome(n, requests, outcount, indices, s);
+      if (*outcount == MPI_UNDEFINED) return rc;
+      return finish(handles, indices, *outcount, s, rc);
+    }
+  }
+  return MPI_ERR_INTERN;
+}
+
+}  // namespace halox::mpi
+
+using namespace halox::mpi;
+
+namespace {
+
+const SendMode kStandard{"MPI_Send", PMPI_Send, PMPI_Isend, PMPI_Send_init};
+const SendMode kSynchronous{"MPI_Ssend", PMPI_Ssend, PMPI_Issend, PMPI_Ssend_init};
+const SendMode kBuffered{"MPI_Bsend", PMPI_Bsend, PMPI_Ibsend, PMPI_Bsend_init};
+const SendMode kReady{"MPI_Rsend", PMPI_Rsend, PMPI_Irsend, PMPI_Rsend_init};
+
+}  // namespace
+
+extern "C" {
+
+int MPI_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  return send(kStandard, buf, count, type, dest, tag, comm, nullptr);
+}
+int MPI_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  return send(kSynchronous, buf, count, type, dest, tag, comm, nullptr);
+}
+int MPI_Bsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  return send(kBuffered, buf, count, type, dest, tag, comm, nullptr);
+}
+int MPI_Rsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  return send(kReady, buf, count, type, dest, tag, comm, nullptr);
+}
+int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+              MPI_Request* request) {
+  return send(kStandard, buf, count, type, dest, tag, comm, request);
+}
+int MPI_Issend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+               MPI_Request* request) {
+  return send(kSynchronous, buf, count, type, dest, tag, comm, request);
+}
+int MPI_Ibsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+               MPI_Request* request) {
+  return send(kBuffered, buf, count, type, dest, tag, comm, request);
+}
+int MPI_Irsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+               MPI_Request* request) {
+  return send(kReady, buf, count, type, dest, tag, comm, request);
+}
+int MPI_Send_init(const void* buf, int count, MPI_Datatype type, int dest, int tag,
+                  MPI_Comm comm, MPI_Request* request) {
+  return send_init(kStandard, buf, count, type, dest, tag, comm, request);
+}
+int MPI_Ssend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag,
+                   MPI_Comm comm, MPI_Request* request) {
+  return send_init(kSynchronous, buf, count, type, dest, tag, comm, request);
+}
+int MPI_Bsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag,
+                   MPI_Comm comm, MPI_Request* request) {
+  return send_init(kBuffered, buf, count, type, dest, tag, comm, request);
+}
+int MPI_Rsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag,
+                   MPI_Comm comm, MPI_Request* request) {
+  return send_init(kReady, buf, count, type, dest, tag, comm, request);
+}
+
+int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+             MPI_Status* status) {
+  return receive(buf, count, type, source, tag, comm, status, nullptr, false);
+}
+int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+              MPI_Request* request) {
+  return receive(buf, count, type, source, tag, comm, MPI_STATUS_IGNORE, request, false);
+}
+int MPI_Recv_init(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                  MPI_Request* request) {
+  return receive(buf, count, type, source, tag, comm, MPI_STATUS_IGNORE, request, true);
+}
+int MPI_Mrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message,
+              MPI_Status* status) {
+  return matched_receive(buf, count, type, message, status, nullptr);
+}
+int MPI_Imrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message,
+               MPI_Request* request) {
+  return matched_receive(buf, count, type, message, MPI_STATUS_IGNORE, request);
+}
+
+int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest,
+                 int sendtag, void* recvbuf, int recvcount, MPI_Datatype recvtype, int source,
+                 int recvtag, MPI_Comm comm, MPI_Status* status) {
+  if (where(sendbuf, sendcount, sendtype) == Memory::host &&
+      where(recvbuf, recvcount, recvtype) == Memory::host) {
+    return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,
+                         recvtype, source, recvtag, comm, status);
+  }
+  MPI_Request requests[2];
+  if (const int rc = receive(recvbuf, recvcount, recvtype, source, recvtag, comm,
+                             MPI_STATUS_IGNORE, &requests[0], false))
+    return rc;
+  if (const int rc = send(kStandard, sendbuf, sendcount, sendtype, dest, sendtag, comm,
+                          &requests[1]))
+    return rc;
+  MPI_Status statuses[2];
+  const int rc = wait_or_test(WaitKind::waitall, 2, requests, nullptr, nullptr, nullptr,
+                              nullptr, statuses);
+  if (status != MPI_STATUS_IGNORE) *status = statuses[0];
+  return rc;
+}
+
+int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int sendtag,
+                         int source, int recvtag, MPI_Comm comm, MPI_Status* status) {
+  const Memory memory = where(buf, count, type);
+  if (memory == Memory::host) {
+    return PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm, status);
+  }
+  try {
+    int bytes = 0, rc = MPI_SUCCESS;
+    Pending in = receive_staging(buf, count, type, memory, "MPI_Sendrecv_replace", comm, &bytes,
+                                 &rc);
+    if (rc != MPI_SUCCESS) return rc;
+    Staging out(static_cast<std::size_t>(bytes));
+    pack_to_host(buf, count, *in.type, out.data(), memory);
+    tally(Path::staged_send, bytes);
+    MPI_Status mine;
+    MPI_Status* s = status == MPI_STATUS_IGNORE ? &mine : status;
+    rc = PMPI_Sendrecv(out.data(), dest == MPI_PROC_NULL ? 0 : bytes, MPI_BYTE, dest, sendtag,
+                       in.staging.data(), bytes, MPI_BYTE, source, recvtag, comm, s);
+    const int unpacked = source == MPI_PROC_NULL ? MPI_SUCCESS : unpack_received(in, *s);
+    return rc != MPI_SUCCESS ? rc : unpacked;
+  } catch (const std::exception& e) {
+    return failed("MPI_Sendrecv_replace", comm, e);
+  }
+}
+
+int MPI_Start(MPI_Request* request) {
+  if (tracking()) before_start(*request);
+  return PMPI_Start(request);
+}
+int MPI_Startall(int count, MPI_Request requests[]) {
+  if (tracking()) {
+    for (int i = 0; i < count; ++i) before_start(requests[i]);
+  }
+  return PMPI_Startall(count, requests);
+}
+
+int MPI_Wait(MPI_Request* request, MPI_Status* status) {
+  return wait_or_test(WaitKind::wait, 1, request, nullptr, nullptr, nullptr, nullptr, status);
+}
+int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  return wait_or_test(WaitKind::test, 1, request, flag, nullptr, nullptr, nullptr, status);
+}
+int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+  return wait_or_test(WaitKind::waitall, count, requests, nullptr, nullptr, nullptr, nullptr,
+                      statuses);
+}
+int MPI_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
+  return wait_or_test(WaitKind::testall, count, requests, flag, nullptr, nullptr, nullptr,
+                      statuses);
+}
+int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
+  return wait_or_test(WaitKind::waitany, count, requests, nullptr, index, nullptr, nullptr,
+                      status);
+}
+int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
+  return wait_or_test(WaitKind::testany, count, requests, flag, index, nullptr, nullptr, status);
+}
+int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount, int indices[],
+                 MPI_Status statuses[]) {
+  return wait_or_test(WaitKind::waitsome, incount, requests, nullptr, nullptr, outcount,
+                      indices, statuses);
+}
+int MPI_Testsome(int incount, MPI_Request requests[], int* outcount, int indices[],
+                 MPI_Status statuses[]) {
+  return wait_or_test(WaitKind::testsome, incount, requests, nullptr, nullptr, outcount,
+                      indices, statuses);
+}
+
+int MPI_Request_free(MPI_Request* request) {
+  if (!tracking() || *request == MPI_REQUEST_NULL) return PMPI_Request_free(request);
+  const MPI_Request handle = *request;
+  int persistent = 0;
+  if (is_tracked(handle, &persistent)) {
+    if (!persistent) {
+      // Completed later (its bytes still go to the device buffer): at the next call here.
+      detach(handle);
+      *request = MPI_REQUEST_NULL;
+      return MPI_SUCCESS;
+    }
+    forget(handle);
+  }
+  return PMPI_Request_free(request);
+}
+
+int MPI_Pack(const void* inbuf, int incount, MPI_Datatype type, void* outbuf, int outsize,
+             int* position, MPI_Comm comm) {
+  const Memory in = where(inbuf, incount, type);
+  const Memory out = outsize > *position ? memory_of(static_cast<char*>(outbuf) + *position)
+                                         : Memory::host;
+  if (in == Memory::host && out == Memory::host) {
+    return PMPI_Pack(inbuf, incount, type, outbuf, outsize, position, comm);
+  }
+  try {
+    const auto t = imported(type);
+    int bytes = 0;
+    if (const int rc = staged_bytes("MPI_Pack", comm, incount, *t, &bytes)) return rc;
+    if (*position + static_cast<std::int64_t>(bytes) > outsize) {
+      PMPI_Comm_call_errhandler(comm, MPI_ERR_TRUNCATE);
+      return MPI_ERR_TRUNCATE;
+    }
+    Staging packed(static_cast<std::size_t>(bytes));
+    if (in == Memory::host) {
+      int at = 0;
+      if (const int rc = PMPI_Pack(inbuf, incount, type, packed.data(), bytes, &at, comm))
+        return rc;
+    } else {
+      pack_to_host(inbuf, incount, *t, packed.data(), in);
+    }
+    char* to = static_cast<char*>(outbuf) + *position;
+    if (out == Memory::host) {
+      std::memcpy(to, packed.data(), static_cast<std::size_t>(bytes));
+    } else {
+      copy_from_host(to, packed.data(), static_cast<std::size_t>(bytes), out);
+    }
+    *position += bytes;
+    return MPI_SUCCESS;
+  } catch (const std::exception& e) {
+    return failed("MPI_Pack", comm, e);
+  }
+}
+
+int MPI_Unpack(const void* inbuf, int insize, int* position, void* outbuf, int outcount,
+               MPI_Datatype type, MPI_Comm comm) {
+  const Memory in = insize > *position
+                        ? memory_of(static_cast<const char*>(inbuf) + *position)
+                        : Memory::host;
+  const Memory out = where(outbuf, outcount, type);
+  if (in == Memory::host && out == Memory::host) {
+    return PMPI_Unpack(inbuf, insize, position, outbuf, outcount, type, comm);
+  }
+  try {
+    const auto t = imported(type);
+    int bytes = 0;
+    if (const int rc = staged_bytes("MPI_Unpack", comm, outcount, *t, &bytes)) return rc;
+    if (*position + static_cast<std::int64_t>(bytes) > insize) {
+      PMPI_Comm_call_errhandler(comm, MPI_ERR_TRUNCATE);
+      return MPI_ERR_TRUNCATE;
+    }
+    Staging packed(static_cast<std::size_t>(bytes));
+    const char* from = static_cast<const char*>(inbuf) + *position;
+    if (in == Memory::host) {
+      std::memcpy(packed.data(), from, static_cast<std::size_t>(bytes));
+    } else {
+      copy_to_host(packed.data(), from, static_cast<std::size_t>(bytes), in);
+    }
+    if (out == Memory::host) {
+      int at = 0;
+      if (const int rc = PMPI_Unpack(packed.data(), bytes, &at, outbuf, outcount, type, comm))
+        return rc;
+    } else {
+      unpack_from_host(packed.data(), bytes, outbuf, outcount, *t, out);
+    }
+    *position += bytes;
+    return MPI_SUCCESS;
+  } catch (const std::exception& e) {
+    return failed("MPI_Unpack", comm, e);
+  }
+}
+
+int MPI_Finalize() {
+  progress_detached(true);
+  if (reporting()) print_report();
+  return PMPI_Finalize();
+}
+
+}  // extern "C"

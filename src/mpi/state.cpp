@@ -1,0 +1,247 @@
+#include "state.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "halox/error.hpp"
+#include "halox/mpi.hpp"
+#include "../runtime/env.hpp"
+
+namespace halox::mpi {
+
+namespace {
+
+std::mutex& types_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+int delete_import(MPI_Datatype, int, void* value, void*) {
+  delete static_cast<std::shared_ptr<const Datatype>*>(value);
+  return MPI_SUCCESS;
+}
+
+int import_keyval() {  // under types_mutex
+  static int keyval = MPI_KEYVAL_INVALID;
+  if (keyval == MPI_KEYVAL_INVALID) {
+    PMPI_Type_create_keyval(MPI_TYPE_NULL_COPY_FN, delete_import, &keyval, nullptr);
+  }
+  return keyval;
+}
+
+}  // namespace
+
+std::shared_ptr<const Datatype> imported(MPI_Datatype type) {
+  int integers = 0, addresses = 0, types = 0, combiner = 0;
+  PMPI_Type_get_envelope(type, &integers, &addresses, &types, &combiner);
+  std::lock_guard<std::mutex> lock(types_mutex());
+  if (combiner == MPI_COMBINER_NAMED) {
+    static std::unordered_map<MPI_Datatype, std::shared_ptr<const Datatype>> named;
+    auto& slot = named[type];
+    if (!slot) slot = std::make_shared<const Datatype>(from_mpi(type));
+    return slot;
+  }
+  const int keyval = import_keyval();
+  void* value = nullptr;
+  int found = 0;
+  PMPI_Type_get_attr(type, keyval, &value, &found);
+  if (found) return *static_cast<std::shared_ptr<const Datatype>*>(value);
+  auto* cached = new std::shared_ptr<const Datatype>(std::make_shared<const Datatype>(from_mpi(type)));
+  PMPI_Type_set_attr(type, keyval, cached);
+  return *cached;
+}
+
+namespace {
+
+std::mutex& requests_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_map<MPI_Request, Pending>& requests() {
+  static std::unordered_map<MPI_Request, Pending> table;
+  return table;
+}
+std::vector<MPI_Request>& detached() {  // under requests_mutex
+  static std::vector<MPI_Request> list;
+  return list;
+}
+std::atomic<bool> any_tracked{false};
+
+}  // namespace
+
+int unpack_received(const Pending& p, const MPI_Status& status) {
+  int cancelled = 0;
+  PMPI_Test_cancelled(&status, &cancelled);
+  if (cancelled) return MPI_SUCCESS;
+  int bytes = 0;
+  PMPI_Get_count(&status, MPI_BYTE, &bytes);
+  if (bytes == MPI_UNDEFINED || bytes <= 0) return MPI_SUCCESS;
+  const std::int64_t holds = p.count * p.type->size();
+  try {
+    unpack_from_host(p.staging.data(), std::min<std::int64_t>(bytes, holds), p.buffer, p.count,
+                     *p.type, p.memory);
+  } catch (const std::exception& e) {
+    return raise(MPI_COMM_WORLD, std::string("halox_mpi: a staged receive's copy to the device "
+                                             "failed: ") + e.what());
+  }
+  tally(Path::staged_receive, bytes);
+  return MPI_SUCCESS;
+}
+
+void track(MPI_Request request, Pending pending) {
+  std::lock_guard<std::mutex> lock(requests_mutex());
+  requests()[request] = std::move(pending);
+  any_tracked = true;
+}
+
+bool tracking() { return any_tracked.load(std::memory_order_relaxed); }
+
+bool is_tracked(MPI_Request request, int* persistent) {
+  std::lock_guard<std::mutex> lock(requests_mutex());
+  auto it = requests().find(request);
+  if (it == requests().end()) return false;
+  *persistent = it->second.persistent;
+  return true;
+}
+
+void before_start(MPI_Request request) {
+  std::lock_guard<std::mutex> lock(requests_mutex());
+  auto it = requests().find(request);
+  if (it == requests().end() || it->second.receive) return;
+  const Pending& p = it->second;
+  pack_to_host(p.buffer, p.count, *p.type, p.staging.data(), p.memory);
+  tally(Path::staged_send, p.count * p.type->size());
+}
+
+int completed(MPI_Request request, const MPI_Status& status) {
+  Pending done;
+  {
+    std::lock_guard<std::mutex> lock(requests_mutex());
+    auto it = requests().find(request);
+    if (it == requests().end()) return MPI_SUCCESS;
+    if (it->second.persistent) {
+      return it->second.receive ? unpack_received(it->second, status) : MPI_SUCCESS;
+    }
+    done = std::move(it->second);
+    requests().erase(it);
+    any_tracked = !requests().empty();
+  }
+  return done.receive ? unpack_received(done, status) : MPI_SUCCESS;
+}
+
+void forget(MPI_Request request) {
+  std::lock_guard<std::mutex> lock(requests_mutex());
+  requests().erase(request);
+  any_tracked = !requests().empty();
+}
+
+void detach(MPI_Request request) {
+  std::lock_guard<std::mutex> lock(requests_mutex());
+  detached().push_back(request);
+}
+
+void progress_detached(bool all) {
+  std::vector<MPI_Request> list;
+  {
+    std::lock_guard<std::mutex> lock(requests_mutex());
+    if (detached().empty()) return;
+    list.swap(detached());
+  }
+  std::vector<MPI_Request> left;
+  for (MPI_Request r : list) {
+    const MPI_Request handle = r;
+    MPI_Status status;
+    int done = 0;
+    if (all) {
+      PMPI_Wait(&r, &status);
+      done = 1;
+    } else {
+      PMPI_Test(&r, &done, &status);
+    }
+    if (done) {
+      completed(handle, status);
+    } else {
+      left.push_back(r);
+    }
+  }
+  std::lock_guard<std::mutex> lock(requests_mutex());
+  detached().insert(detached().end(), left.begin(), left.end());
+}
+
+namespace {
+
+struct Counter {
+  std::atomic<long long> messages{0}, bytes{0};
+};
+Counter counters[4];
+const char* const kPathNames[4] = {"host (passed through)", "staged send", "staged receive",
+                                   "staged collective"};
+
+}  // namespace
+
+bool reporting() {
+  static const bool on = detail::env_mpi_report();
+  return on;
+}
+
+void tally(Path path, std::int64_t bytes) {
+  if (!reporting()) return;
+  Counter& c = counters[static_cast<int>(path)];
+  c.messages.fetch_add(1, std::memory_order_relaxed);
+  c.bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void count_host(int n, MPI_Datatype type) {
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  tally(Path::host, static_cast<std::int64_t>(n) * size);
+}
+
+void print_report() {
+  int rank = 0, size = 1;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  PMPI_Comm_size(MPI_COMM_WORLD, &size);
+  long long mine[8], total[8];
+  for (int p = 0; p < 4; ++p) {
+    mine[2 * p] = counters[p].messages.load();
+    mine[2 * p + 1] = counters[p].bytes.load();
+  }
+  PMPI_Reduce(mine, total, 8, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (rank != 0) return;
+  std::fprintf(stderr, "halox_mpi report (%d ranks; messages and bytes summed over ranks):\n",
+               size);
+  std::fprintf(stderr, "  %-24s %12s %16s\n", "path", "messages", "bytes");
+  for (int p = 0; p < 4; ++p) {
+    std::fprintf(stderr, "  %-24s %12lld %16lld\n", kPathNames[p], total[2 * p],
+                 total[2 * p + 1]);
+  }
+}
+
+int raise(MPI_Comm comm, const std::string& text) {
+  static std::mutex m;
+  static std::map<std::string, int> codes;
+  int code = MPI_ERR_OTHER;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    auto it = codes.find(text);
+    if (it != codes.end()) {
+      code = it->second;
+    } else {
+      int error_class = 0;
+      if (MPI_Add_error_class(&error_class) == MPI_SUCCESS &&
+          MPI_Add_error_code(error_class, &code) == MPI_SUCCESS) {
+        MPI_Add_error_string(code, text.c_str());
+        codes[text] = code;
+      }
+    }
+  }
+  PMPI_Comm_call_errhandler(comm == MPI_COMM_NULL ? MPI_COMM_WORLD : comm, code);
+  return code;
+}
+
+}  // namespace halox::mpi

@@ -1,0 +1,70 @@
+// The MPI interposer's state: the halox import of each MPI datatype (cached on the type, dropped
+// at MPI_Type_free), the requests whose completion still has work (a staged receive's copy to
+// the device, a staged send's buffer to release), and the counters of the report.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "halox/datatype.hpp"
+#include "memory.hpp"
+
+namespace halox::mpi {
+
+/// The halox import of `type` (committed), cached: for a derived type in an attribute whose
+/// delete callback drops it at MPI_Type_free, for a named type for the process's life. A
+/// request in flight holds its own reference, so freeing the type under it is safe.
+std::shared_ptr<const Datatype> imported(MPI_Datatype type);
+
+/// What a request still owes at its completion.
+struct Pending {
+  bool receive = false;     ///< a receive: unpack into `buffer` once the bytes are in
+  bool persistent = false;  ///< MPI_Send_init / MPI_Recv_init: kept until MPI_Request_free
+  Staging staging;          ///< the host bytes MPI moves
+  void* buffer = nullptr;   ///< the user's device buffer
+  std::int64_t count = 0;
+  std::shared_ptr<const Datatype> type;
+  Memory memory = Memory::host;
+};
+
+/// A staged receive's bytes into its device buffer: what arrived (`status`), up to what the
+/// receive holds (a truncated message fills the buffer, as MPI does).
+int unpack_received(const Pending& pending, const MPI_Status& status);
+
+/// Tracks `request` (a request of the MPI library) with what its completion owes.
+void track(MPI_Request request, Pending pending);
+/// Whether any request is tracked (the wait and test calls' fast path).
+bool tracking();
+/// Whether `request` is tracked, and whether it is persistent.
+bool is_tracked(MPI_Request request, int* persistent);
+/// A persistent send about to start: its buffer packed into its staging again.
+void before_start(MPI_Request request);
+/// `request` (its handle before the MPI library's wait or test) completed with `status`:
+/// a receive's bytes unpacked, a non-persistent request dropped. Returns an MPI error code
+/// (MPI_SUCCESS, or the halox error naming what failed).
+int completed(MPI_Request request, const MPI_Status& status);
+/// MPI_Request_free of a persistent request: no longer tracked.
+void forget(MPI_Request request);
+/// MPI_Request_free of a tracked request still in flight: completed later, at the next
+/// interposed call or at MPI_Finalize.
+void detach(MPI_Request request);
+/// Tests the detached requests, finishing those done; with `all`, waits for them.
+void progress_detached(bool all);
+
+/// The report's counters (HALOX_MPI_REPORT=1).
+enum class Path { host, staged_send, staged_receive, staged_collective };
+void tally(Path path, std::int64_t bytes);
+bool reporting();
+/// A message on host memory, passed to the MPI library (counted when reporting).
+void count_host(int count, MPI_Datatype type);
+void print_report();
+
+/// An MPI error code whose string is `text` ("halox_mpi: MPI_Ibcast on device memory is not
+/// covered ..."), made once per text; raised through `comm`'s error handler.
+int raise(MPI_Comm comm, const std::string& text);
+
+}  // namespace halox::mpi
