@@ -3,8 +3,8 @@
 # NVSHMEM found there, run the gpu-labelled tests, compute-sanitizer, and the GPU benchmarks;
 # logs and JSON go to OUTDIR. Needs .deps/googletest (carried; see docs/gpu-workflow.md).
 #   scripts/device/check.sh OUTDIR [--quick]
-# HALOX_CHECK_PARTS picks sections (default: all of: sanitizer tests examples pack local notrace
-# info tune pingpong lbm md puts); HALOX_CHECK_SECONDS (default 480) is the time after which remaining
+# HALOX_CHECK_PARTS picks sections (default: all of: sanitizer tests interposer examples pack
+# local notrace info tune pingpong lbm md puts); HALOX_CHECK_SECONDS (default 480) is the time after which remaining
 # sections are skipped, so that the results are always packed before the device's limit;
 # HALOX_CHECK_TESTS is a ctest -R filter for the tests section.
 set -uo pipefail
@@ -14,7 +14,7 @@ quick=${2:-}
 mkdir -p "$out"
 export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0   # never NVLink multicast on this machine
 log() { echo "== $*" | tee -a "$out/summary.txt"; }
-parts=" ${HALOX_CHECK_PARTS:-sanitizer tests examples pack local notrace info tune pingpong lbm md puts} "
+parts=" ${HALOX_CHECK_PARTS:-sanitizer tests interposer examples pack local notrace info tune pingpong lbm md puts} "
 deadline=${HALOX_CHECK_SECONDS:-480}
 want() {
   [[ "$parts" == *" $1 "* ]] || return 1
@@ -72,6 +72,18 @@ log "gpu tests"
 (cd build/gpu && ctest -L '^gpu$' -R "${HALOX_CHECK_TESTS:-.}" --output-on-failure -V --timeout 150) > "$out/gpu-tests.log" 2>&1
 rc=$?; grep -h "seed\|GPU:\|tests passed\|FAILED" "$out/gpu-tests.log" | tee -a "$out/summary.txt"
 [ $rc -eq 0 ] && log "gpu tests PASSED" || log "gpu tests FAILED"
+}
+
+# The MPI interposer: its tests on cudaMalloc'd memory are in the gpu tests above; here the
+# OSU micro-benchmarks, unchanged, under it (built by scripts/osu-build.sh, carried in .osu/).
+want interposer && {
+if [ -x .osu/src/c/mpi/pt2pt/standard/osu_latency ]; then
+  log "the MPI interposer under the OSU micro-benchmarks (2 ranks)"
+  scripts/device/interposer.sh build/gpu .osu/src "$out/interposer"
+  cat "$out/interposer/summary.txt" >> "$out/summary.txt"
+else
+  log "skipped interposer: no .osu/src (scripts/osu-build.sh, then carry .osu)"
+fi
 }
 
 # The examples against this build's install (CUDA, NCCL, NVSHMEM in it), as CI does on the CPU.

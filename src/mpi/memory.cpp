@@ -1,9 +1,12 @@
 #include "memory.hpp"
 
+#include <dlfcn.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <type_traits>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -75,23 +78,55 @@ void cuda_ok(cudaError_t rc, const char* call) {
 }
 #define MPI_CUDA(call) cuda_ok((call), #call)
 
-// No CUDA context is created for a program that never made one: until some device's
-// primary context is active, no pointer can be device memory.
+// The driver's calls, found at run time (libcuda.so.1 comes with the driver, not with the
+// toolkit this was built with): no link dependency, and no CUDA context is created for a
+// program that never made one.
+struct Driver {
+  CUresult (*init)(unsigned) = nullptr;
+  CUresult (*current)(CUcontext*) = nullptr;
+  CUresult (*device_count)(int*) = nullptr;
+  CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*primary_state)(CUdevice, unsigned*, int*) = nullptr;
+  CUresult (*pointer_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
+};
+
+const Driver* driver() {
+  static const Driver* loaded = []() -> const Driver* {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return nullptr;
+    static Driver d;
+    auto find = [&](auto& slot, const char* name) {
+      slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(lib, name));
+      return slot != nullptr;
+    };
+    const bool all = find(d.init, "cuInit") && find(d.current, "cuCtxGetCurrent") &&
+                     find(d.device_count, "cuDeviceGetCount") &&
+                     find(d.device_get, "cuDeviceGet") &&
+                     find(d.primary_state, "cuDevicePrimaryCtxGetState") &&
+                     find(d.pointer_attribute, "cuPointerGetAttribute");
+    if (!all || d.init(0) != CUDA_SUCCESS) return nullptr;
+    return &d;
+  }();
+  return loaded;
+}
+
+// Until some device's primary context is active (or a context is current), no pointer can
+// be device memory.
 bool cuda_in_use() {
-  static bool seen = false;
-  if (seen) return true;
-  static const bool driver = cuInit(0) == CUDA_SUCCESS;
-  if (!driver) return false;
+  static std::atomic<bool> seen{false};
+  if (seen.load(std::memory_order_relaxed)) return true;
+  const Driver* d = driver();
+  if (d == nullptr) return false;
   CUcontext current = nullptr;
-  if (cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != nullptr) return seen = true;
+  if (d->current(&current) == CUDA_SUCCESS && current != nullptr) return seen = true;
   int devices = 0;
-  if (cuDeviceGetCount(&devices) != CUDA_SUCCESS) return false;
-  for (int d = 0; d < devices; ++d) {
+  if (d->device_count(&devices) != CUDA_SUCCESS) return false;
+  for (int i = 0; i < devices; ++i) {
     CUdevice device;
     unsigned flags = 0;
     int active = 0;
-    if (cuDeviceGet(&device, d) == CUDA_SUCCESS &&
-        cuDevicePrimaryCtxGetState(device, &flags, &active) == CUDA_SUCCESS && active)
+    if (d->device_get(&device, i) == CUDA_SUCCESS &&
+        d->primary_state(device, &flags, &active) == CUDA_SUCCESS && active)
       return seen = true;
   }
   return false;
@@ -123,15 +158,16 @@ Memory memory_of(const void* p) {
   }
 #if HALOX_HAS_CUDA
   if (!cuda_in_use()) return Memory::host;
+  const Driver* d = driver();
   CUmemorytype type{};
-  if (cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                            reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) {
+  if (d->pointer_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                           reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) {
     return Memory::host;  // not known to CUDA: plain host memory
   }
   if (type != CU_MEMORYTYPE_DEVICE) return Memory::host;
   int managed = 0;
-  cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                        reinterpret_cast<CUdeviceptr>(p));
+  d->pointer_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                       reinterpret_cast<CUdeviceptr>(p));
   return managed ? Memory::host : Memory::device;
 #else
   return Memory::host;

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# libhalox_mpi on the GPU machine: an unchanged MPI program (the OSU micro-benchmarks 7.4,
+# built with --enable-cuda by scripts/osu-build.sh into a git-ignored folder and carried)
+# moving device memory through Open MPI (not CUDA-aware) with the interposer preloaded,
+# validation on (-c); the same program on host memory with and without it; and Open MPI
+# given a device pointer without it (the floor: it faults). 2 processes on the one GPU.
+#   scripts/device/interposer.sh BUILD_DIR OSU_DIR OUTDIR
+set -uo pipefail
+build=${1:?usage: interposer.sh BUILD_DIR OSU_DIR OUTDIR} osu=${2:?} out=${3:?}
+mkdir -p "$out"
+lib=$(cd "$build/src" && pwd)/libhalox_mpi.so
+pt=$osu/c/mpi/pt2pt
+summary=$out/summary.txt
+run() {  # NAME PRELOAD(0/1) PROGRAM ARGS...
+  local name=$1 preload=$2 program=$3
+  shift 3
+  local env=()
+  [ "$preload" = 1 ] && env=(-x LD_PRELOAD="$lib")
+  timeout 180 mpiexec -n 2 --oversubscribe "${env[@]}" "$program" "$@" > "$out/$name.txt" 2>&1
+  local rc=$?
+  local failed
+  failed=$(grep -ci "fail" "$out/$name.txt")
+  echo "== $name: rc=$rc, lines mentioning failure: $failed" | tee -a "$summary"
+  grep -E "^(1|8|262144|4194304) " "$out/$name.txt" | tee -a "$summary"
+}
+[ -f "$lib" ] || { echo "== no $lib" | tee -a "$summary"; exit 1; }
+# Host memory: the interposer passes it through.
+run latency-host-plain 0 "$pt/standard/osu_latency" -m 1:4096
+run latency-host-interposed 1 "$pt/standard/osu_latency" -m 1:4096
+# Device memory, both sides and mixed, contiguous and vector, validated.
+run latency-DD 1 "$pt/standard/osu_latency" -d cuda D D -c
+run latency-DH 1 "$pt/standard/osu_latency" -d cuda D H -c -m 1:262144
+run latency-HD 1 "$pt/standard/osu_latency" -d cuda H D -c -m 1:262144
+run bw-DD 1 "$pt/standard/osu_bw" -d cuda D D -c
+run bibw-DD 1 "$pt/standard/osu_bibw" -d cuda D D -c
+run latency-persistent-DD 1 "$pt/persistent/osu_latency_persistent" -d cuda D D -c
+run latency-DD-vect 1 "$pt/standard/osu_latency" -d cuda D D -c -D vect:24:2
+run bw-DD-vect 1 "$pt/standard/osu_bw" -d cuda D D -c -D vect:24:2
+# The floor: Open MPI given device pointers without the interposer.
+run latency-DD-without-interposer 0 "$pt/standard/osu_latency" -d cuda D D -m 8:8 -i 10 -x 2
