@@ -6,6 +6,8 @@
 //   [mpiexec -n N] halox-info [--json FILE]
 #include <mpi.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -258,6 +260,15 @@ int run(int argc, char** argv) {
         selected < 0 ? "none" : std::to_string(selected) + " (node-local rank mod GPUs)");
   r.put("MPI CUDA-aware",
         halox::transport_available(halox::TransportKind::mpi_direct, &why) ? "yes" : "no: " + why);
+  // libhalox_mpi in front of the MPI library: its marker symbol is in the process.
+  int interposed = dlsym(RTLD_DEFAULT, "halox_mpi_active") != nullptr, ranks_interposed = 0;
+  halox::apps::allreduce(&interposed, &ranks_interposed, 1, MPI_INT, MPI_SUM,
+                         "the interposer count");
+  r.put("MPI interposer",
+        ranks_interposed == 0
+            ? std::string("not loaded (LD_PRELOAD=<prefix>/lib/libhalox_mpi.so puts it in front)")
+            : "libhalox_mpi active on " + std::to_string(ranks_interposed) + " of " +
+                  std::to_string(size) + " ranks");
   std::string gpu_note;
   const int gpus = put_gpus(r, gpu_note);
   put_transports(r, gpus, gpu_note);
