@@ -42,9 +42,9 @@ namespace halox::bench {
 
 namespace {
 
-constexpr int kWindow = 64;    // osu_bw's window
-constexpr int kAckBytes = 4;   // osu_bw's reply
-constexpr int kWarmUp = 10;    // untimed round trips (windows) before each timing
+constexpr int kWindow = 64;   // osu_bw's window
+constexpr int kAckBytes = 4;  // osu_bw's reply
+constexpr int kWarmUp = 10;   // untimed round trips (windows) before each timing
 constexpr int kPingTag = 1, kAckTag = 2;
 
 struct Figures {
@@ -87,7 +87,9 @@ class Field {
   }
   Field(const Field&) = delete;
   Field& operator=(const Field&) = delete;
-  void* data() const { return m_data; }
+  void* data() const {
+    return m_data;
+  }
   void write(std::int64_t offset, const std::vector<unsigned char>& bytes) {
 #if HALOX_HAS_CUDA
     if (m_device) {
@@ -132,7 +134,9 @@ class Stream {
   }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
-  GpuStream get() const { return m_stream; }
+  GpuStream get() const {
+    return m_stream;
+  }
   void synchronize() const {
 #if HALOX_HAS_CUDA
     if (m_stream) BENCH_CUDA(cudaStreamSynchronize(m_stream));
@@ -157,7 +161,9 @@ double time_rounds(int reps, const Stream& stream, F&& round) {
 }
 
 // osu_bw runs a tenth of osu_latency's iterations (its windows are 64 messages each).
-int windows_of(int reps) { return std::max(1, reps / 10); }
+int windows_of(int reps) {
+  return std::max(1, reps / 10);
+}
 
 Figures figures(std::int64_t bytes, int reps, double latency_seconds, double window_seconds) {
   return {latency_seconds / (2.0 * reps) * 1e6,
@@ -193,8 +199,10 @@ Figures through_halox(TransportKind kind, std::int64_t bytes, int reps, const St
     const bool sends = (direction > 0) == (rank == 0);
     const std::vector<unsigned char> sent = random_bytes();  // the same on both ranks
     const std::int64_t halo = (direction > 0 ? kLowerHalo : kUpperHalo) * bytes;
-    if (sends) field.write(kInterior * bytes, sent);
-    else field.write(halo, poison);
+    if (sends)
+      field.write(kInterior * bytes, sent);
+    else
+      field.write(halo, poison);
     (direction > 0 ? ping : pong).exchange_async(field.data(), stream.get());
     stream.synchronize();
     if (!sends && field.read(halo, sent.size()) != sent) ++wrong;
@@ -265,23 +273,23 @@ class Reference {
   void to_host(int k) {
 #if HALOX_HAS_CUDA
     if (m_device)
-      BENCH_CUDA(cudaMemcpy(staging(k), m_gpu, static_cast<std::size_t>(m_bytes),
-                            cudaMemcpyDeviceToHost));
+      BENCH_CUDA(
+          cudaMemcpy(staging(k), m_gpu, static_cast<std::size_t>(m_bytes), cudaMemcpyDeviceToHost));
 #endif
     (void)k;
   }
   void to_device(int k) {
 #if HALOX_HAS_CUDA
     if (m_device)
-      BENCH_CUDA(cudaMemcpy(m_gpu, staging(k), static_cast<std::size_t>(m_bytes),
-                            cudaMemcpyHostToDevice));
+      BENCH_CUDA(
+          cudaMemcpy(m_gpu, staging(k), static_cast<std::size_t>(m_bytes), cudaMemcpyHostToDevice));
 #endif
     (void)k;
   }
   void send(int k, int peer, int tag) {
     to_host(k);
-    HALOX_MPI_CHECK(MPI_Send(staging(k), static_cast<int>(m_bytes), MPI_BYTE, peer, tag,
-                             MPI_COMM_WORLD));
+    HALOX_MPI_CHECK(
+        MPI_Send(staging(k), static_cast<int>(m_bytes), MPI_BYTE, peer, tag, MPI_COMM_WORLD));
   }
   void receive(int k, int peer, int tag) {
     HALOX_MPI_CHECK(MPI_Recv(staging(k), static_cast<int>(m_bytes), MPI_BYTE, peer, tag,
@@ -358,9 +366,9 @@ int pingpong_main(int argc, char** argv) {
     line.output("--json", o.json, "also write the rows as JSON");
     line.parse(argc, argv);
     if (o.transports.empty()) {
-      o.transports = gpu ? std::vector<std::string>{"host", "staged", "pipelined", "ipc-pulse",
-                                                    "ipc-fused"}
-                         : std::vector<std::string>{"host"};
+      o.transports =
+          gpu ? std::vector<std::string>{"host", "staged", "pipelined", "ipc-pulse", "ipc-fused"}
+              : std::vector<std::string>{"host"};
     }
     for (const std::string& name : o.transports) {
       const TransportKind kind = parse_transport(name);  // an unknown name: input error
@@ -441,8 +449,9 @@ int pingpong_main(int argc, char** argv) {
   if (rank == 0 && !o.json.empty()) {
     write_json(o.json, "pingpong",
                {{"host", host_name()},
-                {"reference", "MPI_Send/MPI_Recv of host memory; for device memory staged by "
-                              "cudaMemcpy through pinned host memory"},
+                {"reference",
+                 "MPI_Send/MPI_Recv of host memory; for device memory staged by "
+                 "cudaMemcpy through pinned host memory"},
                 {"window", std::to_string(kWindow)},
                 {"seed", std::to_string(o.seed)}},
                rows);

@@ -36,8 +36,7 @@ class Span {
     m_memory = memory_of(static_cast<char*>(m_buffer) + m_lo);
     if (m_memory == Memory::host) return;
     m_staging = Staging(static_cast<std::size_t>(hi - m_lo));
-    copy_to_host(m_staging.data(), static_cast<char*>(m_buffer) + m_lo, m_staging.size(),
-                 m_memory);
+    copy_to_host(m_staging.data(), static_cast<char*>(m_buffer) + m_lo, m_staging.size(), m_memory);
   }
   bool on_device() const { return m_memory != Memory::host; }
   /// The address to give the MPI library in place of the user's.
@@ -87,8 +86,7 @@ int size_of(MPI_Comm comm) {
 // The staged collective: `run` calls the MPI library on the spans' addresses; the outputs
 // are written back when it succeeded.
 template <class Run>
-int staged(const char* call, MPI_Comm comm, std::initializer_list<const Span*> outputs,
-           Run&& run) {
+int staged(const char* call, MPI_Comm comm, std::initializer_list<const Span*> outputs, Run&& run) {
   try {
     const int rc = run();
     if (rc == MPI_SUCCESS) {
@@ -152,9 +150,8 @@ int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype ty
   const Span in(sendbuf, 0, count, type), out(recvbuf, 0, count, type);
   if (!in.on_device() && !out.on_device())
     return PMPI_Allreduce(sendbuf, recvbuf, count, type, op, comm);
-  return staged("MPI_Allreduce", comm, {&out}, [&] {
-    return PMPI_Allreduce(in.address(), out.address(), count, type, op, comm);
-  });
+  return staged("MPI_Allreduce", comm, {&out},
+                [&] { return PMPI_Allreduce(in.address(), out.address(), count, type, op, comm); });
 }
 
 int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
@@ -179,8 +176,8 @@ int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void*
   const Span out = at_root ? span_of(recvbuf, recvcounts, displs, size_of(comm), recvtype)
                            : Span(nullptr, 0, 0, recvtype);
   if (!in.on_device() && !out.on_device())
-    return PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
-                        root, comm);
+    return PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
+                        comm);
   return staged("MPI_Gatherv", comm, {&out}, [&] {
     return PMPI_Gatherv(in.address(), sendcount, sendtype, at_root ? out.address() : recvbuf,
                         recvcounts, displs, recvtype, root, comm);
@@ -209,8 +206,8 @@ int MPI_Scatterv(const void* sendbuf, const int sendcounts[], const int displs[]
                           : Span(nullptr, 0, 0, sendtype);
   const Span out(recvbuf, 0, recvcount, recvtype);
   if (!in.on_device() && !out.on_device())
-    return PMPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype,
-                         root, comm);
+    return PMPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root,
+                         comm);
   return staged("MPI_Scatterv", comm, {&out}, [&] {
     return PMPI_Scatterv(at_root ? in.address() : sendbuf, sendcounts, displs, sendtype,
                          out.address(), recvcount, recvtype, root, comm);
@@ -257,8 +254,8 @@ int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void
 }
 
 int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
-                  MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
-                  const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm) {
+                  MPI_Datatype sendtype, void* recvbuf, const int recvcounts[], const int rdispls[],
+                  MPI_Datatype recvtype, MPI_Comm comm) {
   const int n = size_of(comm);
   const Span in = span_of(sendbuf, sendcounts, sdispls, n, sendtype);
   const Span out = span_of(recvbuf, recvcounts, rdispls, n, recvtype);
@@ -293,17 +290,15 @@ int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype t
 int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                    int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
   HALOX_NOT_COVERED(MPI_Iallgather, comm, sendbuf, recvbuf);
-  return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
-                         request);
+  return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
 }
 int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
   HALOX_NOT_COVERED(MPI_Ialltoall, comm, sendbuf, recvbuf);
-  return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
-                        request);
+  return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
 }
-int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
-                             MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type,
+                             MPI_Op op, MPI_Comm comm) {
   HALOX_NOT_COVERED(MPI_Reduce_scatter_block, comm, sendbuf, recvbuf);
   return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm);
 }
@@ -329,17 +324,15 @@ int MPI_Alltoallw(const void* sendbuf, const int sendcounts[], const int sdispls
   return PMPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls,
                         recvtypes, comm);
 }
-int MPI_Neighbor_allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-                           void* recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+int MPI_Neighbor_allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                           int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
   HALOX_NOT_COVERED(MPI_Neighbor_allgather, comm, sendbuf, recvbuf);
-  return PMPI_Neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                                 comm);
+  return PMPI_Neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
-int MPI_Neighbor_alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-                          void* recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+int MPI_Neighbor_alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                          int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
   HALOX_NOT_COVERED(MPI_Neighbor_alltoall, comm, sendbuf, recvbuf);
-  return PMPI_Neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                                comm);
+  return PMPI_Neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
 int MPI_Neighbor_alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
                            MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
@@ -348,10 +341,10 @@ int MPI_Neighbor_alltoallv(const void* sendbuf, const int sendcounts[], const in
   return PMPI_Neighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
                                  rdispls, recvtype, comm);
 }
-int MPI_Neighbor_alltoallw(const void* sendbuf, const int sendcounts[],
-                           const MPI_Aint sdispls[], const MPI_Datatype sendtypes[],
-                           void* recvbuf, const int recvcounts[], const MPI_Aint rdispls[],
-                           const MPI_Datatype recvtypes[], MPI_Comm comm) {
+int MPI_Neighbor_alltoallw(const void* sendbuf, const int sendcounts[], const MPI_Aint sdispls[],
+                           const MPI_Datatype sendtypes[], void* recvbuf, const int recvcounts[],
+                           const MPI_Aint rdispls[], const MPI_Datatype recvtypes[],
+                           MPI_Comm comm) {
   HALOX_NOT_COVERED(MPI_Neighbor_alltoallw, comm, sendbuf, recvbuf);
   return PMPI_Neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
                                  rdispls, recvtypes, comm);
@@ -364,14 +357,14 @@ int MPI_Win_create(void* base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_
 int MPI_Put(const void* origin, int origin_count, MPI_Datatype origin_type, int target,
             MPI_Aint target_disp, int target_count, MPI_Datatype target_type, MPI_Win win) {
   HALOX_NOT_COVERED(MPI_Put, MPI_COMM_WORLD, origin);
-  return PMPI_Put(origin, origin_count, origin_type, target, target_disp, target_count,
-                  target_type, win);
+  return PMPI_Put(origin, origin_count, origin_type, target, target_disp, target_count, target_type,
+                  win);
 }
 int MPI_Get(void* origin, int origin_count, MPI_Datatype origin_type, int target,
             MPI_Aint target_disp, int target_count, MPI_Datatype target_type, MPI_Win win) {
   HALOX_NOT_COVERED(MPI_Get, MPI_COMM_WORLD, origin);
-  return PMPI_Get(origin, origin_count, origin_type, target, target_disp, target_count,
-                  target_type, win);
+  return PMPI_Get(origin, origin_count, origin_type, target, target_disp, target_count, target_type,
+                  win);
 }
 int MPI_Accumulate(const void* origin, int origin_count, MPI_Datatype origin_type, int target,
                    MPI_Aint target_disp, int target_count, MPI_Datatype target_type, MPI_Op op,

@@ -166,8 +166,7 @@ Memory memory_of(const void* p) {
   }
   if (type != CU_MEMORYTYPE_DEVICE) return Memory::host;
   int managed = 0;
-  d->pointer_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                       reinterpret_cast<CUdeviceptr>(p));
+  d->pointer_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, reinterpret_cast<CUdeviceptr>(p));
   return managed ? Memory::host : Memory::device;
 #else
   return Memory::host;
@@ -287,8 +286,8 @@ char* allocate(std::size_t bytes) {
   }
 #endif
   void* p = std::malloc(bytes);
-  if (p == nullptr) throw Error("halox_mpi: no host memory for " + std::to_string(bytes) +
-                                " bytes of staging");
+  if (p == nullptr)
+    throw Error("halox_mpi: no host memory for " + std::to_string(bytes) + " bytes of staging");
   return static_cast<char*>(p);
 }
 
@@ -376,5 +375,7 @@ int halox_mpi_pretend_copy(void* to, const void* from, std::size_t bytes) {
   return 0;
 }
 
-int halox_mpi_active() { return 1; }
+int halox_mpi_active() {
+  return 1;
+}
 }

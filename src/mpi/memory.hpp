@@ -25,8 +25,7 @@ Memory memory_of(const void* buffer, std::int64_t count, const Datatype& type);
 /// Packs `count` instances of `type` from `in` (memory `kind`, MPI's buffer address) into
 /// the host bytes `out` (count x size bytes), and the inverse: the first `bytes` packed
 /// bytes of `in` scattered into `out`. Both are done when they return.
-void pack_to_host(const void* in, std::int64_t count, const Datatype& type, void* out,
-                  Memory kind);
+void pack_to_host(const void* in, std::int64_t count, const Datatype& type, void* out, Memory kind);
 void unpack_from_host(const void* in, std::int64_t bytes, void* out, std::int64_t count,
                       const Datatype& type, Memory kind);
 

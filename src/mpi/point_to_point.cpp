@@ -27,8 +27,7 @@ Memory where(const void* buffer, int count, MPI_Datatype type) {
   return memory_of(static_cast<const char*>(buffer) + lb);
 }
 
-int staged_bytes(const char* call, MPI_Comm comm, int count, const Datatype& type,
-                 int* bytes) {
+int staged_bytes(const char* call, MPI_Comm comm, int count, const Datatype& type, int* bytes) {
   const std::int64_t n = static_cast<std::int64_t>(count) * type.size();
   if (n > INT_MAX) {
     return raise(comm, std::string("halox_mpi: ") + call + ": " + std::to_string(n) +
@@ -43,8 +42,8 @@ int failed(const char* call, MPI_Comm comm, const std::exception& e) {
   return raise(comm, std::string("halox_mpi: ") + call + " on device memory: " + e.what());
 }
 
-int send(const SendMode& mode, const void* buffer, int count, MPI_Datatype type, int dest,
-         int tag, MPI_Comm comm, MPI_Request* request) {
+int send(const SendMode& mode, const void* buffer, int count, MPI_Datatype type, int dest, int tag,
+         MPI_Comm comm, MPI_Request* request) {
   const Memory memory = dest == MPI_PROC_NULL ? Memory::host : where(buffer, count, type);
   if (memory == Memory::host) {
     if (reporting()) count_host(count, type);
@@ -91,8 +90,8 @@ int send_init(const SendMode& mode, const void* buffer, int count, MPI_Datatype 
 }
 
 // A receive into device memory: staging posted now, unpacked at completion.
-Pending receive_staging(void* buffer, int count, MPI_Datatype type, Memory memory,
-                        const char* call, MPI_Comm comm, int* bytes, int* rc) {
+Pending receive_staging(void* buffer, int count, MPI_Datatype type, Memory memory, const char* call,
+                        MPI_Comm comm, int* bytes, int* rc) {
   Pending p;
   p.receive = true;
   p.type = imported(type);
@@ -175,8 +174,8 @@ int finish(const std::vector<MPI_Request>& handles, const int* indices, int done
   return rc;
 }
 
-int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* index,
-                 int* outcount, int* indices, MPI_Status* statuses) {
+int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* index, int* outcount,
+                 int* indices, MPI_Status* statuses) {
   progress_detached(false);
   const bool ignore = statuses == MPI_STATUSES_IGNORE || statuses == MPI_STATUS_IGNORE;
   if (!tracking()) {
@@ -192,8 +191,8 @@ int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* in
     }
   }
   const std::vector<MPI_Request> handles(requests, requests + n);
-  const bool one = kind == WaitKind::wait || kind == WaitKind::test ||
-                   kind == WaitKind::waitany || kind == WaitKind::testany;
+  const bool one = kind == WaitKind::wait || kind == WaitKind::test || kind == WaitKind::waitany ||
+                   kind == WaitKind::testany;
   std::vector<MPI_Status> mine(ignore ? static_cast<std::size_t>(one ? 1 : n) : 0);
   MPI_Status* s = ignore ? mine.data() : statuses;
   int any = 0;
@@ -224,9 +223,8 @@ int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* in
     }
     case WaitKind::waitsome:
     case WaitKind::testsome: {
-      const int rc = kind == WaitKind::waitsome
-                         ? PMPI_Waitsome(n, requests, outcount, indices, s)
-                         : PMPI_Testsome(n, requests, outcount, indices, s);
+      const int rc = kind == WaitKind::waitsome ? PMPI_Waitsome(n, requests, outcount, indices, s)
+                                                : PMPI_Testsome(n, requests, outcount, indices, s);
       if (*outcount == MPI_UNDEFINED) return rc;
       return finish(handles, indices, *outcount, s, rc);
     }
@@ -277,20 +275,20 @@ int MPI_Irsend(const void* buf, int count, MPI_Datatype type, int dest, int tag,
                MPI_Request* request) {
   return send(kReady, buf, count, type, dest, tag, comm, request);
 }
-int MPI_Send_init(const void* buf, int count, MPI_Datatype type, int dest, int tag,
-                  MPI_Comm comm, MPI_Request* request) {
+int MPI_Send_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                  MPI_Request* request) {
   return send_init(kStandard, buf, count, type, dest, tag, comm, request);
 }
-int MPI_Ssend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag,
-                   MPI_Comm comm, MPI_Request* request) {
+int MPI_Ssend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                   MPI_Request* request) {
   return send_init(kSynchronous, buf, count, type, dest, tag, comm, request);
 }
-int MPI_Bsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag,
-                   MPI_Comm comm, MPI_Request* request) {
+int MPI_Bsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                   MPI_Request* request) {
   return send_init(kBuffered, buf, count, type, dest, tag, comm, request);
 }
-int MPI_Rsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag,
-                   MPI_Comm comm, MPI_Request* request) {
+int MPI_Rsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                   MPI_Request* request) {
   return send_init(kReady, buf, count, type, dest, tag, comm, request);
 }
 
@@ -306,8 +304,7 @@ int MPI_Recv_init(void* buf, int count, MPI_Datatype type, int source, int tag, 
                   MPI_Request* request) {
   return receive(buf, count, type, source, tag, comm, MPI_STATUS_IGNORE, request, true);
 }
-int MPI_Mrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message,
-              MPI_Status* status) {
+int MPI_Mrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Status* status) {
   return matched_receive(buf, count, type, message, status, nullptr);
 }
 int MPI_Imrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message,
@@ -315,38 +312,38 @@ int MPI_Imrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message,
   return matched_receive(buf, count, type, message, MPI_STATUS_IGNORE, request);
 }
 
-int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest,
-                 int sendtag, void* recvbuf, int recvcount, MPI_Datatype recvtype, int source,
-                 int recvtag, MPI_Comm comm, MPI_Status* status) {
+int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
+                 void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag,
+                 MPI_Comm comm, MPI_Status* status) {
   if (where(sendbuf, sendcount, sendtype) == Memory::host &&
       where(recvbuf, recvcount, recvtype) == Memory::host) {
-    return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,
-                         recvtype, source, recvtag, comm, status);
+    return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype,
+                         source, recvtag, comm, status);
   }
   MPI_Request requests[2];
-  if (const int rc = receive(recvbuf, recvcount, recvtype, source, recvtag, comm,
-                             MPI_STATUS_IGNORE, &requests[0], false))
+  if (const int rc = receive(recvbuf, recvcount, recvtype, source, recvtag, comm, MPI_STATUS_IGNORE,
+                             &requests[0], false))
     return rc;
-  if (const int rc = send(kStandard, sendbuf, sendcount, sendtype, dest, sendtag, comm,
-                          &requests[1]))
+  if (const int rc =
+          send(kStandard, sendbuf, sendcount, sendtype, dest, sendtag, comm, &requests[1]))
     return rc;
   MPI_Status statuses[2];
-  const int rc = wait_or_test(WaitKind::waitall, 2, requests, nullptr, nullptr, nullptr,
-                              nullptr, statuses);
+  const int rc =
+      wait_or_test(WaitKind::waitall, 2, requests, nullptr, nullptr, nullptr, nullptr, statuses);
   if (status != MPI_STATUS_IGNORE) *status = statuses[0];
   return rc;
 }
 
-int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int sendtag,
-                         int source, int recvtag, MPI_Comm comm, MPI_Status* status) {
+int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int sendtag, int source,
+                         int recvtag, MPI_Comm comm, MPI_Status* status) {
   const Memory memory = where(buf, count, type);
   if (memory == Memory::host) {
     return PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm, status);
   }
   try {
     int bytes = 0, rc = MPI_SUCCESS;
-    Pending in = receive_staging(buf, count, type, memory, "MPI_Sendrecv_replace", comm, &bytes,
-                                 &rc);
+    Pending in =
+        receive_staging(buf, count, type, memory, "MPI_Sendrecv_replace", comm, &bytes, &rc);
     if (rc != MPI_SUCCESS) return rc;
     Staging out(static_cast<std::size_t>(bytes));
     pack_to_host(buf, count, *in.type, out.data(), memory);
@@ -388,21 +385,20 @@ int MPI_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuse
                       statuses);
 }
 int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
-  return wait_or_test(WaitKind::waitany, count, requests, nullptr, index, nullptr, nullptr,
-                      status);
+  return wait_or_test(WaitKind::waitany, count, requests, nullptr, index, nullptr, nullptr, status);
 }
 int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
   return wait_or_test(WaitKind::testany, count, requests, flag, index, nullptr, nullptr, status);
 }
 int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount, int indices[],
                  MPI_Status statuses[]) {
-  return wait_or_test(WaitKind::waitsome, incount, requests, nullptr, nullptr, outcount,
-                      indices, statuses);
+  return wait_or_test(WaitKind::waitsome, incount, requests, nullptr, nullptr, outcount, indices,
+                      statuses);
 }
 int MPI_Testsome(int incount, MPI_Request requests[], int* outcount, int indices[],
                  MPI_Status statuses[]) {
-  return wait_or_test(WaitKind::testsome, incount, requests, nullptr, nullptr, outcount,
-                      indices, statuses);
+  return wait_or_test(WaitKind::testsome, incount, requests, nullptr, nullptr, outcount, indices,
+                      statuses);
 }
 
 int MPI_Request_free(MPI_Request* request) {
@@ -424,8 +420,8 @@ int MPI_Request_free(MPI_Request* request) {
 int MPI_Pack(const void* inbuf, int incount, MPI_Datatype type, void* outbuf, int outsize,
              int* position, MPI_Comm comm) {
   const Memory in = where(inbuf, incount, type);
-  const Memory out = outsize > *position ? memory_of(static_cast<char*>(outbuf) + *position)
-                                         : Memory::host;
+  const Memory out =
+      outsize > *position ? memory_of(static_cast<char*>(outbuf) + *position) : Memory::host;
   if (in == Memory::host && out == Memory::host) {
     return PMPI_Pack(inbuf, incount, type, outbuf, outsize, position, comm);
   }
@@ -460,9 +456,8 @@ int MPI_Pack(const void* inbuf, int incount, MPI_Datatype type, void* outbuf, in
 
 int MPI_Unpack(const void* inbuf, int insize, int* position, void* outbuf, int outcount,
                MPI_Datatype type, MPI_Comm comm) {
-  const Memory in = insize > *position
-                        ? memory_of(static_cast<const char*>(inbuf) + *position)
-                        : Memory::host;
+  const Memory in =
+      insize > *position ? memory_of(static_cast<const char*>(inbuf) + *position) : Memory::host;
   const Memory out = where(outbuf, outcount, type);
   if (in == Memory::host && out == Memory::host) {
     return PMPI_Unpack(inbuf, insize, position, outbuf, outcount, type, comm);

@@ -51,7 +51,8 @@ std::shared_ptr<const Datatype> imported(MPI_Datatype type) {
   int found = 0;
   PMPI_Type_get_attr(type, keyval, &value, &found);
   if (found) return *static_cast<std::shared_ptr<const Datatype>*>(value);
-  auto* cached = new std::shared_ptr<const Datatype>(std::make_shared<const Datatype>(from_mpi(type)));
+  auto* cached =
+      new std::shared_ptr<const Datatype>(std::make_shared<const Datatype>(from_mpi(type)));
   PMPI_Type_set_attr(type, keyval, cached);
   return *cached;
 }
@@ -87,7 +88,8 @@ int unpack_received(const Pending& p, const MPI_Status& status) {
                      *p.type, p.memory);
   } catch (const std::exception& e) {
     return raise(MPI_COMM_WORLD, std::string("halox_mpi: a staged receive's copy to the device "
-                                             "failed: ") + e.what());
+                                             "failed: ") +
+                                     e.what());
   }
   tally(Path::staged_receive, bytes);
   return MPI_SUCCESS;
@@ -99,7 +101,9 @@ void track(MPI_Request request, Pending pending) {
   any_tracked = true;
 }
 
-bool tracking() { return any_tracked.load(std::memory_order_relaxed); }
+bool tracking() {
+  return any_tracked.load(std::memory_order_relaxed);
+}
 
 bool is_tracked(MPI_Request request, int* persistent) {
   std::lock_guard<std::mutex> lock(requests_mutex());
@@ -217,8 +221,7 @@ void print_report() {
                size);
   std::fprintf(stderr, "  %-24s %12s %16s\n", "path", "messages", "bytes");
   for (int p = 0; p < 4; ++p) {
-    std::fprintf(stderr, "  %-24s %12lld %16lld\n", kPathNames[p], total[2 * p],
-                 total[2 * p + 1]);
+    std::fprintf(stderr, "  %-24s %12lld %16lld\n", kPathNames[p], total[2 * p], total[2 * p + 1]);
   }
 }
 

@@ -62,15 +62,21 @@ class Buffer {
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
-  char* data() const { return m_data; }
+  char* data() const {
+    return m_data;
+  }
   void write(const std::vector<char>& v, std::size_t at = 0) {
-    if (m_device) copy(m_data + at, v.data(), v.size());
-    else std::memcpy(m_data + at, v.data(), v.size());
+    if (m_device)
+      copy(m_data + at, v.data(), v.size());
+    else
+      std::memcpy(m_data + at, v.data(), v.size());
   }
   std::vector<char> read() const {
     std::vector<char> v(m_bytes);
-    if (m_device) copy(v.data(), m_data, m_bytes);
-    else std::memcpy(v.data(), m_data, m_bytes);
+    if (m_device)
+      copy(v.data(), m_data, m_bytes);
+    else
+      std::memcpy(v.data(), m_data, m_bytes);
     return v;
   }
   static void copy(void* to, const void* from, std::size_t n) {
@@ -99,7 +105,9 @@ std::vector<char> pattern(std::size_t n, int salt) {
   for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131 + salt * 17 + 7) & 0xff);
   return v;
 }
-std::vector<char> poison(std::size_t n) { return std::vector<char>(n, static_cast<char>(0xA5)); }
+std::vector<char> poison(std::size_t n) {
+  return std::vector<char>(n, static_cast<char>(0xA5));
+}
 
 struct Seen {  // what a scenario observed, compared between the host and the device run
   std::vector<std::vector<char>> bytes;
@@ -125,14 +133,15 @@ void same_on_host_and_device(const char* what, Scenario&& scenario) {
   ASSERT_EQ(host.bytes.size(), device.bytes.size()) << what;
   for (std::size_t i = 0; i < host.bytes.size(); ++i)
     EXPECT_TRUE(host.bytes[i] == device.bytes[i])
-        << what << ": buffer " << i << " differs (rank " << rank_of() << ")" << [&] {
-             std::string d;
-             for (std::size_t k = 0; k < host.bytes[i].size() && d.size() < 600; ++k)
-               if (host.bytes[i][k] != device.bytes[i][k])
-                 d += " [" + std::to_string(k) + "] " + std::to_string(int(host.bytes[i][k]) & 255) + "/" +
-                      std::to_string(int(device.bytes[i][k]) & 255);
-             return d;
-           }();
+        << what << ": buffer " << i << " differs (rank " << rank_of() << ")" <<
+        [&] {
+          std::string d;
+          for (std::size_t k = 0; k < host.bytes[i].size() && d.size() < 600; ++k)
+            if (host.bytes[i][k] != device.bytes[i][k])
+              d += " [" + std::to_string(k) + "] " + std::to_string(int(host.bytes[i][k]) & 255) +
+                   "/" + std::to_string(int(device.bytes[i][k]) & 255);
+          return d;
+        }();
   if (rank_of() == std::min(1, size_of() - 1))  // the rank that observes in every scenario
     EXPECT_FALSE(host.bytes.empty() && host.numbers.empty()) << what << ": nothing observed";
 }
@@ -215,8 +224,8 @@ TEST(Interposer, TruncationZeroCountsAndProcNull) {
       record(seen, s, MPI_INT);
     }
     MPI_Status s;
-    MPI_Sendrecv(b.data(), 10, MPI_INT, MPI_PROC_NULL, 0, b.data() + 40, 10, MPI_INT,
-                 MPI_PROC_NULL, 0, comm, &s);
+    MPI_Sendrecv(b.data(), 10, MPI_INT, MPI_PROC_NULL, 0, b.data() + 40, 10, MPI_INT, MPI_PROC_NULL,
+                 0, comm, &s);
     record(seen, s, MPI_INT);
   });
   MPI_Comm_free(&comm);
@@ -371,21 +380,49 @@ TEST(Interposer, BlockingCollectives) {
       gathered[r] = 1 + r % k;
       gdispls[r] = r * k;
     }
-    reset(); MPI_Bcast(in.data(), k, MPI_DOUBLE, n - 1, MPI_COMM_WORLD); seen.bytes.push_back(in.read());
-    reset(); MPI_Reduce(in.data(), out.data(), k, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD); seen.bytes.push_back(out.read());
-    reset(); MPI_Allreduce(in.data(), out.data(), k, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD); seen.bytes.push_back(out.read());
-    reset(); MPI_Allreduce(MPI_IN_PLACE, in.data(), k, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); seen.bytes.push_back(in.read());
-    reset(); MPI_Gather(in.data(), k, MPI_DOUBLE, out.data(), k, MPI_DOUBLE, 0, MPI_COMM_WORLD); seen.bytes.push_back(out.read());
-    reset(); MPI_Gatherv(in.data(), 1 + rank % k, MPI_DOUBLE, out.data(), gathered.data(), gdispls.data(), MPI_DOUBLE, 0, MPI_COMM_WORLD); seen.bytes.push_back(out.read());
-    reset(); MPI_Scatter(in.data(), k, MPI_DOUBLE, out.data(), k, MPI_DOUBLE, 0, MPI_COMM_WORLD); seen.bytes.push_back(out.read());
-    reset(); MPI_Scatterv(in.data(), gathered.data(), gdispls.data(), MPI_DOUBLE, out.data(), 1 + rank % k, MPI_DOUBLE, 0, MPI_COMM_WORLD); seen.bytes.push_back(out.read());
-    reset(); MPI_Allgather(in.data(), k, MPI_DOUBLE, out.data(), k, MPI_DOUBLE, MPI_COMM_WORLD); seen.bytes.push_back(out.read());
-    reset(); MPI_Allgatherv(in.data(), 1 + rank % k, MPI_DOUBLE, out.data(), gathered.data(), gdispls.data(), MPI_DOUBLE, MPI_COMM_WORLD); seen.bytes.push_back(out.read());
-    reset(); MPI_Alltoall(in.data(), k, MPI_DOUBLE, out.data(), k, MPI_DOUBLE, MPI_COMM_WORLD); seen.bytes.push_back(out.read());
+    reset();
+    MPI_Bcast(in.data(), k, MPI_DOUBLE, n - 1, MPI_COMM_WORLD);
+    seen.bytes.push_back(in.read());
+    reset();
+    MPI_Reduce(in.data(), out.data(), k, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    seen.bytes.push_back(out.read());
+    reset();
+    MPI_Allreduce(in.data(), out.data(), k, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    seen.bytes.push_back(out.read());
+    reset();
+    MPI_Allreduce(MPI_IN_PLACE, in.data(), k, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    seen.bytes.push_back(in.read());
+    reset();
+    MPI_Gather(in.data(), k, MPI_DOUBLE, out.data(), k, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    seen.bytes.push_back(out.read());
+    reset();
+    MPI_Gatherv(in.data(), 1 + rank % k, MPI_DOUBLE, out.data(), gathered.data(), gdispls.data(),
+                MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    seen.bytes.push_back(out.read());
+    reset();
+    MPI_Scatter(in.data(), k, MPI_DOUBLE, out.data(), k, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    seen.bytes.push_back(out.read());
+    reset();
+    MPI_Scatterv(in.data(), gathered.data(), gdispls.data(), MPI_DOUBLE, out.data(), 1 + rank % k,
+                 MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    seen.bytes.push_back(out.read());
+    reset();
+    MPI_Allgather(in.data(), k, MPI_DOUBLE, out.data(), k, MPI_DOUBLE, MPI_COMM_WORLD);
+    seen.bytes.push_back(out.read());
+    reset();
+    MPI_Allgatherv(in.data(), 1 + rank % k, MPI_DOUBLE, out.data(), gathered.data(), gdispls.data(),
+                   MPI_DOUBLE, MPI_COMM_WORLD);
+    seen.bytes.push_back(out.read());
+    reset();
+    MPI_Alltoall(in.data(), k, MPI_DOUBLE, out.data(), k, MPI_DOUBLE, MPI_COMM_WORLD);
+    seen.bytes.push_back(out.read());
     // Alltoallv: rank r sends counts[s] to s; s receives what r sends it.
     std::vector<int> rcounts(n);
     for (int r = 0; r < n; ++r) rcounts[r] = 1 + (rank + r) % k;
-    reset(); MPI_Alltoallv(in.data(), counts.data(), displs.data(), MPI_DOUBLE, out.data(), rcounts.data(), displs.data(), MPI_DOUBLE, MPI_COMM_WORLD); seen.bytes.push_back(out.read());
+    reset();
+    MPI_Alltoallv(in.data(), counts.data(), displs.data(), MPI_DOUBLE, out.data(), rcounts.data(),
+                  displs.data(), MPI_DOUBLE, MPI_COMM_WORLD);
+    seen.bytes.push_back(out.read());
   });
 }
 
@@ -400,8 +437,7 @@ TEST(Interposer, UncoveredCallsOnDeviceMemoryAreErrorsNamingThem) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(rc, text, &length);
-  EXPECT_NE(std::string(text).find("MPI_Ibcast on device memory is not covered"),
-            std::string::npos)
+  EXPECT_NE(std::string(text).find("MPI_Ibcast on device memory is not covered"), std::string::npos)
       << text;
   MPI_Comm_free(&comm);
 }
@@ -437,8 +473,8 @@ TEST(Interposer, RandomTypesSentAndReceivedAsMpiDoes) {
     // A receive into a type that addresses some byte twice is erroneous in MPI (halox's
     // unpack refuses it with an MPI error), so these are only sent.
     const bool receivable = !halox::testing::to_halox(recipe).commit().overlaps(count);
-    const std::string what = "type #" + std::to_string(i) + " x" + std::to_string(count) + ": " +
-                             recipe.describe();
+    const std::string what =
+        "type #" + std::to_string(i) + " x" + std::to_string(count) + ": " + recipe.describe();
     if (rank == 0) {
       Buffer device(span, true);
       device.write(data);
@@ -475,8 +511,10 @@ TEST(Interposer, RandomTypesSentAndReceivedAsMpiDoes) {
     if (::testing::Test::HasFailure()) break;
   }
   if (rank == 1) {
-    std::printf("interposer: %ld random types sent from device memory, %ld also received into "
-                "it (the others address some byte twice), all as MPI does\n", checked, received);
+    std::printf(
+        "interposer: %ld random types sent from device memory, %ld also received into "
+        "it (the others address some byte twice), all as MPI does\n",
+        checked, received);
     EXPECT_GT(checked, n_types / 3);
   }
 }
