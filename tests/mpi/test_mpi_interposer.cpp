@@ -13,6 +13,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../src/mpi/memory.hpp"
@@ -424,6 +425,48 @@ TEST(Interposer, BlockingCollectives) {
                   displs.data(), MPI_DOUBLE, MPI_COMM_WORLD);
     seen.bytes.push_back(out.read());
   });
+}
+
+// Two threads, each with its own communicator, exchanging device buffers at once: the
+// interposer's request table, type cache and staging pool are shared between them.
+TEST(Interposer, ThreadsOnTheirOwnCommunicators) {
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (size_of() < 2 || provided < MPI_THREAD_MULTIPLE) GTEST_SKIP();
+  const int rank = rank_of();
+  constexpr int kThreads = 2, kRounds = 200, kInts = 257;
+  std::vector<MPI_Comm> comms(kThreads);
+  for (MPI_Comm& c : comms) MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  std::vector<int> wrong(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      MPI_Datatype strided;
+      MPI_Type_vector(kInts, 1, 2, MPI_INT, &strided);
+      MPI_Type_commit(&strided);
+      Buffer out(8 * kInts, true), in(8 * kInts, true);
+      for (int round = 0; round < kRounds && rank < 2; ++round) {
+        const std::vector<char> sent = pattern(8 * kInts, 1000 * t + round + 7 * rank);
+        out.write(sent);
+        in.write(poison(8 * kInts));
+        MPI_Request r[2];
+        MPI_Irecv(in.data(), 1, strided, 1 - rank, round, comms[t], &r[0]);
+        MPI_Isend(out.data(), 1, strided, 1 - rank, round, comms[t], &r[1]);
+        MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+        const std::vector<char> expected_from =
+            pattern(8 * kInts, 1000 * t + round + 7 * (1 - rank));
+        const std::vector<char> got = in.read();
+        for (int k = 0; k < kInts; ++k)
+          if (std::memcmp(&got[8 * k], &expected_from[8 * k], 4) != 0 ||
+              got[8 * k + 4] != static_cast<char>(0xA5))
+            ++wrong[t];
+      }
+      MPI_Type_free(&strided);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
+  for (MPI_Comm& c : comms) MPI_Comm_free(&c);
 }
 
 TEST(Interposer, UncoveredCallsOnDeviceMemoryAreErrorsNamingThem) {
