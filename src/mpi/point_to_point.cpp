@@ -168,7 +168,10 @@ int finish(const std::vector<MPI_Request>& handles, const int* indices, int done
            MPI_Status* statuses, int rc) {
   for (int k = 0; k < done; ++k) {
     const int i = indices ? indices[k] : k;
-    const int unpacked = completed(handles[static_cast<std::size_t>(i)], statuses[indices ? k : i]);
+    const MPI_Status& status = statuses[indices ? k : i];
+    // MPI_ERR_IN_STATUS: a request marked pending has not completed; it stays tracked.
+    if (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR == MPI_ERR_PENDING) continue;
+    const int unpacked = completed(handles[static_cast<std::size_t>(i)], status);
     if (rc == MPI_SUCCESS) rc = unpacked;
   }
   return rc;
