@@ -163,15 +163,16 @@ int matched_receive(void* buffer, int count, MPI_Datatype type, MPI_Message* mes
 
 // The waits and tests: the MPI library's, then each completed request's unpack. `handles`
 // are the requests as they were before the call (the library sets completed ones to
-// MPI_REQUEST_NULL).
-int finish(const std::vector<MPI_Request>& handles, const int* indices, int done,
+// MPI_REQUEST_NULL), `owes` what each owed then.
+int finish(const std::vector<MPI_Request>& handles,
+           const std::vector<std::shared_ptr<Pending>>& owes, const int* indices, int done,
            MPI_Status* statuses, int rc) {
   for (int k = 0; k < done; ++k) {
-    const int i = indices ? indices[k] : k;
-    const MPI_Status& status = statuses[indices ? k : i];
+    const auto i = static_cast<std::size_t>(indices ? indices[k] : k);
+    const MPI_Status& status = statuses[indices ? k : static_cast<int>(i)];
     // MPI_ERR_IN_STATUS: a request marked pending has not completed; it stays tracked.
     if (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR == MPI_ERR_PENDING) continue;
-    const int unpacked = completed(handles[static_cast<std::size_t>(i)], status);
+    const int unpacked = completed(handles[i], owes[i], status);
     if (rc == MPI_SUCCESS) rc = unpacked;
   }
   return rc;
@@ -194,6 +195,8 @@ int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* in
     }
   }
   const std::vector<MPI_Request> handles(requests, requests + n);
+  std::vector<std::shared_ptr<Pending>> owes(handles.size());
+  for (std::size_t i = 0; i < handles.size(); ++i) owes[i] = owed(handles[i]);
   const bool one = kind == WaitKind::wait || kind == WaitKind::test || kind == WaitKind::waitany ||
                    kind == WaitKind::testany;
   std::vector<MPI_Status> mine(ignore ? static_cast<std::size_t>(one ? 1 : n) : 0);
@@ -202,19 +205,19 @@ int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* in
   switch (kind) {
     case WaitKind::wait: {
       const int rc = PMPI_Wait(requests, s);
-      return finish(handles, nullptr, 1, s, rc);
+      return finish(handles, owes, nullptr, 1, s, rc);
     }
     case WaitKind::test: {
       const int rc = PMPI_Test(requests, flag, s);
-      return *flag ? finish(handles, nullptr, 1, s, rc) : rc;
+      return *flag ? finish(handles, owes, nullptr, 1, s, rc) : rc;
     }
     case WaitKind::waitall: {
       const int rc = PMPI_Waitall(n, requests, s);
-      return finish(handles, nullptr, n, s, rc);
+      return finish(handles, owes, nullptr, n, s, rc);
     }
     case WaitKind::testall: {
       const int rc = PMPI_Testall(n, requests, flag, s);
-      return *flag ? finish(handles, nullptr, n, s, rc) : rc;
+      return *flag ? finish(handles, owes, nullptr, n, s, rc) : rc;
     }
     case WaitKind::waitany:
     case WaitKind::testany: {
@@ -222,14 +225,14 @@ int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* in
                                                : PMPI_Testany(n, requests, index, &any, s);
       if (flag) *flag = any;
       if (*index == MPI_UNDEFINED || (kind == WaitKind::testany && !any)) return rc;
-      return finish(handles, index, 1, s, rc);
+      return finish(handles, owes, index, 1, s, rc);
     }
     case WaitKind::waitsome:
     case WaitKind::testsome: {
       const int rc = kind == WaitKind::waitsome ? PMPI_Waitsome(n, requests, outcount, indices, s)
                                                 : PMPI_Testsome(n, requests, outcount, indices, s);
       if (*outcount == MPI_UNDEFINED) return rc;
-      return finish(handles, indices, *outcount, s, rc);
+      return finish(handles, owes, indices, *outcount, s, rc);
     }
   }
   return MPI_ERR_INTERN;

@@ -63,12 +63,15 @@ std::mutex& requests_mutex() {
   static std::mutex m;
   return m;
 }
-std::unordered_map<MPI_Request, Pending>& requests() {
-  static std::unordered_map<MPI_Request, Pending> table;
+// Keyed by the MPI library's handle, which it reuses once a request completes: a wait holds
+// the entries of its requests from before its call (owed()), so that a request another
+// thread starts meanwhile under the same handle is not taken for one of them.
+std::unordered_map<MPI_Request, std::shared_ptr<Pending>>& requests() {
+  static std::unordered_map<MPI_Request, std::shared_ptr<Pending>> table;
   return table;
 }
-std::vector<MPI_Request>& detached() {  // under requests_mutex
-  static std::vector<MPI_Request> list;
+std::vector<std::pair<MPI_Request, std::shared_ptr<Pending>>>& detached() {  // under the mutex
+  static std::vector<std::pair<MPI_Request, std::shared_ptr<Pending>>> list;
   return list;
 }
 std::atomic<bool> any_tracked{false};
@@ -97,7 +100,7 @@ int unpack_received(const Pending& p, const MPI_Status& status) {
 
 void track(MPI_Request request, Pending pending) {
   std::lock_guard<std::mutex> lock(requests_mutex());
-  requests()[request] = std::move(pending);
+  requests()[request] = std::make_shared<Pending>(std::move(pending));
   any_tracked = true;
 }
 
@@ -109,33 +112,36 @@ bool is_tracked(MPI_Request request, int* persistent) {
   std::lock_guard<std::mutex> lock(requests_mutex());
   auto it = requests().find(request);
   if (it == requests().end()) return false;
-  *persistent = it->second.persistent;
+  *persistent = it->second->persistent;
   return true;
 }
 
 void before_start(MPI_Request request) {
   std::lock_guard<std::mutex> lock(requests_mutex());
   auto it = requests().find(request);
-  if (it == requests().end() || it->second.receive) return;
-  const Pending& p = it->second;
+  if (it == requests().end() || it->second->receive) return;
+  const Pending& p = *it->second;
   pack_to_host(p.buffer, p.count, *p.type, p.staging.data(), p.memory);
   tally(Path::staged_send, p.count * p.type->size());
 }
 
-int completed(MPI_Request request, const MPI_Status& status) {
-  Pending done;
-  {
+std::shared_ptr<Pending> owed(MPI_Request request) {
+  if (request == MPI_REQUEST_NULL) return nullptr;
+  std::lock_guard<std::mutex> lock(requests_mutex());
+  auto it = requests().find(request);
+  return it == requests().end() ? nullptr : it->second;
+}
+
+int completed(MPI_Request request, const std::shared_ptr<Pending>& pending,
+              const MPI_Status& status) {
+  if (!pending) return MPI_SUCCESS;
+  if (!pending->persistent) {
     std::lock_guard<std::mutex> lock(requests_mutex());
     auto it = requests().find(request);
-    if (it == requests().end()) return MPI_SUCCESS;
-    if (it->second.persistent) {
-      return it->second.receive ? unpack_received(it->second, status) : MPI_SUCCESS;
-    }
-    done = std::move(it->second);
-    requests().erase(it);
+    if (it != requests().end() && it->second == pending) requests().erase(it);
     any_tracked = !requests().empty();
   }
-  return done.receive ? unpack_received(done, status) : MPI_SUCCESS;
+  return pending->receive ? unpack_received(*pending, status) : MPI_SUCCESS;
 }
 
 void forget(MPI_Request request) {
@@ -145,36 +151,36 @@ void forget(MPI_Request request) {
 }
 
 void detach(MPI_Request request) {
+  auto pending = owed(request);
   std::lock_guard<std::mutex> lock(requests_mutex());
-  detached().push_back(request);
+  detached().emplace_back(request, std::move(pending));
 }
 
 void progress_detached(bool all) {
-  std::vector<MPI_Request> list;
+  std::vector<std::pair<MPI_Request, std::shared_ptr<Pending>>> list, left;
   {
     std::lock_guard<std::mutex> lock(requests_mutex());
     if (detached().empty()) return;
     list.swap(detached());
   }
-  std::vector<MPI_Request> left;
-  for (MPI_Request r : list) {
-    const MPI_Request handle = r;
+  for (auto& [request, pending] : list) {
+    const MPI_Request handle = request;
     MPI_Status status;
     int done = 0;
     if (all) {
-      PMPI_Wait(&r, &status);
+      PMPI_Wait(&request, &status);
       done = 1;
     } else {
-      PMPI_Test(&r, &done, &status);
+      PMPI_Test(&request, &done, &status);
     }
     if (done) {
-      completed(handle, status);
+      completed(handle, pending, status);
     } else {
-      left.push_back(r);
+      left.emplace_back(request, std::move(pending));
     }
   }
   std::lock_guard<std::mutex> lock(requests_mutex());
-  detached().insert(detached().end(), left.begin(), left.end());
+  for (auto& entry : left) detached().push_back(std::move(entry));
 }
 
 namespace {

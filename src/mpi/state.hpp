@@ -43,10 +43,14 @@ bool tracking();
 bool is_tracked(MPI_Request request, int* persistent);
 /// A persistent send about to start: its buffer packed into its staging again.
 void before_start(MPI_Request request);
-/// `request` (its handle before the MPI library's wait or test) completed with `status`:
+/// What `request` owes (null when it is not tracked), taken before the MPI library's wait or
+/// test: the library reuses a completed request's handle, maybe for another thread's.
+std::shared_ptr<Pending> owed(MPI_Request request);
+/// `request` (its handle before the wait or test), owing `pending`, completed with `status`:
 /// a receive's bytes unpacked, a non-persistent request dropped. Returns an MPI error code
 /// (MPI_SUCCESS, or the halox error naming what failed).
-int completed(MPI_Request request, const MPI_Status& status);
+int completed(MPI_Request request, const std::shared_ptr<Pending>& pending,
+              const MPI_Status& status);
 /// MPI_Request_free of a persistent request: no longer tracked.
 void forget(MPI_Request request);
 /// MPI_Request_free of a tracked request still in flight: completed later, at the next
