@@ -7,7 +7,9 @@
 
 namespace halox::mpi {
 
-/// Where `count` instances of `type` at `buffer` live (host for MPI_IN_PLACE and empty ones).
+/// Where `count` instances of `type` at MPI buffer address `buffer` live: the memory of the
+/// first byte they touch (so that MPI_BOTTOM with absolute addresses is classified by the
+/// data, not by address 0); host memory for MPI_IN_PLACE and for none.
 Memory where(const void* buffer, int count, MPI_Datatype type);
 
 /// One of MPI's four send modes, through the MPI library's calls.

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "halox/pack_gpu.hpp"
+#include "../common/cuda_check.hpp"
 #endif
 
 namespace halox::mpi {
@@ -71,13 +72,6 @@ bool pretend_enabled() {
 }
 
 #if HALOX_HAS_CUDA
-void cuda_ok(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) {
-    throw BackendError(std::string("halox_mpi: ") + call + ": " + cudaGetErrorString(rc));
-  }
-}
-#define MPI_CUDA(call) cuda_ok((call), #call)
-
 // The driver's calls, found at run time (libcuda.so.1 comes with the driver, not with the
 // toolkit this was built with): no link dependency, and no CUDA context is created for a
 // program that never made one.
@@ -137,7 +131,7 @@ bool cuda_in_use() {
 cudaStream_t staging_stream() {
   static cudaStream_t stream = [] {
     cudaStream_t s = nullptr;
-    MPI_CUDA(cudaStreamCreate(&s));
+    HALOX_CUDA_CHECK(cudaStreamCreate(&s));
     return s;
   }();
   return stream;
@@ -173,11 +167,6 @@ Memory memory_of(const void* p) {
 #endif
 }
 
-Memory memory_of(const void* buffer, std::int64_t count, const Datatype& type) {
-  if (count <= 0 || type.size() == 0) return Memory::host;
-  return memory_of(static_cast<const char*>(buffer) + type.true_lb());
-}
-
 void pack_to_host(const void* in, std::int64_t count, const Datatype& type, void* out,
                   Memory kind) {
   if (count <= 0 || type.size() == 0) return;
@@ -191,13 +180,13 @@ void pack_to_host(const void* in, std::int64_t count, const Datatype& type, void
   if (kind == Memory::device) {
     const cudaStream_t stream = staging_stream();
     if (contiguous(count, type)) {
-      MPI_CUDA(cudaMemcpyAsync(out, static_cast<const char*>(in) + type.true_lb(),
-                               static_cast<std::size_t>(count * type.size()),
-                               cudaMemcpyDeviceToHost, stream));
+      HALOX_CUDA_CHECK(cudaMemcpyAsync(out, static_cast<const char*>(in) + type.true_lb(),
+                                       static_cast<std::size_t>(count * type.size()),
+                                       cudaMemcpyDeviceToHost, stream));
     } else {
       pack_async(in, count, type, out, stream);  // the kernel stores into pinned memory
     }
-    MPI_CUDA(cudaStreamSynchronize(stream));
+    HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
     return;
   }
 #endif
@@ -217,12 +206,13 @@ void unpack_from_host(const void* in, std::int64_t bytes, void* out, std::int64_
   if (kind == Memory::device) {
     const cudaStream_t stream = staging_stream();
     if (contiguous(count, type)) {
-      MPI_CUDA(cudaMemcpyAsync(static_cast<char*>(out) + type.true_lb(), in,
-                               static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, stream));
+      HALOX_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(out) + type.true_lb(), in,
+                                       static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice,
+                                       stream));
     } else {
       unpack_range_async(in, out, count, type, 0, bytes, stream);
     }
-    MPI_CUDA(cudaStreamSynchronize(stream));
+    HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
     return;
   }
 #endif
@@ -239,8 +229,8 @@ void copy_to_host(void* host, const void* from, std::size_t bytes, Memory kind) 
   }
 #if HALOX_HAS_CUDA
   if (kind == Memory::device) {
-    MPI_CUDA(cudaMemcpyAsync(host, from, bytes, cudaMemcpyDeviceToHost, staging_stream()));
-    MPI_CUDA(cudaStreamSynchronize(staging_stream()));
+    HALOX_CUDA_CHECK(cudaMemcpyAsync(host, from, bytes, cudaMemcpyDeviceToHost, staging_stream()));
+    HALOX_CUDA_CHECK(cudaStreamSynchronize(staging_stream()));
     return;
   }
 #endif
@@ -257,8 +247,8 @@ void copy_from_host(void* to, const void* host, std::size_t bytes, Memory kind) 
   }
 #if HALOX_HAS_CUDA
   if (kind == Memory::device) {
-    MPI_CUDA(cudaMemcpyAsync(to, host, bytes, cudaMemcpyHostToDevice, staging_stream()));
-    MPI_CUDA(cudaStreamSynchronize(staging_stream()));
+    HALOX_CUDA_CHECK(cudaMemcpyAsync(to, host, bytes, cudaMemcpyHostToDevice, staging_stream()));
+    HALOX_CUDA_CHECK(cudaStreamSynchronize(staging_stream()));
     return;
   }
 #endif

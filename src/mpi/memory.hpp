@@ -14,13 +14,10 @@ namespace halox::mpi {
 enum class Memory { host, device, pretend };
 
 /// Where the byte at `p` lives. Managed memory counts as host memory: the CPU reads it, so the
-/// MPI library can be given it (the driver migrates its pages).
+/// MPI library can be given it (the driver migrates its pages). Not detail::is_device_memory:
+/// that one counts managed memory as device memory, and its runtime call would make a CUDA
+/// context in every MPI program the interposer is preloaded into.
 Memory memory_of(const void* p);
-
-/// Where `count` instances of `type` at MPI buffer address `buffer` live: the memory of the
-/// first byte they touch (so that MPI_BOTTOM with absolute addresses is classified by the
-/// data, not by address 0); host memory when they touch none.
-Memory memory_of(const void* buffer, std::int64_t count, const Datatype& type);
 
 /// Packs `count` instances of `type` from `in` (memory `kind`, MPI's buffer address) into
 /// the host bytes `out` (count x size bytes), and the inverse: the first `bytes` packed
