@@ -67,8 +67,7 @@ T* readable(T* p, std::ptrdiff_t delta) {
 }
 
 bool pretend_enabled() {
-  static const bool on = detail::env_mpi_pretend_device();
-  return on;
+  return knobs().pretend;
 }
 
 #if HALOX_HAS_CUDA
@@ -143,6 +142,21 @@ bool contiguous(std::int64_t count, const Datatype& type) {
 #endif
 
 }  // namespace
+
+const Knobs& knobs() {
+  static const Knobs read = [] {
+    Knobs k;
+    try {
+      k.report = detail::env_mpi_report();
+      k.pretend = detail::env_mpi_pretend_device();
+    } catch (const std::exception& e) {
+      k = Knobs{};
+      k.error = e.what();
+    }
+    return k;
+  }();
+  return read;
+}
 
 Memory memory_of(const void* p) {
   if (p == nullptr) return Memory::host;

@@ -6,12 +6,22 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "halox/datatype.hpp"
 
 namespace halox::mpi {
 
 enum class Memory { host, device, pretend };
+
+/// The interposer's environment knobs (runtime/env.hpp), read once. A malformed value leaves
+/// both off and `error` saying which; MPI_Init reports it (the calls cannot throw into C).
+struct Knobs {
+  bool report = false;   ///< HALOX_MPI_REPORT
+  bool pretend = false;  ///< HALOX_MPI_PRETEND_DEVICE
+  std::string error;
+};
+const Knobs& knobs();
 
 /// Where the byte at `p` lives. Managed memory counts as host memory: the CPU reads it, so the
 /// MPI library can be given it (the driver migrates its pages). Not detail::is_device_memory:

@@ -9,6 +9,8 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -495,6 +497,24 @@ int MPI_Unpack(const void* inbuf, int insize, int* position, void* outbuf, int o
   } catch (const std::exception& e) {
     return failed("MPI_Unpack", comm, e);
   }
+}
+
+// A malformed knob (HALOX_MPI_REPORT=maybe) is bad input: rank 0 says which, every rank
+// ends with exit code 2, as halox's programs do.
+static int after_init(int rc) {
+  if (rc != MPI_SUCCESS || knobs().error.empty()) return rc;
+  int rank = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) std::fprintf(stderr, "halox_mpi: %s\n", knobs().error.c_str());
+  PMPI_Finalize();
+  std::exit(2);
+}
+
+int MPI_Init(int* argc, char*** argv) {
+  return after_init(PMPI_Init(argc, argv));
+}
+int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+  return after_init(PMPI_Init_thread(argc, argv, required, provided));
 }
 
 int MPI_Finalize() {

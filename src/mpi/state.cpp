@@ -10,7 +10,6 @@
 
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
-#include "../runtime/env.hpp"
 
 namespace halox::mpi {
 
@@ -195,8 +194,7 @@ const char* const kPathNames[4] = {"host (passed through)", "staged send", "stag
 }  // namespace
 
 bool reporting() {
-  static const bool on = detail::env_mpi_report();
-  return on;
+  return knobs().report;
 }
 
 void tally(Path path, std::int64_t bytes) {
