@@ -74,6 +74,7 @@ std::vector<std::pair<MPI_Request, std::shared_ptr<Pending>>>& detached() {  // 
   return list;
 }
 std::atomic<bool> any_tracked{false};
+std::atomic<bool> any_detached{false};  // every wait asks: a lock only when there are some
 
 }  // namespace
 
@@ -153,13 +154,14 @@ void detach(MPI_Request request) {
   auto pending = owed(request);
   std::lock_guard<std::mutex> lock(requests_mutex());
   detached().emplace_back(request, std::move(pending));
+  any_detached = true;
 }
 
 void progress_detached(bool all) {
+  if (!any_detached.load(std::memory_order_relaxed)) return;
   std::vector<std::pair<MPI_Request, std::shared_ptr<Pending>>> list, left;
   {
     std::lock_guard<std::mutex> lock(requests_mutex());
-    if (detached().empty()) return;
     list.swap(detached());
   }
   for (auto& [request, pending] : list) {
@@ -180,6 +182,7 @@ void progress_detached(bool all) {
   }
   std::lock_guard<std::mutex> lock(requests_mutex());
   for (auto& entry : left) detached().push_back(std::move(entry));
+  any_detached = !detached().empty();
 }
 
 namespace {
@@ -188,7 +191,7 @@ struct Counter {
   std::atomic<long long> messages{0}, bytes{0};
 };
 Counter counters[4];
-const char* const kPathNames[4] = {"host (passed through)", "staged send", "staged receive",
+const char* const kPathNames[4] = {"host send (passed through)", "staged send", "staged receive",
                                    "staged collective"};
 
 }  // namespace
