@@ -8,6 +8,7 @@
 #include "halox/error.hpp"
 #include "halox/trace.hpp"
 #include "../transport/engine.hpp"
+#include "../transport/transport.hpp"
 #if HALOX_HAS_CUDA
 #include "../common/cuda_check.hpp"
 #endif
@@ -50,10 +51,6 @@ TransportKind parse_transport(const std::string& name) {
   }
   throw Error("halox: unknown transport '" + name + "' (choose " + names + ")");
 }
-
-namespace detail {
-bool mpi_is_cuda_aware();
-}  // namespace detail
 
 bool gpu_initiated(TransportKind kind) {
   return kind == TransportKind::ipc_pulse || kind == TransportKind::ipc_fused ||

@@ -16,17 +16,37 @@
 #include <vector>
 
 #include "calls.hpp"
+#include "halox/config.hpp"
+#include "../transport/transport.hpp"
 #include "memory.hpp"
 #include "state.hpp"
 
 namespace halox::mpi {
+
+// A contiguous layout on device memory that a CUDA-aware MPI library moves itself.
+bool library_moves(int count, MPI_Datatype type, MPI_Aint true_extent) {
+#if HALOX_HAS_CUDA
+  static const bool aware = detail::mpi_is_cuda_aware();
+  if (!aware) return false;
+  int size = 0;
+  MPI_Aint lb = 0, extent = 0;
+  PMPI_Type_size(type, &size);
+  PMPI_Type_get_extent(type, &lb, &extent);
+  return size == true_extent && (count == 1 || extent == size);
+#else
+  (void)count, (void)type, (void)true_extent;
+  return false;
+#endif
+}
 
 Memory where(const void* buffer, int count, MPI_Datatype type) {
   if (count <= 0 || buffer == MPI_IN_PLACE) return Memory::host;
   MPI_Aint lb = 0, extent = 0;
   if (PMPI_Type_get_true_extent(type, &lb, &extent) != MPI_SUCCESS || extent == 0)
     return Memory::host;
-  return memory_of(static_cast<const char*>(buffer) + lb);
+  const Memory memory = memory_of(static_cast<const char*>(buffer) + lb);
+  if (memory == Memory::device && library_moves(count, type, extent)) return Memory::host;
+  return memory;
 }
 
 int staged_bytes(const char* call, MPI_Comm comm, int count, const Datatype& type, int* bytes) {
