@@ -29,6 +29,14 @@ namespace detail {
 /// Throws DatatypeError for types halox cannot represent (Fortran-only named types).
 Datatype from_mpi(MPI_Datatype type);
 
+/// The inverse direction: an MPI datatype with the layout of `type` (committed), built from
+/// its canonical form (each piece a nest of MPI_Type_create_hvector over MPI_BYTE runs, or an
+/// MPI_Type_create_hindexed_block of them), resized to its lb and extent. MPI_Pack of it
+/// gives halox's pack of `type` byte for byte; its elements are bytes, not `type`'s basic
+/// types (MPI_Get_elements counts bytes). Committed; the caller frees it with MPI_Type_free.
+/// Throws DatatypeError for an uncommitted type or one whose counts exceed MPI's int.
+MPI_Datatype to_mpi(const Datatype& type);
+
 /// Waits for a nonblocking collective's `request` on `comm` (MPI_Iallreduce, MPI_Ibarrier,
 /// ...) for at most `timeout_seconds`, then throws HaloTimeoutError naming this rank, `what`
 /// and the ranks that did not arrive: each rank that timed out reports to rank 0 of `comm`,

@@ -182,6 +182,41 @@ Footprint library_footprint(MPI_Datatype m, std::int64_t count, std::int64_t gua
 // the import must follow the library (bounds at every level, MPI_Pack's bytes, MPI_Unpack's
 // writes) and never touch a byte outside the library's footprint, or refuse with a
 // DatatypeError.
+// halox::to_mpi: the exported type has the bounds of the halox type, and the MPI library's
+// MPI_Pack of it gives halox's pack, byte for byte.
+TEST(DatatypeVsMpi, ExportedTypesPackAsHaloxDoes) {
+  const std::uint64_t seed = test_seed("DatatypeVsMpi.ExportedTypesPackAsHaloxDoes", world_rank());
+  RecipeGenerator gen(seed);
+  const long n_types = env_count("HALOX_PROPERTY_COUNT", 2000) / 2;
+  long tested = 0;
+  for (long i = 0; i < n_types; ++i) {
+    const Recipe recipe = gen.random(4);
+    const std::string what = "type #" + std::to_string(i) + ": " + recipe.describe();
+    Datatype h = to_halox(recipe);
+    h.commit();
+    if (h.true_extent() > (1 << 22)) continue;
+    MPI_Datatype m = halox::to_mpi(h);
+    expect_attributes(h, m, what);
+    if (h.size() == 0) {
+      MPI_Type_free(&m);
+      continue;
+    }
+    const std::int64_t count = gen.uniform(1, 3);
+    Buffer in = make_buffer(h, count, gen.rng());
+    const std::int64_t packed = packed_size(h, count);
+    std::vector<unsigned char> ref;
+    ASSERT_EQ(mpi_pack_reference(in.base(), count, m, packed, ref), packed) << what;
+    std::vector<unsigned char> out(static_cast<std::size_t>(packed) + 1, 0x5A);
+    ASSERT_EQ(pack(in.base(), count, h, out.data()), packed) << what;
+    ASSERT_TRUE(out == ref) << what;
+    MPI_Type_free(&m);
+    ++tested;
+  }
+  EXPECT_GT(tested, n_types / 3);
+  if (world_rank() == 0)
+    std::printf("to_mpi: %ld random types exported, each packs as halox\n", tested);
+}
+
 TEST(DatatypeVsMpi, ImportedAwkwardTypesFollowTheLibrary) {
   const std::uint64_t seed =
       test_seed("DatatypeVsMpi.ImportedAwkwardTypesFollowTheLibrary", world_rank());
