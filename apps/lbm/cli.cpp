@@ -36,8 +36,10 @@ Cli parse(int argc, char** argv) {
               "datatype: halox datatypes describe the faces, halox packs and moves them; "
               "default: hand-written pack kernels + host copies + MPI; contig: the "
               "hand-written pack, moved by a halox transport; overlap: datatype, inner cells "
-              "updated while the halo moves",
-              {"datatype", "default", "contig", "overlap"});
+              "updated while the halo moves; mpi-datatype, mpi-contig: datatype and contig "
+              "written with plain MPI calls (MPI_Isend/MPI_Irecv of MPI datatypes) instead of "
+              "halox's exchange (on a GPU: under libhalox_mpi or a CUDA-aware MPI)",
+              {"datatype", "default", "contig", "overlap", "mpi-datatype", "mpi-contig"});
   line.text("--transport", transport,
             "for --comm datatype/contig/overlap: host | staged | pipelined | nvshmem-stream | "
             "ipc-fused | nvshmem-fused | nccl | auto (default: host on the CPU, staged on the "
@@ -104,6 +106,11 @@ Cli parse(int argc, char** argv) {
     throw Error("halox-lbm: --transport " + to_string(c.transport) +
                 " needs the ranks it runs in this process (--ranks XxYxZ, "
                 "or --rank-count N for N ranks on the rank grid halox picks)");
+  }
+  if (c.comm.starts_with("mpi-") && (c.local || c.transport_given)) {
+    throw Error("halox-lbm: --comm " + c.comm +
+                " moves the faces with MPI's own calls, one rank per MPI process: no "
+                "--transport");
   }
   if (c.local_fused && (c.comm == "default" || c.comm == "contig")) {
     throw Error("halox-lbm: --transport local-fused moves the faces of --comm datatype or overlap");

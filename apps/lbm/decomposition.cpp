@@ -1,6 +1,8 @@
 // The lattice over a set of ranks and its communication variants (decomposition.hpp).
 #include "decomposition.hpp"
 
+#include <dlfcn.h>
+
 #include <string>
 
 #include "../common/gather.hpp"
@@ -63,6 +65,15 @@ Decomposition::Decomposition(MPI_Comm comm, const Cli& cli)
   m_transport = cli.local || cli.transport_given
                     ? cli.transport
                     : (backend().on_device() ? TransportKind::staged : TransportKind::host);
+  // mpi-*: the fields' device pointers go to MPI's own calls, which this MPI library moves
+  // only when it is CUDA-aware or libhalox_mpi stands in front of it (else it faults).
+  if (cli.comm.starts_with("mpi-") && backend().on_device() &&
+      dlsym(RTLD_DEFAULT, "halox_mpi_active") == nullptr &&
+      !transport_available(TransportKind::mpi_direct)) {
+    throw Error("halox-lbm: --comm " + cli.comm +
+                " on the GPU gives device memory to MPI, which this MPI library cannot move: "
+                "run it with libhalox_mpi (mpirun -x LD_PRELOAD=<prefix>/lib/libhalox_mpi.so)");
+  }
   // datatype and overlap: one exchange per field, none for a field whose every axis the
   // update wraps; by default f's exchange moves a second field: g (datatype: both before the
   // phi pass), or phi (overlap: g alone before the phi pass, f with phi behind the inner
@@ -91,7 +102,11 @@ Decomposition::Decomposition(MPI_Comm comm, const Cli& cli)
   }
 }
 
-Decomposition::~Decomposition() = default;
+Decomposition::~Decomposition() {
+  for (auto& types : m_mpi_types) {
+    for (MPI_Datatype& t : types) MPI_Type_free(&t);
+  }
+}
 
 ExchangeOptions Decomposition::options(int field, const std::string& suffix) const {
   ExchangeOptions options;
@@ -267,6 +282,8 @@ void Decomposition::exchange_field(int field) {
     exchange_contiguous(field);
   } else if (m_cli.comm == "default") {
     exchange_by_hand(field);
+  } else if (m_cli.comm == "mpi-datatype" || m_cli.comm == "mpi-contig") {
+    exchange_with_mpi(field);
   } else if (m_exchanges[field]) {  // none when every axis wraps
     m_exchanges[field]->exchange_async(arrays(field), backend().stream_handle());
   }
@@ -328,6 +345,57 @@ void Decomposition::exchange_by_hand(int field) {
   }
 }
 
+// The seed's variants as an MPI code writes them, with no halox in the exchange: each stage's
+// faces by MPI_Irecv / MPI_Isend of MPI datatypes and MPI_Waitall, on the field itself
+// (mpi-datatype) or on the contig variant's packed buffers (mpi-contig). On device memory
+// the MPI calls need a CUDA-aware MPI library or libhalox_mpi in front of it.
+void Decomposition::exchange_with_mpi(int field) {
+  Block& b = first();
+  FieldHalo& h = b.halo(field);
+  if (m_cli.comm == "mpi-datatype") {
+    backend().synchronize();  // the update that wrote the faces is done
+    for (int s = 0; s < 3; ++s)
+      mpi_stage(h.moved.pulses, s, b.field(field), field, m_mpi_types[3 * field + s]);
+    return;
+  }
+  for (int s = 0; s < 3; ++s) {
+    if (b.stage_wraps(h, s)) continue;
+    b.contig_pack(h, s);
+    backend().synchronize();
+    mpi_stage(h.stages[s].plan.pulses, s, h.stages[s].buffer, field, m_mpi_types[3 * field + s]);
+    b.contig_unpack(h, s);
+  }
+}
+
+// The pulses of `stage` among `pulses`: receives posted, sends started, all waited for.
+// `types` holds their MPI send and receive types, made at the first call.
+void Decomposition::mpi_stage(const std::vector<GridPulse>& pulses, int stage, void* base,
+                              int field, std::vector<MPI_Datatype>& types) {
+  std::vector<std::size_t> mine;
+  for (std::size_t p = 0; p < pulses.size(); ++p) {
+    if (pulses[p].header.stage == stage) mine.push_back(p);
+  }
+  if (types.empty()) {
+    for (const std::size_t p : mine) {
+      types.push_back(to_mpi(pulses[p].send_type));
+      types.push_back(to_mpi(pulses[p].recv_type));
+    }
+  }
+  std::vector<MPI_Request> requests(2 * mine.size());
+  for (std::size_t k = 0; k < mine.size(); ++k) {
+    const PulseHeader& hd = pulses[mine[k]].header;
+    const int tag = 700 + 10 * field + static_cast<int>(mine[k]);
+    const int from = hd.recv_rank < 0 ? MPI_PROC_NULL : hd.recv_rank;
+    const int to = hd.send_rank < 0 ? MPI_PROC_NULL : hd.send_rank;
+    HALOX_MPI_CHECK(
+        MPI_Irecv(base, 1, types[2 * k + 1], from, tag, topology().comm(), &requests[2 * k]));
+    HALOX_MPI_CHECK(
+        MPI_Isend(base, 1, types[2 * k], to, tag, topology().comm(), &requests[2 * k + 1]));
+  }
+  HALOX_MPI_CHECK(
+      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+}
+
 void Decomposition::synchronize() {
   for (auto& b : m_blocks) b->backend().synchronize();
 }
@@ -358,6 +426,9 @@ std::vector<double> Decomposition::gather() {
 std::string Decomposition::transport() const {
   if (!m_ranks.in_process()) {
     if (m_cli.comm == "default") return "default (hand-written pack + host copies + MPI)";
+    if (m_cli.comm == "mpi-datatype") return "mpi-datatype (MPI_Isend/MPI_Irecv of MPI datatypes)";
+    if (m_cli.comm == "mpi-contig")
+      return "mpi-contig (hand-written pack + MPI_Isend/MPI_Irecv of the packed buffers)";
     return m_cli.comm + ", " + to_string(m_transport);
   }
   const std::string where =

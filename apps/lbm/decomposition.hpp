@@ -90,6 +90,10 @@ class Decomposition {
   void exchange_field(int field);
   void exchange_contiguous(int field);
   void exchange_by_hand(int field);
+  // --comm mpi-datatype | mpi-contig: plain MPI calls on the fields or the contig buffers.
+  void exchange_with_mpi(int field);
+  void mpi_stage(const std::vector<GridPulse>& pulses, int stage, void* base, int field,
+                 std::vector<MPI_Datatype>& types);
   // Block 0's stream waits for every block's work so far; every block's for block 0's.
   void gather_streams();
   void scatter_streams();
@@ -109,6 +113,9 @@ class Decomposition {
   std::array<std::unique_ptr<GridExchange>, 3> m_exchanges;        // f (and g), g, phi
   std::array<std::unique_ptr<GridExchange>, 9> m_stage_exchanges;  // contig: field, stage
   std::vector<void*> m_pointers;                                   // arrays()'s (reused)
+  // mpi-*: per field and stage, its pulses' MPI send and receive types (halox::to_mpi of
+  // the plan's), made at the first exchange and freed with the decomposition.
+  std::array<std::vector<MPI_Datatype>, 9> m_mpi_types;
   PhaseClock m_phases;
   long m_steps = 0;
 };

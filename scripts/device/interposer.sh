@@ -38,3 +38,14 @@ run latency-DD-vect 1 "$pt/standard/osu_latency" -d cuda D D -c -D vect:24:2
 run bw-DD-vect 1 "$pt/standard/osu_bw" -d cuda D D -c -D vect:24:2
 # The floor: Open MPI given device pointers without the interposer.
 run latency-DD-without-interposer 0 "$pt/standard/osu_latency" -d cuda D D -m 8:8 -i 10 -x 2
+# halox-lbm's seed variants written with plain MPI calls, on device memory under the
+# interposer, 2 processes, beside default (hand-written copies to the host + MPI) and one
+# rank on the whole grid (the goals: mpi-datatype >= 2x default).
+lbm=$build/apps/lbm/halox-lbm
+lbm_case=(--model multiphase --grid 256x256x128 --steps 200 --device gpu)
+"$lbm" "${lbm_case[@]}" --json "$out/lbm-one-rank.json" 2>&1 | grep -E "MLUPS;|halox-lbm:" | sed 's/^/one rank: /' | tee -a "$summary"
+for comm in default mpi-contig mpi-datatype; do
+  timeout 180 mpiexec -n 2 --oversubscribe -x LD_PRELOAD="$lib" "$lbm" "${lbm_case[@]}" \
+    --ranks 1x1x2 --comm "$comm" --json "$out/lbm-$comm.json" 2>&1 | grep -E "MLUPS;|halox-lbm:" \
+    | sed "s/^/2 processes, --comm $comm: /" | tee -a "$summary"
+done

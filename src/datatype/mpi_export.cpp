@@ -45,8 +45,9 @@ MPI_Datatype piece_type(const CanonicalPiece& piece, MPI_Aint* at) {
     const std::int64_t block_bytes =
         piece.is_index ? piece.index.block_bytes : piece.strided.block_bytes;
     std::vector<MPI_Aint> offsets =
-        piece.is_index ? std::vector<MPI_Aint>(piece.index.offsets.begin(), piece.index.offsets.end())
-                       : run_offsets(piece.strided);
+        piece.is_index
+            ? std::vector<MPI_Aint>(piece.index.offsets.begin(), piece.index.offsets.end())
+            : run_offsets(piece.strided);
     HALOX_MPI_CHECK(MPI_Type_create_hindexed_block(
         as_int(static_cast<std::int64_t>(offsets.size()), "a piece's run count"),
         as_int(block_bytes, "a run's bytes"), offsets.data(), MPI_BYTE, &t));

@@ -11,6 +11,8 @@ GRID: a rank grid XxYxZ, or count=N for N ranks on the grid halox-lbm picks.
 NP = 1; on the GPU one kernel per face); the reference stays the ordinary single-rank run.
 --local-fused: likewise with --transport local-fused (one GPU-initiated kernel for every face
 of every rank).
+
+HALOX_TEST_PRELOAD=PATH: every run preloads PATH (libhalox_mpi, for --comm mpi-* on a GPU).
 """
 import os
 import subprocess
@@ -22,7 +24,11 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 
 
 def run(mpiexec, lbm, np, args):
-    cmd = [mpiexec, "-n", str(np), "--oversubscribe", lbm] + args
+    # HALOX_TEST_PRELOAD=<libhalox_mpi.so>: the ranks run with the MPI interposer in front
+    # (halox-lbm --comm mpi-* on device memory).
+    preload = os.environ.get("HALOX_TEST_PRELOAD")
+    cmd = [mpiexec, "-n", str(np), "--oversubscribe"] + (
+        ["-x", f"LD_PRELOAD={preload}"] if preload else []) + [lbm] + args
     p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
