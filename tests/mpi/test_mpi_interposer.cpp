@@ -469,6 +469,28 @@ TEST(Interposer, ThreadsOnTheirOwnCommunicators) {
   for (MPI_Comm& c : comms) MPI_Comm_free(&c);
 }
 
+#if HALOX_TEST_DEVICE_MEMORY
+// Managed memory goes to the MPI library as host memory (the CPU reads it): sent and
+// received between the ranks, it arrives as host memory does.
+TEST(Interposer, ManagedMemoryIsPassedThrough) {
+  if (size_of() < 2) GTEST_SKIP();
+  const int rank = rank_of();
+  constexpr std::size_t kBytes = 4096;
+  char* managed = nullptr;
+  ASSERT_EQ(cudaMallocManaged(&managed, kBytes), cudaSuccess);
+  const std::vector<char> sent = pattern(kBytes, 77);
+  if (rank == 0) {
+    std::memcpy(managed, sent.data(), kBytes);
+    MPI_Send(managed, static_cast<int>(kBytes), MPI_BYTE, 1, 31, MPI_COMM_WORLD);
+  } else if (rank == 1) {
+    std::memset(managed, 0x5A, kBytes);
+    MPI_Recv(managed, static_cast<int>(kBytes), MPI_BYTE, 0, 31, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    EXPECT_EQ(std::memcmp(managed, sent.data(), kBytes), 0);
+  }
+  cudaFree(managed);
+}
+#endif
+
 TEST(Interposer, UncoveredCallsOnDeviceMemoryAreErrorsNamingThem) {
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
