@@ -109,8 +109,8 @@ int not_covered(const char* call, MPI_Comm comm) {
   return raise(comm, std::string("halox_mpi: ") + call +
                          " on device memory is not covered by halox (it stages MPI_Bcast, "
                          "MPI_Reduce, MPI_Allreduce, MPI_Gather(v), MPI_Scatter(v), "
-                         "MPI_Allgather(v), MPI_Alltoall(v)); copy the buffer to host memory "
-                         "first");
+                         "MPI_Allgather(v), MPI_Alltoall(v) and the point-to-point calls); copy "
+                         "the buffer to host memory first");
 }
 
 }  // namespace
@@ -268,110 +268,179 @@ int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls
   });
 }
 
-// Not covered on device memory: an MPI error naming the call.
-#define HALOX_NOT_COVERED(call, comm, ...) \
-  if (any_on_device({__VA_ARGS__})) return not_covered(#call, comm)
+// Not covered on device memory: an MPI error naming the call (through the communicator's
+// handler; MPI_COMM_WORLD's for the one-sided calls). On host memory: the library's call.
+#define HALOX_LIST(...) __VA_ARGS__
+#define HALOX_NOT_COVERED(name, comm, buffers, params, args)                         \
+  int MPI_##name params {                                                            \
+    if (any_on_device({HALOX_LIST buffers})) return not_covered("MPI_" #name, comm); \
+    return PMPI_##name args;                                                         \
+  }
 
-int MPI_Ibcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
-               MPI_Request* request) {
-  HALOX_NOT_COVERED(MPI_Ibcast, comm, buf);
-  return PMPI_Ibcast(buf, count, type, root, comm, request);
-}
-int MPI_Ireduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
-                int root, MPI_Comm comm, MPI_Request* request) {
-  HALOX_NOT_COVERED(MPI_Ireduce, comm, sendbuf, recvbuf);
-  return PMPI_Ireduce(sendbuf, recvbuf, count, type, op, root, comm, request);
-}
-int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
-                   MPI_Comm comm, MPI_Request* request) {
-  HALOX_NOT_COVERED(MPI_Iallreduce, comm, sendbuf, recvbuf);
-  return PMPI_Iallreduce(sendbuf, recvbuf, count, type, op, comm, request);
-}
-int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
-  HALOX_NOT_COVERED(MPI_Iallgather, comm, sendbuf, recvbuf);
-  return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
-}
-int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
-  HALOX_NOT_COVERED(MPI_Ialltoall, comm, sendbuf, recvbuf);
-  return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
-}
-int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type,
-                             MPI_Op op, MPI_Comm comm) {
-  HALOX_NOT_COVERED(MPI_Reduce_scatter_block, comm, sendbuf, recvbuf);
-  return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm);
-}
-int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[],
-                       MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  HALOX_NOT_COVERED(MPI_Reduce_scatter, comm, sendbuf, recvbuf);
-  return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm);
-}
-int MPI_Scan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
-             MPI_Comm comm) {
-  HALOX_NOT_COVERED(MPI_Scan, comm, sendbuf, recvbuf);
-  return PMPI_Scan(sendbuf, recvbuf, count, type, op, comm);
-}
-int MPI_Exscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
-               MPI_Comm comm) {
-  HALOX_NOT_COVERED(MPI_Exscan, comm, sendbuf, recvbuf);
-  return PMPI_Exscan(sendbuf, recvbuf, count, type, op, comm);
-}
-int MPI_Alltoallw(const void* sendbuf, const int sendcounts[], const int sdispls[],
-                  const MPI_Datatype sendtypes[], void* recvbuf, const int recvcounts[],
-                  const int rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm) {
-  HALOX_NOT_COVERED(MPI_Alltoallw, comm, sendbuf, recvbuf);
-  return PMPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls,
-                        recvtypes, comm);
-}
-int MPI_Neighbor_allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                           int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
-  HALOX_NOT_COVERED(MPI_Neighbor_allgather, comm, sendbuf, recvbuf);
-  return PMPI_Neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-}
-int MPI_Neighbor_alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                          int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
-  HALOX_NOT_COVERED(MPI_Neighbor_alltoall, comm, sendbuf, recvbuf);
-  return PMPI_Neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-}
-int MPI_Neighbor_alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
-                           MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
-                           const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm) {
-  HALOX_NOT_COVERED(MPI_Neighbor_alltoallv, comm, sendbuf, recvbuf);
-  return PMPI_Neighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
-                                 rdispls, recvtype, comm);
-}
-int MPI_Neighbor_alltoallw(const void* sendbuf, const int sendcounts[], const MPI_Aint sdispls[],
-                           const MPI_Datatype sendtypes[], void* recvbuf, const int recvcounts[],
-                           const MPI_Aint rdispls[], const MPI_Datatype recvtypes[],
-                           MPI_Comm comm) {
-  HALOX_NOT_COVERED(MPI_Neighbor_alltoallw, comm, sendbuf, recvbuf);
-  return PMPI_Neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
-                                 rdispls, recvtypes, comm);
-}
-int MPI_Win_create(void* base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm,
-                   MPI_Win* win) {
-  HALOX_NOT_COVERED(MPI_Win_create, comm, base);
-  return PMPI_Win_create(base, size, disp_unit, info, comm, win);
-}
-int MPI_Put(const void* origin, int origin_count, MPI_Datatype origin_type, int target,
-            MPI_Aint target_disp, int target_count, MPI_Datatype target_type, MPI_Win win) {
-  HALOX_NOT_COVERED(MPI_Put, MPI_COMM_WORLD, origin);
-  return PMPI_Put(origin, origin_count, origin_type, target, target_disp, target_count, target_type,
-                  win);
-}
-int MPI_Get(void* origin, int origin_count, MPI_Datatype origin_type, int target,
-            MPI_Aint target_disp, int target_count, MPI_Datatype target_type, MPI_Win win) {
-  HALOX_NOT_COVERED(MPI_Get, MPI_COMM_WORLD, origin);
-  return PMPI_Get(origin, origin_count, origin_type, target, target_disp, target_count, target_type,
-                  win);
-}
-int MPI_Accumulate(const void* origin, int origin_count, MPI_Datatype origin_type, int target,
-                   MPI_Aint target_disp, int target_count, MPI_Datatype target_type, MPI_Op op,
-                   MPI_Win win) {
-  HALOX_NOT_COVERED(MPI_Accumulate, MPI_COMM_WORLD, origin);
-  return PMPI_Accumulate(origin, origin_count, origin_type, target, target_disp, target_count,
-                         target_type, op, win);
-}
+using Counts = const int*;
+using Types = const MPI_Datatype*;
+using Displs = const MPI_Aint*;
+
+HALOX_NOT_COVERED(Ibcast, comm, (buf),
+                  (void* buf, int n, MPI_Datatype t, int root, MPI_Comm comm, MPI_Request* r),
+                  (buf, n, t, root, comm, r))
+HALOX_NOT_COVERED(Ireduce, comm, (sb, rb),
+                  (const void* sb, void* rb, int n, MPI_Datatype t, MPI_Op op, int root,
+                   MPI_Comm comm, MPI_Request* r),
+                  (sb, rb, n, t, op, root, comm, r))
+HALOX_NOT_COVERED(Iallreduce, comm, (sb, rb),
+                  (const void* sb, void* rb, int n, MPI_Datatype t, MPI_Op op, MPI_Comm comm,
+                   MPI_Request* r),
+                  (sb, rb, n, t, op, comm, r))
+HALOX_NOT_COVERED(Igather, comm, (sb, rb),
+                  (const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt,
+                   int root, MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, st, rb, rn, rt, root, comm, r))
+HALOX_NOT_COVERED(Igatherv, comm, (sb, rb),
+                  (const void* sb, int sn, MPI_Datatype st, void* rb, Counts rn, Counts d,
+                   MPI_Datatype rt, int root, MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, st, rb, rn, d, rt, root, comm, r))
+HALOX_NOT_COVERED(Iscatter, comm, (sb, rb),
+                  (const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt,
+                   int root, MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, st, rb, rn, rt, root, comm, r))
+HALOX_NOT_COVERED(Iscatterv, comm, (sb, rb),
+                  (const void* sb, Counts sn, Counts d, MPI_Datatype st, void* rb, int rn,
+                   MPI_Datatype rt, int root, MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, d, st, rb, rn, rt, root, comm, r))
+HALOX_NOT_COVERED(Iallgather, comm, (sb, rb),
+                  (const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt,
+                   MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, st, rb, rn, rt, comm, r))
+HALOX_NOT_COVERED(Iallgatherv, comm, (sb, rb),
+                  (const void* sb, int sn, MPI_Datatype st, void* rb, Counts rn, Counts d,
+                   MPI_Datatype rt, MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, st, rb, rn, d, rt, comm, r))
+HALOX_NOT_COVERED(Ialltoall, comm, (sb, rb),
+                  (const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt,
+                   MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, st, rb, rn, rt, comm, r))
+HALOX_NOT_COVERED(Ialltoallv, comm, (sb, rb),
+                  (const void* sb, Counts sn, Counts sd, MPI_Datatype st, void* rb, Counts rn,
+                   Counts rd, MPI_Datatype rt, MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, sd, st, rb, rn, rd, rt, comm, r))
+HALOX_NOT_COVERED(Alltoallw, comm, (sb, rb),
+                  (const void* sb, Counts sn, Counts sd, Types st, void* rb, Counts rn, Counts rd,
+                   Types rt, MPI_Comm comm),
+                  (sb, sn, sd, st, rb, rn, rd, rt, comm))
+HALOX_NOT_COVERED(Ialltoallw, comm, (sb, rb),
+                  (const void* sb, Counts sn, Counts sd, Types st, void* rb, Counts rn, Counts rd,
+                   Types rt, MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, sd, st, rb, rn, rd, rt, comm, r))
+HALOX_NOT_COVERED(Reduce_scatter_block, comm, (sb, rb),
+                  (const void* sb, void* rb, int n, MPI_Datatype t, MPI_Op op, MPI_Comm comm),
+                  (sb, rb, n, t, op, comm))
+HALOX_NOT_COVERED(Ireduce_scatter_block, comm, (sb, rb),
+                  (const void* sb, void* rb, int n, MPI_Datatype t, MPI_Op op, MPI_Comm comm,
+                   MPI_Request* r),
+                  (sb, rb, n, t, op, comm, r))
+HALOX_NOT_COVERED(Reduce_scatter, comm, (sb, rb),
+                  (const void* sb, void* rb, Counts n, MPI_Datatype t, MPI_Op op, MPI_Comm comm),
+                  (sb, rb, n, t, op, comm))
+HALOX_NOT_COVERED(Ireduce_scatter, comm, (sb, rb),
+                  (const void* sb, void* rb, Counts n, MPI_Datatype t, MPI_Op op, MPI_Comm comm,
+                   MPI_Request* r),
+                  (sb, rb, n, t, op, comm, r))
+HALOX_NOT_COVERED(Scan, comm, (sb, rb),
+                  (const void* sb, void* rb, int n, MPI_Datatype t, MPI_Op op, MPI_Comm comm),
+                  (sb, rb, n, t, op, comm))
+HALOX_NOT_COVERED(Iscan, comm, (sb, rb),
+                  (const void* sb, void* rb, int n, MPI_Datatype t, MPI_Op op, MPI_Comm comm,
+                   MPI_Request* r),
+                  (sb, rb, n, t, op, comm, r))
+HALOX_NOT_COVERED(Exscan, comm, (sb, rb),
+                  (const void* sb, void* rb, int n, MPI_Datatype t, MPI_Op op, MPI_Comm comm),
+                  (sb, rb, n, t, op, comm))
+HALOX_NOT_COVERED(Iexscan, comm, (sb, rb),
+                  (const void* sb, void* rb, int n, MPI_Datatype t, MPI_Op op, MPI_Comm comm,
+                   MPI_Request* r),
+                  (sb, rb, n, t, op, comm, r))
+HALOX_NOT_COVERED(Reduce_local, MPI_COMM_WORLD, (in, inout),
+                  (const void* in, void* inout, int n, MPI_Datatype t, MPI_Op op),
+                  (in, inout, n, t, op))
+HALOX_NOT_COVERED(Neighbor_allgather, comm, (sb, rb),
+                  (const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt,
+                   MPI_Comm comm),
+                  (sb, sn, st, rb, rn, rt, comm))
+HALOX_NOT_COVERED(Ineighbor_allgather, comm, (sb, rb),
+                  (const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt,
+                   MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, st, rb, rn, rt, comm, r))
+HALOX_NOT_COVERED(Neighbor_allgatherv, comm, (sb, rb),
+                  (const void* sb, int sn, MPI_Datatype st, void* rb, Counts rn, Counts d,
+                   MPI_Datatype rt, MPI_Comm comm),
+                  (sb, sn, st, rb, rn, d, rt, comm))
+HALOX_NOT_COVERED(Ineighbor_allgatherv, comm, (sb, rb),
+                  (const void* sb, int sn, MPI_Datatype st, void* rb, Counts rn, Counts d,
+                   MPI_Datatype rt, MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, st, rb, rn, d, rt, comm, r))
+HALOX_NOT_COVERED(Neighbor_alltoall, comm, (sb, rb),
+                  (const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt,
+                   MPI_Comm comm),
+                  (sb, sn, st, rb, rn, rt, comm))
+HALOX_NOT_COVERED(Ineighbor_alltoall, comm, (sb, rb),
+                  (const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt,
+                   MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, st, rb, rn, rt, comm, r))
+HALOX_NOT_COVERED(Neighbor_alltoallv, comm, (sb, rb),
+                  (const void* sb, Counts sn, Counts sd, MPI_Datatype st, void* rb, Counts rn,
+                   Counts rd, MPI_Datatype rt, MPI_Comm comm),
+                  (sb, sn, sd, st, rb, rn, rd, rt, comm))
+HALOX_NOT_COVERED(Ineighbor_alltoallv, comm, (sb, rb),
+                  (const void* sb, Counts sn, Counts sd, MPI_Datatype st, void* rb, Counts rn,
+                   Counts rd, MPI_Datatype rt, MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, sd, st, rb, rn, rd, rt, comm, r))
+HALOX_NOT_COVERED(Neighbor_alltoallw, comm, (sb, rb),
+                  (const void* sb, Counts sn, Displs sd, Types st, void* rb, Counts rn, Displs rd,
+                   Types rt, MPI_Comm comm),
+                  (sb, sn, sd, st, rb, rn, rd, rt, comm))
+HALOX_NOT_COVERED(Ineighbor_alltoallw, comm, (sb, rb),
+                  (const void* sb, Counts sn, Displs sd, Types st, void* rb, Counts rn, Displs rd,
+                   Types rt, MPI_Comm comm, MPI_Request* r),
+                  (sb, sn, sd, st, rb, rn, rd, rt, comm, r))
+HALOX_NOT_COVERED(Win_create, comm, (base),
+                  (void* base, MPI_Aint size, int unit, MPI_Info info, MPI_Comm comm, MPI_Win* w),
+                  (base, size, unit, info, comm, w))
+HALOX_NOT_COVERED(Put, MPI_COMM_WORLD, (o),
+                  (const void* o, int on, MPI_Datatype ot, int target, MPI_Aint td, int tn,
+                   MPI_Datatype tt, MPI_Win w),
+                  (o, on, ot, target, td, tn, tt, w))
+HALOX_NOT_COVERED(Rput, MPI_COMM_WORLD, (o),
+                  (const void* o, int on, MPI_Datatype ot, int target, MPI_Aint td, int tn,
+                   MPI_Datatype tt, MPI_Win w, MPI_Request* r),
+                  (o, on, ot, target, td, tn, tt, w, r))
+HALOX_NOT_COVERED(Get, MPI_COMM_WORLD, (o),
+                  (void* o, int on, MPI_Datatype ot, int target, MPI_Aint td, int tn,
+                   MPI_Datatype tt, MPI_Win w),
+                  (o, on, ot, target, td, tn, tt, w))
+HALOX_NOT_COVERED(Rget, MPI_COMM_WORLD, (o),
+                  (void* o, int on, MPI_Datatype ot, int target, MPI_Aint td, int tn,
+                   MPI_Datatype tt, MPI_Win w, MPI_Request* r),
+                  (o, on, ot, target, td, tn, tt, w, r))
+HALOX_NOT_COVERED(Accumulate, MPI_COMM_WORLD, (o),
+                  (const void* o, int on, MPI_Datatype ot, int target, MPI_Aint td, int tn,
+                   MPI_Datatype tt, MPI_Op op, MPI_Win w),
+                  (o, on, ot, target, td, tn, tt, op, w))
+HALOX_NOT_COVERED(Raccumulate, MPI_COMM_WORLD, (o),
+                  (const void* o, int on, MPI_Datatype ot, int target, MPI_Aint td, int tn,
+                   MPI_Datatype tt, MPI_Op op, MPI_Win w, MPI_Request* r),
+                  (o, on, ot, target, td, tn, tt, op, w, r))
+HALOX_NOT_COVERED(Get_accumulate, MPI_COMM_WORLD, (o, res),
+                  (const void* o, int on, MPI_Datatype ot, void* res, int rn, MPI_Datatype rt,
+                   int target, MPI_Aint td, int tn, MPI_Datatype tt, MPI_Op op, MPI_Win w),
+                  (o, on, ot, res, rn, rt, target, td, tn, tt, op, w))
+HALOX_NOT_COVERED(Fetch_and_op, MPI_COMM_WORLD, (o, res),
+                  (const void* o, void* res, MPI_Datatype t, int target, MPI_Aint td, MPI_Op op,
+                   MPI_Win w),
+                  (o, res, t, target, td, op, w))
+HALOX_NOT_COVERED(Compare_and_swap, MPI_COMM_WORLD, (o, c, res),
+                  (const void* o, const void* c, void* res, MPI_Datatype t, int target, MPI_Aint td,
+                   MPI_Win w),
+                  (o, c, res, t, target, td, w))
 
 }  // extern "C"

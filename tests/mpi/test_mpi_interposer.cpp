@@ -504,6 +504,15 @@ TEST(Interposer, UncoveredCallsOnDeviceMemoryAreErrorsNamingThem) {
   MPI_Error_string(rc, text, &length);
   EXPECT_NE(std::string(text).find("MPI_Ibcast on device memory is not covered"), std::string::npos)
       << text;
+  Buffer out(64, true);
+  const int scan = MPI_Scan(b.data(), out.data(), 8, MPI_INT, MPI_SUM, comm);
+  MPI_Error_string(scan, text, &length);
+  EXPECT_NE(std::string(text).find("MPI_Scan on device memory is not covered"), std::string::npos)
+      << text;
+  // The same call on host memory is the library's.
+  std::vector<int> in(8, 1), sums(8, 0);
+  EXPECT_EQ(MPI_Scan(in.data(), sums.data(), 8, MPI_INT, MPI_SUM, comm), MPI_SUCCESS);
+  EXPECT_EQ(sums[0], rank_of(comm) + 1);
   MPI_Comm_free(&comm);
 }
 
