@@ -8,7 +8,7 @@
 #include "halox/error.hpp"
 #include "halox/trace.hpp"
 #include "../transport/engine.hpp"
-#include "../transport/transport.hpp"
+#include "../runtime/mpi_cuda_aware.hpp"
 #if HALOX_HAS_CUDA
 #include "../common/cuda_check.hpp"
 #endif

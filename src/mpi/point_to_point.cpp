@@ -17,7 +17,7 @@
 
 #include "calls.hpp"
 #include "halox/config.hpp"
-#include "../transport/transport.hpp"
+#include "../runtime/mpi_cuda_aware.hpp"
 #include "memory.hpp"
 #include "state.hpp"
 

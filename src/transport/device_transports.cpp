@@ -13,9 +13,7 @@
 #include "transport.hpp"
 #include "halox/tuning.hpp"
 
-#if __has_include(<mpi-ext.h>)
-#include <mpi-ext.h>  // Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support
-#endif
+#include "../runtime/mpi_cuda_aware.hpp"
 
 namespace halox::detail {
 
@@ -357,14 +355,6 @@ class PipelinedTransport final : public Transport {
 };
 
 }  // namespace
-
-bool mpi_is_cuda_aware() {
-#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
-  return MPIX_Query_cuda_support() == 1;
-#else
-  return false;
-#endif
-}
 
 std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm comm, int rank,
                                                  std::int64_t chunk_bytes, double timeout_seconds) {

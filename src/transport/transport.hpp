@@ -128,9 +128,6 @@ std::unique_ptr<Transport> make_host_transport(MPI_Comm comm, int rank, double t
 /// when MPI is not CUDA-aware).
 std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm comm, int rank,
                                                  std::int64_t chunk_bytes, double timeout_seconds);
-/// Whether the MPI library moves device memory itself (Open MPI's MPIX_Query_cuda_support);
-/// builds with CUDA only.
-bool mpi_is_cuda_aware();
 
 std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, int rank);
 std::unique_ptr<Transport> make_nvshmem_stream_transport(MPI_Comm comm, int rank,
