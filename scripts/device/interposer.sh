@@ -28,16 +28,26 @@ run() {  # NAME PRELOAD(0/1) PROGRAM ARGS...
 run latency-host-plain 0 "$pt/standard/osu_latency" -m 1:4096
 run latency-host-interposed 1 "$pt/standard/osu_latency" -m 1:4096
 # Device memory, both sides and mixed, contiguous and vector, validated.
-run latency-DD 1 "$pt/standard/osu_latency" -d cuda D D -c
-run latency-DH 1 "$pt/standard/osu_latency" -d cuda D H -c -m 1:262144
-run latency-HD 1 "$pt/standard/osu_latency" -d cuda H D -c -m 1:262144
-run bw-DD 1 "$pt/standard/osu_bw" -d cuda D D -c
-run bibw-DD 1 "$pt/standard/osu_bibw" -d cuda D D -c
-run latency-persistent-DD 1 "$pt/persistent/osu_latency_persistent" -d cuda D D -c
-run latency-DD-vect 1 "$pt/standard/osu_latency" -d cuda D D -c -D vect:24:2
-run bw-DD-vect 1 "$pt/standard/osu_bw" -d cuda D D -c -D vect:24:2
+# OSU takes its options before the buffer kinds (SRC DST come last, or it prints its usage).
+run latency-DD 1 "$pt/standard/osu_latency" -c -d cuda D D
+run latency-DH 1 "$pt/standard/osu_latency" -c -m 1:262144 -d cuda D H
+run latency-HD 1 "$pt/standard/osu_latency" -c -m 1:262144 -d cuda H D
+run bw-DD 1 "$pt/standard/osu_bw" -c -d cuda D D
+run bibw-DD 1 "$pt/standard/osu_bibw" -c -d cuda D D
+run latency-persistent-DD 1 "$pt/persistent/osu_latency_persistent" -c -d cuda D D
+run latency-DD-vect 1 "$pt/standard/osu_latency" -c -D vect:24:2 -d cuda D D
+run bw-DD-vect 1 "$pt/standard/osu_bw" -c -D vect:24:2 -d cuda D D
+# Without validation: the figures (OSU's -c adds a check kernel and copies to every iteration).
+run latency-DD-novalidate 1 "$pt/standard/osu_latency" -d cuda D D
+run bw-DD-novalidate 1 "$pt/standard/osu_bw" -d cuda D D
 # The floor: Open MPI given device pointers without the interposer.
-run latency-DD-without-interposer 0 "$pt/standard/osu_latency" -d cuda D D -m 8:8 -i 10 -x 2
+run latency-DD-without-interposer 0 "$pt/standard/osu_latency" -m 8:8 -i 10 -x 2 -d cuda D D
+# The hand-written staged path measured now (cudaMemcpy to pinned host memory, MPI,
+# cudaMemcpy back: the seed's Default), the figure each device row above is held against.
+timeout 180 mpiexec -n 2 --oversubscribe "$build/bench/halox-bench" pingpong --transports staged \
+  --json "$out/hand-staged.json" > "$out/hand-staged.txt" 2>&1
+echo "== hand-staged reference (halox-bench pingpong, reference columns): rc=$?" | tee -a "$summary"
+grep -E "^ *(1|8|262144|4194304) " "$out/hand-staged.txt" | tee -a "$summary"
 # halox-lbm's seed variants written with plain MPI calls, on device memory under the
 # interposer, 2 processes, beside default (hand-written copies to the host + MPI) and one
 # rank on the whole grid (the goals: mpi-datatype >= 2x default).
