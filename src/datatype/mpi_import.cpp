@@ -5,6 +5,9 @@
 // import packs exactly the bytes MPI_Pack does and never leaves the library's footprint.
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -124,105 +127,152 @@ Datatype conform(Datatype built, MPI_Datatype type, int combiner, int depth) {
   return built;
 }
 
-Datatype import_level(MPI_Datatype type, int nints, int naddrs, int ntypes, int combiner,
-                      int depth);
-
 // Deeper nests than any real code builds are refused before they can exhaust the stack (here,
 // in commit() and in the destruction of the tree).
 constexpr int kMaxImportDepth = kMaxDatatypeDepth;
+// The levels one import may read. Every level is read through MPI_Type_get_contents, which
+// (Open MPI 4.1) returns a new duplicate of each child every time: a struct naming one child
+// eight times, nested seven deep, is 2.4 million levels to read (about 3 s), however few
+// distinct ones it holds. Past this bound the import is refused at once, not after minutes.
+constexpr std::int64_t kMaxImportLevels = std::int64_t{1} << 24;
 
-Datatype import(MPI_Datatype type, int depth) {
-  // Open MPI builds empty derived types as duplicates of MPI_DATATYPE_NULL.
-  if (type == MPI_DATATYPE_NULL) return Datatype::contiguous(0, Datatype::basic(BasicKind::byte_));
-  if (depth > kMaxImportDepth) {
-    throw DatatypeError("halox::from_mpi: the type is nested deeper than " +
-                        std::to_string(kMaxImportDepth) + " levels");
-  }
-  int nints = 0, naddrs = 0, ntypes = 0, combiner = 0;
-  HALOX_MPI_CHECK(MPI_Type_get_envelope(type, &nints, &naddrs, &ntypes, &combiner));
-  if (combiner == MPI_COMBINER_NAMED) return named(type);
-  return conform(import_level(type, nints, naddrs, ntypes, combiner, depth), type, combiner, depth);
-}
+// One level of a type as its constructor was called: the combiner, its integers and
+// addresses, and the interned children. Two levels with the same contents are the same type.
+using Contents = std::tuple<int, std::vector<int>, std::vector<MPI_Aint>, std::vector<int>>;
 
-Datatype import_level(MPI_Datatype type, int nints, int naddrs, int ntypes, int combiner,
-                      int depth) {
-  std::vector<int> ints(static_cast<std::size_t>(nints));
-  std::vector<MPI_Aint> addrs(static_cast<std::size_t>(naddrs));
-  std::vector<MPI_Datatype> mpi_types(static_cast<std::size_t>(ntypes));
-  HALOX_MPI_CHECK(MPI_Type_get_contents(type, nints, naddrs, ntypes, ints.data(), addrs.data(),
-                                        mpi_types.data()));
-  std::vector<Datatype> types;
-  // Contents returns copies of the derived children: freed on every path, errors included.
-  struct FreeCopies {
-    std::vector<MPI_Datatype>& types;
-    ~FreeCopies() {
-      for (MPI_Datatype t : types) {
-        if (t == MPI_DATATYPE_NULL) continue;
-        int ni = 0, na = 0, nt = 0, c = 0;
-        if (MPI_Type_get_envelope(t, &ni, &na, &nt, &c) == MPI_SUCCESS && c != MPI_COMBINER_NAMED)
-          MPI_Type_free(&t);
-      }
-    }
-  } free_copies{mpi_types};
-  for (MPI_Datatype t : mpi_types) types.push_back(import(t, depth + 1));
-  auto int_range = [&](std::size_t begin, std::size_t n) {
-    return std::vector<std::int64_t>(ints.begin() + static_cast<std::ptrdiff_t>(begin),
-                                     ints.begin() + static_cast<std::ptrdiff_t>(begin + n));
-  };
-  auto addr_range = [&](std::size_t begin, std::size_t n) {
-    return std::vector<std::int64_t>(addrs.begin() + static_cast<std::ptrdiff_t>(begin),
-                                     addrs.begin() + static_cast<std::ptrdiff_t>(begin + n));
-  };
-  const auto n = nints > 0 ? static_cast<std::size_t>(ints[0]) : 0;
-  switch (combiner) {
-    case MPI_COMBINER_DUP: return types[0].dup();
-    case MPI_COMBINER_CONTIGUOUS: return Datatype::contiguous(ints[0], types[0]);
-    // Open MPI takes a byte stride of exactly -1 (stride * extent == -1) for "the natural
-    // extent" and lays the blocks out contiguously; conform() checks the library did so.
-    case MPI_COMBINER_VECTOR: {
-      std::int64_t stride_bytes = 0;  // checked: a stride near 2^62 overflows the product
-      if (!__builtin_mul_overflow(std::int64_t{ints[2]}, types[0].extent(), &stride_bytes) &&
-          stride_bytes == -1) {
-        return Datatype::contiguous(std::int64_t{ints[0]} * ints[1], types[0]);
-      }
-      return Datatype::vector(ints[0], ints[1], ints[2], types[0]);
-    }
-    case MPI_COMBINER_HVECTOR:
-      if (addrs[0] == -1) return Datatype::contiguous(std::int64_t{ints[0]} * ints[1], types[0]);
-      return Datatype::hvector(ints[0], ints[1], addrs[0], types[0]);
-    case MPI_COMBINER_INDEXED:
-      return Datatype::indexed(int_range(1, n), int_range(1 + n, n), types[0]);
-    case MPI_COMBINER_HINDEXED:
-      return Datatype::hindexed(int_range(1, n), addr_range(0, n), types[0]);
-    case MPI_COMBINER_INDEXED_BLOCK:
-      return Datatype::indexed_block(ints[1], int_range(2, n), types[0]);
-    case MPI_COMBINER_HINDEXED_BLOCK:
-      return Datatype::hindexed_block(ints[1], addr_range(0, n), types[0]);
-    case MPI_COMBINER_STRUCT: return Datatype::struct_(int_range(1, n), addr_range(0, n), types);
-    case MPI_COMBINER_SUBARRAY:
-      return Datatype::subarray(int_range(1, n), int_range(1 + n, n), int_range(1 + 2 * n, n),
-                                order_of(ints[1 + 3 * n]), types[0]);
-    case MPI_COMBINER_DARRAY: {
-      const auto nd = static_cast<std::size_t>(ints[2]);
-      std::vector<Distribution> distribs;
-      std::vector<std::int64_t> dargs;
-      for (std::size_t d = 0; d < nd; ++d) {
-        const int dist = ints[3 + nd + d];
-        distribs.push_back(dist == MPI_DISTRIBUTE_BLOCK    ? Distribution::block
-                           : dist == MPI_DISTRIBUTE_CYCLIC ? Distribution::cyclic
-                                                           : Distribution::none);
-        const int darg = ints[3 + 2 * nd + d];
-        dargs.push_back(darg == MPI_DISTRIBUTE_DFLT_DARG ? kDefaultDarg : darg);
-      }
-      return Datatype::darray(ints[0], ints[1], int_range(3, nd), distribs, dargs,
-                              int_range(3 + 3 * nd, nd), order_of(ints[3 + 4 * nd]), types[0]);
-    }
-    case MPI_COMBINER_RESIZED: return Datatype::resized(types[0], addrs[0], addrs[1]);
-    default:
-      throw DatatypeError("halox::from_mpi: combiner " + std::to_string(combiner) +
-                          " (a Fortran-only constructor) is not supported");
+// One from_mpi call. Each distinct level is built once and shared by every place that names
+// it, as halox's own constructors share children (the duplicates the library hands out
+// cannot be told apart by handle, so levels are told apart by their contents). Before, a
+// six-level nest of wide structs built every occurrence: past 4 GiB, then the OOM killer.
+class Importer {
+ public:
+  Datatype run(MPI_Datatype type) { return m_types[static_cast<std::size_t>(import(type, 1))]; }
+
+ private:
+  std::map<Contents, int> m_ids;
+  std::vector<Datatype> m_types;  // by id
+  std::int64_t m_levels = 0;
+
+  int intern(Contents contents, const std::function<Datatype()>& build) {
+    if (auto it = m_ids.find(contents); it != m_ids.end()) return it->second;
+    m_types.push_back(build());
+    const int id = static_cast<int>(m_types.size()) - 1;
+    m_ids.emplace(std::move(contents), id);
+    return id;
   }
-}
+
+  int import(MPI_Datatype type, int depth) {
+    // Open MPI builds empty derived types as duplicates of MPI_DATATYPE_NULL.
+    if (type == MPI_DATATYPE_NULL) {
+      return intern({-1, {}, {}, {}},
+                    [] { return Datatype::contiguous(0, Datatype::basic(BasicKind::byte_)); });
+    }
+    if (depth > kMaxImportDepth) {
+      throw DatatypeError("halox::from_mpi: the type is nested deeper than " +
+                          std::to_string(kMaxImportDepth) + " levels");
+    }
+    if (++m_levels > kMaxImportLevels) {
+      throw DatatypeError("halox::from_mpi: the type names more than " +
+                          std::to_string(kMaxImportLevels) +
+                          " levels in all (children repeated at every depth); build it with "
+                          "halox's constructors, which share repeated children");
+    }
+    int nints = 0, naddrs = 0, ntypes = 0, combiner = 0;
+    HALOX_MPI_CHECK(MPI_Type_get_envelope(type, &nints, &naddrs, &ntypes, &combiner));
+    if (combiner == MPI_COMBINER_NAMED) {
+      MPI_Aint handle = 0;  // a named type's handle is the type (a pointer or an integer)
+      std::memcpy(&handle, &type, std::min(sizeof handle, sizeof type));
+      return intern({combiner, {}, {handle}, {}}, [&] { return named(type); });
+    }
+    std::vector<int> ints(static_cast<std::size_t>(nints));
+    std::vector<MPI_Aint> addrs(static_cast<std::size_t>(naddrs));
+    std::vector<MPI_Datatype> children(static_cast<std::size_t>(ntypes));
+    HALOX_MPI_CHECK(MPI_Type_get_contents(type, nints, naddrs, ntypes, ints.data(), addrs.data(),
+                                          children.data()));
+    // Contents returns copies of the derived children: freed on every path, errors included.
+    struct FreeCopies {
+      std::vector<MPI_Datatype>& types;
+      ~FreeCopies() {
+        for (MPI_Datatype t : types) {
+          if (t == MPI_DATATYPE_NULL) continue;
+          int ni = 0, na = 0, nt = 0, c = 0;
+          if (MPI_Type_get_envelope(t, &ni, &na, &nt, &c) == MPI_SUCCESS && c != MPI_COMBINER_NAMED)
+            MPI_Type_free(&t);
+        }
+      }
+    } free_copies{children};
+    std::vector<int> ids;
+    for (MPI_Datatype t : children) ids.push_back(import(t, depth + 1));
+    Contents contents{combiner, ints, addrs, ids};
+    return intern(std::move(contents), [&] {
+      std::vector<Datatype> types;
+      for (const int id : ids) types.push_back(m_types[static_cast<std::size_t>(id)]);
+      return conform(build_level(combiner, ints, addrs, types), type, combiner, depth);
+    });
+  }
+
+  static Datatype build_level(int combiner, const std::vector<int>& ints,
+                              const std::vector<MPI_Aint>& addrs,
+                              const std::vector<Datatype>& types) {
+    auto int_range = [&](std::size_t begin, std::size_t n) {
+      return std::vector<std::int64_t>(ints.begin() + static_cast<std::ptrdiff_t>(begin),
+                                       ints.begin() + static_cast<std::ptrdiff_t>(begin + n));
+    };
+    auto addr_range = [&](std::size_t begin, std::size_t n) {
+      return std::vector<std::int64_t>(addrs.begin() + static_cast<std::ptrdiff_t>(begin),
+                                       addrs.begin() + static_cast<std::ptrdiff_t>(begin + n));
+    };
+    const auto n = !ints.empty() ? static_cast<std::size_t>(ints[0]) : 0;
+    switch (combiner) {
+      case MPI_COMBINER_DUP: return types[0].dup();
+      case MPI_COMBINER_CONTIGUOUS: return Datatype::contiguous(ints[0], types[0]);
+      // Open MPI takes a byte stride of exactly -1 (stride * extent == -1) for "the natural
+      // extent" and lays the blocks out contiguously; conform() checks the library did so.
+      case MPI_COMBINER_VECTOR: {
+        std::int64_t stride_bytes = 0;  // checked: a stride near 2^62 overflows the product
+        if (!__builtin_mul_overflow(std::int64_t{ints[2]}, types[0].extent(), &stride_bytes) &&
+            stride_bytes == -1) {
+          return Datatype::contiguous(std::int64_t{ints[0]} * ints[1], types[0]);
+        }
+        return Datatype::vector(ints[0], ints[1], ints[2], types[0]);
+      }
+      case MPI_COMBINER_HVECTOR:
+        if (addrs[0] == -1) return Datatype::contiguous(std::int64_t{ints[0]} * ints[1], types[0]);
+        return Datatype::hvector(ints[0], ints[1], addrs[0], types[0]);
+      case MPI_COMBINER_INDEXED:
+        return Datatype::indexed(int_range(1, n), int_range(1 + n, n), types[0]);
+      case MPI_COMBINER_HINDEXED:
+        return Datatype::hindexed(int_range(1, n), addr_range(0, n), types[0]);
+      case MPI_COMBINER_INDEXED_BLOCK:
+        return Datatype::indexed_block(ints[1], int_range(2, n), types[0]);
+      case MPI_COMBINER_HINDEXED_BLOCK:
+        return Datatype::hindexed_block(ints[1], addr_range(0, n), types[0]);
+      case MPI_COMBINER_STRUCT: return Datatype::struct_(int_range(1, n), addr_range(0, n), types);
+      case MPI_COMBINER_SUBARRAY:
+        return Datatype::subarray(int_range(1, n), int_range(1 + n, n), int_range(1 + 2 * n, n),
+                                  order_of(ints[1 + 3 * n]), types[0]);
+      case MPI_COMBINER_DARRAY: {
+        const auto nd = static_cast<std::size_t>(ints[2]);
+        std::vector<Distribution> distribs;
+        std::vector<std::int64_t> dargs;
+        for (std::size_t d = 0; d < nd; ++d) {
+          const int dist = ints[3 + nd + d];
+          distribs.push_back(dist == MPI_DISTRIBUTE_BLOCK    ? Distribution::block
+                             : dist == MPI_DISTRIBUTE_CYCLIC ? Distribution::cyclic
+                                                             : Distribution::none);
+          const int darg = ints[3 + 2 * nd + d];
+          dargs.push_back(darg == MPI_DISTRIBUTE_DFLT_DARG ? kDefaultDarg : darg);
+        }
+        return Datatype::darray(ints[0], ints[1], int_range(3, nd), distribs, dargs,
+                                int_range(3 + 3 * nd, nd), order_of(ints[3 + 4 * nd]), types[0]);
+      }
+      case MPI_COMBINER_RESIZED: return Datatype::resized(types[0], addrs[0], addrs[1]);
+      default:
+        throw DatatypeError("halox::from_mpi: combiner " + std::to_string(combiner) +
+                            " (a Fortran-only constructor) is not supported");
+    }
+  }
+};
 
 // The last word is the library's own MPI_Pack: two instances of a probe buffer packed by both
 // must agree byte for byte (Open MPI 4.1 packs some types with sticky bounds contiguously,
@@ -276,7 +326,7 @@ void check_against_mpi_pack(const Datatype& imported, MPI_Datatype type) {
 }  // namespace
 
 Datatype from_mpi(MPI_Datatype type) {
-  Datatype imported = import(type, 1).commit();
+  Datatype imported = Importer().run(type).commit();
   check_against_mpi_pack(imported, type);
   return imported;
 }

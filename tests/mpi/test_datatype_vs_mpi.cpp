@@ -3,8 +3,10 @@
 // import of the real MPI type gives the same result.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -418,6 +420,90 @@ TEST(DatatypeVsMpi, DeepNestsAreRefused) {
   MPI_Type_commit(&nest.back());
   EXPECT_THROW(from_mpi(nest.back()), DatatypeError);
   for (std::size_t i = 1; i < nest.size(); ++i) MPI_Type_free(&nest[i]);
+}
+
+// A wide nest (each level a struct naming its child eight times, seven levels: 2^21 ints)
+// is read once per distinct level, as halox's constructors share children: the import read
+// each occurrence and grew past 4 GiB before the OOM killer. Checked against MPI_Pack.
+TEST(DatatypeVsMpi, WideNestedStructsImportOnce) {
+  constexpr int kWidth = 8, kLevels = 7;
+  std::vector<MPI_Datatype> levels = {MPI_INT};
+  for (int level = 0; level < kLevels; ++level) {
+    MPI_Aint lb = 0, extent = 0;
+    MPI_Type_get_extent(levels.back(), &lb, &extent);
+    std::vector<int> lengths(kWidth, 1);
+    std::vector<MPI_Aint> displacements(kWidth);
+    for (int k = 0; k < kWidth; ++k) displacements[k] = k * (extent + 8);  // gaps between
+    std::vector<MPI_Datatype> children(kWidth, levels.back());
+    MPI_Datatype next;
+    MPI_Type_create_struct(kWidth, lengths.data(), displacements.data(), children.data(), &next);
+    levels.push_back(next);
+  }
+  MPI_Type_commit(&levels.back());
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  const Datatype imported = from_mpi(levels.back());
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB more resident at the peak";
+  int size = 0;
+  MPI_Type_size(levels.back(), &size);
+  ASSERT_EQ(imported.size(), size);
+  MPI_Aint true_lb = 0, true_extent = 0;
+  MPI_Type_get_true_extent(levels.back(), &true_lb, &true_extent);
+  std::vector<unsigned char> field(static_cast<std::size_t>(true_extent));
+  for (std::size_t i = 0; i < field.size(); ++i) field[i] = static_cast<unsigned char>(i * 7 + 3);
+  std::vector<unsigned char> theirs(static_cast<std::size_t>(size)), ours(theirs.size(), 0xA5);
+  int position = 0;
+  MPI_Pack(field.data() - true_lb, 1, levels.back(), theirs.data(), size, &position, MPI_COMM_SELF);
+  pack(field.data() - true_lb, 1, imported, ours.data());
+  EXPECT_TRUE(theirs == ours);
+  for (std::size_t i = 1; i < levels.size(); ++i) MPI_Type_free(&levels[i]);
+}
+
+// Types near 2^62 bytes (strides, displacements, resized bounds): the import takes them or
+// refuses them with a DatatypeError; never signed overflow (UBSan: scripts/test.sh's
+// sanitizer build runs this) or std::length_error from a probe sized by a wrapped bound.
+TEST(DatatypeVsMpi, TypesNear2To62AreTakenOrRefusedCleanly) {
+  const MPI_Aint far = MPI_Aint{1} << 62;
+  std::vector<MPI_Datatype> made;
+  auto make = [&](auto&& build) {
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    if (build(&t) == MPI_SUCCESS && t != MPI_DATATYPE_NULL && MPI_Type_commit(&t) == MPI_SUCCESS)
+      made.push_back(t);
+  };
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  make([&](MPI_Datatype* t) { return MPI_Type_create_hvector(2, 1, far, MPI_INT, t); });
+  make([&](MPI_Datatype* t) { return MPI_Type_create_hvector(3, 1, -far, MPI_INT, t); });
+  make([&](MPI_Datatype* t) { return MPI_Type_vector(2, 1, INT32_MAX, MPI_DOUBLE, t); });
+  make([&](MPI_Datatype* t) {
+    const int lengths[2] = {1, 1};
+    const MPI_Aint displacements[2] = {-far, far};
+    const MPI_Datatype types[2] = {MPI_INT, MPI_DOUBLE};
+    return MPI_Type_create_struct(2, lengths, displacements, types, t);
+  });
+  make([&](MPI_Datatype* t) { return MPI_Type_create_resized(MPI_INT, far, far, t); });
+  make([&](MPI_Datatype* t) {
+    MPI_Datatype wide = MPI_DATATYPE_NULL;
+    MPI_Type_create_hvector(2, 1, far, MPI_INT, &wide);
+    const int rc = MPI_Type_vector(3, 1, 2, wide, t);  // the stride times the extent wraps
+    MPI_Type_free(&wide);
+    return rc;
+  });
+  ASSERT_GE(made.size(), 4u);
+  for (MPI_Datatype t : made) {
+    try {
+      const Datatype imported = from_mpi(t);
+      int size = 0;
+      MPI_Type_size(t, &size);
+      EXPECT_EQ(imported.size(), size);
+    } catch (const DatatypeError&) {
+      // refused, with halox's error type: fine
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "from_mpi threw something other than a DatatypeError: " << e.what();
+    }
+    MPI_Type_free(&t);
+  }
 }
 
 TEST(DatatypeVsMpi, RegularTypesAreOneStridedBlock) {
