@@ -20,14 +20,6 @@ namespace halox::lbm {
 
 namespace {
 
-// Uneven split: the first (n mod d) ranks of an axis get one more cell.
-int local_size(int n, int d, int c) {
-  return n / d + (c < n % d ? 1 : 0);
-}
-int local_offset(int n, int d, int c) {
-  return c * (n / d) + std::min(c, n % d);
-}
-
 double hash01(std::uint64_t seed, std::uint64_t i) {
   std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + i;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -65,14 +57,18 @@ FaceBoxes face_boxes(const PulseHeader& hd, const std::array<int, 3>& n) {
 
 Block::Block(Topology topology, const Cli& cli, bool validated)
     : m_cli(cli), m_topology(std::move(topology)) {
-  const auto dims = m_topology.dims(), c = m_topology.coords();
+  const auto dims = m_topology.dims();
   for (int a = 0; a < 3; ++a) {
     if (cli.grid[a] < dims[a]) {
       throw Error("halox-lbm: the grid has " + std::to_string(cli.grid[a]) + " cells along " +
                   "xyz"[a] + " for " + std::to_string(dims[a]) + " ranks: at least one each");
     }
-    m_n[a] = local_size(cli.grid[a], dims[a], c[a]);
-    m_offset[a] = local_offset(cli.grid[a], dims[a], c[a]);
+  }
+  // Uneven splits: the first (n mod d) ranks of an axis get one more cell.
+  const Subdomain part = subdomain_of(m_topology, {cli.grid[0], cli.grid[1], cli.grid[2]});
+  for (int a = 0; a < 3; ++a) {
+    m_n[a] = static_cast<int>(part.interior[a]);
+    m_offset[a] = static_cast<int>(part.offset[a]);
     m_wrap[a] = cli.self_halo == "wrap" && dims[a] == 1 && m_topology.periodic()[a];
   }
   const bool gpu = cli.device == "gpu" || (cli.device == "auto" && visible_gpus() > 0);
@@ -194,6 +190,8 @@ FieldHalo Block::make_halo(int field, const GridPlan& base, int q_count) {
     pulse.header.recv_size *= factor;
     h.planes.push_back(planes);
   }
+  // The populations lie one after another, a plane_bytes() apart: the types reach them all.
+  h.plan.field_bytes = std::max(q_count, 1) * plane_bytes();
   h.moved = h.plan;
   std::erase_if(h.moved.pulses, [&](const GridPulse& p) { return m_wrap[p.header.axis]; });
   return h;
@@ -311,6 +309,7 @@ void Block::contig_setup(FieldHalo& h, int s) {
     plan.pulses[k].header.send_size = plan.pulses[k].header.send_rank >= 0 ? st.bytes[k] : 0;
     plan.pulses[k].header.recv_size = plan.pulses[k].header.recv_rank >= 0 ? st.bytes[k] : 0;
   }
+  plan.field_bytes = std::max<std::int64_t>(at, 1);  // the stage's buffer
 #if HALOX_HAS_CUDA
   if (m_backend->on_device()) {
     void* p = nullptr;

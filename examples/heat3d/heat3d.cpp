@@ -15,7 +15,8 @@
 
 namespace {
 
-constexpr int kCells = 24;  // global cells per axis
+constexpr int kCells = 24;  // global cells per axis (any rank grid: uneven splits too)
+constexpr std::array<std::int64_t, 3> kGlobal = {kCells, kCells, kCells};
 constexpr int kSteps = 50;
 constexpr double kLambda = 0.1;  // alpha dt / h^2 (stable below 1/6)
 const double kPi = std::acos(-1.0);
@@ -29,8 +30,8 @@ struct Block {
 
 Block make_block(const halox::Topology& grid, int rank, const halox::GridPlan& plan) {
   Block b{plan, {}, {}, {}};
-  const auto c = grid.coords_of(rank);
-  for (int a = 0; a < 3; ++a) b.origin[a] = c[a] * static_cast<int>(plan.interior[a]);
+  const halox::Subdomain part = halox::subdomain_of(grid, kGlobal, rank);  // where it sits
+  for (int a = 0; a < 3; ++a) b.origin[a] = static_cast<int>(part.offset[a]);
   const auto& e = plan.extent;
   b.u.assign(static_cast<std::size_t>(e[0] * e[1] * e[2]), 0.0);
   b.next = b.u;
@@ -77,13 +78,12 @@ double error_of(const Block& b) {
   return worst;
 }
 
-std::array<std::int64_t, 3> block_cells(const halox::Topology& grid) {
-  std::array<std::int64_t, 3> n{};
-  for (int a = 0; a < 3; ++a) {
-    if (kCells % grid.dims()[a] != 0) throw halox::Error("the rank grid must divide 24 cells");
-    n[a] = kCells / grid.dims()[a];
-  }
-  return n;
+// Every rank's interior cells, for the plans of ranks in one process.
+std::vector<std::array<std::int64_t, 3>> interiors(const halox::Topology& grid) {
+  std::vector<std::array<std::int64_t, 3>> cells;
+  for (int r = 0; r < grid.size(); ++r)
+    cells.push_back(halox::subdomain_of(grid, kGlobal, r).interior);
+  return cells;
 }
 
 }  // namespace
@@ -100,9 +100,8 @@ int main(int argc, char** argv) {
         throw halox::Error("--local takes a rank grid such as 2x2x1");
       const halox::Topology grid(dims, {true, true, true}, 0);
       const int ranks = dims[0] * dims[1] * dims[2];
-      const auto plans = halox::make_local_grid_plans(
-          grid, std::vector<std::array<std::int64_t, 3>>(ranks, block_cells(grid)), 1,
-          halox::Datatype::of<double>());
+      const auto plans =
+          halox::make_local_grid_plans(grid, interiors(grid), 1, halox::Datatype::of<double>());
       std::vector<Block> blocks;
       for (int r = 0; r < ranks; ++r) blocks.push_back(make_block(grid, r, plans[r]));
       halox::GridExchange exchange(halox::Ranks::local(grid), plans);
@@ -116,8 +115,8 @@ int main(int argc, char** argv) {
       std::printf("heat3d: %d ranks in one process, ", ranks);
     } else {  // one rank per MPI process
       const halox::Topology grid = halox::Topology::from_mpi(MPI_COMM_WORLD);
-      const halox::GridPlan plan =
-          halox::build_grid_plan(grid, block_cells(grid), 1, halox::Datatype::of<double>());
+      const halox::GridPlan plan = halox::build_grid_plan(
+          grid, halox::subdomain_of(grid, kGlobal).interior, 1, halox::Datatype::of<double>());
       Block b = make_block(grid, grid.rank(), plan);
       halox::GridExchange exchange(grid, plan);  // host memory: the host transport
       for (int s = 0; s < kSteps; ++s) {

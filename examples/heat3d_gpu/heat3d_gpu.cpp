@@ -19,7 +19,8 @@
 
 namespace {
 
-constexpr int kCells = 24;  // global cells per axis
+constexpr int kCells = 24;  // global cells per axis (any rank grid: uneven splits too)
+constexpr std::array<std::int64_t, 3> kGlobal = {kCells, kCells, kCells};
 constexpr int kSteps = 50;
 constexpr double kLambda = 0.1;  // alpha dt / h^2 (stable below 1/6)
 const double kPi = std::acos(-1.0);
@@ -56,8 +57,8 @@ void for_interior(const Block& b, F f) {
 
 Block make_block(const halox::Topology& grid, int rank, const halox::GridPlan& plan) {
   Block b{plan};
-  const auto c = grid.coords_of(rank);
-  for (int a = 0; a < 3; ++a) b.origin[a] = c[a] * static_cast<int>(plan.interior[a]);
+  const halox::Subdomain part = halox::subdomain_of(grid, kGlobal, rank);  // where it sits
+  for (int a = 0; a < 3; ++a) b.origin[a] = static_cast<int>(part.offset[a]);
   // The halo starts as NaN: a cell the exchange failed to fill poisons the result.
   std::vector<double> u(b.cells(), std::nan(""));
   for_interior(b, [&](long i, const std::array<int, 3>& g) { u[i] = exact(g, 0); });
@@ -91,13 +92,12 @@ double error_of(Block& b) {
   return worst;
 }
 
-std::array<std::int64_t, 3> block_cells(const halox::Topology& grid) {
-  std::array<std::int64_t, 3> n{};
-  for (int a = 0; a < 3; ++a) {
-    if (kCells % grid.dims()[a] != 0) throw halox::Error("the rank grid must divide 24 cells");
-    n[a] = kCells / grid.dims()[a];
-  }
-  return n;
+// Every rank's interior cells, for the plans of ranks in one process.
+std::vector<std::array<std::int64_t, 3>> interiors(const halox::Topology& grid) {
+  std::vector<std::array<std::int64_t, 3>> cells;
+  for (int r = 0; r < grid.size(); ++r)
+    cells.push_back(halox::subdomain_of(grid, kGlobal, r).interior);
+  return cells;
 }
 
 }  // namespace
@@ -122,8 +122,7 @@ int main(int argc, char** argv) {
         throw halox::Error("--local takes a rank grid such as 2x2x1");
       const halox::Topology grid(dims, {true, true, true}, 0);
       const int ranks = dims[0] * dims[1] * dims[2];
-      const auto plans = halox::make_local_grid_plans(
-          grid, std::vector<std::array<std::int64_t, 3>>(ranks, block_cells(grid)), 1, type);
+      const auto plans = halox::make_local_grid_plans(grid, interiors(grid), 1, type);
       check(cudaStreamCreate(&stream));
       for (int r = 0; r < ranks; ++r) blocks.push_back(make_block(grid, r, plans[r]));
       halox::GridExchange exchange(halox::Ranks::local(grid), plans, options);
@@ -141,7 +140,8 @@ int main(int argc, char** argv) {
       check(cudaSetDevice(rank % gpus));
       check(cudaStreamCreate(&stream));
       const halox::Topology grid = halox::Topology::from_mpi(MPI_COMM_WORLD);
-      const halox::GridPlan plan = halox::build_grid_plan(grid, block_cells(grid), 1, type);
+      const halox::GridPlan plan =
+          halox::build_grid_plan(grid, halox::subdomain_of(grid, kGlobal).interior, 1, type);
       blocks.push_back(make_block(grid, grid.rank(), plan));
       halox::GridExchange exchange(grid, plan, options);
       for (int s = 0; s < kSteps; ++s) {

@@ -109,7 +109,26 @@ struct GridPlan {
   Datatype element;
   std::array<std::int64_t, 3> extent{};  // the allocated array, padding included
   std::vector<GridPulse> pulses;
+  /// The bytes from the field's pointer that the pulses' types may touch: 0 means one array
+  /// (extent's cells of `element`). A plan over several arrays at once (halox-lbm's 19
+  /// populations, one after another) says how far they reach. An exchange refuses a type
+  /// that reaches outside them, naming the pulse.
+  std::int64_t field_bytes = 0;
 };
+
+/// A rank's part of a global lattice split over a rank grid: where its interior starts, in
+/// global cells, and how many cells it holds per axis (x, y, z).
+struct Subdomain {
+  std::array<std::int64_t, 3> offset{};
+  std::array<std::int64_t, 3> interior{};
+};
+
+/// The part of a lattice of `global` cells per axis held by `rank` of `topology` (by default
+/// its own rank), balanced: each of an axis's d ranks gets global / d cells and the first
+/// global % d of them one more, in rank-grid order (halox-lbm's split).
+/// Pure (no communication); every rank computes every rank's part alike. Throws
+/// halox::Error when an axis has fewer cells than ranks (one would hold none), naming it.
+Subdomain subdomain_of(const Topology& topology, std::array<std::int64_t, 3> global, int rank = -1);
 
 /// Builds the grid plan for this rank (pure: no communication). `allocated` is the array's
 /// extent per axis (x, y, z, in elements) when its rows or planes are padded, e.g. so that

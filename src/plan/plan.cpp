@@ -57,6 +57,23 @@ bool ParticlePlan::owns_pair(const double* a, const double* b) const {
   return true;
 }
 
+Subdomain subdomain_of(const Topology& topology, std::array<std::int64_t, 3> global, int rank) {
+  if (rank < 0) rank = topology.rank();
+  const std::array<int, 3> coords = topology.coords_of(rank), dims = topology.dims();
+  Subdomain part;
+  for (int a = 0; a < 3; ++a) {
+    if (global[a] < dims[a]) {
+      throw Error("halox::subdomain_of: the lattice has " + std::to_string(global[a]) +
+                  " cells along " + axis_name(a) + " for " + std::to_string(dims[a]) +
+                  " ranks; each rank needs at least one");
+    }
+    const std::int64_t base = global[a] / dims[a], extra = global[a] % dims[a];
+    part.interior[a] = base + (coords[a] < extra ? 1 : 0);
+    part.offset[a] = coords[a] * base + std::min<std::int64_t>(coords[a], extra);
+  }
+  return part;
+}
+
 GridPlan make_grid_plan(const Topology& topology, std::array<std::int64_t, 3> interior, int halo,
                         const Datatype& element, std::array<std::int64_t, 3> allocated) {
   if (halo < 1) throw Error("halox::make_grid_plan: halo width " + std::to_string(halo) + " < 1");
@@ -143,9 +160,22 @@ namespace {
 }
 }  // namespace
 
+// The bytes from the field's pointer that a plan's types may touch: field_bytes, else the
+// extent's cells of its element; 0 when the plan says neither (a plan assembled by hand
+// without its extent), whose types are then not checked against the field.
+std::int64_t field_bytes(const GridPlan& plan) {
+  if (plan.field_bytes != 0) return plan.field_bytes;
+  std::int64_t bytes = plan.element.extent();
+  for (const std::int64_t n : plan.extent) {
+    if (n <= 0 || __builtin_mul_overflow(bytes, n, &bytes)) return 0;
+  }
+  return bytes;
+}
+
 void check_grid_plan(const GridPlan& plan, int rank, const char* where) {
-  // The types' bytes are not checked against the field: a plan may describe several arrays
-  // at once (halox-lbm's populations), and the exchange is given bare pointers.
+  if (plan.field_bytes < 0)
+    bad_plan(where, rank, "field_bytes = " + std::to_string(plan.field_bytes) + " is negative");
+  const std::int64_t field = field_bytes(plan);
   for (std::size_t p = 0; p < plan.pulses.size(); ++p) {
     const GridPulse& pulse = plan.pulses[p];
     const std::string name = pulse.header.name(static_cast<int>(p));
@@ -160,6 +190,17 @@ void check_grid_plan(const GridPlan& plan, int rank, const char* where) {
         bad_plan(where, rank,
                  name + ": its " + side + " type holds " + std::to_string(type->size()) +
                      " bytes, its header says " + std::to_string(size));
+      }
+      // The pack and the kernels trust the type's bounds: one reaching past the field (a
+      // plan edited, or built for a larger array) would be a heap overflow, on the GPU too.
+      if (field > 0 && peer >= 0 && type->size() > 0 &&
+          (type->true_lb() < 0 || type->true_extent() > field - type->true_lb())) {
+        bad_plan(where, rank,
+                 name + ": its " + side + " type touches bytes [" +
+                     std::to_string(type->true_lb()) + ", " +
+                     std::to_string(type->true_lb() + type->true_extent()) +
+                     ") of the field, which holds " + std::to_string(field) +
+                     " (GridPlan::extent or field_bytes)");
       }
     }
   }

@@ -82,6 +82,7 @@ void check(std::array<int, 3> dims, std::array<bool, 3> periodic, std::array<int
       const std::int64_t plane_bytes =
           static_cast<std::int64_t>(plane_elements(r) * sizeof(double));
       const auto moved = static_cast<std::int64_t>(planes.moved.size());
+      plans[r].field_bytes = (std::ranges::max(planes.moved) + 1) * plane_bytes;
       for (GridPulse& pulse : plans[r].pulses) {
         pulse.send_type = over_planes(pulse.send_type, planes.moved, plane_bytes);
         pulse.recv_type = over_planes(pulse.recv_type, planes.moved, plane_bytes);
@@ -381,4 +382,23 @@ TEST(LocalGrid, CorruptedPlansAreRefusedNotFollowed) {
   } catch (const halox::Error& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1's plan: pulse 0"), std::string::npos) << e.what();
   }
+  // A send type that reaches past the array (a plan built for a larger one): refused with
+  // the bytes it touches, not a heap overflow in the pack or the kernel.
+  plans = halox::make_local_grid_plans(grid, interior, 1, halox::Datatype::of<float>());
+  const std::vector<std::array<std::int64_t, 3>> larger(2, {6, 5, 9});
+  plans[0].pulses[1].send_type =
+      halox::make_local_grid_plans(grid, larger, 1, halox::Datatype::of<float>())[0]
+          .pulses[1]
+          .send_type;
+  try {
+    halox::GridExchange exchange(halox::Ranks::local(grid), plans);
+    ADD_FAILURE() << "accepted a send type reaching past the field";
+  } catch (const halox::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0's plan: pulse 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("of the field, which holds 1344"), std::string::npos)
+        << e.what();
+  }
+  plans[0].pulses[1].send_type = plans[1].pulses[1].send_type;
+  plans[0].field_bytes = -1;
+  EXPECT_THROW(halox::GridExchange(halox::Ranks::local(grid), plans), halox::Error);
 }

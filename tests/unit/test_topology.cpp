@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "halox/error.hpp"
 #include "halox/plan.hpp"
@@ -121,4 +124,48 @@ TEST(Topology, GridRankDimsKeepsTheHaloCheap) {
 TEST(Topology, GridsWhoseRankCountOverflowsAnIntAreRefused) {
   EXPECT_THROW(halox::Topology({6, 715827883, 1}, {true, true, true}, 0), halox::Error);
   EXPECT_THROW(halox::Topology({65536, 65536, 2}, {true, true, true}, 0), halox::Error);
+}
+
+// A global lattice split over rank grids, even and uneven: every cell held by exactly one
+// rank (counted cell by cell, independently of the split's formula), parts along an axis
+// differing by at most one cell, larger ones first, and the offsets where the cells are.
+TEST(Topology, SubdomainsTileTheLattice) {
+  for (const std::array<int, 3> dims :
+       {std::array<int, 3>{1, 1, 1}, {2, 1, 1}, {3, 2, 1}, {2, 3, 4}, {5, 1, 3}}) {
+    const Topology grid(dims, {true, false, true}, 0);
+    for (const std::array<std::int64_t, 3> global :
+         {std::array<std::int64_t, 3>{10, 7, 9}, {5, 3, 4}, {64, 33, 17}}) {
+      std::vector<int> owners(static_cast<std::size_t>(global[0] * global[1] * global[2]), 0);
+      for (int r = 0; r < grid.size(); ++r) {
+        const Subdomain part = subdomain_of(grid, global, r);
+        const auto c = grid.coords_of(r);
+        for (int a = 0; a < 3; ++a) {
+          const std::int64_t small = global[a] / dims[a];
+          EXPECT_TRUE(part.interior[a] == small || part.interior[a] == small + 1);
+          if (c[a] > 0) {
+            auto left = c;
+            --left[a];
+            const Subdomain before = subdomain_of(grid, global, grid.rank_of(left));
+            EXPECT_EQ(part.offset[a], before.offset[a] + before.interior[a]);
+            EXPECT_LE(part.interior[a], before.interior[a]);  // larger parts first
+          }
+        }
+        for (std::int64_t z = 0; z < part.interior[2]; ++z)
+          for (std::int64_t y = 0; y < part.interior[1]; ++y)
+            for (std::int64_t x = 0; x < part.interior[0]; ++x) {
+              const std::int64_t gx = part.offset[0] + x, gy = part.offset[1] + y,
+                                 gz = part.offset[2] + z;
+              ASSERT_LT(gx, global[0]);
+              ASSERT_LT(gy, global[1]);
+              ASSERT_LT(gz, global[2]);
+              ++owners[static_cast<std::size_t>((gz * global[1] + gy) * global[0] + gx)];
+            }
+      }
+      for (const int n : owners) ASSERT_EQ(n, 1);
+    }
+  }
+  const Topology grid({4, 1, 1}, {true, true, true}, 2);
+  EXPECT_EQ(subdomain_of(grid, {10, 6, 6}).offset[0], 6);  // 3, 3, 2, 2 cells: rank 2 at 6
+  EXPECT_EQ(subdomain_of(grid, {10, 6, 6}).interior[0], 2);
+  EXPECT_THROW(subdomain_of(grid, {3, 6, 6}), Error);  // 4 ranks, 3 cells along x
 }
