@@ -3,7 +3,8 @@
 #     (--help exits 0: the libraries it needs are found from the install);
 #  2. builds examples/ against it with find_package(halox), and runs each example (each
 #     checks its own result; heat3d_gpu only where there is a GPU);
-#  3. builds an example with halox taken in by FetchContent (the README's snippet).
+#  3. builds an example with halox taken in by FetchContent (the README's snippet);
+#  4. builds an example with pkg-config and the compiler alone (no CMake on the user's side).
 set(work "${BUILD_DIR}/examples-test")
 set(prefix "${work}/prefix")
 file(REMOVE_RECURSE "${work}")
@@ -38,6 +39,9 @@ run("heat3d on 4 MPI ranks" ${mpi} -n 4 "${work}/examples/heat3d")
 run("heat3d on 3 MPI ranks (3x1x1)" ${mpi} -n 3 "${work}/examples/heat3d")
 run("heat3d, 2x2x2 ranks in one process" "${work}/examples/heat3d" --local 2x2x2)
 run("heat3d, 3x1x2 ranks in one process" "${work}/examples/heat3d" --local 3x1x2)
+# Uneven splits (halox::subdomain_of): 24 cells over 5 ranks are 5, 5, 5, 5 and 4.
+run("heat3d on 5 MPI ranks (5x1x1, uneven)" ${mpi} -n 5 "${work}/examples/heat3d")
+run("heat3d, 5x1x2 ranks in one process (uneven)" "${work}/examples/heat3d" --local 5x1x2)
 run("particles on 1 rank" ${mpi} -n 1 "${work}/examples/particles")
 run("particles on 4 MPI ranks" ${mpi} -n 4 "${work}/examples/particles")
 # The GPU example: built wherever halox has CUDA, run where there is a GPU (the GPU machine;
@@ -49,6 +53,7 @@ if(EXISTS "${work}/examples/heat3d_gpu")
   else()
     run("heat3d_gpu, 2x2x2 ranks in one process" "${work}/examples/heat3d_gpu" --local 2x2x2)
     run("heat3d_gpu, 3x1x2 ranks in one process" "${work}/examples/heat3d_gpu" --local 3x1x2)
+    run("heat3d_gpu, 5x1x1 ranks in one process (uneven)" "${work}/examples/heat3d_gpu" --local 5x1x1)
     run("heat3d_gpu on 1 MPI rank" ${mpi} -n 1 "${work}/examples/heat3d_gpu")
     run("heat3d_gpu on 2 MPI ranks" ${mpi} -n 2 "${work}/examples/heat3d_gpu")
   endif()
@@ -59,3 +64,23 @@ run("configure the FetchContent project" "${CMAKE_COMMAND}" -S "${SOURCE_DIR}/te
     "-DHALOX_EXAMPLES=${SOURCE_DIR}/examples" -DHALOX_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=Release)
 run("build the FetchContent project" "${CMAKE_COMMAND}" --build "${work}/fetch")
 run("heat3d through FetchContent" ${mpi} -n 2 "${work}/fetch/heat3d")
+
+# pkg-config: the installed halox.pc gives what a plain compiler line needs.
+file(GLOB_RECURSE pc_files "${prefix}/halox.pc")
+if(NOT pc_files)
+  message(FATAL_ERROR "no halox.pc installed under ${prefix}")
+endif()
+list(GET pc_files 0 pc_file)
+get_filename_component(pc_dir "${pc_file}" DIRECTORY)
+set(ENV{PKG_CONFIG_PATH} "${pc_dir}")
+execute_process(COMMAND pkg-config --cflags --libs halox RESULT_VARIABLE rc OUTPUT_VARIABLE flags
+                ERROR_VARIABLE err OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(rc)
+  message(FATAL_ERROR "pkg-config --cflags --libs halox failed (${rc}): ${err}")
+endif()
+message(STATUS "pkg-config --cflags --libs halox: ${flags}")
+separate_arguments(flags UNIX_COMMAND "${flags}")
+file(MAKE_DIRECTORY "${work}/pkgconfig")
+run("build heat3d with pkg-config" "${CXX}" -std=c++20 -O2 "${SOURCE_DIR}/examples/heat3d/heat3d.cpp"
+    ${flags} -o "${work}/pkgconfig/heat3d")
+run("heat3d built with pkg-config, 3 MPI ranks" ${mpi} -n 3 "${work}/pkgconfig/heat3d")
