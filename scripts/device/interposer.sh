@@ -16,7 +16,7 @@ run() {  # NAME PRELOAD(0/1) PROGRAM ARGS...
   shift 3
   local env=()
   [ "$preload" = 1 ] && env=(-x LD_PRELOAD="$lib")
-  timeout 180 mpiexec -n 2 --oversubscribe "${env[@]}" "$program" "$@" > "$out/$name.txt" 2>&1
+  timeout 90 mpiexec -n 2 --oversubscribe "${env[@]}" "$program" "$@" > "$out/$name.txt" 2>&1
   local rc=$?
   local failed
   failed=$(grep -ci "fail" "$out/$name.txt")
@@ -29,14 +29,14 @@ run latency-host-plain 0 "$pt/standard/osu_latency" -m 1:4096
 run latency-host-interposed 1 "$pt/standard/osu_latency" -m 1:4096
 # Device memory, both sides and mixed, contiguous and vector, validated.
 # OSU takes its options before the buffer kinds (SRC DST come last, or it prints its usage).
-run latency-DD 1 "$pt/standard/osu_latency" -c -d cuda D D
-run latency-DH 1 "$pt/standard/osu_latency" -c -m 1:262144 -d cuda D H
-run latency-HD 1 "$pt/standard/osu_latency" -c -m 1:262144 -d cuda H D
-run bw-DD 1 "$pt/standard/osu_bw" -c -d cuda D D
-run bibw-DD 1 "$pt/standard/osu_bibw" -c -d cuda D D
-run latency-persistent-DD 1 "$pt/persistent/osu_latency_persistent" -c -d cuda D D
-run latency-DD-vect 1 "$pt/standard/osu_latency" -c -D vect:24:2 -d cuda D D
-run bw-DD-vect 1 "$pt/standard/osu_bw" -c -D vect:24:2 -d cuda D D
+run latency-DD 1 "$pt/standard/osu_latency" -c -i 1000 -x 100 -d cuda D D
+run latency-DH 1 "$pt/standard/osu_latency" -c -i 1000 -x 100 -m 1:262144 -d cuda D H
+run latency-HD 1 "$pt/standard/osu_latency" -c -i 1000 -x 100 -m 1:262144 -d cuda H D
+run bw-DD 1 "$pt/standard/osu_bw" -c -i 100 -x 10 -d cuda D D
+run bibw-DD 1 "$pt/standard/osu_bibw" -c -i 100 -x 10 -d cuda D D
+run latency-persistent-DD 1 "$pt/persistent/osu_latency_persistent" -c -i 1000 -x 100 -d cuda D D
+run latency-DD-vect 1 "$pt/standard/osu_latency" -c -i 1000 -x 100 -D vect:24:2 -d cuda D D
+run bw-DD-vect 1 "$pt/standard/osu_bw" -c -i 100 -x 10 -D vect:24:2 -d cuda D D
 # Without validation: the figures (OSU's -c adds a check kernel and copies to every iteration).
 run latency-DD-novalidate 1 "$pt/standard/osu_latency" -d cuda D D
 run bw-DD-novalidate 1 "$pt/standard/osu_bw" -d cuda D D
