@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "halox/datatype.hpp"
@@ -174,6 +175,18 @@ struct ExchangeStats {
   std::int64_t bytes_sent = 0;  ///< bytes to other ranks
 };
 
+/// A grid field as a typed view: its array of T (halo included, x fastest, the interior at
+/// offset `halo` on every axis, as the plan lays it out) and the halo width it was allocated
+/// with. An exchange given views checks each against its plan before it touches an array:
+/// T must be the plan's element's basic type (every basic element of the element of T's
+/// kind, the element a whole number of T: `Datatype::contiguous(3, of<double>())` cells are
+/// viewed as double), and the halo width the plan's. A bare `void*` is taken unchecked.
+template <class T>
+struct FieldView {
+  T* data = nullptr;
+  int halo = 1;
+};
+
 /// The grid halo of a field laid out as the plan describes (x fastest, halo on each side),
 /// for every rank this process holds. Stage by stage (Z, then Y carrying the Z halo, then X
 /// carrying both), so edges and corners arrive.
@@ -208,6 +221,24 @@ class GridExchange {
   /// The same, done on return for device fields too (the default stream synchronised).
   void exchange(std::span<void* const> fields);
   void exchange(void* field);
+  /// The same with typed views, checked against the plans first (FieldView): a view of
+  /// the wrong element type or halo width is a halox::Error naming the field and rank.
+  template <class T>
+  void exchange_async(std::span<const FieldView<T>> fields, GpuStream stream) {
+    exchange_async(checked(fields), stream);
+  }
+  template <class T>
+  void exchange_async(FieldView<T> field, GpuStream stream) {
+    exchange_async(std::span<const FieldView<T>>(&field, 1), stream);
+  }
+  template <class T>
+  void exchange(std::span<const FieldView<T>> fields) {
+    exchange(checked(fields));
+  }
+  template <class T>
+  void exchange(FieldView<T> field) {
+    exchange(std::span<const FieldView<T>>(&field, 1));
+  }
 
   const Ranks& ranks() const;
   /// The plan of this process's first rank (first field), and those of all its ranks and
@@ -229,6 +260,18 @@ class GridExchange {
  private:
   struct Impl;
   std::unique_ptr<Impl> m_impl;
+
+  /// Throws unless a view of `element` (a basic type) with `halo` fits plans()[index].
+  void check_view(const Datatype& element, int halo, std::size_t index) const;
+  template <class T>
+  std::vector<void*> checked(std::span<const FieldView<T>> fields) const {
+    std::vector<void*> arrays;
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      if (i < plans().size()) check_view(Datatype::of<std::remove_cv_t<T>>(), fields[i].halo, i);
+      arrays.push_back(const_cast<std::remove_cv_t<T>*>(fields[i].data));
+    }
+    return arrays;
+  }
 };
 
 /// The particle halo: coordinates forward (with the periodic shifts), forces back (added).

@@ -243,6 +243,30 @@ void GridExchange::exchange(void* field) {
   check_one_rank(m_impl->ranks, "GridExchange");
   exchange(std::span<void* const>(&field, 1));
 }
+void GridExchange::check_view(const Datatype& element, int halo, std::size_t index) const {
+  const GridPlan& plan = m_impl->plans[index];
+  const int ranks = m_impl->ranks.count();
+  const std::string which = "halox::GridExchange: the view of field " +
+                            std::to_string(index / static_cast<std::size_t>(ranks)) + " of rank " +
+                            std::to_string(index % static_cast<std::size_t>(ranks));
+  BasicKind mine{}, planned{};
+  element.homogeneous(&mine);
+  const bool same_kind = plan.element.homogeneous(&planned) && planned == mine;
+  const std::string planned_text = "its plan's element (" + plan.element.combiner_name() + ", " +
+                                   std::to_string(plan.element.size()) + " bytes)";
+  if (!same_kind) {
+    throw Error(which + " holds " + std::to_string(element.size()) +
+                "-byte values of another basic type than " + planned_text);
+  }
+  if (plan.element.extent() % element.size() != 0) {
+    throw Error(which + ": " + planned_text + " is not a whole number of its " +
+                std::to_string(element.size()) + "-byte values");
+  }
+  if (halo != plan.halo) {
+    throw Error(which + " says halo width " + std::to_string(halo) + ", its plan " +
+                std::to_string(plan.halo));
+  }
+}
 const Ranks& GridExchange::ranks() const {
   return m_impl->ranks;
 }

@@ -402,3 +402,48 @@ TEST(LocalGrid, CorruptedPlansAreRefusedNotFollowed) {
   plans[0].field_bytes = -1;
   EXPECT_THROW(halox::GridExchange(halox::Ranks::local(grid), plans), halox::Error);
 }
+
+// Typed views: checked against the plans before any array is touched, and moving what the
+// untyped call moves.
+TEST(LocalGrid, TypedViewsAreCheckedAgainstThePlan) {
+  const halox::Topology grid({2, 1, 1}, {true, true, true}, 0);
+  const std::vector<std::array<std::int64_t, 3>> interior(2, {4, 3, 3});
+  const halox::Datatype cell =
+      halox::Datatype::contiguous(3, halox::Datatype::of<double>()).commit();
+  const auto plans = halox::make_local_grid_plans(grid, interior, 1, cell);
+  const auto& e = plans[0].extent;
+  const std::size_t values = static_cast<std::size_t>(e[0] * e[1] * e[2] * 3);
+  std::vector<std::vector<double>> typed(2), untyped(2);
+  for (int r = 0; r < 2; ++r) {
+    typed[r].resize(values);
+    for (std::size_t i = 0; i < values; ++i) typed[r][i] = 1000.0 * r + static_cast<double>(i);
+    untyped[r] = typed[r];
+  }
+  halox::GridExchange exchange(halox::Ranks::local(grid), plans);
+  const std::vector<halox::FieldView<double>> views = {{typed[0].data(), 1}, {typed[1].data(), 1}};
+  exchange.exchange(std::span<const halox::FieldView<double>>(views));
+  std::vector<void*> arrays = {untyped[0].data(), untyped[1].data()};
+  exchange.exchange(arrays);
+  EXPECT_EQ(typed, untyped);
+  EXPECT_NE(typed[0][0], 0.0);  // corner halo cells were written, not left at a fill value
+  auto message = [&](auto&& call) {
+    try {
+      call();
+    } catch (const halox::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  std::vector<float> floats(values);
+  const std::vector<halox::FieldView<float>> wrong_type = {{floats.data(), 1}, {floats.data(), 1}};
+  EXPECT_NE(message([&] {
+              exchange.exchange(std::span<const halox::FieldView<float>>(wrong_type));
+            }).find("the view of field 0 of rank 0 holds 4-byte values of another basic type"),
+            std::string::npos);
+  const std::vector<halox::FieldView<double>> wrong_halo = {{typed[0].data(), 1},
+                                                            {typed[1].data(), 2}};
+  EXPECT_NE(message([&] {
+              exchange.exchange(std::span<const halox::FieldView<double>>(wrong_halo));
+            }).find("the view of field 0 of rank 1 says halo width 2, its plan 1"),
+            std::string::npos);
+}
