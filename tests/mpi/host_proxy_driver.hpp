@@ -1,7 +1,7 @@
 // The kernel's side of the host proxy's protocol, played by a host thread on plain host
 // memory (HostProxy::Memory::host): its signal loads and stores, its bounded waits, and the
-// links of two ranks on a periodic axis. Shared by tests/mpi/test_host_proxy.cpp and the
-// round-trip diagnostic scripts/device/diag/proxy_roundtrip.cpp.
+// links of two ranks on a periodic axis. Used by tests/mpi/test_host_proxy.cpp (and by the
+// round-trip diagnostic of session 30, in git history before the diag/ pruning).
 #pragma once
 
 #include <atomic>

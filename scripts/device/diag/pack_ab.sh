@@ -5,7 +5,7 @@
 # `halox-bench pack --device gpu` (halo-sized faces, the D3Q19 subset, 65,536 and 1M gathers
 # beside the naive kernel of the same run; HALOX_PACK_AB_FULL=1: every shape, the
 # bandwidth-sized ones too), baseline and change alternated HALOX_PACK_AB_ROUNDS times (3),
-# outside MPS; then the change's gather probe (the host time of one launch and of one call).
+# outside MPS.
 #   scripts/device/diag/pack_ab.sh OUTDIR [BASELINE_FOLDER]
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -45,5 +45,3 @@ for shape, rs in change.items():
           f"{med(rs, 'time_us') / med(b, 'time_us'):6.3f} {med(rs, 'naive_us'):9.2f} "
           f"{med(rs, 'sync_latency_us'):9.2f} {med(b, 'sync_latency_us'):9.2f}")
 PY
-build_probe scripts/device/diag/gather_probe.cu /tmp/gather_probe &&
-  timeout 120 /tmp/gather_probe | tee "$out/gather-probe.txt"
