@@ -34,6 +34,18 @@ fi
 echo "== tests"
 (cd build/test && ctest --output-on-failure -j "$jobs" -LE gpu)
 
+# The datatype engine, the MPI import and the interposer under AddressSanitizer and
+# UndefinedBehaviorSanitizer (signed overflow near 2^62 was found this way, not by the tests'
+# results): their tests again, on real ranks, halting at the first report.
+echo "== sanitizers (ASan + UBSan): datatypes, the MPI import, libhalox_mpi"
+san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+cmake -S . -B build/sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHALOX_ENABLE_CUDA=OFF \
+  -DCMAKE_CXX_FLAGS="$san" -DCMAKE_EXE_LINKER_FLAGS="$san" -DCMAKE_SHARED_LINKER_FLAGS="$san" \
+  -DHALOX_BUILD_APPS=OFF -DHALOX_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build build/sanitize -j "$jobs" --target test_datatype test_datatype_vs_mpi test_mpi_interposer
+(cd build/sanitize && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --output-on-failure -j "$jobs" -R "^(unit\.datatype|mpi\.test_datatype_vs_mpi\.np2|mpi\.test_mpi_interposer\.np2)$")
+
 echo "== fuzz (libFuzzer, ${HALOX_FUZZ_SECONDS:-20} s)"
 cmake -S . -B build/fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DHALOX_ENABLE_CUDA=OFF -DHALOX_ENABLE_MPI=OFF -DHALOX_BUILD_TESTS=OFF \

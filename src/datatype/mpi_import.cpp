@@ -4,6 +4,7 @@
 // a level whose data the library places elsewhere than halox would is refused, so that the
 // import packs exactly the bytes MPI_Pack does and never leaves the library's footprint.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -295,7 +296,10 @@ void check_against_mpi_pack(const Datatype& imported, MPI_Datatype type) {
   }
   if (span > kProbeBytes || 2 * imported.size() > kProbeBytes) return;
   std::vector<unsigned char> probe(static_cast<std::size_t>(hi - lo));
-  const unsigned char* base = probe.data() - lo;
+  // Integer arithmetic: for a type of absolute addresses (MPI_BOTTOM) the base lies far below
+  // the probe, and pointer arithmetic to it wraps around the address space (UBSan).
+  const auto* base = reinterpret_cast<const unsigned char*>(
+      reinterpret_cast<std::uintptr_t>(probe.data()) - static_cast<std::uintptr_t>(lo));
   const std::int64_t bytes = 2 * imported.size();
   std::vector<unsigned char> theirs(static_cast<std::size_t>(bytes)), ours(theirs.size());
   int shift = 0;

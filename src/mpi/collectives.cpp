@@ -33,10 +33,10 @@ class Span {
     const std::int64_t a = first * extent, b = (last - 1) * extent;
     m_lo = std::min(a, b) + true_lb;
     const std::int64_t hi = std::max(a, b) + true_lb + true_extent;
-    m_memory = memory_of(static_cast<char*>(m_buffer) + m_lo);
+    m_memory = memory_of(mpi::address(m_buffer, m_lo));
     if (m_memory == Memory::host) return;
     m_staging = Staging(static_cast<std::size_t>(hi - m_lo));
-    copy_to_host(m_staging.data(), static_cast<char*>(m_buffer) + m_lo, m_staging.size(), m_memory);
+    copy_to_host(m_staging.data(), mpi::address(m_buffer, m_lo), m_staging.size(), m_memory);
   }
   bool on_device() const { return m_memory != Memory::host; }
   /// The address to give the MPI library in place of the user's.
@@ -46,8 +46,7 @@ class Span {
   }
   void write_back() const {
     if (!on_device()) return;
-    copy_from_host(static_cast<char*>(m_buffer) + m_lo, m_staging.data(), m_staging.size(),
-                   m_memory);
+    copy_from_host(mpi::address(m_buffer, m_lo), m_staging.data(), m_staging.size(), m_memory);
     tally(Path::staged_collective, static_cast<std::int64_t>(m_staging.size()));
   }
 

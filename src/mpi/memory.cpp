@@ -186,7 +186,7 @@ void pack_to_host(const void* in, std::int64_t count, const Datatype& type, void
   if (count <= 0 || type.size() == 0) return;
   if (kind == Memory::pretend) {
     std::ptrdiff_t delta = 0;
-    pretend_delta(static_cast<const char*>(in) + type.true_lb(), &delta);
+    pretend_delta(address(in, type.true_lb()), &delta);
     pack(readable(in, delta), count, type, out);
     return;
   }
@@ -194,7 +194,7 @@ void pack_to_host(const void* in, std::int64_t count, const Datatype& type, void
   if (kind == Memory::device) {
     const cudaStream_t stream = staging_stream();
     if (contiguous(count, type)) {
-      HALOX_CUDA_CHECK(cudaMemcpyAsync(out, static_cast<const char*>(in) + type.true_lb(),
+      HALOX_CUDA_CHECK(cudaMemcpyAsync(out, address(in, type.true_lb()),
                                        static_cast<std::size_t>(count * type.size()),
                                        cudaMemcpyDeviceToHost, stream));
     } else {
@@ -212,7 +212,7 @@ void unpack_from_host(const void* in, std::int64_t bytes, void* out, std::int64_
   if (bytes <= 0 || count <= 0) return;
   if (kind == Memory::pretend) {
     std::ptrdiff_t delta = 0;
-    pretend_delta(static_cast<char*>(out) + type.true_lb(), &delta);
+    pretend_delta(address(out, type.true_lb()), &delta);
     unpack(in, readable(out, delta), count, type, 0, bytes);
     return;
   }
@@ -220,7 +220,7 @@ void unpack_from_host(const void* in, std::int64_t bytes, void* out, std::int64_
   if (kind == Memory::device) {
     const cudaStream_t stream = staging_stream();
     if (contiguous(count, type)) {
-      HALOX_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(out) + type.true_lb(), in,
+      HALOX_CUDA_CHECK(cudaMemcpyAsync(address(out, type.true_lb()), in,
                                        static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice,
                                        stream));
     } else {

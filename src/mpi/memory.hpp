@@ -14,6 +14,15 @@ namespace halox::mpi {
 
 enum class Memory { host, device, pretend };
 
+/// `base` + `offset` bytes, by integer arithmetic: a buffer of MPI_BOTTOM with a type of
+/// absolute addresses is a valid address to MPI but pointer arithmetic from null (or, for
+/// a base below the data, wrapping around the address space: UBSan).
+template <class T>
+T* address(T* base, std::int64_t offset) {
+  return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(base) +
+                              static_cast<std::uintptr_t>(offset));
+}
+
 /// The interposer's environment knobs (runtime/env.hpp), read once. A malformed value leaves
 /// both off and `error` saying which; MPI_Init reports it (the calls cannot throw into C).
 struct Knobs {

@@ -44,7 +44,7 @@ Memory where(const void* buffer, int count, MPI_Datatype type) {
   MPI_Aint lb = 0, extent = 0;
   if (PMPI_Type_get_true_extent(type, &lb, &extent) != MPI_SUCCESS || extent == 0)
     return Memory::host;
-  const Memory memory = memory_of(static_cast<const char*>(buffer) + lb);
+  const Memory memory = memory_of(address(buffer, lb));
   if (memory == Memory::device && library_moves(count, type, extent)) return Memory::host;
   return memory;
 }

@@ -1,6 +1,7 @@
 // CPU pack and unpack, driven by the canonical form. This is the reference the GPU kernels
 // are tested against, and the engine of the host transport.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "../datatype/runs.hpp"
@@ -92,6 +93,15 @@ void for_each_segment(const Datatype& type, std::int64_t count, Range range, Vis
   }
 }
 
+// base + offset as an address, by integer arithmetic: MPI_BOTTOM's null base with absolute
+// offsets (MPI codes pass them, the interposer forwards them) is a valid address to MPI but
+// pointer arithmetic from null, and a probe's base moved below its buffer wraps (UBSan).
+template <class T>
+T* at(T* base, std::int64_t offset) {
+  return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(base) +
+                              static_cast<std::uintptr_t>(offset));
+}
+
 // memcpy with the common element sizes inlined (the X face of a grid is 4- or 8-byte runs).
 inline void copy_bytes(char* dst, const char* src, std::int64_t bytes) {
   switch (bytes) {
@@ -135,7 +145,7 @@ std::int64_t pack(ConstBytes in, std::int64_t count, const Datatype& type, Mutab
   const char* src = static_cast<const char*>(in.data);
   char* dst = static_cast<char*>(out.data);
   for_each_segment(type, count, range, [&](std::int64_t mem, std::int64_t packed, std::int64_t n) {
-    copy_bytes(dst + packed, src + mem, n);
+    copy_bytes(dst + packed, at(src, mem), n);
   });
   return range.end - range.begin;
 }
@@ -152,7 +162,7 @@ std::int64_t unpack(ConstBytes in, MutableBytes out, std::int64_t count, const D
   const char* src = static_cast<const char*>(in.data);
   char* dst = static_cast<char*>(out.data);
   for_each_segment(type, count, range, [&](std::int64_t mem, std::int64_t packed, std::int64_t n) {
-    copy_bytes(dst + mem, src + packed, n);
+    copy_bytes(at(dst, mem), src + packed, n);
   });
   return range.end - range.begin;
 }
@@ -182,9 +192,9 @@ std::int64_t unpack_accumulate(ConstBytes in, MutableBytes out, std::int64_t cou
   char* dst = static_cast<char*>(out.data);
   for_each_segment(type, count, range, [&](std::int64_t mem, std::int64_t packed, std::int64_t n) {
     if (kind == BasicKind::float32) {
-      accumulate_bytes<float>(dst + mem, src + packed, n);
+      accumulate_bytes<float>(at(dst, mem), src + packed, n);
     } else {
-      accumulate_bytes<double>(dst + mem, src + packed, n);
+      accumulate_bytes<double>(at(dst, mem), src + packed, n);
     }
   });
   return range.end - range.begin;
