@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "halox/exchange.hpp"
+#include "halox/exchange_options.hpp"
 
 namespace halox::detail {
 

@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "halox/exchange.hpp"
+#include "halox/device.hpp"
+#include "halox/exchange_options.hpp"
 #include "halox/plan.hpp"
 
 namespace halox::detail {

@@ -7,7 +7,7 @@
 
 #include "halox/error.hpp"
 #include "halox/trace.hpp"
-#include "../transport/engine.hpp"
+#include "engine.hpp"
 #include "../runtime/mpi_cuda_aware.hpp"
 #if HALOX_HAS_CUDA
 #include "../common/cuda_check.hpp"

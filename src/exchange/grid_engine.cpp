@@ -9,7 +9,7 @@
 #include "halox/pack.hpp"
 #include "../common/mpi_tags.hpp"
 #include "../plan/plan_checks.hpp"
-#include "../transport/engine.hpp"
+#include "engine.hpp"
 #include "../transport/local_grid.hpp"
 #include "transport_chooser.hpp"
 #if HALOX_HAS_CUDA

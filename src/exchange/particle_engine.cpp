@@ -8,7 +8,7 @@
 #include "halox/error.hpp"
 #include "../common/mpi_tags.hpp"
 #include "../plan/plan_checks.hpp"
-#include "../transport/engine.hpp"
+#include "engine.hpp"
 #include "transport_chooser.hpp"
 #if HALOX_HAS_CUDA
 #include "../common/cuda_check.hpp"

@@ -8,7 +8,7 @@
 #include "halox/error.hpp"
 #include "halox/tuning.hpp"
 #include "auto_choice.hpp"
-#include "../transport/engine.hpp"
+#include "engine.hpp"
 #if HALOX_HAS_MPI
 #include "../common/mpi_wait.hpp"
 #include "../runtime/node.hpp"

@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "halox/exchange.hpp"
+#include "halox/datatype.hpp"
+#include "halox/exchange_options.hpp"
 #include "halox/plan.hpp"
 #include "../transport/transport.hpp"
 

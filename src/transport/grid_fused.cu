@@ -37,7 +37,7 @@
 #include "../device/signals.cuh"
 #include "halox/config.hpp"
 #include "halox/error.hpp"
-#include "halox/exchange.hpp"
+#include "halox/exchange_options.hpp"
 #include "halox/mpi.hpp"
 #include "../runtime/env.hpp"
 

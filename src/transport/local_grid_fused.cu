@@ -14,7 +14,7 @@
 #include "../device/grid_kernel.hpp"
 #include "../pack/pack_device.cuh"
 #include "halox/error.hpp"
-#include "halox/exchange.hpp"
+#include "halox/exchange_options.hpp"
 #include "../runtime/env.hpp"
 
 namespace halox::detail {

@@ -6,7 +6,9 @@
 #include <span>
 #include <vector>
 
-#include "halox/exchange.hpp"
+#include "halox/datatype.hpp"
+#include "halox/device.hpp"
+#include "halox/exchange_options.hpp"
 #include "local_grid.hpp"
 
 namespace halox::detail {

@@ -20,7 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "halox/exchange.hpp"
+#include "halox/datatype.hpp"
+#include "halox/device.hpp"
+#include "halox/exchange_options.hpp"
 #include "halox/plan.hpp"
 
 namespace halox::detail {
