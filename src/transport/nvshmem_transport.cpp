@@ -33,6 +33,7 @@ class NvshmemStreamTransport final : public Transport {
   ~NvshmemStreamTransport() override {
     cudaDeviceSynchronize();
     for (Area& area : m_areas) symmetric_free(area.base);
+    for (const Spare& spare : m_spares) symmetric_free(spare.base);
   }
   std::string name() const override { return "nvshmem-stream"; }
   Capabilities capabilities() const override { return {false, false, false, 0}; }
@@ -100,6 +101,7 @@ class NvshmemStreamTransport final : public Transport {
   struct Area {
     const std::vector<Op>* ops = nullptr;
     void* base = nullptr;
+    long long bytes = 0;  // what base holds (at least what the ops need)
     std::uint64_t epoch = 0;
     std::vector<long long> send_offset, recv_offset, peer_recv_offset;
     // Slot i: [data, ready] at the start of the area, the same offset on every PE.
@@ -114,10 +116,10 @@ class NvshmemStreamTransport final : public Transport {
   WaitContext context() const { return {m_rank, "nvshmem-stream", m_timeout}; }
 
   Area& area_for(const std::vector<Op>& ops) {
-    if (m_stale) {  // a new plan: the old areas go, in the order every rank made them
+    if (m_stale) {  // a new plan: the old areas' memory is kept for the new ones, in order
       HALOX_CUDA_CHECK(cudaDeviceSynchronize());
       if (!m_areas.empty()) bounded_barrier(m_comm, context(), "the nvshmem-stream re-plan");
-      for (Area& area : m_areas) symmetric_free(area.base);
+      for (Area& area : m_areas) m_spares.push_back({area.base, area.bytes});
       m_areas.clear();
       m_stale = false;
     }
@@ -146,7 +148,7 @@ class NvshmemStreamTransport final : public Transport {
     }
     ensure_nvshmem(m_comm, at);
     const long long most = bounded_max(m_comm, at, context(), "the nvshmem-stream set-up");
-    area.base = symmetric_alloc(most);
+    take_memory(area, most);
     detail::fill_device_now(area.base, 0, static_cast<std::size_t>(ops.size()) * 16);
     for (std::size_t i = 0; i < ops.size(); ++i) {
       MPI_Request r;
@@ -167,6 +169,26 @@ class NvshmemStreamTransport final : public Transport {
     bounded_barrier(m_comm, context(), "the nvshmem-stream set-up");
     m_areas.push_back(std::move(area));
     return m_areas.back();
+  }
+
+  // The area's symmetric memory: a kept one that holds `most` bytes, else a new one with
+  // room to grow. nvshmem_malloc and nvshmem_free are collective and wait without a bound
+  // in NVSHMEM's own barrier: a rank stopped between the bounded barrier before them and
+  // theirs left its peers there for ever (a stop at a random moment of a run searching
+  // every step, 2026-12-05). Kept memory makes a re-plan that fits call neither. Every rank
+  // decides alike: the spares and `most` are the same on all.
+  void take_memory(Area& area, long long most) {
+    for (auto it = m_spares.begin(); it != m_spares.end(); ++it) {
+      if (it->bytes < most) continue;
+      area.base = it->base;
+      area.bytes = it->bytes;
+      m_spares.erase(it);
+      return;
+    }
+    for (const Spare& spare : m_spares) symmetric_free(spare.base);  // all too small
+    m_spares.clear();
+    area.bytes = 2 * most;  // room for the plans of later searches
+    area.base = symmetric_alloc(area.bytes);
   }
 
   // A wait that timed out (in an earlier exchange's stream work) is an error naming the
@@ -195,6 +217,11 @@ class NvshmemStreamTransport final : public Transport {
   StreamWaits m_waits;
   MessageWait m_offsets;
   std::deque<Area> m_areas;  // stable references while more are added
+  struct Spare {
+    void* base;
+    long long bytes;
+  };
+  std::vector<Spare> m_spares;  // the memory of the areas of earlier plans, in creation order
   bool m_stale = false;
 };
 
