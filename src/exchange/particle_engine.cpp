@@ -8,6 +8,7 @@
 #include "halox/error.hpp"
 #include "../common/mpi_tags.hpp"
 #include "../plan/plan_checks.hpp"
+#include "../transport/host_particles.hpp"
 #include "engine.hpp"
 #include "transport_chooser.hpp"
 #if HALOX_HAS_CUDA
@@ -20,25 +21,6 @@
 namespace halox::detail {
 
 namespace {
-
-template <class Real>
-void gather_shift(const void* x, const std::int32_t* index, std::int64_t n,
-                  const std::array<double, 3>& shift, void* out) {
-  const Real* in = static_cast<const Real*>(x);
-  Real* o = static_cast<Real*>(out);
-  for (std::int64_t k = 0; k < n; ++k) {
-    for (int a = 0; a < 3; ++a) o[3 * k + a] = in[3 * index[k] + a] + static_cast<Real>(shift[a]);
-  }
-}
-
-template <class Real>
-void scatter_add(void* f, const std::int32_t* index, std::int64_t n, const void* in) {
-  Real* out = static_cast<Real*>(f);
-  const Real* i = static_cast<const Real*>(in);
-  for (std::int64_t k = 0; k < n; ++k) {
-    for (int a = 0; a < 3; ++a) out[3 * index[k] + a] += i[3 * k + a];
-  }
-}
 
 class RankParticleEngine final : public ParticleEngine {
  public:

@@ -11,6 +11,7 @@
 
 #include "halox/config.hpp"
 #include "halox/error.hpp"
+#include "host_particles.hpp"
 
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
@@ -36,14 +37,9 @@ void host_forward(std::span<const ParticlePlan> plans, std::span<void* const> ar
       const ParticlePulse& send = plans[r].pulses[p];
       if (send.header.send_rank < 0) continue;
       const ParticlePulse& recv = plans[send.header.send_rank].pulses[p];
-      const Real* from = static_cast<const Real*>(arrays[r]);
       Real* to = static_cast<Real*>(arrays[send.header.send_rank]) + 3 * recv.recv_offset;
-      for (std::size_t k = 0; k < send.send_index.size(); ++k) {
-        for (int a = 0; a < 3; ++a) {
-          to[3 * k + a] = from[3 * static_cast<std::size_t>(send.send_index[k]) + a] +
-                          static_cast<Real>(send.shift[a]);
-        }
-      }
+      gather_shift<Real>(arrays[r], send.send_index.data(),
+                         static_cast<std::int64_t>(send.send_index.size()), send.shift, to);
     }
   }
 }
@@ -57,12 +53,8 @@ void host_reverse(std::span<const ParticlePlan> plans, std::span<void* const> ar
       const ParticlePulse& recv = plans[send.header.send_rank].pulses[p];
       const Real* from =
           static_cast<const Real*>(arrays[send.header.send_rank]) + 3 * recv.recv_offset;
-      Real* to = static_cast<Real*>(arrays[r]);
-      for (std::size_t k = 0; k < send.send_index.size(); ++k) {
-        for (int a = 0; a < 3; ++a) {
-          to[3 * static_cast<std::size_t>(send.send_index[k]) + a] += from[3 * k + a];
-        }
-      }
+      scatter_add<Real>(arrays[r], send.send_index.data(),
+                        static_cast<std::int64_t>(send.send_index.size()), from);
     }
   }
 }
