@@ -36,6 +36,12 @@ if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
   }
 fi
 
+# The Python module's tests: NumPy, mpi4py (built against this Open MPI) and pytest.
+if ! python3 -c 'import numpy, mpi4py, pytest' >/dev/null 2>&1; then
+  echo "setup: installing numpy, mpi4py and pytest"
+  python3 -m pip install -q numpy mpi4py pytest
+fi
+
 # NVSHMEM headers and libraries come from PyPI, pinned to the GPU machine's version.
 if have nvcc && [ -z "${NVSHMEM_HOME:-}" ] &&
    ! python3 -c 'import nvidia.nvshmem' >/dev/null 2>&1; then

@@ -46,6 +46,18 @@ cmake --build build/sanitize -j "$jobs" --target test_datatype test_datatype_vs_
 (cd build/sanitize && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$jobs" -R "^(unit\.datatype|mpi\.test_datatype_vs_mpi\.np2|mpi\.test_mpi_interposer\.np2)$")
 
+# The Python module as a user installs it (pip install .; the CPU library here, the CUDA
+# build would double CI's time), its tests on 4 real MPI ranks.
+echo "== python: pip install ., then mpirun -n 4 python3 -m pytest python/tests"
+python3 -m pip install -q . -Ccmake.define.HALOX_ENABLE_CUDA=OFF -Cbuild-dir=build/pip
+set +e
+(cd build && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 4 --oversubscribe \
+  python3 -m pytest -q -p no:cacheprovider ../python/tests)
+rc=$?
+set -e
+[ $rc -eq 5 ] && { echo "python: pytest collected no tests"; exit 1; }
+[ $rc -ne 0 ] && { echo "python: tests failed (rc $rc)"; exit 1; }
+
 echo "== fuzz (libFuzzer, ${HALOX_FUZZ_SECONDS:-20} s)"
 cmake -S . -B build/fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DHALOX_ENABLE_CUDA=OFF -DHALOX_ENABLE_MPI=OFF -DHALOX_BUILD_TESTS=OFF \

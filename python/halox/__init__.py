@@ -1,0 +1,43 @@
+"""halox for Python: MPI-style datatypes and packs on NumPy arrays, and halo exchanges of
+NumPy arrays over mpi4py ranks or over ranks in one process.
+
+    from mpi4py import MPI
+    import numpy as np, halox
+    topo = halox.Topology.from_mpi(MPI.COMM_WORLD)
+    offset, interior = halox.subdomain_of(topo, (64, 64, 64))
+    plan = halox.build_grid_plan(topo, interior, halo=1, element=np.float64)
+    u = np.zeros(plan.shape)                       # (z, y, x) with the halo
+    halox.GridExchange(halox.Ranks.mpi(topo), [plan]).exchange(u)
+"""
+from ._halox import (  # noqa: F401
+    BackendError,
+    Datatype,
+    DatatypeError,
+    Error,
+    GridExchange,
+    GridPlan,
+    HaloTimeoutError,
+    Ranks,
+    Topology,
+    __version__,
+    build_grid_plan,
+    from_mpi,
+    has_cuda,
+    has_mpi,
+    make_local_grid_plans,
+    pack,
+    subdomain_of,
+    transports,
+    unpack,
+    unpack_accumulate,
+)
+
+
+def info():
+    """What this build of halox can do, as a dict (a subset of what halox-info prints)."""
+    return {
+        "version": __version__,
+        "cuda": has_cuda,
+        "mpi": has_mpi,
+        "transports": transports(),
+    }

@@ -1,0 +1,394 @@
+// halox for Python (nanobind): datatypes, packs on NumPy arrays, topologies and plans from
+// mpi4py communicators, and grid exchanges of NumPy arrays, with halox's errors as Python
+// exceptions. Communicators and datatypes come in as their Fortran handles (mpi4py's
+// py2f()), so the module needs no mpi4py headers.
+#include <mpi.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "halox/halox.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using halox::BasicKind;
+using halox::Datatype;
+using Array = nb::ndarray<nb::device::cpu>;
+
+// The NumPy dtype code of a basic kind and back: (kind letter, bits).
+struct DtypeKind {
+  nb::dlpack::dtype dtype;
+  BasicKind kind;
+};
+const DtypeKind kDtypes[] = {
+    {nb::dtype<float>(), BasicKind::float32},
+    {nb::dtype<double>(), BasicKind::float64},
+    {nb::dtype<std::int8_t>(), BasicKind::int8},
+    {nb::dtype<std::int16_t>(), BasicKind::int16},
+    {nb::dtype<std::int32_t>(), BasicKind::int32},
+    {nb::dtype<std::int64_t>(), BasicKind::int64},
+    {nb::dtype<std::uint8_t>(), BasicKind::uint8},
+    {nb::dtype<std::uint16_t>(), BasicKind::uint16},
+    {nb::dtype<std::uint32_t>(), BasicKind::uint32},
+    {nb::dtype<std::uint64_t>(), BasicKind::uint64},
+};
+
+BasicKind kind_of(nb::dlpack::dtype dtype) {
+  for (const DtypeKind& d : kDtypes) {
+    if (d.dtype == dtype) return d.kind;
+  }
+  throw halox::Error(
+      "halox: arrays of this dtype have no halox basic type (float32/64, "
+      "int8..64 and uint8..64 do)");
+}
+
+// A basic kind's numeric class, so that int32 and MPI_INT (int_) compare equal.
+bool same_numbers(BasicKind a, BasicKind b) {
+  if (a == b) return true;
+  auto normal = [](BasicKind k) {
+    switch (k) {
+      case BasicKind::int_: return BasicKind::int32;
+      case BasicKind::unsigned_: return BasicKind::uint32;
+      case BasicKind::long_:
+      case BasicKind::long_long: return BasicKind::int64;
+      case BasicKind::unsigned_long:
+      case BasicKind::unsigned_long_long: return BasicKind::uint64;
+      case BasicKind::short_: return BasicKind::int16;
+      case BasicKind::unsigned_short: return BasicKind::uint16;
+      case BasicKind::signed_char: return BasicKind::int8;
+      case BasicKind::unsigned_char:
+      case BasicKind::byte_:
+      case BasicKind::char_: return BasicKind::uint8;
+      default: return k;
+    }
+  };
+  return normal(a) == normal(b);
+}
+
+// An argument that is a halox Datatype or a NumPy dtype (np.float64, "f8", ...).
+Datatype type_of(nb::handle type) {
+  if (nb::isinstance<Datatype>(type)) return nb::cast<Datatype>(type);
+  nb::object numpy = nb::module_::import_("numpy");
+  nb::object dtype = numpy.attr("dtype")(type);
+  const std::string name = nb::cast<std::string>(dtype.attr("name"));
+  static const std::pair<const char*, BasicKind> names[] = {
+      {"float32", BasicKind::float32}, {"float64", BasicKind::float64},
+      {"int8", BasicKind::int8},       {"int16", BasicKind::int16},
+      {"int32", BasicKind::int32},     {"int64", BasicKind::int64},
+      {"uint8", BasicKind::uint8},     {"uint16", BasicKind::uint16},
+      {"uint32", BasicKind::uint32},   {"uint64", BasicKind::uint64}};
+  for (const auto& [n, kind] : names) {
+    if (name == n) return Datatype::basic(kind);
+  }
+  throw halox::DatatypeError("halox: the dtype " + name + " has no halox basic type");
+}
+
+// The bytes an array spans, refusing views that are not C-contiguous (a type addresses bytes
+// from the array's start, as MPI's buffer argument does).
+std::int64_t array_bytes(const Array& a, const char* what) {
+  std::int64_t expect = static_cast<std::int64_t>(a.itemsize());
+  for (std::size_t d = a.ndim(); d-- > 0;) {
+    if (a.shape(d) > 1 && a.stride(d) * static_cast<std::int64_t>(a.itemsize()) != expect) {
+      throw halox::Error(std::string("halox: ") + what + " must be C-contiguous");
+    }
+    expect *= static_cast<std::int64_t>(a.shape(d));
+  }
+  return static_cast<std::int64_t>(a.nbytes());
+}
+
+MPI_Comm comm_of(nb::handle comm) {
+  return MPI_Comm_f2c(static_cast<MPI_Fint>(nb::cast<long long>(comm.attr("py2f")())));
+}
+
+// A grid exchange's array: its dtype and its shape against the plan it is exchanged with.
+void check_field(const Array& a, const halox::GridPlan& plan, std::size_t index) {
+  const std::string which = "halox.GridExchange: array " + std::to_string(index);
+  BasicKind planned{};
+  if (!plan.element.homogeneous(&planned) || !same_numbers(planned, kind_of(a.dtype()))) {
+    throw halox::Error(which + " has another dtype than its plan's element");
+  }
+  const std::int64_t per_cell = plan.element.extent() / static_cast<std::int64_t>(a.itemsize());
+  const std::array<std::int64_t, 3> e = plan.extent;
+  std::vector<std::int64_t> want = {e[2], e[1], e[0]};
+  if (per_cell > 1) want.push_back(per_cell);
+  std::vector<std::int64_t> got;
+  for (std::size_t d = 0; d < a.ndim(); ++d) got.push_back(static_cast<std::int64_t>(a.shape(d)));
+  if (got != want) {
+    std::string text = which + " has shape (";
+    for (std::size_t d = 0; d < got.size(); ++d) text += (d ? ", " : "") + std::to_string(got[d]);
+    text += "); its plan's array is (";
+    for (std::size_t d = 0; d < want.size(); ++d) text += (d ? ", " : "") + std::to_string(want[d]);
+    throw halox::Error(text + "): (z, y, x" + std::string(per_cell > 1 ? ", values" : "") +
+                       ") with the halo");
+  }
+  array_bytes(a, ("array " + std::to_string(index)).c_str());
+}
+
+halox::TransportKind transport_of(const std::string& name) {
+  return halox::parse_transport(name);
+}
+
+}  // namespace
+
+NB_MODULE(_halox, m) {
+  m.doc() = "halox: halo exchange for domain-decomposed simulations (C++ core)";
+  m.attr("__version__") = HALOX_VERSION;
+
+  // Exceptions: halox.Error and its kinds, raised for the C++ errors of the same names.
+  static nb::object error = nb::exception<halox::Error>(m, "Error");
+  static nb::object datatype_error = nb::exception<halox::DatatypeError>(m, "DatatypeError", error);
+  static nb::object timeout_error =
+      nb::exception<halox::HaloTimeoutError>(m, "HaloTimeoutError", error);
+  static nb::object backend_error = nb::exception<halox::BackendError>(m, "BackendError", error);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const halox::DatatypeError& e) {
+      PyErr_SetString(datatype_error.ptr(), e.what());
+    } catch (const halox::HaloTimeoutError& e) {
+      PyErr_SetString(timeout_error.ptr(), e.what());
+    } catch (const halox::BackendError& e) {
+      PyErr_SetString(backend_error.ptr(), e.what());
+    } catch (const halox::Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+
+  nb::class_<Datatype>(m, "Datatype",
+                       "An MPI-style derived datatype (the MPI constructors; commit() before use)")
+      .def_static("of", &type_of, "dtype"_a,
+                  "The basic type of a NumPy dtype (np.float64, 'i4', ...)")
+      .def_static(
+          "contiguous",
+          [](std::int64_t count, nb::handle old) {
+            return Datatype::contiguous(count, type_of(old));
+          },
+          "count"_a, "old"_a)
+      .def_static(
+          "vector",
+          [](std::int64_t count, std::int64_t block, std::int64_t stride, nb::handle old) {
+            return Datatype::vector(count, block, stride, type_of(old));
+          },
+          "count"_a, "blocklength"_a, "stride"_a, "old"_a, "MPI_Type_vector (stride in extents)")
+      .def_static(
+          "hvector",
+          [](std::int64_t count, std::int64_t block, std::int64_t stride, nb::handle old) {
+            return Datatype::hvector(count, block, stride, type_of(old));
+          },
+          "count"_a, "blocklength"_a, "stride_bytes"_a, "old"_a)
+      .def_static(
+          "indexed",
+          [](const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& disps,
+             nb::handle old) { return Datatype::indexed(lengths, disps, type_of(old)); },
+          "blocklengths"_a, "displacements"_a, "old"_a)
+      .def_static(
+          "hindexed",
+          [](const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& disps,
+             nb::handle old) { return Datatype::hindexed(lengths, disps, type_of(old)); },
+          "blocklengths"_a, "displacements_bytes"_a, "old"_a)
+      .def_static(
+          "struct",
+          [](const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& disps,
+             const std::vector<nb::handle>& olds) {
+            std::vector<Datatype> types;
+            for (nb::handle t : olds) types.push_back(type_of(t));
+            return Datatype::struct_(lengths, disps, types);
+          },
+          "blocklengths"_a, "displacements_bytes"_a, "types"_a)
+      .def_static(
+          "subarray",
+          [](const std::vector<std::int64_t>& sizes, const std::vector<std::int64_t>& subsizes,
+             const std::vector<std::int64_t>& starts, nb::handle old, const std::string& order) {
+            if (order != "C" && order != "F")
+              throw halox::DatatypeError("halox.Datatype.subarray: order must be 'C' or 'F'");
+            return Datatype::subarray(sizes, subsizes, starts,
+                                      order == "C" ? halox::Order::c : halox::Order::fortran,
+                                      type_of(old));
+          },
+          "sizes"_a, "subsizes"_a, "starts"_a, "old"_a, "order"_a = "C")
+      .def_static(
+          "resized",
+          [](nb::handle old, std::int64_t lb, std::int64_t extent) {
+            return Datatype::resized(type_of(old), lb, extent);
+          },
+          "old"_a, "lb"_a, "extent"_a)
+      .def(
+          "commit", [](Datatype& t) -> Datatype& { return t.commit(); }, nb::rv_policy::reference)
+      .def_prop_ro("committed", &Datatype::committed)
+      .def_prop_ro("size", &Datatype::size)
+      .def_prop_ro("lb", &Datatype::lb)
+      .def_prop_ro("extent", &Datatype::extent)
+      .def_prop_ro("true_lb", &Datatype::true_lb)
+      .def_prop_ro("true_extent", &Datatype::true_extent)
+      .def(
+          "describe", [](const Datatype& t) { return t.canonical().describe(); },
+          "The canonical form halox packs by")
+      .def("__repr__", [](const Datatype& t) {
+        return "<halox.Datatype " + t.combiner_name() + ", " + std::to_string(t.size()) + " bytes>";
+      });
+
+  m.def(
+      "from_mpi",
+      [](nb::handle mpi_type) {
+        const MPI_Fint handle = static_cast<MPI_Fint>(nb::cast<long long>(mpi_type.attr("py2f")()));
+        return halox::from_mpi(MPI_Type_f2c(handle));
+      },
+      "datatype"_a, "The halox type of an mpi4py MPI.Datatype (committed), as MPI_Pack packs it");
+
+  m.def(
+      "pack",
+      [](const Array& array, std::int64_t count, const Datatype& type) {
+        halox::ConstBytes in(array.data());
+        in.size = array_bytes(array, "pack's array");
+        const std::int64_t bytes = halox::packed_size(type, count);
+        auto* out = new std::uint8_t[static_cast<std::size_t>(bytes)];
+        nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<std::uint8_t*>(p); });
+        halox::pack(in, count, type, out);  // on a throw, the capsule frees `out`
+        return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(
+            out, {static_cast<std::size_t>(bytes)}, owner);
+      },
+      "array"_a, "count"_a, "type"_a,
+      "The packed bytes of `count` instances of `type` laid out from the array's start");
+  m.def(
+      "unpack",
+      [](const Array& packed, Array& array, std::int64_t count, const Datatype& type) {
+        halox::MutableBytes out(array.data());
+        out.size = array_bytes(array, "unpack's array");
+        halox::ConstBytes in(packed.data());
+        in.size = array_bytes(packed, "the packed bytes");
+        halox::unpack(in, out, count, type);
+      },
+      "packed"_a, "array"_a, "count"_a, "type"_a);
+  m.def(
+      "unpack_accumulate",
+      [](const Array& packed, Array& array, std::int64_t count, const Datatype& type) {
+        halox::MutableBytes out(array.data());
+        out.size = array_bytes(array, "unpack_accumulate's array");
+        halox::ConstBytes in(packed.data());
+        in.size = array_bytes(packed, "the packed bytes");
+        halox::unpack_accumulate(in, out, count, type);
+      },
+      "packed"_a, "array"_a, "count"_a, "type"_a, "Adds the packed values instead of overwriting");
+
+  nb::class_<halox::Topology>(m, "Topology", "A periodic or open grid of ranks")
+      .def(nb::init<std::array<int, 3>, std::array<bool, 3>, int>(), "dims"_a, "periodic"_a,
+           "rank"_a)
+      .def_static(
+          "from_mpi",
+          [](nb::handle comm, std::array<int, 3> dims, std::array<bool, 3> periodic) {
+            return halox::Topology::from_mpi(comm_of(comm), dims, periodic);
+          },
+          "comm"_a, "dims"_a = std::array<int, 3>{0, 0, 0},
+          "periodic"_a = std::array<bool, 3>{true, true, true},
+          "Collective: the grid over an mpi4py communicator (0 dims: MPI_Dims_create)")
+      .def_prop_ro("rank", &halox::Topology::rank)
+      .def_prop_ro("size", &halox::Topology::size)
+      .def_prop_ro("dims", &halox::Topology::dims)
+      .def_prop_ro("periodic", &halox::Topology::periodic)
+      .def_prop_ro("coords", [](const halox::Topology& t) { return t.coords(); })
+      .def("coords_of", &halox::Topology::coords_of, "rank"_a)
+      .def("__repr__",
+           [](const halox::Topology& t) { return "<halox.Topology " + t.describe() + ">"; });
+
+  m.def(
+      "subdomain_of",
+      [](const halox::Topology& t, std::array<std::int64_t, 3> global, int rank) {
+        const halox::Subdomain s = halox::subdomain_of(t, global, rank);
+        return nb::make_tuple(s.offset, s.interior);
+      },
+      "topology"_a, "global_cells"_a, "rank"_a = -1,
+      "(offset, interior) of a rank's share of a global lattice (x, y, z), balanced");
+
+  nb::class_<halox::GridPlan>(m, "GridPlan", "One rank's grid halo: six pulses in three stages")
+      .def_ro("interior", &halox::GridPlan::interior)
+      .def_ro("halo", &halox::GridPlan::halo)
+      .def_ro("extent", &halox::GridPlan::extent)
+      .def_prop_ro(
+          "shape",
+          [](const halox::GridPlan& p) {
+            return nb::make_tuple(p.extent[2], p.extent[1], p.extent[0]);
+          },
+          "The array's shape with its halo, (z, y, x) in C order");
+  m.def(
+      "build_grid_plan",
+      [](const halox::Topology& t, std::array<std::int64_t, 3> interior, int halo,
+         nb::handle element) {
+        Datatype e = type_of(element);
+        e.commit();
+        return halox::build_grid_plan(t, interior, halo, e);
+      },
+      "topology"_a, "interior"_a, "halo"_a = 1, "element"_a,
+      "Collective: this rank's grid plan (interior cells x, y, z), validated with its neighbours");
+  m.def(
+      "make_local_grid_plans",
+      [](const halox::Topology& grid, const std::vector<std::array<std::int64_t, 3>>& interiors,
+         int halo, nb::handle element) {
+        Datatype e = type_of(element);
+        e.commit();
+        return halox::make_local_grid_plans(grid, interiors, halo, e);
+      },
+      "grid"_a, "interiors"_a, "halo"_a = 1, "element"_a,
+      "The plans of every rank of `grid` in this process (Ranks.local)");
+
+  nb::class_<halox::Ranks>(m, "Ranks")
+      .def_static("mpi", &halox::Ranks::mpi, "topology"_a, "One rank per MPI process")
+      .def_static(
+          "local", [](const halox::Topology& grid) { return halox::Ranks::local(grid); }, "grid"_a,
+          "Every rank of the grid in this process")
+      .def_prop_ro("count", &halox::Ranks::count);
+
+  nb::class_<halox::GridExchange>(m, "GridExchange",
+                                  "The grid halo of NumPy arrays laid out as the plan says")
+      .def(
+          "__init__",
+          [](halox::GridExchange* self, const halox::Ranks& ranks,
+             std::vector<halox::GridPlan> plans, const std::string& transport, double timeout) {
+            halox::ExchangeOptions o;
+            o.transport = transport_of(transport);
+            if (timeout > 0) o.timeout_seconds = timeout;
+            new (self) halox::GridExchange(ranks, std::move(plans), o);
+          },
+          "ranks"_a, "plans"_a, "transport"_a = "auto", "timeout"_a = 0.0,
+          "Collective over the ranks' processes")
+      .def(
+          "exchange",
+          [](halox::GridExchange& self, nb::args fields) {
+            std::vector<void*> arrays;
+            for (std::size_t i = 0; i < fields.size(); ++i) {
+              Array a = nb::cast<Array>(fields[i]);
+              if (i < self.plans().size()) check_field(a, self.plans()[i], i);
+              arrays.push_back(a.data());
+            }
+            nb::gil_scoped_release release;
+            self.exchange(arrays);
+          },
+          "Fills the halos of the arrays (one per rank of this process and field), done on "
+          "return")
+      .def_prop_ro("fields", &halox::GridExchange::fields)
+      .def("transport_name", [](const halox::GridExchange& self, const Array& a) {
+        return self.transport_name(a.data());
+      });
+
+  m.def(
+      "transports",
+      [] {
+        std::vector<std::string> names;
+        for (const halox::TransportKind k : halox::all_transports()) {
+          if (halox::transport_available(k)) names.push_back(halox::to_string(k));
+        }
+        return names;
+      },
+      "The transports this build and machine can run");
+  m.attr("has_cuda") = static_cast<bool>(HALOX_HAS_CUDA);
+  m.attr("has_mpi") = static_cast<bool>(HALOX_HAS_MPI);
+}

@@ -1,0 +1,150 @@
+"""halox's Python API on real MPI ranks (mpirun -n 4 python -m pytest python/tests), each
+result against an independent reference: mpi4py's MPI.Datatype.Pack of the same type, an
+analytic field for the grid halo, and the error types for bad input."""
+import os
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import halox
+
+COMM = MPI.COMM_WORLD
+
+
+def seed_of(name):
+    """One seed per test, rank 0's, printed so a failure can be replayed."""
+    seed = int(os.environ.get("HALOX_TEST_SEED", np.random.SeedSequence().entropy % 2**32))
+    seed = COMM.bcast(seed, root=0)
+    if COMM.rank == 0:
+        print(f"[seed] {name}: HALOX_TEST_SEED={seed}")
+    return seed
+
+
+def random_mpi_type(rng):
+    """A random vector, hvector, indexed or subarray type of a random basic type, as mpi4py
+    builds it (committed); its data inside [0, extent), as mpi4py's Pack takes a buffer of
+    count x extent bytes."""
+    base = [MPI.DOUBLE, MPI.FLOAT, MPI.INT, MPI.INT64_T][rng.integers(4)]
+    kind = rng.integers(4)
+    if kind == 0:
+        t = base.Create_vector(int(rng.integers(1, 6)), int(rng.integers(1, 4)), int(rng.integers(3, 7)))
+    elif kind == 1:
+        t = base.Create_hvector(int(rng.integers(1, 6)), int(rng.integers(1, 3)), int(rng.integers(3, 9)) * base.extent)
+    elif kind == 2:
+        n = int(rng.integers(1, 5))
+        lengths = [int(v) for v in rng.integers(1, 4, n)]
+        disps = [0] + sorted(int(v) for v in rng.choice(np.arange(1, 40), n - 1, replace=False))
+        t = base.Create_indexed(lengths, disps)
+    else:
+        sizes = [int(v) for v in rng.integers(3, 7, 3)]
+        subs = [int(rng.integers(1, s + 1)) for s in sizes]
+        starts = [int(rng.integers(0, s - u + 1)) for s, u in zip(sizes, subs)]
+        t = base.Create_subarray(sizes, subs, starts, order=MPI.ORDER_C if rng.integers(2) else MPI.ORDER_FORTRAN)
+    t.Commit()
+    return t
+
+
+def test_packs_equal_mpi_pack():
+    rng = np.random.default_rng(seed_of("test_packs_equal_mpi_pack"))
+    for _ in range(200):
+        t = random_mpi_type(rng)
+        count = int(rng.integers(1, 4))
+        buf = rng.integers(0, 256, count * t.extent, dtype=np.uint8)
+        theirs = np.empty(t.Pack_size(count, COMM), dtype=np.uint8)
+        position = t.Pack(buf, theirs, 0, COMM)
+        ours = halox.pack(buf, count, halox.from_mpi(t))
+        assert ours.nbytes == position
+        assert np.array_equal(ours, theirs[:position])
+        # Unpacked into a poisoned array, the bytes land where MPI_Unpack puts them (a type
+        # that addresses a byte twice is refused for unpacking, as MPI leaves it undefined).
+        mine = np.full_like(buf, 0xA5)
+        ref = np.full_like(buf, 0xA5)
+        try:
+            halox.unpack(ours, mine, count, halox.from_mpi(t))
+        except halox.DatatypeError as e:
+            assert "twice" in str(e)
+            t.Free()
+            continue
+        t.Unpack(theirs[:position], 0, ref, COMM)
+        assert np.array_equal(mine, ref)
+        t.Free()
+
+
+def test_constructors_match_mpi4py():
+    sizes, subs, starts = [6, 5, 4], [2, 5, 1], [3, 0, 2]
+    mpi = MPI.DOUBLE.Create_subarray(sizes, subs, starts).Commit()
+    ours = halox.Datatype.subarray(sizes, subs, starts, np.float64).commit()
+    field = np.random.default_rng(1).random(6 * 5 * 4)
+    ref = np.empty(mpi.Pack_size(1, COMM), dtype=np.uint8)
+    n = mpi.Pack(field, ref, 0, COMM)
+    assert np.array_equal(halox.pack(field, 1, ours), ref[:n])
+    assert (ours.size, ours.extent) == (mpi.size, mpi.extent)
+    mpi.Free()
+
+
+def global_value(x, y, z, n):
+    """The analytic field at global cell (x, y, z) of a periodic lattice of n cells."""
+    x, y, z = x % n[0], y % n[1], z % n[2]
+    return x + 1000.0 * y + 1.0e6 * z + 0.25
+
+
+def fill_and_check(topo, plan, rank, global_n, exchange):
+    offset, interior = halox.subdomain_of(topo, global_n, rank)
+    h = plan.halo
+    u = np.full(plan.shape, -12345.0)
+    z, y, x = np.meshgrid(*[np.arange(interior[a]) + offset[a] for a in (2, 1, 0)], indexing="ij")
+    u[h:h + interior[2], h:h + interior[1], h:h + interior[0]] = global_value(x, y, z, global_n)
+    return u, (offset, interior)
+
+
+def expected(plan, where, global_n):
+    offset, interior = where
+    h = plan.halo
+    zz, yy, xx = np.meshgrid(*[np.arange(-h, interior[a] + h) + offset[a] for a in (2, 1, 0)], indexing="ij")
+    return global_value(xx, yy, zz, global_n)
+
+
+def test_grid_halo_over_mpi_ranks_uneven():
+    global_n = (10, 9, 7)  # the ranks do not divide it
+    topo = halox.Topology.from_mpi(COMM)
+    offset, interior = halox.subdomain_of(topo, global_n)
+    plan = halox.build_grid_plan(topo, interior, halo=1, element=np.float64)
+    u, where = fill_and_check(topo, plan, topo.rank, global_n, None)
+    ex = halox.GridExchange(halox.Ranks.mpi(topo), [plan], transport="host")
+    ex.exchange(u)
+    assert np.array_equal(u, expected(plan, where, global_n))  # faces, edges, corners
+
+
+def test_grid_halo_local_ranks():
+    global_n = (12, 8, 5)
+    grid = halox.Topology((3, 2, 1), (True, True, True), 0)
+    interiors = [halox.subdomain_of(grid, global_n, r)[1] for r in range(grid.size)]
+    plans = halox.make_local_grid_plans(grid, interiors, 2, np.float32)
+    fields = [fill_and_check(grid, plans[r], r, global_n, None) for r in range(grid.size)]
+    arrays = [f[0].astype(np.float32) for f in fields]
+    ex = halox.GridExchange(halox.Ranks.local(grid), plans)
+    ex.exchange(*arrays)
+    for r in range(grid.size):
+        assert np.array_equal(arrays[r], expected(plans[r], fields[r][1], global_n).astype(np.float32))
+
+
+def test_bad_input_raises_the_right_error():
+    with pytest.raises(halox.DatatypeError, match="count = -1"):
+        halox.Datatype.vector(-1, 1, 1, np.float64)
+    with pytest.raises(halox.DatatypeError):
+        halox.Datatype.subarray([4, 4], [2, 3], [0, 2], np.float64)  # start + subsize > size
+    t = halox.Datatype.contiguous(10, np.float64).commit()
+    with pytest.raises(halox.Error):  # the type reaches past the array
+        halox.pack(np.zeros(5), 1, t)
+    with pytest.raises(halox.Error, match="C-contiguous"):
+        halox.pack(np.zeros((4, 6))[:, ::2], 1, halox.Datatype.of(np.float64).commit())
+    grid = halox.Topology((1, 1, 1), (True, True, True), 0)
+    plans = halox.make_local_grid_plans(grid, [(4, 4, 4)], 1, np.float64)
+    ex = halox.GridExchange(halox.Ranks.local(grid), plans)
+    with pytest.raises(halox.Error, match="another dtype"):
+        ex.exchange(np.zeros(plans[0].shape, dtype=np.float32))
+    with pytest.raises(halox.Error, match=r"has shape \(6, 6, 5\)"):
+        ex.exchange(np.zeros((6, 6, 5)))
+    assert issubclass(halox.HaloTimeoutError, halox.Error)
+    assert halox.info()["mpi"] is True
