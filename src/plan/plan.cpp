@@ -160,6 +160,7 @@ namespace {
 }
 }  // namespace
 
+namespace {
 // The bytes from the field's pointer that a plan's types may touch: field_bytes, else the
 // extent's cells of its element; 0 when the plan says neither (a plan assembled by hand
 // without its extent), whose types are then not checked against the field.
@@ -171,6 +172,7 @@ std::int64_t field_bytes(const GridPlan& plan) {
   }
   return bytes;
 }
+}  // namespace
 
 void check_grid_plan(const GridPlan& plan, int rank, const char* where) {
   if (plan.field_bytes < 0)
