@@ -36,10 +36,22 @@ if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
   }
 fi
 
-# The Python module's tests: NumPy, mpi4py (built against this Open MPI) and pytest.
+# The Python module: its build needs Python's headers; its tests NumPy, mpi4py (built against
+# this Open MPI) and pytest. PIP_BREAK_SYSTEM_PACKAGES: Debian's own python3 refuses pip
+# installs otherwise (PEP 668); Debian's packages are the fallback.
+export PIP_BREAK_SYSTEM_PACKAGES=1
+if ! python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))'; then
+  echo "setup: installing python3-dev"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-dev >/dev/null
+fi
 if ! python3 -c 'import numpy, mpi4py, pytest' >/dev/null 2>&1; then
   echo "setup: installing numpy, mpi4py and pytest"
-  python3 -m pip install -q numpy mpi4py pytest
+  python3 -m pip install -q numpy mpi4py pytest || {
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-numpy \
+      python3-mpi4py python3-pytest >/dev/null
+  }
 fi
 
 # NVSHMEM headers and libraries come from PyPI, pinned to the GPU machine's version.

@@ -49,7 +49,8 @@ cmake --build build/sanitize -j "$jobs" --target test_datatype test_datatype_vs_
 # The Python module as a user installs it (pip install .; the CPU library here, the CUDA
 # build would double CI's time), its tests on 4 real MPI ranks.
 echo "== python: pip install ., then mpirun -n 4 python3 -m pytest python/tests"
-python3 -m pip install -q . -Ccmake.define.HALOX_ENABLE_CUDA=OFF -Cbuild-dir=build/pip
+PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q . -Ccmake.define.HALOX_ENABLE_CUDA=OFF \
+  -Cbuild-dir=build/pip
 set +e
 (cd build && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 4 --oversubscribe \
   python3 -m pytest -q -p no:cacheprovider ../python/tests)
