@@ -134,6 +134,17 @@ void check_field(const Array& a, const halox::GridPlan& plan, std::size_t index)
   array_bytes(a, ("array " + std::to_string(index)).c_str());
 }
 
+// unpack or unpack_accumulate of packed bytes into an array, both bounds checked.
+template <class Unpack>
+void unpack_with(Unpack unpack, const Array& packed, Array& array, std::int64_t count,
+                 const Datatype& type, const char* what) {
+  halox::MutableBytes out(array.data());
+  out.size = array_bytes(array, what);
+  halox::ConstBytes in(packed.data());
+  in.size = array_bytes(packed, "the packed bytes");
+  unpack(in, out, count, type, 0, halox::kAllBytes);
+}
+
 halox::TransportKind transport_of(const std::string& name) {
   return halox::parse_transport(name);
 }
@@ -262,21 +273,14 @@ NB_MODULE(_halox, m) {
   m.def(
       "unpack",
       [](const Array& packed, Array& array, std::int64_t count, const Datatype& type) {
-        halox::MutableBytes out(array.data());
-        out.size = array_bytes(array, "unpack's array");
-        halox::ConstBytes in(packed.data());
-        in.size = array_bytes(packed, "the packed bytes");
-        halox::unpack(in, out, count, type);
+        unpack_with(halox::unpack, packed, array, count, type, "unpack's array");
       },
       "packed"_a, "array"_a, "count"_a, "type"_a);
   m.def(
       "unpack_accumulate",
       [](const Array& packed, Array& array, std::int64_t count, const Datatype& type) {
-        halox::MutableBytes out(array.data());
-        out.size = array_bytes(array, "unpack_accumulate's array");
-        halox::ConstBytes in(packed.data());
-        in.size = array_bytes(packed, "the packed bytes");
-        halox::unpack_accumulate(in, out, count, type);
+        unpack_with(halox::unpack_accumulate, packed, array, count, type,
+                    "unpack_accumulate's array");
       },
       "packed"_a, "array"_a, "count"_a, "type"_a, "Adds the packed values instead of overwriting");
 
