@@ -1,6 +1,7 @@
 #include "memory.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -35,6 +36,8 @@ namespace {
 struct Region {
   std::size_t bytes = 0;
   char* open = nullptr;  // the readable view
+  int fd = -1;           // kept open: a peer maps the memory through /proc/<pid>/fd (IPC)
+  std::uint64_t id = 0;  // a serial: the peers' mappings are cached by it
 };
 
 std::mutex& pretend_mutex() {
@@ -46,9 +49,8 @@ std::map<std::uintptr_t, Region>& pretend_regions() {  // keyed by the program's
   return regions;
 }
 
-// The readable view's offset from the program's for the region holding `p`; found false
-// when `p` is in none.
-bool pretend_delta(const void* p, std::ptrdiff_t* delta) {
+// The region holding `p` (its program's view and the region), found false when none does.
+bool pretend_region(const void* p, std::uintptr_t* base, Region* region) {
   std::lock_guard<std::mutex> lock(pretend_mutex());
   auto& regions = pretend_regions();
   const auto at = reinterpret_cast<std::uintptr_t>(p);
@@ -56,7 +58,18 @@ bool pretend_delta(const void* p, std::ptrdiff_t* delta) {
   if (it == regions.begin()) return false;
   --it;
   if (at >= it->first + it->second.bytes) return false;
-  *delta = it->second.open - reinterpret_cast<char*>(it->first);
+  *base = it->first;
+  *region = it->second;
+  return true;
+}
+
+// The readable view's offset from the program's for the region holding `p`; found false
+// when `p` is in none.
+bool pretend_delta(const void* p, std::ptrdiff_t* delta) {
+  std::uintptr_t base = 0;
+  Region region;
+  if (!pretend_region(p, &base, &region)) return false;
+  *delta = region.open - reinterpret_cast<char*>(base);
   return true;
 }
 
@@ -81,6 +94,7 @@ struct Driver {
   CUresult (*device_get)(CUdevice*, int) = nullptr;
   CUresult (*primary_state)(CUdevice, unsigned*, int*) = nullptr;
   CUresult (*pointer_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
+  CUresult (*address_range)(CUdeviceptr*, std::size_t*, CUdeviceptr) = nullptr;
 };
 
 const Driver* driver() {
@@ -96,7 +110,8 @@ const Driver* driver() {
                      find(d.device_count, "cuDeviceGetCount") &&
                      find(d.device_get, "cuDeviceGet") &&
                      find(d.primary_state, "cuDevicePrimaryCtxGetState") &&
-                     find(d.pointer_attribute, "cuPointerGetAttribute");
+                     find(d.pointer_attribute, "cuPointerGetAttribute") &&
+                     find(d.address_range, "cuMemGetAddressRange_v2");
     if (!all || d.init(0) != CUDA_SUCCESS) return nullptr;
     return &d;
   }();
@@ -149,6 +164,7 @@ const Knobs& knobs() {
     try {
       k.report = detail::env_mpi_report();
       k.pretend = detail::env_mpi_pretend_device();
+      k.ipc = detail::env_mpi_ipc();
     } catch (const std::exception& e) {
       k = Knobs{};
       k.error = e.what();
@@ -333,6 +349,269 @@ Staging& Staging::operator=(Staging&& other) noexcept {
   return *this;
 }
 
+// ---- Memory a peer on this node reads itself (the IPC path) ----
+
+namespace {
+
+constexpr std::size_t kMappingsKept = 256;  // a peer's freed allocations are unmapped by age
+
+struct Mapping {
+  const char* base = nullptr;
+  Memory kind = Memory::host;
+  std::size_t length = 0;
+};
+std::mutex& mappings_mutex() {
+  static std::mutex m;
+  return m;
+}
+// Keyed by (peer, allocation id), in the order they were opened.
+std::map<std::pair<int, std::uint64_t>, Mapping>& mappings() {
+  static std::map<std::pair<int, std::uint64_t>, Mapping> opened;
+  return opened;
+}
+std::vector<std::pair<int, std::uint64_t>>& mapping_age() {
+  static std::vector<std::pair<int, std::uint64_t>> order;
+  return order;
+}
+
+void unmap(const Mapping& m) {
+  if (m.kind == Memory::pretend) {
+    munmap(const_cast<char*>(m.base), m.length);
+    return;
+  }
+#if HALOX_HAS_CUDA
+  cudaIpcCloseMemHandle(const_cast<char*>(m.base));
+#endif
+}
+
+Mapping map_peer(int peer, const Exported& e, Memory kind) {
+  Mapping m;
+  m.kind = kind;
+  m.length = static_cast<std::size_t>(e.length);
+  if (kind == Memory::pretend) {
+    const std::string path = "/proc/" + std::to_string(e.pid) + "/fd/" + std::to_string(e.fd);
+    const int fd = open(path.c_str(), O_RDONLY);
+    void* p = fd < 0 ? MAP_FAILED : mmap(nullptr, m.length, PROT_READ, MAP_SHARED, fd, 0);
+    if (fd >= 0) close(fd);
+    if (p == MAP_FAILED)
+      throw Error("halox_mpi: rank " + std::to_string(peer) + "'s memory (" + path +
+                  ") cannot be mapped here");
+    m.base = static_cast<const char*>(p);
+    return m;
+  }
+#if HALOX_HAS_CUDA
+  cudaIpcMemHandle_t handle;
+  static_assert(sizeof(handle) == sizeof(e.handle));
+  std::memcpy(&handle, e.handle, sizeof(handle));
+  void* p = nullptr;
+  const cudaError_t rc = cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("halox_mpi: cudaIpcOpenMemHandle of rank " + std::to_string(peer) +
+                "'s device memory failed (" + cudaGetErrorString(rc) +
+                "); HALOX_MPI_IPC=0 stages every device message through host memory instead");
+  }
+  m.base = static_cast<const char*>(p);
+  return m;
+#else
+  throw Error("halox_mpi: device memory of rank " + std::to_string(peer) +
+              " cannot be mapped in a build without CUDA");
+#endif
+}
+
+// Exported device allocations of this process: base -> (buffer id, IPC handle).
+#if HALOX_HAS_CUDA
+std::mutex& exports_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::uintptr_t, std::pair<std::uint64_t, cudaIpcMemHandle_t>>& exports() {
+  static std::map<std::uintptr_t, std::pair<std::uint64_t, cudaIpcMemHandle_t>> made;
+  return made;
+}
+#endif
+
+}  // namespace
+
+bool export_memory(const void* p, Memory kind, Exported* out) {
+  if (kind == Memory::pretend) {
+    std::uintptr_t base = 0;
+    Region region;
+    if (!pretend_region(p, &base, &region)) return false;
+    out->id = region.id;
+    out->offset = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p) - base);
+    out->length = static_cast<std::int64_t>(region.bytes);
+    out->pid = static_cast<std::int32_t>(getpid());
+    out->fd = region.fd;
+    return true;
+  }
+#if HALOX_HAS_CUDA
+  if (kind != Memory::device) return false;
+  const Driver* d = driver();
+  if (d == nullptr) return false;
+  CUdeviceptr base = 0;
+  std::size_t length = 0;
+  unsigned long long id = 0;
+  const auto at = reinterpret_cast<CUdeviceptr>(p);
+  if (d->address_range(&base, &length, at) != CUDA_SUCCESS ||
+      d->pointer_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, at) != CUDA_SUCCESS)
+    return false;
+  std::lock_guard<std::mutex> lock(exports_mutex());
+  auto& slot = exports()[static_cast<std::uintptr_t>(base)];
+  if (slot.first != id) {  // new, or the allocation was freed and another made at its address
+    if (cudaIpcGetMemHandle(&slot.second, reinterpret_cast<void*>(base)) != cudaSuccess) {
+      cudaGetLastError();  // memory IPC cannot export (a pool, VMM): the message is staged
+      exports().erase(static_cast<std::uintptr_t>(base));
+      return false;
+    }
+    slot.first = id;
+  }
+  out->id = id;
+  out->offset = static_cast<std::int64_t>(at - base);
+  out->length = static_cast<std::int64_t>(length);
+  std::memcpy(out->handle, &slot.second, sizeof(slot.second));
+  return true;
+#else
+  return false;
+#endif
+}
+
+const void* import_memory(int peer, const Exported& e, Memory kind) {
+  const std::pair<int, std::uint64_t> key{peer, e.id};
+  std::lock_guard<std::mutex> lock(mappings_mutex());
+  auto& opened = mappings();
+  auto it = opened.find(key);
+  if (it == opened.end()) {
+    if (mapping_age().size() >= kMappingsKept) {
+      auto oldest = opened.find(mapping_age().front());
+      unmap(oldest->second);
+      opened.erase(oldest);
+      mapping_age().erase(mapping_age().begin());
+    }
+    it = opened.emplace(key, map_peer(peer, e, kind)).first;
+    mapping_age().push_back(key);
+  }
+  return it->second.base + e.offset;
+}
+
+void unpack_from_peer(const void* from, Memory from_kind, std::int64_t bytes, void* out,
+                      std::int64_t count, const Datatype& type, Memory out_kind) {
+  if (bytes <= 0 || count <= 0) return;
+#if HALOX_HAS_CUDA
+  if (from_kind == Memory::device) {
+    const cudaStream_t stream = staging_stream();
+    if (out_kind == Memory::device) {
+      if (contiguous(count, type)) {
+        HALOX_CUDA_CHECK(cudaMemcpyAsync(address(out, type.true_lb()), from,
+                                         static_cast<std::size_t>(bytes), cudaMemcpyDefault,
+                                         stream));
+      } else {
+        unpack_range_async(from, out, count, type, 0, bytes, stream);
+      }
+      HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+      return;
+    }
+    Staging host(static_cast<std::size_t>(bytes));
+    HALOX_CUDA_CHECK(cudaMemcpyAsync(host.data(), from, static_cast<std::size_t>(bytes),
+                                     cudaMemcpyDeviceToHost, stream));
+    HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+    unpack_from_host(host.data(), bytes, out, count, type, out_kind);
+    return;
+  }
+#endif
+  (void)from_kind;  // pretend memory is mapped readable here: plain host bytes
+  unpack_from_host(from, bytes, out, count, type, out_kind);
+}
+
+void settle(Memory kind) {
+#if HALOX_HAS_CUDA
+  if (kind == Memory::device) HALOX_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+#else
+  (void)kind;
+#endif
+}
+
+namespace {
+
+std::map<std::pair<Memory, std::size_t>, std::vector<char*>>& peer_pool() {  // under pool_mutex
+  static std::map<std::pair<Memory, std::size_t>, std::vector<char*>> free_lists;
+  return free_lists;
+}
+
+}  // namespace
+
+PeerStaging::PeerStaging(std::size_t bytes, Memory kind) : m_kind(kind) {
+  m_capacity = 65536;
+  while (m_capacity < bytes) m_capacity *= 2;
+  {
+    std::lock_guard<std::mutex> lock(pool_mutex());
+    auto& list = peer_pool()[{kind, m_capacity}];
+    if (!list.empty()) {
+      m_data = list.back();
+      list.pop_back();
+      return;
+    }
+  }
+  void* p = nullptr;
+  if (kind == Memory::pretend) {
+    p = halox_mpi_pretend_alloc(m_capacity);
+  }
+#if HALOX_HAS_CUDA
+  if (kind == Memory::device && cudaMalloc(&p, m_capacity) != cudaSuccess) {
+    cudaGetLastError();
+    p = nullptr;
+  }
+#endif
+  if (p == nullptr)
+    throw Error("halox_mpi: no device memory for " + std::to_string(m_capacity) +
+                " bytes of staging");
+  m_data = static_cast<char*>(p);
+}
+
+PeerStaging::~PeerStaging() {
+  if (m_data == nullptr) return;
+  std::lock_guard<std::mutex> lock(pool_mutex());
+  peer_pool()[{m_kind, m_capacity}].push_back(m_data);  // kept: peers keep it mapped
+}
+
+PeerStaging::PeerStaging(PeerStaging&& other) noexcept
+    : m_data(std::exchange(other.m_data, nullptr)),
+      m_capacity(std::exchange(other.m_capacity, 0)),
+      m_kind(other.m_kind) {}
+
+PeerStaging& PeerStaging::operator=(PeerStaging&& other) noexcept {
+  if (this != &other) {
+    PeerStaging old(std::move(*this));
+    m_data = std::exchange(other.m_data, nullptr);
+    m_capacity = std::exchange(other.m_capacity, 0);
+    m_kind = other.m_kind;
+  }
+  return *this;
+}
+
+void pack_to_peer_staging(const void* in, std::int64_t count, const Datatype& type, void* out,
+                          Memory kind) {
+  if (count <= 0 || type.size() == 0) return;
+  if (kind == Memory::pretend) {
+    std::ptrdiff_t in_delta = 0, out_delta = 0;
+    pretend_delta(address(in, type.true_lb()), &in_delta);
+    pretend_delta(out, &out_delta);
+    pack(readable(in, in_delta), count, type, readable(out, out_delta));
+    return;
+  }
+#if HALOX_HAS_CUDA
+  const cudaStream_t stream = staging_stream();
+  if (contiguous(count, type)) {
+    HALOX_CUDA_CHECK(cudaMemcpyAsync(out, address(in, type.true_lb()),
+                                     static_cast<std::size_t>(count * type.size()),
+                                     cudaMemcpyDeviceToDevice, stream));
+  } else {
+    pack_async(in, count, type, out, stream);
+  }
+  HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+#endif
+}
+
 }  // namespace halox::mpi
 
 extern "C" {
@@ -350,10 +629,14 @@ void* halox_mpi_pretend_alloc(std::size_t bytes) {
   }
   void* closed = mmap(nullptr, length, PROT_NONE, MAP_SHARED, fd, 0);
   void* open = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (closed == MAP_FAILED || open == MAP_FAILED) return nullptr;
+  if (closed == MAP_FAILED || open == MAP_FAILED) {
+    close(fd);
+    return nullptr;
+  }
+  static std::atomic<std::uint64_t> serial{0};
   std::lock_guard<std::mutex> lock(pretend_mutex());
-  pretend_regions()[reinterpret_cast<std::uintptr_t>(closed)] = {length, static_cast<char*>(open)};
+  pretend_regions()[reinterpret_cast<std::uintptr_t>(closed)] = {length, static_cast<char*>(open),
+                                                                 fd, ++serial};
   return closed;
 }
 
@@ -365,6 +648,7 @@ void halox_mpi_pretend_free(void* p) {
   if (it == regions.end()) return;
   munmap(it->second.open, it->second.bytes);
   munmap(p, it->second.bytes);
+  close(it->second.fd);
   regions.erase(it);
 }
 

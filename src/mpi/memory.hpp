@@ -28,6 +28,7 @@ T* address(T* base, std::int64_t offset) {
 struct Knobs {
   bool report = false;   ///< HALOX_MPI_REPORT
   bool pretend = false;  ///< HALOX_MPI_PRETEND_DEVICE
+  bool ipc = true;       ///< HALOX_MPI_IPC
   std::string error;
 };
 const Knobs& knobs();
@@ -68,6 +69,55 @@ class Staging {
   std::size_t m_size = 0;      // what was asked for
   std::size_t m_capacity = 0;  // the pool's size class
 };
+
+/// Where a message's packed bytes lie for a process on the same node to read them itself
+/// (MVAPICH2-GDR's CUDA IPC path): the allocation's IPC handle, or for pretend memory its
+/// memfd, and the bytes' offset in it. Travels inside a protocol note (protocol.hpp).
+struct Exported {
+  std::uint64_t id = 0;           ///< the allocation (CUDA's buffer id; a serial for pretend)
+  std::int64_t offset = 0;        ///< of the first byte in the allocation
+  std::int64_t length = 0;        ///< of the allocation (pretend memory is mapped whole)
+  std::int32_t pid = 0, fd = -1;  ///< pretend memory: the memfd of process `pid`
+  unsigned char handle[64] = {};  ///< device memory: its cudaIpcMemHandle_t
+};
+
+/// `p` (memory `kind`, device or pretend) as a peer on this node can map it; false where it
+/// cannot be (CUDA IPC unavailable: such messages are staged).
+bool export_memory(const void* p, Memory kind, Exported* out);
+/// A peer's exported bytes mapped here, cached per peer (world rank) and allocation: the
+/// address of the first byte, readable by the copies below as memory `kind`.
+const void* import_memory(int peer, const Exported& e, Memory kind);
+/// The first `bytes` packed bytes at `from` (a peer's memory mapped here, of kind `from_kind`)
+/// into `count` instances of `type` at `out` (memory `out_kind`); done when it returns.
+void unpack_from_peer(const void* from, Memory from_kind, std::int64_t bytes, void* out,
+                      std::int64_t count, const Datatype& type, Memory out_kind);
+/// Waits until the device work a program queued before an MPI call (on the legacy default
+/// stream, as cudaMemcpy orders it) is done: a peer is about to read the buffer itself.
+void settle(Memory kind);
+
+/// Packed bytes that a peer can map: device memory (pretend memory in the tests) from a pool
+/// of power-of-two sizes, exported once per block.
+class PeerStaging {
+ public:
+  PeerStaging() = default;
+  PeerStaging(std::size_t bytes, Memory kind);
+  ~PeerStaging();
+  PeerStaging(PeerStaging&& other) noexcept;
+  PeerStaging& operator=(PeerStaging&& other) noexcept;
+  PeerStaging(const PeerStaging&) = delete;
+  PeerStaging& operator=(const PeerStaging&) = delete;
+  char* data() const { return m_data; }
+
+ private:
+  char* m_data = nullptr;
+  std::size_t m_capacity = 0;
+  Memory m_kind = Memory::host;
+};
+
+/// Packs `count` instances of `type` from `in` (memory `kind`) into `out`, memory of the same
+/// kind (a PeerStaging); done when it returns.
+void pack_to_peer_staging(const void* in, std::int64_t count, const Datatype& type, void* out,
+                          Memory kind);
 
 }  // namespace halox::mpi
 

@@ -8,6 +8,7 @@
 // the MPI library's; only the bytes take a detour.
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "halox/config.hpp"
 #include "../runtime/mpi_cuda_aware.hpp"
 #include "memory.hpp"
+#include "protocol.hpp"
 #include "state.hpp"
 
 namespace halox::mpi {
@@ -64,15 +66,44 @@ int failed(const char* call, MPI_Comm comm, const std::exception& e) {
   return raise(comm, std::string("halox_mpi: ") + call + " on device memory: " + e.what());
 }
 
+// The bytes of `count` instances of `type`.
+std::int64_t message_bytes(int count, MPI_Datatype type) {
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  return static_cast<std::int64_t>(count) * size;
+}
+
+// Whether the protocol carries this send (send_with_note decides the rest).
+bool note_candidate(Memory memory, std::int64_t bytes) {
+  return protocol_on() && (bytes == kNoteBytes || (memory != Memory::host && bytes > kNoteBytes));
+}
+
+// A blocking call of the library, or, while receives here may get notes that a peer waits
+// for, its nonblocking form and a wait that serves them.
+int send_blocking(const SendMode& mode, const void* buffer, int count, MPI_Datatype type, int dest,
+                  int tag, MPI_Comm comm) {
+  if (!receives_to_serve()) return mode.blocking(buffer, count, type, dest, tag, comm);
+  MPI_Request request;
+  const int rc = mode.start(buffer, count, type, dest, tag, comm, &request);
+  return rc != MPI_SUCCESS ? rc : wait_serving(&request, MPI_STATUS_IGNORE);
+}
+
 int send(const SendMode& mode, const void* buffer, int count, MPI_Datatype type, int dest, int tag,
          MPI_Comm comm, MPI_Request* request) {
   const Memory memory = dest == MPI_PROC_NULL ? Memory::host : where(buffer, count, type);
-  if (memory == Memory::host) {
-    if (reporting()) count_host(count, type);
-    return request ? mode.start(buffer, count, type, dest, tag, comm, request)
-                   : mode.blocking(buffer, count, type, dest, tag, comm);
-  }
   try {
+    if (dest != MPI_PROC_NULL && protocol_on()) {
+      const std::int64_t bytes = message_bytes(count, type);
+      int rc = MPI_SUCCESS;
+      if (note_candidate(memory, bytes) && send_with_note(mode, buffer, count, type, dest, tag,
+                                                          comm, request, false, memory, bytes, &rc))
+        return rc;
+    }
+    if (memory == Memory::host) {
+      if (reporting()) count_host(count, type);
+      return request ? mode.start(buffer, count, type, dest, tag, comm, request)
+                     : send_blocking(mode, buffer, count, type, dest, tag, comm);
+    }
     Pending p;
     p.type = imported(type);
     int bytes = 0;
@@ -80,7 +111,7 @@ int send(const SendMode& mode, const void* buffer, int count, MPI_Datatype type,
     p.staging = Staging(static_cast<std::size_t>(bytes));
     pack_to_host(buffer, count, *p.type, p.staging.data(), memory);
     tally(Path::staged_send, bytes);
-    if (!request) return mode.blocking(p.staging.data(), bytes, MPI_BYTE, dest, tag, comm);
+    if (!request) return send_blocking(mode, p.staging.data(), bytes, MPI_BYTE, dest, tag, comm);
     const int rc = mode.start(p.staging.data(), bytes, MPI_BYTE, dest, tag, comm, request);
     if (rc == MPI_SUCCESS) track(*request, std::move(p));
     return rc;
@@ -92,8 +123,15 @@ int send(const SendMode& mode, const void* buffer, int count, MPI_Datatype type,
 int send_init(const SendMode& mode, const void* buffer, int count, MPI_Datatype type, int dest,
               int tag, MPI_Comm comm, MPI_Request* request) {
   const Memory memory = dest == MPI_PROC_NULL ? Memory::host : where(buffer, count, type);
-  if (memory == Memory::host) return mode.init(buffer, count, type, dest, tag, comm, request);
   try {
+    if (dest != MPI_PROC_NULL && protocol_on()) {
+      const std::int64_t bytes = message_bytes(count, type);
+      int rc = MPI_SUCCESS;
+      if (note_candidate(memory, bytes) && send_with_note(mode, buffer, count, type, dest, tag,
+                                                          comm, request, true, memory, bytes, &rc))
+        return rc;
+    }
+    if (memory == Memory::host) return mode.init(buffer, count, type, dest, tag, comm, request);
     Pending p;
     p.persistent = true;
     p.type = imported(type);
@@ -125,32 +163,67 @@ Pending receive_staging(void* buffer, int count, MPI_Datatype type, Memory memor
   return p;
 }
 
+int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* index, int* outcount,
+                 int* indices, MPI_Status* statuses);
+
 int receive(void* buffer, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
             MPI_Status* status, MPI_Request* request, bool persistent) {
   const char* call = persistent ? "MPI_Recv_init" : request ? "MPI_Irecv" : "MPI_Recv";
-  const Memory memory = source == MPI_PROC_NULL ? Memory::host : where(buffer, count, type);
-  if (memory == Memory::host) {
-    if (persistent) return PMPI_Recv_init(buffer, count, type, source, tag, comm, request);
-    if (request) return PMPI_Irecv(buffer, count, type, source, tag, comm, request);
-    return PMPI_Recv(buffer, count, type, source, tag, comm, status);
-  }
   try {
-    int bytes = 0, rc = MPI_SUCCESS;
-    Pending p = receive_staging(buffer, count, type, memory, call, comm, &bytes, &rc);
-    if (rc != MPI_SUCCESS) return rc;
-    if (request) {
-      p.persistent = persistent;
-      rc = persistent
-               ? PMPI_Recv_init(p.staging.data(), bytes, MPI_BYTE, source, tag, comm, request)
-               : PMPI_Irecv(p.staging.data(), bytes, MPI_BYTE, source, tag, comm, request);
-      if (rc == MPI_SUCCESS) track(*request, std::move(p));
+    int rc = MPI_SUCCESS;
+    if (!persistent && source != MPI_PROC_NULL &&
+        receive_queued(buffer, count, type, source, tag, comm, status, request, &rc))
       return rc;
+    const Memory memory = source == MPI_PROC_NULL ? Memory::host : where(buffer, count, type);
+    const bool notes =
+        protocol_on() && source != MPI_PROC_NULL && message_bytes(count, type) >= kNoteBytes;
+    Pending p;
+    int bytes = 0;
+    if (memory == Memory::host) {
+      if (notes) {
+        try {
+          p.type = imported(type);
+        } catch (const DatatypeError&) {
+          // A type halox cannot import cannot be served a note (documented); passed through.
+        }
+      }
+      if (!p.type) {
+        if (persistent) return PMPI_Recv_init(buffer, count, type, source, tag, comm, request);
+        if (request) return PMPI_Irecv(buffer, count, type, source, tag, comm, request);
+        if (!receives_to_serve()) return PMPI_Recv(buffer, count, type, source, tag, comm, status);
+        MPI_Request mine;
+        rc = PMPI_Irecv(buffer, count, type, source, tag, comm, &mine);
+        return rc != MPI_SUCCESS ? rc : wait_serving(&mine, status);
+      }
+      p.receive = true;
+      p.buffer = buffer;
+      p.count = count;
+    } else {
+      p = receive_staging(buffer, count, type, memory, call, comm, &bytes, &rc);
+      if (rc != MPI_SUCCESS) return rc;
     }
-    MPI_Status mine;
-    MPI_Status* s = status == MPI_STATUS_IGNORE ? &mine : status;
-    rc = PMPI_Recv(p.staging.data(), bytes, MPI_BYTE, source, tag, comm, s);
-    const int unpacked = unpack_received(p, *s);
-    return rc != MPI_SUCCESS ? rc : unpacked;
+    p.notes = notes;
+    p.comm = comm;
+    p.persistent = persistent;
+    // The library receives into the user's host buffer or into staging, as bytes.
+    void* into = memory == Memory::host ? buffer : p.staging.data();
+    const int n = memory == Memory::host ? count : bytes;
+    const MPI_Datatype as = memory == Memory::host ? type : MPI_BYTE;
+    if (!request && !notes && !receives_to_serve()) {
+      MPI_Status mine;
+      MPI_Status* s = status == MPI_STATUS_IGNORE ? &mine : status;
+      rc = PMPI_Recv(into, n, as, source, tag, comm, s);
+      const int unpacked = unpack_received(p, *s);
+      return rc != MPI_SUCCESS ? rc : unpacked;
+    }
+    MPI_Request mine;
+    MPI_Request* r = request ? request : &mine;
+    rc = persistent ? PMPI_Recv_init(into, n, as, source, tag, comm, r)
+                    : PMPI_Irecv(into, n, as, source, tag, comm, r);
+    if (rc != MPI_SUCCESS) return rc;
+    track(*r, std::move(p));
+    if (request) return MPI_SUCCESS;
+    return wait_or_test(WaitKind::wait, 1, r, nullptr, nullptr, nullptr, nullptr, status);
   } catch (const std::exception& e) {
     return failed(call, comm, e);
   }
@@ -159,6 +232,12 @@ int receive(void* buffer, int count, MPI_Datatype type, int source, int tag, MPI
 int matched_receive(void* buffer, int count, MPI_Datatype type, MPI_Message* message,
                     MPI_Status* status, MPI_Request* request) {
   const char* call = request ? "MPI_Imrecv" : "MPI_Mrecv";
+  try {
+    int rc = MPI_SUCCESS;
+    if (receive_taken(buffer, count, type, message, status, request, &rc)) return rc;
+  } catch (const std::exception& e) {
+    return failed(call, MPI_COMM_WORLD, e);
+  }
   const Memory memory = *message == MPI_MESSAGE_NO_PROC ? Memory::host : where(buffer, count, type);
   if (memory == Memory::host) {
     return request ? PMPI_Imrecv(buffer, count, type, message, request)
@@ -191,7 +270,7 @@ int finish(const std::vector<MPI_Request>& handles,
            MPI_Status* statuses, int rc) {
   for (int k = 0; k < done; ++k) {
     const auto i = static_cast<std::size_t>(indices ? indices[k] : k);
-    const MPI_Status& status = statuses[indices ? k : static_cast<int>(i)];
+    MPI_Status& status = statuses[indices ? k : static_cast<int>(i)];
     // MPI_ERR_IN_STATUS: a request marked pending has not completed; it stays tracked.
     if (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR == MPI_ERR_PENDING) continue;
     const int unpacked = completed(handles[i], owes[i], status);
@@ -200,22 +279,69 @@ int finish(const std::vector<MPI_Request>& handles,
   return rc;
 }
 
+// One call of the library's for `kind`.
+int library_call(WaitKind kind, int n, MPI_Request* requests, int* flag, int* index, int* outcount,
+                 int* indices, MPI_Status* s) {
+  switch (kind) {
+    case WaitKind::wait: return PMPI_Wait(requests, s);
+    case WaitKind::test: return PMPI_Test(requests, flag, s);
+    case WaitKind::waitall: return PMPI_Waitall(n, requests, s);
+    case WaitKind::testall: return PMPI_Testall(n, requests, flag, s);
+    case WaitKind::waitany: return PMPI_Waitany(n, requests, index, s);
+    case WaitKind::testany: return PMPI_Testany(n, requests, index, flag, s);
+    case WaitKind::waitsome: return PMPI_Waitsome(n, requests, outcount, indices, s);
+    case WaitKind::testsome: return PMPI_Testsome(n, requests, outcount, indices, s);
+  }
+  return MPI_ERR_INTERN;
+}
+
+WaitKind as_test(WaitKind kind) {
+  switch (kind) {
+    case WaitKind::wait: return WaitKind::test;
+    case WaitKind::waitall: return WaitKind::testall;
+    case WaitKind::waitany: return WaitKind::testany;
+    case WaitKind::waitsome: return WaitKind::testsome;
+    default: return kind;
+  }
+}
+
+// The library's test for `kind` under the progress lock, the requests it completed marked done
+// (progress must not ask about their freed handles). Returns whether the call has an answer;
+// `flag` is the test's.
+bool test_once(WaitKind kind, int n, MPI_Request* requests, int* flag, int* index, int* outcount,
+               int* indices, MPI_Status* s, const std::vector<std::shared_ptr<Pending>>& owes,
+               int* rc) {
+  std::lock_guard<std::mutex> lock(progress_mutex());
+  *flag = 0;
+  *rc = library_call(kind, n, requests, flag, index, outcount, indices, s);
+  auto mark = [&](int i) {
+    if (i >= 0 && i < n && owes[static_cast<std::size_t>(i)])
+      owes[static_cast<std::size_t>(i)]->done = true;
+  };
+  switch (kind) {
+    case WaitKind::test:
+      if (*flag) mark(0);
+      return *flag;
+    case WaitKind::testall:
+      if (*flag)
+        for (int i = 0; i < n; ++i) mark(i);
+      return *flag;
+    case WaitKind::testany:
+      if (*flag && *index != MPI_UNDEFINED) mark(*index);
+      return *flag;  // also when every request is inactive (index MPI_UNDEFINED)
+    default:         // testsome
+      if (*outcount != MPI_UNDEFINED)
+        for (int k = 0; k < *outcount; ++k) mark(indices[k]);
+      return *outcount != 0;
+  }
+}
+
 int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* index, int* outcount,
                  int* indices, MPI_Status* statuses) {
   progress_detached(false);
+  if (!tracking()) return library_call(kind, n, requests, flag, index, outcount, indices, statuses);
+  progress_receives();
   const bool ignore = statuses == MPI_STATUSES_IGNORE || statuses == MPI_STATUS_IGNORE;
-  if (!tracking()) {
-    switch (kind) {
-      case WaitKind::wait: return PMPI_Wait(requests, statuses);
-      case WaitKind::test: return PMPI_Test(requests, flag, statuses);
-      case WaitKind::waitall: return PMPI_Waitall(n, requests, statuses);
-      case WaitKind::testall: return PMPI_Testall(n, requests, flag, statuses);
-      case WaitKind::waitany: return PMPI_Waitany(n, requests, index, statuses);
-      case WaitKind::testany: return PMPI_Testany(n, requests, index, flag, statuses);
-      case WaitKind::waitsome: return PMPI_Waitsome(n, requests, outcount, indices, statuses);
-      case WaitKind::testsome: return PMPI_Testsome(n, requests, outcount, indices, statuses);
-    }
-  }
   const std::vector<MPI_Request> handles(requests, requests + n);
   std::vector<std::shared_ptr<Pending>> owes(handles.size());
   for (std::size_t i = 0; i < handles.size(); ++i) owes[i] = owed(handles[i]);
@@ -223,39 +349,33 @@ int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* in
                    kind == WaitKind::testany;
   std::vector<MPI_Status> mine(ignore ? static_cast<std::size_t>(one ? 1 : n) : 0);
   MPI_Status* s = ignore ? mine.data() : statuses;
-  int any = 0;
+  int rc = MPI_SUCCESS, got = 1;
+  const WaitKind test = as_test(kind);
+  if (test == kind) {
+    test_once(kind, n, requests, &got, index, outcount, indices, s, owes, &rc);
+    if (flag) *flag = got;
+  } else if (!receives_to_serve()) {
+    rc = library_call(kind, n, requests, nullptr, index, outcount, indices, s);
+  } else {
+    // A wait that serves notes meanwhile: a peer may be waiting for one of ours.
+    while (!test_once(test, n, requests, &got, index, outcount, indices, s, owes, &rc) &&
+           rc == MPI_SUCCESS)
+      progress_receives();
+    got = 1;
+  }
   switch (kind) {
-    case WaitKind::wait: {
-      const int rc = PMPI_Wait(requests, s);
-      return finish(handles, owes, nullptr, 1, s, rc);
-    }
-    case WaitKind::test: {
-      const int rc = PMPI_Test(requests, flag, s);
-      return *flag ? finish(handles, owes, nullptr, 1, s, rc) : rc;
-    }
-    case WaitKind::waitall: {
-      const int rc = PMPI_Waitall(n, requests, s);
-      return finish(handles, owes, nullptr, n, s, rc);
-    }
-    case WaitKind::testall: {
-      const int rc = PMPI_Testall(n, requests, flag, s);
-      return *flag ? finish(handles, owes, nullptr, n, s, rc) : rc;
-    }
+    case WaitKind::wait:
+    case WaitKind::test: return got ? finish(handles, owes, nullptr, 1, s, rc) : rc;
+    case WaitKind::waitall:
+    case WaitKind::testall: return got ? finish(handles, owes, nullptr, n, s, rc) : rc;
     case WaitKind::waitany:
-    case WaitKind::testany: {
-      const int rc = kind == WaitKind::waitany ? PMPI_Waitany(n, requests, index, s)
-                                               : PMPI_Testany(n, requests, index, &any, s);
-      if (flag) *flag = any;
-      if (*index == MPI_UNDEFINED || (kind == WaitKind::testany && !any)) return rc;
+    case WaitKind::testany:
+      if (!got || *index == MPI_UNDEFINED) return rc;
       return finish(handles, owes, index, 1, s, rc);
-    }
     case WaitKind::waitsome:
-    case WaitKind::testsome: {
-      const int rc = kind == WaitKind::waitsome ? PMPI_Waitsome(n, requests, outcount, indices, s)
-                                                : PMPI_Testsome(n, requests, outcount, indices, s);
+    case WaitKind::testsome:
       if (*outcount == MPI_UNDEFINED) return rc;
       return finish(handles, owes, indices, *outcount, s, rc);
-    }
   }
   return MPI_ERR_INTERN;
 }
@@ -343,7 +463,11 @@ int MPI_Imrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message,
 int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
                  void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag,
                  MPI_Comm comm, MPI_Status* status) {
-  if (where(sendbuf, sendcount, sendtype) == Memory::host &&
+  // Straight to the library unless a buffer is on the device or the protocol may be in it.
+  const bool plain =
+      !protocol_on() || (message_bytes(sendcount, sendtype) != kNoteBytes &&
+                         message_bytes(recvcount, recvtype) < kNoteBytes && !receives_to_serve());
+  if (plain && where(sendbuf, sendcount, sendtype) == Memory::host &&
       where(recvbuf, recvcount, recvtype) == Memory::host) {
     return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype,
                          source, recvtag, comm, status);
@@ -365,9 +489,11 @@ int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int 
 int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int sendtag, int source,
                          int recvtag, MPI_Comm comm, MPI_Status* status) {
   const Memory memory = where(buf, count, type);
-  if (memory == Memory::host) {
+  if (memory == Memory::host && !protocol_on()) {
     return PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm, status);
   }
+  // Both directions as packed bytes in host staging, through the calls above (which carry
+  // the protocol's notes), the received bytes unpacked into the buffer.
   try {
     int bytes = 0, rc = MPI_SUCCESS;
     Pending in =
@@ -375,25 +501,62 @@ int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int 
     if (rc != MPI_SUCCESS) return rc;
     Staging out(static_cast<std::size_t>(bytes));
     pack_to_host(buf, count, *in.type, out.data(), memory);
-    tally(Path::staged_send, bytes);
-    MPI_Status mine;
-    MPI_Status* s = status == MPI_STATUS_IGNORE ? &mine : status;
-    rc = PMPI_Sendrecv(out.data(), dest == MPI_PROC_NULL ? 0 : bytes, MPI_BYTE, dest, sendtag,
-                       in.staging.data(), bytes, MPI_BYTE, source, recvtag, comm, s);
-    const int unpacked = source == MPI_PROC_NULL ? MPI_SUCCESS : unpack_received(in, *s);
-    return rc != MPI_SUCCESS ? rc : unpacked;
+    if (memory != Memory::host) tally(Path::staged_send, bytes);
+    MPI_Request requests[2];
+    rc = receive(in.staging.data(), bytes, MPI_BYTE, source, recvtag, comm, MPI_STATUS_IGNORE,
+                 &requests[0], false);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = send(kStandard, out.data(), dest == MPI_PROC_NULL ? 0 : bytes, MPI_BYTE, dest, sendtag,
+              comm, &requests[1]);
+    if (rc != MPI_SUCCESS) return rc;
+    MPI_Status statuses[2];
+    rc = wait_or_test(WaitKind::waitall, 2, requests, nullptr, nullptr, nullptr, nullptr, statuses);
+    int arrived = 0;
+    PMPI_Get_count(&statuses[0], MPI_BYTE, &arrived);
+    if (source != MPI_PROC_NULL && arrived > 0 && arrived != MPI_UNDEFINED) {
+      unpack_from_host(in.staging.data(), std::min(arrived, bytes), buf, count, *in.type, memory);
+      if (memory != Memory::host) tally(Path::staged_receive, arrived);
+    }
+    if (status != MPI_STATUS_IGNORE) *status = statuses[0];
+    return rc;
   } catch (const std::exception& e) {
     return failed("MPI_Sendrecv_replace", comm, e);
   }
 }
 
+int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* status) {
+  if (!protocol_on()) return PMPI_Probe(source, tag, comm, status);
+  return probe(source, tag, comm, nullptr, nullptr, status);
+}
+int MPI_Iprobe(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* status) {
+  if (!protocol_on()) return PMPI_Iprobe(source, tag, comm, flag, status);
+  return probe(source, tag, comm, flag, nullptr, status);
+}
+int MPI_Mprobe(int source, int tag, MPI_Comm comm, MPI_Message* message, MPI_Status* status) {
+  if (!protocol_on()) return PMPI_Mprobe(source, tag, comm, message, status);
+  return probe(source, tag, comm, nullptr, message, status);
+}
+int MPI_Improbe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* message,
+                MPI_Status* status) {
+  if (!protocol_on()) return PMPI_Improbe(source, tag, comm, flag, message, status);
+  return probe(source, tag, comm, flag, message, status);
+}
+
 int MPI_Start(MPI_Request* request) {
-  if (tracking()) before_start(*request);
+  try {
+    if (tracking()) before_start(*request);
+  } catch (const std::exception& e) {
+    return failed("MPI_Start", MPI_COMM_WORLD, e);
+  }
   return PMPI_Start(request);
 }
 int MPI_Startall(int count, MPI_Request requests[]) {
-  if (tracking()) {
-    for (int i = 0; i < count; ++i) before_start(requests[i]);
+  try {
+    if (tracking()) {
+      for (int i = 0; i < count; ++i) before_start(requests[i]);
+    }
+  } catch (const std::exception& e) {
+    return failed("MPI_Startall", MPI_COMM_WORLD, e);
   }
   return PMPI_Startall(count, requests);
 }
@@ -522,10 +685,21 @@ int MPI_Unpack(const void* inbuf, int insize, int* position, void* outbuf, int o
 // A malformed knob (HALOX_MPI_REPORT=maybe) is bad input: rank 0 says which, every rank
 // ends with exit code 2, as halox's programs do.
 static int after_init(int rc) {
-  if (rc != MPI_SUCCESS || knobs().error.empty()) return rc;
+  if (rc != MPI_SUCCESS) return rc;
+  // Every rank reads the knobs; the protocol's check of HALOX_MPI_IPC is collective.
+  std::string error = knobs().error;
+  if (protocol_init() != 0 && error.empty())
+    error = "HALOX_MPI_IPC differs between ranks; give every rank the same value (mpirun -x)";
+  int bad = error.empty() ? 0 : 1, any = 0;
+  PMPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (!any) return rc;
   int rank = 0;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0) std::fprintf(stderr, "halox_mpi: %s\n", knobs().error.c_str());
+  if (rank == 0) {
+    std::fprintf(
+        stderr, "halox_mpi: %s\n",
+        error.empty() ? "a malformed HALOX_MPI_* variable on another rank" : error.c_str());
+  }
   PMPI_Finalize();
   std::exit(2);
 }
@@ -540,6 +714,7 @@ int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
 int MPI_Finalize() {
   progress_detached(true);
   if (reporting()) print_report();
+  protocol_finalize();
   return PMPI_Finalize();
 }
 

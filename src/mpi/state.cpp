@@ -10,6 +10,8 @@
 
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
+#include "halox/pack.hpp"
+#include "protocol.hpp"
 
 namespace halox::mpi {
 
@@ -74,17 +76,35 @@ std::vector<std::pair<MPI_Request, std::shared_ptr<Pending>>>& detached() {  // 
   return list;
 }
 std::atomic<bool> any_tracked{false};
+std::atomic<int> note_receives{0};      // tracked receives that can get a note
 std::atomic<bool> any_detached{false};  // every wait asks: a lock only when there are some
 
 }  // namespace
 
-int unpack_received(const Pending& p, const MPI_Status& status) {
+// The note a host receive got: its first kNoteBytes packed bytes, read back from its buffer.
+std::vector<char> note_in_host_buffer(const Pending& p) {
+  const std::int64_t size = p.type->size();
+  const std::int64_t elements = std::min<std::int64_t>(p.count, (kNoteBytes + size - 1) / size);
+  std::vector<char> bytes(static_cast<std::size_t>(elements * size));
+  pack(p.buffer, elements, *p.type, bytes.data());
+  return bytes;
+}
+
+int unpack_received(const Pending& p, MPI_Status& status) {
   int cancelled = 0;
   PMPI_Test_cancelled(&status, &cancelled);
   if (cancelled) return MPI_SUCCESS;
+  if (p.served) {
+    status = p.served_status;
+    return p.served_rc;
+  }
   int bytes = 0;
   PMPI_Get_count(&status, MPI_BYTE, &bytes);
-  if (bytes == MPI_UNDEFINED || bytes <= 0) return MPI_SUCCESS;
+  if (p.notes && bytes == kNoteBytes) {
+    if (p.memory == Memory::host) return serve(p, note_in_host_buffer(p).data(), status);
+    return serve(p, p.staging.data(), status);
+  }
+  if (bytes == MPI_UNDEFINED || bytes <= 0 || p.memory == Memory::host) return MPI_SUCCESS;
   const std::int64_t holds = p.count * p.type->size();
   try {
     unpack_from_host(p.staging.data(), std::min<std::int64_t>(bytes, holds), p.buffer, p.count,
@@ -100,6 +120,7 @@ int unpack_received(const Pending& p, const MPI_Status& status) {
 
 void track(MPI_Request request, Pending pending) {
   std::lock_guard<std::mutex> lock(requests_mutex());
+  if (pending.notes) ++note_receives;
   requests()[request] = std::make_shared<Pending>(std::move(pending));
   any_tracked = true;
 }
@@ -120,7 +141,11 @@ void before_start(MPI_Request request) {
   std::lock_guard<std::mutex> lock(requests_mutex());
   auto it = requests().find(request);
   if (it == requests().end() || it->second->receive) return;
-  const Pending& p = *it->second;
+  Pending& p = *it->second;
+  if (p.protocol_send) {
+    restart_note(p);
+    return;
+  }
   pack_to_host(p.buffer, p.count, *p.type, p.staging.data(), p.memory);
   tally(Path::staged_send, p.count * p.type->size());
 }
@@ -132,22 +157,74 @@ std::shared_ptr<Pending> owed(MPI_Request request) {
   return it == requests().end() ? nullptr : it->second;
 }
 
-int completed(MPI_Request request, const std::shared_ptr<Pending>& pending,
-              const MPI_Status& status) {
+// Drops `request`'s entry if it is still `pending` (under the mutex).
+void untrack(MPI_Request request, const std::shared_ptr<Pending>& pending) {
+  auto it = requests().find(request);
+  if (it == requests().end() || (pending && it->second != pending)) return;
+  if (it->second->notes) --note_receives;
+  requests().erase(it);
+  any_tracked = !requests().empty();
+}
+
+int completed(MPI_Request request, const std::shared_ptr<Pending>& pending, MPI_Status& status) {
   if (!pending) return MPI_SUCCESS;
   if (!pending->persistent) {
     std::lock_guard<std::mutex> lock(requests_mutex());
-    auto it = requests().find(request);
-    if (it != requests().end() && it->second == pending) requests().erase(it);
-    any_tracked = !requests().empty();
+    untrack(request, pending);
   }
-  return pending->receive ? unpack_received(*pending, status) : MPI_SUCCESS;
+  if (!pending->receive) {
+    // A protocol send's note is delivered once its acknowledgement or side bytes are.
+    return pending->protocol_send ? wait_serving(&pending->note_request, MPI_STATUS_IGNORE)
+                                  : MPI_SUCCESS;
+  }
+  const int rc = unpack_received(*pending, status);
+  if (pending->persistent) {  // starts afresh (its handle stays valid while inactive)
+    pending->served = false;
+    pending->done = false;
+  }
+  return rc;
 }
 
 void forget(MPI_Request request) {
+  std::lock_guard<std::mutex> progress(progress_mutex());  // progress sees it done, then gone
   std::lock_guard<std::mutex> lock(requests_mutex());
-  requests().erase(request);
-  any_tracked = !requests().empty();
+  auto it = requests().find(request);
+  if (it != requests().end()) it->second->done = true;
+  untrack(request, nullptr);
+}
+
+std::mutex& progress_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+bool receives_to_serve() {
+  return note_receives.load(std::memory_order_relaxed) > 0;
+}
+
+void progress_receives() {
+  if (!receives_to_serve()) return;
+  std::vector<std::pair<MPI_Request, std::shared_ptr<Pending>>> candidates;
+  {
+    std::lock_guard<std::mutex> lock(requests_mutex());
+    for (const auto& [request, pending] : requests())
+      if (pending->notes && !pending->served && !pending->done)
+        candidates.emplace_back(request, pending);
+  }
+  std::lock_guard<std::mutex> lock(progress_mutex());
+  for (auto& [request, pending] : candidates) {
+    if (pending->done) continue;  // a test completed it meanwhile: its handle is gone
+    int flag = 0;
+    MPI_Status status;
+    if (PMPI_Request_get_status(request, &flag, &status) != MPI_SUCCESS || !flag) continue;
+    int bytes = 0, cancelled = 0;
+    PMPI_Test_cancelled(&status, &cancelled);
+    PMPI_Get_count(&status, MPI_BYTE, &bytes);
+    if (cancelled || bytes != kNoteBytes) continue;
+    pending->served_rc = unpack_received(*pending, status);
+    pending->served_status = status;
+    pending->served = true;
+  }
 }
 
 void detach(MPI_Request request) {
@@ -169,12 +246,14 @@ void progress_detached(bool all) {
     MPI_Status status;
     int done = 0;
     if (all) {
-      PMPI_Wait(&request, &status);
+      wait_serving(&request, &status);  // a peer may wait for a note served here meanwhile
       done = 1;
     } else {
+      std::lock_guard<std::mutex> progress(progress_mutex());
       PMPI_Test(&request, &done, &status);
     }
     if (done) {
+      pending->done = true;
       completed(handle, pending, status);
     } else {
       left.emplace_back(request, std::move(pending));
@@ -190,9 +269,11 @@ namespace {
 struct Counter {
   std::atomic<long long> messages{0}, bytes{0};
 };
-Counter counters[4];
-const char* const kPathNames[4] = {"host send (passed through)", "staged send", "staged receive",
-                                   "staged collective"};
+constexpr int kPaths = 6;
+Counter counters[kPaths];
+const char* const kPathNames[kPaths] = {
+    "host send (passed through)", "staged send",           "staged receive",
+    "staged collective",          "ipc send (peer reads)", "ipc receive (read peer)"};
 
 }  // namespace
 
@@ -217,17 +298,17 @@ void print_report() {
   int rank = 0, size = 1;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
-  long long mine[8], total[8];
-  for (int p = 0; p < 4; ++p) {
+  long long mine[2 * kPaths], total[2 * kPaths];
+  for (int p = 0; p < kPaths; ++p) {
     mine[2 * p] = counters[p].messages.load();
     mine[2 * p + 1] = counters[p].bytes.load();
   }
-  PMPI_Reduce(mine, total, 8, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+  PMPI_Reduce(mine, total, 2 * kPaths, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
   std::fprintf(stderr, "halox_mpi report (%d ranks; messages and bytes summed over ranks):\n",
                size);
   std::fprintf(stderr, "  %-24s %12s %16s\n", "path", "messages", "bytes");
-  for (int p = 0; p < 4; ++p) {
+  for (int p = 0; p < kPaths; ++p) {
     std::fprintf(stderr, "  %-24s %12lld %16lld\n", kPathNames[p], total[2 * p], total[2 * p + 1]);
   }
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "memory.hpp"
 
 namespace halox::mpi {
+
+struct SendMode;
 
 /// The halox import of `type` (committed), cached: for a derived type in an attribute whose
 /// delete callback drops it at MPI_Type_free, for a named type for the process's life. A
@@ -29,11 +32,28 @@ struct Pending {
   std::int64_t count = 0;
   std::shared_ptr<const Datatype> type;
   Memory memory = Memory::host;
+  MPI_Comm comm = MPI_COMM_NULL;
+  // The protocol (protocol.hpp).
+  bool notes = false;   ///< a receive that can hold a note: checked at completion
+  bool served = false;  ///< its note served while a call waited: `served_status`
+  bool done = false;    ///< completed by a test: no longer progressed
+  MPI_Status served_status{};
+  int served_rc = MPI_SUCCESS;
+  /// A protocol send: the user holds the acknowledgement's receive (ipc) or the side bytes'
+  /// send; the note is in flight beside it, from `note`.
+  bool protocol_send = false;
+  MPI_Request note_request = MPI_REQUEST_NULL;
+  std::vector<char> note;
+  PeerStaging peer;                ///< ipc: the packed bytes of a non-contiguous layout
+  const SendMode* mode = nullptr;  ///< a persistent protocol send's note, at each MPI_Start
+  int dest = 0, tag = 0;
 };
 
 /// A staged receive's bytes into its device buffer: what arrived (`status`), up to what the
 /// receive holds (a truncated message fills the buffer, as MPI does).
-int unpack_received(const Pending& pending, const MPI_Status& status);
+/// A receive that can hold a note and got one is served instead (protocol.hpp); `status` is
+/// then the real message's.
+int unpack_received(const Pending& pending, MPI_Status& status);
 
 /// Tracks `request` (a request of the MPI library) with what its completion owes.
 void track(MPI_Request request, Pending pending);
@@ -49,18 +69,27 @@ std::shared_ptr<Pending> owed(MPI_Request request);
 /// `request` (its handle before the wait or test), owing `pending`, completed with `status`:
 /// a receive's bytes unpacked, a non-persistent request dropped. Returns an MPI error code
 /// (MPI_SUCCESS, or the halox error naming what failed).
-int completed(MPI_Request request, const std::shared_ptr<Pending>& pending,
-              const MPI_Status& status);
+int completed(MPI_Request request, const std::shared_ptr<Pending>& pending, MPI_Status& status);
 /// MPI_Request_free of a persistent request: no longer tracked.
 void forget(MPI_Request request);
 /// MPI_Request_free of a tracked request still in flight: completed later, at the next
 /// interposed call or at MPI_Finalize.
 void detach(MPI_Request request);
+/// Serves the notes of tracked receives that have completed, without completing them
+/// (MPI_Request_get_status): a peer's send waits for that while this process waits for
+/// something else (Irecv; Send; Wait on both sides is legal MPI).
+void progress_receives();
+/// Whether some tracked receive could get a note: the blocking calls then wait by testing
+/// and serving.
+bool receives_to_serve();
+/// Held by progress_receives and around the library's tests of a serving wait, so that
+/// progress never asks about a request the test has just freed.
+std::mutex& progress_mutex();
 /// Tests the detached requests, finishing those done; with `all`, waits for them.
 void progress_detached(bool all);
 
 /// The report's counters (HALOX_MPI_REPORT=1).
-enum class Path { host, staged_send, staged_receive, staged_collective };
+enum class Path { host, staged_send, staged_receive, staged_collective, ipc_send, ipc_receive };
 void tally(Path path, std::int64_t bytes);
 bool reporting();
 /// A message on host memory, passed to the MPI library (counted when reporting).

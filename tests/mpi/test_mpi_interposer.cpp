@@ -324,6 +324,155 @@ TEST(Interposer, ProbesMatchedReceivesAndReplace) {
   });
 }
 
+int bytes_of(const MPI_Status& s) {
+  int n = 0;
+  MPI_Get_count(&s, MPI_BYTE, &n);
+  return n;
+}
+
+// `got` is `sent` up to `n` bytes, then the poison.
+void expect_prefix(const std::vector<char>& got, const std::vector<char>& sent, std::size_t n,
+                   const char* what) {
+  std::vector<char> want = poison(got.size());
+  std::copy(sent.begin(), sent.begin() + static_cast<std::ptrdiff_t>(n), want.begin());
+  EXPECT_TRUE(got == want) << what << " (rank " << rank_of() << ")";
+}
+
+// The in-band protocol (docs/mpi-interposer.md): a device message larger than a note, which
+// the receiver reads from the sender's memory (IPC), and any message of exactly a note's
+// size, met by every kind of receive and probe in MPI's order. Checked against what was sent
+// as well as host against device: the host run carries notes of that size too.
+TEST(Interposer, NotesMeetEveryReceiveAndProbeInOrder) {
+  if (size_of() < 2) GTEST_SKIP();
+  same_on_host_and_device("notes", [](bool device, Seen& seen) {
+    constexpr int kNote = 229;  // halox::mpi::kNoteBytes
+    constexpr std::size_t kBig = 8000;
+    const int rank = rank_of();
+    MPI_Datatype strided;  // every other int of 2,000
+    MPI_Type_vector(1000, 1, 2, MPI_INT, &strided);
+    MPI_Type_commit(&strided);
+    if (rank == 0) {
+      Buffer note(kNote, device), big(kBig, device);
+      note.write(pattern(kNote, 1));
+      big.write(pattern(kBig, 2));
+      MPI_Send(note.data(), kNote, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
+      MPI_Send(big.data(), 6000, MPI_BYTE, 1, 2, MPI_COMM_WORLD);
+      MPI_Send(big.data(), 1, strided, 1, 3, MPI_COMM_WORLD);
+      MPI_Ssend(note.data(), kNote, MPI_BYTE, 1, 4, MPI_COMM_WORLD);
+      MPI_Request r[2];
+      MPI_Isend(big.data(), 5000, MPI_BYTE, 1, 5, MPI_COMM_WORLD, &r[0]);
+      MPI_Isend(note.data(), 16, MPI_BYTE, 1, 6, MPI_COMM_WORLD, &r[1]);
+      MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+      MPI_Request p;  // persistent, restarted on new data
+      MPI_Send_init(big.data(), 7000, MPI_BYTE, 1, 7, MPI_COMM_WORLD, &p);
+      for (int k = 0; k < 3; ++k) {
+        big.write(pattern(kBig, 10 + k));
+        MPI_Start(&p);
+        MPI_Wait(&p, MPI_STATUS_IGNORE);
+      }
+      MPI_Request_free(&p);
+    } else if (rank == 1) {
+      Buffer in(kBig, device), small(16, device);
+      MPI_Status s;
+      // Probing for the second message takes the first off MPI's queue too; a receive of
+      // any tag still meets the first first.
+      MPI_Probe(0, 2, MPI_COMM_WORLD, &s);
+      record(seen, s, MPI_BYTE);
+      EXPECT_EQ(bytes_of(s), 6000);
+      in.write(poison(kBig));
+      MPI_Recv(in.data(), static_cast<int>(kBig), MPI_BYTE, 0, MPI_ANY_TAG, MPI_COMM_WORLD, &s);
+      record(seen, s, MPI_BYTE);
+      EXPECT_EQ(s.MPI_TAG, 1);
+      expect_prefix(in.read(), pattern(kNote, 1), kNote, "a note-sized message");
+      in.write(poison(kBig));
+      MPI_Recv(in.data(), static_cast<int>(kBig), MPI_BYTE, 0, 2, MPI_COMM_WORLD, &s);
+      record(seen, s, MPI_BYTE);
+      expect_prefix(in.read(), pattern(kBig, 2), 6000, "a probed message");
+      // A matched probe of a packed strided message, received into host memory.
+      MPI_Message m;
+      MPI_Mprobe(0, 3, MPI_COMM_WORLD, &m, &s);
+      record(seen, s, strided);
+      EXPECT_EQ(bytes_of(s), 4000);
+      std::vector<char> host = poison(kBig);
+      MPI_Mrecv(host.data(), 1, strided, &m, &s);
+      record(seen, s, strided);
+      const std::vector<char> sent = pattern(kBig, 2);
+      for (std::size_t i = 0; i < kBig; ++i)
+        if (host[i] != (i % 8 < 4 ? sent[i] : poison(1)[0])) {
+          ADD_FAILURE() << "strided byte " << i;
+          break;
+        }
+      int flag = 0;
+      while (!flag) MPI_Iprobe(0, 4, MPI_COMM_WORLD, &flag, &s);
+      EXPECT_EQ(bytes_of(s), kNote);
+      in.write(poison(kBig));
+      MPI_Recv(in.data(), kNote, MPI_BYTE, 0, 4, MPI_COMM_WORLD, &s);
+      record(seen, s, MPI_BYTE);
+      expect_prefix(in.read(), pattern(kNote, 1), kNote, "a synchronous note-sized message");
+      in.write(poison(kBig));
+      MPI_Request r[2];
+      MPI_Irecv(small.data(), 16, MPI_BYTE, 0, 6, MPI_COMM_WORLD, &r[1]);
+      MPI_Irecv(in.data(), static_cast<int>(kBig), MPI_BYTE, 0, 5, MPI_COMM_WORLD, &r[0]);
+      MPI_Status both[2];
+      MPI_Waitall(2, r, both);
+      record(seen, both[0], MPI_BYTE);
+      record(seen, both[1], MPI_BYTE);
+      expect_prefix(in.read(), pattern(kBig, 2), 5000, "a nonblocking message");
+      MPI_Request p;
+      MPI_Recv_init(in.data(), static_cast<int>(kBig), MPI_BYTE, 0, 7, MPI_COMM_WORLD, &p);
+      for (int k = 0; k < 3; ++k) {
+        in.write(poison(kBig));
+        MPI_Start(&p);
+        MPI_Wait(&p, &s);
+        record(seen, s, MPI_BYTE);
+        expect_prefix(in.read(), pattern(kBig, 10 + k), 7000, "a persistent message");
+      }
+      MPI_Request_free(&p);
+    }
+    MPI_Type_free(&strided);
+  });
+}
+
+// Irecv; Send; Wait on both sides is legal MPI. A device send that its peer reads itself
+// completes when the peer has read it, so each rank's blocked MPI_Send must serve the note
+// its own earlier receive got, or both wait forever. Likewise Isend; Wait(send) before
+// Wait(recv), and MPI_Sendrecv.
+TEST(Interposer, BlockedSendsServeTheirReceives) {
+  if (size_of() < 2) GTEST_SKIP();
+  same_on_host_and_device("blocked sends", [](bool device, Seen& seen) {
+    constexpr std::size_t kBytes = 1 << 16;
+    const int rank = rank_of();
+    if (rank > 1) return;
+    const int peer = 1 - rank;
+    Buffer out(kBytes, device), in(kBytes, device);
+    for (int round = 0; round < 3; ++round) {
+      out.write(pattern(kBytes, 30 + 2 * round + rank));
+      in.write(poison(kBytes));
+      MPI_Request r, w;
+      MPI_Status s;
+      if (round < 2)
+        MPI_Irecv(in.data(), static_cast<int>(kBytes), MPI_BYTE, peer, round, MPI_COMM_WORLD, &r);
+      if (round == 0) {
+        MPI_Send(out.data(), static_cast<int>(kBytes), MPI_BYTE, peer, round, MPI_COMM_WORLD);
+      } else if (round == 1) {
+        MPI_Isend(out.data(), static_cast<int>(kBytes), MPI_BYTE, peer, round, MPI_COMM_WORLD, &w);
+        MPI_Wait(&w, MPI_STATUS_IGNORE);
+      } else {
+        MPI_Sendrecv(out.data(), static_cast<int>(kBytes), MPI_BYTE, peer, 9, in.data(),
+                     static_cast<int>(kBytes), MPI_BYTE, peer, 9, MPI_COMM_WORLD, &s);
+        record(seen, s, MPI_BYTE);
+      }
+      if (round < 2) {
+        MPI_Wait(&r, &s);
+        record(seen, s, MPI_BYTE);
+      }
+      const std::vector<char> got = in.read();
+      EXPECT_TRUE(got == pattern(kBytes, 30 + 2 * round + peer)) << "round " << round;
+      seen.bytes.push_back(got);
+    }
+  });
+}
+
 TEST(Interposer, PackUnpackAndAbsoluteAddresses) {
   same_on_host_and_device("pack", [](bool device, Seen& seen) {
     MPI_Datatype every_third;

@@ -1,0 +1,534 @@
+#include "protocol.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "calls.hpp"
+#include "halox/error.hpp"
+#include "halox/pack.hpp"
+
+namespace halox::mpi {
+
+namespace {
+
+struct Channel {
+  bool on = false;
+  MPI_Comm side = MPI_COMM_NULL;
+  int rank = 0;            // in MPI_COMM_WORLD
+  std::vector<char> near;  // per world rank: shares this node
+  int tag_pairs = 1;       // side tags 2s and 2s + 1 for sequence number s (mod this)
+  std::unique_ptr<std::atomic<std::uint64_t>[]> next;  // per world rank: its next sequence
+};
+Channel& channel() {
+  static Channel c;
+  return c;
+}
+
+int data_tag(std::uint64_t seq) {
+  return static_cast<int>(2 * (seq % static_cast<std::uint64_t>(channel().tag_pairs)));
+}
+int ack_tag(std::uint64_t seq) {
+  return data_tag(seq) + 1;
+}
+
+// ---- A communicator's ranks in MPI_COMM_WORLD (the side channel's), cached on it ----
+
+std::mutex& ranks_mutex() {
+  static std::mutex m;
+  return m;
+}
+int delete_ranks(MPI_Comm, int, void* value, void*) {
+  delete static_cast<std::vector<int>*>(value);
+  return MPI_SUCCESS;
+}
+
+int world_rank(MPI_Comm comm, int rank) {
+  if (comm == MPI_COMM_WORLD) return rank;
+  std::lock_guard<std::mutex> lock(ranks_mutex());
+  static int keyval = MPI_KEYVAL_INVALID;
+  if (keyval == MPI_KEYVAL_INVALID)
+    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_ranks, &keyval, nullptr);
+  void* value = nullptr;
+  int found = 0;
+  PMPI_Comm_get_attr(comm, keyval, &value, &found);
+  if (!found) {
+    int inter = 0, size = 0;
+    MPI_Group group, world;
+    PMPI_Comm_test_inter(comm, &inter);
+    if (inter) {
+      PMPI_Comm_remote_group(comm, &group);
+    } else {
+      PMPI_Comm_group(comm, &group);
+    }
+    PMPI_Comm_group(MPI_COMM_WORLD, &world);
+    PMPI_Group_size(group, &size);
+    std::vector<int> ranks(static_cast<std::size_t>(size));
+    auto* worlds = new std::vector<int>(ranks.size());
+    for (int i = 0; i < size; ++i) ranks[static_cast<std::size_t>(i)] = i;
+    PMPI_Group_translate_ranks(group, size, ranks.data(), world, worlds->data());
+    PMPI_Group_free(&group);
+    PMPI_Group_free(&world);
+    PMPI_Comm_set_attr(comm, keyval, worlds);
+    value = worlds;
+  }
+  return (*static_cast<std::vector<int>*>(value))[static_cast<std::size_t>(rank)];
+}
+
+bool buffered(const SendMode& mode) {
+  return std::strcmp(mode.name, "MPI_Bsend") == 0;
+}
+
+bool contiguous_layout(std::int64_t count, const Datatype& type) {
+  return type.canonical().is_contiguous() && (count == 1 || type.extent() == type.size());
+}
+
+// The message's bytes where the note says they are: for a side note packed into staging, for
+// an ipc note exported (the user's buffer, or a packed copy). False when they cannot be
+// exported (the message is then staged).
+bool load(Pending& p, MPI_Datatype type) {
+  Note note;
+  std::memcpy(&note, p.note.data(), sizeof(note));
+  if (note.kind == NoteKind::side) {
+    if (p.memory != Memory::host) {
+      pack_to_host(p.buffer, p.count, *p.type, p.staging.data(), p.memory);
+    } else if (p.type) {
+      pack(p.buffer, p.count, *p.type, p.staging.data());
+    } else {
+      int at = 0;  // a type halox does not import: the library packs it
+      PMPI_Pack(p.buffer, static_cast<int>(p.count), type, p.staging.data(), kNoteBytes, &at,
+                MPI_COMM_SELF);
+    }
+    return true;
+  }
+  settle(p.memory);  // the peer reads the buffer as soon as the note arrives
+  const void* from = address(p.buffer, p.type->true_lb());
+  if (!contiguous_layout(p.count, *p.type)) {
+    if (!p.peer.data()) p.peer = PeerStaging(static_cast<std::size_t>(note.bytes), p.memory);
+    pack_to_peer_staging(p.buffer, p.count, *p.type, p.peer.data(), p.memory);
+    from = p.peer.data();
+  }
+  if (!export_memory(from, p.memory, &note.where)) return false;
+  std::memcpy(p.note.data(), &note, sizeof(note));
+  return true;
+}
+
+}  // namespace
+
+int protocol_init() {
+  Channel& c = channel();
+  const int mine = knobs().ipc ? 1 : 0;
+  int both[2] = {mine, -mine}, agreed[2] = {0, 0};
+  PMPI_Allreduce(both, agreed, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (agreed[0] != -agreed[1]) return 1;  // some rank said HALOX_MPI_IPC=0, some did not
+  if (!mine) return 0;
+  int size = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
+  PMPI_Comm_size(MPI_COMM_WORLD, &size);
+  PMPI_Comm_dup(MPI_COMM_WORLD, &c.side);
+  MPI_Comm node;
+  PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int node_size = 0;
+  PMPI_Comm_size(node, &node_size);
+  std::vector<int> mates(static_cast<std::size_t>(node_size));
+  PMPI_Allgather(&c.rank, 1, MPI_INT, mates.data(), 1, MPI_INT, node);
+  PMPI_Comm_free(&node);
+  c.near.assign(static_cast<std::size_t>(size), 0);
+  for (int w : mates) c.near[static_cast<std::size_t>(w)] = 1;
+  void* ub = nullptr;
+  int found = 0;
+  PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+  c.tag_pairs = found ? std::max(1, *static_cast<int*>(ub) / 2) : 16383;
+  c.next = std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(size));
+  c.on = true;
+  return 0;
+}
+
+void protocol_finalize() {
+  Channel& c = channel();
+  if (!c.on) return;
+  c.on = false;
+  PMPI_Comm_free(&c.side);
+}
+
+bool protocol_on() {
+  return channel().on;
+}
+
+bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Datatype type,
+                    int dest, int tag, MPI_Comm comm, MPI_Request* request, bool persistent,
+                    Memory memory, std::int64_t bytes, int* rc) {
+  Channel& c = channel();
+  const bool side = bytes == kNoteBytes;
+  if (!c.on || dest == MPI_PROC_NULL) return false;
+  const int world = world_rank(comm, dest);
+  if (!side && (memory == Memory::host || bytes < kNoteBytes || buffered(mode) ||
+                !c.near[static_cast<std::size_t>(world)]))
+    return false;
+  Pending p;
+  p.protocol_send = true;
+  p.persistent = persistent;
+  p.buffer = const_cast<void*>(buffer);
+  p.count = count;
+  p.memory = memory;
+  p.comm = comm;
+  p.mode = &mode;
+  p.dest = dest;
+  p.tag = tag;
+  try {
+    p.type = imported(type);
+  } catch (const DatatypeError&) {
+    if (memory != Memory::host || persistent) throw;  // a host message the library packs
+  }
+  Note note;
+  note.kind = side ? NoteKind::side : NoteKind::ipc;
+  note.sender = c.rank;
+  note.memory = static_cast<std::int32_t>(memory);
+  note.bytes = bytes;
+  note.seq = c.next[static_cast<std::size_t>(world)]++;
+  p.note.assign(kNoteBytes, 0);
+  std::memcpy(p.note.data(), &note, sizeof(note));
+  if (side) p.staging = Staging(kNoteBytes);
+  if (!persistent && !load(p, type)) return false;
+  if (persistent && !side) {
+    Exported probe;  // whether it can be exported at all, before promising the protocol
+    if (!export_memory(address(buffer, p.type->true_lb()), memory, &probe) &&
+        contiguous_layout(count, *p.type))
+      return false;
+  }
+  tally(side ? Path::staged_send : Path::ipc_send, bytes);
+  if (persistent) {
+    // The user's request: the side bytes' send or the acknowledgement's receive, on a
+    // sequence number of its own; the note goes at each MPI_Start (restart_note).
+    *rc = side ? PMPI_Send_init(p.staging.data(), kNoteBytes, MPI_BYTE, world, data_tag(note.seq),
+                                c.side, request)
+               : PMPI_Recv_init(nullptr, 0, MPI_BYTE, world, ack_tag(note.seq), c.side, request);
+    if (*rc == MPI_SUCCESS) track(*request, std::move(p));
+    return true;
+  }
+  MPI_Request user = MPI_REQUEST_NULL;
+  if (!side) {
+    *rc = PMPI_Irecv(nullptr, 0, MPI_BYTE, world, ack_tag(note.seq), c.side, &user);
+    if (*rc != MPI_SUCCESS) return true;
+  }
+  *rc = mode.start(p.note.data(), kNoteBytes, MPI_BYTE, dest, tag, comm, &p.note_request);
+  if (*rc != MPI_SUCCESS) return true;
+  if (side) {
+    *rc = PMPI_Isend(p.staging.data(), kNoteBytes, MPI_BYTE, world, data_tag(note.seq), c.side,
+                     &user);
+    if (*rc != MPI_SUCCESS) return true;
+  }
+  if (request) {
+    *request = user;
+    track(user, std::move(p));
+    return true;
+  }
+  *rc = wait_serving(&user, MPI_STATUS_IGNORE);
+  const int delivered = wait_serving(&p.note_request, MPI_STATUS_IGNORE);
+  if (*rc == MPI_SUCCESS) *rc = delivered;
+  return true;
+}
+
+void restart_note(Pending& p) {
+  if (!load(p, MPI_DATATYPE_NULL))
+    throw Error(
+        "halox_mpi: MPI_Start: the buffer of a persistent send can no longer be "
+        "exported to its peer");
+  const int rc =
+      p.mode->start(p.note.data(), kNoteBytes, MPI_BYTE, p.dest, p.tag, p.comm, &p.note_request);
+  if (rc != MPI_SUCCESS) throw Error("halox_mpi: MPI_Start: the note could not be sent");
+}
+
+int serve(const Pending& r, const char* note_bytes, MPI_Status& status) {
+  Channel& c = channel();
+  Note note;
+  std::memcpy(&note, note_bytes, sizeof(note));
+  const std::int64_t holds = r.count * r.type->size();
+  int rc = MPI_SUCCESS;
+  std::int64_t arrived = kNoteBytes;
+  if (note.kind == NoteKind::side) {
+    Staging bytes(kNoteBytes);
+    rc = PMPI_Recv(bytes.data(), kNoteBytes, MPI_BYTE, note.sender, data_tag(note.seq), c.side,
+                   MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS) {
+      try {
+        unpack_from_host(bytes.data(), std::min<std::int64_t>(kNoteBytes, holds), r.buffer, r.count,
+                         *r.type, r.memory);
+      } catch (const std::exception& e) {
+        rc = raise(r.comm, std::string("halox_mpi: a receive's copy failed: ") + e.what());
+      }
+    }
+  } else {
+    arrived = note.bytes;
+    const std::int64_t n = std::min(note.bytes, holds);
+    try {
+      const auto kind = static_cast<Memory>(note.memory);
+      unpack_from_peer(import_memory(note.sender, note.where, kind), kind, n, r.buffer, r.count,
+                       *r.type, r.memory);
+      tally(Path::ipc_receive, n);
+    } catch (const std::exception& e) {
+      rc = raise(r.comm, std::string("halox_mpi: reading rank ") + std::to_string(note.sender) +
+                             "'s message from its memory failed: " + e.what());
+    }
+    // Always: the sender's request completes on it.
+    const int acked = PMPI_Send(nullptr, 0, MPI_BYTE, note.sender, ack_tag(note.seq), c.side);
+    if (rc == MPI_SUCCESS) rc = acked;
+  }
+  PMPI_Status_set_elements_x(&status, MPI_BYTE, std::min(arrived, holds));
+  if (rc == MPI_SUCCESS && arrived > holds) {
+    status.MPI_ERROR = MPI_ERR_TRUNCATE;
+    PMPI_Comm_call_errhandler(r.comm, MPI_ERR_TRUNCATE);
+    return MPI_ERR_TRUNCATE;
+  }
+  return rc;
+}
+
+int wait_serving(MPI_Request* request, MPI_Status* status) {
+  if (*request == MPI_REQUEST_NULL) return MPI_SUCCESS;
+  if (!receives_to_serve()) return PMPI_Wait(request, status);
+  for (;;) {
+    progress_receives();
+    int flag = 0, rc = MPI_SUCCESS;
+    {
+      std::lock_guard<std::mutex> lock(progress_mutex());
+      rc = PMPI_Test(request, &flag, status);
+    }
+    if (rc != MPI_SUCCESS || flag) return rc;
+  }
+}
+
+// ---- Probes, and the messages they take off MPI's queue ----
+
+namespace {
+
+struct Taken {  // a message as it arrived: a note's kNoteBytes, or data
+  MPI_Comm comm = MPI_COMM_NULL;
+  int source = 0, tag = 0;
+  MPI_Status status{};
+  std::vector<char> bytes;
+};
+
+std::mutex& queue_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<MPI_Comm, std::deque<Taken>>& queues() {
+  static std::map<MPI_Comm, std::deque<Taken>> q;
+  return q;
+}
+std::set<MPI_Message>& taken_messages() {  // MPI_Mprobe's handles for taken messages
+  static std::set<MPI_Message> handles;
+  return handles;
+}
+std::atomic<bool> any_queued{false};
+
+bool matches(const Taken& t, int source, int tag) {
+  return (source == MPI_ANY_SOURCE || source == t.source) && (tag == MPI_ANY_TAG || tag == t.tag);
+}
+
+// The status a probe reports: a note's real size.
+MPI_Status reported(const Taken& t) {
+  MPI_Status s = t.status;
+  if (t.bytes.size() == kNoteBytes) {
+    Note note;
+    std::memcpy(&note, t.bytes.data(), sizeof(note));
+    PMPI_Status_set_elements_x(&s, MPI_BYTE, note.bytes);
+  }
+  return s;
+}
+
+// The first queued message of `comm` matching (source, tag); removed with `take`.
+bool find_queued(MPI_Comm comm, int source, int tag, bool take, Taken* out) {
+  if (!any_queued.load(std::memory_order_relaxed)) return false;
+  std::lock_guard<std::mutex> lock(queue_mutex());
+  auto q = queues().find(comm);
+  if (q == queues().end()) return false;
+  for (auto it = q->second.begin(); it != q->second.end(); ++it) {
+    if (!matches(*it, source, tag)) continue;
+    if (!take) {
+      *out = *it;
+      return true;
+    }
+    *out = std::move(*it);
+    q->second.erase(it);
+    if (q->second.empty()) queues().erase(q);
+    any_queued = !queues().empty();
+    return true;
+  }
+  return false;
+}
+
+Taken receive_message(MPI_Message* message, const MPI_Status& probed, MPI_Comm comm) {
+  Taken t;
+  t.comm = comm;
+  int n = 0;
+  PMPI_Get_count(&probed, MPI_BYTE, &n);
+  t.source = probed.MPI_SOURCE;
+  t.tag = probed.MPI_TAG;
+  t.bytes.resize(static_cast<std::size_t>(n));
+  PMPI_Mrecv(t.bytes.data(), n, MPI_BYTE, message, &t.status);
+  return t;
+}
+
+// Takes the messages of `source` off MPI's queue, in order, up to the note of tag `tag` that
+// a probe found: later receives from `source` must meet the earlier ones first.
+void take_through_note(int source, int tag, MPI_Comm comm) {
+  for (bool last = false; !last;) {
+    MPI_Message message;
+    MPI_Status probed;
+    PMPI_Mprobe(source, MPI_ANY_TAG, comm, &message, &probed);
+    Taken t = receive_message(&message, probed, comm);
+    last = t.tag == tag && t.bytes.size() == kNoteBytes;
+    std::lock_guard<std::mutex> lock(queue_mutex());
+    queues()[comm].push_back(std::move(t));
+    any_queued = true;
+  }
+}
+
+MPI_Message hand_out(Taken t) {
+  auto* kept = new Taken(std::move(t));
+  const auto handle = reinterpret_cast<MPI_Message>(kept);
+  std::lock_guard<std::mutex> lock(queue_mutex());
+  taken_messages().insert(handle);
+  return handle;
+}
+
+// A receive completed here: a generalized request whose status is `status`.
+struct Done {
+  MPI_Status status;
+  int rc;
+};
+int query_done(void* state, MPI_Status* status) {
+  const auto* d = static_cast<Done*>(state);
+  MPI_Count bytes = 0;
+  PMPI_Get_elements_x(&d->status, MPI_BYTE, &bytes);
+  PMPI_Status_set_elements_x(status, MPI_BYTE, bytes);
+  PMPI_Status_set_cancelled(status, 0);
+  status->MPI_SOURCE = d->status.MPI_SOURCE;
+  status->MPI_TAG = d->status.MPI_TAG;
+  status->MPI_ERROR = d->rc;
+  return d->rc;
+}
+int free_done(void* state) {
+  delete static_cast<Done*>(state);
+  return MPI_SUCCESS;
+}
+int cancel_done(void*, int) {
+  return MPI_SUCCESS;
+}
+
+// A taken message delivered into a receive's buffer, as its receive would have.
+int deliver(const Taken& t, void* buffer, int count, MPI_Datatype type, MPI_Comm comm,
+            MPI_Status* status, MPI_Request* request) {
+  Pending r;
+  r.receive = true;
+  r.buffer = buffer;
+  r.count = count;
+  r.comm = comm;
+  r.memory = where(buffer, count, type);
+  r.type = imported(type);
+  MPI_Status s = t.status;
+  int rc = MPI_SUCCESS;
+  if (t.bytes.size() == kNoteBytes) {
+    rc = serve(r, t.bytes.data(), s);
+  } else {
+    const std::int64_t holds = r.count * r.type->size();
+    const auto arrived = static_cast<std::int64_t>(t.bytes.size());
+    unpack_from_host(t.bytes.data(), std::min(arrived, holds), buffer, count, *r.type, r.memory);
+    if (arrived > holds) {
+      PMPI_Status_set_elements_x(&s, MPI_BYTE, holds);
+      s.MPI_ERROR = MPI_ERR_TRUNCATE;
+      PMPI_Comm_call_errhandler(comm, MPI_ERR_TRUNCATE);
+      rc = MPI_ERR_TRUNCATE;
+    }
+  }
+  if (request) {
+    PMPI_Grequest_start(query_done, free_done, cancel_done, new Done{s, rc}, request);
+    PMPI_Grequest_complete(*request);
+    return MPI_SUCCESS;  // the error comes with its wait, as the library's would
+  }
+  if (status != MPI_STATUS_IGNORE) *status = s;
+  return rc;
+}
+
+}  // namespace
+
+int probe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* message, MPI_Status* status) {
+  MPI_Status mine;
+  MPI_Status* s = status == MPI_STATUS_IGNORE ? &mine : status;
+  for (;;) {
+    Taken t;
+    if (find_queued(comm, source, tag, message != nullptr, &t)) {
+      *s = reported(t);
+      if (message) *message = hand_out(std::move(t));
+      if (flag) *flag = 1;
+      return MPI_SUCCESS;
+    }
+    int got = 0, rc = MPI_SUCCESS;
+    MPI_Message found = MPI_MESSAGE_NULL;
+    if (!flag && !receives_to_serve()) {  // blocking, nothing to serve meanwhile
+      rc = message ? PMPI_Mprobe(source, tag, comm, &found, s) : PMPI_Probe(source, tag, comm, s);
+      got = 1;
+    } else {
+      progress_receives();
+      rc = message ? PMPI_Improbe(source, tag, comm, &got, &found, s)
+                   : PMPI_Iprobe(source, tag, comm, &got, s);
+    }
+    if (rc != MPI_SUCCESS) return rc;
+    if (got) {
+      int bytes = 0;
+      PMPI_Get_count(s, MPI_BYTE, &bytes);
+      if (bytes != kNoteBytes || s->MPI_SOURCE == MPI_PROC_NULL) {
+        if (message) *message = found;
+        if (flag) *flag = 1;
+        return MPI_SUCCESS;
+      }
+      if (message) {  // matched already: off MPI's queue, no order to keep
+        Taken note = receive_message(&found, *s, comm);
+        *s = reported(note);
+        *message = hand_out(std::move(note));
+        if (flag) *flag = 1;
+        return MPI_SUCCESS;
+      }
+      take_through_note(s->MPI_SOURCE, s->MPI_TAG, comm);
+      continue;  // found in the queue now
+    }
+    if (flag) {
+      *flag = 0;
+      return MPI_SUCCESS;
+    }
+  }
+}
+
+bool receive_queued(void* buffer, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                    MPI_Status* status, MPI_Request* request, int* rc) {
+  Taken t;
+  if (!find_queued(comm, source, tag, true, &t)) return false;
+  *rc = deliver(t, buffer, count, type, comm, status, request);
+  return true;
+}
+
+bool receive_taken(void* buffer, int count, MPI_Datatype type, MPI_Message* message,
+                   MPI_Status* status, MPI_Request* request, int* rc) {
+  Taken* t = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex());
+    auto it = taken_messages().find(*message);
+    if (it == taken_messages().end()) return false;
+    t = reinterpret_cast<Taken*>(*it);
+    taken_messages().erase(it);
+  }
+  const std::unique_ptr<Taken> owned(t);
+  *message = MPI_MESSAGE_NULL;
+  *rc = deliver(*owned, buffer, count, type, owned->comm, status, request);
+  return true;
+}
+
+}  // namespace halox::mpi
