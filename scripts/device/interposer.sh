@@ -27,19 +27,36 @@ run() {  # NAME PRELOAD(0/1) PROGRAM ARGS...
 # Host memory: the interposer passes it through.
 run latency-host-plain 0 "$pt/standard/osu_latency" -m 1:4096
 run latency-host-interposed 1 "$pt/standard/osu_latency" -m 1:4096
+# Host receives of a note's size or more are checked for notes: their bandwidth, both ways.
+run bw-host-plain 0 "$pt/standard/osu_bw" -m 1:4194304
+run bw-host-interposed 1 "$pt/standard/osu_bw" -m 1:4194304
 # Device memory, both sides and mixed, contiguous and vector, validated.
 # OSU takes its options before the buffer kinds (SRC DST come last, or it prints its usage).
-run latency-DD 1 "$pt/standard/osu_latency" -c -i 1000 -x 100 -d cuda D D
-run latency-DH 1 "$pt/standard/osu_latency" -c -i 1000 -x 100 -m 1:262144 -d cuda D H
-run latency-HD 1 "$pt/standard/osu_latency" -c -i 1000 -x 100 -m 1:262144 -d cuda H D
-run bw-DD 1 "$pt/standard/osu_bw" -c -i 100 -x 10 -d cuda D D
-run bibw-DD 1 "$pt/standard/osu_bibw" -c -i 100 -x 10 -d cuda D D
-run latency-persistent-DD 1 "$pt/persistent/osu_latency_persistent" -c -i 1000 -x 100 -d cuda D D
-run latency-DD-vect 1 "$pt/standard/osu_latency" -c -i 1000 -x 100 -D vect:24:2 -d cuda D D
-run bw-DD-vect 1 "$pt/standard/osu_bw" -c -i 100 -x 10 -D vect:24:2 -d cuda D D
+run latency-DD 1 "$pt/standard/osu_latency" -c -i 300 -x 30 -d cuda D D
+run latency-DH 1 "$pt/standard/osu_latency" -c -i 300 -x 30 -m 1:262144 -d cuda D H
+run latency-HD 1 "$pt/standard/osu_latency" -c -i 300 -x 30 -m 1:262144 -d cuda H D
+run bw-DD 1 "$pt/standard/osu_bw" -c -i 30 -x 5 -d cuda D D
+run bibw-DD 1 "$pt/standard/osu_bibw" -c -i 30 -x 5 -d cuda D D
+run latency-persistent-DD 1 "$pt/persistent/osu_latency_persistent" -c -i 300 -x 30 -d cuda D D
+run latency-DD-vect 1 "$pt/standard/osu_latency" -c -i 300 -x 30 -D vect:24:2 -d cuda D D
+run bw-DD-vect 1 "$pt/standard/osu_bw" -c -i 30 -x 5 -D vect:24:2 -d cuda D D
 # Without validation: the figures (OSU's -c adds a check kernel and copies to every iteration).
 run latency-DD-novalidate 1 "$pt/standard/osu_latency" -d cuda D D
 run bw-DD-novalidate 1 "$pt/standard/osu_bw" -d cuda D D
+# The ceiling the device bandwidth is held against: one process's cudaMemcpy device to device
+# of 4 MiB (bytes copied per second), measured now.
+python3 - <<'PY' 2>&1 | tee -a "$summary"
+import cupy as cp
+n = 4 << 20
+a, b = cp.empty(n, cp.uint8), cp.empty(n, cp.uint8)
+start, stop = cp.cuda.Event(), cp.cuda.Event()
+for _ in range(10): cp.cuda.runtime.memcpy(b.data.ptr, a.data.ptr, n, 3)
+start.record()
+for _ in range(200): cp.cuda.runtime.memcpyAsync(b.data.ptr, a.data.ptr, n, 3, 0)
+stop.record(); stop.synchronize()
+us = cp.cuda.get_elapsed_time(start, stop) * 1e3 / 200
+print(f"== ceiling: cudaMemcpy device to device, 4 MiB, one process: {us:.2f} us, {n / us / 1e3:.1f} GB/s")
+PY
 # The floor: Open MPI given device pointers without the interposer.
 run latency-DD-without-interposer 0 "$pt/standard/osu_latency" -m 8:8 -i 10 -x 2 -d cuda D D
 # The hand-written staged path measured now (cudaMemcpy to pinned host memory, MPI,
