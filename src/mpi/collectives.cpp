@@ -362,46 +362,6 @@ HALOX_NOT_COVERED(Iexscan, comm, (sb, rb),
 HALOX_NOT_COVERED(Reduce_local, MPI_COMM_WORLD, (in, inout),
                   (const void* in, void* inout, int n, MPI_Datatype t, MPI_Op op),
                   (in, inout, n, t, op))
-HALOX_NOT_COVERED(Neighbor_allgather, comm, (sb, rb),
-                  (const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt,
-                   MPI_Comm comm),
-                  (sb, sn, st, rb, rn, rt, comm))
-HALOX_NOT_COVERED(Ineighbor_allgather, comm, (sb, rb),
-                  (const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt,
-                   MPI_Comm comm, MPI_Request* r),
-                  (sb, sn, st, rb, rn, rt, comm, r))
-HALOX_NOT_COVERED(Neighbor_allgatherv, comm, (sb, rb),
-                  (const void* sb, int sn, MPI_Datatype st, void* rb, Counts rn, Counts d,
-                   MPI_Datatype rt, MPI_Comm comm),
-                  (sb, sn, st, rb, rn, d, rt, comm))
-HALOX_NOT_COVERED(Ineighbor_allgatherv, comm, (sb, rb),
-                  (const void* sb, int sn, MPI_Datatype st, void* rb, Counts rn, Counts d,
-                   MPI_Datatype rt, MPI_Comm comm, MPI_Request* r),
-                  (sb, sn, st, rb, rn, d, rt, comm, r))
-HALOX_NOT_COVERED(Neighbor_alltoall, comm, (sb, rb),
-                  (const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt,
-                   MPI_Comm comm),
-                  (sb, sn, st, rb, rn, rt, comm))
-HALOX_NOT_COVERED(Ineighbor_alltoall, comm, (sb, rb),
-                  (const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt,
-                   MPI_Comm comm, MPI_Request* r),
-                  (sb, sn, st, rb, rn, rt, comm, r))
-HALOX_NOT_COVERED(Neighbor_alltoallv, comm, (sb, rb),
-                  (const void* sb, Counts sn, Counts sd, MPI_Datatype st, void* rb, Counts rn,
-                   Counts rd, MPI_Datatype rt, MPI_Comm comm),
-                  (sb, sn, sd, st, rb, rn, rd, rt, comm))
-HALOX_NOT_COVERED(Ineighbor_alltoallv, comm, (sb, rb),
-                  (const void* sb, Counts sn, Counts sd, MPI_Datatype st, void* rb, Counts rn,
-                   Counts rd, MPI_Datatype rt, MPI_Comm comm, MPI_Request* r),
-                  (sb, sn, sd, st, rb, rn, rd, rt, comm, r))
-HALOX_NOT_COVERED(Neighbor_alltoallw, comm, (sb, rb),
-                  (const void* sb, Counts sn, Displs sd, Types st, void* rb, Counts rn, Displs rd,
-                   Types rt, MPI_Comm comm),
-                  (sb, sn, sd, st, rb, rn, rd, rt, comm))
-HALOX_NOT_COVERED(Ineighbor_alltoallw, comm, (sb, rb),
-                  (const void* sb, Counts sn, Displs sd, Types st, void* rb, Counts rn, Displs rd,
-                   Types rt, MPI_Comm comm, MPI_Request* r),
-                  (sb, sn, sd, st, rb, rn, rd, rt, comm, r))
 HALOX_NOT_COVERED(Win_create, comm, (base),
                   (void* base, MPI_Aint size, int unit, MPI_Info info, MPI_Comm comm, MPI_Win* w),
                   (base, size, unit, info, comm, w))

@@ -163,9 +163,6 @@ Pending receive_staging(void* buffer, int count, MPI_Datatype type, Memory memor
   return p;
 }
 
-int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* index, int* outcount,
-                 int* indices, MPI_Status* statuses);
-
 int receive(void* buffer, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
             MPI_Status* status, MPI_Request* request, bool persistent) {
   const char* call = persistent ? "MPI_Recv_init" : request ? "MPI_Irecv" : "MPI_Recv";
@@ -339,6 +336,11 @@ bool test_once(WaitKind kind, int n, MPI_Request* requests, int* flag, int* inde
 int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* index, int* outcount,
                  int* indices, MPI_Status* statuses) {
   progress_detached(false);
+  // MPI_Ineighbor_* requests are completed by halox: driven here before the library waits.
+  for (int i = 0; i < n; ++i) {
+    if (requests[i] != MPI_REQUEST_NULL && is_neighbor_request(requests[i]))
+      drive_neighbor_request(requests[i], as_test(kind) != kind);
+  }
   if (!tracking()) return library_call(kind, n, requests, flag, index, outcount, indices, statuses);
   progress_receives();
   const bool ignore = statuses == MPI_STATUSES_IGNORE || statuses == MPI_STATUS_IGNORE;
@@ -392,6 +394,10 @@ const SendMode kBuffered{"MPI_Bsend", PMPI_Bsend, PMPI_Ibsend, PMPI_Bsend_init};
 const SendMode kReady{"MPI_Rsend", PMPI_Rsend, PMPI_Irsend, PMPI_Rsend_init};
 
 }  // namespace
+
+const SendMode& halox::mpi::standard_mode() {
+  return kStandard;
+}
 
 extern "C" {
 
