@@ -53,6 +53,7 @@ Decomposition::Decomposition(MPI_Comm comm, const Cli& cli)
     : m_cli(cli),
       m_comm(comm),
       m_ranks(cli.local ? Ranks::local(grid_of(comm, cli)) : Ranks::mpi(grid_of(comm, cli))) {
+  m_neighbor_comms.fill(MPI_COMM_NULL);
   const Topology& grid = m_ranks.topology();
   if (m_ranks.in_process()) {
     for (int r = 0; r < grid.size(); ++r) {
@@ -103,6 +104,9 @@ Decomposition::Decomposition(MPI_Comm comm, const Cli& cli)
 }
 
 Decomposition::~Decomposition() {
+  for (MPI_Comm& c : m_neighbor_comms) {
+    if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  }
   for (auto& types : m_mpi_types) {
     for (MPI_Datatype& t : types) MPI_Type_free(&t);
   }
@@ -282,7 +286,7 @@ void Decomposition::exchange_field(int field) {
     exchange_contiguous(field);
   } else if (m_cli.comm == "default") {
     exchange_by_hand(field);
-  } else if (m_cli.comm == "mpi-datatype" || m_cli.comm == "mpi-contig") {
+  } else if (m_cli.comm.starts_with("mpi-")) {
     exchange_with_mpi(field);
   } else if (m_exchanges[field]) {  // none when every axis wraps
     m_exchanges[field]->exchange_async(arrays(field), backend().stream_handle());
@@ -352,7 +356,7 @@ void Decomposition::exchange_by_hand(int field) {
 void Decomposition::exchange_with_mpi(int field) {
   Block& b = first();
   FieldHalo& h = b.halo(field);
-  if (m_cli.comm == "mpi-datatype") {
+  if (m_cli.comm != "mpi-contig") {
     backend().synchronize();  // the update that wrote the faces is done
     for (int s = 0; s < 3; ++s)
       mpi_stage(h.moved.pulses, s, b.field(field), field, m_mpi_types[3 * field + s]);
@@ -381,6 +385,10 @@ void Decomposition::mpi_stage(const std::vector<GridPulse>& pulses, int stage, v
       types.push_back(to_mpi(pulses[p].recv_type));
     }
   }
+  if (m_cli.comm == "mpi-neighbor") {
+    mpi_neighbor_stage(pulses, mine, base, field, stage, types);
+    return;
+  }
   std::vector<MPI_Request> requests(2 * mine.size());
   for (std::size_t k = 0; k < mine.size(); ++k) {
     const PulseHeader& hd = pulses[mine[k]].header;
@@ -394,6 +402,46 @@ void Decomposition::mpi_stage(const std::vector<GridPulse>& pulses, int stage, v
   }
   HALOX_MPI_CHECK(
       MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+}
+
+// mpi-neighbor: the stage as one MPI_Neighbor_alltoallw on a distributed graph whose
+// destinations are the stage's pulses' send ranks and whose sources their receive ranks, in
+// pulse order (between one pair of ranks MPI matches blocks in that order, so a periodic
+// axis of 2 ranks, or of 1, pairs each pulse with its own).
+void Decomposition::mpi_neighbor_stage(const std::vector<GridPulse>& pulses,
+                                       const std::vector<std::size_t>& mine, void* base, int field,
+                                       int stage, const std::vector<MPI_Datatype>& types) {
+  std::vector<int> sources, destinations, scounts, rcounts;
+  std::vector<MPI_Aint> sdispls, rdispls;
+  std::vector<MPI_Datatype> stypes, rtypes;
+  for (std::size_t k = 0; k < mine.size(); ++k) {
+    const PulseHeader& hd = pulses[mine[k]].header;
+    if (hd.send_rank >= 0) {
+      destinations.push_back(hd.send_rank);
+      stypes.push_back(types[2 * k]);
+    }
+    if (hd.recv_rank >= 0) {
+      sources.push_back(hd.recv_rank);
+      rtypes.push_back(types[2 * k + 1]);
+    }
+  }
+  MPI_Comm& graph = m_neighbor_comms[static_cast<std::size_t>(3 * field + stage)];
+  if (graph == MPI_COMM_NULL) {
+    HALOX_MPI_CHECK(MPI_Dist_graph_create_adjacent(
+        topology().comm(), static_cast<int>(sources.size()), sources.data(), MPI_UNWEIGHTED,
+        static_cast<int>(destinations.size()), destinations.data(), MPI_UNWEIGHTED, MPI_INFO_NULL,
+        0, &graph));
+  }
+  // One instance of each face's type at the field's base; arrays never empty (MPI refuses
+  // null arrays even for no neighbours).
+  scounts.assign(std::max<std::size_t>(1, stypes.size()), 1);
+  rcounts.assign(std::max<std::size_t>(1, rtypes.size()), 1);
+  sdispls.assign(scounts.size(), 0);
+  rdispls.assign(rcounts.size(), 0);
+  stypes.resize(scounts.size(), MPI_BYTE);
+  rtypes.resize(rcounts.size(), MPI_BYTE);
+  HALOX_MPI_CHECK(MPI_Neighbor_alltoallw(base, scounts.data(), sdispls.data(), stypes.data(), base,
+                                         rcounts.data(), rdispls.data(), rtypes.data(), graph));
 }
 
 void Decomposition::synchronize() {
@@ -427,6 +475,8 @@ std::string Decomposition::transport() const {
   if (!m_ranks.in_process()) {
     if (m_cli.comm == "default") return "default (hand-written pack + host copies + MPI)";
     if (m_cli.comm == "mpi-datatype") return "mpi-datatype (MPI_Isend/MPI_Irecv of MPI datatypes)";
+    if (m_cli.comm == "mpi-neighbor")
+      return "mpi-neighbor (MPI_Neighbor_alltoallw of MPI datatypes, one per stage)";
     if (m_cli.comm == "mpi-contig")
       return "mpi-contig (hand-written pack + MPI_Isend/MPI_Irecv of the packed buffers)";
     return m_cli.comm + ", " + to_string(m_transport);

@@ -90,10 +90,14 @@ class Decomposition {
   void exchange_field(int field);
   void exchange_contiguous(int field);
   void exchange_by_hand(int field);
-  // --comm mpi-datatype | mpi-contig: plain MPI calls on the fields or the contig buffers.
+  // --comm mpi-datatype | mpi-contig | mpi-neighbor: plain MPI calls on the fields or the
+  // contig buffers (mpi-neighbor: one MPI_Neighbor_alltoallw per stage).
   void exchange_with_mpi(int field);
   void mpi_stage(const std::vector<GridPulse>& pulses, int stage, void* base, int field,
                  std::vector<MPI_Datatype>& types);
+  void mpi_neighbor_stage(const std::vector<GridPulse>& pulses,
+                          const std::vector<std::size_t>& mine, void* base, int field, int stage,
+                          const std::vector<MPI_Datatype>& types);
   // Block 0's stream waits for every block's work so far; every block's for block 0's.
   void gather_streams();
   void scatter_streams();
@@ -116,6 +120,9 @@ class Decomposition {
   // mpi-*: per field and stage, its pulses' MPI send and receive types (halox::to_mpi of
   // the plan's), made at the first exchange and freed with the decomposition.
   std::array<std::vector<MPI_Datatype>, 9> m_mpi_types;
+  // mpi-neighbor: per field and stage, a distributed-graph communicator whose neighbours are
+  // the stage's pulses' (made at the first exchange).
+  std::array<MPI_Comm, 9> m_neighbor_comms;
   PhaseClock m_phases;
   long m_steps = 0;
 };
