@@ -84,8 +84,9 @@ const Neighbours& neighbours(MPI_Comm comm) {
     PMPI_Graph_neighbors(comm, rank, count, n->sources.data());
     n->destinations = n->sources;
   } else {
-    throw Error("the communicator has no topology (MPI_Cart_create, MPI_Graph_create or "
-                "MPI_Dist_graph_create_adjacent make one)");
+    throw Error(
+        "the communicator has no topology (MPI_Cart_create, MPI_Graph_create or "
+        "MPI_Dist_graph_create_adjacent make one)");
   }
   if (n->receive_tags.empty()) {
     n->receive_tags.assign(n->sources.size(), 0);
@@ -220,11 +221,10 @@ void drive_neighbor_request(MPI_Request request, bool wait) {
   }
   int done = 1;
   const int n = static_cast<int>(e->requests.size());
-  const int rc =
-      wait ? wait_or_test(WaitKind::waitall, n, e->requests.data(), nullptr, nullptr, nullptr,
-                          nullptr, MPI_STATUSES_IGNORE)
-           : wait_or_test(WaitKind::testall, n, e->requests.data(), &done, nullptr, nullptr,
-                          nullptr, MPI_STATUSES_IGNORE);
+  const int rc = wait ? wait_or_test(WaitKind::waitall, n, e->requests.data(), nullptr, nullptr,
+                                     nullptr, nullptr, MPI_STATUSES_IGNORE)
+                      : wait_or_test(WaitKind::testall, n, e->requests.data(), &done, nullptr,
+                                     nullptr, nullptr, MPI_STATUSES_IGNORE);
   if (!done) return;
   {
     std::lock_guard<std::mutex> lock(exchanges_mutex());
@@ -270,8 +270,8 @@ int alltoallw(const char* call, const void* sb, const int sn[], const MPI_Aint s
 }
 
 // The same send block to every destination.
-int allgatherv(const char* call, const void* sb, int sn, MPI_Datatype st, void* rb,
-               const int rn[], const int rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request* r) {
+int allgatherv(const char* call, const void* sb, int sn, MPI_Datatype st, void* rb, const int rn[],
+               const int rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request* r) {
   return run(call, comm, r, [&](const Neighbours& n, auto& in, auto& out) {
     in = blocks(rb, rn, rd, rt, n.sources.size());
     out.assign(n.destinations.size(), Block{sb, sn, st});
@@ -314,9 +314,8 @@ int MPI_Neighbor_alltoallw(const void* sb, const int sn[], const MPI_Aint sd[],
   return alltoallw("MPI_Neighbor_alltoallw", sb, sn, sd, st, rb, rn, rd, rt, comm, nullptr);
 }
 int MPI_Ineighbor_alltoallw(const void* sb, const int sn[], const MPI_Aint sd[],
-                            const MPI_Datatype st[], void* rb, const int rn[],
-                            const MPI_Aint rd[], const MPI_Datatype rt[], MPI_Comm comm,
-                            MPI_Request* r) {
+                            const MPI_Datatype st[], void* rb, const int rn[], const MPI_Aint rd[],
+                            const MPI_Datatype rt[], MPI_Comm comm, MPI_Request* r) {
   return alltoallw("MPI_Ineighbor_alltoallw", sb, sn, sd, st, rb, rn, rd, rt, comm, r);
 }
 int MPI_Neighbor_allgather(const void* sb, int sn, MPI_Datatype st, void* rb, int rn,

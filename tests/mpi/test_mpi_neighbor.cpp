@@ -106,7 +106,8 @@ void every_collective(MPI_Comm comm, int in_degree, int out_degree, std::mt19937
   const int count = 1 + static_cast<int>(shared() % 3);
   const int each = static_cast<int>(shared() % 4);
   const MPI_Aint extent = extent_of(t);
-  ASSERT_LE(static_cast<MPI_Aint>(std::max(in, out) + 1) * 4 * extent, static_cast<MPI_Aint>(kBytes));
+  ASSERT_LE(static_cast<MPI_Aint>(std::max(in, out) + 1) * 4 * extent,
+            static_cast<MPI_Aint>(kBytes));
   check("neighbor_alltoall", comm, rng, [&](const void* sb, void* rb, bool pmpi, bool nb) {
     MPI_Request r;
     if (pmpi) return PMPI_Neighbor_alltoall(sb, count, t, rb, count, t, comm);
@@ -235,14 +236,13 @@ TEST(Neighbor, RandomDistributedGraphsMatchTheLibrary) {
         if (d == rank) sources.push_back(r);
     const std::vector<int>& destinations = edges[static_cast<std::size_t>(rank)];
     MPI_Comm graph;
-    MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, static_cast<int>(sources.size()),
-                                   sources.data(), MPI_UNWEIGHTED,
-                                   static_cast<int>(destinations.size()), destinations.data(),
-                                   MPI_UNWEIGHTED, MPI_INFO_NULL, 0, &graph);
+    MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, static_cast<int>(sources.size()), sources.data(),
+                                   MPI_UNWEIGHTED, static_cast<int>(destinations.size()),
+                                   destinations.data(), MPI_UNWEIGHTED, MPI_INFO_NULL, 0, &graph);
     MPI_Comm_set_errhandler(graph, MPI_ERRORS_RETURN);
     SCOPED_TRACE("graph round " + std::to_string(round));
-    every_collective(graph, static_cast<int>(sources.size()),
-                     static_cast<int>(destinations.size()), rng, mine);
+    every_collective(graph, static_cast<int>(sources.size()), static_cast<int>(destinations.size()),
+                     rng, mine);
     MPI_Comm_free(&graph);
   }
 }
