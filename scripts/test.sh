@@ -42,9 +42,10 @@ san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fram
 cmake -S . -B build/sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHALOX_ENABLE_CUDA=OFF \
   -DCMAKE_CXX_FLAGS="$san" -DCMAKE_EXE_LINKER_FLAGS="$san" -DCMAKE_SHARED_LINKER_FLAGS="$san" \
   -DHALOX_BUILD_APPS=OFF -DHALOX_BUILD_BENCHMARKS=OFF >/dev/null
-cmake --build build/sanitize -j "$jobs" --target test_datatype test_datatype_vs_mpi test_mpi_interposer
+cmake --build build/sanitize -j "$jobs" --target test_datatype test_datatype_vs_mpi test_mpi_interposer \
+  test_mpi_neighbor
 (cd build/sanitize && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure -j "$jobs" -R "^(unit\.datatype|mpi\.test_datatype_vs_mpi\.np2|mpi\.test_mpi_interposer\.np2)$")
+  ctest --output-on-failure -j "$jobs" -R "^(unit\.datatype|mpi\.test_datatype_vs_mpi\.np2|mpi\.test_mpi_(interposer|neighbor)\.np2)$")
 
 # The Python module as a user installs it (pip install .; the CPU library here, the CUDA
 # build would double CI's time), its tests on 4 real MPI ranks.
