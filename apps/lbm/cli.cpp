@@ -32,16 +32,17 @@ Cli parse(int argc, char** argv) {
   line.count("--steps", c.steps, "time steps");
   line.choice("--device", c.device, "auto: gpu when one is visible", {"auto", "cpu", "gpu"});
   line.choice("--precision", precision, "arithmetic and storage", {"float", "double"});
-  line.choice(
-      "--comm", c.comm,
-      "datatype: halox datatypes describe the faces, halox packs and moves them; "
-      "default: hand-written pack kernels + host copies + MPI; contig: the "
-      "hand-written pack, moved by a halox transport; overlap: datatype, inner cells "
-      "updated while the halo moves; mpi-datatype, mpi-contig: datatype and contig "
-      "written with plain MPI calls (MPI_Isend/MPI_Irecv of MPI datatypes) instead of "
-      "halox's exchange; mpi-neighbor: mpi-datatype as one MPI_Neighbor_alltoallw per "
-      "stage (on a GPU: under libhalox_mpi or a CUDA-aware MPI)",
-      {"datatype", "default", "contig", "overlap", "mpi-datatype", "mpi-contig", "mpi-neighbor"});
+  line.choice("--comm", c.comm,
+              "datatype: halox datatypes describe the faces, halox packs and moves them; "
+              "default: hand-written pack kernels + host copies + MPI; contig: the "
+              "hand-written pack, moved by a halox transport; overlap: datatype, inner cells "
+              "updated while the halo moves; mpi-datatype, mpi-contig: datatype and contig "
+              "written with plain MPI calls (MPI_Isend/MPI_Irecv of MPI datatypes) instead of "
+              "halox's exchange; mpi-overlap: mpi-datatype while the inner cells update; "
+              "mpi-neighbor: mpi-datatype as one MPI_Neighbor_alltoallw per stage (on a GPU: "
+              "under libhalox_mpi or a CUDA-aware MPI)",
+              {"datatype", "default", "contig", "overlap", "mpi-datatype", "mpi-contig",
+               "mpi-overlap", "mpi-neighbor"});
   line.text("--transport", transport,
             "for --comm datatype/contig/overlap: host | staged | pipelined | nvshmem-stream | "
             "ipc-fused | nvshmem-fused | nccl | auto (default: host on the CPU, staged on the "

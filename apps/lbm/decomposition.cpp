@@ -141,7 +141,7 @@ void Decomposition::scatter_streams() {
 }
 
 void Decomposition::step() {
-  if (m_cli.comm == "overlap") {
+  if (m_cli.comm == "overlap" || m_cli.comm == "mpi-overlap") {
     step_overlapped();  // swaps the fields itself
   } else {
     step_in_phases();
@@ -252,15 +252,23 @@ void Decomposition::step_overlapped_blocks() {
 // phi when it moves alone) hidden behind the inner cells: the side streams wait for block
 // 0's stream, which holds every block's last work, so every input of the inner cells is
 // there.
+// mpi-overlap: the host waits in MPI's calls, so the inner cells are launched first and the
+// faces move while they run (the seed's Overlap with MPI_Isend/MPI_Irecv of MPI datatypes).
 void Decomposition::overlapped_pass(int pass, int field) {
   scatter_streams();
   for (auto& block : m_blocks) block->fork();
+  const bool host_waits = m_cli.comm == "mpi-overlap";
+  if (host_waits) {
+    for (auto& block : m_blocks) block->update_inner(pass);
+  }
   if (field == 0) {
     exchange_f();
   } else {
     exchange(field);
   }
-  for (auto& block : m_blocks) block->update_inner(pass);
+  if (!host_waits) {
+    for (auto& block : m_blocks) block->update_inner(pass);
+  }
   scatter_streams();
   for (auto& block : m_blocks) block->update_shell(pass);
 }
@@ -477,6 +485,8 @@ std::string Decomposition::transport() const {
     if (m_cli.comm == "mpi-datatype") return "mpi-datatype (MPI_Isend/MPI_Irecv of MPI datatypes)";
     if (m_cli.comm == "mpi-neighbor")
       return "mpi-neighbor (MPI_Neighbor_alltoallw of MPI datatypes, one per stage)";
+    if (m_cli.comm == "mpi-overlap")
+      return "mpi-overlap (mpi-datatype while the inner cells update)";
     if (m_cli.comm == "mpi-contig")
       return "mpi-contig (hand-written pack + MPI_Isend/MPI_Irecv of the packed buffers)";
     return m_cli.comm + ", " + to_string(m_transport);

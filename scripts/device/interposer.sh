@@ -71,7 +71,7 @@ grep -E "^ *(1|8|262144|4194304) " "$out/hand-staged.txt" | tee -a "$summary"
 lbm=$build/apps/lbm/halox-lbm
 lbm_case=(--model multiphase --grid 256x256x128 --steps 200 --device gpu)
 "$lbm" "${lbm_case[@]}" --json "$out/lbm-one-rank.json" 2>&1 | grep -E "MLUPS;|halox-lbm:" | sed 's/^/one rank: /' | tee -a "$summary"
-for comm in default mpi-contig mpi-datatype mpi-neighbor; do
+for comm in default mpi-contig mpi-datatype mpi-overlap mpi-neighbor; do
   timeout 180 mpiexec -n 2 --oversubscribe -x LD_PRELOAD="$lib" "$lbm" "${lbm_case[@]}" \
     --ranks 1x1x2 --comm "$comm" --json "$out/lbm-$comm.json" 2>&1 | grep -E "MLUPS;|halox-lbm:" \
     | sed "s/^/2 processes, --comm $comm: /" | tee -a "$summary"
