@@ -209,7 +209,10 @@ int receive(void* buffer, int count, MPI_Datatype type, int source, int tag, MPI
     if (!request && !notes && !receives_to_serve()) {
       MPI_Status mine;
       MPI_Status* s = status == MPI_STATUS_IGNORE ? &mine : status;
-      rc = PMPI_Recv(into, n, as, source, tag, comm, s);
+      {
+        const Waiting waiting;
+        rc = PMPI_Recv(into, n, as, source, tag, comm, s);
+      }
       const int unpacked = unpack_received(p, *s);
       return rc != MPI_SUCCESS ? rc : unpacked;
     }
@@ -357,8 +360,10 @@ int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* in
     test_once(kind, n, requests, &got, index, outcount, indices, s, owes, &rc);
     if (flag) *flag = got;
   } else if (!receives_to_serve()) {
+    const Waiting waiting;
     rc = library_call(kind, n, requests, nullptr, index, outcount, indices, s);
   } else {
+    const Waiting waiting;
     // A wait that serves notes meanwhile: a peer may be waiting for one of ours.
     while (!test_once(test, n, requests, &got, index, outcount, indices, s, owes, &rc) &&
            rc == MPI_SUCCESS)

@@ -292,6 +292,7 @@ int serve(const Pending& r, const char* note_bytes, MPI_Status& status) {
 
 int wait_serving(MPI_Request* request, MPI_Status* status) {
   if (*request == MPI_REQUEST_NULL) return MPI_SUCCESS;
+  const Waiting waiting;
   if (!receives_to_serve()) return PMPI_Wait(request, status);
   for (;;) {
     progress_receives();

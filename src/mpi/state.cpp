@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -281,6 +282,26 @@ bool reporting() {
   return knobs().report;
 }
 
+namespace {
+std::atomic<long long> waited_ns{0};
+thread_local int waiting_depth = 0;
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+Waiting::Waiting() {
+  if (reporting() && waiting_depth++ == 0) m_start = now_ns();
+}
+
+Waiting::~Waiting() {
+  if (!reporting()) return;
+  --waiting_depth;
+  if (m_start >= 0) waited_ns.fetch_add(now_ns() - m_start, std::memory_order_relaxed);
+}
+
 void tally(Path path, std::int64_t bytes) {
   if (!reporting()) return;
   Counter& c = counters[static_cast<int>(path)];
@@ -304,6 +325,10 @@ void print_report() {
     mine[2 * p + 1] = counters[p].bytes.load();
   }
   PMPI_Reduce(mine, total, 2 * kPaths, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+  const long long waited = waited_ns.load();
+  long long waits[2] = {0, 0};  // the most one rank waited, the sum over ranks
+  PMPI_Reduce(&waited, &waits[0], 1, MPI_LONG_LONG, MPI_MAX, 0, MPI_COMM_WORLD);
+  PMPI_Reduce(&waited, &waits[1], 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
   std::fprintf(stderr, "halox_mpi report (%d ranks; messages and bytes summed over ranks):\n",
                size);
@@ -311,6 +336,10 @@ void print_report() {
   for (int p = 0; p < kPaths; ++p) {
     std::fprintf(stderr, "  %-24s %12lld %16lld\n", kPathNames[p], total[2 * p], total[2 * p + 1]);
   }
+  std::fprintf(stderr,
+               "  time waited in blocking calls: %.6f s on the rank that waited most, %.6f s "
+               "summed over ranks\n",
+               static_cast<double>(waits[0]) * 1e-9, static_cast<double>(waits[1]) * 1e-9);
 }
 
 int raise(MPI_Comm comm, const std::string& text) {

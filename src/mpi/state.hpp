@@ -92,6 +92,18 @@ void progress_detached(bool all);
 enum class Path { host, staged_send, staged_receive, staged_collective, ipc_send, ipc_receive };
 void tally(Path path, std::int64_t bytes);
 bool reporting();
+/// Times the blocking call it lives in, when reporting: the report's time waited (nested
+/// waits count once).
+class Waiting {
+ public:
+  Waiting();
+  ~Waiting();
+  Waiting(const Waiting&) = delete;
+  Waiting& operator=(const Waiting&) = delete;
+
+ private:
+  std::int64_t m_start = -1;
+};
 /// A message on host memory, passed to the MPI library (counted when reporting).
 void count_host(int count, MPI_Datatype type);
 void print_report();
