@@ -154,6 +154,21 @@ cudaStream_t staging_stream() {
 bool contiguous(std::int64_t count, const Datatype& type) {
   return type.canonical().is_contiguous() && (count == 1 || type.extent() == type.size());
 }
+
+// The first `bytes` packed bytes at `in` (pinned host memory, or device memory of this or a
+// peer's process) into `count` instances of `type` on the device: one copy for a contiguous
+// layout, else one GPU unpack; done when it returns.
+void unpack_on_device(const void* in, std::int64_t bytes, void* out, std::int64_t count,
+                      const Datatype& type) {
+  const cudaStream_t stream = staging_stream();
+  if (contiguous(count, type)) {
+    HALOX_CUDA_CHECK(cudaMemcpyAsync(address(out, type.true_lb()), in,
+                                     static_cast<std::size_t>(bytes), cudaMemcpyDefault, stream));
+  } else {
+    unpack_range_async(in, out, count, type, 0, bytes, stream);
+  }
+  HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
 #endif
 
 }  // namespace
@@ -234,15 +249,7 @@ void unpack_from_host(const void* in, std::int64_t bytes, void* out, std::int64_
   }
 #if HALOX_HAS_CUDA
   if (kind == Memory::device) {
-    const cudaStream_t stream = staging_stream();
-    if (contiguous(count, type)) {
-      HALOX_CUDA_CHECK(cudaMemcpyAsync(address(out, type.true_lb()), in,
-                                       static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice,
-                                       stream));
-    } else {
-      unpack_range_async(in, out, count, type, 0, bytes, stream);
-    }
-    HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+    unpack_on_device(in, bytes, out, count, type);
     return;
   }
 #endif
@@ -499,22 +506,12 @@ void unpack_from_peer(const void* from, Memory from_kind, std::int64_t bytes, vo
   if (bytes <= 0 || count <= 0) return;
 #if HALOX_HAS_CUDA
   if (from_kind == Memory::device) {
-    const cudaStream_t stream = staging_stream();
     if (out_kind == Memory::device) {
-      if (contiguous(count, type)) {
-        HALOX_CUDA_CHECK(cudaMemcpyAsync(address(out, type.true_lb()), from,
-                                         static_cast<std::size_t>(bytes), cudaMemcpyDefault,
-                                         stream));
-      } else {
-        unpack_range_async(from, out, count, type, 0, bytes, stream);
-      }
-      HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+      unpack_on_device(from, bytes, out, count, type);
       return;
     }
     Staging host(static_cast<std::size_t>(bytes));
-    HALOX_CUDA_CHECK(cudaMemcpyAsync(host.data(), from, static_cast<std::size_t>(bytes),
-                                     cudaMemcpyDeviceToHost, stream));
-    HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+    copy_to_host(host.data(), from, static_cast<std::size_t>(bytes), Memory::device);
     unpack_from_host(host.data(), bytes, out, count, type, out_kind);
     return;
   }

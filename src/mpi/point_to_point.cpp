@@ -73,9 +73,16 @@ std::int64_t message_bytes(int count, MPI_Datatype type) {
   return static_cast<std::int64_t>(count) * size;
 }
 
-// Whether the protocol carries this send (send_with_note decides the rest).
-bool note_candidate(Memory memory, std::int64_t bytes) {
-  return protocol_on() && (bytes == kNoteBytes || (memory != Memory::host && bytes > kNoteBytes));
+// A send the protocol carries (any message of a note's size, a larger device message; see
+// send_with_note for the rest), sent: true, with the call's result in `rc`.
+bool sent_with_note(const SendMode& mode, const void* buffer, int count, MPI_Datatype type,
+                    int dest, int tag, MPI_Comm comm, MPI_Request* request, bool persistent,
+                    Memory memory, int* rc) {
+  if (dest == MPI_PROC_NULL || !protocol_on()) return false;
+  const std::int64_t bytes = message_bytes(count, type);
+  if (bytes != kNoteBytes && (memory == Memory::host || bytes < kNoteBytes)) return false;
+  return send_with_note(mode, buffer, count, type, dest, tag, comm, request, persistent, memory,
+                        bytes, rc);
 }
 
 // A blocking call of the library, or, while receives here may get notes that a peer waits
@@ -92,13 +99,9 @@ int send(const SendMode& mode, const void* buffer, int count, MPI_Datatype type,
          MPI_Comm comm, MPI_Request* request) {
   const Memory memory = dest == MPI_PROC_NULL ? Memory::host : where(buffer, count, type);
   try {
-    if (dest != MPI_PROC_NULL && protocol_on()) {
-      const std::int64_t bytes = message_bytes(count, type);
-      int rc = MPI_SUCCESS;
-      if (note_candidate(memory, bytes) && send_with_note(mode, buffer, count, type, dest, tag,
-                                                          comm, request, false, memory, bytes, &rc))
-        return rc;
-    }
+    int rc = MPI_SUCCESS;
+    if (sent_with_note(mode, buffer, count, type, dest, tag, comm, request, false, memory, &rc))
+      return rc;
     if (memory == Memory::host) {
       if (reporting()) count_host(count, type);
       return request ? mode.start(buffer, count, type, dest, tag, comm, request)
@@ -107,12 +110,12 @@ int send(const SendMode& mode, const void* buffer, int count, MPI_Datatype type,
     Pending p;
     p.type = imported(type);
     int bytes = 0;
-    if (const int rc = staged_bytes(mode.name, comm, count, *p.type, &bytes)) return rc;
+    if ((rc = staged_bytes(mode.name, comm, count, *p.type, &bytes))) return rc;
     p.staging = Staging(static_cast<std::size_t>(bytes));
     pack_to_host(buffer, count, *p.type, p.staging.data(), memory);
     tally(Path::staged_send, bytes);
     if (!request) return send_blocking(mode, p.staging.data(), bytes, MPI_BYTE, dest, tag, comm);
-    const int rc = mode.start(p.staging.data(), bytes, MPI_BYTE, dest, tag, comm, request);
+    rc = mode.start(p.staging.data(), bytes, MPI_BYTE, dest, tag, comm, request);
     if (rc == MPI_SUCCESS) track(*request, std::move(p));
     return rc;
   } catch (const std::exception& e) {
@@ -124,13 +127,9 @@ int send_init(const SendMode& mode, const void* buffer, int count, MPI_Datatype 
               int tag, MPI_Comm comm, MPI_Request* request) {
   const Memory memory = dest == MPI_PROC_NULL ? Memory::host : where(buffer, count, type);
   try {
-    if (dest != MPI_PROC_NULL && protocol_on()) {
-      const std::int64_t bytes = message_bytes(count, type);
-      int rc = MPI_SUCCESS;
-      if (note_candidate(memory, bytes) && send_with_note(mode, buffer, count, type, dest, tag,
-                                                          comm, request, true, memory, bytes, &rc))
-        return rc;
-    }
+    int rc = MPI_SUCCESS;
+    if (sent_with_note(mode, buffer, count, type, dest, tag, comm, request, true, memory, &rc))
+      return rc;
     if (memory == Memory::host) return mode.init(buffer, count, type, dest, tag, comm, request);
     Pending p;
     p.persistent = true;
@@ -139,9 +138,9 @@ int send_init(const SendMode& mode, const void* buffer, int count, MPI_Datatype 
     p.count = count;
     p.memory = memory;
     int bytes = 0;
-    if (const int rc = staged_bytes(mode.name, comm, count, *p.type, &bytes)) return rc;
+    if ((rc = staged_bytes(mode.name, comm, count, *p.type, &bytes))) return rc;
     p.staging = Staging(static_cast<std::size_t>(bytes));
-    const int rc = mode.init(p.staging.data(), bytes, MPI_BYTE, dest, tag, comm, request);
+    rc = mode.init(p.staging.data(), bytes, MPI_BYTE, dest, tag, comm, request);
     if (rc == MPI_SUCCESS) track(*request, std::move(p));  // packed at each MPI_Start
     return rc;
   } catch (const std::exception& e) {
