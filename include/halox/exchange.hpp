@@ -92,6 +92,10 @@ class GridExchange {
   int fields() const;
   const ExchangeStats& stats() const;
   void reset_stats();
+  /// Whether exchange_async may be called inside a CUDA graph capture and the graph
+  /// replayed. False for every transport today: such a call is refused with a halox::Error
+  /// naming the transport, never recorded into a graph that would hang on replay.
+  bool capturable() const;
   /// The transport a field uses ("host" for host fields of one rank per process).
   std::string transport_name(const void* field) const;
   /// The faces this process's ranks send per exchange; and, once GPU arrays were
@@ -171,6 +175,9 @@ class ParticleExchange {
   /// The plan of this process's first rank, and those of all its ranks.
   const ParticlePlan& plan() const;
   const std::vector<ParticlePlan>& plans() const;
+  /// Whether forward_async / reverse_async may be called inside a CUDA graph capture: false
+  /// for every transport today (GridExchange::capturable).
+  bool capturable() const;
   const ExchangeStats& stats() const;
   void reset_stats();
   /// The GPUs of this process's ranks, in the order the stream lists take them (local

@@ -379,6 +379,8 @@ NB_MODULE(_halox, m) {
           "Fills the halos of the arrays (one per rank of this process and field), done on "
           "return")
       .def_prop_ro("fields", &halox::GridExchange::fields)
+      .def_prop_ro("capturable", &halox::GridExchange::capturable,
+                   "Whether an exchange may be captured in a CUDA graph (no transport yet)")
       .def("transport_name", [](const halox::GridExchange& self, const Array& a) {
         return self.transport_name(a.data());
       });

@@ -15,6 +15,30 @@
 
 namespace halox {
 
+namespace {
+
+// No transport can be captured in a CUDA graph yet: each run passes its exchange counter from
+// the host, so a replayed launch would wait for an old epoch forever. A call inside a
+// capture is refused here, never recorded into a graph that hangs on replay.
+template <class Name>
+void refuse_capture(GpuStream stream, const char* what, Name&& transport) {
+#if HALOX_HAS_CUDA
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t rc = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
+  if (rc == cudaSuccess && status == cudaStreamCaptureStatusNone) return;
+  if (rc != cudaSuccess) cudaGetLastError();  // the legacy stream while another captures
+  throw Error(std::string("halox::") + what +
+              ": called inside a CUDA graph capture; its transport (" + transport() +
+              ") cannot be captured (it takes each exchange's counter from the host, so a "
+              "replay would wait forever), and no transport can yet (capturable() says so): "
+              "call it outside the capture, between the graph's launches");
+#else
+  (void)stream, (void)what, (void)transport;
+#endif
+}
+
+}  // namespace
+
 std::string to_string(TransportKind kind) {
   switch (kind) {
     case TransportKind::host: return "host";
@@ -223,6 +247,7 @@ void GridExchange::exchange_async(std::span<void* const> fields, GpuStream strea
   }
   const OneCallerAtATime guard(m_impl->busy, "GridExchange");
   require_arrays(fields, "GridExchange");
+  refuse_capture(stream, "GridExchange::exchange_async", [&] { return transport_name(fields[0]); });
   trace::Scope scope("grid exchange",
                      m_impl->ranks.in_process() ? 0 : m_impl->ranks.topology().rank());
   m_impl->engine->exchange_async(fields, stream, m_impl->stats);
@@ -285,6 +310,13 @@ const ExchangeStats& GridExchange::stats() const {
 void GridExchange::reset_stats() {
   m_impl->stats = {};
 }
+bool GridExchange::capturable() const {
+  return false;  // refuse_capture
+}
+bool ParticleExchange::capturable() const {
+  return false;
+}
+
 std::string GridExchange::transport_name(const void* field) const {
   return m_impl->engine->transport_name(field);
 }
@@ -303,10 +335,16 @@ struct ParticleExchange::Impl {
   Ranks ranks;
   std::atomic<bool> busy{false};
   std::unique_ptr<detail::ParticleEngine> engine;
+  TransportKind transport = TransportKind::automatic;  // as asked (for messages)
   ExchangeStats stats;
   void run(bool forward, std::span<void* const> arrays, std::span<const GpuStream> streams) {
     const OneCallerAtATime guard(busy, "ParticleExchange");
     require_arrays(arrays, "ParticleExchange");
+    for (const GpuStream stream : streams) {
+      refuse_capture(
+          stream, forward ? "ParticleExchange::forward_async" : "ParticleExchange::reverse_async",
+          [&] { return to_string(transport); });
+    }
     trace::Scope scope(forward ? "halo forward" : "halo reverse",
                        ranks.in_process() ? 0 : ranks.topology().rank());
     engine->run(forward, arrays, streams, stats);
@@ -323,6 +361,7 @@ ParticleExchange::ParticleExchange(const Ranks& ranks, std::vector<ParticlePlan>
 #if !HALOX_HAS_MPI
   if (!ranks.in_process()) no_mpi("ParticleExchange");
 #endif
+  m_impl->transport = options.transport;
   m_impl->engine = detail::make_particle_engine(m_impl->ranks, std::move(plans), real, options);
 }
 ParticleExchange::ParticleExchange(const Topology& topology, const ParticlePlan& plan,

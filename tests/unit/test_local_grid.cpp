@@ -447,3 +447,42 @@ TEST(LocalGrid, TypedViewsAreCheckedAgainstThePlan) {
             }).find("the view of field 0 of rank 1 says halo width 2, its plan 1"),
             std::string::npos);
 }
+
+// CUDA graphs: no transport can be captured yet, and the query says so; on a GPU an exchange
+// called inside a capture is refused naming its transport (never recorded into a graph that
+// would wait forever on replay), and the stream's capture is left to the caller to end.
+TEST(LocalGrid, CapturesAreRefusedAndTheQuerySaysSo) {
+  const Topology shape({2, 1, 1}, {true, true, true}, 0);
+  const Datatype element = Datatype::of<float>().commit();
+  const std::vector<std::array<std::int64_t, 3>> interior(2, {4, 4, 4});
+  GridExchange exchange(Ranks::local(shape), make_local_grid_plans(shape, interior, 1, element));
+  EXPECT_FALSE(exchange.capturable());
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: the query only";
+#if HALOX_HAS_CUDA
+  ExchangeOptions options;
+  options.transport = TransportKind::local_fused;
+  GridExchange fused(Ranks::local(shape), make_local_grid_plans(shape, interior, 1, element),
+                     options);
+  EXPECT_FALSE(fused.capturable());
+  std::vector<void*> fields(2);
+  for (auto& p : fields) ASSERT_EQ(cudaMalloc(&p, 6 * 6 * 6 * sizeof(float)), cudaSuccess);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  std::string what;
+  try {
+    fused.exchange_async(fields, stream);
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  if (graph) cudaGraphDestroy(graph);
+  EXPECT_NE(what.find("inside a CUDA graph capture"), std::string::npos) << what;
+  EXPECT_NE(what.find("local-fused"), std::string::npos) << what;
+  fused.exchange(fields);  // outside a capture it runs
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (void* p : fields) cudaFree(p);
+  cudaStreamDestroy(stream);
+#endif
+}
