@@ -39,6 +39,12 @@ run bw-DD 1 "$pt/standard/osu_bw" -c -i 30 -x 5 -d cuda D D
 run bibw-DD 1 "$pt/standard/osu_bibw" -c -i 30 -x 5 -d cuda D D
 run latency-persistent-DD 1 "$pt/persistent/osu_latency_persistent" -c -i 300 -x 30 -d cuda D D
 run latency-DD-vect 1 "$pt/standard/osu_latency" -c -i 300 -x 30 -D vect:24:2 -d cuda D D
+# An indexed type from a file (OSU's -D indx: "displacement,block length" per line, in bytes):
+# 64 blocks of 24 bytes every 32 (OSU takes at most 100; it builds the type from all lines
+# but the last).
+indexed=$out/indexed-ddt.txt
+{ echo "# displacement,block length"; for k in $(seq 0 64); do echo "$((k * 32)),24"; done; } > "$indexed"
+run latency-DD-indx 1 "$pt/standard/osu_latency" -c -i 300 -x 30 -D "indx:$indexed" -d cuda D D
 run bw-DD-vect 1 "$pt/standard/osu_bw" -c -i 30 -x 5 -D vect:24:2 -d cuda D D
 # Without validation: the figures (OSU's -c adds a check kernel and copies to every iteration).
 run latency-DD-novalidate 1 "$pt/standard/osu_latency" -d cuda D D
