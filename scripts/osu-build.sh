@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the OSU micro-benchmarks 7.4 (point-to-point, with CUDA) from their public sources
+# Builds the OSU micro-benchmarks 7.4 (point-to-point and neighbourhood, with CUDA) from their public sources
 # into a git-ignored folder, to run unchanged against halox's MPI interposer on the GPU
 # machine (scripts/device/interposer.sh). Their code never enters the project.
 #   scripts/osu-build.sh SOURCE_DIR   (an unpacked osu-micro-benchmarks-7.4; built in place)
@@ -12,4 +12,5 @@ sed -i 's/CUDA_CHECK(cudaMemPrefetchAsync(buf, length, devid, um_stream));/{ str
 ./configure CC=mpicc CXX=mpicxx --enable-cuda --with-cuda="${CUDA_HOME:-/usr/local/cuda}" > configure.log 2>&1
 make -j"$(nproc)" -C c/mpi/pt2pt/standard > make.log 2>&1
 make -j"$(nproc)" -C c/mpi/pt2pt/persistent >> make.log 2>&1
-echo "built: $src/c/mpi/pt2pt/{standard,persistent}"
+make -j"$(nproc)" -C c/mpi/collective/neighborhood >> make.log 2>&1
+echo "built: $src/c/mpi/pt2pt/{standard,persistent} $src/c/mpi/collective/neighborhood"
