@@ -205,7 +205,7 @@ int receive(void* buffer, int count, MPI_Datatype type, int source, int tag, MPI
     void* into = memory == Memory::host ? buffer : p.staging.data();
     const int n = memory == Memory::host ? count : bytes;
     const MPI_Datatype as = memory == Memory::host ? type : MPI_BYTE;
-    if (!request && !notes && !receives_to_serve()) {
+    if (!request && !receives_to_serve()) {  // nothing to serve while it blocks
       MPI_Status mine;
       MPI_Status* s = status == MPI_STATUS_IGNORE ? &mine : status;
       {
@@ -344,7 +344,7 @@ int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* in
       drive_neighbor_request(requests[i], as_test(kind) != kind);
   }
   if (!tracking()) return library_call(kind, n, requests, flag, index, outcount, indices, statuses);
-  progress_receives();
+  if (acks_awaited()) progress_receives();
   const bool ignore = statuses == MPI_STATUSES_IGNORE || statuses == MPI_STATUS_IGNORE;
   const std::vector<MPI_Request> handles(requests, requests + n);
   std::vector<std::shared_ptr<Pending>> owes(handles.size());
@@ -364,9 +364,10 @@ int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* in
   } else {
     const Waiting waiting;
     // A wait that serves notes meanwhile: a peer may be waiting for one of ours.
+    Serving serving;
     while (!test_once(test, n, requests, &got, index, outcount, indices, s, owes, &rc) &&
            rc == MPI_SUCCESS)
-      progress_receives();
+      serving.meanwhile();
     got = 1;
   }
   switch (kind) {

@@ -174,6 +174,7 @@ bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Dat
     return false;
   Pending p;
   p.protocol_send = true;
+  p.awaits_ack = !side;
   p.persistent = persistent;
   p.buffer = const_cast<void*>(buffer);
   p.count = count;
@@ -230,7 +231,10 @@ bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Dat
     track(user, std::move(p));
     return true;
   }
-  *rc = wait_serving(&user, MPI_STATUS_IGNORE);
+  {
+    const AwaitingAck awaiting;  // served eagerly meanwhile: the peer may be in the same wait
+    *rc = wait_serving(&user, MPI_STATUS_IGNORE);
+  }
   const int delivered = wait_serving(&p.note_request, MPI_STATUS_IGNORE);
   if (*rc == MPI_SUCCESS) *rc = delivered;
   return true;
@@ -294,8 +298,9 @@ int wait_serving(MPI_Request* request, MPI_Status* status) {
   if (*request == MPI_REQUEST_NULL) return MPI_SUCCESS;
   const Waiting waiting;
   if (!receives_to_serve()) return PMPI_Wait(request, status);
+  Serving serving;
   for (;;) {
-    progress_receives();
+    serving.meanwhile();
     int flag = 0, rc = MPI_SUCCESS;
     {
       std::lock_guard<std::mutex> lock(progress_mutex());
@@ -464,6 +469,7 @@ int deliver(const Taken& t, void* buffer, int count, MPI_Datatype type, MPI_Comm
 int probe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* message, MPI_Status* status) {
   MPI_Status mine;
   MPI_Status* s = status == MPI_STATUS_IGNORE ? &mine : status;
+  Serving serving;
   for (;;) {
     Taken t;
     if (find_queued(comm, source, tag, message != nullptr, &t)) {
@@ -478,7 +484,7 @@ int probe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* message, M
       rc = message ? PMPI_Mprobe(source, tag, comm, &found, s) : PMPI_Probe(source, tag, comm, s);
       got = 1;
     } else {
-      progress_receives();
+      serving.meanwhile();
       rc = message ? PMPI_Improbe(source, tag, comm, &got, &found, s)
                    : PMPI_Iprobe(source, tag, comm, &got, s);
     }

@@ -78,6 +78,7 @@ std::vector<std::pair<MPI_Request, std::shared_ptr<Pending>>>& detached() {  // 
 }
 std::atomic<bool> any_tracked{false};
 std::atomic<int> note_receives{0};      // tracked receives that can get a note
+std::atomic<int> ipc_sends{0};          // sends awaiting an acknowledgement
 std::atomic<bool> any_detached{false};  // every wait asks: a lock only when there are some
 
 }  // namespace
@@ -122,6 +123,7 @@ int unpack_received(const Pending& p, MPI_Status& status) {
 void track(MPI_Request request, Pending pending) {
   std::lock_guard<std::mutex> lock(requests_mutex());
   if (pending.notes) ++note_receives;
+  if (pending.awaits_ack) ++ipc_sends;
   requests()[request] = std::make_shared<Pending>(std::move(pending));
   any_tracked = true;
 }
@@ -163,6 +165,7 @@ void untrack(MPI_Request request, const std::shared_ptr<Pending>& pending) {
   auto it = requests().find(request);
   if (it == requests().end() || (pending && it->second != pending)) return;
   if (it->second->notes) --note_receives;
+  if (it->second->awaits_ack) --ipc_sends;
   requests().erase(it);
   any_tracked = !requests().empty();
 }
@@ -197,6 +200,31 @@ void forget(MPI_Request request) {
 std::mutex& progress_mutex() {
   static std::mutex m;
   return m;
+}
+
+bool acks_awaited() {
+  return ipc_sends.load(std::memory_order_relaxed) > 0;
+}
+
+AwaitingAck::AwaitingAck() {
+  ++ipc_sends;
+}
+AwaitingAck::~AwaitingAck() {
+  --ipc_sends;
+}
+
+void Serving::meanwhile() {
+  if (acks_awaited()) {
+    progress_receives();
+    return;
+  }
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  if (m_last == 0) m_last = now;  // the call's first test: nothing yet
+  if (now - m_last < 20000) return;
+  m_last = now;
+  progress_receives();
 }
 
 bool receives_to_serve() {

@@ -42,6 +42,7 @@ struct Pending {
   /// A protocol send: the user holds the acknowledgement's receive (ipc) or the side bytes'
   /// send; the note is in flight beside it, from `note`.
   bool protocol_send = false;
+  bool awaits_ack = false;  ///< an ipc note's send: complete when the peer has read the bytes
   MPI_Request note_request = MPI_REQUEST_NULL;
   std::vector<char> note;
   PeerStaging peer;                ///< ipc: the packed bytes of a non-contiguous layout
@@ -79,6 +80,27 @@ void detach(MPI_Request request);
 /// (MPI_Request_get_status): a peer's send waits for that while this process waits for
 /// something else (Irecv; Send; Wait on both sides is legal MPI).
 void progress_receives();
+/// Whether this process has ipc sends waiting for their acknowledgements: a peer may then be
+/// waiting for this process to serve a note at the same time (both sides' Isend; Waitall).
+bool acks_awaited();
+/// A blocking ipc send's wait for its acknowledgement (its request is not tracked): counted
+/// as awaited while it lasts.
+struct AwaitingAck {
+  AwaitingAck();
+  ~AwaitingAck();
+  AwaitingAck(const AwaitingAck&) = delete;
+  AwaitingAck& operator=(const AwaitingAck&) = delete;
+};
+/// Serves notes while a blocking call tests its requests: at every test while this process
+/// awaits acknowledgements, else every 20 us (a peer's ipc send may wait for one of this
+/// process's receives; a program whose peers send no ipc notes pays almost nothing).
+class Serving {
+ public:
+  void meanwhile();
+
+ private:
+  std::int64_t m_last = 0;
+};
 /// Whether some tracked receive could get a note: the blocking calls then wait by testing
 /// and serving.
 bool receives_to_serve();
