@@ -347,8 +347,7 @@ int wait_or_test(WaitKind kind, int n, MPI_Request* requests, int* flag, int* in
   if (acks_awaited()) progress_receives();
   const bool ignore = statuses == MPI_STATUSES_IGNORE || statuses == MPI_STATUS_IGNORE;
   const std::vector<MPI_Request> handles(requests, requests + n);
-  std::vector<std::shared_ptr<Pending>> owes(handles.size());
-  for (std::size_t i = 0; i < handles.size(); ++i) owes[i] = owed(handles[i]);
+  const std::vector<std::shared_ptr<Pending>> owes = owed(handles);
   const bool one = kind == WaitKind::wait || kind == WaitKind::test || kind == WaitKind::waitany ||
                    kind == WaitKind::testany;
   std::vector<MPI_Status> mine(ignore ? static_cast<std::size_t>(one ? 1 : n) : 0);

@@ -170,9 +170,9 @@ bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Dat
   if (!c.on || dest == MPI_PROC_NULL) return false;
   const int world = world_rank(comm, dest);
   // A message to this process itself is staged: CUDA IPC cannot map a process's own memory.
-  if (!side && (memory == Memory::host || bytes < kNoteBytes || buffered(mode) ||
-                !c.near[static_cast<std::size_t>(world)] ||
-                (world == c.rank && memory == Memory::device)))
+  if (!side &&
+      (memory == Memory::host || bytes < kNoteBytes || buffered(mode) ||
+       !c.near[static_cast<std::size_t>(world)] || (world == c.rank && memory == Memory::device)))
     return false;
   Pending p;
   p.protocol_send = true;

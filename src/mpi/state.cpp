@@ -153,6 +153,17 @@ void before_start(MPI_Request request) {
   tally(Path::staged_send, p.count * p.type->size());
 }
 
+std::vector<std::shared_ptr<Pending>> owed(const std::vector<MPI_Request>& handles) {
+  std::vector<std::shared_ptr<Pending>> owes(handles.size());
+  std::lock_guard<std::mutex> lock(requests_mutex());
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    if (handles[i] == MPI_REQUEST_NULL) continue;
+    auto it = requests().find(handles[i]);
+    if (it != requests().end()) owes[i] = it->second;
+  }
+  return owes;
+}
+
 std::shared_ptr<Pending> owed(MPI_Request request) {
   if (request == MPI_REQUEST_NULL) return nullptr;
   std::lock_guard<std::mutex> lock(requests_mutex());

@@ -67,6 +67,8 @@ void before_start(MPI_Request request);
 /// What `request` owes (null when it is not tracked), taken before the MPI library's wait or
 /// test: the library reuses a completed request's handle, maybe for another thread's.
 std::shared_ptr<Pending> owed(MPI_Request request);
+/// owed() of each of `requests`, under one lock.
+std::vector<std::shared_ptr<Pending>> owed(const std::vector<MPI_Request>& handles);
 /// `request` (its handle before the wait or test), owing `pending`, completed with `status`:
 /// a receive's bytes unpacked, a non-persistent request dropped. Returns an MPI error code
 /// (MPI_SUCCESS, or the halox error naming what failed).
