@@ -412,6 +412,75 @@ TEST(Interposer, BlockedSendsServeTheirReceives) {
   });
 }
 
+// Polling instead of waiting: Isend; while (!MPI_Test(send)) on both sides, the receives
+// posted first; and receives of MPI_ANY_SOURCE from every other rank at once (np3: two
+// senders' notes), completed by Waitsome.
+TEST(Interposer, PolledSendsAndWildcardReceivesOfNotes) {
+  if (size_of() < 2) GTEST_SKIP();
+  same_on_host_and_device("polled", [](bool device, Seen& seen) {
+    constexpr std::size_t kBytes = 5000;
+    const int rank = rank_of(), size = size_of();
+    if (rank < 2) {
+      const int peer = 1 - rank;
+      Buffer out(kBytes, device), in(kBytes, device);
+      out.write(pattern(kBytes, 50 + rank));
+      in.write(poison(kBytes));
+      MPI_Request r, w;
+      MPI_Irecv(in.data(), static_cast<int>(kBytes), MPI_BYTE, peer, 3, MPI_COMM_WORLD, &r);
+      MPI_Isend(out.data(), static_cast<int>(kBytes), MPI_BYTE, peer, 3, MPI_COMM_WORLD, &w);
+      int done = 0;
+      while (!done) MPI_Test(&w, &done, MPI_STATUS_IGNORE);
+      MPI_Status s;
+      MPI_Wait(&r, &s);
+      record(seen, s, MPI_BYTE);
+      const std::vector<char> got = in.read();
+      EXPECT_TRUE(got == pattern(kBytes, 50 + peer));
+      seen.bytes.push_back(got);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    // Every rank but 0 sends rank 0 one message; rank 0 takes them from any source.
+    if (rank == 0) {
+      std::vector<std::unique_ptr<Buffer>> in;
+      std::vector<MPI_Request> requests(static_cast<std::size_t>(size - 1));
+      for (int k = 0; k < size - 1; ++k) {
+        in.push_back(std::make_unique<Buffer>(kBytes, device));
+        in.back()->write(poison(kBytes));
+        MPI_Irecv(in.back()->data(), static_cast<int>(kBytes), MPI_BYTE, MPI_ANY_SOURCE, 4,
+                  MPI_COMM_WORLD, &requests[static_cast<std::size_t>(k)]);
+      }
+      std::vector<int> from(static_cast<std::size_t>(size - 1), -1);
+      int left = size - 1;
+      while (left > 0) {
+        int count = 0;
+        std::vector<int> indices(static_cast<std::size_t>(size - 1));
+        std::vector<MPI_Status> statuses(static_cast<std::size_t>(size - 1));
+        MPI_Waitsome(size - 1, requests.data(), &count, indices.data(), statuses.data());
+        for (int k = 0; k < count; ++k) {
+          from[static_cast<std::size_t>(indices[static_cast<std::size_t>(k)])] =
+              statuses[static_cast<std::size_t>(k)].MPI_SOURCE;
+          int bytes = 0;
+          MPI_Get_count(&statuses[static_cast<std::size_t>(k)], MPI_BYTE, &bytes);
+          EXPECT_EQ(bytes,
+                    static_cast<int>(kBytes) - statuses[static_cast<std::size_t>(k)].MPI_SOURCE);
+        }
+        left -= count;
+      }
+      for (int k = 0; k < size - 1; ++k) {
+        const int source = from[static_cast<std::size_t>(k)];
+        ASSERT_GE(source, 1);
+        const std::size_t n = kBytes - static_cast<std::size_t>(source);
+        expect_prefix(in[static_cast<std::size_t>(k)]->read(), pattern(kBytes, 60 + source), n,
+                      "a wildcard receive");
+      }
+      seen.numbers.push_back(size - 1);
+    } else {
+      Buffer out(kBytes, device);
+      out.write(pattern(kBytes, 60 + rank));
+      MPI_Send(out.data(), static_cast<int>(kBytes) - rank, MPI_BYTE, 0, 4, MPI_COMM_WORLD);
+    }
+  });
+}
+
 TEST(Interposer, PackUnpackAndAbsoluteAddresses) {
   same_on_host_and_device("pack", [](bool device, Seen& seen) {
     MPI_Datatype every_third;
