@@ -24,6 +24,8 @@ namespace {
 using halox::BasicKind;
 using halox::Datatype;
 using Array = nb::ndarray<nb::device::cpu>;
+// An array on the CPU or a GPU (any DLPack producer: NumPy, CuPy, PyTorch), for the exchanges.
+using AnyArray = nb::ndarray<>;
 
 // The NumPy dtype code of a basic kind and back: (kind letter, bits).
 struct DtypeKind {
@@ -95,7 +97,8 @@ Datatype type_of(nb::handle type) {
 
 // The bytes an array spans, refusing views that are not C-contiguous (a type addresses bytes
 // from the array's start, as MPI's buffer argument does).
-std::int64_t array_bytes(const Array& a, const char* what) {
+template <class A>
+std::int64_t array_bytes(const A& a, const char* what) {
   std::int64_t expect = static_cast<std::int64_t>(a.itemsize());
   for (std::size_t d = a.ndim(); d-- > 0;) {
     if (a.shape(d) > 1 && a.stride(d) * static_cast<std::int64_t>(a.itemsize()) != expect) {
@@ -111,7 +114,8 @@ MPI_Comm comm_of(nb::handle comm) {
 }
 
 // A grid exchange's array: its dtype and its shape against the plan it is exchanged with.
-void check_field(const Array& a, const halox::GridPlan& plan, std::size_t index) {
+template <class A>
+void check_field(const A& a, const halox::GridPlan& plan, std::size_t index) {
   const std::string which = "halox.GridExchange: array " + std::to_string(index);
   BasicKind planned{};
   if (!plan.element.homogeneous(&planned) || !same_numbers(planned, kind_of(a.dtype()))) {
@@ -368,8 +372,24 @@ NB_MODULE(_halox, m) {
           "exchange",
           [](halox::GridExchange& self, nb::args fields) {
             std::vector<void*> arrays;
+            int device = -1;  // the arrays' DLPack device type, one for all
             for (std::size_t i = 0; i < fields.size(); ++i) {
-              Array a = nb::cast<Array>(fields[i]);
+              AnyArray a = nb::cast<AnyArray>(fields[i]);
+              const int here = a.device_type();
+              if (here != nb::device::cpu::value && here != nb::device::cuda::value) {
+                throw halox::Error("halox.GridExchange: array " + std::to_string(i) +
+                                   " is neither in host memory nor on a CUDA GPU");
+              }
+              if (here == nb::device::cuda::value && !HALOX_HAS_CUDA) {
+                throw halox::Error("halox.GridExchange: array " + std::to_string(i) +
+                                   " is on a GPU, and this halox was built without CUDA");
+              }
+              if (device >= 0 && here != device) {
+                throw halox::Error(
+                    "halox.GridExchange: arrays on the host and on the GPU in "
+                    "one call; give all of them in one place");
+              }
+              device = here;
               if (i < self.plans().size()) check_field(a, self.plans()[i], i);
               arrays.push_back(a.data());
             }
@@ -377,7 +397,8 @@ NB_MODULE(_halox, m) {
             self.exchange(arrays);
           },
           "Fills the halos of the arrays (one per rank of this process and field), done on "
-          "return")
+          "return. NumPy arrays, or GPU arrays (CuPy, PyTorch: any DLPack producer; ordered "
+          "after the work on the legacy default stream, done when it returns)")
       .def_prop_ro("fields", &halox::GridExchange::fields)
       .def_prop_ro("capturable", &halox::GridExchange::capturable,
                    "Whether an exchange may be captured in a CUDA graph (no transport yet)")

@@ -161,3 +161,28 @@ def test_readme_python_blocks_run():
     assert blocks
     for code in blocks:
         exec(compile(code, str(readme), "exec"), {})
+
+
+def test_grid_halo_of_gpu_arrays_equals_numpys():
+    """CuPy arrays (DLPack) exchanged as NumPy's are; skipped without CuPy, a GPU or CUDA."""
+    cp = pytest.importorskip("cupy")
+    if not halox.has_cuda:
+        pytest.skip("halox built without CUDA")
+    try:
+        cp.cuda.runtime.getDeviceCount()
+    except Exception:
+        pytest.skip("no GPU")
+    global_n = (12, 8, 5)
+    grid = halox.Topology((3, 2, 1), (True, True, True), 0)
+    interiors = [halox.subdomain_of(grid, global_n, r)[1] for r in range(grid.size)]
+    plans = halox.make_local_grid_plans(grid, interiors, 2, np.float64)
+    fields = [fill_and_check(grid, plans[r], r, global_n, None) for r in range(grid.size)]
+    host = [f[0].astype(np.float64) for f in fields]
+    device = [cp.asarray(a) for a in host]
+    ex = halox.GridExchange(halox.Ranks.local(grid), plans, transport="local-fused")
+    ex.exchange(*device)
+    halox.GridExchange(halox.Ranks.local(grid), plans).exchange(*host)
+    for r in range(grid.size):
+        assert np.array_equal(cp.asnumpy(device[r]), host[r])
+    with pytest.raises(halox.Error):
+        ex.exchange(host[0], *device[1:])  # host and GPU arrays in one call
