@@ -23,10 +23,13 @@ namespace {
 template <class Name>
 void refuse_capture(GpuStream stream, const char* what, Name&& transport) {
 #if HALOX_HAS_CUDA
+  // The legacy default stream is never captured (work queued there while another stream
+  // captures fails by itself); a host-only run never asks the driver.
+  if (stream == nullptr) return;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaError_t rc = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
-  if (rc == cudaSuccess && status == cudaStreamCaptureStatusNone) return;
-  if (rc != cudaSuccess) cudaGetLastError();  // the legacy stream while another captures
+  if (rc != cudaSuccess) cudaGetLastError();
+  if (rc != cudaSuccess || status == cudaStreamCaptureStatusNone) return;
   throw Error(std::string("halox::") + what +
               ": called inside a CUDA graph capture; its transport (" + transport() +
               ") cannot be captured (it takes each exchange's counter from the host, so a "
