@@ -206,7 +206,7 @@ bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Dat
         contiguous_layout(count, *p.type))
       return false;
   }
-  tally(side ? Path::staged_send : Path::ipc_send, bytes);
+  if (!persistent) tally(side ? Path::staged_send : Path::ipc_send, bytes);  // else at each start
   if (persistent) {
     // The user's request: the side bytes' send or the acknowledgement's receive, on a
     // sequence number of its own; the note goes at each MPI_Start (restart_note).
@@ -247,6 +247,9 @@ void restart_note(Pending& p) {
     throw Error(
         "halox_mpi: MPI_Start: the buffer of a persistent send can no longer be "
         "exported to its peer");
+  Note note;
+  std::memcpy(&note, p.note.data(), sizeof(note));
+  tally(note.kind == NoteKind::side ? Path::staged_send : Path::ipc_send, note.bytes);
   const int rc =
       p.mode->start(p.note.data(), kNoteBytes, MPI_BYTE, p.dest, p.tag, p.comm, &p.note_request);
   if (rc != MPI_SUCCESS) throw Error("halox_mpi: MPI_Start: the note could not be sent");
