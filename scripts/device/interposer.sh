@@ -46,6 +46,13 @@ indexed=$out/indexed-ddt.txt
 { echo "# displacement,block length"; for k in $(seq 0 64); do echo "$((k * 32)),24"; done; } > "$indexed"
 run latency-DD-indx 1 "$pt/standard/osu_latency" -c -i 300 -x 30 -D "indx:$indexed" -d cuda D D
 run bw-DD-vect 1 "$pt/standard/osu_bw" -c -i 30 -x 5 -D vect:24:2 -d cuda D D
+# MPI's neighbourhood collectives on device memory (issue 56): OSU's ten benchmarks, validated,
+# under the interposer (2 processes: OSU's graph then has the other rank as every neighbour).
+nb=$osu/c/mpi/collective/neighborhood
+for b in neighbor_allgather neighbor_allgatherv neighbor_alltoall neighbor_alltoallv neighbor_alltoallw \
+         ineighbor_allgather ineighbor_allgatherv ineighbor_alltoall ineighbor_alltoallv ineighbor_alltoallw; do
+  [ -x "$nb/osu_$b" ] && run "osu_$b-DD" 1 "$nb/osu_$b" -c -m 1:1048576 -i 50 -x 5 -d cuda
+done
 # Without validation: the figures (OSU's -c adds a check kernel and copies to every iteration).
 run latency-DD-novalidate 1 "$pt/standard/osu_latency" -d cuda D D
 run bw-DD-novalidate 1 "$pt/standard/osu_bw" -d cuda D D
