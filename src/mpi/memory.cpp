@@ -391,6 +391,20 @@ void unmap(const Mapping& m) {
 #endif
 }
 
+void forget_peer(int peer) {  // under mappings_mutex
+  auto& age = mapping_age();
+  for (auto it = age.begin(); it != age.end();) {
+    if (it->first != peer) {
+      ++it;
+      continue;
+    }
+    auto opened = mappings().find(*it);
+    unmap(opened->second);
+    mappings().erase(opened);
+    it = age.erase(it);
+  }
+}
+
 Mapping map_peer(int peer, const Exported& e, Memory kind) {
   Mapping m;
   m.kind = kind;
@@ -411,7 +425,15 @@ Mapping map_peer(int peer, const Exported& e, Memory kind) {
   static_assert(sizeof(handle) == sizeof(e.handle));
   std::memcpy(&handle, e.handle, sizeof(handle));
   void* p = nullptr;
-  const cudaError_t rc = cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess);
+  cudaError_t rc = cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess);
+  if (rc == cudaErrorAlreadyMapped) {
+    // A handle opens once per process, and small allocations share the driver's block: a
+    // freed allocation's mapping, or another live one's, holds it. Close this peer's
+    // mappings (reopened when next read) and try once more.
+    cudaGetLastError();
+    forget_peer(peer);
+    rc = cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess);
+  }
   if (rc != cudaSuccess) {
     cudaGetLastError();
     throw Error("halox_mpi: cudaIpcOpenMemHandle of rank " + std::to_string(peer) +
@@ -483,9 +505,10 @@ bool export_memory(const void* p, Memory kind, Exported* out) {
 #endif
 }
 
-const void* import_memory(int peer, const Exported& e, Memory kind) {
+namespace {
+
+const void* import_memory(int peer, const Exported& e, Memory kind) {  // under mappings_mutex
   const std::pair<int, std::uint64_t> key{peer, e.id};
-  std::lock_guard<std::mutex> lock(mappings_mutex());
   auto& opened = mappings();
   auto it = opened.find(key);
   if (it == opened.end()) {
@@ -501,8 +524,8 @@ const void* import_memory(int peer, const Exported& e, Memory kind) {
   return it->second.base + e.offset;
 }
 
-void unpack_from_peer(const void* from, Memory from_kind, std::int64_t bytes, void* out,
-                      std::int64_t count, const Datatype& type, Memory out_kind) {
+void unpack_from_mapped(const void* from, Memory from_kind, std::int64_t bytes, void* out,
+                        std::int64_t count, const Datatype& type, Memory out_kind) {
   if (bytes <= 0 || count <= 0) return;
 #if HALOX_HAS_CUDA
   if (from_kind == Memory::device) {
@@ -518,6 +541,15 @@ void unpack_from_peer(const void* from, Memory from_kind, std::int64_t bytes, vo
 #endif
   (void)from_kind;  // pretend memory is mapped readable here: plain host bytes
   unpack_from_host(from, bytes, out, count, type, out_kind);
+}
+
+}  // namespace
+
+void unpack_from_peer(int peer, const Exported& e, Memory kind, std::int64_t bytes, void* out,
+                      std::int64_t count, const Datatype& type, Memory out_kind) {
+  // The lock is held while the bytes are read: another thread's import may close mappings.
+  std::lock_guard<std::mutex> lock(mappings_mutex());
+  unpack_from_mapped(import_memory(peer, e, kind), kind, bytes, out, count, type, out_kind);
 }
 
 void settle(Memory kind) {

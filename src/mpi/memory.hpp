@@ -84,12 +84,10 @@ struct Exported {
 /// `p` (memory `kind`, device or pretend) as a peer on this node can map it; false where it
 /// cannot be (CUDA IPC unavailable: such messages are staged).
 bool export_memory(const void* p, Memory kind, Exported* out);
-/// A peer's exported bytes mapped here, cached per peer (world rank) and allocation: the
-/// address of the first byte, readable by the copies below as memory `kind`.
-const void* import_memory(int peer, const Exported& e, Memory kind);
-/// The first `bytes` packed bytes at `from` (a peer's memory mapped here, of kind `from_kind`)
-/// into `count` instances of `type` at `out` (memory `out_kind`); done when it returns.
-void unpack_from_peer(const void* from, Memory from_kind, std::int64_t bytes, void* out,
+/// The first `bytes` packed bytes that `peer` (world rank) exported as `e` (memory `kind`,
+/// mapped here and cached per peer and allocation) into `count` instances of `type` at `out`
+/// (memory `out_kind`); done when it returns.
+void unpack_from_peer(int peer, const Exported& e, Memory kind, std::int64_t bytes, void* out,
                       std::int64_t count, const Datatype& type, Memory out_kind);
 /// Waits until the device work a program queued before an MPI call (on the legacy default
 /// stream, as cudaMemcpy orders it) is done: a peer is about to read the buffer itself.

@@ -279,8 +279,7 @@ int serve(const Pending& r, const char* note_bytes, MPI_Status& status) {
     const std::int64_t n = std::min(note.bytes, holds);
     try {
       const auto kind = static_cast<Memory>(note.memory);
-      unpack_from_peer(import_memory(note.sender, note.where, kind), kind, n, r.buffer, r.count,
-                       *r.type, r.memory);
+      unpack_from_peer(note.sender, note.where, kind, n, r.buffer, r.count, *r.type, r.memory);
       tally(Path::ipc_receive, n);
     } catch (const std::exception& e) {
       rc = raise(r.comm, std::string("halox_mpi: reading rank ") + std::to_string(note.sender) +

@@ -481,6 +481,35 @@ TEST(Interposer, PolledSendsAndWildcardReceivesOfNotes) {
   });
 }
 
+// Every message from a new allocation, freed after it, small and large, several alive at once:
+// the receiver's cached mappings of freed allocations, and the driver's one mapping per block
+// that small allocations share ("resource already mapped" on the H100 before 2026-12-05).
+TEST(Interposer, FreshAllocationsForEveryMessage) {
+  if (size_of() < 2 || rank_of() > 1) {
+    same_on_host_and_device("fresh allocations", [](bool, Seen&) {});
+    return;
+  }
+  same_on_host_and_device("fresh allocations", [](bool device, Seen& seen) {
+    const int peer = 1 - rank_of();
+    std::vector<std::unique_ptr<Buffer>> alive;
+    for (int k = 0; k < 40; ++k) {
+      const std::size_t bytes = 300 + static_cast<std::size_t>(k % 7) * 4099 + (k % 3) * (1 << 20);
+      auto out = std::make_unique<Buffer>(bytes, device);
+      Buffer in(bytes, device);
+      out->write(pattern(bytes, k + 10 * rank_of()));
+      in.write(poison(bytes));
+      MPI_Status s;
+      MPI_Sendrecv(out->data(), static_cast<int>(bytes), MPI_BYTE, peer, k, in.data(),
+                   static_cast<int>(bytes), MPI_BYTE, peer, k, MPI_COMM_WORLD, &s);
+      record(seen, s, MPI_BYTE);
+      const std::vector<char> got = in.read();
+      EXPECT_TRUE(got == pattern(bytes, k + 10 * peer)) << "message " << k;
+      if (k % 5 == 0) seen.bytes.push_back(got);
+      if (k % 4 == 0) alive.push_back(std::move(out));  // some stay mapped by the peer
+    }
+  });
+}
+
 TEST(Interposer, PackUnpackAndAbsoluteAddresses) {
   same_on_host_and_device("pack", [](bool device, Seen& seen) {
     MPI_Datatype every_third;
