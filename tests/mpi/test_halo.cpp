@@ -7,13 +7,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -259,6 +262,51 @@ TEST(GridHalo, TwoExchangesOnOneTopologyInTwoThreads) {
   two.join();
   EXPECT_EQ(a.wrong_cells(topology), 0);
   EXPECT_EQ(b.wrong_cells(topology), 0);
+}
+
+// One exchange called from two threads at once: rank 0 calls it from two threads while the
+// other ranks hold back, so neither call can finish before the other starts. Exactly one is
+// refused, naming the misuse; the other completes once the ranks go on, its halo right.
+TEST(GridHalo, OneExchangeFromTwoThreadsAtOnceIsRefused) {
+  if (test_transport() != TransportKind::host) GTEST_SKIP() << "host fields";
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE) GTEST_SKIP() << "MPI without MPI_THREAD_MULTIPLE";
+  Topology topology = Topology::from_mpi(MPI_COMM_WORLD);
+  GridField field(topology, {6, 5, 4}, 1, 1, {0, 0, 0}, 0.0);
+  GridExchange exchange(topology, field.plan);
+  MPI_Comm go;
+  MPI_Comm_dup(MPI_COMM_WORLD, &go);
+  if (world_rank() == 0) {
+    std::atomic<int> refused{0};
+    std::string message;
+    std::mutex message_mutex;
+    auto call = [&] {
+      try {
+        exchange.exchange(field.data.data());
+      } catch (const Error& e) {
+        std::lock_guard<std::mutex> lock(message_mutex);
+        message = e.what();
+        ++refused;
+      }
+    };
+    std::thread one(call), two(call);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (refused.load() == 0 && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int peer = 1; peer < world_size(); ++peer) MPI_Send(nullptr, 0, MPI_BYTE, peer, 0, go);
+    one.join();
+    two.join();
+    EXPECT_EQ(refused.load(), 1);
+    EXPECT_NE(message.find("called from two threads at once"), std::string::npos) << message;
+  } else {
+    MPI_Recv(nullptr, 0, MPI_BYTE, 0, 0, go, MPI_STATUS_IGNORE);
+    exchange.exchange(field.data.data());
+  }
+  MPI_Comm_free(&go);
+  EXPECT_EQ(field.wrong_cells(topology), 0);
+  EXPECT_EQ(exchange.stats().exchanges, 1);
 }
 
 // Every transport moves grid halos, the GPU-initiated ones with one fused kernel for all stages.
