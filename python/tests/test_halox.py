@@ -1,3 +1,24 @@
+def gpu_framework(name):
+    """(to_gpu, to_numpy) of CuPy or PyTorch; skips without it, a GPU or a CUDA halox."""
+    if not halox.has_cuda:
+        pytest.skip("halox built without CUDA")
+    if name == "cupy":
+        cp = pytest.importorskip("cupy")
+        try:
+            cp.cuda.runtime.getDeviceCount()
+        except Exception:
+            pytest.skip("no GPU")
+        return cp.asarray, cp.asnumpy
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    return (lambda a: torch.from_numpy(a).cuda()), (lambda t: t.cpu().numpy())
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+def test_grid_halo_of_gpu_arrays_equals_numpys(framework):
+    """GPU arrays of CuPy and PyTorch (DLPack) exchanged as NumPy's are."""
+    to_gpu, to_numpy = gpu_framework(framework)
 """halox's Python API on real MPI ranks (mpirun -n 4 python -m pytest python/tests), each
 result against an independent reference: mpi4py's MPI.Datatype.Pack of the same type, an
 analytic field for the grid halo, and the error types for bad input."""
@@ -178,11 +199,11 @@ def test_grid_halo_of_gpu_arrays_equals_numpys():
     plans = halox.make_local_grid_plans(grid, interiors, 2, np.float64)
     fields = [fill_and_check(grid, plans[r], r, global_n, None) for r in range(grid.size)]
     host = [f[0].astype(np.float64) for f in fields]
-    device = [cp.asarray(a) for a in host]
+    device = [to_gpu(a) for a in host]
     ex = halox.GridExchange(halox.Ranks.local(grid), plans, transport="local-fused")
     ex.exchange(*device)
     halox.GridExchange(halox.Ranks.local(grid), plans).exchange(*host)
     for r in range(grid.size):
-        assert np.array_equal(cp.asnumpy(device[r]), host[r])
+        assert np.array_equal(to_numpy(device[r]), host[r])
     with pytest.raises(halox.Error):
         ex.exchange(host[0], *device[1:])  # host and GPU arrays in one call

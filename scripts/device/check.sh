@@ -3,10 +3,10 @@
 # NVSHMEM found there, run the gpu-labelled tests, compute-sanitizer, and the GPU benchmarks;
 # logs and JSON go to OUTDIR. Needs .deps/googletest (carried; see docs/gpu-workflow.md).
 #   scripts/device/check.sh OUTDIR [--quick]
-# HALOX_CHECK_PARTS picks sections (default: all of: sanitizer tests interposer examples pack
+# HALOX_CHECK_PARTS picks sections (default: all of: sanitizer tests python interposer examples pack
 # local notrace info tune pingpong lbm md puts); HALOX_CHECK_SECONDS (default 480) is the time after which remaining
 # sections are skipped, so that the results are always packed before the device's limit;
-# HALOX_CHECK_TESTS is a ctest -R filter for the tests section.
+# HALOX_CHECK_TESTS and HALOX_CHECK_EXCLUDE are ctest -R and -E filters for the tests section.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: check.sh OUTDIR [--quick]}
@@ -14,7 +14,7 @@ quick=${2:-}
 mkdir -p "$out"
 export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0   # never NVLink multicast on this machine
 log() { echo "== $*" | tee -a "$out/summary.txt"; }
-parts=" ${HALOX_CHECK_PARTS:-sanitizer tests interposer examples pack local notrace info tune pingpong lbm md puts} "
+parts=" ${HALOX_CHECK_PARTS:-sanitizer tests python interposer examples pack local notrace info tune pingpong lbm md puts} "
 deadline=${HALOX_CHECK_SECONDS:-480}
 want() {
   [[ "$parts" == *" $1 "* ]] || return 1
@@ -27,8 +27,11 @@ commit=${HALOX_COMMIT:-"not given (pass HALOX_COMMIT=<sha>)"}
 log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader), $(date -u +%F), commit $commit"
 nvshmem=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null || true)
 [ -n "$nvshmem" ] && export NVSHMEM_HOME=$nvshmem LD_LIBRARY_PATH=$nvshmem/lib:${LD_LIBRARY_PATH:-}
+# The Python module too where nanobind is there (the python part runs its tests on GPU arrays).
+python_module=OFF
+python3 -c 'import nanobind' 2>/dev/null && python_module=ON
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
-  -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$out/configure.log"; exit 1; }
+  -DHALOX_BUILD_PYTHON=$python_module -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$out/configure.log"; exit 1; }
 grep "halox:" "$out/configure.log" | tee -a "$out/summary.txt"
 cmake --build build/gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { log "build FAILED"; tail -40 "$out/build.log"; exit 1; }
 log "build ok"
@@ -69,9 +72,22 @@ nvidia-cuda-mps-control -d && log "MPS started" || log "MPS did not start"
 
 want tests && {
 log "gpu tests"
-(cd build/gpu && ctest -L '^gpu$' -R "${HALOX_CHECK_TESTS:-.}" --output-on-failure -V --timeout 150) > "$out/gpu-tests.log" 2>&1
+(cd build/gpu && ctest -L '^gpu$' -R "${HALOX_CHECK_TESTS:-.}" -E "${HALOX_CHECK_EXCLUDE:-^$}" --output-on-failure -V --timeout 150) > "$out/gpu-tests.log" 2>&1
 rc=$?; grep -h "seed\|GPU:\|tests passed\|FAILED" "$out/gpu-tests.log" | tee -a "$out/summary.txt"
 [ $rc -eq 0 ] && log "gpu tests PASSED" || log "gpu tests FAILED"
+}
+
+# The Python module's tests on 2 processes: NumPy, and the GPU arrays of CuPy and PyTorch.
+want python && {
+if [ "$python_module" = ON ]; then
+  (cd build/gpu && PYTHONPATH=$PWD/python timeout 300 mpirun -n 2 --oversubscribe \
+    python3 -m pytest -q -rs -p no:cacheprovider ../../python/tests) > "$out/python-tests.log" 2>&1
+  rc=$?
+  tail -15 "$out/python-tests.log" >> "$out/summary.txt"
+  [ $rc -eq 0 ] && log "python tests PASSED" || log "python tests FAILED (rc $rc)"
+else
+  log "skipped python: no nanobind in this Python"
+fi
 }
 
 # The MPI interposer: its tests on cudaMalloc'd memory are in the gpu tests above; here the
