@@ -1,24 +1,3 @@
-def gpu_framework(name):
-    """(to_gpu, to_numpy) of CuPy or PyTorch; skips without it, a GPU or a CUDA halox."""
-    if not halox.has_cuda:
-        pytest.skip("halox built without CUDA")
-    if name == "cupy":
-        cp = pytest.importorskip("cupy")
-        try:
-            cp.cuda.runtime.getDeviceCount()
-        except Exception:
-            pytest.skip("no GPU")
-        return cp.asarray, cp.asnumpy
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU")
-    return (lambda a: torch.from_numpy(a).cuda()), (lambda t: t.cpu().numpy())
-
-
-@pytest.mark.parametrize("framework", ["cupy", "torch"])
-def test_grid_halo_of_gpu_arrays_equals_numpys(framework):
-    """GPU arrays of CuPy and PyTorch (DLPack) exchanged as NumPy's are."""
-    to_gpu, to_numpy = gpu_framework(framework)
 """halox's Python API on real MPI ranks (mpirun -n 4 python -m pytest python/tests), each
 result against an independent reference: mpi4py's MPI.Datatype.Pack of the same type, an
 analytic field for the grid halo, and the error types for bad input."""
@@ -184,15 +163,27 @@ def test_readme_python_blocks_run():
         exec(compile(code, str(readme), "exec"), {})
 
 
-def test_grid_halo_of_gpu_arrays_equals_numpys():
-    """CuPy arrays (DLPack) exchanged as NumPy's are; skipped without CuPy, a GPU or CUDA."""
-    cp = pytest.importorskip("cupy")
+def gpu_framework(name):
+    """(to_gpu, to_numpy) of CuPy or PyTorch; skips without it, a GPU or a CUDA halox."""
     if not halox.has_cuda:
         pytest.skip("halox built without CUDA")
-    try:
-        cp.cuda.runtime.getDeviceCount()
-    except Exception:
+    if name == "cupy":
+        cp = pytest.importorskip("cupy")
+        try:
+            cp.cuda.runtime.getDeviceCount()
+        except Exception:
+            pytest.skip("no GPU")
+        return cp.asarray, cp.asnumpy
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
         pytest.skip("no GPU")
+    return (lambda a: torch.from_numpy(a).cuda()), (lambda t: t.cpu().numpy())
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+def test_grid_halo_of_gpu_arrays_equals_numpys(framework):
+    """GPU arrays of CuPy and PyTorch (DLPack) exchanged as NumPy's are."""
+    to_gpu, to_numpy = gpu_framework(framework)
     global_n = (12, 8, 5)
     grid = halox.Topology((3, 2, 1), (True, True, True), 0)
     interiors = [halox.subdomain_of(grid, global_n, r)[1] for r in range(grid.size)]
