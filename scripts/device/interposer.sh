@@ -16,6 +16,7 @@ run() {  # NAME PRELOAD(0/1) PROGRAM ARGS...
   shift 3
   local env=()
   [ "$preload" = 1 ] && env=(-x LD_PRELOAD="$lib")
+  [ -n "${REPORT:-}" ] && env+=(-x HALOX_MPI_REPORT=1)  # the interposer's paths, at the end
   timeout 90 mpiexec -n "${NP:-2}" --oversubscribe "${env[@]}" "$program" "$@" > "$out/$name.txt" 2>&1
   local rc=$?
   local failed
@@ -48,7 +49,8 @@ run latency-DD-vect 1 "$pt/standard/osu_latency" -i 300 -x 30 -D vect:24:2 -d cu
 indexed=$out/indexed-ddt.txt
 { echo "# displacement,block length"; for k in $(seq 0 64); do echo "$((k * 32)),24"; done; } > "$indexed"
 run latency-DD-indx 1 "$pt/standard/osu_latency" -i 300 -x 30 -D "indx:$indexed" -d cuda D D
-run bw-DD-vect 1 "$pt/standard/osu_bw" -i 30 -x 5 -D vect:24:2 -d cuda D D
+REPORT=1 run bw-DD-vect 1 "$pt/standard/osu_bw" -i 30 -x 5 -D vect:24:2 -d cuda D D
+grep -A12 "halox_mpi report" "$out/bw-DD-vect.txt" | tee -a "$summary"
 run bw-DD-contiguous-same-run 1 "$pt/standard/osu_bw" -i 30 -x 5 -d cuda D D
 # MPI's neighbourhood collectives: OSU 7.4's ten benchmarks take no -d ("Accelerators not yet
 # supported for neighborhood benchmarks" in its util/osu_util_mpi.c), so they run on host

@@ -18,6 +18,7 @@
 #include "halox/error.hpp"
 #include "halox/pack.hpp"
 #include "../runtime/env.hpp"
+#include "state.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -391,6 +392,7 @@ void unmap(const Mapping& m) {
 #endif
 }
 
+#if HALOX_HAS_CUDA
 void forget_peer(int peer) {  // under mappings_mutex
   auto& age = mapping_age();
   for (auto it = age.begin(); it != age.end();) {
@@ -404,6 +406,7 @@ void forget_peer(int peer) {  // under mappings_mutex
     it = age.erase(it);
   }
 }
+#endif
 
 Mapping map_peer(int peer, const Exported& e, Memory kind) {
   Mapping m;
@@ -431,6 +434,7 @@ Mapping map_peer(int peer, const Exported& e, Memory kind) {
     // freed allocation's mapping, or another live one's, holds it. Close this peer's
     // mappings (reopened when next read) and try once more.
     cudaGetLastError();
+    tally(Path::ipc_remapped, e.length);
     forget_peer(peer);
     rc = cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess);
   }
@@ -519,6 +523,7 @@ const void* import_memory(int peer, const Exported& e, Memory kind) {  // under 
       mapping_age().erase(mapping_age().begin());
     }
     it = opened.emplace(key, map_peer(peer, e, kind)).first;
+    tally(Path::ipc_mapped, e.length);
     mapping_age().push_back(key);
   }
   return it->second.base + e.offset;

@@ -309,11 +309,12 @@ namespace {
 struct Counter {
   std::atomic<long long> messages{0}, bytes{0};
 };
-constexpr int kPaths = 6;
+constexpr int kPaths = 8;
 Counter counters[kPaths];
 const char* const kPathNames[kPaths] = {
     "host send (passed through)", "staged send",           "staged receive",
-    "staged collective",          "ipc send (peer reads)", "ipc receive (read peer)"};
+    "staged collective",          "ipc send (peer reads)", "ipc receive (read peer)",
+    "ipc mappings opened",        "ipc mappings reopened (a block shared)"};
 
 }  // namespace
 

@@ -113,7 +113,16 @@ std::mutex& progress_mutex();
 void progress_detached(bool all);
 
 /// The report's counters (HALOX_MPI_REPORT=1).
-enum class Path { host, staged_send, staged_receive, staged_collective, ipc_send, ipc_receive };
+enum class Path {
+  host,
+  staged_send,
+  staged_receive,
+  staged_collective,
+  ipc_send,
+  ipc_receive,
+  ipc_mapped,   ///< a peer's allocation mapped here (messages: mappings; bytes: their lengths)
+  ipc_remapped  ///< its open failed as "already mapped": the peer's mappings closed first
+};
 void tally(Path path, std::int64_t bytes);
 bool reporting();
 /// Times the blocking call it lives in, when reporting: the report's time waited (nested
