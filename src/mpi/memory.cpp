@@ -160,7 +160,7 @@ bool contiguous(std::int64_t count, const Datatype& type) {
 // peer's process) into `count` instances of `type` on the device: one copy for a contiguous
 // layout, else one GPU unpack; done when it returns.
 void unpack_on_device(const void* in, std::int64_t bytes, void* out, std::int64_t count,
-                      const Datatype& type) {
+                      const Datatype& type, bool wait = true) {
   const cudaStream_t stream = staging_stream();
   if (contiguous(count, type)) {
     HALOX_CUDA_CHECK(cudaMemcpyAsync(address(out, type.true_lb()), in,
@@ -168,7 +168,7 @@ void unpack_on_device(const void* in, std::int64_t bytes, void* out, std::int64_
   } else {
     unpack_range_async(in, out, count, type, 0, bytes, stream);
   }
-  HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (wait) HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 #endif
 
@@ -388,6 +388,7 @@ void unmap(const Mapping& m) {
     return;
   }
 #if HALOX_HAS_CUDA
+  wait_for_unpacks();  // an unpack queued from this mapping must finish before it goes
   cudaIpcCloseMemHandle(const_cast<char*>(m.base));
 #endif
 }
@@ -530,12 +531,12 @@ const void* import_memory(int peer, const Exported& e, Memory kind) {  // under 
 }
 
 void unpack_from_mapped(const void* from, Memory from_kind, std::int64_t bytes, void* out,
-                        std::int64_t count, const Datatype& type, Memory out_kind) {
+                        std::int64_t count, const Datatype& type, Memory out_kind, bool wait) {
   if (bytes <= 0 || count <= 0) return;
 #if HALOX_HAS_CUDA
   if (from_kind == Memory::device) {
     if (out_kind == Memory::device) {
-      unpack_on_device(from, bytes, out, count, type);
+      unpack_on_device(from, bytes, out, count, type, wait);
       return;
     }
     Staging host(static_cast<std::size_t>(bytes));
@@ -545,16 +546,24 @@ void unpack_from_mapped(const void* from, Memory from_kind, std::int64_t bytes, 
   }
 #endif
   (void)from_kind;  // pretend memory is mapped readable here: plain host bytes
+  (void)wait;       // (host copies are done when they return)
   unpack_from_host(from, bytes, out, count, type, out_kind);
 }
 
 }  // namespace
 
 void unpack_from_peer(int peer, const Exported& e, Memory kind, std::int64_t bytes, void* out,
-                      std::int64_t count, const Datatype& type, Memory out_kind) {
-  // The lock is held while the bytes are read: another thread's import may close mappings.
+                      std::int64_t count, const Datatype& type, Memory out_kind, bool wait) {
+  // The lock is held while the bytes are read: another thread's import may close mappings
+  // (each close first waits for the unpacks queued without a wait).
   std::lock_guard<std::mutex> lock(mappings_mutex());
-  unpack_from_mapped(import_memory(peer, e, kind), kind, bytes, out, count, type, out_kind);
+  unpack_from_mapped(import_memory(peer, e, kind), kind, bytes, out, count, type, out_kind, wait);
+}
+
+void wait_for_unpacks() {
+#if HALOX_HAS_CUDA
+  if (cuda_in_use()) HALOX_CUDA_CHECK(cudaStreamSynchronize(staging_stream()));
+#endif
 }
 
 void settle(Memory kind) {

@@ -267,6 +267,7 @@ int matched_receive(void* buffer, int count, MPI_Datatype type, MPI_Message* mes
 int finish(const std::vector<MPI_Request>& handles,
            const std::vector<std::shared_ptr<Pending>>& owes, const int* indices, int done,
            MPI_Status* statuses, int rc) {
+  ServeBatch batch;  // the notes of several receives: their copies waited for once
   for (int k = 0; k < done; ++k) {
     const auto i = static_cast<std::size_t>(indices ? indices[k] : k);
     MPI_Status& status = statuses[indices ? k : static_cast<int>(i)];
@@ -275,7 +276,8 @@ int finish(const std::vector<MPI_Request>& handles,
     const int unpacked = completed(handles[i], owes[i], status);
     if (rc == MPI_SUCCESS) rc = unpacked;
   }
-  return rc;
+  const int flushed = batch.close();
+  return rc == MPI_SUCCESS ? flushed : rc;
 }
 
 // One call of the library's for `kind`.

@@ -255,6 +255,55 @@ void restart_note(Pending& p) {
   if (rc != MPI_SUCCESS) throw Error("halox_mpi: MPI_Start: the note could not be sent");
 }
 
+namespace {
+
+struct HeldAcks {  // the open ServeBatch of this thread: acknowledgements (peer, seq) held
+  bool open = false;
+  std::vector<std::pair<int, std::uint64_t>> acks;
+};
+thread_local HeldAcks held;
+
+int send_ack(int peer, std::uint64_t seq) {
+  return PMPI_Send(nullptr, 0, MPI_BYTE, peer, ack_tag(seq), channel().side);
+}
+
+// The queued copies waited for, then the held acknowledgements sent (always: the senders'
+// requests complete on them).
+int flush_held() {
+  if (held.acks.empty()) return MPI_SUCCESS;
+  int rc = MPI_SUCCESS;
+  try {
+    wait_for_unpacks();
+  } catch (const std::exception& e) {
+    rc = raise(MPI_COMM_WORLD,
+               std::string("halox_mpi: reading peers' messages from their memory failed: ") +
+                   e.what());
+  }
+  for (const auto& [peer, seq] : held.acks) {
+    const int acked = send_ack(peer, seq);
+    if (rc == MPI_SUCCESS) rc = acked;
+  }
+  held.acks.clear();
+  return rc;
+}
+
+}  // namespace
+
+ServeBatch::ServeBatch() : m_outermost(!held.open) {
+  held.open = true;
+}
+
+ServeBatch::~ServeBatch() {
+  if (m_outermost && held.open) close();
+}
+
+int ServeBatch::close() {
+  if (!m_outermost) return MPI_SUCCESS;
+  const int rc = flush_held();
+  held.open = false;
+  return rc;
+}
+
 int serve(const Pending& r, const char* note_bytes, MPI_Status& status) {
   Channel& c = channel();
   Note note;
@@ -279,15 +328,20 @@ int serve(const Pending& r, const char* note_bytes, MPI_Status& status) {
     const std::int64_t n = std::min(note.bytes, holds);
     try {
       const auto kind = static_cast<Memory>(note.memory);
-      unpack_from_peer(note.sender, note.where, kind, n, r.buffer, r.count, *r.type, r.memory);
+      unpack_from_peer(note.sender, note.where, kind, n, r.buffer, r.count, *r.type, r.memory,
+                       !held.open);
       tally(Path::ipc_receive, n);
     } catch (const std::exception& e) {
       rc = raise(r.comm, std::string("halox_mpi: reading rank ") + std::to_string(note.sender) +
                              "'s message from its memory failed: " + e.what());
     }
-    // Always: the sender's request completes on it.
-    const int acked = PMPI_Send(nullptr, 0, MPI_BYTE, note.sender, ack_tag(note.seq), c.side);
-    if (rc == MPI_SUCCESS) rc = acked;
+    // Always: the sender's request completes on it (held until the batch's copies are done).
+    if (held.open) {
+      held.acks.emplace_back(note.sender, note.seq);
+    } else {
+      const int acked = send_ack(note.sender, note.seq);
+      if (rc == MPI_SUCCESS) rc = acked;
+    }
   }
   PMPI_Status_set_elements_x(&status, MPI_BYTE, std::min(arrived, holds));
   if (rc == MPI_SUCCESS && arrived > holds) {
@@ -300,11 +354,14 @@ int serve(const Pending& r, const char* note_bytes, MPI_Status& status) {
 
 int wait_serving(MPI_Request* request, MPI_Status* status) {
   if (*request == MPI_REQUEST_NULL) return MPI_SUCCESS;
+  // Held acknowledgements go first, and after each serving pass: a peer may wait for them.
+  if (const int flushed = flush_held(); flushed != MPI_SUCCESS) return flushed;
   const Waiting waiting;
   if (!receives_to_serve()) return PMPI_Wait(request, status);
   Serving serving;
   for (;;) {
     serving.meanwhile();
+    if (const int flushed = flush_held(); flushed != MPI_SUCCESS) return flushed;
     int flag = 0, rc = MPI_SUCCESS;
     {
       std::lock_guard<std::mutex> lock(progress_mutex());

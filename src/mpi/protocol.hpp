@@ -52,6 +52,23 @@ void restart_note(Pending& pending);
 /// the receive's buffer, `status` made the real message's. Returns an MPI error code.
 int serve(const Pending& receive, const char* note_bytes, MPI_Status& status);
 
+/// While one is open on a thread, serve() leaves the device-to-device copies of the notes it
+/// serves queued and holds their acknowledgements; flush() waits once for all the copies,
+/// then sends the acknowledgements (osu_bw's window of 64 notes: one wait, not 64). Opened
+/// where a wait finishes several receives; an inner one joins the outer; wait_serving flushes
+/// first (a peer may wait for an acknowledgement held here). Returns an MPI error code.
+class ServeBatch {
+ public:
+  ServeBatch();
+  ~ServeBatch();  ///< flushes what close() did not
+  ServeBatch(const ServeBatch&) = delete;
+  ServeBatch& operator=(const ServeBatch&) = delete;
+  int close();
+
+ private:
+  bool m_outermost;
+};
+
 /// Waits for `request` of the library, serving notes meanwhile (a peer may be waiting for one).
 int wait_serving(MPI_Request* request, MPI_Status* status);
 

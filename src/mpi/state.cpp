@@ -252,6 +252,8 @@ void progress_receives() {
         candidates.emplace_back(request, pending);
   }
   std::lock_guard<std::mutex> lock(progress_mutex());
+  ServeBatch batch;  // closed (the copies waited for, acknowledgements sent) before the lock
+  std::vector<std::shared_ptr<Pending>> served;
   for (auto& [request, pending] : candidates) {
     if (pending->done) continue;  // a test completed it meanwhile: its handle is gone
     int flag = 0;
@@ -264,7 +266,11 @@ void progress_receives() {
     pending->served_rc = unpack_received(*pending, status);
     pending->served_status = status;
     pending->served = true;
+    served.push_back(pending);
   }
+  if (const int flushed = batch.close(); flushed != MPI_SUCCESS)
+    for (auto& pending : served)
+      if (pending->served_rc == MPI_SUCCESS) pending->served_rc = flushed;
 }
 
 void detach(MPI_Request request) {
@@ -314,7 +320,7 @@ Counter counters[kPaths];
 const char* const kPathNames[kPaths] = {
     "host send (passed through)", "staged send",           "staged receive",
     "staged collective",          "ipc send (peer reads)", "ipc receive (read peer)",
-    "ipc mappings opened",        "ipc mappings reopened (a block shared)"};
+    "ipc mappings opened",        "ipc mappings reopened"};
 
 }  // namespace
 

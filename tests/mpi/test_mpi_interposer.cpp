@@ -510,6 +510,64 @@ TEST(Interposer, FreshAllocationsForEveryMessage) {
   });
 }
 
+// osu_bw's pattern: a window of receives and sends completed by one MPI_Waitall, whose notes
+// are served as a batch (their copies waited for once, the acknowledgements held till then),
+// both ranks sending at once; then the same window through MPI_Testall and MPI_Waitsome.
+TEST(Interposer, WindowsOfNotesCompletedTogether) {
+  if (size_of() < 2 || rank_of() > 1) {
+    same_on_host_and_device("windows", [](bool, Seen&) {});
+    return;
+  }
+  same_on_host_and_device("windows", [](bool device, Seen& seen) {
+    constexpr int kWindow = 16;
+    const int peer = 1 - rank_of();
+    for (int round = 0; round < 3; ++round) {
+      std::vector<std::unique_ptr<Buffer>> out, in;
+      std::vector<MPI_Request> requests(2 * kWindow);
+      for (int k = 0; k < kWindow; ++k) {
+        const std::size_t bytes = 1000 + static_cast<std::size_t>(k) * 777;
+        out.push_back(std::make_unique<Buffer>(bytes, device));
+        in.push_back(std::make_unique<Buffer>(bytes, device));
+        out.back()->write(pattern(bytes, 100 * round + k + 50 * rank_of()));
+        in.back()->write(poison(bytes));
+        MPI_Irecv(in.back()->data(), static_cast<int>(bytes), MPI_BYTE, peer, k, MPI_COMM_WORLD,
+                  &requests[static_cast<std::size_t>(k)]);
+      }
+      for (int k = 0; k < kWindow; ++k)
+        MPI_Isend(out[static_cast<std::size_t>(k)]->data(),
+                  static_cast<int>(1000 + static_cast<std::size_t>(k) * 777), MPI_BYTE, peer, k,
+                  MPI_COMM_WORLD, &requests[static_cast<std::size_t>(kWindow + k)]);
+      std::vector<MPI_Status> statuses(requests.size());
+      if (round == 0) {
+        MPI_Waitall(2 * kWindow, requests.data(), statuses.data());
+      } else if (round == 1) {
+        int done = 0;
+        while (!done) MPI_Testall(2 * kWindow, requests.data(), &done, statuses.data());
+      } else {
+        int left = 2 * kWindow;
+        std::vector<int> indices(requests.size());
+        std::vector<MPI_Status> some(requests.size());
+        while (left > 0) {
+          int count = 0;
+          MPI_Waitsome(2 * kWindow, requests.data(), &count, indices.data(), some.data());
+          for (int i = 0; i < count; ++i)
+            statuses[static_cast<std::size_t>(indices[static_cast<std::size_t>(i)])] =
+                some[static_cast<std::size_t>(i)];
+          left -= count;
+        }
+      }
+      for (int k = 0; k < kWindow; ++k) {
+        record(seen, statuses[static_cast<std::size_t>(k)], MPI_BYTE);
+        const std::size_t bytes = 1000 + static_cast<std::size_t>(k) * 777;
+        const std::vector<char> got = in[static_cast<std::size_t>(k)]->read();
+        EXPECT_TRUE(got == pattern(bytes, 100 * round + k + 50 * peer))
+            << "round " << round << " message " << k;
+        if (k % 5 == 0) seen.bytes.push_back(got);
+      }
+    }
+  });
+}
+
 TEST(Interposer, PackUnpackAndAbsoluteAddresses) {
   same_on_host_and_device("pack", [](bool device, Seen& seen) {
     MPI_Datatype every_third;
