@@ -89,8 +89,7 @@ bool export_memory(const void* p, Memory kind, Exported* out);
 /// (memory `out_kind`); done when it returns, or, without `wait`, a device-to-device unpack
 /// may still be queued: wait_for_unpacks() waits for every such unpack.
 void unpack_from_peer(int peer, const Exported& e, Memory kind, std::int64_t bytes, void* out,
-                      std::int64_t count, const Datatype& type, Memory out_kind,
-                      bool wait = true);
+                      std::int64_t count, const Datatype& type, Memory out_kind, bool wait = true);
 void wait_for_unpacks();
 /// Waits until the device work a program queued before an MPI call (on the legacy default
 /// stream, as cudaMemcpy orders it) is done: a peer is about to read the buffer itself.

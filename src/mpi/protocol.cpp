@@ -275,9 +275,9 @@ int flush_held() {
   try {
     wait_for_unpacks();
   } catch (const std::exception& e) {
-    rc = raise(MPI_COMM_WORLD,
-               std::string("halox_mpi: reading peers' messages from their memory failed: ") +
-                   e.what());
+    rc = raise(
+        MPI_COMM_WORLD,
+        std::string("halox_mpi: reading peers' messages from their memory failed: ") + e.what());
   }
   for (const auto& [peer, seq] : held.acks) {
     const int acked = send_ack(peer, seq);

@@ -121,7 +121,7 @@ enum class Path {
   ipc_send,
   ipc_receive,
   ipc_mapped,   ///< a peer's allocation mapped here (messages: mappings; bytes: their lengths)
-  ipc_remapped  ///< opened again after "already mapped" (a block shared): the peer's mappings closed
+  ipc_remapped  ///< opened again after "already mapped": a block shared
 };
 void tally(Path path, std::int64_t bytes);
 bool reporting();
