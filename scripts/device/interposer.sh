@@ -89,6 +89,8 @@ grep -E "^ *(1|8|262144|4194304) " "$out/hand-staged.txt" | tee -a "$summary"
 # halox-lbm's seed variants written with plain MPI calls, on device memory under the
 # interposer, 2 processes, beside default (hand-written copies to the host + MPI) and one
 # rank on the whole grid (the goals: mpi-datatype >= 2x default).
+# HALOX_INTERPOSER_LBM=0 ends here (a call short of device time).
+[ "${HALOX_INTERPOSER_LBM:-1}" = 1 ] || exit 0
 lbm=$build/apps/lbm/halox-lbm
 lbm_case=(--model multiphase --grid 256x256x128 --steps 200 --device gpu)
 "$lbm" "${lbm_case[@]}" --json "$out/lbm-one-rank.json" 2>&1 | grep -E "MLUPS;|halox-lbm:" | sed 's/^/one rank: /' | tee -a "$summary"
