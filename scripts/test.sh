@@ -59,6 +59,14 @@ rc=$?
 set -e
 [ $rc -eq 5 ] && { echo "python: pytest collected no tests"; exit 1; }
 [ $rc -ne 0 ] && { echo "python: tests failed (rc $rc)"; exit 1; }
+# The Python example as its docstring runs it: its check against the exact solution, and
+# --help printed once under mpirun.
+echo "== python example: mpirun -n 4 python3 examples/python/heat3d.py"
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 4 --oversubscribe \
+  python3 examples/python/heat3d.py --cells 20 --steps 30
+helps=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 2 --oversubscribe \
+  python3 examples/python/heat3d.py --help | grep -c "^usage")
+[ "$helps" = 1 ] || { echo "python example: --help printed $helps times under mpirun"; exit 1; }
 
 echo "== fuzz (libFuzzer, ${HALOX_FUZZ_SECONDS:-20} s)"
 cmake -S . -B build/fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
