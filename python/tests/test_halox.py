@@ -198,3 +198,13 @@ def test_grid_halo_of_gpu_arrays_equals_numpys(framework):
         assert np.array_equal(to_numpy(device[r]), host[r])
     with pytest.raises(halox.Error):
         ex.exchange(host[0], *device[1:])  # host and GPU arrays in one call
+
+
+def test_the_installed_package_is_typed():
+    """pip install . ships the stubs that stubgen made from the module, and the PEP 561 marker."""
+    package = os.path.dirname(halox.__file__)
+    stub = os.path.join(package, "_halox.pyi")
+    assert os.path.exists(os.path.join(package, "py.typed"))
+    with open(stub) as f:
+        text = f.read()
+    assert "class GridExchange" in text and "def exchange(" in text and "class Datatype" in text
