@@ -14,7 +14,7 @@
 #if HALOX_HAS_CUDA
 #include "../common/cuda_check.hpp"
 #if HALOX_HAS_MPI
-#include "../transport/device_kernels.hpp"
+#include "../device/particle_kernels.hpp"
 #endif
 #endif
 

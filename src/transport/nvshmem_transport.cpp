@@ -18,7 +18,7 @@
 #include "../common/mpi_tags.hpp"
 #include "../common/mpi_wait.hpp"
 #include "../runtime/nvshmem_runtime.hpp"
-#include "stream_wait.hpp"
+#include "../device/stream_wait.hpp"
 #include "transport.hpp"
 #include "../device/errors.hpp"
 

@@ -1,6 +1,6 @@
 #include "stream_wait.hpp"
 
-#include "../device/signals.cuh"
+#include "signals.cuh"
 
 namespace halox::detail {
 

@@ -1,4 +1,4 @@
-// Host entry points of the exchange's device code (particle_gpu.cu). Only called when
+// Host entry points of the exchange's device code (particle_kernels.cu). Only called when
 // halox is built with CUDA.
 #pragma once
 

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "../common/cuda_check.hpp"
-#include "device_kernels.hpp"
+#include "particle_kernels.hpp"
 #include "halox/error.hpp"
 
 namespace halox::detail {
