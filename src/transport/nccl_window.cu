@@ -1,6 +1,5 @@
 // NcclWindows (nccl_window.hpp): ncclMemAlloc, ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC)
-// and the LSA pointers, which NCCL's device API gives only on the device (ncclGetPeerPointer
-// reads the window's device record): a one-thread kernel per lookup, at set-up only.
+// and the LSA pointers (device/nccl_peer_pointer.*: NCCL gives them only on the device).
 #include "nccl_window.hpp"
 
 #include <cuda_runtime.h>
@@ -12,6 +11,7 @@
 
 #include "../common/cuda_check.hpp"
 #include "../common/pointer_text.hpp"
+#include "../device/nccl_peer_pointer.hpp"
 #include "../common/mpi_wait.hpp"
 #include "halox/error.hpp"
 #include "nccl_comm.hpp"
@@ -19,10 +19,6 @@
 namespace halox::detail {
 
 namespace {
-
-__global__ void peer_pointer_kernel(ncclWindow_t window, int peer, void** out) {
-  *out = ncclGetPeerPointer(window, 0, peer);
-}
 
 // 22809 -> "2.28.9" (NCCL_VERSION_CODE's form since 2.9: major * 10000 + minor * 100 + patch).
 std::string nccl_version(int code) {
@@ -37,7 +33,7 @@ struct NcclWindows::Impl {
   int rank = 0;
   ncclTeam_t lsa{}, world{};
   std::map<const char*, ncclWindow_t> windows;  // per block of allocate()
-  void** lookup = nullptr;                      // device word for peer_pointer_kernel
+  void** lookup = nullptr;                      // device word for nccl_peer_pointer
 };
 
 NcclWindows::NcclWindows(MPI_Comm comm, int rank) : m_impl(std::make_unique<Impl>()) {
@@ -138,11 +134,7 @@ char* NcclWindows::peer_pointer(const char* block, int rank) const {
   if (it == m_impl->windows.end()) {
     throw Error("halox: internal: nccl-device: no window for the block at " + pointer_text(block));
   }
-  peer_pointer_kernel<<<1, 1>>>(it->second, rank, m_impl->lookup);
-  HALOX_CUDA_CHECK(cudaGetLastError());
-  void* out = nullptr;
-  HALOX_CUDA_CHECK(cudaMemcpy(&out, m_impl->lookup, sizeof out, cudaMemcpyDeviceToHost));
-  return static_cast<char*>(out);
+  return static_cast<char*>(nccl_peer_pointer(it->second, rank, m_impl->lookup));
 }
 
 }  // namespace halox::detail
