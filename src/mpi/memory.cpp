@@ -189,6 +189,7 @@ const Knobs& knobs() {
       k.report = detail::env_mpi_report();
       k.pretend = detail::env_mpi_pretend_device();
       k.ipc = detail::env_mpi_ipc();
+      k.timeout = static_cast<double>(detail::env_mpi_timeout());
     } catch (const std::exception& e) {
       k = Knobs{};
       k.error = e.what();

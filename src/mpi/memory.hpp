@@ -29,6 +29,7 @@ struct Knobs {
   bool report = false;   ///< HALOX_MPI_REPORT
   bool pretend = false;  ///< HALOX_MPI_PRETEND_DEVICE
   bool ipc = true;       ///< HALOX_MPI_IPC
+  double timeout = 60;   ///< HALOX_MPI_TIMEOUT, seconds
   std::string error;
 };
 const Knobs& knobs();

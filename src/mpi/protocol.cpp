@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -9,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "calls.hpp"
@@ -257,6 +259,32 @@ void restart_note(Pending& p) {
 
 namespace {
 
+// The bytes a side note promised: its sender sends them right after the note, so a wait past
+// HALOX_MPI_TIMEOUT means that sender stalled or died; said once, naming both ranks.
+int receive_promised(char* into, const Note& note, Channel& c) {
+  MPI_Request request;
+  int rc =
+      PMPI_Irecv(into, kNoteBytes, MPI_BYTE, note.sender, data_tag(note.seq), c.side, &request);
+  if (rc != MPI_SUCCESS) return rc;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(knobs().timeout);
+  for (int spins = 0;; ++spins) {
+    int flag = 0;
+    rc = PMPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || flag) return rc;
+    if (std::chrono::steady_clock::now() > deadline) break;
+    if (spins > 1000) std::this_thread::yield();
+  }
+  PMPI_Cancel(&request);
+  PMPI_Request_free(&request);
+  return raise(MPI_COMM_WORLD, "halox_mpi: rank " + std::to_string(c.rank) + " waited " +
+                                   std::to_string(static_cast<long long>(knobs().timeout)) +
+                                   " s for the bytes of rank " + std::to_string(note.sender) +
+                                   "'s 229-byte message, which follow its note at once: is rank " +
+                                   std::to_string(note.sender) +
+                                   " stalled or dead? (HALOX_MPI_TIMEOUT)");
+}
+
 struct HeldAcks {  // the open ServeBatch of this thread: acknowledgements (peer, seq) held
   bool open = false;
   std::vector<std::pair<int, std::uint64_t>> acks;
@@ -313,8 +341,7 @@ int serve(const Pending& r, const char* note_bytes, MPI_Status& status) {
   std::int64_t arrived = kNoteBytes;
   if (note.kind == NoteKind::side) {
     Staging bytes(kNoteBytes);
-    rc = PMPI_Recv(bytes.data(), kNoteBytes, MPI_BYTE, note.sender, data_tag(note.seq), c.side,
-                   MPI_STATUS_IGNORE);
+    rc = receive_promised(bytes.data(), note, c);
     if (rc == MPI_SUCCESS) {
       try {
         unpack_from_host(bytes.data(), std::min<std::int64_t>(kNoteBytes, holds), r.buffer, r.count,

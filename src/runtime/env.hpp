@@ -109,6 +109,12 @@ inline bool env_mpi_pretend_device() {
 inline bool env_mpi_ipc() {
   return env_flag("HALOX_MPI_IPC", true);
 }
+/// HALOX_MPI_TIMEOUT: seconds the interposer waits for what a peer's note promised (the bytes
+/// of a 229-byte message, which follow the note at once) before it reports that peer as
+/// stalled or dead (default 60).
+inline std::int64_t env_mpi_timeout() {
+  return env_int("HALOX_MPI_TIMEOUT", 1, 86400, 60);
+}
 
 // Variables of others that halox reads, with the same strictness.
 

@@ -9,6 +9,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -20,6 +22,7 @@
 #include "../common/mpi_recipe.hpp"
 #include "../common/random_datatype.hpp"
 #include "../common/seed.hpp"
+#include "../../src/mpi/protocol.hpp"
 
 namespace {
 
@@ -838,3 +841,42 @@ TEST(Interposer, RandomTypesSentAndReceivedAsMpiDoes) {
 }
 
 }  // namespace
+
+// A note whose promised bytes never come (its sender stalled or died between the two): the
+// receive ends after HALOX_MPI_TIMEOUT (3 s in these tests) with an MPI error naming both
+// ranks, not a hang. The note is made by hand and sent past the interposer (PMPI_Send). Last
+// in the file: its sequence number is one no later message of rank 1 uses.
+TEST(Interposer, APromiseNotKeptIsANamedErrorNotAHang) {
+  if (size_of() < 2) GTEST_SKIP();
+  const char* limit = std::getenv("HALOX_MPI_TIMEOUT");
+  if (limit == nullptr || std::atof(limit) > 10) GTEST_SKIP() << "needs a short HALOX_MPI_TIMEOUT";
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank_of() == 1) {
+    halox::mpi::Note note;
+    note.kind = halox::mpi::NoteKind::side;
+    note.sender = 1;
+    note.bytes = halox::mpi::kNoteBytes;
+    note.seq = 1000003;
+    std::vector<char> bytes(halox::mpi::kNoteBytes, 0);
+    std::memcpy(bytes.data(), &note, sizeof note);
+    PMPI_Send(bytes.data(), halox::mpi::kNoteBytes, MPI_BYTE, 0, 77, MPI_COMM_WORLD);
+  } else if (rank_of() == 0) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    std::vector<char> in(4096);
+    const auto began = std::chrono::steady_clock::now();
+    const int rc = MPI_Recv(in.data(), 4096, MPI_BYTE, 1, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    ASSERT_NE(rc, MPI_SUCCESS);
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    MPI_Error_string(rc, text, &length);
+    const std::string message(text, static_cast<std::size_t>(length));
+    EXPECT_NE(message.find("rank 0 waited"), std::string::npos) << message;
+    EXPECT_NE(message.find("is rank 1 stalled or dead"), std::string::npos) << message;
+    EXPECT_GE(waited, std::atof(limit) - 0.1);
+    EXPECT_LT(waited, std::atof(limit) + 5);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
