@@ -92,10 +92,21 @@ class GridExchange {
   int fields() const;
   const ExchangeStats& stats() const;
   void reset_stats();
-  /// Whether exchange_async may be called inside a CUDA graph capture and the graph
-  /// replayed. False for every transport today: such a call is refused with a halox::Error
-  /// naming the transport, never recorded into a graph that would hang on replay.
+  /// Whether exchange_async of device fields may be called inside a CUDA graph capture
+  /// (any capture mode) and the graph replayed any number of times, each replay a new
+  /// exchange: true for local-fused, local-pulse, ipc-fused, ipc-pulse, nvshmem-fused and
+  /// nvshmem-pulse, unless a link goes through the host proxy (known after the first
+  /// exchange; "auto" too). A call inside a capture on any other transport is refused with
+  /// a halox::Error naming it, never recorded into a graph that would hang on replay. The
+  /// first exchange of a plan (or of arrays at new addresses) sets up buffers, peer mappings
+  /// and tables and must run outside the capture; a captured exchange stays bound to the
+  /// arrays it was captured with. Replays count nothing in stats(), and report an expired
+  /// device-side wait through check(), which a replaying application calls between launches.
   bool capturable() const;
+  /// Throws HaloTimeoutError when a device-side wait of an earlier exchange (or replay of a
+  /// captured one) expired, naming the rank, the peer and the pulse; reads a flag in mapped
+  /// host memory, without synchronising. Every exchange call checks first itself.
+  void check() const;
   /// The transport a field uses ("host" for host fields of one rank per process).
   std::string transport_name(const void* field) const;
   /// The faces this process's ranks send per exchange; and, once GPU arrays were

@@ -52,6 +52,19 @@ inline void fill_device_now(void* device, int byte, std::size_t bytes) {
   HALOX_CUDA_CHECK(cudaMemsetAsync(device, byte, bytes, nullptr));
   HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
+/// Whether work queued on `stream` now goes into a CUDA graph being captured. The legacy
+/// default stream (null) is never captured: work queued there while another stream
+/// captures fails by itself.
+inline bool capturing(cudaStream_t stream) {
+  if (stream == nullptr) return false;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 /// The synchronous exchange calls: what they queued on the default stream is done.
 inline void finish_default_stream() {
   HALOX_CUDA_CHECK(cudaStreamSynchronize(nullptr));

@@ -86,17 +86,31 @@ struct GridFace {
 // Field slots per launch: ranks of this process times fields.
 constexpr int kMaxGridSlots = 64;
 
+// The counters a launch takes from the device, not from its arguments, so that a launch
+// captured in a CUDA graph moves a new exchange at every replay: read by each block after
+// wait_for_previous_kernel, advanced for the next launch by the block that draws the
+// launch's last ticket (every block has read them by then: it drew a ticket after).
+struct GridCounters {
+  u64 ticket_base;  // the value of the ticket counter when the launch starts
+  u64 table_epoch;  // exchanges of this table, the launch's included (for `done`)
+};
+
+// The values a block works with, read once at its start.
+struct LaunchCounts {
+  u64 ticket_base, table_epoch;
+  u64 epoch;  // the engine's exchange counter (for the channels)
+};
+
 struct GridArgs {
   const GridFace* faces;
   const int* tile_face;  // per tile: its face
   int face_count;
   int total_tiles;
   long long tile_words;
-  u64* done;        // per face: tiles finished, over all exchanges of this table
-  u64* ticket;      // tickets handed out, over all exchanges of this table
-  u64 ticket_base;  // the value of *ticket when this launch started
-  u64 table_epoch;  // exchanges of this table, this one included (for `done`)
-  u64 epoch;        // the engine's exchange counter (for the channels)
+  u64* done;               // per face: tiles finished, over all exchanges of this table
+  u64* ticket;             // tickets handed out, over all exchanges of this table
+  GridCounters* counters;  // the table's (device memory)
+  u64* epoch;              // the engine's exchange counter (device memory; null: no channels)
   u64 timeout_ns;
   ErrorSink error;
   int system_scope;   // a peer on another GPU
@@ -120,48 +134,48 @@ constexpr int kSharedPieces = 8;
 
 // A trace record of tile `tile` of face f (its own slots: a block moves many tiles).
 template <bool TRACE>
-__device__ __forceinline__ void record(const GridArgs& a, const GridFace& f, long long ticket,
-                                       int tile, int event) {
+__device__ __forceinline__ void record(const GridArgs& a, u64 epoch, const GridFace& f,
+                                       long long ticket, int tile, int event) {
   if constexpr (TRACE) {
     trace_record_in(a.trace, static_cast<unsigned long long>(ticket), tile, f.rank, f.pulse, event,
-                    2, a.epoch);
+                    2, epoch);
   }
 }
 
 // Words [first, end) of face f, kBatch words in flight per thread whatever the word size (a
 // tile is sized for that). false when a wait timed out.
 template <int W, bool PUTS, bool TRACE>
-__device__ bool move_tile(const GridArgs& a, const GridFace& f, const DevicePackView& send,
-                          const DevicePackView& recv, long long ticket, int tile, long long first,
-                          long long end) {
+__device__ bool move_tile(const GridArgs& a, u64 epoch, const GridFace& f,
+                          const DevicePackView& send, const DevicePackView& recv, long long ticket,
+                          int tile, long long first, long long end) {
   const long long me = first + threadIdx.x;
   const bool sys = a.system_scope != 0;
   const ChannelWait c{a.timeout_ns, a.error, f.rank, sys};
   switch (f.kind) {
     case face_copy:
-      record<TRACE>(a, f, ticket, tile, trace_unpack_begin);
+      record<TRACE>(a, epoch, f, ticket, tile, trace_unpack_begin);
       move_face<W, Move::copy, unsigned, kBatch>(send, recv, me, end, blockDim.x, a.field[f.from],
                                                  a.field[f.to]);
-      record<TRACE>(a, f, ticket, tile, trace_unpack_end);
+      record<TRACE>(a, epoch, f, ticket, tile, trace_unpack_end);
       return true;
     case face_pack:
-      record<TRACE>(a, f, ticket, tile, trace_ready_begin);
-      if (!f.out.wait_free(a.epoch, c, f.peer, f.pulse, wait_ready, tile == 0)) return false;
-      record<TRACE>(a, f, ticket, tile, trace_ready_end);
-      record<TRACE>(a, f, ticket, tile, trace_pack_begin);
+      record<TRACE>(a, epoch, f, ticket, tile, trace_ready_begin);
+      if (!f.out.wait_free(epoch, c, f.peer, f.pulse, wait_ready, tile == 0)) return false;
+      record<TRACE>(a, epoch, f, ticket, tile, trace_ready_end);
+      record<TRACE>(a, epoch, f, ticket, tile, trace_pack_begin);
       move_face<W, Move::pack, unsigned, kBatch>(send, send, me, end, blockDim.x, a.field[f.from],
                                                  f.out.pack_target<PUTS>());
-      f.out.deliver<PUTS, true>(a.epoch, tile, f.tiles, static_cast<std::size_t>(f.bytes), sys);
-      record<TRACE>(a, f, ticket, tile, trace_pack_end);
+      f.out.deliver<PUTS, true>(epoch, tile, f.tiles, static_cast<std::size_t>(f.bytes), sys);
+      record<TRACE>(a, epoch, f, ticket, tile, trace_pack_end);
       return true;
     default:
-      record<TRACE>(a, f, ticket, tile, trace_data_begin);
-      if (!f.in.wait_data(a.epoch, c, f.peer, f.pulse, wait_data, tile == 0)) return false;
-      record<TRACE>(a, f, ticket, tile, trace_data_end);
-      record<TRACE>(a, f, ticket, tile, trace_unpack_begin);
+      record<TRACE>(a, epoch, f, ticket, tile, trace_data_begin);
+      if (!f.in.wait_data(epoch, c, f.peer, f.pulse, wait_data, tile == 0)) return false;
+      record<TRACE>(a, epoch, f, ticket, tile, trace_data_end);
+      record<TRACE>(a, epoch, f, ticket, tile, trace_unpack_begin);
       move_face<W, Move::unpack, unsigned, kBatch>(recv, recv, me, end, blockDim.x, f.in.staging,
                                                    a.field[f.to]);
-      record<TRACE>(a, f, ticket, tile, trace_unpack_end);
+      record<TRACE>(a, epoch, f, ticket, tile, trace_unpack_end);
       return true;
   }
 }
@@ -178,11 +192,23 @@ __global__ void __launch_bounds__(256, 4) grid_kernel(GridArgs a) {
   // The tile's face's pieces, send side then receive side (raw words: DeviceDesc has
   // default member initialisers, which a __shared__ variable may not).
   __shared__ u64 pieces[2][kSharedPieces * kDescWords];
+  __shared__ LaunchCounts counts;
   wait_for_previous_kernel();
+  if (threadIdx.x == 0) {
+    // An expired wait of an earlier launch left the counters behind: the exchange is
+    // unusable, its recorded error says why, and this launch moves nothing.
+    ok = *reinterpret_cast<volatile int*>(a.error.claim) == 0;
+    counts.ticket_base = reinterpret_cast<volatile GridCounters*>(a.counters)->ticket_base;
+    counts.table_epoch = reinterpret_cast<volatile GridCounters*>(a.counters)->table_epoch;
+    counts.epoch = a.epoch != nullptr ? *reinterpret_cast<volatile u64*>(a.epoch) : 0;
+  }
+  __syncthreads();
+  if (!ok) return;
+  const u64 epoch = counts.epoch;
   for (;;) {
     __syncthreads();  // every thread is done with the previous tile's shared values
     if (threadIdx.x == 0)
-      claimed = static_cast<long long>(atomicAdd(a.ticket, 1ull) - a.ticket_base);
+      claimed = static_cast<long long>(atomicAdd(a.ticket, 1ull) - counts.ticket_base);
     __syncthreads();
     const long long t = claimed;
     if (t == 0) {
@@ -190,14 +216,21 @@ __global__ void __launch_bounds__(256, 4) grid_kernel(GridArgs a) {
       // last to read it) is done.
       for (int k = static_cast<int>(threadIdx.x); k < a.face_count;
            k += static_cast<int>(blockDim.x)) {
-        if (a.faces[k].kind == face_unpack) a.faces[k].in.release<PUTS>(a.epoch, a.system_scope);
+        if (a.faces[k].kind == face_unpack) a.faces[k].in.release<PUTS>(epoch, a.system_scope);
       }
       continue;
     }
-    // Past the last tile; or below the first, after a launch whose blocks gave up on a wait
-    // before drawing theirs (the host's ticket base counts one past the end per block): the
-    // exchange is unusable then, and the recorded error says why.
-    if (t < 0 || t > a.total_tiles) return;
+    if (t < 0) return;  // never, while the counters and the ticket agree
+    if (t > a.total_tiles) {
+      // Past the last tile. Each block draws one such ticket: the last of them is the
+      // launch's last, and its block sets the counters for the next launch.
+      if (threadIdx.x == 0 && t == a.total_tiles + static_cast<long long>(gridDim.x)) {
+        a.counters->ticket_base = counts.ticket_base + 1 + a.total_tiles + gridDim.x;
+        a.counters->table_epoch = counts.table_epoch + 1;
+        if (a.epoch != nullptr) *a.epoch = epoch + 1;
+      }
+      return;
+    }
     const int k = a.tile_face[t - 1];
     const GridFace& f = a.faces[k];
     const int tile = static_cast<int>(t - 1 - f.first_tile);
@@ -211,14 +244,14 @@ __global__ void __launch_bounds__(256, 4) grid_kernel(GridArgs a) {
     }
     if (threadIdx.x == 0) {
       ok = 1;
-      if (TRACE && f.waits > 0) record<TRACE>(a, f, t, tile, trace_deps_begin);
+      if (TRACE && f.waits > 0) record<TRACE>(a, epoch, f, t, tile, trace_deps_begin);
       for (int w = 0; w < f.waits && ok; ++w) {
         const FaceWait& before = f.wait[w];
-        ok = wait_for(&a.done[before.face], a.table_epoch * static_cast<u64>(before.tiles),
+        ok = wait_for(&a.done[before.face], counts.table_epoch * static_cast<u64>(before.tiles),
                       a.timeout_ns, a.error, f.rank, before.peer, before.pulse, wait_forwarded,
                       false);
       }
-      if (TRACE && f.waits > 0) record<TRACE>(a, f, t, tile, trace_deps_end);
+      if (TRACE && f.waits > 0) record<TRACE>(a, epoch, f, t, tile, trace_deps_end);
     }
     __syncthreads();
     if (!ok) return;
@@ -227,11 +260,21 @@ __global__ void __launch_bounds__(256, 4) grid_kernel(GridArgs a) {
     const long long end = words < first + a.tile_words ? words : first + a.tile_words;
     bool moved;
     switch (f.word) {
-      case 16: moved = move_tile<16, PUTS, TRACE>(a, f, send, recv, t, tile, first, end); break;
-      case 8: moved = move_tile<8, PUTS, TRACE>(a, f, send, recv, t, tile, first, end); break;
-      case 4: moved = move_tile<4, PUTS, TRACE>(a, f, send, recv, t, tile, first, end); break;
-      case 2: moved = move_tile<2, PUTS, TRACE>(a, f, send, recv, t, tile, first, end); break;
-      default: moved = move_tile<1, PUTS, TRACE>(a, f, send, recv, t, tile, first, end); break;
+      case 16:
+        moved = move_tile<16, PUTS, TRACE>(a, epoch, f, send, recv, t, tile, first, end);
+        break;
+      case 8:
+        moved = move_tile<8, PUTS, TRACE>(a, epoch, f, send, recv, t, tile, first, end);
+        break;
+      case 4:
+        moved = move_tile<4, PUTS, TRACE>(a, epoch, f, send, recv, t, tile, first, end);
+        break;
+      case 2:
+        moved = move_tile<2, PUTS, TRACE>(a, epoch, f, send, recv, t, tile, first, end);
+        break;
+      default:
+        moved = move_tile<1, PUTS, TRACE>(a, epoch, f, send, recv, t, tile, first, end);
+        break;
     }
     if (!moved) return;
     if (f.kind != face_pack) {

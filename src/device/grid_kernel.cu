@@ -51,9 +51,16 @@ GridTable::GridTable(std::vector<FacePlan> plans, long long tile_words)
     }
     faces.push_back(f);
   }
-  // Counters: done per face, the ticket, blocks packed per face, the proxy's relays per face.
-  HALOX_CUDA_CHECK(cudaMalloc(&m_counters, (4 * n + 1) * sizeof(u64)));
-  fill_device_now(m_counters, 0, (4 * n + 1) * sizeof(u64));
+  // Counters: done per face, the ticket, blocks packed per face, the proxy's relays per face,
+  // then the launch's GridCounters (the first launch: ticket base 0, table epoch 1).
+  const std::size_t words = 4 * n + 1;
+  HALOX_CUDA_CHECK(cudaMalloc(&m_counters, words * sizeof(u64) + sizeof(GridCounters)));
+  std::vector<u64> initial(words, 0);
+  initial.push_back(0);
+  initial.push_back(1);
+  static_assert(sizeof(GridCounters) == 2 * sizeof(u64));
+  copy_to_device_now(m_counters, initial.data(), initial.size() * sizeof(u64));
+  m_launch = reinterpret_cast<GridCounters*>(m_counters + words);
   u64* packed = m_counters + n + 1;
   u64* ready_relay = packed + n;
   u64* data_relay = ready_relay + n;
@@ -90,8 +97,7 @@ void GridTable::launch(GridArgs a, int max_blocks, bool puts, bool traced, int t
   a.tile_words = m_tile_words;
   a.done = m_counters;
   a.ticket = m_counters + m_face_count;
-  a.ticket_base = m_ticket_base;
-  a.table_epoch = ++m_epoch;
+  a.counters = m_launch;
   // Ticket 0 frees the staging, then one per tile.
   const int tickets = 1 + m_total_tiles;
   const int blocks = std::max(1, std::min(max_blocks, tickets));
@@ -103,8 +109,6 @@ void GridTable::launch(GridArgs a, int max_blocks, bool puts, bool traced, int t
   else
     launch_dependent(traced ? grid_kernel<false, true> : grid_kernel<false, false>, blocks, 256,
                      stream, a);
-  // Each block takes tickets until it draws one past the last tile.
-  m_ticket_base += static_cast<u64>(tickets + blocks);
 }
 
 long long grid_tile_words() {

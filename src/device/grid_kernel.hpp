@@ -30,8 +30,10 @@ class GridTable {
   GridTable& operator=(const GridTable&) = delete;
 
   /// One launch of the kernel (PUTS: some face's peer is reached by puts; traced: tracing
-  /// was on when the caller sized `max_blocks`): `a` carries the engine's part (epoch,
-  /// time-out, error sink, scope, stall, fields), the table fills in its own.
+  /// was on when the caller sized `max_blocks`): `a` carries the engine's part (its epoch
+  /// counter, time-out, error sink, scope, stall, fields), the table fills in its own. The
+  /// launch takes its counters from the device (GridCounters): it may be captured in a CUDA
+  /// graph and replayed, each replay a new exchange.
   void launch(GridArgs a, int max_blocks, bool puts, bool traced, int trace_object,
               cudaStream_t stream);
   int total_tiles() const { return m_total_tiles; }
@@ -39,10 +41,10 @@ class GridTable {
  private:
   GridFace* m_faces = nullptr;
   int* m_tile_face = nullptr;
-  u64* m_counters = nullptr;  // done per face, the ticket, packed, ready relays, data relays
+  u64* m_counters = nullptr;         // done per face, the ticket, packed, ready relays, data relays
+  GridCounters* m_launch = nullptr;  // at the end of m_counters
   int m_face_count = 0, m_total_tiles = 0;
   long long m_tile_words = 0;
-  u64 m_ticket_base = 0, m_epoch = 0;
 };
 
 /// Words per tile: 256 threads with kBatch words in flight each, once. Measured on the 8-rank

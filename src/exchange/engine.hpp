@@ -24,6 +24,10 @@ class GridEngine {
   virtual std::string transport_name(const void* field) = 0;
   virtual int faces_per_exchange() const = 0;
   virtual int launches_per_exchange() const = 0;
+  /// Whether runs of device fields may be captured into a CUDA graph.
+  virtual bool capturable() const = 0;
+  /// Throws HaloTimeoutError for a device-side wait that expired (GPU-initiated transports).
+  virtual void check() const = 0;
 };
 
 class ParticleEngine {

@@ -17,24 +17,19 @@ namespace halox {
 
 namespace {
 
-// No transport can be captured in a CUDA graph yet: each run passes its exchange counter from
-// the host, so a replayed launch would wait for an old epoch forever. A call inside a
-// capture is refused here, never recorded into a graph that hangs on replay.
+// No particle transport can be captured in a CUDA graph yet: each run passes its exchange
+// counter from the host, so a replayed launch would wait for an old epoch forever. A call
+// inside a capture is refused here, never recorded into a graph that hangs on replay.
+// (Grids: GridEngine refuses per transport.)
 template <class Name>
 void refuse_capture(GpuStream stream, const char* what, Name&& transport) {
 #if HALOX_HAS_CUDA
-  // The legacy default stream is never captured (work queued there while another stream
-  // captures fails by itself); a host-only run never asks the driver.
-  if (stream == nullptr) return;
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  const cudaError_t rc = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
-  if (rc != cudaSuccess) cudaGetLastError();
-  if (rc != cudaSuccess || status == cudaStreamCaptureStatusNone) return;
+  if (!detail::capturing(stream)) return;
   throw Error(std::string("halox::") + what +
               ": called inside a CUDA graph capture; its transport (" + transport() +
               ") cannot be captured (it takes each exchange's counter from the host, so a "
-              "replay would wait forever), and no transport can yet (capturable() says so): "
-              "call it outside the capture, between the graph's launches");
+              "replay would wait forever), and no particle transport can yet (capturable() "
+              "says so): call it outside the capture, between the graph's launches");
 #else
   (void)stream, (void)what, (void)transport;
 #endif
@@ -250,7 +245,6 @@ void GridExchange::exchange_async(std::span<void* const> fields, GpuStream strea
   }
   const OneCallerAtATime guard(m_impl->busy, "GridExchange");
   require_arrays(fields, "GridExchange");
-  refuse_capture(stream, "GridExchange::exchange_async", [&] { return transport_name(fields[0]); });
   trace::Scope scope("grid exchange",
                      m_impl->ranks.in_process() ? 0 : m_impl->ranks.topology().rank());
   m_impl->engine->exchange_async(fields, stream, m_impl->stats);
@@ -314,7 +308,10 @@ void GridExchange::reset_stats() {
   m_impl->stats = {};
 }
 bool GridExchange::capturable() const {
-  return false;  // refuse_capture
+  return m_impl->engine->capturable();
+}
+void GridExchange::check() const {
+  m_impl->engine->check();
 }
 bool ParticleExchange::capturable() const {
   return false;

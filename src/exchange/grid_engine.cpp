@@ -78,31 +78,56 @@ class RankGridEngine final : public GridEngine {
             "all on the GPU");
       }
     }
-    if (device) chooser.resolve(plans[0], 1);
+#if HALOX_HAS_CUDA
+    const bool capture = device && capturing(stream);
+#else
+    const bool capture = false;
+#endif
+    if (device && !capture) chooser.resolve(plans[0], 1);  // collective: never in a capture
     const std::span<const GpuStream> streams(&stream, 1);  // grids: the ranks share one GPU
+    // One instance's run: inside a capture only where the graph can replay it.
+    auto run = [&](const Connection& connection, std::span<void* const> arrays, int instance) {
+      if (capture) {
+        chooser.require_capturable(connection, arrays, instance, "GridExchange::exchange_async");
+      }
+      chooser.connected(fields[0], device, connection, instance)
+          .run_async(Direction::forward, arrays, streams, stats);
+    };
     const std::size_t count = per_field_host.size();
+    if (capture && !chooser.device_capturable()) {
+      chooser.require_capturable(all_device, fields, 0, "GridExchange::exchange_async");
+    }
     const int most = chooser.for_field(fields[0], device).capabilities().fields_per_run;
     if (count == 1 || most == 0 || static_cast<int>(count) <= most) {
-      chooser.connected(fields[0], device, device ? all_device : all_host)
-          .run_async(Direction::forward, fields, streams, stats);
+      run(device ? all_device : all_host, fields, 0);
       return;
     }
     const std::int64_t exchanges = stats.exchanges;
     for (std::size_t f = 0; f < count; ++f) {
-      chooser
-          .connected(fields[0], device, device ? per_field_device[f] : per_field_host[f],
-                     static_cast<int>(f))
-          .run_async(Direction::forward, fields.subspan(f * ranks, ranks), streams, stats);
+      run(device ? per_field_device[f] : per_field_host[f], fields.subspan(f * ranks, ranks),
+          static_cast<int>(f));
     }
     stats.exchanges = exchanges + 1;
   }
-  bool on_device(const void* field) override { return chooser.on_device(field); }
-  std::string transport_name(const void* field) override { return chooser.name(field); }
+  bool capturable() const override {
+    return chooser.device_capturable();
+  }
+  void check() const override {
+    chooser.check();
+  }
+  bool on_device(const void* field) override {
+    return chooser.on_device(field);
+  }
+  std::string transport_name(const void* field) override {
+    return chooser.name(field);
+  }
   int faces_per_exchange() const override {
     return static_cast<int>(std::count_if(all_host.forward.begin(), all_host.forward.end(),
                                           [](const Op& op) { return op.send_rank >= 0; }));
   }
-  int launches_per_exchange() const override { return chooser.device_launches_per_run(); }
+  int launches_per_exchange() const override {
+    return chooser.device_launches_per_run();
+  }
 
  private:
   // The host and device ops of one pulse: pack and unpack through its datatypes.

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,14 @@ class TransportChooser {
   void check() const;
   /// Kernel launches per run of GPU arrays (0: not counted).
   int device_launches_per_run() const;
+  /// Whether runs of device arrays may be captured into a CUDA graph: the made transports'
+  /// answer, else the kind's ("auto": known once resolved).
+  bool device_capturable() const;
+  /// Throws halox::Error, naming `call` and the transport, unless instance `instance`'s run
+  /// of `fields` may be captured: a capturable transport, connected to `connection` and set
+  /// up for these arrays by an earlier run (a capture cannot hold a set-up).
+  void require_capturable(const Connection& connection, std::span<void* const> fields, int instance,
+                          const std::string& call) const;
   const ExchangeOptions& options() const { return m_options; }
 
  private:

@@ -74,8 +74,20 @@ class GridFusedTransport final : public Transport {
         cudaFree(m_block);
     }
     m_tables.clear();
+    cudaFree(m_epoch_device);
   }
   std::string name() const override { return m_name; }
+  // Every run's counters are on the device; a proxied link's thread is told each epoch from
+  // the host, so a run with one cannot be replayed.
+  bool capturable() const override {
+    return m_ready ? !m_proxy->any() : m_proxy_policy != ProxyPolicy::every_peer;
+  }
+  bool set_up_for(std::span<void* const> fields) const override {
+    if (!m_ready) return false;
+    std::vector<std::uintptr_t> key;
+    for (void* f : fields) key.push_back(reinterpret_cast<std::uintptr_t>(f) % 16);
+    return m_faces.empty() || m_tables.count(key) > 0;
+  }
   // The set-up's collectives end in an error naming this rank after the time-out, as its
   // waits for data do, instead of holding a rank whose neighbour never arrives.
   WaitContext wait_context() const { return {m_rank, m_name.c_str(), m_timeout_seconds}; }
@@ -104,16 +116,18 @@ class GridFusedTransport final : public Transport {
       stats.exchanges += 1;
       return;
     }
-    const u64 epoch = ++m_epoch;
+    const u64 epoch = ++m_epoch;  // the device's counter too, while the proxy is in use
     GridArgs a{};
-    a.epoch = epoch;
+    a.epoch = m_epoch_device;
     a.timeout_ns = static_cast<u64>(m_timeout_seconds * 1e9);
     a.error = m_errors.sink();
     a.system_scope = m_same_gpu ? 0 : 1;
     a.stall_from = -1;
     for (std::size_t k = 0; k < fields.size(); ++k) a.field[k] = static_cast<char*>(fields[k]);
-    // The traced kernel only where the grid was sized for it (tracing on at set-up).
-    table_for(fields).launch(a, m_blocks, m_puts, m_sized_for_trace, m_trace_object, stream);
+    // The traced kernel only where the grid was sized for it (tracing on at set-up), and
+    // never into a CUDA graph (each replay would write the one launch's trace records).
+    const bool traced = m_sized_for_trace && !capturing(stream);
+    table_for(fields).launch(a, m_blocks, m_puts, traced, m_trace_object, stream);
     if (m_proxy->any()) m_proxy->launched(epoch);
     for (const Op& op : ops) {
       if (op.send_rank >= 0 && op.send_rank != m_rank) {
@@ -199,6 +213,11 @@ class GridFusedTransport final : public Transport {
     }
     HALOX_CUDA_CHECK(cudaMemset(m_block, 0, kGridSlotsBytes));
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
+    if (m_epoch_device == nullptr) {
+      HALOX_CUDA_CHECK(cudaMalloc(&m_epoch_device, sizeof(u64)));
+      const u64 first = m_epoch + 1;
+      copy_to_device_now(m_epoch_device, &first, sizeof(u64));
+    }
     std::set<int> neighbours;
     for (const Op& op : ops) {
       for (int n : {op.send_rank, op.recv_rank}) {
@@ -416,7 +435,8 @@ class GridFusedTransport final : public Transport {
   std::map<std::pair<int, std::vector<std::uintptr_t>>, int> m_words;  // per stage and those
   std::vector<std::uintptr_t> m_key;                                   // table_for's scratch
   char* m_block = nullptr;
-  u64 m_epoch = 0;
+  u64 m_epoch = 0;                // runs so far (the proxy's epoch)
+  u64* m_epoch_device = nullptr;  // the kernel's exchange counter: the next run's epoch
   int m_blocks = 1;
   bool m_sized_for_trace = false;  // m_blocks fits the traced kernel
   bool m_puts = false;             // some op reaches its peer by NVSHMEM puts

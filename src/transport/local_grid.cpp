@@ -99,6 +99,24 @@ class LocalGridTransport final : public Transport {
     if (!m_fused_kernel) return static_cast<int>(m_faces.size());
     return one_launch() ? 1 : m_fields;
   }
+  // Copy kernels with no counters, or the grid kernel, whose counters are on the device.
+  bool capturable() const override {
+    return m_device;
+  }
+  bool set_up_for(std::span<void* const> fields) const override {
+#if HALOX_HAS_CUDA
+    if (!m_fused_kernel) return true;  // copy_async sets up outside a capture itself
+    if (m_fused.empty()) return false;
+    if (m_fused.size() == 1) return m_fused[0]->set_up_for(fields);
+    for (int k = 0; k < m_fields; ++k) {
+      if (!m_fused[k]->set_up_for(fields.subspan(static_cast<std::size_t>(k) * m_ranks, m_ranks)))
+        return false;
+    }
+#else
+    (void)fields;
+#endif
+    return true;
+  }
 
   void run_async(Direction direction, std::span<void* const> fields,
                  std::span<const GpuStream> streams, ExchangeStats& stats) override {

@@ -32,10 +32,15 @@ struct LocalGridFused::Impl {
   int blocks = 0;  // resident blocks of the whole GPU
   ErrorChannel errors;
 
-  fused_grid::GridTable& table_for(std::span<void* const> fields) {
-    key.clear();  // a member: no allocation per exchange
+  // Each face's word follows from its arrays' addresses modulo 16.
+  static void key_of(std::span<void* const> fields, std::vector<int>& key) {
+    key.clear();
     for (void* p : fields)
       key.push_back(static_cast<int>(reinterpret_cast<std::uintptr_t>(p) & 15));
+  }
+
+  fused_grid::GridTable& table_for(std::span<void* const> fields) {
+    key_of(fields, key);  // a member: no allocation per exchange
     auto it = tables.find(key);
     if (it != tables.end()) return *it->second;
     std::vector<fused_grid::FacePlan> plans;
@@ -166,6 +171,12 @@ LocalGridFused::~LocalGridFused() {
   cudaDeviceSynchronize();
 }
 
+bool LocalGridFused::set_up_for(std::span<void* const> fields) const {
+  std::vector<int> key;
+  Impl::key_of(fields, key);
+  return m_impl->faces.empty() || m_impl->tables.count(key) > 0;
+}
+
 void LocalGridFused::exchange(std::span<void* const> fields, GpuStream stream) {
   Impl& m = *m_impl;
   m.check();
@@ -173,7 +184,7 @@ void LocalGridFused::exchange(std::span<void* const> fields, GpuStream stream) {
   fused_grid::GridTable& t = m.table_for(fields);
   if (t.total_tiles() == 0) return;  // faces of no words
   fused_grid::GridArgs a{};
-  a.epoch = 0;  // no channels: copy faces only
+  a.epoch = nullptr;  // no channels: copy faces only
   a.timeout_ns = static_cast<u64>(m.timeout_seconds * 1e9);
   a.error = m.errors.sink();
   a.system_scope = 0;

@@ -28,7 +28,10 @@ class LocalGridFused {
   LocalGridFused& operator=(const LocalGridFused&) = delete;
 
   /// One launch on `stream`; throws HaloTimeoutError when an earlier launch timed out.
+  /// Capturable in a CUDA graph once these fields' table is made (set_up_for).
   void exchange(std::span<void* const> fields, GpuStream stream);
+  /// Whether the table for these fields' addresses is made (the first exchange makes it).
+  bool set_up_for(std::span<void* const> fields) const;
 
  private:
   struct Impl;

@@ -101,6 +101,15 @@ class Transport {
   virtual void check() const {}
   /// Kernel launches per run of GPU arrays, where the transport counts them (else 0).
   virtual int launches_per_run() const { return 0; }
+  /// Whether a run may be captured into a CUDA graph and replayed: its kernels take their
+  /// counters from the device, and nothing is waited for or told on the host.
+  virtual bool capturable() const { return false; }
+  /// Whether the runs of these fields have done their set-up (buffers, peer mapping,
+  /// tables at these addresses), which a capture cannot hold: the first run does it.
+  virtual bool set_up_for(std::span<void* const> fields) const {
+    (void)fields;
+    return true;
+  }
 
  protected:
   const std::vector<Op>& ops(Direction d) const { return m_connection->ops(d); }

@@ -3,7 +3,7 @@
 (uneven splits included) and requires rho, u and phi of every cell to be bitwise identical to
 the single-rank run after the given steps.
 
-usage: lbm_decomposition.py MPIEXEC HALOX_LBM NP [--local-pulse | --local-fused] GRID... [-- extra halox-lbm arguments]
+usage: lbm_decomposition.py MPIEXEC HALOX_LBM NP [--local-pulse | --local-fused] [--graph] GRID... [-- extra halox-lbm arguments]
 
 GRID: a rank grid XxYxZ, or count=N for N ranks on the grid halox-lbm picks.
 
@@ -11,6 +11,8 @@ GRID: a rank grid XxYxZ, or count=N for N ranks on the grid halox-lbm picks.
 NP = 1; on the GPU one kernel per face); the reference stays the ordinary single-rank run.
 --local-fused: likewise with --transport local-fused (one GPU-initiated kernel for every face
 of every rank).
+--graph: the decomposed runs capture their step in a CUDA graph and replay it (--graph); the
+reference stays the ordinary single-rank run.
 
 HALOX_TEST_PRELOAD=PATH: every run preloads PATH (libhalox_mpi, for --comm mpi-* on a GPU).
 """
@@ -41,8 +43,9 @@ def main():
     extra = rest[rest.index("--") + 1:] if "--" in rest else []
     grids = rest[:rest.index("--")] if "--" in rest else rest
     local = next((g[2:] for g in grids if g in ("--local-pulse", "--local-fused")), None)
+    graph = ["--graph"] if "--graph" in grids else []
     grids = [g for g in grids if not g.startswith("--")]
-    decomposed = extra + (["--transport", local] if local else [])
+    decomposed = extra + (["--transport", local] if local else []) + graph
     with tempfile.TemporaryDirectory() as work:
         ref = os.path.join(work, "ref.bin")
         run(mpiexec, lbm, 1, extra + ["--ranks", "1x1x1", "--dump", ref])
