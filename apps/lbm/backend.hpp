@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "halox/datatype.hpp"
+#include "halox/error.hpp"
 #include "halox/pack_gpu.hpp"
 #include "lattice.hpp"
 
@@ -66,6 +67,15 @@ class Backend {
   /// event) for the work queued so far on `other`'s. Host back ends run in call order.
   virtual void wait_for(Backend& other) { (void)other; }
   virtual void swap() = 0;
+  /// --graph: the work queued on this back end's stream, and on the streams that wait for
+  /// it, between begin_capture and end_capture(k) becomes graph k (0 or 1), which replay(k)
+  /// queues again; abandon_capture ends a capture that failed. The GPU back end's only.
+  virtual void begin_capture() {
+    throw Error("halox-lbm: --graph captures CUDA graphs: it needs --device gpu");
+  }
+  virtual void end_capture(int k) { (void)k; }
+  virtual void abandon_capture() {}
+  virtual void replay(int k) { (void)k; }
   virtual GpuStream stream_handle() = 0;
   virtual void synchronize() = 0;
   /// Phase timing that does not stall the GPU between phases: mark(k) records point k

@@ -76,6 +76,10 @@ Cli parse(int argc, char** argv) {
               "and g as two fields; overlap: f and phi, g alone before the phi pass) | "
               "separate (one exchange each)",
               {"fields", "separate"});
+  line.flag("--graph", c.graph,
+            "GPU: capture the step (every rank's updates and halo exchanges in this process) "
+            "in a CUDA graph once, after two ordinary steps, and replay it (--comm datatype, "
+            "overlap or contig on local-pulse, local-fused, ipc-* or nvshmem-fused/pulse)");
   line.output("--dump", c.dump, "rho, u, phi of every cell after the run (binary, global order)");
   line.output("--slice", c.slice, "the order parameter (or |u|) in the mid z plane as a PGM image");
   line.output("--trace", c.trace,
@@ -117,6 +121,20 @@ Cli parse(int argc, char** argv) {
   }
   if (c.local_fused && (c.comm == "default" || c.comm == "contig")) {
     throw Error("halox-lbm: --transport local-fused moves the faces of --comm datatype or overlap");
+  }
+  if (c.graph && c.comm != "datatype" && c.comm != "overlap" && c.comm != "contig") {
+    throw Error(
+        "halox-lbm: --graph captures halox's exchanges: --comm datatype, overlap or "
+        "contig (--comm " +
+        c.comm + " waits on the host)");
+  }
+  if (c.graph && c.device == "cpu") {
+    throw Error("halox-lbm: --graph captures CUDA graphs: it needs --device gpu (or auto)");
+  }
+  if (c.graph && !c.trace.empty()) {
+    throw Error(
+        "halox-lbm: --graph and --trace exclude each other (a replayed graph's "
+        "kernels are not traced)");
   }
   if (!(c.params.tau > 0.5)) throw Error("halox-lbm: --tau must exceed 0.5 (unstable otherwise)");
   if (!(c.params.tau_g > 0.5))

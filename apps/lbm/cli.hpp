@@ -33,6 +33,7 @@ struct Cli {
   std::string json, dump, slice, trace;
   double watchdog = 30;
   bool check_taylor_green = false, check_mass = false;
+  bool graph = false;  // --graph: each step captured in a CUDA graph once, then replayed
 };
 
 /// Parses and checks the command line (--help and --version print and exit); throws

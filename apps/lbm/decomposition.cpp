@@ -141,13 +141,53 @@ void Decomposition::scatter_streams() {
 }
 
 void Decomposition::step() {
+  if (m_cli.graph && m_steps >= 2) {
+    step_graphed();
+  } else {
+    step_once();
+  }
+  ++m_steps;
+}
+
+void Decomposition::step_once() {
   if (m_cli.comm == "overlap" || m_cli.comm == "mpi-overlap") {
     step_overlapped();  // swaps the fields itself
   } else {
     step_in_phases();
     for (auto& b : m_blocks) b->finish_step();
   }
-  ++m_steps;
+}
+
+// --graph: the step's work on every block's streams (updates and exchanges) captured into a
+// CUDA graph once per parity (the fields swap every step and a graph keeps the addresses it
+// was captured with), after two ordinary steps have set up every exchange for both; then
+// replayed, the host swapping the fields as the captured step did. Between replays the
+// exchanges' check() reports a device-side time-out, which no exchange call does now.
+void Decomposition::step_graphed() {
+  Backend& b = backend();
+  const int parity = static_cast<int>(m_steps % 2);
+  if (!m_captured[parity]) {
+    b.begin_capture();
+    try {
+      scatter_streams();  // every block's stream joins the capture
+      step_once();
+      gather_streams();  // and ends in block 0's
+    } catch (...) {
+      b.abandon_capture();
+      throw;
+    }
+    b.end_capture(parity);
+    m_captured[parity] = true;
+  } else {
+    for (auto& block : m_blocks) block->finish_step();  // the captured step's swap
+  }
+  b.replay(parity);
+  for (auto& exchange : m_exchanges) {
+    if (exchange) exchange->check();
+  }
+  for (auto& exchange : m_stage_exchanges) {
+    if (exchange) exchange->check();
+  }
 }
 
 // Exchange, update, (exchange phi, update): every block's updates are timed together, from
@@ -158,28 +198,32 @@ void Decomposition::step_in_phases() {
   const int at = PhaseClock::first_point(m_steps);
   const bool moves = !m_blocks.front()->exchange_free();
   const bool multiphase = m_cli.params.multiphase;
+  // No phase times in a CUDA graph (--graph): an event recorded in a capture is not timed.
+  auto mark = [&](int point) {
+    if (!m_cli.graph) b.mark(point);
+  };
   gather_streams();
   if (moves) {
-    b.mark(at);
+    mark(at);
     exchange(0);
     if (multiphase && m_with_f != 1) exchange(1);
   }
-  b.mark(at + 1);
+  mark(at + 1);
   scatter_streams();
   for (auto& block : m_blocks) block->first_update();
   gather_streams();
-  b.mark(at + 2);
+  mark(at + 2);
   if (multiphase) {
     if (moves) {
       exchange(2);
-      b.mark(at + 3);
+      mark(at + 3);
     }
     scatter_streams();
     for (auto& block : m_blocks) block->second_update();
     gather_streams();
-    b.mark(at + 4);
+    mark(at + 4);
   }
-  m_phases.marked(b, at, moves, multiphase);
+  if (!m_cli.graph) m_phases.marked(b, at, moves, multiphase);
 }
 
 // The overlap variant: every block's inner cells of the stream-collide update on its side

@@ -81,6 +81,8 @@ class Decomposition {
   void reset_timers() { m_phases.reset(backend()); }
 
  private:
+  void step_once();
+  void step_graphed();
   void step_in_phases();
   void step_overlapped();
   void step_overlapped_blocks();
@@ -125,6 +127,7 @@ class Decomposition {
   std::array<MPI_Comm, 9> m_neighbor_comms;
   PhaseClock m_phases;
   long m_steps = 0;
+  std::array<bool, 2> m_captured{};  // --graph: the step of each parity is in a CUDA graph
 };
 
 }  // namespace halox::lbm

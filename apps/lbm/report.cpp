@@ -31,6 +31,9 @@ void print_header(Decomposition& lbm, const Cli& cli) {
   std::printf("halox-lbm: %s, %dx%dx%d cells on %s ranks, %s, %s\n", cli.model.c_str(), cli.grid[0],
               cli.grid[1], cli.grid[2], lbm.topology().describe().c_str(),
               lbm.backend().name().c_str(), lbm.transport().c_str());
+  if (cli.graph) {
+    std::printf("CUDA graph: the step captured once per parity after 2 steps, then replayed\n");
+  }
   const std::string wrapped = lbm.wrapped_axes();
   if (!wrapped.empty()) {
     std::printf("periodic axes with one rank (%s): the update wraps them, no self-halo\n",
@@ -87,19 +90,19 @@ Rates rates_of(Decomposition& lbm, const Cli& cli, double seconds) {
   Rates r;
   r.seconds = seconds;
   r.timed = cli.steps - cli.warmup;
-  // overlap: one span, the whole run (its steps do not wait for the GPU one by one).
+  // overlap and --graph: one span, the whole run (its steps do not wait for the GPU one by
+  // one, or are replayed whole).
+  const bool one_span = cli.comm.ends_with("overlap") || cli.graph;
   double worst[2] = {0, 0},
-         mine[2] = {lbm.time_exchange(),
-                    cli.comm.ends_with("overlap") ? seconds : lbm.time_compute()};
+         mine[2] = {lbm.time_exchange(), one_span ? seconds : lbm.time_compute()};
   halox::apps::reduce(mine, worst, 2, MPI_DOUBLE, MPI_MAX, "the summary's timings");
   r.exchange = worst[0];
   r.compute = worst[1];
   r.mlups = r.timed > 0 ? cells * double(r.timed) / seconds / 1e6 : 0;
   // The update kernels alone (the slowest rank's compute phases; not for overlap, whose one
   // span holds the exchange too): the rate if the exchange were free.
-  r.compute_mlups = !cli.comm.ends_with("overlap") && r.timed > 0 && r.compute > 0
-                        ? cells * double(r.timed) / r.compute / 1e6
-                        : 0;
+  r.compute_mlups =
+      !one_span && r.timed > 0 && r.compute > 0 ? cells * double(r.timed) / r.compute / 1e6 : 0;
   // The bandwidth bound: bytes each cell update moves (counted below) against the copy
   // ceiling measured now. BGK: 19 populations read + written. Multiphase (two passes): the
   // phi pass reads g (7) and writes phi (1); the fused stream-collide pass reads and writes
@@ -245,6 +248,7 @@ void write_report_json(Decomposition& lbm, const Cli& cli, const Rates& r, const
   j["ranks"] = lbm.topology().describe();
   j["backend"] = lbm.backend().name();
   j["variant"] = cli.comm;
+  j["graph"] = cli.graph;
   j["transport"] = lbm.transport();
   j["self_halo"] = cli.self_halo;
   j["fg_exchange"] = lbm.fg_exchange();
