@@ -32,8 +32,8 @@ __device__ inline double replay_value(long long x, long long y, long long z,
 }
 
 // Cell k of rank r's array: its global position (periodic wrap) and whether it is interior.
-__device__ inline void global_of(const GraphRank& r, const GraphGrid& g, long long k,
-                                 long long* at, bool* inside) {
+__device__ inline void global_of(const GraphRank& r, const GraphGrid& g, long long k, long long* at,
+                                 bool* inside) {
   const long long sx = r.interior[0] + 2 * g.halo, sy = r.interior[1] + 2 * g.halo;
   const long long c[3] = {k % sx, (k / sx) % sy, k / (sx * sy)};
   *inside = true;
@@ -45,8 +45,7 @@ __device__ inline void global_of(const GraphRank& r, const GraphGrid& g, long lo
 }
 
 __device__ inline long long cells_of(const GraphRank& r, const GraphGrid& g) {
-  return (r.interior[0] + 2 * g.halo) * (r.interior[1] + 2 * g.halo) *
-         (r.interior[2] + 2 * g.halo);
+  return (r.interior[0] + 2 * g.halo) * (r.interior[1] + 2 * g.halo) * (r.interior[2] + 2 * g.halo);
 }
 
 /// Interiors get this replay's values, halos NaN (a cell the exchange misses is caught).
@@ -80,11 +79,11 @@ __global__ void next_replay(unsigned long long* replay) {
   ++*replay;
 }
 
-#define HALOX_GRAPH_CUDA(call)                                                          \
-  do {                                                                                  \
-    const cudaError_t rc_ = (call);                                                     \
-    if (rc_ != cudaSuccess)                                                             \
-      throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(rc_));    \
+#define HALOX_GRAPH_CUDA(call)                                                       \
+  do {                                                                               \
+    const cudaError_t rc_ = (call);                                                  \
+    if (rc_ != cudaSuccess)                                                          \
+      throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(rc_)); \
   } while (0)
 
 struct ReplayCount {
@@ -96,9 +95,9 @@ struct ReplayCount {
 /// graph `replays` times, calling `between()` (the application's check) every 500 replays.
 /// The exchange must have run once outside the capture (its set-up).
 template <class Exchange, class Between>
-ReplayCount replay_checked(const std::vector<GraphRank>& ranks, GraphGrid grid,
-                           cudaStream_t stream, cudaStreamCaptureMode mode, int replays,
-                           Exchange&& exchange, Between&& between) {
+ReplayCount replay_checked(const std::vector<GraphRank>& ranks, GraphGrid grid, cudaStream_t stream,
+                           cudaStreamCaptureMode mode, int replays, Exchange&& exchange,
+                           Between&& between) {
   GraphRank* on_device = nullptr;
   unsigned long long* counts = nullptr;  // [0] replay, [1] wrong cells
   HALOX_GRAPH_CUDA(cudaMalloc(&on_device, ranks.size() * sizeof(GraphRank)));

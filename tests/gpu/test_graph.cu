@@ -44,9 +44,9 @@ TEST_P(Replays, TenThousandCheckedOnTheDevice) {
                                                      {interior[0], interior[1], interior[2]});
   ExchangeOptions options;
   options.transport = c.transport;
-  GridExchange exchange(Ranks::local(grid),
-                        make_local_grid_plans(grid, interiors, halo, Datatype::of<double>().commit()),
-                        options);
+  GridExchange exchange(
+      Ranks::local(grid),
+      make_local_grid_plans(grid, interiors, halo, Datatype::of<double>().commit()), options);
   ASSERT_TRUE(exchange.capturable());
   GraphGrid g{{interior[0] * c.dims[0], interior[1] * c.dims[1], interior[2] * c.dims[2]}, halo};
   std::vector<GraphRank> ranks(grid.size());
@@ -56,7 +56,8 @@ TEST_P(Replays, TenThousandCheckedOnTheDevice) {
     const auto at = grid.coords_of(r);
     double* field = nullptr;
     ASSERT_EQ(cudaMalloc(&field, cells * sizeof(double)), cudaSuccess);
-    ranks[r] = {field, {at[0] * interior[0], at[1] * interior[1], at[2] * interior[2]},
+    ranks[r] = {field,
+                {at[0] * interior[0], at[1] * interior[1], at[2] * interior[2]},
                 {interior[0], interior[1], interior[2]}};
     fields[r] = field;
   }
@@ -65,8 +66,8 @@ TEST_P(Replays, TenThousandCheckedOnTheDevice) {
   exchange.exchange_async(fields, stream);  // the set-up, outside the capture
   constexpr int replays = 10000;
   const ReplayCount count = replay_checked(
-      ranks, g, stream, c.mode, replays, [&](cudaStream_t s) { exchange.exchange_async(fields, s); },
-      [&] { exchange.check(); });
+      ranks, g, stream, c.mode, replays,
+      [&](cudaStream_t s) { exchange.exchange_async(fields, s); }, [&] { exchange.check(); });
   EXPECT_EQ(count.replays, static_cast<unsigned long long>(replays));
   EXPECT_EQ(count.wrong, 0u) << "cells wrong over " << replays << " replays";
   // A call outside the graph afterwards still agrees with the replays' counters.
@@ -79,10 +80,11 @@ TEST_P(Replays, TenThousandCheckedOnTheDevice) {
 
 INSTANTIATE_TEST_SUITE_P(
     LocalRanks, Replays,
-    ::testing::Values(GraphCase{{2, 2, 2}, TransportKind::local_fused, cudaStreamCaptureModeGlobal},
-                    GraphCase{{2, 2, 2}, TransportKind::local_pulse, cudaStreamCaptureModeThreadLocal},
-                    GraphCase{{3, 3, 3}, TransportKind::local_fused, cudaStreamCaptureModeRelaxed},
-                    GraphCase{{3, 3, 3}, TransportKind::local_pulse, cudaStreamCaptureModeGlobal}),
+    ::testing::Values(
+        GraphCase{{2, 2, 2}, TransportKind::local_fused, cudaStreamCaptureModeGlobal},
+        GraphCase{{2, 2, 2}, TransportKind::local_pulse, cudaStreamCaptureModeThreadLocal},
+        GraphCase{{3, 3, 3}, TransportKind::local_fused, cudaStreamCaptureModeRelaxed},
+        GraphCase{{3, 3, 3}, TransportKind::local_pulse, cudaStreamCaptureModeGlobal}),
     name_of);
 
 }  // namespace

@@ -50,8 +50,8 @@ TEST(GraphPeers, ReplaysOrARefusalNamingTheTransport) {
                         build_grid_plan(grid, {interior[0], interior[1], interior[2]}, halo,
                                         Datatype::of<double>().commit()),
                         options);
-  const long long cells = (interior[0] + 2 * halo) * (interior[1] + 2 * halo) *
-                          (interior[2] + 2 * halo);
+  const long long cells =
+      (interior[0] + 2 * halo) * (interior[1] + 2 * halo) * (interior[2] + 2 * halo);
   double* field = nullptr;
   ASSERT_EQ(cudaMalloc(&field, cells * sizeof(double)), cudaSuccess);
   cudaStream_t stream = nullptr;
