@@ -186,8 +186,16 @@ class ParticleExchange {
   /// The plan of this process's first rank, and those of all its ranks.
   const ParticlePlan& plan() const;
   const std::vector<ParticlePlan>& plans() const;
-  /// Whether forward_async / reverse_async may be called inside a CUDA graph capture: false
-  /// for every transport today (GridExchange::capturable).
+  /// Whether forward_async / reverse_async of device arrays may be called inside a CUDA graph
+  /// capture (any mode) and the graph replayed any number of times, each replay new
+  /// exchanges: the transports GridExchange::capturable names (not nvshmem-stream, whose
+  /// launches take the host's counters, nor nccl-device, untested in graphs). The first
+  /// exchange of a plan in each direction, or of arrays at new addresses, runs outside the
+  /// capture (its set-up: blocks, peer mapping, the array tables); a call inside a capture
+  /// before it, or on another transport, is refused with a halox::Error naming it. A graph
+  /// replayed after set_plan(s) moves nothing: its launches stop at their start and check()
+  /// then throws, saying to capture again (the exchange is unusable until the next plan).
+  /// Replays count nothing in stats(); check() between replays reports a device time-out.
   bool capturable() const;
   const ExchangeStats& stats() const;
   void reset_stats();

@@ -97,6 +97,16 @@ struct DeviceHalo::Impl {
   std::vector<ProbeLink> probes;  // the self-test's, two per pulse of each rank
   ProbeRun probe_run;
   u64 fwd_epoch = 0, rev_epoch = 0, probe_epoch = 0;
+  // The kernels' own exchange counters (LaunchArgs::counters): the host's above follow them
+  // while every launch is the host's; after replays of a CUDA graph the device's run ahead,
+  // and a new plan reads them back (allocate).
+  u64* counters = nullptr;
+  // CUDA graphs: a launch captured in a graph may replay after any launch, so the staging
+  // is known free (peers_known_free) only after a launch of the other direction in the same
+  // capture; and once any was captured, never outside one.
+  unsigned long long capture_id = 0;  // the capture of the last launch (0: none)
+  u64 plan = 0;                       // plans installed (allocate), LaunchArgs::plan
+  bool captured = false;
   // The direction of the last launch on these blocks: 0 forward, 1 reverse, -1 none since
   // they were (re)allocated (LaunchArgs::peers_known_free).
   int last_direction = -1;
@@ -129,14 +139,15 @@ struct DeviceHalo::Impl {
     capacity.clear();
   }
 
-  LaunchArgs args(int first_pulse, u64 epoch) const {
+  LaunchArgs args(int first_pulse) const {
     LaunchArgs a{};
     a.views = views;
     a.tables = tables;
     a.npulses = npulses;
     a.first_pulse = first_pulse;
     a.blocks = grid_blocks;
-    a.epoch = epoch;
+    a.counters = counters;
+    a.plan = plan;
     a.timeout_ns = static_cast<u64>(options.timeout_seconds * 1e9);
     a.error = errors.sink();
     a.stall_rank = options.testing.stall_rank;
@@ -154,6 +165,9 @@ struct DeviceHalo::Impl {
     std::vector<void*>& last = forward ? last_x : last_f;
     void** table = static_cast<void**>(x_table) + (forward ? 0 : 4096);
     if (p != last) {
+      if (capturing(stream)) {  // set_up_for refuses this before: a capture cannot wait
+        throw Error("halox: new arrays inside a CUDA graph capture: exchange them once outside");
+      }
       HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));  // new arrays: once per buffer set
       detail::copy_to_device_now(table, p.data(), p.size() * sizeof(void*));
       last = p;
@@ -231,22 +245,30 @@ struct DeviceHalo::Impl {
   template <class Real>
   void launch(bool forward, const std::vector<void*>& arrays, GpuStream stream) {
     Real* const* table = static_cast<Real* const*>(pointer_table(forward, arrays, stream));
-    const u64 epoch = forward ? ++fwd_epoch : ++rev_epoch;
+    ++(forward ? fwd_epoch : rev_epoch);  // the kernels count on the device
     const unsigned nranks = static_cast<unsigned>(ranks.size());
     if (npulses == 0) return;
     const int direction = forward ? 0 : 1;
+    const unsigned long long capture = capture_of(stream);
+    captured = captured || capture != 0;
     // A proxied link's staging is the proxy's until its message has gone, so it always waits;
     // deciding that here keeps the proxy's test out of every kernel's path.
-    const bool peers_known_free = last_direction == 1 - direction && !any_proxied;
+    const bool peers_known_free = last_direction == 1 - direction && !any_proxied &&
+                                  (capture != 0 ? capture == capture_id : !captured);
     last_direction = direction;
+    capture_id = capture;
     const bool all = all_pulses;  // a member, read once for the loop below
     const dim3 grid(grid_blocks, all ? npulses : 1, nranks);
     for (int k = 0; k < (all ? 1 : npulses); ++k) {
       const int p = all ? 0 : forward ? k : npulses - 1 - k;
-      LaunchArgs a = args(p, epoch);
+      LaunchArgs a = args(p);
       a.peers_known_free = peers_known_free ? 1 : 0;
-      a.trace =
-          device_trace(static_cast<unsigned long long>(grid.x) * grid.y * grid.z, trace_object);
+      a.advance = k == (all ? 0 : npulses - 1) ? 1 : 0;
+      // Not traced in a CUDA graph: a replay would write the one launch's records again.
+      a.trace = capture != 0
+                    ? DeviceTrace{}
+                    : device_trace(static_cast<unsigned long long>(grid.x) * grid.y * grid.z,
+                                   trace_object);
       if (puts)
         launch_with_puts<Real>(forward, grid, a, table, stream);
       else
@@ -256,8 +278,18 @@ struct DeviceHalo::Impl {
                 : (any_proxied ? reverse_kernel<Real, false, true> : reverse_kernel<Real, false>),
             grid, 256, stream, a, table);
     }
+    if (capture != 0) return;  // a new plan after replays waits for the whole GPU
     if (!launched) HALOX_CUDA_CHECK(cudaEventCreateWithFlags(&launched, cudaEventDisableTiming));
     HALOX_CUDA_CHECK(cudaEventRecord(launched, stream));
+  }
+
+  // The capture `stream` is in (its id), or 0.
+  static unsigned long long capture_of(GpuStream stream) {
+    if (!capturing(stream)) return 0;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    HALOX_CUDA_CHECK(cudaStreamGetCaptureInfo(static_cast<cudaStream_t>(stream), &status, &id));
+    return id;
   }
 };
 
@@ -283,6 +315,7 @@ DeviceHalo::~DeviceHalo() {
   cudaDeviceSynchronize();
   m_impl->release();
   cudaFree(m_impl->x_table);
+  cudaFree(m_impl->counters);
   if (m_impl->launched) cudaEventDestroy(m_impl->launched);
 }
 
@@ -337,8 +370,25 @@ bool DeviceHalo::fits(const std::vector<const ParticlePlan*>& plans) const {
 bool DeviceHalo::allocate(const std::vector<int>& ranks,
                           const std::vector<const ParticlePlan*>& plans, bool keep_if_fits) {
   Impl& m = *m_impl;
-  // No kernel of this engine may still use the old blocks or plan data.
-  if (m.launched) HALOX_CUDA_CHECK(cudaEventSynchronize(m.launched));
+  // No kernel of this engine may still use the old blocks or plan data (after CUDA graphs:
+  // their replays, on streams this engine does not know).
+  if (m.captured) {
+    HALOX_CUDA_CHECK(cudaDeviceSynchronize());
+  } else if (m.launched) {
+    HALOX_CUDA_CHECK(cudaEventSynchronize(m.launched));
+  }
+  if (!m.counters) {
+    HALOX_CUDA_CHECK(cudaMalloc(&m.counters, 4 * sizeof(u64)));
+    detail::fill_device_now(m.counters, 0, 4 * sizeof(u64));
+  }
+  // Launches captured on the last plan stop at their start from now on (flag 3).
+  ++m.plan;
+  detail::copy_to_device_now(m.counters + 3, &m.plan, sizeof m.plan);
+  u64 device_epochs[2] = {};
+  HALOX_CUDA_CHECK(
+      cudaMemcpy(device_epochs, m.counters, sizeof device_epochs, cudaMemcpyDeviceToHost));
+  m.fwd_epoch = device_epochs[0];  // replays counted there only
+  m.rev_epoch = device_epochs[1];
   // A new plan after a neighbour search usually fits the blocks of the last one: keeping
   // them keeps their addresses, so peers need not map them again (CUDA IPC: milliseconds).
   const bool keep = keep_if_fits && ranks == m.ranks && fits(plans);
@@ -367,7 +417,10 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
     pb.base = m.blocks[k];
     m.published[k] = pb;
   }
-  if (!keep) m.fwd_epoch = m.rev_epoch = m.probe_epoch = 0;
+  if (!keep) {
+    m.fwd_epoch = m.rev_epoch = m.probe_epoch = 0;
+    detail::fill_device_now(m.counters, 0, 3 * sizeof(u64));
+  }
   // Kept or not, the first exchange on the new plan waits for its peers' staging (a new
   // neighbour's was not read by anything this rank received).
   m.last_direction = -1;
@@ -644,6 +697,14 @@ void DeviceHalo::finish_self_test() {
   if (!m_impl->options.self_test || m_impl->npulses == 0) return;
   m_impl->probe_run.finish();
   check();
+}
+
+bool DeviceHalo::capturable() const {
+  return !m_impl->any_proxied;
+}
+
+bool DeviceHalo::set_up_for(bool forward, const std::vector<void*>& arrays) const {
+  return arrays == (forward ? m_impl->last_x : m_impl->last_f);
 }
 
 void DeviceHalo::forward(const std::vector<void*>& x, GpuStream stream) {

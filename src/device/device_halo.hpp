@@ -100,6 +100,11 @@ class DeviceHalo {
   void finish_self_test();
   void forward(const std::vector<void*>& x, GpuStream stream);
   void reverse(const std::vector<void*>& f, GpuStream stream);
+  /// CUDA graphs: whether launches may be captured and replayed (no link through the host
+  /// proxy, whose thread is told each exchange from the host); whether `arrays` are those
+  /// the last launch of that direction took (new arrays are uploaded, which a capture cannot).
+  bool capturable() const;
+  bool set_up_for(bool forward, const std::vector<void*>& arrays) const;
   void check() const;
   int launches_per_exchange() const;
 

@@ -125,7 +125,16 @@ struct LaunchArgs {
   int npulses;      // pulses per rank
   int first_pulse;  // per-pulse launches: the pulse (grid.y == 1); all: 0
   int blocks;       // blocks per (rank, pulse)
-  u64 epoch;        // signal value of this exchange
+  // The exchange counters (device memory: [0] forward, [1] reverse, the last exchange's
+  // epoch; [2] blocks of the launch finished; [3] the plan in force), so that a launch captured in
+  // a CUDA graph moves a new exchange at every replay: each block reads its direction's after
+  // wait_for_previous_kernel into `epoch` (the signal value of this exchange), and the
+  // launch's last block to finish advances it where `advance` says this launch is the
+  // exchange's last (one per pulse: the last pulse's).
+  u64* counters;
+  u64 plan;  // the plan this launch was made for: a graph replayed after a new plan stops
+  int advance;
+  u64 epoch;  // set on the device (start_exchange), not by the host
   u64 timeout_ns;
   ErrorSink error;
   int stall_rank;
@@ -229,6 +238,15 @@ struct BlockStart {
   bool sys;
   const PulseView* v;  // null: this rank is the one stalled on purpose (tests)
 };
+// False when this launch was captured in a CUDA graph on an earlier plan: its views and
+// staging may be gone, so nothing of them is read; recorded for the host (flag 3).
+__device__ __forceinline__ bool plan_in_force(const LaunchArgs& a) {
+  const u64 now = reinterpret_cast<const volatile u64*>(a.counters)[3];
+  if (now == a.plan) return true;
+  if (threadIdx.x == 0) report_error(a.error, 3, -1, -1, -1, 0, a.plan, now);
+  return false;
+}
+
 __device__ __forceinline__ BlockStart locate_block(const LaunchArgs& a) {
   BlockStart s;
   s.r = static_cast<int>(blockIdx.z);
@@ -245,10 +263,14 @@ __device__ __forceinline__ BlockStart locate_block(const LaunchArgs& a) {
 // step 1 (direction 0: forward, 1: reverse): block 0 tells the rank that fills my staging in
 // this direction (forward: my source; reverse: my destination) that it is free, unless that
 // rank is of this launch (stream order tells it).
+// False (the block returns) where an expired wait of an earlier launch left the exchange
+// unusable: its recorded error says why, and a replayed graph moves nothing after it.
 template <bool PUTS>
-__device__ __forceinline__ void start_exchange(const LaunchArgs& a, const BlockStart& s,
-                                               int direction) {
+__device__ __forceinline__ bool start_exchange(LaunchArgs& a, const BlockStart& s, int direction) {
   wait_for_previous_kernel();
+  if (*reinterpret_cast<const volatile int*>(a.error.claim) != 0) return false;
+  a.epoch = reinterpret_cast<const volatile u64*>(a.counters)[direction] + 1;
+  if (s.v == nullptr) return true;  // the rank stalled on purpose (tests) only counts below
   const PulseView& v = *s.v;
   const bool fwd = direction == 0;
   if ((fwd ? v.recv_rank : v.send_rank) >= 0 && !(fwd ? v.source_in_launch : v.dest_in_launch) &&
@@ -257,6 +279,21 @@ __device__ __forceinline__ void start_exchange(const LaunchArgs& a, const BlockS
       v.fwd_in.release<PUTS>(a.epoch, s.sys);
     else
       v.rev_in.release<PUTS>(a.epoch, s.sys);
+  }
+  return true;
+}
+
+// The block's end (every thread calls it, after start_exchange): the launch's last block to
+// finish advances the exchange counter, every block having read it by then.
+__device__ __forceinline__ void finish_launch(const LaunchArgs& a, int direction) {
+  if (a.advance == 0) return;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const u64 blocks = static_cast<u64>(gridDim.x) * gridDim.y * gridDim.z;
+  if (atomicAdd(&a.counters[2], 1ull) == blocks - 1) {
+    a.counters[2] = 0;
+    a.counters[direction] = a.epoch;
+    __threadfence();
   }
 }
 
@@ -353,8 +390,12 @@ __device__ inline bool wait_for_deps(const LaunchArgs& a, const PulseView& v, in
 // PUTS: some peer is reached by NVSHMEM puts (see the top of this file).
 template <class Real, bool PUTS, bool PROXIED = false>
 __global__ void __launch_bounds__(256, 1) forward_kernel(LaunchArgs a, Real* const* xs) {
+  if (!plan_in_force(a)) return;
   const BlockStart s = locate_block(a);
-  if (s.v == nullptr) return;
+  if (s.v == nullptr) {
+    if (start_exchange<PUTS>(a, s, 0)) finish_launch(a, 0);
+    return;
+  }
   const PulseView& v = *s.v;
   const int r = s.r, p = s.p, stride = s.stride, first = s.first;
   const bool sys = s.sys;
@@ -364,7 +405,7 @@ __global__ void __launch_bounds__(256, 1) forward_kernel(LaunchArgs a, Real* con
   // (plan data: see BlockStart); its coordinates only after.
   const int first_index = v.send_rank >= 0 && first < v.first_forwarded ? v.send_index[first] : 0;
   const FirstForwarded forwarded = first_forwarded_item(v, first, stride, v.send_rank >= 0);
-  start_exchange<PUTS>(a, s, 0);
+  if (!start_exchange<PUTS>(a, s, 0)) return;
   if (v.send_rank >= 0) {
     if (!wait_until_free<PROXIED>(a, v, p, 0, sys)) return;
     record(a, v.rank, p, trace_pack_begin, 0);
@@ -422,14 +463,19 @@ __global__ void __launch_bounds__(256, 1) forward_kernel(LaunchArgs a, Real* con
     }
     record(a, v.rank, p, trace_unpack_end, 0);
   }
+  finish_launch(a, 0);
 }
 
 template <class Real, bool PUTS, bool PROXIED = false>
 __global__ void __launch_bounds__(256, 1) reverse_kernel(LaunchArgs a, Real* const* fs) {
   // Reverse of pulse p: my received items' forces go back to recv_rank; the forces of the
   // items I sent come from send_rank.
+  if (!plan_in_force(a)) return;
   const BlockStart s = locate_block(a);
-  if (s.v == nullptr) return;
+  if (s.v == nullptr) {
+    if (start_exchange<PUTS>(a, s, 1)) finish_launch(a, 1);
+    return;
+  }
   const PulseView& v = *s.v;
   const int r = s.r, p = s.p, stride = s.stride, first = s.first;
   const bool sys = s.sys;
@@ -439,7 +485,7 @@ __global__ void __launch_bounds__(256, 1) reverse_kernel(LaunchArgs a, Real* con
   const int first_order =
       v.recv_rank >= 0 && first < v.rev_first_forwarded ? v.rev_order[first] : 0;
   const int first_home = v.send_rank >= 0 && first < v.first_forwarded ? v.send_index[first] : 0;
-  start_exchange<PUTS>(a, s, 1);
+  if (!start_exchange<PUTS>(a, s, 1)) return;
   if (v.recv_rank >= 0) {
     if (!wait_until_free<PROXIED>(a, v, p, 1, sys)) return;
     record(a, v.rank, p, trace_pack_begin, 1);
@@ -510,6 +556,7 @@ __global__ void __launch_bounds__(256, 1) reverse_kernel(LaunchArgs a, Real* con
     }
     record(a, v.rank, p, trace_unpack_end, 1);
   }
+  finish_launch(a, 1);
 }
 
 // The PUTS instantiations (device_halo_puts.cu; NVSHMEM builds only).

@@ -24,7 +24,8 @@ HALOX_HOST_DEVICE constexpr u64 data_signal(u64 exchange) {
 }
 
 /// flag: 0 nothing, 1 a wait timed out (`seen` is where the signal stood, `expected` what it
-/// waited for), 2 a self-test probe arrived with a wrong word (`seen` against `expected`).
+/// waited for), 2 a self-test probe arrived with a wrong word (`seen` against `expected`),
+/// 3 a launch captured in a CUDA graph on plan `seen` ran on plan `expected`.
 struct ErrorRecord {
   int flag, rank, peer, pulse, kind;
   u64 seen, expected;

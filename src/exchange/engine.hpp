@@ -46,6 +46,8 @@ class ParticleEngine {
   virtual int launches_per_exchange() const = 0;
   /// Throws HaloTimeoutError for a device-side wait that expired (GPU-initiated engines).
   virtual void check() const = 0;
+  /// Whether runs of device arrays may be captured into a CUDA graph.
+  virtual bool capturable() const = 0;
 };
 
 /// plans[f * ranks.count() + r]: field f's plan of this process's rank r (either locality).

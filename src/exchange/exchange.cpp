@@ -15,28 +15,6 @@
 
 namespace halox {
 
-namespace {
-
-// No particle transport can be captured in a CUDA graph yet: each run passes its exchange
-// counter from the host, so a replayed launch would wait for an old epoch forever. A call
-// inside a capture is refused here, never recorded into a graph that hangs on replay.
-// (Grids: GridEngine refuses per transport.)
-template <class Name>
-void refuse_capture(GpuStream stream, const char* what, Name&& transport) {
-#if HALOX_HAS_CUDA
-  if (!detail::capturing(stream)) return;
-  throw Error(std::string("halox::") + what +
-              ": called inside a CUDA graph capture; its transport (" + transport() +
-              ") cannot be captured (it takes each exchange's counter from the host, so a "
-              "replay would wait forever), and no particle transport can yet (capturable() "
-              "says so): call it outside the capture, between the graph's launches");
-#else
-  (void)stream, (void)what, (void)transport;
-#endif
-}
-
-}  // namespace
-
 std::string to_string(TransportKind kind) {
   switch (kind) {
     case TransportKind::host: return "host";
@@ -313,9 +291,6 @@ bool GridExchange::capturable() const {
 void GridExchange::check() const {
   m_impl->engine->check();
 }
-bool ParticleExchange::capturable() const {
-  return false;
-}
 
 std::string GridExchange::transport_name(const void* field) const {
   return m_impl->engine->transport_name(field);
@@ -340,11 +315,6 @@ struct ParticleExchange::Impl {
   void run(bool forward, std::span<void* const> arrays, std::span<const GpuStream> streams) {
     const OneCallerAtATime guard(busy, "ParticleExchange");
     require_arrays(arrays, "ParticleExchange");
-    for (const GpuStream stream : streams) {
-      refuse_capture(
-          stream, forward ? "ParticleExchange::forward_async" : "ParticleExchange::reverse_async",
-          [&] { return to_string(transport); });
-    }
     trace::Scope scope(forward ? "halo forward" : "halo reverse",
                        ranks.in_process() ? 0 : ranks.topology().rank());
     engine->run(forward, arrays, streams, stats);
@@ -432,6 +402,9 @@ void ParticleExchange::reset_stats() {
 }
 std::vector<int> ParticleExchange::devices() const {
   return m_impl->engine->devices();
+}
+bool ParticleExchange::capturable() const {
+  return m_impl->engine->capturable();
 }
 void ParticleExchange::check() const {
   m_impl->engine->check();

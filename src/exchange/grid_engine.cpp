@@ -88,14 +88,16 @@ class RankGridEngine final : public GridEngine {
     // One instance's run: inside a capture only where the graph can replay it.
     auto run = [&](const Connection& connection, std::span<void* const> arrays, int instance) {
       if (capture) {
-        chooser.require_capturable(connection, arrays, instance, "GridExchange::exchange_async");
+        chooser.require_capturable(connection, Direction::forward, arrays, instance,
+                                   "GridExchange::exchange_async");
       }
       chooser.connected(fields[0], device, connection, instance)
           .run_async(Direction::forward, arrays, streams, stats);
     };
     const std::size_t count = per_field_host.size();
     if (capture && !chooser.device_capturable()) {
-      chooser.require_capturable(all_device, fields, 0, "GridExchange::exchange_async");
+      chooser.require_capturable(all_device, Direction::forward, fields, 0,
+                                 "GridExchange::exchange_async");
     }
     const int most = chooser.for_field(fields[0], device).capabilities().fields_per_run;
     if (count == 1 || most == 0 || static_cast<int>(count) <= most) {

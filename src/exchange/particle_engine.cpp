@@ -69,12 +69,28 @@ class RankParticleEngine final : public ParticleEngine {
     }
     const bool on_device = chooser.on_device(arrays[0]);
     on_host = !on_device;
-    if (on_device) chooser.resolve(plan_list[0], item);
+    const Direction direction = forward ? Direction::forward : Direction::reverse;
+#if HALOX_HAS_CUDA
+    bool capture = false;
+    for (const GpuStream s : streams) capture = capture || (on_device && capturing(s));
+#else
+    const bool capture = false;
+#endif
+    if (capture) {  // never a collective or a set-up inside a CUDA graph capture
+      chooser.require_capturable(
+          device, direction, arrays, 0,
+          forward ? "ParticleExchange::forward_async" : "ParticleExchange::reverse_async");
+    } else if (on_device) {
+      chooser.resolve(plan_list[0], item);
+    }
     Transport& t = chooser.connected(arrays[0], on_device, on_device ? device : host);
     // The gather and scatter kernels of the stream-ordered transports read the indices on the
     // device; the GPU-initiated kernels keep their own.
     if (on_device && !t.capabilities().device_initiated) prepare_device();
-    t.run_async(forward ? Direction::forward : Direction::reverse, arrays, streams, stats);
+    t.run_async(direction, arrays, streams, stats);
+  }
+  bool capturable() const override {
+    return chooser.device_capturable();
   }
 
   void finish_default_streams(std::span<void* const> arrays) override {

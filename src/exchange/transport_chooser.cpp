@@ -178,9 +178,8 @@ int TransportChooser::device_launches_per_run() const {
 namespace {
 
 // The kinds whose runs take every counter from the device (grids: the grid kernel, or the
-// copy kernels of local-pulse). Particles: none yet.
-bool capturable_kind(TransportKind kind, bool particle) {
-  if (particle) return false;
+// copy kernels of local-pulse; particles: the fused particle kernels).
+bool capturable_kind(TransportKind kind) {
   switch (kind) {
     case TransportKind::local_pulse:
     case TransportKind::local_fused:
@@ -192,12 +191,12 @@ bool capturable_kind(TransportKind kind, bool particle) {
   }
 }
 
-std::string capturable_kinds(bool particle) {
+std::string capturable_kinds() {
   std::string names;
   for (TransportKind kind : all_transports()) {
-    if (capturable_kind(kind, particle)) names += (names.empty() ? "" : ", ") + to_string(kind);
+    if (capturable_kind(kind)) names += (names.empty() ? "" : ", ") + to_string(kind);
   }
-  return names.empty() ? "none yet" : names + " (not through the host proxy)";
+  return names + " (not through the host proxy)";
 }
 
 }  // namespace
@@ -210,28 +209,27 @@ bool TransportChooser::device_capturable() const {
     made = true;
     if (!slot.transport->capturable()) return false;
   }
-  return made || capturable_kind(m_options.transport, m_particle);
+  return made || capturable_kind(m_options.transport);
 }
 
-void TransportChooser::require_capturable(const Connection& connection,
+void TransportChooser::require_capturable(const Connection& connection, Direction direction,
                                           std::span<void* const> fields, int instance,
                                           const std::string& call) const {
   const Slot* slot = instance < static_cast<int>(m_device.size()) ? &m_device[instance] : nullptr;
   const bool made = slot != nullptr && slot->transport != nullptr;
   const std::string name = made ? slot->transport->name() : to_string(m_options.transport);
   const bool known = made || m_options.transport != TransportKind::automatic;
-  if (known &&
-      (made ? !slot->transport->capturable() : !capturable_kind(m_options.transport, m_particle))) {
+  if (known && (made ? !slot->transport->capturable() : !capturable_kind(m_options.transport))) {
     throw Error("halox::" + call + ": called inside a CUDA graph capture, but its transport (" +
                 name +
                 ") cannot be captured: it waits on the host or takes its counters from "
                 "there, so a replay would move nothing or wait forever. Capturable: " +
-                capturable_kinds(m_particle) +
+                capturable_kinds() +
                 "; capturable() says so before. Call it outside the capture, between the "
                 "graph's launches, or choose one of those");
   }
   if (!made || slot->generation != m_generation || slot->connection != &connection ||
-      !slot->transport->set_up_for(fields)) {
+      !slot->transport->set_up_for(direction, fields)) {
     throw Error("halox::" + call + ": called inside a CUDA graph capture before its set-up: " +
                 "the first exchange of a plan, or of arrays at new addresses, maps the peers' " +
                 "buffers and builds the tables, which a graph cannot hold. Run one exchange of " +

@@ -59,7 +59,8 @@ class TransportChooser {
   /// Throws halox::Error, naming `call` and the transport, unless instance `instance`'s run
   /// of `fields` may be captured: a capturable transport, connected to `connection` and set
   /// up for these arrays by an earlier run (a capture cannot hold a set-up).
-  void require_capturable(const Connection& connection, std::span<void* const> fields, int instance,
+  void require_capturable(const Connection& connection, Direction direction,
+                          std::span<void* const> fields, int instance,
                           const std::string& call) const;
   const ExchangeOptions& options() const { return m_options; }
 

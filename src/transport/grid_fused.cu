@@ -82,7 +82,7 @@ class GridFusedTransport final : public Transport {
   bool capturable() const override {
     return m_ready ? !m_proxy->any() : m_proxy_policy != ProxyPolicy::every_peer;
   }
-  bool set_up_for(std::span<void* const> fields) const override {
+  bool set_up_for(Direction, std::span<void* const> fields) const override {
     if (!m_ready) return false;
     std::vector<std::uintptr_t> key;
     for (void* f : fields) key.push_back(reinterpret_cast<std::uintptr_t>(f) % 16);

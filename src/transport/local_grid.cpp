@@ -103,7 +103,7 @@ class LocalGridTransport final : public Transport {
   bool capturable() const override {
     return m_device;
   }
-  bool set_up_for(std::span<void* const> fields) const override {
+  bool set_up_for(Direction, std::span<void* const> fields) const override {
 #if HALOX_HAS_CUDA
     if (!m_fused_kernel) return true;  // copy_async sets up outside a capture itself
     if (m_fused.empty()) return false;

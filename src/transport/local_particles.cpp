@@ -149,6 +149,25 @@ class LocalParticleTransport final : public Transport {
     for (const Group& g : groups) g.halo->check();
 #endif
   }
+  bool capturable() const override {
+    return on_gpu;
+  }
+  // Each GPU's engine took these ranks' arrays last time (one call's arrays in rank order).
+  bool set_up_for(Direction direction, std::span<void* const> arrays) const override {
+#if HALOX_HAS_CUDA
+    if (!on_gpu || static_cast<int>(arrays.size()) != topology.size()) return false;
+    std::vector<void*> mine;
+    for (const Group& g : groups) {
+      mine.clear();
+      for (const int r : g.ranks) mine.push_back(arrays[r]);
+      if (!g.halo->set_up_for(direction == Direction::forward, mine)) return false;
+    }
+    return true;
+#else
+    (void)direction, (void)arrays;
+    return false;
+#endif
+  }
 
  private:
   Topology topology;

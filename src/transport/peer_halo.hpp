@@ -114,6 +114,11 @@ class PeerHalo {
   void reverse(void* f, GpuStream stream);
   void check() const;
   int launches_per_exchange() const { return m_halo->launches_per_exchange(); }
+  /// CUDA graphs (DeviceHalo::capturable, set_up_for).
+  bool capturable() const {
+    return m_proxy_policy != ProxyPolicy::every_peer && m_halo->capturable();
+  }
+  bool set_up_for(bool forward, void* array) const { return m_halo->set_up_for(forward, {array}); }
 
  private:
   /// Collective: the largest of every rank's `bytes`; symmetric blocks are that size on

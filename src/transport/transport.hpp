@@ -104,10 +104,10 @@ class Transport {
   /// Whether a run may be captured into a CUDA graph and replayed: its kernels take their
   /// counters from the device, and nothing is waited for or told on the host.
   virtual bool capturable() const { return false; }
-  /// Whether the runs of these fields have done their set-up (buffers, peer mapping,
-  /// tables at these addresses), which a capture cannot hold: the first run does it.
-  virtual bool set_up_for(std::span<void* const> fields) const {
-    (void)fields;
+  /// Whether the runs of these fields in `direction` have done their set-up (buffers, peer
+  /// mapping, tables at these addresses), which a capture cannot hold: the first run does it.
+  virtual bool set_up_for(Direction direction, std::span<void* const> fields) const {
+    (void)direction, (void)fields;
     return true;
   }
 

@@ -231,10 +231,15 @@ TEST(LocalEngine, TwentySevenRanks) {
 
 // --- hammer -------------------------------------------------------------------------------
 
-// `steps` forward + reverse exchanges of 8 ranks on `gpus` GPUs, every item of every
-// exchange checked on the device: data must be visible before its signal.
-void hammer(std::uint64_t seed, int gpus, long long steps, bool direct = true) {
-  HaloCase s = make_setup({2, 2, 2}, 2.4, seed, 2000);
+// `steps` forward + reverse exchanges of 8 ranks (or `dims`) on `gpus` GPUs, every item of
+// every exchange checked on the device: data must be visible before its signal. `graph`
+// (one GPU): one step captured in a CUDA graph in `mode` after one outside (its set-up), then
+// replayed `steps` times, the step's data set from a device counter; the host only calls
+// check() between replays.
+void hammer(std::uint64_t seed, int gpus, long long steps, bool direct = true, bool graph = false,
+            std::array<int, 3> dims = {2, 2, 2},
+            cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal) {
+  HaloCase s = make_setup(dims, 2.4, seed, 2000 * (dims[0] * dims[1] * dims[2]) / 8);
   const int n = s.topology.size();
   const std::vector<int> device_of = Ranks::spread_over_gpus(n, gpus);
   ExchangeOptions options;
@@ -269,23 +274,58 @@ void hammer(std::uint64_t seed, int gpus, long long steps, bool direct = true) {
     stream_of[r] = streams.streams[at - devices.begin()];
   }
   const std::vector<void*> xp(x.begin(), x.end()), fp(f.begin(), f.end());
-  for (long long step = 1; step <= steps; ++step) {
+  auto one_step = [&](long long step, const long long* replay) {
     for (int r = 0; r < n; ++r) {
       CUDA_OK(cudaSetDevice(device_of[r]));
       set_step<<<64, 256, 0, stream_of[r]>>>(x[r], start[r], s.plans[r].home_count,
-                                             s.plans[r].total_count, step);
-      set_forces<<<64, 256, 0, stream_of[r]>>>(f[r], s.plans[r].total_count, step);
+                                             s.plans[r].total_count, step, replay);
+      set_forces<<<64, 256, 0, stream_of[r]>>>(f[r], s.plans[r].total_count, step, replay);
     }
     exchange.forward_async(xp, streams.streams);
     exchange.reverse_async(fp, streams.streams);
     for (int r = 0; r < n; ++r) {
       CUDA_OK(cudaSetDevice(device_of[r]));
       check_step<<<64, 256, 0, stream_of[r]>>>(x[r], start[r], s.plans[r].total_count, step,
-                                               wrong[r]);
+                                               wrong[r], replay);
       check_forces<<<64, 256, 0, stream_of[r]>>>(f[r], copies[r], s.plans[r].home_count, step,
-                                                 wrong[r] + 1);
+                                                 wrong[r] + 1, replay);
     }
-    if (step % 1000 == 0) streams.synchronize();
+  };
+  if (graph) {
+    ASSERT_EQ(gpus, 1);
+    ASSERT_TRUE(exchange.capturable());
+    const cudaStream_t stream = streams.streams[0];
+    long long* replay = nullptr;
+    CUDA_OK(cudaMalloc(&replay, sizeof(long long)));
+    CUDA_OK(cudaMemset(replay, 0, sizeof(long long)));
+    one_step(1, nullptr);  // the set-up, outside the capture
+    cudaGraph_t captured = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(stream, mode));
+    one_step(2, replay);  // replay k moves step 2 + k
+    count_replay<<<1, 1, 0, stream>>>(replay);
+    CUDA_OK(cudaStreamEndCapture(stream, &captured));
+    cudaGraphExec_t exec = nullptr;
+    CUDA_OK(cudaGraphInstantiate(&exec, captured, 0));
+    for (long long k = 1; k <= steps; ++k) {
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      if (k % 1000 == 0) {
+        streams.synchronize();
+        exchange.check();  // the application's check between replays
+      }
+    }
+    streams.synchronize();
+    long long replays = 0;
+    CUDA_OK(cudaMemcpy(&replays, replay, sizeof replays, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(replays, steps);
+    one_step(steps + 2, nullptr);  // a call outside the graph after its replays
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(captured);
+    cudaFree(replay);
+  } else {
+    for (long long step = 1; step <= steps; ++step) {
+      one_step(step, nullptr);
+      if (step % 1000 == 0) streams.synchronize();
+    }
   }
   streams.synchronize();
   CUDA_OK(cudaSetDevice(0));
@@ -301,9 +341,9 @@ void hammer(std::uint64_t seed, int gpus, long long steps, bool direct = true) {
                         << " GPU(s)";
   EXPECT_EQ(bad[1], 0u) << "wrong forces over " << steps << " exchanges on " << gpus << " GPU(s)";
   std::printf(
-      "GPU: %lld forward + reverse exchanges of 8 local ranks on %d GPU(s) (%s in launch), every "
-      "item checked\n",
-      steps, gpus, direct ? "direct" : "staged");
+      "GPU: %lld forward + reverse exchanges of %d local ranks on %d GPU(s) (%s in launch%s), "
+      "every item checked\n",
+      steps, n, gpus, direct ? "direct" : "staged", graph ? ", replays of a CUDA graph" : "");
   for (auto* p : start) cudaFree(p);
   for (auto* p : x) cudaFree(p);
   for (auto* p : f) cudaFree(p);
@@ -316,6 +356,91 @@ TEST(LocalEngine, TenThousandExchangesCheckedItemByItem) {
   const long long steps = halox::testing::env_count("HALOX_HAMMER_STEPS", 10000);
   hammer(seed, 1, steps);
   hammer(seed + 1, 1, steps / 5, false);
+}
+
+// CUDA graphs: forward + reverse captured once and replayed 10,000 times, 8 and 27 ranks,
+// direct and staged in launch, each capture mode.
+TEST(LocalEngine, TenThousandReplaysOfACapturedStep) {
+  const auto seed = test_seed("LocalEngine.Graph");
+  const long long steps = halox::testing::env_count("HALOX_HAMMER_STEPS", 10000);
+  hammer(seed, 1, steps, true, true);
+  hammer(seed + 1, 1, steps, false, true, {2, 2, 2}, cudaStreamCaptureModeThreadLocal);
+  hammer(seed + 2, 1, steps, true, true, {3, 3, 3}, cudaStreamCaptureModeRelaxed);
+}
+
+// A graph replayed after a new plan moves nothing and says so through check(); the next
+// plan clears it, and a graph captured again replays right.
+TEST(LocalEngine, AGraphOfAnEarlierPlanIsRefusedThenCapturedAgain) {
+  const auto seed = test_seed("LocalEngine.GraphReplan");
+  HaloCase first = make_setup({2, 2, 2}, 2.4, seed, 2000);
+  ExchangeOptions options;
+  options.transport = TransportKind::local_fused;
+  ParticleExchange exchange(Ranks::local(first.topology), first.plans, BasicKind::float64, options);
+  std::vector<double*> x = upload<double>(first.xyz);
+  const std::vector<void*> xp(x.begin(), x.end());
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  exchange.forward_async(xp, stream);  // the set-up
+  cudaGraph_t captured = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  exchange.forward_async(xp, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &captured));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&exec, captured, 0));
+  CUDA_OK(cudaGraphLaunch(exec, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  exchange.check();
+  HaloCase second = make_setup({2, 2, 2}, 2.4, seed + 1, 3000);
+  exchange.set_plans(second.plans);
+  CUDA_OK(cudaGraphLaunch(exec, stream));  // the first plan's graph
+  CUDA_OK(cudaStreamSynchronize(stream));
+  std::string what;
+  try {
+    exchange.check();
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("a CUDA graph captured on plan 1 was replayed after the exchange moved to "
+                      "plan 2"),
+            std::string::npos)
+      << what;
+  // The second plan again (its exchanges checked by hammer's kind of kernels elsewhere): a
+  // graph of it replays.
+  exchange.set_plans(second.plans);
+  std::vector<double*> y = upload<double>(second.xyz);
+  const std::vector<void*> yp(y.begin(), y.end());
+  exchange.forward_async(yp, stream);
+  cudaGraph_t again = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  exchange.forward_async(yp, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &again));
+  cudaGraphExec_t exec_again = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&exec_again, again, 0));
+  // The halos poisoned, then filled by the replays alone: against the plan's own coordinates
+  // (the builder's halo positions).
+  for (std::size_t r = 0; r < y.size(); ++r) {
+    std::vector<double> poisoned = second.xyz[r];
+    std::fill(poisoned.begin() + 3 * second.plans[r].home_count, poisoned.end(), std::nan(""));
+    CUDA_OK(cudaMemcpy(y[r], poisoned.data(), poisoned.size() * sizeof(double),
+                       cudaMemcpyHostToDevice));
+  }
+  for (int k = 0; k < 100; ++k) CUDA_OK(cudaGraphLaunch(exec_again, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  EXPECT_NO_THROW(exchange.check());
+  for (std::size_t r = 0; r < y.size(); ++r) {
+    std::vector<double> got(second.xyz[r].size());
+    CUDA_OK(cudaMemcpy(got.data(), y[r], got.size() * sizeof(double), cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      wrong += !(std::fabs(got[k] - second.xyz[r][k]) <= 1e-9 * (1 + std::fabs(got[k])));
+    }
+    EXPECT_EQ(wrong, 0) << "rank " << r << " of " << got.size() / 3 << " items";
+  }
+  for (cudaGraphExec_t e : {exec, exec_again}) cudaGraphExecDestroy(e);
+  for (cudaGraph_t g : {captured, again}) cudaGraphDestroy(g);
+  for (auto* p : x) cudaFree(p);
+  for (auto* p : y) cudaFree(p);
+  cudaStreamDestroy(stream);
 }
 
 // Every visible GPU driven from this process (one GPU: the explicit-device path on it).

@@ -68,9 +68,12 @@ HammerCase make_case(std::array<int, 3> dims, double cutoff, std::uint64_t seed,
 }
 
 // `steps` forward + reverse exchanges of the case's plan (the exchange has it), queued on
-// `stream`, every item of every exchange checked on the device.
+// `stream`, every item of every exchange checked on the device. `graph`: the step pattern
+// of the first five steps (a second forward at step 3, a second reverse at step 5) captured
+// in a CUDA graph after one step outside (its set-up), and replayed steps / 5 times, each
+// replay's data from a device counter; the host calls only check() between replays.
 void hammer_steps(ParticleExchange& exchange, const HammerCase& c, cudaStream_t stream,
-                  long long steps) {
+                  long long steps, bool graph = false) {
   const long long home = c.plan.home_count, total = c.plan.total_count;
   double *start = nullptr, *x = nullptr, *f = nullptr;
   int* dev_copies = nullptr;
@@ -89,22 +92,55 @@ void hammer_steps(ParticleExchange& exchange, const HammerCase& c, cudaStream_t 
   // direction before it implies it is free); two of one direction in a row wait. Some steps
   // add a forward before theirs or a reverse after it, each with data of its own, so that
   // all four hand-overs (forward and reverse after either) are hammered.
+  long long* replay = nullptr;  // graph: the device's count of replays
   auto forward = [&](long long value) {
-    set_step<<<64, 256, 0, stream>>>(x, start, home, total, value);
+    set_step<<<64, 256, 0, stream>>>(x, start, home, total, value, replay);
     exchange.forward_async(x, stream);
-    check_step<<<64, 256, 0, stream>>>(x, start, total, value, wrong);
+    check_step<<<64, 256, 0, stream>>>(x, start, total, value, wrong, replay);
   };
   auto reverse = [&](long long value) {
-    set_forces<<<64, 256, 0, stream>>>(f, total, value);
+    set_forces<<<64, 256, 0, stream>>>(f, total, value, replay);
     exchange.reverse_async(f, stream);
-    check_forces<<<64, 256, 0, stream>>>(f, dev_copies, home, value, wrong + 1);
+    check_forces<<<64, 256, 0, stream>>>(f, dev_copies, home, value, wrong + 1, replay);
   };
-  for (long long step = 1; step <= steps; ++step) {
+  auto one_step = [&](long long step) {
     if (step % 3 == 0) forward(steps + step);
     forward(step);
     reverse(step);
     if (step % 5 == 0) reverse(step + 3);
-    if (step % 1000 == 0) CUDA_OK(cudaStreamSynchronize(stream));
+  };
+  if (graph) {
+    ASSERT_TRUE(exchange.capturable()) << c.where;
+    one_step(1);  // the set-up, outside the capture
+    CUDA_OK(cudaMalloc(&replay, sizeof(long long)));
+    CUDA_OK(cudaMemset(replay, 0, sizeof(long long)));
+    cudaGraph_t captured = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    for (long long step = 1; step <= 5; ++step) one_step(step);
+    count_replay<<<1, 1, 0, stream>>>(replay);
+    CUDA_OK(cudaStreamEndCapture(stream, &captured));
+    cudaGraphExec_t exec = nullptr;
+    CUDA_OK(cudaGraphInstantiate(&exec, captured, 0));
+    for (long long k = 1; k <= steps / 5; ++k) {
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      if (k % 200 == 0) {
+        CUDA_OK(cudaStreamSynchronize(stream));
+        exchange.check();
+      }
+    }
+    CUDA_OK(cudaStreamSynchronize(stream));
+    long long replays = 0;
+    CUDA_OK(cudaMemcpy(&replays, replay, sizeof replays, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(replays, steps / 5);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(captured);
+    cudaFree(replay);
+    replay = nullptr;
+  } else {
+    for (long long step = 1; step <= steps; ++step) {
+      one_step(step);
+      if (step % 1000 == 0) CUDA_OK(cudaStreamSynchronize(stream));
+    }
   }
   CUDA_OK(cudaStreamSynchronize(stream));
   unsigned long long bad[2] = {0, 0};
@@ -126,13 +162,25 @@ void hammer_steps(ParticleExchange& exchange, const HammerCase& c, cudaStream_t 
   cudaFree(wrong);
 }
 
-void hammer(std::array<int, 3> dims, double cutoff, std::uint64_t seed, long long steps) {
+void hammer(std::array<int, 3> dims, double cutoff, std::uint64_t seed, long long steps,
+            bool graph = false) {
   const HammerCase c = make_case(dims, cutoff, seed, 2000);
   ParticleExchange exchange(c.topology, c.plan, BasicKind::float64, {test_transport(), 96});
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
-  hammer_steps(exchange, c, stream, steps);
+  hammer_steps(exchange, c, stream, steps, graph);
   cudaStreamDestroy(stream);
+}
+
+// CUDA graphs: the queued pattern above captured once, 2,000 replays of 5 steps (10,000
+// forward + reverse pairs and 5,333 more exchanges), every item checked on the device.
+TEST(PeerTransports, TenThousandStepsReplayedFromACapturedGraph) {
+  if (!gpu_initiated(test_transport())) GTEST_SKIP() << "GPU-initiated transports only";
+  if (visible_gpus() == 0) GTEST_SKIP() << "no GPU";
+  const auto seed = test_seed("PeerTransports.Graph");
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  hammer({1, 1, size}, 2.4, seed, env_count("HALOX_HAMMER_STEPS", 10000), true);
 }
 
 TEST(PeerTransports, ThousandsOfQueuedExchangesCheckedItemByItem) {

@@ -11,6 +11,7 @@
 
 #include "../common/particle_world.hpp"
 #include "../common/seed.hpp"
+#include "halox/config.hpp"
 #include "halox/exchange.hpp"
 
 using namespace halox;
@@ -107,6 +108,24 @@ TEST(LocalParticles, WrongNumberOfArraysIsRefused) {
   ExchangeOptions staged;
   staged.transport = TransportKind::staged;
   EXPECT_THROW(ParticleExchange(Ranks::local(topology), plans, BasicKind::float64, staged), Error);
+}
+
+// CUDA graphs: the local ranks' GPU kernels (local-fused, the default, and local-pulse) can be
+// captured, in a CUDA build; a CPU build has no graph to capture into. (The captures and
+// replays themselves: gpu.local_engine's LocalEngine.TenThousandReplaysOfACapturedStep.)
+TEST(LocalParticles, TheQuerySaysWhetherAGraphCanHoldTheExchange) {
+  const Topology topology({2, 1, 1}, {true, true, true}, 0);
+  const World w = make_world(11, 200);
+  std::vector<std::vector<double>> xyz(2);
+  std::vector<std::vector<int>> ids(2);
+  for (int r = 0; r < 2; ++r) home_of(w, topology, r, ids[r], xyz[r]);
+  const std::vector<ParticlePlan> plans = build_local_particle_plans(topology, w.box, 2.0, xyz);
+  for (TransportKind kind : {TransportKind::automatic, TransportKind::local_pulse}) {
+    ExchangeOptions options;
+    options.transport = kind;
+    const ParticleExchange exchange(Ranks::local(topology), plans, BasicKind::float64, options);
+    EXPECT_EQ(exchange.capturable(), HALOX_HAS_CUDA != 0) << to_string(kind);
+  }
 }
 
 // A plan edited so that it reads or writes outside its arrays is refused when an exchange
