@@ -392,6 +392,9 @@ TEST(LocalEngine, AGraphOfAnEarlierPlanIsRefusedThenCapturedAgain) {
   exchange.check();
   HaloCase second = make_setup({2, 2, 2}, 2.4, seed + 1, 3000);
   exchange.set_plans(second.plans);
+  std::vector<double*> y = upload<double>(second.xyz);
+  const std::vector<void*> yp(y.begin(), y.end());
+  exchange.forward_async(yp, stream);      // the new plan is installed by its first exchange
   CUDA_OK(cudaGraphLaunch(exec, stream));  // the first plan's graph
   CUDA_OK(cudaStreamSynchronize(stream));
   std::string what;
@@ -407,8 +410,6 @@ TEST(LocalEngine, AGraphOfAnEarlierPlanIsRefusedThenCapturedAgain) {
   // The second plan again (its exchanges checked by hammer's kind of kernels elsewhere): a
   // graph of it replays.
   exchange.set_plans(second.plans);
-  std::vector<double*> y = upload<double>(second.xyz);
-  const std::vector<void*> yp(y.begin(), y.end());
   exchange.forward_async(yp, stream);
   cudaGraph_t again = nullptr;
   CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));

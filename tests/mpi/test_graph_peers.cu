@@ -42,6 +42,7 @@ TEST(GraphPeers, ReplaysOrARefusalNamingTheTransport) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const Topology grid = Topology::from_mpi(MPI_COMM_WORLD, {size, 1, 1});
+  const auto at = grid.coords();
   const std::array<long long, 3> interior = {7, 5, 6};
   const int halo = 2;
   ExchangeOptions options;
@@ -56,12 +57,11 @@ TEST(GraphPeers, ReplaysOrARefusalNamingTheTransport) {
   ASSERT_EQ(cudaMalloc(&field, cells * sizeof(double)), cudaSuccess);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  void* fields[] = {field};
-  exchange.exchange_async(fields, stream);  // the set-up, outside the capture
+  const std::vector<void*> fields = {field};  // (a bare array would pick the void* overload)
+  exchange.exchange_async(fields, stream);    // the set-up, outside the capture
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   const bool expected = should_capture(kind);
   EXPECT_EQ(exchange.capturable(), expected) << to_string(kind);
-  const auto at = grid.coords();
   const std::vector<GraphRank> ranks = {
       {field, {at[0] * interior[0], 0, 0}, {interior[0], interior[1], interior[2]}}};
   const GraphGrid g{{interior[0] * size, interior[1], interior[2]}, halo};
