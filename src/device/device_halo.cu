@@ -139,15 +139,16 @@ struct DeviceHalo::Impl {
     capacity.clear();
   }
 
-  LaunchArgs args(int first_pulse) const {
+  LaunchArgs args(int first_pulse, u64 epoch, bool captured_launch) const {
     LaunchArgs a{};
     a.views = views;
     a.tables = tables;
     a.npulses = npulses;
     a.first_pulse = first_pulse;
     a.blocks = grid_blocks;
+    a.epoch = epoch;  // a captured launch reads it on the device
+    a.plan = captured_launch ? plan : 0;
     a.counters = counters;
-    a.plan = plan;
     a.timeout_ns = static_cast<u64>(options.timeout_seconds * 1e9);
     a.error = errors.sink();
     a.stall_rank = options.testing.stall_rank;
@@ -245,7 +246,7 @@ struct DeviceHalo::Impl {
   template <class Real>
   void launch(bool forward, const std::vector<void*>& arrays, GpuStream stream) {
     Real* const* table = static_cast<Real* const*>(pointer_table(forward, arrays, stream));
-    ++(forward ? fwd_epoch : rev_epoch);  // the kernels count on the device
+    const u64 epoch = ++(forward ? fwd_epoch : rev_epoch);  // replays count on the device
     const unsigned nranks = static_cast<unsigned>(ranks.size());
     if (npulses == 0) return;
     const int direction = forward ? 0 : 1;
@@ -261,7 +262,9 @@ struct DeviceHalo::Impl {
     const dim3 grid(grid_blocks, all ? npulses : 1, nranks);
     for (int k = 0; k < (all ? 1 : npulses); ++k) {
       const int p = all ? 0 : forward ? k : npulses - 1 - k;
-      LaunchArgs a = args(p);
+      // Once any launch was captured, replays move the counters on the device, where every
+      // later launch reads them (the host's count falls behind).
+      LaunchArgs a = args(p, epoch, captured);
       a.peers_known_free = peers_known_free ? 1 : 0;
       a.advance = k == (all ? 0 : npulses - 1) ? 1 : 0;
       // Not traced in a CUDA graph: a replay would write the one launch's records again.

@@ -126,15 +126,16 @@ struct LaunchArgs {
   int first_pulse;  // per-pulse launches: the pulse (grid.y == 1); all: 0
   int blocks;       // blocks per (rank, pulse)
   // The exchange counters (device memory: [0] forward, [1] reverse, the last exchange's
-  // epoch; [2] blocks of the launch finished; [3] the plan in force), so that a launch captured in
-  // a CUDA graph moves a new exchange at every replay: each block reads its direction's after
-  // wait_for_previous_kernel into `epoch` (the signal value of this exchange), and the
-  // launch's last block to finish advances it where `advance` says this launch is the
-  // exchange's last (one per pulse: the last pulse's).
+  // epoch; [2] blocks of the launch finished; [3] the plan in force), so that a launch
+  // captured in a CUDA graph (`plan` not 0) moves a new exchange at every replay: each block
+  // reads its direction's after wait_for_previous_kernel into `epoch`, and the launch's last
+  // block to finish advances it where `advance` says this launch is the exchange's last
+  // (one per pulse: the last pulse's). A launch of the host's (`plan` 0) takes `epoch` from
+  // the host and block 0 stores it there, which costs its critical path nothing.
   u64* counters;
-  u64 plan;  // the plan this launch was made for: a graph replayed after a new plan stops
+  u64 plan;  // captured launches: the plan they were made for (a replay after a new plan stops)
   int advance;
-  u64 epoch;  // set on the device (start_exchange), not by the host
+  u64 epoch;  // the signal value of this exchange
   u64 timeout_ns;
   ErrorSink error;
   int stall_rank;
@@ -241,6 +242,7 @@ struct BlockStart {
 // False when this launch was captured in a CUDA graph on an earlier plan: its views and
 // staging may be gone, so nothing of them is read; recorded for the host (flag 3).
 __device__ __forceinline__ bool plan_in_force(const LaunchArgs& a) {
+  if (a.plan == 0) return true;  // the host's launch: of the plan in force
   const u64 now = reinterpret_cast<const volatile u64*>(a.counters)[3];
   if (now == a.plan) return true;
   if (threadIdx.x == 0) report_error(a.error, 3, -1, -1, -1, 0, a.plan, now);
@@ -268,8 +270,14 @@ __device__ __forceinline__ BlockStart locate_block(const LaunchArgs& a) {
 template <bool PUTS>
 __device__ __forceinline__ bool start_exchange(LaunchArgs& a, const BlockStart& s, int direction) {
   wait_for_previous_kernel();
-  if (*reinterpret_cast<const volatile int*>(a.error.claim) != 0) return false;
-  a.epoch = reinterpret_cast<const volatile u64*>(a.counters)[direction] + 1;
+  if (a.plan != 0) {  // both loads in flight before either is needed
+    const int failed = *reinterpret_cast<const volatile int*>(a.error.claim);
+    a.epoch = reinterpret_cast<const volatile u64*>(a.counters)[direction] + 1;
+    if (failed != 0) return false;
+  } else if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0 &&
+             a.advance != 0) {
+    a.counters[direction] = a.epoch;  // where a later captured launch starts from
+  }
   if (s.v == nullptr) return true;  // the rank stalled on purpose (tests) only counts below
   const PulseView& v = *s.v;
   const bool fwd = direction == 0;
@@ -286,7 +294,7 @@ __device__ __forceinline__ bool start_exchange(LaunchArgs& a, const BlockStart& 
 // The block's end (every thread calls it, after start_exchange): the launch's last block to
 // finish advances the exchange counter, every block having read it by then.
 __device__ __forceinline__ void finish_launch(const LaunchArgs& a, int direction) {
-  if (a.advance == 0) return;
+  if (a.advance == 0 || a.plan == 0) return;
   __syncthreads();
   if (threadIdx.x != 0) return;
   const u64 blocks = static_cast<u64>(gridDim.x) * gridDim.y * gridDim.z;
