@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../common/cuda_check.hpp"
+#include "../common/step_graphs.hpp"
 #include "backend.hpp"
 #include "halox/device.hpp"
 #include "halox/error.hpp"
@@ -159,9 +160,6 @@ class GpuBackend final : public Backend {
   }
   ~GpuBackend() override {
     release();
-    for (cudaGraphExec_t g : m_graphs) {
-      if (g) cudaGraphExecDestroy(g);
-    }
     for (cudaEvent_t e : m_marks) {
       if (e) cudaEventDestroy(e);
     }
@@ -312,24 +310,10 @@ class GpuBackend final : public Backend {
   }
   GpuStream stream_handle() override { return m_stream; }
   void synchronize() override { LBM_CUDA(cudaStreamSynchronize(m_stream)); }
-  // Global mode, the strictest: a call inside the step that is unsafe during a capture (an
-  // allocation, a synchronisation) fails the capture instead of passing unnoticed.
-  void begin_capture() override {
-    LBM_CUDA(cudaStreamBeginCapture(m_stream, cudaStreamCaptureModeGlobal));
-  }
-  void end_capture(int k) override {
-    cudaGraph_t graph = nullptr;
-    LBM_CUDA(cudaStreamEndCapture(m_stream, &graph));
-    const cudaError_t rc = cudaGraphInstantiate(&m_graphs.at(k), graph, 0);
-    cudaGraphDestroy(graph);
-    LBM_CUDA(rc);
-  }
-  void abandon_capture() override {
-    cudaGraph_t graph = nullptr;
-    if (cudaStreamEndCapture(m_stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
-    cudaGetLastError();
-  }
-  void replay(int k) override { LBM_CUDA(cudaGraphLaunch(m_graphs.at(k), m_stream)); }
+  void begin_capture() override { m_graphs.begin(m_stream); }
+  void end_capture(int k) override { m_graphs.end(k); }
+  void abandon_capture() override { m_graphs.abandon(); }
+  void replay(int k) override { m_graphs.replay(k, m_stream); }
   void mark(int point) override {
     if (!m_marks[0]) {
       for (cudaEvent_t& e : m_marks) LBM_CUDA(cudaEventCreate(&e));
@@ -426,7 +410,7 @@ class GpuBackend final : public Backend {
   cudaStream_t m_side = nullptr;  // the overlap variant's interior stream
   cudaEvent_t m_fork = nullptr, m_join = nullptr;
   cudaEvent_t m_order = nullptr;              // wait_for's
-  std::array<cudaGraphExec_t, 2> m_graphs{};  // --graph: the step of each parity
+  apps::StepGraphs m_graphs{"halox-lbm: "};   // --graph: the step of each parity
   std::array<cudaEvent_t, kMarks> m_marks{};  // the phase-timing points, made at first use
   Fields<Real> m_f;
   std::vector<void*> m_raw;  // what cudaMalloc returned (m_f's pointers are offset)

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "halox/error.hpp"
 #include "halox/exchange.hpp"
 
 namespace halox::md {
@@ -97,6 +98,15 @@ class Backend {
   virtual GpuStream stream() { return nullptr; }
   /// Waits for queued work.
   virtual void synchronize() = 0;
+  /// --graph: the work queued on this back end's stream between begin_capture and
+  /// end_capture(k) becomes graph k (captured again: updated in place where it can be),
+  /// which replay(k) queues again; abandon_capture ends a capture that failed. GPU only.
+  virtual void begin_capture() {
+    throw Error("halox-md: --graph captures CUDA graphs: it needs --device gpu");
+  }
+  virtual void end_capture(int k) { (void)k; }
+  virtual void abandon_capture() {}
+  virtual void replay(int k) { (void)k; }
   /// The phases of every rank of this process (`ranks`: back ends of this one's kind,
   /// sharing its stream, this one first), each in one launch on the GPU: a grid over a table
   /// of the ranks' arrays instead of a launch per rank (launches, not the work, bound a step

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "../common/cuda_check.hpp"
+#include "../common/step_graphs.hpp"
 #include "backend.hpp"
 #include "halox/device.hpp"
 #include "halox/error.hpp"
@@ -619,6 +620,10 @@ class GpuBackend final : public Backend {
   void* force_array() override { return m_f.get(); }
   GpuStream stream() override { return m_stream; }
   void synchronize() override { MD_CUDA(cudaStreamSynchronize(m_stream)); }
+  void begin_capture() override { m_graphs.begin(m_stream); }
+  void end_capture(int k) override { m_graphs.end(k); }
+  void abandon_capture() override { m_graphs.abandon(); }
+  void replay(int k) override { m_graphs.replay(k, m_stream); }
   double timed(const std::function<void()>& work) override {
     if (!m_event_start) {
       MD_CUDA(cudaEventCreate(&m_event_start));
@@ -774,8 +779,9 @@ class GpuBackend final : public Backend {
   cudaStream_t m_stream = nullptr;
   bool m_own_stream = true;  // false: a stream shared with other ranks, owned by its creator
   cudaEvent_t m_event_start = nullptr, m_event_stop = nullptr;
-  std::vector<cudaEvent_t> m_events;  // the ring of the timed phases
-  std::uint64_t m_recorded = 0;       // recordings so far
+  apps::StepGraphs m_graphs{"halox-md: "};  // --graph: the steps between searches
+  std::vector<cudaEvent_t> m_events;        // the ring of the timed phases
+  std::uint64_t m_recorded = 0;             // recordings so far
   std::deque<Pending> m_pending;
   DeviceArray<Real> m_x, m_v, m_f;
   DeviceArray<Real> m_x_load;  // home coordinates at the last load (the list's validity)

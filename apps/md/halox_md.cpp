@@ -82,6 +82,10 @@ Cli parse(int argc, char** argv) {
   line.output("--json", cli.json, "write thermo, timings and configuration as JSON");
   line.output("--dump-forces", cli.dump_forces, "write 'id fx fy fz' of every atom at step 0");
   line.flag("--quiet", cli.quiet, "no thermo table");
+  line.flag("--graph", c.graph,
+            "GPU: the steps between searches captured in CUDA graphs (one per kind of step, "
+            "again after each search) and replayed; thermo and search steps run as ever "
+            "(transports local-*, ipc-*, nvshmem-fused/pulse)");
   line.output("--trace", cli.trace, "Chrome trace JSON (Perfetto) of the last 4 steps, all ranks");
   line.watchdog(cli.watchdog);
   line.parse(argc, argv);
@@ -162,11 +166,12 @@ void report_thermo(Simulation& sim, std::vector<Thermo>& thermo, bool quiet, int
 // least, mean and most over the processes, with the mean's share of the loop; "other" (the
 // loop's time in no phase: reductions, thermo output, host gaps) makes the shares add up to
 // 100%. The search's parts are rank 0's, per search (host clock).
-constexpr int kPhases = 5, kSearchParts = 6;
-constexpr const char* kPhaseNames[kPhases] = {"force", "halo forward", "halo reverse",
-                                              "integration", "neighbour search"};
-constexpr const char* kPhaseKeys[kPhases] = {"force", "halo_forward", "halo_reverse", "integrate",
-                                             "search"};
+// "graphed steps": --graph's replayed steps, whole (their phases are not timed apart).
+constexpr int kPhases = 6, kSearchParts = 6;
+constexpr const char* kPhaseNames[kPhases] = {"force",       "halo forward",     "halo reverse",
+                                              "integration", "neighbour search", "graphed steps"};
+constexpr const char* kPhaseKeys[kPhases] = {"force",     "halo_forward", "halo_reverse",
+                                             "integrate", "search",       "graphed"};
 constexpr const char* kSearchKeys[kSearchParts] = {"fetch", "migrate",  "plans",
                                                    "lists", "exchange", "list_wait"};
 struct Summary {
@@ -182,7 +187,8 @@ Summary summarize(Simulation& sim, const Cli& cli, const std::vector<Thermo>& th
                   int size) {
   const Timers t = sim.timers();
   Summary r;
-  double mine[kPhases + 1] = {t.force, t.halo_forward, t.halo_reverse, t.integrate, t.search, loop};
+  double mine[kPhases + 1] = {
+      t.force, t.halo_forward, t.halo_reverse, t.integrate, t.search, t.graphed, loop};
   double sum[kPhases + 1];
   halox::apps::reduce(mine, r.least, kPhases + 1, MPI_DOUBLE, MPI_MIN, "the summary's timings");
   halox::apps::reduce(mine, sum, kPhases + 1, MPI_DOUBLE, MPI_SUM, "the summary's timings");
@@ -228,7 +234,10 @@ void print_summary(const Summary& r, Simulation& sim, const Cli& cli, int size) 
                 cli.steps ? 1e6 * avg / cli.steps : 0.0,
                 r.loop_time > 0 ? 100 * avg / r.loop_time : 0.0);
   };
-  for (int k = 0; k < kPhases; ++k) row(kPhaseNames[k], r.least[k], r.mean[k], r.worst[k]);
+  for (int k = 0; k < kPhases; ++k) {
+    if (k == kPhases - 1 && !c.graph) continue;  // no graphed steps without --graph
+    row(kPhaseNames[k], r.least[k], r.mean[k], r.worst[k]);
+  }
   row("other", r.other, r.other, r.other);
   std::printf("neighbour search, us per search (rank 0):");
   for (int k = 0; k < kSearchParts; ++k) {
@@ -238,6 +247,13 @@ void print_summary(const Summary& r, Simulation& sim, const Cli& cli, int size) 
   std::printf("relative total energy drift over %d steps: %.3e\n", cli.steps, r.drift);
   std::printf("largest displacement between searches: %.4f (skin %.4f)\n", sim.max_displacement(),
               c.skin);
+  if (c.graph) {
+    const Timers& t = sim.timers();
+    std::printf(
+        "CUDA graph: %lld of %d steps replayed, %lld captures (one per kind of step and "
+        "search)\n",
+        static_cast<long long>(t.graphed_steps), cli.steps, static_cast<long long>(t.captures));
+  }
   if (c.prune > 0) {
     std::printf(
         "dynamic pruning every %d steps: largest displacement between prunes %.4f "
@@ -273,6 +289,7 @@ void write_summary_json(const Summary& r, Simulation& sim, const Cli& cli,
                  {"nstlist", c.nstlist},
                  {"prune", c.prune},
                  {"inner_skin", c.inner_skin},
+                 {"graph", c.graph},
                  {"steps", cli.steps}};
   j["thermo"] = Json::array();
   for (const Thermo& h : thermo) {
@@ -303,6 +320,10 @@ void write_summary_json(const Summary& r, Simulation& sim, const Cli& cli,
   for (int k = 0; k < kSearchParts; ++k)
     j["search_seconds_per_search"][kSearchKeys[k]] = r.search[k];
   j["max_displacement"] = sim.max_displacement();
+  if (c.graph) {
+    j["graphed_steps"] = sim.timers().graphed_steps;
+    j["captures"] = sim.timers().captures;
+  }
   if (c.prune > 0) {
     j["max_pruned_displacement"] = sim.max_pruned_displacement();
     j["prune_seconds"] = r.prune_seconds;  // part of timing's search

@@ -64,6 +64,7 @@ void validate(const Config& c, int ranks) {
   if (!(c.dt > 0)) fail("--dt must be positive");
   if (!(c.jitter >= 0 && c.jitter < 0.25)) fail("--jitter must be in [0, 0.25)");
   if (c.nstlist < 1) fail("--nstlist must be >= 1");
+  if (c.graph && c.device == "cpu") fail("--graph captures CUDA graphs: it needs --device gpu");
   if (c.prune < 0) fail("--prune must be >= 0");
   if (c.prune > 0 && !(c.inner_skin >= 0 && c.inner_skin <= c.skin)) {
     fail("--inner-skin must be in [0, --skin]");
@@ -303,6 +304,7 @@ void Simulation::migrate() {
 }
 
 void Simulation::neighbor_search(bool first) {
+  ++m_searches;  // a new plan: --graph captures its steps again
   // The steps before are queued without host waits: the search's clock starts once the GPU
   // has done them, so that it does not count their time again.
   if (!first) m_ranks.front().backend->synchronize();
@@ -386,6 +388,11 @@ void Simulation::set_up_exchange(std::vector<ParticlePlan> plans) {
                    ? std::make_unique<ParticleExchange>(Ranks::local(r.topology), std::move(plans),
                                                         real, options)
                    : std::make_unique<ParticleExchange>(r.topology, r.plan, real, options);
+  if (m_config.graph && !m_exchange->capturable()) {  // the same answer on every rank
+    throw Error("halox-md: --graph: the transport " + to_string(m_config.transport) +
+                " cannot be captured in a CUDA graph; take local-fused, local-pulse, ipc-fused, "
+                "ipc-pulse, nvshmem-fused or nvshmem-pulse");
+  }
 }
 
 void Simulation::prune() {
@@ -445,7 +452,53 @@ void Simulation::reset_timers() {
   m_timers = {};
 }
 
+// --graph: a step between searches that is not a thermo step and follows one (its first
+// launch ends that step's deferred half kick), as the ordinary path queues it, without
+// phase timing. The search's prune, if any, has been done; `prunes` prunes again.
+void Simulation::queue_plain_step(bool prunes) {
+  Backend& first = *m_ranks.front().backend;
+  first.kick_drift_ranks(m_backends, m_config.dt, true);
+  halo(true);
+  if (prunes) prune();
+  first.forces_ranks(m_backends, m_config.cutoff, energy_shift(), false);
+  halo(false);
+}
+
+// The first step of each kind after a search is captured (a new plan: new lists, new
+// exchange launches; an instantiated graph of that kind is updated in place where its shape
+// allows), then every step of the kind replays it. The exchange's check() between replays
+// reports a device-side time-out, which no exchange call does now.
+void Simulation::step_graphed() {
+  const std::int64_t next = m_step + 1;
+  const bool prunes = m_config.prune > 0 && next % m_config.prune == 0;
+  const int kind = prunes ? 1 : 0;
+  Backend& first = *m_ranks.front().backend;
+  if (m_graph_plan[kind] != m_searches) {
+    first.begin_capture();
+    try {
+      queue_plain_step(prunes);
+    } catch (...) {
+      first.abandon_capture();
+      throw;
+    }
+    first.end_capture(kind);
+    m_graph_plan[kind] = m_searches;
+    ++m_timers.captures;
+  }
+  timed(
+      m_timers.graphed, [&] { first.replay(kind); }, Follows::last_phase);
+  ++m_timers.graphed_steps;
+  m_step = next;
+  m_half_kick_deferred = true;
+  m_exchange->check();
+  first.collect_times(false);
+}
+
 void Simulation::step(bool sums) {
+  if (m_config.graph && !sums && m_half_kick_deferred && (m_step + 1) % m_config.nstlist != 0) {
+    step_graphed();
+    return;
+  }
   const double dt = m_config.dt;
   Backend& first = *m_ranks.front().backend;  // its calls cover every rank of this process
   // The forces after a search start on their own; the other phases follow the phase before

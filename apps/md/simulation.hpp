@@ -51,6 +51,10 @@ struct Config {
   /// Benchmarks: an (untimed) MPI_Barrier before each halo phase, so its time is the
   /// exchange itself and not the wait for a rank still busy with its forces or search.
   bool barrier_before_halo = false;  ///< random lattice displacement, in lattice constants (< 0.25)
+  /// --graph (GPU): the steps between searches captured in CUDA graphs, one per kind of step
+  /// (plain, pruning, before or after the plan's first prune), captured again after each
+  /// search (a new plan) and replayed; thermo and search steps run as ever.
+  bool graph = false;
 };
 
 /// Throws halox::Error with a clear message for bad input, before any work.
@@ -83,8 +87,13 @@ struct Timers {
   /// exchange with the new plan, and carries the transport's set-up for it.
   double halo_reverse_at_search = 0;
   SearchParts search_parts;  ///< of `search`
-  double total() const { return force + halo_forward + halo_reverse + integrate + search; }
+  double total() const {
+    return force + halo_forward + halo_reverse + integrate + search + graphed;
+  }
   double prune = 0;  ///< dynamic pruning between searches, part of `search` (list upkeep)
+  /// --graph: the replayed steps, whole (their phases are not timed one by one).
+  double graphed = 0;
+  std::int64_t graphed_steps = 0, captures = 0;
 };
 
 /// The ranks of this process: one per process with MPI (the usual case), or every rank of
@@ -175,6 +184,11 @@ class Simulation {
   MPI_Comm m_comm;
   Config m_config;
   bool m_half_kick_deferred = false;  // the last step's final half kick is still to come (step)
+  // --graph: the search (plan) count, and per kind of step the plan it was captured on.
+  std::int64_t m_searches = 0;
+  std::array<std::int64_t, 4> m_graph_plan{-1, -1, -1, -1};
+  void step_graphed();
+  void queue_plain_step(bool prunes);
   Box m_box;
   std::int64_t m_atoms = 0;
   std::vector<Rank> m_ranks;

@@ -15,11 +15,17 @@ the same runs without (1 rank, and 2x2x2 in one process), step-0 forces to 1e-12
 energies after 60 steps (3 searches, 12 prunes) to 1e-9, no list violation; and that an
 inner skin too thin for the pruning interval is reported.
 
+--graph checks halox-md --graph (GPU) against the same run without: 1 rank, 2x2x2 and 3x3x3
+in one process (local-fused, local-pulse), and 2 processes (--mpi-transport T); step-0 forces
+to 1e-12 and energies after 60 steps (6 searches, a prune every 4 steps) to 1e-9, most steps
+replayed.
+
 usage: md_decomposition.py MPIEXEC HALOX_MD NP GRID... [--device cpu|gpu] [--transport T]
                            [--force-tol X] [--energy-tol X]
        md_decomposition.py MPIEXEC HALOX_MD --bad-input
        md_decomposition.py MPIEXEC HALOX_MD --lattice [--device cpu|gpu] [--mpi-transport T]
        md_decomposition.py MPIEXEC HALOX_MD --prune [--device cpu|gpu]
+       md_decomposition.py MPIEXEC HALOX_MD --graph [--mpi-transport T]
 """
 import itertools
 import math
@@ -176,8 +182,35 @@ def prune(mpiexec, md, args):
             sys.exit("FAILED: a pruned list too thin for its interval was not reported")
 
 
+def graph(mpiexec, md, args):
+    mpi_transport = args[args.index("--mpi-transport") + 1] if "--mpi-transport" in args else None
+    common = ["--device", "gpu", "--nstlist", "10", "--skin", "1.0", "--prune", "4",
+              "--inner-skin", "0.5"]
+    runs = [(1, "1x1x1", []), (1, "2x2x2", ["--transport", "local-fused"]),
+            (1, "3x3x3", ["--transport", "local-fused"]),
+            (1, "2x2x2", ["--transport", "local-pulse"])]
+    if mpi_transport:
+        runs.append((2, "1x1x2", ["--transport", mpi_transport]))
+    with tempfile.TemporaryDirectory() as work:
+        for np, grid, transport in runs:
+            extra = common + transport
+            ref_f, ref = simulate(mpiexec, md, np, grid, extra, work, steps=60)
+            got_f, got = simulate(mpiexec, md, np, grid, extra + ["--graph"], work, steps=60)
+            worst, e_err = differences(ref_f, ref, got_f, got)
+            print(f"np {np} {grid} {' '.join(transport)} --graph: step-0 force error {worst:.2e}, "
+                  f"step-{ref['thermo'][-1]['step']} energy error {e_err:.2e}, "
+                  f"{got['graphed_steps']} of 60 steps replayed, {got['captures']} captures")
+            if not worst <= 1e-12 or not e_err <= 1e-9:
+                sys.exit("FAILED: the graphed run differs from the ordinary one")
+            if not got["graphed_steps"] >= 40 or not got["captures"] >= 6:
+                sys.exit("FAILED: fewer steps replayed or captured than the run's shape gives")
+
+
 def main():
     mpiexec, md = sys.argv[1], sys.argv[2]
+    if sys.argv[3] == "--graph":
+        graph(mpiexec, md, sys.argv[4:])
+        return
     if sys.argv[3] == "--lattice":
         lattice(mpiexec, md, sys.argv[4:])
         return
@@ -193,6 +226,7 @@ def main():
             (1, ["--transport", "carrier-pigeon"], "unknown transport"),
             (2, ["--transport", "local-fused", "--ranks", "2x1x1"], "start 1 MPI rank"),
             (1, ["--transport", "local-fused"], "whole rank grid"),
+            (1, ["--graph", "--device", "cpu"], "needs --device gpu"),
         ]
         for np, args, words in cases:
             p = run(mpiexec, md, np, args + ["--steps", "1"], check=False)
