@@ -107,6 +107,8 @@ class Backend {
   virtual void end_capture(int k) { (void)k; }
   virtual void abandon_capture() {}
   virtual void replay(int k) { (void)k; }
+  /// Captures that updated a graph in place, and that instantiated one.
+  virtual std::pair<long, long> graph_counts() const { return {0, 0}; }
   /// The phases of every rank of this process (`ranks`: back ends of this one's kind,
   /// sharing its stream, this one first), each in one launch on the GPU: a grid over a table
   /// of the ranks' arrays instead of a launch per rank (launches, not the work, bound a step

@@ -624,6 +624,9 @@ class GpuBackend final : public Backend {
   void end_capture(int k) override { m_graphs.end(k); }
   void abandon_capture() override { m_graphs.abandon(); }
   void replay(int k) override { m_graphs.replay(k, m_stream); }
+  std::pair<long, long> graph_counts() const override {
+    return {m_graphs.updated(), m_graphs.instantiated()};
+  }
   double timed(const std::function<void()>& work) override {
     if (!m_event_start) {
       MD_CUDA(cudaEventCreate(&m_event_start));

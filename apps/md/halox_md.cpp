@@ -249,10 +249,13 @@ void print_summary(const Summary& r, Simulation& sim, const Cli& cli, int size) 
               c.skin);
   if (c.graph) {
     const Timers& t = sim.timers();
+    const auto [updated, instantiated] = sim.backend().graph_counts();
     std::printf(
-        "CUDA graph: %lld of %d steps replayed, %lld captures (one per kind of step and "
-        "search)\n",
-        static_cast<long long>(t.graphed_steps), cli.steps, static_cast<long long>(t.captures));
+        "CUDA graph: %lld of %d steps replayed; %lld captures (one per kind of step and "
+        "search), %.1f us each on the host, %ld updated in place, %ld instantiated\n",
+        static_cast<long long>(t.graphed_steps), cli.steps, static_cast<long long>(t.captures),
+        t.captures ? 1e6 * t.capture_seconds / static_cast<double>(t.captures) : 0.0, updated,
+        instantiated);
   }
   if (c.prune > 0) {
     std::printf(
@@ -323,6 +326,9 @@ void write_summary_json(const Summary& r, Simulation& sim, const Cli& cli,
   if (c.graph) {
     j["graphed_steps"] = sim.timers().graphed_steps;
     j["captures"] = sim.timers().captures;
+    j["capture_seconds"] = sim.timers().capture_seconds;
+    j["graphs_updated"] = sim.backend().graph_counts().first;
+    j["graphs_instantiated"] = sim.backend().graph_counts().second;
   }
   if (c.prune > 0) {
     j["max_pruned_displacement"] = sim.max_pruned_displacement();

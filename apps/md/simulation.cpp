@@ -474,6 +474,7 @@ void Simulation::step_graphed() {
   const int kind = prunes ? 1 : 0;
   Backend& first = *m_ranks.front().backend;
   if (m_graph_plan[kind] != m_searches) {
+    const auto start = Clock::now();
     first.begin_capture();
     try {
       queue_plain_step(prunes);
@@ -484,6 +485,7 @@ void Simulation::step_graphed() {
     first.end_capture(kind);
     m_graph_plan[kind] = m_searches;
     ++m_timers.captures;
+    m_timers.capture_seconds += seconds_since(start);
   }
   timed(
       m_timers.graphed, [&] { first.replay(kind); }, Follows::last_phase);

@@ -94,6 +94,7 @@ struct Timers {
   /// --graph: the replayed steps, whole (their phases are not timed one by one).
   double graphed = 0;
   std::int64_t graphed_steps = 0, captures = 0;
+  double capture_seconds = 0;  ///< host time of the captures (the step queued, the graph made)
 };
 
 /// The ranks of this process: one per process with MPI (the usual case), or every rank of

@@ -66,5 +66,11 @@ for case in ("r1", "r8-local", "np2"):
                  "replay_gpu_us": replay, "search_us_per_step": search})
     print(f"{case:9s} {p:8.1f} {g:8.1f} {g / p:6.3f} {jg.get('graphed_steps', 0):9d} "
           f"{replay:7.1f} {search:7.1f} {viol:4d}  {goals[case]}")
+    captures = jg.get("captures") or 0
+    if captures:
+        print(f"{'':9s} {captures} captures, {1e6 * jg['capture_seconds'] / captures:.0f} us each "
+              f"on the host ({jg['graphs_updated']} updated in place, "
+              f"{jg['graphs_instantiated']} instantiated): "
+              f"{1e6 * jg['capture_seconds'] / jg['config']['steps']:.1f} us per step")
 json.dump(rows, open(os.path.join(out, "md_graph.json"), "w"), indent=1)
 PY
