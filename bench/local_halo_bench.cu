@@ -51,6 +51,23 @@ double median_over_gpus_us(const std::vector<int>& devices,
 
 }  // namespace
 
+// The launch of a CUDA graph of one empty kernel: what a replayed step pays beside its work.
+double empty_graph_launch_us() {
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  empty_kernel<<<1, 32, 0, stream>>>();
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const double t = median_event_us(stream, 21, 200, [&] { cudaGraphLaunch(exec, stream); });
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return t;
+}
+
 double empty_launch_us() {
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -113,14 +130,18 @@ int local_halo_main(int argc, char** argv) {
   }
   BENCH_CUDA(cudaSetDevice(0));
   cudaStream_t stream = streams[0];
-  const double launch = empty_launch_us();
+  const double launch = empty_launch_us(), graph_launch = empty_graph_launch_us();
   cudaDeviceProp prop{};
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("halox-bench halo-local: %d x %s, %s; one empty kernel launch: %.2f us\n", gpus,
-              prop.name, today().c_str(), launch);
-  std::printf("%-8s %8s %10s %10s %-11s %-9s %9s %10s %10s %10s %8s %9s\n", "ranks", "atoms",
+  std::printf(
+      "halox-bench halo-local: %d x %s, %s; one empty kernel launch: %.2f us, a CUDA graph of "
+      "one: %.2f us\n",
+      gpus, prop.name, today().c_str(), launch, graph_launch);
+  // graph us: the step (forward + reverse) captured in a CUDA graph, its replays queued (one
+  // GPU only).
+  std::printf("%-8s %8s %10s %10s %-11s %-9s %9s %10s %10s %10s %10s %8s %9s\n", "ranks", "atoms",
               "atoms/rk", "halo/rk", "kernels", "in launch", "launches", "fwd us", "rev us",
-              "step us", "x launch", "q/launch");
+              "step us", "graph us", "x launch", "q/launch");
   std::vector<Row> rows;
   for (const auto& grid : grids) {
     const Topology topology(parse_dims(grid), {true, true, true}, 0);
@@ -190,6 +211,20 @@ int local_halo_main(int argc, char** argv) {
           exchange.forward_async(x, streams);
           exchange.reverse_async(f, streams);
         });
+        double graphed = 0;  // 0: not measured (several GPUs)
+        if (gpus == 1) {
+          cudaGraph_t graph = nullptr;
+          BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+          exchange.forward_async(x, streams);
+          exchange.reverse_async(f, streams);
+          BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+          cudaGraphExec_t exec = nullptr;
+          BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+          graphed = time([&] { BENCH_CUDA(cudaGraphLaunch(exec, stream)); });
+          BENCH_CUDA(cudaStreamSynchronize(stream));
+          cudaGraphExecDestroy(exec);
+          cudaGraphDestroy(graph);
+        }
         exchange.check();
         const char* name = kernels == TransportKind::local_fused ? "all_pulses" : "per_pulse";
         if (!trace_file.empty() && kernels == TransportKind::local_fused && grid == grids.front() &&
@@ -213,10 +248,12 @@ int local_halo_main(int argc, char** argv) {
         // to back, as the empty launch is timed) over that launch.
         const double queued = (fwd + rev) / 2;
         const char* in_launch = direct ? "direct" : "staged";
-        std::printf("%-8s %8ld %10ld %10ld %-11s %-9s %9d %10.2f %10.2f %10.2f %8.2f %9.2f\n",
+        std::printf("%-8s %8ld %10ld %10ld %-11s %-9s %9d %10.2f %10.2f %10.2f %10s %8.2f %9.2f\n",
                     grid.c_str(), total_atoms, total_atoms / topology.size(),
                     halo / topology.size(), name, in_launch, 2 * exchange.launches_per_exchange(),
-                    fwd, rev, step, step / launch, queued / launch);
+                    fwd, rev, step,
+                    graphed > 0 ? std::to_string(graphed).substr(0, 6).c_str() : "-", step / launch,
+                    queued / launch);
         rows.push_back(Row()
                            .set("ranks", grid)
                            .set("kernels", name)
@@ -229,6 +266,8 @@ int local_halo_main(int argc, char** argv) {
                            .set("reverse_us", rev)
                            .set("step_us", step)
                            .set("empty_launch_us", launch)
+                           .set("graph_step_us", graphed)
+                           .set("empty_graph_launch_us", graph_launch)
                            .set("step_over_launch", step / launch)
                            .set("queued_over_launch", queued / launch));
       }
