@@ -248,12 +248,12 @@ int local_halo_main(int argc, char** argv) {
         // to back, as the empty launch is timed) over that launch.
         const double queued = (fwd + rev) / 2;
         const char* in_launch = direct ? "direct" : "staged";
+        char graph_cell[32] = "-";
+        if (graphed > 0) std::snprintf(graph_cell, sizeof graph_cell, "%.2f", graphed);
         std::printf("%-8s %8ld %10ld %10ld %-11s %-9s %9d %10.2f %10.2f %10.2f %10s %8.2f %9.2f\n",
                     grid.c_str(), total_atoms, total_atoms / topology.size(),
                     halo / topology.size(), name, in_launch, 2 * exchange.launches_per_exchange(),
-                    fwd, rev, step,
-                    graphed > 0 ? std::to_string(graphed).substr(0, 6).c_str() : "-", step / launch,
-                    queued / launch);
+                    fwd, rev, step, graph_cell, step / launch, queued / launch);
         rows.push_back(Row()
                            .set("ranks", grid)
                            .set("kernels", name)
