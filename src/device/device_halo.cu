@@ -387,11 +387,13 @@ bool DeviceHalo::allocate(const std::vector<int>& ranks,
   // Launches captured on the last plan stop at their start from now on (flag 3).
   ++m.plan;
   detail::copy_to_device_now(m.counters + 3, &m.plan, sizeof m.plan);
-  u64 device_epochs[2] = {};
-  HALOX_CUDA_CHECK(
-      cudaMemcpy(device_epochs, m.counters, sizeof device_epochs, cudaMemcpyDeviceToHost));
-  m.fwd_epoch = device_epochs[0];  // replays counted there only
-  m.rev_epoch = device_epochs[1];
+  if (m.captured) {  // replays counted on the device only
+    u64 device_epochs[2] = {};
+    HALOX_CUDA_CHECK(
+        cudaMemcpy(device_epochs, m.counters, sizeof device_epochs, cudaMemcpyDeviceToHost));
+    m.fwd_epoch = device_epochs[0];
+    m.rev_epoch = device_epochs[1];
+  }
   // A new plan after a neighbour search usually fits the blocks of the last one: keeping
   // them keeps their addresses, so peers need not map them again (CUDA IPC: milliseconds).
   const bool keep = keep_if_fits && ranks == m.ranks && fits(plans);
