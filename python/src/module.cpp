@@ -153,6 +153,74 @@ halox::TransportKind transport_of(const std::string& name) {
   return halox::parse_transport(name);
 }
 
+// The arrays of an exchange call: all in host memory or all on a CUDA GPU (DLPack device
+// types), each checked against its plan by `check(array, index)`.
+template <class Check>
+std::vector<void*> exchange_arrays(const nb::args& fields, const char* who, Check&& check) {
+  std::vector<void*> arrays;
+  int device = -1;  // the arrays' DLPack device type, one for all
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    AnyArray a = nb::cast<AnyArray>(fields[i]);
+    const int here = a.device_type();
+    const std::string which = std::string(who) + ": array " + std::to_string(i);
+    if (here != nb::device::cpu::value && here != nb::device::cuda::value) {
+      throw halox::Error(which + " is neither in host memory nor on a CUDA GPU");
+    }
+    if (here == nb::device::cuda::value && !HALOX_HAS_CUDA) {
+      throw halox::Error(which + " is on a GPU, and this halox was built without CUDA");
+    }
+    if (device >= 0 && here != device) {
+      throw halox::Error(std::string(who) +
+                         ": arrays on the host and on the GPU in one call; give all of them "
+                         "in one place");
+    }
+    device = here;
+    check(a, i);
+    arrays.push_back(a.data());
+  }
+  return arrays;
+}
+
+// A particle array: (total_count, 3) of the exchange's dtype, C-contiguous.
+void check_particles(const AnyArray& a, const halox::ParticlePlan& plan, BasicKind real,
+                     std::size_t index, const char* what) {
+  const std::string which = "halox.ParticleExchange: array " + std::to_string(index);
+  if (!same_numbers(real, kind_of(a.dtype()))) {
+    throw halox::Error(which + " has another dtype than the exchange's");
+  }
+  if (a.ndim() != 2 || static_cast<std::int64_t>(a.shape(0)) != plan.total_count ||
+      a.shape(1) != 3) {
+    throw halox::Error(which + " must have shape (" + std::to_string(plan.total_count) +
+                       ", 3): the plan's home and halo items, " + what);
+  }
+  array_bytes(a, ("array " + std::to_string(index)).c_str());
+}
+
+// Home coordinates (n, 3) float64 in, the same extended by the halo out (as the builders
+// extend theirs).
+std::vector<double> coordinates_of(const Array& home, const char* who) {
+  if (home.ndim() != 2 || home.shape(1) != 3 || home.dtype() != nb::dtype<double>()) {
+    throw halox::Error(std::string(who) + ": home coordinates must be a float64 array (n, 3)");
+  }
+  array_bytes(home, "the home coordinates");
+  const auto* p = static_cast<const double*>(home.data());
+  return std::vector<double>(p, p + 3 * home.shape(0));
+}
+
+// The exchange with what its calls check arrays against (the C++ class keeps the kind).
+struct ParticleExchange : halox::ParticleExchange {
+  ParticleExchange(const halox::Ranks& ranks, std::vector<halox::ParticlePlan> plans,
+                   BasicKind kind, const halox::ExchangeOptions& options)
+      : halox::ParticleExchange(ranks, std::move(plans), kind, options), real(kind) {}
+  BasicKind real;
+};
+
+nb::ndarray<nb::numpy, double, nb::ndim<2>> numpy_of(std::vector<double> xyz) {
+  auto* v = new std::vector<double>(std::move(xyz));
+  nb::capsule owner(v, [](void* q) noexcept { delete static_cast<std::vector<double>*>(q); });
+  return nb::ndarray<nb::numpy, double, nb::ndim<2>>(v->data(), {v->size() / 3, 3}, owner);
+}
+
 }  // namespace
 
 NB_MODULE(_halox, m) {
@@ -371,28 +439,10 @@ NB_MODULE(_halox, m) {
       .def(
           "exchange",
           [](halox::GridExchange& self, nb::args fields) {
-            std::vector<void*> arrays;
-            int device = -1;  // the arrays' DLPack device type, one for all
-            for (std::size_t i = 0; i < fields.size(); ++i) {
-              AnyArray a = nb::cast<AnyArray>(fields[i]);
-              const int here = a.device_type();
-              if (here != nb::device::cpu::value && here != nb::device::cuda::value) {
-                throw halox::Error("halox.GridExchange: array " + std::to_string(i) +
-                                   " is neither in host memory nor on a CUDA GPU");
-              }
-              if (here == nb::device::cuda::value && !HALOX_HAS_CUDA) {
-                throw halox::Error("halox.GridExchange: array " + std::to_string(i) +
-                                   " is on a GPU, and this halox was built without CUDA");
-              }
-              if (device >= 0 && here != device) {
-                throw halox::Error(
-                    "halox.GridExchange: arrays on the host and on the GPU in "
-                    "one call; give all of them in one place");
-              }
-              device = here;
-              if (i < self.plans().size()) check_field(a, self.plans()[i], i);
-              arrays.push_back(a.data());
-            }
+            const std::vector<void*> arrays = exchange_arrays(
+                fields, "halox.GridExchange", [&](const AnyArray& a, std::size_t i) {
+                  if (i < self.plans().size()) check_field(a, self.plans()[i], i);
+                });
             nb::gil_scoped_release release;
             self.exchange(arrays);
           },
@@ -401,10 +451,111 @@ NB_MODULE(_halox, m) {
           "after the work on the legacy default stream, done when it returns)")
       .def_prop_ro("fields", &halox::GridExchange::fields)
       .def_prop_ro("capturable", &halox::GridExchange::capturable,
-                   "Whether an exchange may be captured in a CUDA graph (no transport yet)")
+                   "Whether an exchange of GPU arrays may be captured in a CUDA graph (the "
+                   "GPU-initiated transports: local-*, ipc-*, nvshmem-pulse/fused)")
+      .def("check", &halox::GridExchange::check,
+           "Raises HaloTimeoutError where a device-side wait of an earlier exchange (or of a "
+           "replayed CUDA graph) expired, naming rank, peer and pulse; without synchronising")
       .def("transport_name", [](const halox::GridExchange& self, const Array& a) {
         return self.transport_name(a.data());
       });
+
+  nb::class_<halox::Box>(m, "Box", "A periodic box [0, length) per axis")
+      .def(
+          "__init__",
+          [](halox::Box* self, std::array<double, 3> length) { new (self) halox::Box{length}; },
+          "length"_a)
+      .def_rw("length", &halox::Box::length);
+  m.def(
+      "domain_of",
+      [](const halox::Topology& t, const halox::Box& box, int rank) {
+        const halox::Domain d = halox::domain_of(t, box, rank);
+        return nb::make_tuple(d.lo, d.hi);
+      },
+      "topology"_a, "box"_a, "rank"_a, "(lo, hi) of the part of the box a rank owns");
+  nb::class_<halox::ParticlePlan>(m, "ParticlePlan",
+                                  "One rank's particle halo: its home and halo items, its pulses")
+      .def_ro("home_count", &halox::ParticlePlan::home_count)
+      .def_ro("total_count", &halox::ParticlePlan::total_count)
+      .def_ro("cutoff", &halox::ParticlePlan::cutoff)
+      .def_prop_ro("pulses", [](const halox::ParticlePlan& p) { return p.pulses.size(); });
+  m.def(
+      "build_particle_plan",
+      [](const halox::Topology& t, const halox::Box& box, double cutoff, const Array& home) {
+        std::vector<double> xyz = coordinates_of(home, "halox.build_particle_plan");
+        halox::ParticlePlan plan = halox::build_particle_plan(t, box, cutoff, xyz);
+        return nb::make_tuple(plan, numpy_of(std::move(xyz)));
+      },
+      "topology"_a, "box"_a, "cutoff"_a, "home"_a,
+      "Collective: (plan, coordinates) of this rank's home atoms (n, 3), the coordinates "
+      "extended by the halo (total_count, 3)");
+  m.def(
+      "build_local_particle_plans",
+      [](const halox::Topology& grid, const halox::Box& box, double cutoff,
+         const std::vector<Array>& homes) {
+        std::vector<std::vector<double>> xyz;
+        for (const Array& h : homes)
+          xyz.push_back(coordinates_of(h, "halox.build_local_particle_plans"));
+        std::vector<halox::ParticlePlan> plans =
+            halox::build_local_particle_plans(grid, box, cutoff, xyz);
+        nb::list out;
+        for (auto& x : xyz) out.append(numpy_of(std::move(x)));
+        return nb::make_tuple(plans, out);
+      },
+      "grid"_a, "box"_a, "cutoff"_a, "homes"_a,
+      "(plans, coordinates) of every rank of `grid` in this process (Ranks.local)");
+  nb::class_<ParticleExchange>(m, "ParticleExchange",
+                               "Coordinates forward to the halos, forces back to their "
+                               "owners, of (total_count, 3) arrays")
+      .def(
+          "__init__",
+          [](ParticleExchange* self, const halox::Ranks& ranks,
+             std::vector<halox::ParticlePlan> plans, nb::handle dtype, const std::string& transport,
+             double timeout) {
+            halox::ExchangeOptions o;
+            o.transport = transport_of(transport);
+            if (timeout > 0) o.timeout_seconds = timeout;
+            BasicKind real{};
+            if (!type_of(dtype).homogeneous(&real)) {
+              throw halox::DatatypeError("halox.ParticleExchange: dtype float32 or float64");
+            }
+            new (self) ParticleExchange(ranks, std::move(plans), real, o);
+          },
+          "ranks"_a, "plans"_a, "dtype"_a, "transport"_a = "auto", "timeout"_a = 0.0,
+          "Collective over the ranks' processes; dtype float32 or float64")
+      .def(
+          "forward",
+          [](ParticleExchange& self, nb::args arrays) {
+            const BasicKind real = self.real;
+            const std::vector<void*> p = exchange_arrays(
+                arrays, "halox.ParticleExchange", [&](const AnyArray& a, std::size_t i) {
+                  if (i < self.plans().size())
+                    check_particles(a, self.plans()[i], real, i, "coordinates");
+                });
+            nb::gil_scoped_release release;
+            self.forward(std::span<void* const>(p));
+          },
+          "Fills the halo items of the arrays (one per rank of this process) from their owners, "
+          "done on return")
+      .def(
+          "reverse",
+          [](ParticleExchange& self, nb::args arrays) {
+            const BasicKind real = self.real;
+            const std::vector<void*> p = exchange_arrays(
+                arrays, "halox.ParticleExchange", [&](const AnyArray& a, std::size_t i) {
+                  if (i < self.plans().size())
+                    check_particles(a, self.plans()[i], real, i, "forces");
+                });
+            nb::gil_scoped_release release;
+            self.reverse(std::span<void* const>(p));
+          },
+          "Adds the halo items' forces to their owners' home items, done on return")
+      .def("set_plans", &halox::ParticleExchange::set_plans, "plans"_a,
+           "Collective: new plans after a neighbour search")
+      .def("check", &halox::ParticleExchange::check,
+           "Raises HaloTimeoutError where a device-side wait of an earlier call expired")
+      .def_prop_ro("capturable", &halox::ParticleExchange::capturable,
+                   "Whether a forward or reverse of GPU arrays may be captured in a CUDA graph");
 
   m.def(
       "transports",

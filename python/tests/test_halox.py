@@ -124,10 +124,118 @@ def test_grid_halo_local_ranks():
     fields = [fill_and_check(grid, plans[r], r, global_n, None) for r in range(grid.size)]
     arrays = [f[0].astype(np.float32) for f in fields]
     ex = halox.GridExchange(halox.Ranks.local(grid), plans)
-    assert not ex.capturable  # no transport can be captured in a CUDA graph yet
+    assert ex.capturable == halox.has_cuda  # local-pulse's GPU kernels can be; a CPU build has none
     ex.exchange(*arrays)
     for r in range(grid.size):
         assert np.array_equal(arrays[r], expected(plans[r], fields[r][1], global_n).astype(np.float32))
+
+
+def particle_world(rng, atoms, box):
+    """Random atoms in the box, and their ids."""
+    return rng.random((atoms, 3)) * np.array(box.length)
+
+
+def owned_by(topo, box, rank, xyz):
+    """The atoms of `xyz` whose position lies in the rank's domain [lo, hi)."""
+    lo, hi = (np.array(v) for v in halox.domain_of(topo, box, rank))
+    return np.all((xyz >= lo) & (xyz < hi), axis=1)
+
+
+def check_particle_halo(topo_of_rank, box, cutoff, world, plans, xyzs, forward, reverse, dtype):
+    """Forward: the halo items of every rank, poisoned first, are images of atoms (some atom's
+    position plus whole box lengths), moved with their owners (every home atom shifted by the
+    same vector). Reverse: forces of 1 on every item; each home atom then holds 1 plus the
+    number of its images in the halos, counted by brute force."""
+    shift = np.array([0.013, -0.007, 0.002])
+    length = np.array(box.length)
+    arrays = []
+    for plan, xyz in zip(plans, xyzs):
+        a = np.full((plan.total_count, 3), np.nan, dtype=dtype)
+        a[:plan.home_count] = xyz[:plan.home_count] + shift
+        arrays.append(a)
+    forward(arrays)
+    images = {}  # home atom (rank, index) -> copies in halos
+    for r, (plan, xyz, a) in enumerate(zip(plans, xyzs, arrays)):
+        assert not np.isnan(a).any(), f"rank {r}: a halo item was not filled"
+        # Each halo item is the builder's halo position moved by the shift (an image moves
+        # with its atom): independent of the exchange's own bookkeeping.
+        tol = 1e-5 if dtype == np.float32 else 1e-12
+        assert np.allclose(a[plan.home_count:], xyz[plan.home_count:] + shift, atol=tol), f"rank {r}"
+        # Whose image: the home atom at the same position modulo the box.
+        for h in xyz[plan.home_count:]:
+            d = np.abs(((world - h + length / 2) % length) - length / 2).sum(axis=1)
+            images[int(np.argmin(d))] = images.get(int(np.argmin(d)), 0) + 1
+    forces = [np.ones((plan.total_count, 3), dtype=dtype) for plan in plans]
+    reverse(forces)
+    for r, (plan, xyz, f) in enumerate(zip(plans, xyzs, forces)):
+        for k in range(plan.home_count):
+            d = np.abs(((world - xyz[k] + length / 2) % length) - length / 2).sum(axis=1)
+            want = 1 + images.get(int(np.argmin(d)), 0)
+            assert np.all(f[k] == want), f"rank {r} atom {k}: force {f[k]}, {want} copies"
+    return sum(images.values())
+
+
+@pytest.mark.parametrize("transport", ["local-fused", "local-pulse"])
+def test_particle_halo_local_ranks(transport):
+    rng = np.random.default_rng(seed_of("test_particle_halo_local_ranks"))
+    grid = halox.Topology((2, 2, 1), (True, True, True), 0)
+    box = halox.Box((6.0, 6.0, 5.0))
+    world = particle_world(rng, 400, box)
+    homes = [world[owned_by(grid, box, r, world)] for r in range(grid.size)]
+    assert sum(len(h) for h in homes) == len(world)
+    plans, xyzs = halox.build_local_particle_plans(grid, box, 1.2, homes)
+    assert [p.home_count for p in plans] == [len(h) for h in homes]
+    order = np.concatenate(homes)  # the world in the ranks' order, for the brute force
+    for dtype in (np.float64, np.float32):
+        ex = halox.ParticleExchange(halox.Ranks.local(grid), plans, dtype, transport=transport)
+        copies = check_particle_halo(grid, box, 1.2, order, plans, xyzs,
+                                     lambda a: ex.forward(*a), lambda f: ex.reverse(*f), dtype)
+        assert copies > 0
+        ex.check()
+
+
+def test_particle_halo_mpi_ranks():
+    rng = np.random.default_rng(seed_of("test_particle_halo_mpi_ranks"))
+    topo = halox.Topology.from_mpi(COMM)
+    box = halox.Box((7.0, 6.0, 5.5))
+    world = particle_world(rng, 500, box)  # the same on every rank (one seed)
+    mine = world[owned_by(topo, box, topo.rank, world)]
+    plan, xyz = halox.build_particle_plan(topo, box, 1.3, mine)
+    ex = halox.ParticleExchange(halox.Ranks.mpi(topo), [plan], np.float64, transport="host")
+    # Every rank's plan and coordinates, for the brute force (gathered: the exchange is
+    # collective; the check reads every rank's halo).
+    x = np.full((plan.total_count, 3), np.nan)
+    x[:plan.home_count] = mine + 0.01
+    ex.forward(x)
+    assert not np.isnan(x).any()
+    assert np.allclose(x[plan.home_count:], xyz[plan.home_count:] + 0.01, atol=1e-12)
+    # Reverse: each home atom gets one force per halo copy of it anywhere, counted over all
+    # ranks' halos by matching positions modulo the box.
+    length = np.array(box.length)
+    halos = np.concatenate(COMM.allgather(xyz[plan.home_count:]))
+    f = np.ones((plan.total_count, 3))
+    ex.reverse(f)
+    for k in range(plan.home_count):
+        d = np.abs(((halos - xyz[k] + length / 2) % length) - length / 2).sum(axis=1)
+        assert np.all(f[k] == 1 + np.count_nonzero(d < 1e-9)), f"atom {k}"
+
+
+def test_particle_bad_input():
+    grid = halox.Topology((2, 1, 1), (True, True, True), 0)
+    box = halox.Box((4.0, 4.0, 4.0))
+    world = particle_world(np.random.default_rng(5), 60, box)
+    homes = [world[owned_by(grid, box, r, world)] for r in range(2)]
+    plans, xyzs = halox.build_local_particle_plans(grid, box, 1.0, homes)
+    ex = halox.ParticleExchange(halox.Ranks.local(grid), plans, np.float64)
+    wrong = [np.zeros((p.total_count + 1, 3)) for p in plans]
+    with pytest.raises(halox.Error, match=r"must have shape \(%d, 3\)" % plans[0].total_count):
+        ex.forward(*wrong)
+    with pytest.raises(halox.Error, match="another dtype"):
+        ex.forward(*[x.astype(np.float32) for x in xyzs])
+    with pytest.raises(halox.Error, match="float64 array"):
+        halox.build_local_particle_plans(grid, box, 1.0, [h.astype(np.float32) for h in homes])
+    with pytest.raises(halox.Error, match="float32 or float64"):
+        halox.ParticleExchange(halox.Ranks.local(grid), plans, np.int32)
 
 
 def test_bad_input_raises_the_right_error():
