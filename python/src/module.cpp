@@ -212,6 +212,17 @@ struct ParticleExchange : halox::ParticleExchange {
   ParticleExchange(const halox::Ranks& ranks, std::vector<halox::ParticlePlan> plans,
                    BasicKind kind, const halox::ExchangeOptions& options)
       : halox::ParticleExchange(ranks, std::move(plans), kind, options), real(kind) {}
+  // Coordinates forward or forces back, the arrays checked first; done on return.
+  void run(const nb::args& arrays, bool forward) {
+    const std::vector<void*> p =
+        exchange_arrays(arrays, "halox.ParticleExchange", [&](const AnyArray& a, std::size_t i) {
+          if (i < plans().size())
+            check_particles(a, plans()[i], real, i, forward ? "coordinates" : "forces");
+        });
+    nb::gil_scoped_release release;
+    forward ? halox::ParticleExchange::forward(std::span<void* const>(p))
+            : halox::ParticleExchange::reverse(std::span<void* const>(p));
+  }
   BasicKind real;
 };
 
@@ -524,31 +535,11 @@ NB_MODULE(_halox, m) {
           "ranks"_a, "plans"_a, "dtype"_a, "transport"_a = "auto", "timeout"_a = 0.0,
           "Collective over the ranks' processes; dtype float32 or float64")
       .def(
-          "forward",
-          [](ParticleExchange& self, nb::args arrays) {
-            const BasicKind real = self.real;
-            const std::vector<void*> p = exchange_arrays(
-                arrays, "halox.ParticleExchange", [&](const AnyArray& a, std::size_t i) {
-                  if (i < self.plans().size())
-                    check_particles(a, self.plans()[i], real, i, "coordinates");
-                });
-            nb::gil_scoped_release release;
-            self.forward(std::span<void* const>(p));
-          },
+          "forward", [](ParticleExchange& self, nb::args arrays) { self.run(arrays, true); },
           "Fills the halo items of the arrays (one per rank of this process) from their owners, "
           "done on return")
       .def(
-          "reverse",
-          [](ParticleExchange& self, nb::args arrays) {
-            const BasicKind real = self.real;
-            const std::vector<void*> p = exchange_arrays(
-                arrays, "halox.ParticleExchange", [&](const AnyArray& a, std::size_t i) {
-                  if (i < self.plans().size())
-                    check_particles(a, self.plans()[i], real, i, "forces");
-                });
-            nb::gil_scoped_release release;
-            self.reverse(std::span<void* const>(p));
-          },
+          "reverse", [](ParticleExchange& self, nb::args arrays) { self.run(arrays, false); },
           "Adds the halo items' forces to their owners' home items, done on return")
       .def("set_plans", &halox::ParticleExchange::set_plans, "plans"_a,
            "Collective: new plans after a neighbour search")
