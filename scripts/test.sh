@@ -64,6 +64,8 @@ set -e
 echo "== python example: mpirun -n 4 python3 examples/python/heat3d.py"
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 4 --oversubscribe \
   python3 examples/python/heat3d.py --cells 20 --steps 30
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 4 --oversubscribe \
+  python3 examples/python/particles.py --steps 5
 helps=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 2 --oversubscribe \
   python3 examples/python/heat3d.py --help | grep -c "^usage")
 [ "$helps" = 1 ] || { echo "python example: --help printed $helps times under mpirun"; exit 1; }
