@@ -232,13 +232,8 @@ nb::ndarray<nb::numpy, double, nb::ndim<2>> numpy_of(std::vector<double> xyz) {
   return nb::ndarray<nb::numpy, double, nb::ndim<2>>(v->data(), {v->size() / 3, 3}, owner);
 }
 
-}  // namespace
-
-NB_MODULE(_halox, m) {
-  m.doc() = "halox: halo exchange for domain-decomposed simulations (C++ core)";
-  m.attr("__version__") = HALOX_VERSION;
-
-  // Exceptions: halox.Error and its kinds, raised for the C++ errors of the same names.
+// halox.Error and its kinds, raised for the C++ errors of the same names.
+void bind_errors(nb::module_& m) {
   static nb::object error = nb::exception<halox::Error>(m, "Error");
   static nb::object datatype_error = nb::exception<halox::DatatypeError>(m, "DatatypeError", error);
   static nb::object timeout_error =
@@ -257,7 +252,10 @@ NB_MODULE(_halox, m) {
       PyErr_SetString(error.ptr(), e.what());
     }
   });
+}
 
+// Datatypes, from_mpi and the packs on NumPy arrays.
+void bind_datatypes(nb::module_& m) {
   nb::class_<Datatype>(m, "Datatype",
                        "An MPI-style derived datatype (the MPI constructors; commit() before use)")
       .def_static("of", &type_of, "dtype"_a,
@@ -366,7 +364,10 @@ NB_MODULE(_halox, m) {
                     "unpack_accumulate's array");
       },
       "packed"_a, "array"_a, "count"_a, "type"_a, "Adds the packed values instead of overwriting");
+}
 
+// Topologies, grid plans, Ranks and GridExchange.
+void bind_grids(nb::module_& m) {
   nb::class_<halox::Topology>(m, "Topology", "A periodic or open grid of ranks")
       .def(nb::init<std::array<int, 3>, std::array<bool, 3>, int>(), "dims"_a, "periodic"_a,
            "rank"_a)
@@ -470,7 +471,10 @@ NB_MODULE(_halox, m) {
       .def("transport_name", [](const halox::GridExchange& self, const Array& a) {
         return self.transport_name(a.data());
       });
+}
 
+// Boxes, particle plans and ParticleExchange.
+void bind_particles(nb::module_& m) {
   nb::class_<halox::Box>(m, "Box", "A periodic box [0, length) per axis")
       .def(
           "__init__",
@@ -547,7 +551,17 @@ NB_MODULE(_halox, m) {
            "Raises HaloTimeoutError where a device-side wait of an earlier call expired")
       .def_prop_ro("capturable", &halox::ParticleExchange::capturable,
                    "Whether a forward or reverse of GPU arrays may be captured in a CUDA graph");
+}
 
+}  // namespace
+
+NB_MODULE(_halox, m) {
+  m.doc() = "halox: halo exchange for domain-decomposed simulations (C++ core)";
+  m.attr("__version__") = HALOX_VERSION;
+  bind_errors(m);
+  bind_datatypes(m);
+  bind_grids(m);
+  bind_particles(m);
   m.def(
       "transports",
       [] {
