@@ -49,6 +49,67 @@ double median_over_gpus_us(const std::vector<int>& devices,
   return t / inner;
 }
 
+// The atoms of an fcc lattice of about `atoms` atoms (density `density`, small random
+// displacements, a fixed seed), each with the rank whose domain holds it (domain_of's rule);
+// the box and the atom count out.
+std::vector<std::vector<double>> lattice_by_rank(const Topology& topology, long atoms,
+                                                 double density, Box& box_out, long& total) {
+  // An fcc lattice with small random displacements, cells chosen for ~`atoms` atoms.
+  const int cells = std::max(4, static_cast<int>(std::lround(std::cbrt(atoms / 4.0))));
+  const double a = std::cbrt(4.0 / density), length = cells * a;
+  const Box box{{length, length, length}};
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> jitter(-0.02 * a, 0.02 * a);
+  std::vector<std::vector<double>> xyz(topology.size());
+  const double basis[4][3] = {{0, 0, 0}, {0.5, 0.5, 0}, {0.5, 0, 0.5}, {0, 0.5, 0.5}};
+  for (int k = 0; k < cells; ++k)
+    for (int j = 0; j < cells; ++j)
+      for (int i = 0; i < cells; ++i)
+        for (const auto& b : basis) {
+          double p[3] = {(i + b[0]) * a, (j + b[1]) * a, (k + b[2]) * a};
+          std::array<int, 3> c{};
+          for (int d = 0; d < 3; ++d) {
+            p[d] = std::fmod(p[d] + jitter(rng) + length, length);
+            c[d] = std::min(topology.dims()[d] - 1,
+                            static_cast<int>(p[d] / (length / topology.dims()[d])));
+          }
+          // Owner by the same rule as domain_of.
+          int owner = topology.rank_of(c);
+          const Domain d = domain_of(topology, box, owner);
+          for (int e = 0; e < 3; ++e) {
+            if (p[e] < d.lo[e])
+              --c[e];
+            else if (p[e] >= d.hi[e])
+              ++c[e];
+          }
+          owner = topology.rank_of(c);
+          xyz[owner].insert(xyz[owner].end(), p, p + 3);
+        }
+  box_out = box;
+  total = 4L * cells * cells * cells;
+  return xyz;
+}
+
+// The step (forward + reverse) captured in a CUDA graph and its replays timed (one GPU).
+template <class Time>
+double graph_step_us(ParticleExchange& exchange, const std::vector<void*>& x,
+                     const std::vector<void*>& f, const std::vector<cudaStream_t>& streams,
+                     Time&& time) {
+  cudaStream_t stream = streams[0];
+  cudaGraph_t graph = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  exchange.forward_async(x, stream);
+  exchange.reverse_async(f, stream);
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const double us = time([&] { BENCH_CUDA(cudaGraphLaunch(exec, stream)); });
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return us;
+}
+
 }  // namespace
 
 // The launch of a CUDA graph of one empty kernel: what a replayed step pays beside its work.
@@ -145,38 +206,10 @@ int local_halo_main(int argc, char** argv) {
   std::vector<Row> rows;
   for (const auto& grid : grids) {
     const Topology topology(parse_dims(grid), {true, true, true}, 0);
-    // An fcc lattice with small random displacements, cells chosen for ~`atoms` atoms.
-    const int cells = std::max(4, static_cast<int>(std::lround(std::cbrt(atoms / 4.0))));
-    const double a = std::cbrt(4.0 / density), length = cells * a;
-    const Box box{{length, length, length}};
-    std::mt19937_64 rng(7);
-    std::uniform_real_distribution<double> jitter(-0.02 * a, 0.02 * a);
-    std::vector<std::vector<double>> xyz(topology.size());
-    const double basis[4][3] = {{0, 0, 0}, {0.5, 0.5, 0}, {0.5, 0, 0.5}, {0, 0.5, 0.5}};
-    for (int k = 0; k < cells; ++k)
-      for (int j = 0; j < cells; ++j)
-        for (int i = 0; i < cells; ++i)
-          for (const auto& b : basis) {
-            double p[3] = {(i + b[0]) * a, (j + b[1]) * a, (k + b[2]) * a};
-            std::array<int, 3> c{};
-            for (int d = 0; d < 3; ++d) {
-              p[d] = std::fmod(p[d] + jitter(rng) + length, length);
-              c[d] = std::min(topology.dims()[d] - 1,
-                              static_cast<int>(p[d] / (length / topology.dims()[d])));
-            }
-            // Owner by the same rule as domain_of.
-            int owner = topology.rank_of(c);
-            const Domain d = domain_of(topology, box, owner);
-            for (int e = 0; e < 3; ++e) {
-              if (p[e] < d.lo[e])
-                --c[e];
-              else if (p[e] >= d.hi[e])
-                ++c[e];
-            }
-            owner = topology.rank_of(c);
-            xyz[owner].insert(xyz[owner].end(), p, p + 3);
-          }
-    const long total_atoms = 4L * cells * cells * cells;
+    Box box;
+    long total_atoms = 0;
+    std::vector<std::vector<double>> xyz =
+        lattice_by_rank(topology, atoms, density, box, total_atoms);
     std::vector<ParticlePlan> plans = build_local_particle_plans(topology, box, cutoff + skin, xyz);
     long halo = 0;
     for (const auto& p : plans) halo += p.total_count - p.home_count;
@@ -211,20 +244,8 @@ int local_halo_main(int argc, char** argv) {
           exchange.forward_async(x, streams);
           exchange.reverse_async(f, streams);
         });
-        double graphed = 0;  // 0: not measured (several GPUs)
-        if (gpus == 1) {
-          cudaGraph_t graph = nullptr;
-          BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-          exchange.forward_async(x, streams);
-          exchange.reverse_async(f, streams);
-          BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
-          cudaGraphExec_t exec = nullptr;
-          BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-          graphed = time([&] { BENCH_CUDA(cudaGraphLaunch(exec, stream)); });
-          BENCH_CUDA(cudaStreamSynchronize(stream));
-          cudaGraphExecDestroy(exec);
-          cudaGraphDestroy(graph);
-        }
+        // 0: not measured (several GPUs)
+        const double graphed = gpus == 1 ? graph_step_us(exchange, x, f, streams, time) : 0.0;
         exchange.check();
         const char* name = kernels == TransportKind::local_fused ? "all_pulses" : "per_pulse";
         if (!trace_file.empty() && kernels == TransportKind::local_fused && grid == grids.front() &&
