@@ -245,7 +245,12 @@ void bind_errors(nb::module_& m) {
     } catch (const halox::DatatypeError& e) {
       PyErr_SetString(datatype_error.ptr(), e.what());
     } catch (const halox::HaloTimeoutError& e) {
-      PyErr_SetString(timeout_error.ptr(), e.what());
+      // rank, peer and pulse as attributes (None where the wait had none)
+      nb::object raised = timeout_error(e.what());
+      raised.attr("rank") = e.rank() >= 0 ? nb::cast(e.rank()) : nb::none();
+      raised.attr("peer") = e.peer() >= 0 ? nb::cast(e.peer()) : nb::none();
+      raised.attr("pulse") = e.pulse().empty() ? nb::none() : nb::cast(e.pulse());
+      PyErr_SetObject(timeout_error.ptr(), raised.ptr());
     } catch (const halox::BackendError& e) {
       PyErr_SetString(backend_error.ptr(), e.what());
     } catch (const halox::Error& e) {

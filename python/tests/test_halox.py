@@ -238,6 +238,37 @@ def test_particle_bad_input():
         halox.ParticleExchange(halox.Ranks.local(grid), plans, np.int32)
 
 
+def test_a_rank_that_stays_away_is_named():
+    """In pairs of ranks: the first exchanges alone and times out, the error naming rank, peer
+    and pulse as attributes; then the second exchanges (matching what the first left in
+    flight, or timing out itself), and only then are the exchanges dropped."""
+    pair = COMM.Split(COMM.rank // 2, COMM.rank)
+    if pair.size < 2:
+        pair.Free()
+        pytest.skip("a rank without a pair")
+    topo = halox.Topology.from_mpi(pair, (2, 1, 1))
+    plan = halox.build_grid_plan(topo, (4, 3, 2), halo=1, element=np.float64)
+    ex = halox.GridExchange(halox.Ranks.mpi(topo), [plan], transport="host", timeout=0.3)
+    u = np.zeros(plan.shape)
+    if topo.rank == 0:
+        with pytest.raises(halox.HaloTimeoutError) as raised:
+            ex.exchange(u)
+        e = raised.value
+        assert (e.rank, e.peer) == (0, 1), str(e)
+        assert e.pulse and e.pulse in str(e), (e.pulse, str(e))
+        assert "rank 0 timed out after 0.3 s" in str(e)
+        pair.send(None, dest=1)
+    else:
+        pair.recv(source=0)
+        try:
+            ex.exchange(u)
+        except halox.HaloTimeoutError:
+            pass  # the first gave its receives up: this one's sends find none
+    pair.Barrier()  # nobody's buffers freed while the other still exchanges
+    del ex
+    pair.Free()
+
+
 def test_bad_input_raises_the_right_error():
     with pytest.raises(halox.DatatypeError, match="count = -1"):
         halox.Datatype.vector(-1, 1, 1, np.float64)

@@ -190,7 +190,7 @@ void wait_collective(MPI_Comm comm, MPI_Request& request, const WaitContext& con
       s << "rank " << context.rank << " timed out after " << context.timeout_seconds << " s in "
         << what << " waiting for " << absent << " " << context.where()
         << "; that rank is stalled, dead or not taking part";
-      throw HaloTimeoutError(s.str());
+      throw HaloTimeoutError(s.str(), context.rank, -1, std::string());
     }
   }
 }
@@ -301,7 +301,8 @@ void MessageWait::wait(const WaitContext& context) {
         s << "rank " << context.rank << " timed out after " << context.timeout_seconds << " s on "
           << describe(pending[i]) << " " << context.where()
           << "; that rank is stalled, dead or not exchanging";
-        throw HaloTimeoutError(s.str());
+        throw HaloTimeoutError(s.str(), context.rank, pending[i].peer,
+                               pending[i].pulse ? *pending[i].pulse : std::string());
       }
     }
   }

@@ -42,7 +42,7 @@ void check_device_error(const ErrorRecord& e, const ErrorWording& w) {
               : "signal " + std::to_string(e.seen) + ", expected " + std::to_string(e.expected))
       << ". The exchange is unusable; is rank " << e.peer << " stalled or its plan different?";
   }
-  throw HaloTimeoutError(s.str());
+  throw HaloTimeoutError(s.str(), e.rank, e.peer, pulse);
 }
 
 }  // namespace halox::detail
