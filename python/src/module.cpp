@@ -181,6 +181,29 @@ std::vector<void*> exchange_arrays(const nb::args& fields, const char* who, Chec
   return arrays;
 }
 
+// A CUDA stream given from Python: None (the legacy default stream), an int handle, or an
+// object that carries one: __cuda_stream__ (the CUDA stream protocol), .cuda_stream
+// (PyTorch), .ptr (CuPy).
+halox::GpuStream stream_of(nb::handle stream) {
+  std::uintptr_t handle = 0;
+  if (stream.is_none()) {
+    handle = 0;
+  } else if (nb::isinstance<nb::int_>(stream)) {
+    handle = nb::cast<std::uintptr_t>(stream);
+  } else if (nb::hasattr(stream, "__cuda_stream__")) {
+    handle = nb::cast<std::uintptr_t>(stream.attr("__cuda_stream__")()[1]);
+  } else if (nb::hasattr(stream, "cuda_stream")) {
+    handle = nb::cast<std::uintptr_t>(stream.attr("cuda_stream"));
+  } else if (nb::hasattr(stream, "ptr")) {
+    handle = nb::cast<std::uintptr_t>(stream.attr("ptr"));
+  } else {
+    throw halox::Error(
+        "halox: stream must be None, an int handle, or a CUDA stream object (__cuda_stream__, "
+        ".cuda_stream or .ptr)");
+  }
+  return reinterpret_cast<halox::GpuStream>(handle);
+}
+
 // A particle array: (total_count, 3) of the exchange's dtype, C-contiguous.
 void check_particles(const AnyArray& a, const halox::ParticlePlan& plan, BasicKind real,
                      std::size_t index, const char* what) {
@@ -441,7 +464,8 @@ void bind_grids(nb::module_& m) {
       .def_prop_ro("count", &halox::Ranks::count);
 
   nb::class_<halox::GridExchange>(m, "GridExchange",
-                                  "The grid halo of NumPy arrays laid out as the plan says")
+                                  "The grid halo of NumPy arrays laid out as the plan says",
+                                  nb::dynamic_attr())
       .def(
           "__init__",
           [](halox::GridExchange* self, const halox::Ranks& ranks,
@@ -466,6 +490,24 @@ void bind_grids(nb::module_& m) {
           "Fills the halos of the arrays (one per rank of this process and field), done on "
           "return. NumPy arrays, or GPU arrays (CuPy, PyTorch: any DLPack producer; ordered "
           "after the work on the legacy default stream, done when it returns)")
+      .def(
+          "exchange_async",
+          [](halox::GridExchange& self, nb::args fields, nb::handle stream) {
+            const std::vector<void*> arrays = exchange_arrays(
+                fields, "halox.GridExchange", [&](const AnyArray& a, std::size_t i) {
+                  if (i < self.plans().size()) check_field(a, self.plans()[i], i);
+                });
+            const halox::GpuStream s = stream_of(stream);
+            // The arrays stay referenced until the next call, so that one dropped by the
+            // caller meanwhile is not freed under the GPU's work.
+            nb::setattr(nb::find(&self), "_in_flight", fields);
+            nb::gil_scoped_release release;
+            self.exchange_async(arrays, s);
+          },
+          "fields"_a, "stream"_a = nb::none(),
+          "exchange() ordered on `stream` (GPU arrays; None: the legacy default stream, an int "
+          "handle, or a CuPy / PyTorch stream): returns once queued. Host arrays are done on "
+          "return. The exchange keeps the arrays referenced until its next call")
       .def_prop_ro("fields", &halox::GridExchange::fields)
       .def_prop_ro("capturable", &halox::GridExchange::capturable,
                    "Whether an exchange of GPU arrays may be captured in a CUDA graph (the "

@@ -269,6 +269,33 @@ def test_a_rank_that_stays_away_is_named():
     pair.Free()
 
 
+def test_exchange_async_keeps_its_arrays_alive():
+    """exchange_async: host arrays done on return (as exchange); the arrays referenced by the
+    exchange until its next call, so that one the caller drops is not freed under the GPU's
+    work; bad streams refused."""
+    import gc
+    import weakref
+    global_n = (6, 4, 4)
+    grid = halox.Topology((2, 1, 1), (True, True, True), 0)
+    interiors = [halox.subdomain_of(grid, global_n, r)[1] for r in range(2)]
+    plans = halox.make_local_grid_plans(grid, interiors, 1, np.float64)
+    ex = halox.GridExchange(halox.Ranks.local(grid), plans)
+    fields = [fill_and_check(grid, plans[r], r, global_n, None) for r in range(2)]
+    arrays = [f[0] for f in fields]
+    ex.exchange_async(*arrays, stream=None)
+    for r in range(2):
+        assert np.array_equal(arrays[r], expected(plans[r], fields[r][1], global_n))
+    watched = weakref.ref(arrays[0])
+    del arrays, fields
+    gc.collect()
+    assert watched() is not None  # the exchange holds it
+    ex.exchange_async(*[np.zeros(p.shape) for p in plans], stream=0)
+    gc.collect()
+    assert watched() is None  # released by the next call
+    with pytest.raises(halox.Error, match="stream must be None"):
+        ex.exchange_async(*[np.zeros(p.shape) for p in plans], stream="fast")
+
+
 def test_bad_input_raises_the_right_error():
     with pytest.raises(halox.DatatypeError, match="count = -1"):
         halox.Datatype.vector(-1, 1, 1, np.float64)
