@@ -85,7 +85,7 @@ class GridFusedTransport final : public Transport {
   bool set_up_for(Direction, std::span<void* const> fields) const override {
     if (!m_ready) return false;
     std::vector<std::uintptr_t> key;
-    for (void* f : fields) key.push_back(reinterpret_cast<std::uintptr_t>(f) % 16);
+    key_of(fields, key);
     return m_faces.empty() || m_tables.count(key) > 0;
   }
   // The set-up's collectives end in an error naming this rank after the time-out, as its
@@ -393,10 +393,14 @@ class GridFusedTransport final : public Transport {
   // The grid kernel's table at these field addresses: every face's pack descriptors in the
   // widest words its stage allows (x faces of a field of floats: 4 bytes; y and z faces of
   // whole aligned rows: up to 16). Cached per addresses % 16.
-  GridTable& table_for(std::span<void* const> fields) {
-    std::vector<std::uintptr_t>& key = m_key;  // a member: no allocation per exchange
+  // A table's key: each face's word follows from its arrays' addresses modulo 16.
+  static void key_of(std::span<void* const> fields, std::vector<std::uintptr_t>& key) {
     key.clear();
     for (void* f : fields) key.push_back(reinterpret_cast<std::uintptr_t>(f) % 16);
+  }
+  GridTable& table_for(std::span<void* const> fields) {
+    std::vector<std::uintptr_t>& key = m_key;  // a member: no allocation per exchange
+    key_of(fields, key);
     auto found = m_tables.find(key);
     if (found != m_tables.end()) return *found->second;
     std::vector<FacePlan> faces = m_faces;

@@ -48,31 +48,33 @@ __device__ inline long long cells_of(const GraphRank& r, const GraphGrid& g) {
   return (r.interior[0] + 2 * g.halo) * (r.interior[1] + 2 * g.halo) * (r.interior[2] + 2 * g.halo);
 }
 
-/// Interiors get this replay's values, halos NaN (a cell the exchange misses is caught).
-__global__ void fill_replay(const GraphRank* ranks, GraphGrid g, const unsigned long long* replay) {
+// Calls visit(cell, value, inside) for each cell of rank blockIdx.y's array (grid-stride):
+// the global field of this replay at the cell's wrapped position, and whether it is interior.
+template <class Visit>
+__device__ void for_each_cell(const GraphRank* ranks, const GraphGrid& g, unsigned long long n,
+                              Visit&& visit) {
   const GraphRank r = ranks[blockIdx.y];
-  const unsigned long long n = *replay;
   for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < cells_of(r, g);
        k += gridDim.x * blockDim.x) {
     long long at[3];
     bool inside = false;
     global_of(r, g, k, at, &inside);
-    r.field[k] = inside ? replay_value(at[0], at[1], at[2], n) : nan("");
+    visit(r.field + k, replay_value(at[0], at[1], at[2], n), inside);
   }
+}
+
+/// Interiors get this replay's values, halos NaN (a cell the exchange misses is caught).
+__global__ void fill_replay(const GraphRank* ranks, GraphGrid g, const unsigned long long* replay) {
+  for_each_cell(ranks, g, *replay,
+                [](double* cell, double value, bool inside) { *cell = inside ? value : nan(""); });
 }
 
 /// Every cell, halo included, against the global field of this replay.
 __global__ void check_replay(const GraphRank* ranks, GraphGrid g, const unsigned long long* replay,
                              unsigned long long* wrong) {
-  const GraphRank r = ranks[blockIdx.y];
-  const unsigned long long n = *replay;
-  for (long long k = blockIdx.x * blockDim.x + threadIdx.x; k < cells_of(r, g);
-       k += gridDim.x * blockDim.x) {
-    long long at[3];
-    bool inside = false;
-    global_of(r, g, k, at, &inside);
-    if (r.field[k] != replay_value(at[0], at[1], at[2], n)) atomicAdd(wrong, 1ull);
-  }
+  for_each_cell(ranks, g, *replay, [&](double* cell, double value, bool) {
+    if (*cell != value) atomicAdd(wrong, 1ull);
+  });
 }
 
 __global__ void next_replay(unsigned long long* replay) {
