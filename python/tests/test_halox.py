@@ -374,3 +374,20 @@ def test_the_installed_package_is_typed():
     with open(stub) as f:
         text = f.read()
     assert "class GridExchange" in text and "def exchange(" in text and "class Datatype" in text
+
+
+def test_the_module_exports_only_its_entry_point():
+    """libhalox's functions stay inside the module: exported, they crashed the GPU machine's
+    Python at the first number a time-out's message wrote to a std::ostringstream."""
+    import shutil
+    import subprocess
+    module = halox._halox.__file__
+    if shutil.which("nm") is None or not module.endswith(".so"):
+        pytest.skip("no nm, or not an ELF module")
+    out = subprocess.run(["nm", "-D", "--defined-only", module], capture_output=True, text=True,
+                         check=True).stdout
+    names = [line.split()[-1] for line in out.splitlines() if line.strip()]
+    assert "PyInit__halox" in names
+    leaked = [n for n in names if n.startswith(("_ZN5halox", "_ZNK5halox", "_ZNSt6locale",
+                                                "_ZNSo", "_ZNSt8ios_base"))]
+    assert not leaked, leaked[:10]
