@@ -276,11 +276,7 @@ void Simulation::migrate() {
     }
   }
   // Collective (MPI): every rank takes part, with or without atoms to move.
-  if (m_config.local) {
-    migrate_local_particles(m_ranks.front().topology, m_box, m_migrate_data, 7);
-  } else {
-    migrate_particles(m_ranks.front().topology, m_box, m_migrate_data.front(), 7);
-  }
+  migrate_particles(halox_ranks(), m_box, m_migrate_data, 7);
   for (std::size_t k = 0; k < n; ++k) {
     Rank& r = m_ranks[k];
     const std::vector<std::int32_t>& leaving = m_leaving[k];
@@ -344,19 +340,13 @@ void Simulation::neighbor_search(bool first) {
   // The plans (and with them the halo coordinates); the back ends build the neighbour lists.
   const double rlist = m_config.cutoff + m_config.skin;
   // The plans append the halo to each rank's coordinates: r.x holds home then halo atoms
-  // until the next fetch (swapped, not copied, into the vectors the local builder takes).
-  std::vector<ParticlePlan> plans;  // of the local ranks, for their exchange
-  if (m_config.local) {
-    m_xyz.resize(m_ranks.size());
-    for (std::size_t k = 0; k < m_ranks.size(); ++k) std::swap(m_xyz[k], m_ranks[k].x);
-    plans = build_local_particle_plans(m_ranks.front().topology, m_box, rlist, m_xyz);
-    for (std::size_t k = 0; k < m_ranks.size(); ++k) {
-      std::swap(m_xyz[k], m_ranks[k].x);
-      m_ranks[k].plan = plans[k];
-    }
-  } else {
-    Rank& r = m_ranks.front();
-    r.plan = build_particle_plan(r.topology, m_box, rlist, r.x);
+  // until the next fetch (swapped, not copied, into the vectors the builder takes).
+  m_xyz.resize(m_ranks.size());
+  for (std::size_t k = 0; k < m_ranks.size(); ++k) std::swap(m_xyz[k], m_ranks[k].x);
+  std::vector<ParticlePlan> plans = build_particle_plans(halox_ranks(), m_box, rlist, m_xyz);
+  for (std::size_t k = 0; k < m_ranks.size(); ++k) {
+    std::swap(m_xyz[k], m_ranks[k].x);
+    m_ranks[k].plan = plans[k];
   }
   part(&SearchParts::plans);
   // The lists are queued first and the exchange is set up for the new plans while the GPU
@@ -373,21 +363,22 @@ void Simulation::neighbor_search(bool first) {
   m_timers.search += seconds_since(start);
 }
 
-// The exchange for the new plans (`plans`: the local ranks'; one rank per process: its plan).
+Ranks Simulation::halox_ranks() const {
+  const Topology& grid = m_ranks.front().topology;
+  return m_config.local ? Ranks::local(grid) : Ranks::mpi(grid);
+}
+
+// The exchange for the new plans (of this process's ranks, in order).
 void Simulation::set_up_exchange(std::vector<ParticlePlan> plans) {
-  const Rank& r = m_ranks.front();
   if (m_exchange) {
-    m_config.local ? m_exchange->set_plans(std::move(plans)) : m_exchange->set_plan(r.plan);
+    m_exchange->set_plans(std::move(plans));
     return;
   }
   ExchangeOptions options;
   options.transport = m_config.transport;
-  if (!m_config.local) options.chunk_bytes = m_config.chunk_bytes;
-  const BasicKind real = r.backend->real();
-  m_exchange = m_config.local
-                   ? std::make_unique<ParticleExchange>(Ranks::local(r.topology), std::move(plans),
-                                                        real, options)
-                   : std::make_unique<ParticleExchange>(r.topology, r.plan, real, options);
+  options.chunk_bytes = m_config.chunk_bytes;  // the pipelined transport's; others ignore it
+  m_exchange = std::make_unique<ParticleExchange>(halox_ranks(), std::move(plans),
+                                                  m_ranks.front().backend->real(), options);
   if (m_config.graph && !m_exchange->capturable()) {  // the same answer on every rank
     throw Error("halox-md: --graph: the transport " + to_string(m_config.transport) +
                 " cannot be captured in a CUDA graph; take local-fused, local-pulse, ipc-fused, "

@@ -167,6 +167,8 @@ class Simulation {
   };
   void neighbor_search(bool first);
   void migrate();
+  /// halox's view of this process's ranks: every rank of the grid (local) or its MPI rank.
+  Ranks halox_ranks() const;
   void set_up_exchange(std::vector<ParticlePlan> plans);
   void prune();  // every rank's list cut to cutoff + inner skin (Config::prune)
   void halo(bool forward);
@@ -195,7 +197,7 @@ class Simulation {
   std::vector<Rank> m_ranks;
   std::vector<Backend*> m_backends;  // the ranks', in order: each phase one call for all
   // The search's, reused: each rank's leaving atoms (their indices, from the fetch; then
-  // position, velocity and id, 7 doubles each) and the local plan builder's coordinate sets.
+  // position, velocity and id, 7 doubles each) and the plan builder's coordinate sets.
   std::vector<std::vector<std::int32_t>> m_leaving;
   std::vector<std::vector<double>> m_migrate_data, m_xyz;
   std::vector<Fetched> m_fetch_into;

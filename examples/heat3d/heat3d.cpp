@@ -78,12 +78,16 @@ double error_of(const Block& b) {
   return worst;
 }
 
-// Every rank's interior cells, for the plans of ranks in one process.
-std::vector<std::array<std::int64_t, 3>> interiors(const halox::Topology& grid) {
-  std::vector<std::array<std::int64_t, 3>> cells;
-  for (int r = 0; r < grid.size(); ++r)
-    cells.push_back(halox::subdomain_of(grid, kGlobal, r).interior);
-  return cells;
+// The ranks of this process: every rank of a grid such as 2x2x1 (--local 2x2x1) or its one
+// rank of the MPI job. Everything after this is one code path over halox::Ranks.
+halox::Ranks ranks_of(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "--local") == 0) {
+    std::array<int, 3> dims{};
+    if (std::sscanf(argv[2], "%dx%dx%d", &dims[0], &dims[1], &dims[2]) != 3)
+      throw halox::Error("--local takes a rank grid such as 2x2x1");
+    return halox::Ranks::local(halox::Topology(dims, {true, true, true}, 0));
+  }
+  return halox::Ranks::mpi(halox::Topology::from_mpi(MPI_COMM_WORLD));
 }
 
 }  // namespace
@@ -93,41 +97,26 @@ int main(int argc, char** argv) {
   int rank = 0, code = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   try {
-    double error = 0;
-    if (argc == 3 && std::strcmp(argv[1], "--local") == 0) {  // every rank in this process
-      std::array<int, 3> dims{};
-      if (std::sscanf(argv[2], "%dx%dx%d", &dims[0], &dims[1], &dims[2]) != 3)
-        throw halox::Error("--local takes a rank grid such as 2x2x1");
-      const halox::Topology grid(dims, {true, true, true}, 0);
-      const int ranks = dims[0] * dims[1] * dims[2];
-      const auto plans =
-          halox::make_local_grid_plans(grid, interiors(grid), 1, halox::Datatype::of<double>());
-      std::vector<Block> blocks;
-      for (int r = 0; r < ranks; ++r) blocks.push_back(make_block(grid, r, plans[r]));
-      halox::GridExchange exchange(halox::Ranks::local(grid), plans);
-      std::vector<void*> fields(ranks);
-      for (int s = 0; s < kSteps; ++s) {
-        for (int r = 0; r < ranks; ++r) fields[r] = blocks[r].u.data();
-        exchange.exchange(fields);
-        for (Block& b : blocks) update(b);
-      }
-      for (const Block& b : blocks) error = std::max(error, error_of(b));
-      std::printf("heat3d: %d ranks in one process, ", ranks);
-    } else {  // one rank per MPI process
-      const halox::Topology grid = halox::Topology::from_mpi(MPI_COMM_WORLD);
-      const halox::GridPlan plan = halox::build_grid_plan(
-          grid, halox::subdomain_of(grid, kGlobal).interior, 1, halox::Datatype::of<double>());
-      Block b = make_block(grid, grid.rank(), plan);
-      halox::GridExchange exchange(grid, plan);  // host memory: the host transport
-      for (int s = 0; s < kSteps; ++s) {
-        exchange.exchange(b.u.data());
-        update(b);
-      }
-      const double mine = error_of(b);
-      MPI_Reduce(&mine, &error, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-      if (rank == 0) std::printf("heat3d: %s MPI ranks, ", grid.describe().c_str());
+    const halox::Ranks ranks = ranks_of(argc, argv);
+    // The global lattice described once: halox splits it and returns this process's plans.
+    const auto plans = halox::build_grid_plans(ranks, kGlobal, 1, halox::Datatype::of<double>());
+    std::vector<Block> blocks;
+    for (int i = 0; i < ranks.count(); ++i)
+      blocks.push_back(make_block(ranks.topology(), ranks.rank(i), plans[i]));
+    halox::GridExchange exchange(ranks, plans);  // host memory: the host transport or CPU copies
+    std::vector<void*> fields(blocks.size());
+    for (int s = 0; s < kSteps; ++s) {
+      for (std::size_t i = 0; i < blocks.size(); ++i) fields[i] = blocks[i].u.data();
+      exchange.exchange(fields);
+      for (Block& b : blocks) update(b);
     }
-    MPI_Bcast(&error, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    double mine = 0, error = 0;
+    for (const Block& b : blocks) mine = std::max(mine, error_of(b));
+    MPI_Allreduce(&mine, &error, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0) {
+      std::printf("heat3d: %s%s, ", ranks.topology().describe().c_str(),
+                  ranks.in_process() ? " ranks in one process" : " MPI ranks");
+    }
     if (rank == 0)
       std::printf("%d^3 cells, %d steps: largest error %.2e against the exact solution\n", kCells,
                   kSteps, error);

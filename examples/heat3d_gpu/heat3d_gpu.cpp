@@ -92,12 +92,19 @@ double error_of(Block& b) {
   return worst;
 }
 
-// Every rank's interior cells, for the plans of ranks in one process.
-std::vector<std::array<std::int64_t, 3>> interiors(const halox::Topology& grid) {
-  std::vector<std::array<std::int64_t, 3>> cells;
-  for (int r = 0; r < grid.size(); ++r)
-    cells.push_back(halox::subdomain_of(grid, kGlobal, r).interior);
-  return cells;
+// The ranks of this process: every rank of a grid such as 2x2x1 (--local 2x2x1) or its one
+// rank of the MPI job, on GPU rank % GPUs. Everything after this is one code path.
+halox::Ranks ranks_of(int argc, char** argv, int rank) {
+  if (argc == 3 && std::strcmp(argv[1], "--local") == 0) {
+    std::array<int, 3> dims{};
+    if (std::sscanf(argv[2], "%dx%dx%d", &dims[0], &dims[1], &dims[2]) != 3)
+      throw halox::Error("--local takes a rank grid such as 2x2x1");
+    return halox::Ranks::local(halox::Topology(dims, {true, true, true}, 0));
+  }
+  int gpus = 0;
+  check(cudaGetDeviceCount(&gpus));
+  check(cudaSetDevice(rank % gpus));
+  return halox::Ranks::mpi(halox::Topology::from_mpi(MPI_COMM_WORLD));
 }
 
 }  // namespace
@@ -112,46 +119,26 @@ int main(int argc, char** argv) {
     // on one node direct stores through CUDA IPC (halox-tune's file may say otherwise).
     halox::ExchangeOptions options;
     options.transport = halox::TransportKind::automatic;
+    const halox::Ranks ranks = ranks_of(argc, argv, rank);
     cudaStream_t stream = nullptr;
-    double error = 0;
+    check(cudaStreamCreate(&stream));
+    // The global lattice described once: halox splits it and returns this process's plans.
+    const auto plans = halox::build_grid_plans(ranks, kGlobal, 1, type);
     std::vector<Block> blocks;
-    std::string what;
-    if (argc == 3 && std::strcmp(argv[1], "--local") == 0) {  // every rank in this process
-      std::array<int, 3> dims{};
-      if (std::sscanf(argv[2], "%dx%dx%d", &dims[0], &dims[1], &dims[2]) != 3)
-        throw halox::Error("--local takes a rank grid such as 2x2x1");
-      const halox::Topology grid(dims, {true, true, true}, 0);
-      const int ranks = dims[0] * dims[1] * dims[2];
-      const auto plans = halox::make_local_grid_plans(grid, interiors(grid), 1, type);
-      check(cudaStreamCreate(&stream));
-      for (int r = 0; r < ranks; ++r) blocks.push_back(make_block(grid, r, plans[r]));
-      halox::GridExchange exchange(halox::Ranks::local(grid), plans, options);
-      std::vector<void*> fields(ranks);
-      for (int s = 0; s < kSteps; ++s) {
-        for (int r = 0; r < ranks; ++r) fields[r] = blocks[r].u;
-        exchange.exchange_async(fields, stream);  // every rank's faces, ordered on the stream
-        for (Block& b : blocks) update_async(b, stream);
-      }
-      what =
-          std::to_string(ranks) + " ranks in one process, " + exchange.transport_name(blocks[0].u);
-    } else {  // one rank per MPI process
-      int gpus = 0;
-      check(cudaGetDeviceCount(&gpus));
-      check(cudaSetDevice(rank % gpus));
-      check(cudaStreamCreate(&stream));
-      const halox::Topology grid = halox::Topology::from_mpi(MPI_COMM_WORLD);
-      const halox::GridPlan plan =
-          halox::build_grid_plan(grid, halox::subdomain_of(grid, kGlobal).interior, 1, type);
-      blocks.push_back(make_block(grid, grid.rank(), plan));
-      halox::GridExchange exchange(grid, plan, options);
-      for (int s = 0; s < kSteps; ++s) {
-        exchange.exchange_async(blocks[0].u, stream);
-        update_async(blocks[0], stream);
-      }
-      what = grid.describe() + " MPI ranks, " + exchange.transport_name(blocks[0].u);
+    for (int i = 0; i < ranks.count(); ++i)
+      blocks.push_back(make_block(ranks.topology(), ranks.rank(i), plans[i]));
+    halox::GridExchange exchange(ranks, plans, options);
+    std::vector<void*> fields(blocks.size());
+    for (int s = 0; s < kSteps; ++s) {
+      for (std::size_t i = 0; i < blocks.size(); ++i) fields[i] = blocks[i].u;
+      exchange.exchange_async(fields, stream);  // every rank's faces, ordered on the stream
+      for (Block& b : blocks) update_async(b, stream);
     }
+    const std::string what = ranks.topology().describe() +
+                             (ranks.in_process() ? " ranks in one process, " : " MPI ranks, ") +
+                             exchange.transport_name(blocks[0].u);
     check(cudaStreamSynchronize(stream));
-    double mine = 0;
+    double mine = 0, error = 0;
     for (Block& b : blocks) mine = std::max(mine, error_of(b));
     MPI_Allreduce(&mine, &error, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0)

@@ -35,17 +35,16 @@ struct FieldView {
 /// carrying both), so edges and corners arrive.
 class GridExchange {
  public:
-  /// Collective over the ranks' processes. plans[i]: the plan of this process's i-th rank
-  /// (Ranks::mpi: one, from build_grid_plan or validated; Ranks::local: one per rank of the
-  /// grid, from make_local_grid_plans). Several fields moved in one call (GHEX's
-  /// exchange(f, g)): plans[f * ranks.count() + i] is field f's plan of rank i, the fields
-  /// of a plan set may differ in element type and layout, and each call passes the arrays
-  /// in the same order. Plans that do not match their neighbours' are refused on every
-  /// rank, naming both ranks and the pulse; plans whose headers disagree with their types
-  /// are refused naming the rank. Ranks::mpi: the exchange runs on a duplicate of the
-  /// topology's communicator (Topology::duplicate), so that several exchanges may be in
-  /// flight at once. An exchange is used by one thread at a time; a second thread calling
-  /// it while one is inside gets a halox::Error.
+  /// Collective over the ranks' processes. plans[i]: the plan of this process's i-th rank,
+  /// grid rank ranks.rank(i) (build_grid_plans(ranks, ...): one for Ranks::mpi, one per rank
+  /// of the grid for Ranks::local; or build_grid_plan, make_local_grid_plans). Several fields moved
+  /// in one call (GHEX's exchange(f, g)): plans[f * ranks.count() + i] is field f's plan of rank i,
+  /// the fields of a plan set may differ in element type and layout, and each call passes the
+  /// arrays in the same order. Plans that do not match their neighbours' are refused on every rank,
+  /// naming both ranks and the pulse; plans whose headers disagree with their types are refused
+  /// naming the rank. Ranks::mpi: the exchange runs on a duplicate of the topology's communicator
+  /// (Topology::duplicate), so that several exchanges may be in flight at once. An exchange is used
+  /// by one thread at a time; a second thread calling it while one is inside gets a halox::Error.
   GridExchange(const Ranks& ranks, std::vector<GridPlan> plans, ExchangeOptions options = {});
   /// One rank per process: GridExchange(Ranks::mpi(topology), {plan}, options).
   GridExchange(const Topology& topology, GridPlan plan, ExchangeOptions options = {});
@@ -137,7 +136,7 @@ class GridExchange {
 class ParticleExchange {
  public:
   /// Collective over the ranks' processes. plans[i]: the plan of this process's i-th rank
-  /// (Ranks::mpi: build_particle_plan; Ranks::local: build_local_particle_plans), checked
+  /// (build_particle_plans(ranks, ...), or build_particle_plan for one rank), checked
   /// when taken (and by set_plan(s)): a plan whose indices or ranges leave its arrays is
   /// refused naming the rank and pulse. Communicator and threads as GridExchange's.
   ParticleExchange(const Ranks& ranks, std::vector<ParticlePlan> plans, BasicKind real,

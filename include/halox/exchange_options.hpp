@@ -105,6 +105,9 @@ class Ranks {
   const Topology& topology() const { return m_topology; }
   /// How many ranks this process holds: the arrays an exchange call takes.
   int count() const { return m_in_process ? m_topology.size() : 1; }
+  /// The grid rank of this process's index-th rank (0 <= index < count()): the order of the
+  /// plans and arrays of every call over these ranks.
+  int rank(int index = 0) const { return m_in_process ? index : m_topology.rank(); }
   /// Ranks::local: the GPU of every rank (empty: the current GPU for all).
   const std::vector<int>& device_of_rank() const { return m_device_of_rank; }
 

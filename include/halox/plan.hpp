@@ -15,6 +15,8 @@
 
 namespace halox {
 
+class Ranks;  // halox/exchange_options.hpp
+
 /// A periodic simulation box [0, length) per axis, split evenly over the rank grid.
 struct Box {
   std::array<double, 3> length = {1.0, 1.0, 1.0};
@@ -188,6 +190,27 @@ void migrate_local_particles(const Topology& topology, const Box& box,
 std::vector<GridPlan> make_local_grid_plans(
     const Topology& grid, const std::vector<std::array<std::int64_t, 3>>& interior, int halo,
     const Datatype& element, const std::vector<std::array<std::int64_t, 3>>& allocated = {});
+
+// ---------------------------------------------------------------------------------------------
+// Plans over Ranks: the same call for one rank per process (Ranks::mpi: collective over the
+// processes, one plan) and for every rank of the grid in this process (Ranks::local). Entry i
+// of every vector belongs to grid rank ranks.rank(i).
+
+/// The grid plans of this process's ranks for a lattice of `global` cells per axis (x, y, z),
+/// split as subdomain_of does (uneven splits included); validated with the neighbours over MPI.
+/// Throws halox::Error for bad sizes (every rank, over MPI).
+std::vector<GridPlan> build_grid_plans(const Ranks& ranks, std::array<std::int64_t, 3> global,
+                                       int halo, const Datatype& element);
+
+/// The particle plans of this process's ranks: xyz[i] holds rank ranks.rank(i)'s home
+/// coordinates and is extended with its halo (as build_particle_plan does).
+std::vector<ParticlePlan> build_particle_plans(const Ranks& ranks, const Box& box, double cutoff,
+                                               std::vector<std::vector<double>>& xyz);
+
+/// migrate_particles for this process's ranks: data[i] holds rank ranks.rank(i)'s atoms,
+/// `stride` doubles each, the first three the position.
+void migrate_particles(const Ranks& ranks, const Box& box, std::vector<std::vector<double>>& data,
+                       int stride);
 
 /// The headers of a plan's pulses (for validation and transports).
 std::vector<PulseHeader> headers(const ParticlePlan& plan);

@@ -445,23 +445,26 @@ void bind_grids(nb::module_& m) {
       },
       "topology"_a, "interior"_a, "halo"_a = 1, "element"_a,
       "Collective: this rank's grid plan (interior cells x, y, z), validated with its neighbours");
-  m.def(
-      "make_local_grid_plans",
-      [](const halox::Topology& grid, const std::vector<std::array<std::int64_t, 3>>& interiors,
-         int halo, nb::handle element) {
-        Datatype e = type_of(element);
-        e.commit();
-        return halox::make_local_grid_plans(grid, interiors, halo, e);
-      },
-      "grid"_a, "interiors"_a, "halo"_a = 1, "element"_a,
-      "The plans of every rank of `grid` in this process (Ranks.local)");
 
   nb::class_<halox::Ranks>(m, "Ranks")
       .def_static("mpi", &halox::Ranks::mpi, "topology"_a, "One rank per MPI process")
       .def_static(
           "local", [](const halox::Topology& grid) { return halox::Ranks::local(grid); }, "grid"_a,
           "Every rank of the grid in this process")
-      .def_prop_ro("count", &halox::Ranks::count);
+      .def_prop_ro("count", &halox::Ranks::count)
+      .def("rank", &halox::Ranks::rank, "index"_a = 0,
+           "The grid rank of this process's index-th rank (the order of plans and arrays)");
+  m.def(
+      "build_grid_plans",
+      [](const halox::Ranks& ranks, std::array<std::int64_t, 3> global, int halo,
+         nb::handle element) {
+        Datatype e = type_of(element);
+        e.commit();
+        return halox::build_grid_plans(ranks, global, halo, e);
+      },
+      "ranks"_a, "global_cells"_a, "halo"_a = 1, "element"_a,
+      "The plans of this process's ranks for a lattice of global_cells (x, y, z) split as "
+      "subdomain_of does (Ranks.mpi: collective, one plan; Ranks.local: every rank's)");
 
   nb::class_<halox::GridExchange>(m, "GridExchange",
                                   "The grid halo of NumPy arrays laid out as the plan says",
@@ -552,20 +555,20 @@ void bind_particles(nb::module_& m) {
       "Collective: (plan, coordinates) of this rank's home atoms (n, 3), the coordinates "
       "extended by the halo (total_count, 3)");
   m.def(
-      "build_local_particle_plans",
-      [](const halox::Topology& grid, const halox::Box& box, double cutoff,
+      "build_particle_plans",
+      [](const halox::Ranks& ranks, const halox::Box& box, double cutoff,
          const std::vector<Array>& homes) {
         std::vector<std::vector<double>> xyz;
-        for (const Array& h : homes)
-          xyz.push_back(coordinates_of(h, "halox.build_local_particle_plans"));
+        for (const Array& h : homes) xyz.push_back(coordinates_of(h, "halox.build_particle_plans"));
         std::vector<halox::ParticlePlan> plans =
-            halox::build_local_particle_plans(grid, box, cutoff, xyz);
+            halox::build_particle_plans(ranks, box, cutoff, xyz);
         nb::list out;
         for (auto& x : xyz) out.append(numpy_of(std::move(x)));
         return nb::make_tuple(plans, out);
       },
-      "grid"_a, "box"_a, "cutoff"_a, "homes"_a,
-      "(plans, coordinates) of every rank of `grid` in this process (Ranks.local)");
+      "ranks"_a, "box"_a, "cutoff"_a, "homes"_a,
+      "(plans, coordinates) of this process's ranks: homes[i] the home atoms (n, 3) of rank "
+      "ranks.rank(i), the coordinates extended by the halo (Ranks.mpi: collective)");
   nb::class_<ParticleExchange>(m, "ParticleExchange",
                                "Coordinates forward to the halos, forces back to their "
                                "owners, of (total_count, 3) arrays")

@@ -108,10 +108,12 @@ def expected(plan, where, global_n):
 def test_grid_halo_over_mpi_ranks_uneven():
     global_n = (10, 9, 7)  # the ranks do not divide it
     topo = halox.Topology.from_mpi(COMM)
-    offset, interior = halox.subdomain_of(topo, global_n)
-    plan = halox.build_grid_plan(topo, interior, halo=1, element=np.float64)
-    u, where = fill_and_check(topo, plan, topo.rank, global_n, None)
-    ex = halox.GridExchange(halox.Ranks.mpi(topo), [plan], transport="host")
+    ranks = halox.Ranks.mpi(topo)
+    [plan] = halox.build_grid_plans(ranks, global_n, halo=1, element=np.float64)
+    assert plan.interior == halox.subdomain_of(topo, global_n)[1]
+    assert plan.interior == halox.build_grid_plan(topo, plan.interior, 1, np.float64).interior
+    u, where = fill_and_check(topo, plan, ranks.rank(0), global_n, None)
+    ex = halox.GridExchange(ranks, [plan], transport="host")
     ex.exchange(u)
     assert np.array_equal(u, expected(plan, where, global_n))  # faces, edges, corners
 
@@ -119,8 +121,7 @@ def test_grid_halo_over_mpi_ranks_uneven():
 def test_grid_halo_local_ranks():
     global_n = (12, 8, 5)
     grid = halox.Topology((3, 2, 1), (True, True, True), 0)
-    interiors = [halox.subdomain_of(grid, global_n, r)[1] for r in range(grid.size)]
-    plans = halox.make_local_grid_plans(grid, interiors, 2, np.float32)
+    plans = halox.build_grid_plans(halox.Ranks.local(grid), global_n, 2, np.float32)
     fields = [fill_and_check(grid, plans[r], r, global_n, None) for r in range(grid.size)]
     arrays = [f[0].astype(np.float32) for f in fields]
     ex = halox.GridExchange(halox.Ranks.local(grid), plans)
@@ -183,7 +184,7 @@ def test_particle_halo_local_ranks(transport):
     world = particle_world(rng, 400, box)
     homes = [world[owned_by(grid, box, r, world)] for r in range(grid.size)]
     assert sum(len(h) for h in homes) == len(world)
-    plans, xyzs = halox.build_local_particle_plans(grid, box, 1.2, homes)
+    plans, xyzs = halox.build_particle_plans(halox.Ranks.local(grid), box, 1.2, homes)
     assert [p.home_count for p in plans] == [len(h) for h in homes]
     order = np.concatenate(homes)  # the world in the ranks' order, for the brute force
     for dtype in (np.float64, np.float32):
@@ -201,6 +202,9 @@ def test_particle_halo_mpi_ranks():
     world = particle_world(rng, 500, box)  # the same on every rank (one seed)
     mine = world[owned_by(topo, box, topo.rank, world)]
     plan, xyz = halox.build_particle_plan(topo, box, 1.3, mine)
+    plans, xyzs = halox.build_particle_plans(halox.Ranks.mpi(topo), box, 1.3, [mine])
+    assert [p.total_count for p in plans] == [plan.total_count]  # the same builder
+    assert np.array_equal(xyzs[0], xyz)
     ex = halox.ParticleExchange(halox.Ranks.mpi(topo), [plan], np.float64, transport="host")
     # Every rank's plan and coordinates, for the brute force (gathered: the exchange is
     # collective; the check reads every rank's halo).
@@ -225,7 +229,7 @@ def test_particle_bad_input():
     box = halox.Box((4.0, 4.0, 4.0))
     world = particle_world(np.random.default_rng(5), 60, box)
     homes = [world[owned_by(grid, box, r, world)] for r in range(2)]
-    plans, xyzs = halox.build_local_particle_plans(grid, box, 1.0, homes)
+    plans, xyzs = halox.build_particle_plans(halox.Ranks.local(grid), box, 1.0, homes)
     ex = halox.ParticleExchange(halox.Ranks.local(grid), plans, np.float64)
     wrong = [np.zeros((p.total_count + 1, 3)) for p in plans]
     with pytest.raises(halox.Error, match=r"must have shape \(%d, 3\)" % plans[0].total_count):
@@ -233,7 +237,7 @@ def test_particle_bad_input():
     with pytest.raises(halox.Error, match="another dtype"):
         ex.forward(*[x.astype(np.float32) for x in xyzs])
     with pytest.raises(halox.Error, match="float64 array"):
-        halox.build_local_particle_plans(grid, box, 1.0, [h.astype(np.float32) for h in homes])
+        halox.build_particle_plans(halox.Ranks.local(grid), box, 1.0, [h.astype(np.float32) for h in homes])
     with pytest.raises(halox.Error, match="float32 or float64"):
         halox.ParticleExchange(halox.Ranks.local(grid), plans, np.int32)
 
@@ -277,8 +281,7 @@ def test_exchange_async_keeps_its_arrays_alive():
     import weakref
     global_n = (6, 4, 4)
     grid = halox.Topology((2, 1, 1), (True, True, True), 0)
-    interiors = [halox.subdomain_of(grid, global_n, r)[1] for r in range(2)]
-    plans = halox.make_local_grid_plans(grid, interiors, 1, np.float64)
+    plans = halox.build_grid_plans(halox.Ranks.local(grid), global_n, 1, np.float64)
     ex = halox.GridExchange(halox.Ranks.local(grid), plans)
     fields = [fill_and_check(grid, plans[r], r, global_n, None) for r in range(2)]
     arrays = [f[0] for f in fields]
@@ -307,7 +310,7 @@ def test_bad_input_raises_the_right_error():
     with pytest.raises(halox.Error, match="C-contiguous"):
         halox.pack(np.zeros((4, 6))[:, ::2], 1, halox.Datatype.of(np.float64).commit())
     grid = halox.Topology((1, 1, 1), (True, True, True), 0)
-    plans = halox.make_local_grid_plans(grid, [(4, 4, 4)], 1, np.float64)
+    plans = halox.build_grid_plans(halox.Ranks.local(grid), (4, 4, 4), 1, np.float64)
     ex = halox.GridExchange(halox.Ranks.local(grid), plans)
     with pytest.raises(halox.Error, match="another dtype"):
         ex.exchange(np.zeros(plans[0].shape, dtype=np.float32))
@@ -352,8 +355,7 @@ def test_grid_halo_of_gpu_arrays_equals_numpys(framework):
     to_gpu, to_numpy = gpu_framework(framework)
     global_n = (12, 8, 5)
     grid = halox.Topology((3, 2, 1), (True, True, True), 0)
-    interiors = [halox.subdomain_of(grid, global_n, r)[1] for r in range(grid.size)]
-    plans = halox.make_local_grid_plans(grid, interiors, 2, np.float64)
+    plans = halox.build_grid_plans(halox.Ranks.local(grid), global_n, 2, np.float64)
     fields = [fill_and_check(grid, plans[r], r, global_n, None) for r in range(grid.size)]
     host = [f[0].astype(np.float64) for f in fields]
     device = [to_gpu(a) for a in host]

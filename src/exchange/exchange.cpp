@@ -8,6 +8,7 @@
 #include "halox/error.hpp"
 #include "halox/trace.hpp"
 #include "engine.hpp"
+#include "../common/no_mpi.hpp"
 #include "../runtime/mpi_cuda_aware.hpp"
 #if HALOX_HAS_CUDA
 #include "../common/cuda_check.hpp"
@@ -117,14 +118,6 @@ std::vector<int> Ranks::spread_over_gpus(int ranks, int gpus) {
 
 namespace {
 
-#if !HALOX_HAS_MPI
-[[noreturn]] void no_mpi(const char* exchange) {
-  throw Error(std::string("halox::") + exchange +
-              ": halox was built without MPI; one rank per process (Ranks::mpi) needs it "
-              "(ranks in this process: Ranks::local)");
-}
-#endif
-
 // The synchronous calls' wait: the default stream, when the arrays are on the GPU.
 void finish_default_stream(bool device) {
 #if HALOX_HAS_CUDA
@@ -207,7 +200,7 @@ GridExchange::GridExchange(const Ranks& ranks, std::vector<GridPlan> plans, Exch
                 " rank(s) of this process (one per rank and field)");
   }
 #if !HALOX_HAS_MPI
-  if (!ranks.in_process()) no_mpi("GridExchange");
+  if (!ranks.in_process()) detail::no_mpi("GridExchange");
 #endif
   m_impl->engine = detail::make_grid_engine(m_impl->ranks, std::move(plans), options);
 }
@@ -329,7 +322,7 @@ ParticleExchange::ParticleExchange(const Ranks& ranks, std::vector<ParticlePlan>
                 std::to_string(ranks.count()) + " rank(s) of this process");
   }
 #if !HALOX_HAS_MPI
-  if (!ranks.in_process()) no_mpi("ParticleExchange");
+  if (!ranks.in_process()) detail::no_mpi("ParticleExchange");
 #endif
   m_impl->transport = options.transport;
   m_impl->engine = detail::make_particle_engine(m_impl->ranks, std::move(plans), real, options);

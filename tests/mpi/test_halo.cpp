@@ -571,10 +571,13 @@ TEST(ParticleHalo, LocalMigrationAndPlansEqualTheMpiOnes) {
         all[r].push_back(id);
       }
     }
-    std::vector<double> mine = all[topology.rank()];
-    migrate_particles(topology, w.box, mine, 4);
-    migrate_local_particles(topology, w.box, all, 4);
-    ASSERT_EQ(mine, all[topology.rank()]) << where << ": migrated atoms";
+    // The same calls over both kinds of Ranks: this process's one rank over MPI, every rank
+    // of the grid in this process.
+    const Ranks over_mpi = Ranks::mpi(topology), in_process = Ranks::local(topology);
+    std::vector<std::vector<double>> mine = {all[topology.rank()]};
+    migrate_particles(over_mpi, w.box, mine, 4);
+    migrate_particles(in_process, w.box, all, 4);
+    ASSERT_EQ(mine.front(), all[topology.rank()]) << where << ": migrated atoms";
 
     std::vector<std::vector<double>> xyz(topology.size());
     for (int r = 0; r < topology.size(); ++r) {
@@ -582,11 +585,11 @@ TEST(ParticleHalo, LocalMigrationAndPlansEqualTheMpiOnes) {
         xyz[r].insert(xyz[r].end(), &all[r][i], &all[r][i + 3]);
       }
     }
-    std::vector<double> my_xyz = xyz[topology.rank()];
-    const ParticlePlan plan = build_particle_plan(topology, w.box, 2.6, my_xyz);
-    const std::vector<ParticlePlan> plans = build_local_particle_plans(topology, w.box, 2.6, xyz);
-    const ParticlePlan& local = plans[topology.rank()];
-    ASSERT_EQ(my_xyz, xyz[topology.rank()]) << where << ": local coordinates";
+    std::vector<std::vector<double>> my_xyz = {xyz[topology.rank()]};
+    const ParticlePlan plan = build_particle_plans(over_mpi, w.box, 2.6, my_xyz).at(0);
+    const std::vector<ParticlePlan> plans = build_particle_plans(in_process, w.box, 2.6, xyz);
+    const ParticlePlan& local = plans.at(static_cast<std::size_t>(topology.rank()));
+    ASSERT_EQ(my_xyz.front(), xyz[topology.rank()]) << where << ": local coordinates";
     ASSERT_EQ(plan.home_count, local.home_count) << where;
     ASSERT_EQ(plan.total_count, local.total_count) << where;
     ASSERT_EQ(plan.pulses.size(), local.pulses.size()) << where;
@@ -596,6 +599,45 @@ TEST(ParticleHalo, LocalMigrationAndPlansEqualTheMpiOnes) {
       EXPECT_EQ(plan.pulses[p].shift, local.pulses[p].shift) << where;
     }
   }
+}
+
+// build_grid_plans over MPI (this rank's plan, validated with its neighbours) and in one
+// process (every rank's): the same plan for this rank, on lattices that the grid does not
+// divide evenly; a process with one rank refuses several coordinate sets.
+TEST(GridHalo, PlansOverBothKindsOfRanksAgree) {
+  const std::uint64_t seed = halox::testing::test_seed("GridHalo.PlansOverRanks", 0);
+  std::mt19937_64 rng(seed);
+  const Datatype element = Datatype::of<double>().commit();
+  for (auto dims : grid_shapes()) {
+    const Topology topology = Topology::from_mpi(MPI_COMM_WORLD, dims);
+    std::array<std::int64_t, 3> global{};
+    for (int a = 0; a < 3; ++a)
+      global[a] = topology.dims()[a] * 2 + std::uniform_int_distribution<int>(0, 5)(rng);
+    const std::vector<GridPlan> mine = build_grid_plans(Ranks::mpi(topology), global, 1, element);
+    const std::vector<GridPlan> all = build_grid_plans(Ranks::local(topology), global, 1, element);
+    ASSERT_EQ(mine.size(), 1u);
+    ASSERT_EQ(all.size(), static_cast<std::size_t>(topology.size()));
+    const GridPlan& a = mine.front();
+    const GridPlan& b = all[static_cast<std::size_t>(topology.rank())];
+    const std::string where = topology.describe() + ", global " + std::to_string(global[0]) + "x" +
+                              std::to_string(global[1]) + "x" + std::to_string(global[2]);
+    EXPECT_EQ(a.interior, subdomain_of(topology, global).interior) << where;
+    EXPECT_EQ(a.interior, b.interior) << where;
+    EXPECT_EQ(a.extent, b.extent) << where;
+    ASSERT_EQ(a.pulses.size(), b.pulses.size()) << where;
+    for (std::size_t p = 0; p < a.pulses.size(); ++p) {
+      const GridPulse &x = a.pulses[p], &y = b.pulses[p];
+      EXPECT_EQ(x.header.send_rank, y.header.send_rank) << where << " pulse " << p;
+      EXPECT_EQ(x.header.recv_rank, y.header.recv_rank) << where << " pulse " << p;
+      EXPECT_EQ(x.header.send_size, y.header.send_size) << where << " pulse " << p;
+      EXPECT_EQ(x.send_type.true_lb(), y.send_type.true_lb()) << where << " pulse " << p;
+      EXPECT_EQ(x.recv_type.true_lb(), y.recv_type.true_lb()) << where << " pulse " << p;
+      EXPECT_EQ(x.recv_type.size(), y.recv_type.size()) << where << " pulse " << p;
+    }
+  }
+  const Topology topology = Topology::from_mpi(MPI_COMM_WORLD);
+  std::vector<std::vector<double>> two(2);
+  EXPECT_THROW(build_particle_plans(Ranks::mpi(topology), Box{}, 0.1, two), Error);
 }
 
 TEST(ParticleHalo, RanksThatDisagreeOnTheCutoffAreCaughtNotHung) {
