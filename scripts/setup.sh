@@ -53,6 +53,13 @@ if ! python3 -c 'import numpy, mpi4py, pytest' >/dev/null 2>&1; then
       python3-mpi4py python3-pytest >/dev/null
   }
 fi
+# halox.jax (the exchange inside jax.jit) is built where the build sees JAX's headers:
+# jax (CPU), and the build tools, for `pip install --no-build-isolation .` (scripts/test.sh).
+if ! python3 -c 'import jax, nanobind, scikit_build_core' >/dev/null 2>&1; then
+  echo "setup: installing jax (CPU), nanobind and scikit-build-core"
+  python3 -m pip install -q "jax[cpu]" nanobind scikit-build-core ||
+    echo "setup: no jax from PyPI: halox.jax is not built, its tests skip"
+fi
 
 # NVSHMEM headers and libraries come from PyPI, pinned to the GPU machine's version.
 if have nvcc && [ -z "${NVSHMEM_HOME:-}" ] &&

@@ -50,8 +50,12 @@ cmake --build build/sanitize -j "$jobs" --target test_datatype test_datatype_vs_
 # The Python module as a user installs it (pip install .; the CPU library here, the CUDA
 # build would double CI's time), its tests on 4 real MPI ranks.
 echo "== python: pip install ., then mpirun -n 4 python3 -m pytest python/tests"
-PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q . -Ccmake.define.HALOX_ENABLE_CUDA=OFF \
-  -Cbuild-dir=build/pip
+# Without build isolation where the build tools are here: the build then sees jax and
+# builds halox.jax (setup.sh installs them); else pip's isolated build, without halox.jax.
+isolation=()
+python3 -c 'import jax, nanobind, scikit_build_core' >/dev/null 2>&1 && isolation=(--no-build-isolation)
+PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q "${isolation[@]}" . \
+  -Ccmake.define.HALOX_ENABLE_CUDA=OFF -Cbuild-dir=build/pip
 set +e
 (cd build && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 4 --oversubscribe \
   python3 -m pytest -q -p no:cacheprovider ../python/tests)
@@ -66,6 +70,12 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 4 --oversubs
   python3 examples/python/heat3d.py --cells 20 --steps 30
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 4 --oversubscribe \
   python3 examples/python/particles.py --steps 5
+if python3 -c 'import halox, sys; sys.exit(not halox._halox.has_jax_ffi)'; then
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 4 --oversubscribe \
+    python3 examples/python/heat3d_jax.py --cells 20 --steps 30
+else
+  echo "python example: halox.jax not built (no jax when the module was built): heat3d_jax.py skipped"
+fi
 helps=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 2 --oversubscribe \
   python3 examples/python/heat3d.py --help | grep -c "^usage")
 [ "$helps" = 1 ] || { echo "python example: --help printed $helps times under mpirun"; exit 1; }

@@ -434,7 +434,24 @@ void bind_grids(nb::module_& m) {
           [](const halox::GridPlan& p) {
             return nb::make_tuple(p.extent[2], p.extent[1], p.extent[0]);
           },
-          "The array's shape with its halo, (z, y, x) in C order");
+          "The array's shape with its halo, (z, y, x) in C order")
+      .def_prop_ro(
+          "dtype",
+          [](const halox::GridPlan& p) -> nb::object {
+            BasicKind kind{};
+            if (!p.element.homogeneous(&kind)) return nb::none();
+            for (const DtypeKind& d : kDtypes) {
+              if (d.kind != kind) continue;
+              const char* names[] = {"int", "uint", "float"};  // DLPack's codes 0, 1, 2
+              return nb::str(
+                  (std::string(names[d.dtype.code]) + std::to_string(d.dtype.bits)).c_str());
+            }
+            return nb::none();
+          },
+          "The NumPy dtype name of the element's values ('float64'), None for a mixed element")
+      .def_prop_ro(
+          "element_bytes", [](const halox::GridPlan& p) { return p.element.extent(); },
+          "Bytes per cell (the element's extent)");
   m.def(
       "build_grid_plan",
       [](const halox::Topology& t, std::array<std::int64_t, 3> interior, int halo,
@@ -452,6 +469,8 @@ void bind_grids(nb::module_& m) {
           "local", [](const halox::Topology& grid) { return halox::Ranks::local(grid); }, "grid"_a,
           "Every rank of the grid in this process")
       .def_prop_ro("count", &halox::Ranks::count)
+      .def_prop_ro("topology", &halox::Ranks::topology,
+                   "The grid (seen from rank 0 for Ranks.local)")
       .def("rank", &halox::Ranks::rank, "index"_a = 0,
            "The grid rank of this process's index-th rank (the order of plans and arrays)");
   m.def(
@@ -512,6 +531,8 @@ void bind_grids(nb::module_& m) {
           "handle, or a CuPy / PyTorch stream): returns once queued. Host arrays are done on "
           "return. The exchange keeps the arrays referenced until its next call")
       .def_prop_ro("fields", &halox::GridExchange::fields)
+      .def_prop_ro("plans", &halox::GridExchange::plans,
+                   "The plans, one per field and rank of this process")
       .def_prop_ro("capturable", &halox::GridExchange::capturable,
                    "Whether an exchange of GPU arrays may be captured in a CUDA graph (the "
                    "GPU-initiated transports: local-*, ipc-*, nvshmem-pulse/fused)")
@@ -605,6 +626,10 @@ void bind_particles(nb::module_& m) {
 
 }  // namespace
 
+#if HALOX_HAS_JAX_FFI
+void bind_jax(nb::module_& m);  // jax_ffi.cpp
+#endif
+
 NB_MODULE(_halox, m) {
   m.doc() = "halox: halo exchange for domain-decomposed simulations (C++ core)";
   m.attr("__version__") = HALOX_VERSION;
@@ -612,6 +637,10 @@ NB_MODULE(_halox, m) {
   bind_datatypes(m);
   bind_grids(m);
   bind_particles(m);
+#if HALOX_HAS_JAX_FFI
+  bind_jax(m);
+#endif
+  m.attr("has_jax_ffi") = bool(HALOX_HAS_JAX_FFI);
   m.def(
       "transports",
       [] {

@@ -87,6 +87,8 @@ if [ "$python_module" = ON ]; then
   [ $rc -eq 0 ] && log "python tests PASSED" || log "python tests FAILED (rc $rc)"
   (cd build/gpu && PYTHONPATH=$PWD/python timeout 120 mpirun -n 2 --oversubscribe \
     python3 ../../examples/python/heat3d.py --device gpu) 2>&1 | tee -a "$out/summary.txt"
+  (cd build/gpu && PYTHONPATH=$PWD/python timeout 120 mpirun -n 2 --oversubscribe \
+    python3 ../../examples/python/heat3d_jax.py --device gpu) 2>&1 | tee -a "$out/summary.txt"
 else
   log "skipped python: no nanobind in this Python"
 fi

@@ -27,7 +27,8 @@ std::vector<GridPlan> build_grid_plans(const Ranks& ranks, std::array<std::int64
   const Topology& grid = ranks.topology();
   if (ranks.in_process()) {
     std::vector<std::array<std::int64_t, 3>> interiors;
-    for (int r = 0; r < grid.size(); ++r) interiors.push_back(subdomain_of(grid, global, r).interior);
+    for (int r = 0; r < grid.size(); ++r)
+      interiors.push_back(subdomain_of(grid, global, r).interior);
     return make_local_grid_plans(grid, interiors, halo, element);
   }
 #if HALOX_HAS_MPI
