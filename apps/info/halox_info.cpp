@@ -13,22 +13,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
 #include "halox/config.hpp"
 #include "halox/exchange.hpp"
+#include "halox/info.hpp"
 #include "halox/mpi.hpp"
-#include "halox/tuning.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
-#endif
-#if HALOX_HAS_NCCL
-#include <nccl.h>
-#endif
-#if HALOX_HAS_NVSHMEM
-#include <non_abi/nvshmem_version.h>
 #endif
 
 #include "../common/agree.hpp"
@@ -37,10 +30,6 @@
 #include "../common/output.hpp"
 
 namespace {
-
-std::string version_text(int v) {  // CUDA's 13000 -> "13.0"
-  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
-}
 
 // The rows of the table, each also a member of the JSON.
 struct Report {
@@ -52,12 +41,7 @@ struct Report {
   }
 };
 
-void put_versions(Report& r, int size) {
-  r.put("halox", HALOX_VERSION);
-  r.put("built with", std::string("CUDA ") + (HALOX_HAS_CUDA ? "yes" : "no") + ", MPI yes, NCCL " +
-                          (HALOX_HAS_NCCL ? "yes" : "no") + ", NVSHMEM " +
-                          (HALOX_HAS_NVSHMEM ? "yes" : "no") + ", tracing " +
-                          (HALOX_HAS_TRACING ? "yes" : "no"));
+void put_mpi(Report& r, int size) {
   char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int length = 0;
   MPI_Get_library_version(mpi_version, &length);
@@ -66,102 +50,12 @@ void put_versions(Report& r, int size) {
   r.put("MPI", mpi + " (" + std::to_string(size) + " ranks)");
 }
 
-// The GPUs and their peer matrix; returns how many are visible, `note` says why none.
-int put_gpus(Report& r, std::string& note) {
-  int gpus = 0;
-  halox::apps::Json gpu_list = halox::apps::Json::array(), matrix = halox::apps::Json::array();
-#if HALOX_HAS_CUDA
-  int runtime = 0, driver = 0;
-  cudaRuntimeGetVersion(&runtime);
-  const cudaError_t driver_rc = cudaDriverGetVersion(&driver);
-  r.put("CUDA runtime", version_text(runtime));
-  r.put("CUDA driver",
-        driver_rc == cudaSuccess && driver ? version_text(driver) : "none (no driver)");
-  const cudaError_t rc = cudaGetDeviceCount(&gpus);
-  if (rc != cudaSuccess) {
-    note = std::string("no GPU visible: ") + cudaGetErrorString(rc);
-    cudaGetLastError();
-    gpus = 0;
-  }
-  for (int d = 0; d < gpus; ++d) {
-    cudaDeviceProp p{};
-    cudaGetDeviceProperties(&p, d);
-    const std::string line = std::string(p.name) + ", " + std::to_string(p.totalGlobalMem >> 20) +
-                             " MiB, " + std::to_string(p.multiProcessorCount) + " SMs, sm_" +
-                             std::to_string(p.major) + std::to_string(p.minor);
-    r.table.emplace_back("GPU " + std::to_string(d), line);
-    gpu_list.push_back(line);
-  }
-  for (int a = 0; a < gpus; ++a) {
-    halox::apps::Json access_row = halox::apps::Json::array();
-    std::string row;
-    for (int b = 0; b < gpus; ++b) {
-      int access = a == b, perf = 0;
-      if (a != b) {
-        cudaDeviceCanAccessPeer(&access, a, b);
-        cudaDeviceGetP2PAttribute(&perf, cudaDevP2PAttrPerformanceRank, a, b);
-      }
-      access_row.push_back(access);
-      row += a == b ? " self" : access ? " peer(rank " + std::to_string(perf) + ")" : " none";
-    }
-    matrix.push_back(access_row);
-    r.table.emplace_back("peer access from GPU " + std::to_string(a), row);
-  }
-#else
-  note = "halox was built without CUDA";
-#endif
-#if HALOX_HAS_NCCL
-  int nccl = 0;
-  ncclGetVersion(&nccl);
-  r.put("NCCL", std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) + "." +
-                    std::to_string(nccl % 100));
-#else
-  r.put("NCCL", "not built in");
-#endif
-#if HALOX_HAS_NVSHMEM
-  r.put("NVSHMEM", std::to_string(NVSHMEM_VENDOR_MAJOR_VERSION) + "." +
-                       std::to_string(NVSHMEM_VENDOR_MINOR_VERSION) + "." +
-                       std::to_string(NVSHMEM_VENDOR_PATCH_VERSION));
-#else
-  r.put("NVSHMEM", "not built in");
-#endif
-  if (!note.empty()) r.table.emplace_back("GPUs", note);
-  r.json["gpus"] = gpu_list;
-  r.json["peer_access"] = matrix;
-  if (!note.empty()) r.json["gpu_note"] = note;
-  return gpus;
-}
-
-// The transports this build, this MPI and these GPUs can run; those that cannot, grouped
-// by reason (each reason once).
-void put_transports(Report& r, int gpus, const std::string& gpu_note) {
-  std::string available;
-  std::vector<std::pair<std::string, std::string>> missing;  // reason, transports
-  for (auto kind : halox::all_transports()) {
-    std::string reason;
-    const bool cpu_too =
-        kind == halox::TransportKind::host || kind == halox::TransportKind::automatic ||
-        kind == halox::TransportKind::local_pulse || kind == halox::TransportKind::local_fused;
-    if (gpus == 0 && !cpu_too) {
-      reason = gpu_note;
-    } else if (halox::transport_available(kind, &reason)) {
-      available += (available.empty() ? "" : " ") + halox::to_string(kind);
-      continue;
-    }
-    auto same = std::find_if(missing.begin(), missing.end(),
-                             [&](const auto& m) { return m.first == reason; });
-    if (same == missing.end()) {
-      missing.emplace_back(reason, halox::to_string(kind));
-    } else {
-      same->second += ", " + halox::to_string(kind);
-    }
-  }
-  std::string unavailable;
-  for (const auto& [reason, kinds] : missing) {
-    unavailable += (unavailable.empty() ? "" : "; ") + kinds + ": " + reason;
-  }
-  r.put("transports available", available);
-  r.put("transports unavailable", unavailable.empty() ? "none" : unavailable);
+// This process's rows (the library's, as halox.info() gives them) and its GPU lists.
+void put_process(Report& r, const halox::ProcessInfo& info) {
+  for (const auto& [key, value] : info.rows) r.put(key, value);
+  r.json["gpus"] = info.gpus;
+  r.json["peer_access"] = info.peer_access;
+  if (!info.gpu_note.empty()) r.json["gpu_note"] = info.gpu_note;
 }
 
 // Where each rank runs, and what auto picks between every pair (rank 0's rows).
@@ -209,35 +103,6 @@ void put_rank_pairs(Report& r, int rank, int size, int gpus, std::int64_t direct
   r.json["rank_pairs"] = pairs;
 }
 
-// The tuning file (read as the transports read it: an unusable file is shown with its
-// reason, not a crash) and MPS; returns the direct-store crossover (-1: none).
-std::int64_t put_tuning_and_mps(Report& r) {
-  const std::string path = halox::tuning_file_path();
-  std::int64_t direct_until = -1;
-  try {
-    const halox::TuningValues tuned = halox::read_tuning_file(path);
-    direct_until = tuned.direct_until_bytes;
-    const char* untuned = tuned.found ? "" : " (default)";
-    r.put("tuning file", path + (tuned.found ? "" : " (absent: run halox-tune)"));
-    r.put("pipelined chunk", std::to_string(tuned.chunk_bytes) + " bytes" + untuned);
-    r.put("pipelining crossover", std::to_string(tuned.pipelined_from_bytes) + " bytes" + untuned);
-    r.put("direct-store crossover",
-          tuned.direct_until_bytes > 0
-              ? std::to_string(tuned.direct_until_bytes) + " bytes (nvshmem-stream from there)"
-              : "not measured (auto keeps direct stores on one node)");
-  } catch (const halox::Error& e) {
-    r.put("tuning file", std::string("unusable: ") + e.what() +
-                             " (every transport that reads it refuses to start)");
-  }
-  const char* pipe = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
-  const std::string mps_dir = pipe ? pipe : "/tmp/nvidia-mps";
-  struct stat st {};
-  const bool mps = stat((mps_dir + "/control").c_str(), &st) == 0;
-  r.put("MPS", mps ? "daemon running (" + mps_dir + ")"
-                   : "no daemon at " + mps_dir + " (more than one process per GPU needs it)");
-  return direct_until;
-}
-
 int run(int argc, char** argv) {
   const int selected = halox::select_device(MPI_COMM_WORLD);
   int rank = 0, size = 1;
@@ -254,12 +119,11 @@ int run(int argc, char** argv) {
     line.parse(argc, argv);
   });
   Report r;
-  put_versions(r, size);
-  std::string why;
+  const halox::ProcessInfo info = halox::process_info();
+  put_process(r, info);
+  put_mpi(r, size);
   r.put("GPU of rank 0",
         selected < 0 ? "none" : std::to_string(selected) + " (node-local rank mod GPUs)");
-  r.put("MPI CUDA-aware",
-        halox::transport_available(halox::TransportKind::mpi_direct, &why) ? "yes" : "no: " + why);
   // libhalox_mpi in front of the MPI library: its marker symbol is in the process.
   int interposed = dlsym(RTLD_DEFAULT, "halox_mpi_active") != nullptr, ranks_interposed = 0;
   halox::apps::allreduce(&interposed, &ranks_interposed, 1, MPI_INT, MPI_SUM,
@@ -269,11 +133,7 @@ int run(int argc, char** argv) {
             ? std::string("not loaded (LD_PRELOAD=<prefix>/lib/libhalox_mpi.so puts it in front)")
             : "libhalox_mpi active on " + std::to_string(ranks_interposed) + " of " +
                   std::to_string(size) + " ranks");
-  std::string gpu_note;
-  const int gpus = put_gpus(r, gpu_note);
-  put_transports(r, gpus, gpu_note);
-  const std::int64_t direct_until = put_tuning_and_mps(r);
-  put_rank_pairs(r, rank, size, gpus, direct_until);
+  put_rank_pairs(r, rank, size, static_cast<int>(info.gpus.size()), info.direct_until_bytes);
   if (rank == 0) {
     std::printf("halox-info\n");
     for (const auto& [k, v] : r.table) std::printf("  %-28s %s\n", k.c_str(), v.c_str());

@@ -9,6 +9,7 @@
 #include "halox/device.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange.hpp"
+#include "halox/info.hpp"
 #include "halox/pack.hpp"
 #include "halox/pack_gpu.hpp"
 #include "halox/plan.hpp"

@@ -9,6 +9,7 @@ NumPy arrays over mpi4py ranks or over ranks in one process.
     u = np.zeros(plan.shape)                       # (z, y, x) with the halo
     halox.GridExchange(halox.Ranks.mpi(topo), [plan]).exchange(u)
 """
+from . import _halox
 from ._halox import (  # noqa: F401
     BackendError,
     Box,
@@ -40,10 +41,11 @@ from ._halox import (  # noqa: F401
 
 
 def info():
-    """What this build of halox can do, as a dict (a subset of what halox-info prints)."""
-    return {
-        "version": __version__,
-        "cuda": has_cuda,
-        "mpi": has_mpi,
-        "transports": transports(),
-    }
+    """What halox-info prints for this process, as a dict: its rows by the same keys
+    ("halox", "built with", "CUDA runtime", "GPU 0", "NCCL", "NVSHMEM", "MPI",
+    "MPI CUDA-aware", "MPI interposer", "transports available", "transports unavailable",
+    "tuning file", "pipelined chunk", "MPS", ...), "gpus" and "peer_access" as lists, and
+    "version", "cuda", "mpi", "transports" (the names available) for programs."""
+    d = _halox._process_info()
+    d.update(version=__version__, cuda=has_cuda, mpi=has_mpi, transports=transports())
+    return d

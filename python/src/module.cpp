@@ -2,10 +2,12 @@
 // mpi4py communicators, and grid exchanges of NumPy arrays, with halox's errors as Python
 // exceptions. Communicators and datatypes come in as their Fortran handles (mpi4py's
 // py2f()), so the module needs no mpi4py headers.
+#include <dlfcn.h>
 #include <mpi.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -641,6 +643,26 @@ NB_MODULE(_halox, m) {
   bind_jax(m);
 #endif
   m.attr("has_jax_ffi") = bool(HALOX_HAS_JAX_FFI);
+  m.def(
+      "_process_info",
+      [] {
+        const halox::ProcessInfo p = halox::process_info();
+        nb::dict d;
+        for (const auto& [key, value] : p.rows) d[key.c_str()] = value;
+        char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+        int length = 0;
+        MPI_Get_library_version(version, &length);  // allowed before MPI_Init
+        std::string mpi = version;
+        d["MPI"] = mpi.substr(0, mpi.find('\n'));
+        d["MPI interposer"] = dlsym(RTLD_DEFAULT, "halox_mpi_active")
+                                  ? "libhalox_mpi active in this process"
+                                  : "not loaded in this process";
+        d["gpus"] = p.gpus;
+        d["peer_access"] = p.peer_access;
+        d["gpu_note"] = p.gpu_note;
+        return d;
+      },
+      "halox-info's rows for this process (halox.info())");
   m.def(
       "transports",
       [] {

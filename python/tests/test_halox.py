@@ -403,3 +403,20 @@ def test_the_module_exports_only_its_entry_point():
     leaked = [n for n in names if n.startswith(("_ZN5halox", "_ZNK5halox", "_ZNSt6locale",
                                                 "_ZNSo", "_ZNSt8ios_base"))]
     assert not leaked, leaked[:10]
+
+
+def test_info_is_halox_infos_rows(tmp_path, monkeypatch):
+    """halox.info(): halox-info's rows for this process by its keys, the GPU lists, and an
+    unusable tuning file reported as halox-info reports it (not raised)."""
+    d = halox.info()
+    assert d["halox"] == halox.__version__ == d["version"]
+    for key in ("built with", "NCCL", "NVSHMEM", "MPI", "MPI CUDA-aware", "MPI interposer",
+                "transports available", "transports unavailable", "tuning file", "MPS"):
+        assert isinstance(d[key], str) and d[key], key
+    assert "Open MPI" in d["MPI"] or "MPICH" in d["MPI"]
+    assert len(d["peer_access"]) == len(d["gpus"])
+    assert "host" in d["transports available"].split()
+    bad = tmp_path / "tuning.json"
+    bad.write_text('{"chunk_bytes": ')
+    monkeypatch.setenv("HALOX_TUNING_FILE", str(bad))
+    assert halox.info()["tuning file"].startswith("unusable: ")
