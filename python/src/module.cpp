@@ -237,16 +237,25 @@ struct ParticleExchange : halox::ParticleExchange {
   ParticleExchange(const halox::Ranks& ranks, std::vector<halox::ParticlePlan> plans,
                    BasicKind kind, const halox::ExchangeOptions& options)
       : halox::ParticleExchange(ranks, std::move(plans), kind, options), real(kind) {}
-  // Coordinates forward or forces back, the arrays checked first; done on return.
-  void run(const nb::args& arrays, bool forward) {
+  // Coordinates forward or forces back, the arrays checked first; done on return, or
+  // queued on `stream` (async: the arrays kept referenced until the exchange's next call).
+  void run(const nb::args& arrays, bool forward, nb::handle stream = nb::handle(),
+           bool async = false) {
     const std::vector<void*> p =
         exchange_arrays(arrays, "halox.ParticleExchange", [&](const AnyArray& a, std::size_t i) {
           if (i < plans().size())
             check_particles(a, plans()[i], real, i, forward ? "coordinates" : "forces");
         });
+    const std::span<void* const> fields(p);
+    if (async) {
+      const halox::GpuStream s = stream_of(stream);
+      nb::setattr(nb::find(this), "_in_flight", arrays);
+      nb::gil_scoped_release release;
+      forward ? forward_async(fields, s) : reverse_async(fields, s);
+      return;
+    }
     nb::gil_scoped_release release;
-    forward ? halox::ParticleExchange::forward(std::span<void* const>(p))
-            : halox::ParticleExchange::reverse(std::span<void* const>(p));
+    forward ? halox::ParticleExchange::forward(fields) : halox::ParticleExchange::reverse(fields);
   }
   BasicKind real;
 };
@@ -594,7 +603,8 @@ void bind_particles(nb::module_& m) {
       "ranks.rank(i), the coordinates extended by the halo (Ranks.mpi: collective)");
   nb::class_<ParticleExchange>(m, "ParticleExchange",
                                "Coordinates forward to the halos, forces back to their "
-                               "owners, of (total_count, 3) arrays")
+                               "owners, of (total_count, 3) arrays",
+                               nb::dynamic_attr())
       .def(
           "__init__",
           [](ParticleExchange* self, const halox::Ranks& ranks,
@@ -618,6 +628,21 @@ void bind_particles(nb::module_& m) {
       .def(
           "reverse", [](ParticleExchange& self, nb::args arrays) { self.run(arrays, false); },
           "Adds the halo items' forces to their owners' home items, done on return")
+      .def(
+          "forward_async",
+          [](ParticleExchange& self, nb::args arrays, nb::handle stream) {
+            self.run(arrays, true, stream, true);
+          },
+          "arrays"_a, "stream"_a = nb::none(),
+          "forward() ordered on `stream` (GPU arrays; None: the legacy default stream, an int "
+          "handle, or a CuPy / PyTorch stream): returns once queued; host arrays are done on "
+          "return. The arrays stay referenced until the exchange's next call")
+      .def(
+          "reverse_async",
+          [](ParticleExchange& self, nb::args arrays, nb::handle stream) {
+            self.run(arrays, false, stream, true);
+          },
+          "arrays"_a, "stream"_a = nb::none(), "reverse() ordered on `stream`, as forward_async")
       .def("set_plans", &halox::ParticleExchange::set_plans, "plans"_a,
            "Collective: new plans after a neighbour search")
       .def("check", &halox::ParticleExchange::check,

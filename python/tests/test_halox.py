@@ -224,6 +224,46 @@ def test_particle_halo_mpi_ranks():
         assert np.all(f[k] == 1 + np.count_nonzero(d < 1e-9)), f"atom {k}"
 
 
+def test_particle_async_forms_equal_the_synchronous_ones():
+    """forward_async / reverse_async: host arrays done on return, the same items as forward /
+    reverse; the arrays referenced by the exchange until its next call; a bad stream refused."""
+    import gc
+    import weakref
+    rng = np.random.default_rng(seed_of("test_particle_async"))
+    grid = halox.Topology((2, 1, 2), (True, True, True), 0)
+    box = halox.Box((5.0, 4.0, 6.0))
+    world = particle_world(rng, 300, box)
+    homes = [world[owned_by(grid, box, r, world)] for r in range(grid.size)]
+    plans, xyzs = halox.build_particle_plans(halox.Ranks.local(grid), box, 1.1, homes)
+    ex = halox.ParticleExchange(halox.Ranks.local(grid), plans, np.float64)
+
+    def poisoned():
+        out = []
+        for p, x in zip(plans, xyzs):
+            a = np.full((p.total_count, 3), np.nan)
+            a[:p.home_count] = x[:p.home_count]
+            out.append(a)
+        return out
+    want, got = poisoned(), poisoned()
+    ex.forward(*want)
+    ex.forward_async(*got, stream=None)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    forces = [rng.standard_normal((p.total_count, 3)) for p in plans]
+    want_f = [f.copy() for f in forces]
+    ex.reverse(*want_f)
+    ex.reverse_async(*forces)
+    assert all(np.array_equal(a, b) for a, b in zip(forces, want_f))
+    watched = weakref.ref(forces[0])
+    del forces
+    gc.collect()
+    assert watched() is not None  # the exchange holds it
+    ex.forward_async(*poisoned(), stream=0)
+    gc.collect()
+    assert watched() is None  # released by the next call
+    with pytest.raises(halox.Error, match="stream must be None"):
+        ex.reverse_async(*poisoned(), stream="fast")
+
+
 def test_particle_bad_input():
     grid = halox.Topology((2, 1, 1), (True, True, True), 0)
     box = halox.Box((4.0, 4.0, 4.0))
