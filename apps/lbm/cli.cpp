@@ -10,20 +10,22 @@
 
 namespace halox::lbm {
 
-Cli parse(int argc, char** argv) {
-  Cli c;
-  halox::apps::CommandLine line(
-      "halox-lbm",
-      "Lattice Boltzmann on a periodic box split over a rank grid; halo exchange by halox.\n"
-      "Run it as mpiexec -n N halox-lbm [options].");
+namespace {
+
+// The options' text forms, turned into the Cli's values after parsing.
+struct RawOptions {
+  std::string grid = "64x64x64", ranks, precision = "float", transport;
+  double seed = 0;
+};
+
+void declare_options(halox::apps::CommandLine& line, Cli& c, RawOptions& raw) {
   line.choice("--model", c.model, "multiphase: D3Q19 + D3Q7 free energy; bgk: D3Q19",
               {"multiphase", "bgk"});
   line.choice("--init", c.init,
               "multiphase: droplet (default) | spinodal; bgk: taylor-green (default) | uniform",
               {"droplet", "spinodal", "taylor-green", "uniform"});
-  std::string grid = "64x64x64", ranks, precision = "float", transport;
-  line.text("--grid", grid, "global lattice; any size, uneven splits handled", "XxYxZ");
-  line.text("--ranks", ranks,
+  line.text("--grid", raw.grid, "global lattice; any size, uneven splits handled", "XxYxZ");
+  line.text("--ranks", raw.ranks,
             "rank grid (default: the one whose halo moves the fewest face cells per rank, x "
             "faces, strided, counted 32 / element bytes times: halox::grid_rank_dims)",
             "XxYxZ");
@@ -31,7 +33,7 @@ Cli parse(int argc, char** argv) {
              "N ranks on that grid (--transport local-*: how many it runs)", 1);
   line.count("--steps", c.steps, "time steps");
   line.choice("--device", c.device, "auto: gpu when one is visible", {"auto", "cpu", "gpu"});
-  line.choice("--precision", precision, "arithmetic and storage", {"float", "double"});
+  line.choice("--precision", raw.precision, "arithmetic and storage", {"float", "double"});
   line.choice("--comm", c.comm,
               "datatype: halox datatypes describe the faces, halox packs and moves them; "
               "default: hand-written pack kernels + host copies + MPI; contig: the "
@@ -43,7 +45,7 @@ Cli parse(int argc, char** argv) {
               "under libhalox_mpi or a CUDA-aware MPI)",
               {"datatype", "default", "contig", "overlap", "mpi-datatype", "mpi-contig",
                "mpi-overlap", "mpi-neighbor"});
-  line.text("--transport", transport,
+  line.text("--transport", raw.transport,
             "for --comm datatype/contig/overlap: host | staged | pipelined | nvshmem-stream | "
             "ipc-fused | nvshmem-fused | nccl | auto (default: host on the CPU, staged on the "
             "GPU) | local-pulse (every rank of --ranks in this one process, run without mpirun; "
@@ -61,8 +63,7 @@ Cli parse(int argc, char** argv) {
              "the first N steps are not timed (default min(10, steps/10)): they carry the "
              "transports' lazy set-up (NCCL, NVSHMEM: ~0.4 s)",
              -1);
-  double seed = static_cast<double>(c.seed);
-  line.number("--seed", seed, "spinodal noise seed", 0, 9e15);
+  line.number("--seed", raw.seed, "spinodal noise seed", 0, 9e15);
   line.flag("--check-taylor-green", c.check_taylor_green,
             "compare the decay with the analytic solution (1% tolerance)");
   line.flag("--check-mass", c.check_mass,
@@ -87,18 +88,21 @@ Cli parse(int argc, char** argv) {
               "every rank's updates and exchange calls as stream spans");
   line.watchdog(c.watchdog);
   line.output("--json", c.json, "results as JSON");
-  line.parse(argc, argv);
-  c.grid = halox::apps::dims_of("halox-lbm", "--grid", grid, 3);
-  if (!ranks.empty()) c.ranks = halox::apps::dims_of("halox-lbm", "--ranks", ranks, 1);
-  c.single = precision == "float";
-  if (!transport.empty()) {
-    c.transport = parse_transport(transport);
+}
+
+// The Cli's values from the text forms, each checked alone.
+void take_raw(Cli& c, const RawOptions& raw) {
+  c.grid = halox::apps::dims_of("halox-lbm", "--grid", raw.grid, 3);
+  if (!raw.ranks.empty()) c.ranks = halox::apps::dims_of("halox-lbm", "--ranks", raw.ranks, 1);
+  c.single = raw.precision == "float";
+  if (!raw.transport.empty()) {
+    c.transport = parse_transport(raw.transport);
     c.local_fused = c.transport == TransportKind::local_fused;
     c.local = c.local_fused || c.transport == TransportKind::local_pulse;
     c.transport_given = true;
   }
-  if (seed != std::floor(seed)) throw Error("halox-lbm: --seed must be a whole number");
-  c.seed = static_cast<std::uint64_t>(seed);
+  if (raw.seed != std::floor(raw.seed)) throw Error("halox-lbm: --seed must be a whole number");
+  c.seed = static_cast<std::uint64_t>(raw.seed);
   // The lattice's sound speed is 1/sqrt(3): flows near it are outside what LBM describes.
   if (!(std::abs(c.velocity) < 0.3))
     throw Error("halox-lbm: --velocity must be below 0.3 in lattice units (Mach ~0.5)");
@@ -106,6 +110,10 @@ Cli parse(int argc, char** argv) {
   const bool ok_init = c.model == "bgk" ? (c.init == "taylor-green" || c.init == "uniform")
                                         : (c.init == "droplet" || c.init == "spinodal");
   if (!ok_init) throw Error("halox-lbm: --init " + c.init + " does not fit --model " + c.model);
+}
+
+// The options that exclude or need each other, and the physical limits.
+void check_combinations(Cli& c) {
   if (c.rank_count > 0 && c.ranks != std::array<int, 3>{0, 0, 0}) {
     throw Error("halox-lbm: --rank-count and --ranks exclude each other");
   }
@@ -144,6 +152,22 @@ Cli parse(int argc, char** argv) {
   if (c.params.A <= 0 || c.params.kappa <= 0)
     throw Error("halox-lbm: --A and --kappa must be positive");
   c.params.multiphase = c.model == "multiphase";
+}
+
+}  // namespace
+
+Cli parse(int argc, char** argv) {
+  Cli c;
+  RawOptions raw;
+  raw.seed = static_cast<double>(c.seed);
+  halox::apps::CommandLine line(
+      "halox-lbm",
+      "Lattice Boltzmann on a periodic box split over a rank grid; halo exchange by halox.\n"
+      "Run it as mpiexec -n N halox-lbm [options].");
+  declare_options(line, c, raw);
+  line.parse(argc, argv);
+  take_raw(c, raw);
+  check_combinations(c);
   return c;
 }
 

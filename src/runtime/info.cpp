@@ -50,9 +50,8 @@ void put_gpus(ProcessInfo& info) {
   cudaRuntimeGetVersion(&runtime);
   const cudaError_t driver_rc = cudaDriverGetVersion(&driver);
   info.rows.emplace_back("CUDA runtime", version_text(runtime));
-  info.rows.emplace_back("CUDA driver",
-                         driver_rc == cudaSuccess && driver ? version_text(driver)
-                                                            : "none (no driver)");
+  info.rows.emplace_back("CUDA driver", driver_rc == cudaSuccess && driver ? version_text(driver)
+                                                                           : "none (no driver)");
   const cudaError_t rc = cudaGetDeviceCount(&gpus);
   if (rc != cudaSuccess) {
     info.gpu_note = std::string("no GPU visible: ") + cudaGetErrorString(rc);
@@ -109,9 +108,9 @@ void put_gpus(ProcessInfo& info) {
 // by reason (each reason once).
 void put_transports(ProcessInfo& info) {
   std::string why;
-  info.rows.emplace_back("MPI CUDA-aware",
-                         transport_available(TransportKind::mpi_direct, &why) ? "yes"
-                                                                              : "no: " + why);
+  info.rows.emplace_back("MPI CUDA-aware", transport_available(TransportKind::mpi_direct, &why)
+                                               ? "yes"
+                                               : "no: " + why);
   std::string available;
   std::vector<std::pair<std::string, std::string>> missing;  // reason, transports
   for (auto kind : all_transports()) {
@@ -151,7 +150,8 @@ void put_tuning_and_mps(ProcessInfo& info) {
     info.direct_until_bytes = tuned.direct_until_bytes;
     const char* untuned = tuned.found ? "" : " (default)";
     info.rows.emplace_back("tuning file", path + (tuned.found ? "" : " (absent: run halox-tune)"));
-    info.rows.emplace_back("pipelined chunk", std::to_string(tuned.chunk_bytes) + " bytes" + untuned);
+    info.rows.emplace_back("pipelined chunk",
+                           std::to_string(tuned.chunk_bytes) + " bytes" + untuned);
     info.rows.emplace_back("pipelining crossover",
                            std::to_string(tuned.pipelined_from_bytes) + " bytes" + untuned);
     info.rows.emplace_back(
@@ -167,9 +167,9 @@ void put_tuning_and_mps(ProcessInfo& info) {
   const std::string mps_dir = pipe ? pipe : "/tmp/nvidia-mps";
   struct stat st {};
   const bool mps = stat((mps_dir + "/control").c_str(), &st) == 0;
-  info.rows.emplace_back("MPS", mps ? "daemon running (" + mps_dir + ")"
-                                    : "no daemon at " + mps_dir +
-                                          " (more than one process per GPU needs it)");
+  info.rows.emplace_back(
+      "MPS", mps ? "daemon running (" + mps_dir + ")"
+                 : "no daemon at " + mps_dir + " (more than one process per GPU needs it)");
 }
 
 }  // namespace
