@@ -74,6 +74,112 @@ HaloOptions parse_halo(int argc, char** argv) {
   return o;
 }
 
+// The table's header (rank 0).
+void print_header(const HaloOptions& o, int size, bool gpu, double launch) {
+  std::printf("halox-bench halo --app md: %d ranks, %s, %s, %s\n", size, gpu ? "GPU" : "CPU",
+              host_name().c_str(), today().c_str());
+  if (gpu)
+    std::printf("one empty kernel launch, every rank at once (measured now): %.2f us\n", launch);
+  std::printf(
+      "halo = coordinates forward + forces reverse per step between neighbour searches\n"
+      "(slowest rank, %d steps after 20 warm-up; an untimed barrier before each halo phase\n"
+      "keeps load imbalance out of it); re-plan = what the first exchange of a new plan (the\n"
+      "reverse at a search step) costs above that, once per search; step = the whole step\n"
+      "including the neighbour search; queued = one exchange (the mean of forward and\n"
+      "reverse) when %d are queued back to back, as the empty launch is timed; launch = one\n"
+      "empty kernel launch timed so right after them, every rank at once (slowest rank),\n"
+      "and q/launch the ratio of the two; pairs = one exchange when %d forward + reverse\n"
+      "pairs are queued alternately, as a run's steps exchange, and p/launch its ratio\n\n",
+      o.steps, kQueued, kQueued / 2);
+  std::printf("%-12s %9s %10s %11s %11s %11s %11s %9s %8s %9s %9s %9s %9s %9s %9s %9s %9s\n",
+              "transport", "atoms/rk", "halo atoms", "forward us", "reverse us", "halo us",
+              "re-plan us", "step us", "share", "waits/st", "staged/x", "x/launch", "queued us",
+              "launch us", "q/launch", "pairs us", "p/launch");
+}
+
+// One case's halox-md configuration; false (said on rank 0) when the case cannot run here.
+bool case_config(const std::string& name, long atoms_per_rank, const HaloOptions& o, int size,
+                 int rank, bool gpu, md::Config& c) {
+  c.device = gpu ? "gpu" : "cpu";
+  c.transport = parse_transport(name);
+  c.transport_given = true;
+  // local-*: every rank of the grid in this process (Ranks::local).
+  c.local = c.transport == TransportKind::local_pulse || c.transport == TransportKind::local_fused;
+  int ranks = size;
+  if (c.local) {
+    if (size != 1) {
+      if (rank == 0) std::printf("%-12s skipped: runs on 1 MPI rank\n", name.c_str());
+      return false;
+    }
+    c.ranks = o.local_ranks;
+    ranks = o.local_ranks[0] * o.local_ranks[1] * o.local_ranks[2];
+  }
+  c.cells =
+      std::max(4, static_cast<int>(std::lround(std::cbrt(double(atoms_per_rank) * ranks / 4.0))));
+  c.nstlist = 20;  // the halo between searches is what is measured
+  c.barrier_before_halo = true;
+  std::string why;
+  if (!c.local &&
+      (!transport_available(c.transport, &why) || (!gpu && c.transport != TransportKind::host))) {
+    if (rank == 0)
+      std::printf("%-12s skipped: %s\n", name.c_str(), gpu ? why.c_str() : "needs a GPU");
+    return false;
+  }
+  return true;
+}
+
+// One case's figures: us per step or exchange, slowest rank (valid on rank 0).
+struct CaseFigures {
+  double fwd = 0, rev = 0, replan = 0, with_replans = 0, step = 0, waits = 0;
+  double queued_forward = 0, queued_reverse = 0, queued = 0, pairs = 0, launch = 0;
+  long long home_atoms = 0, halo_atoms = 0, atoms = 0;
+  std::string backend, ranks;
+};
+
+// Runs one case (collective): 20 warm-up steps, the timed steps, then the queued exchanges.
+template <class Launch>
+CaseFigures run_case(const md::Config& c, const HaloOptions& o, bool gpu, Launch&& launch_now) {
+  md::Simulation sim(MPI_COMM_WORLD, c);
+  for (int s = 0; s < 20; ++s) sim.step();
+  sim.reset_timers();
+  sim.reset_exchange_stats();
+  for (int s = 0; s < o.steps; ++s) sim.step();
+  const md::Timers& t = sim.timers();
+  const double host_waits = double(sim.exchange_stats().host_waits);
+  // Last (it leaves the forces summed twice): exchanges queued back to back.
+  double mine[7] = {t.halo_forward,
+                    t.halo_reverse - t.halo_reverse_at_search,
+                    t.halo_reverse_at_search,
+                    t.total(),
+                    sim.queued_halo_seconds(true, kQueued),
+                    sim.queued_halo_seconds(false, kQueued),
+                    sim.queued_halo_pair_seconds(kQueued / 2)},
+         worst[7];
+  CaseFigures f;
+  f.launch = gpu ? launch_now() : 0;
+  HALOX_MPI_CHECK(MPI_Reduce(mine, worst, 7, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+  f.queued_forward = 1e6 * worst[4];
+  f.queued_reverse = 1e6 * worst[5];
+  f.queued = (f.queued_forward + f.queued_reverse) / 2;
+  f.pairs = 1e6 * worst[6];
+  // Searches rebuild the halo with the plan: both figures cover the other steps, and the
+  // reverse at a search step (the first exchange of the new plan, with the transport's
+  // set-up for it) is reported apart, as its excess over a steady reverse.
+  const int searches = o.steps / c.nstlist, between = o.steps - searches;
+  f.fwd = 1e6 * worst[0] / between;
+  f.rev = 1e6 * worst[1] / between;
+  f.replan = searches > 0 ? 1e6 * worst[2] / searches - f.rev : 0;
+  f.with_replans = f.fwd + f.rev + f.replan * searches / o.steps;
+  f.step = 1e6 * worst[3] / o.steps;
+  f.waits = 2 * host_waits / (2 * o.steps - searches);
+  f.home_atoms = sim.home_atoms();
+  f.halo_atoms = sim.halo_atoms();
+  f.atoms = sim.atoms();
+  f.backend = sim.backend().name();
+  f.ranks = sim.topology().describe();
+  return f;
+}
+
 }  // namespace
 
 int halo_main(int argc, char** argv) {
@@ -106,136 +212,61 @@ int halo_main(int argc, char** argv) {
     return us;
   };
   const double launch = gpu ? launch_now() : 0;
-  if (rank == 0) {
-    std::printf("halox-bench halo --app md: %d ranks, %s, %s, %s\n", size, gpu ? "GPU" : "CPU",
-                host_name().c_str(), today().c_str());
-    if (gpu)
-      std::printf("one empty kernel launch, every rank at once (measured now): %.2f us\n", launch);
-    std::printf(
-        "halo = coordinates forward + forces reverse per step between neighbour searches\n"
-        "(slowest rank, %d steps after 20 warm-up; an untimed barrier before each halo phase\n"
-        "keeps load imbalance out of it); re-plan = what the first exchange of a new plan (the\n"
-        "reverse at a search step) costs above that, once per search; step = the whole step\n"
-        "including the neighbour search; queued = one exchange (the mean of forward and\n"
-        "reverse) when %d are queued back to back, as the empty launch is timed; launch = one\n"
-        "empty kernel launch timed so right after them, every rank at once (slowest rank),\n"
-        "and q/launch the ratio of the two; pairs = one exchange when %d forward + reverse\n"
-        "pairs are queued alternately, as a run's steps exchange, and p/launch its ratio\n\n",
-        o.steps, kQueued, kQueued / 2);
-    std::printf("%-12s %9s %10s %11s %11s %11s %11s %9s %8s %9s %9s %9s %9s %9s %9s %9s %9s\n",
-                "transport", "atoms/rk", "halo atoms", "forward us", "reverse us", "halo us",
-                "re-plan us", "step us", "share", "waits/st", "staged/x", "x/launch", "queued us",
-                "launch us", "q/launch", "pairs us", "p/launch");
-  }
+  if (rank == 0) print_header(o, size, gpu, launch);
   std::vector<Row> rows;
   for (long apr : o.atoms_per_rank) {
     double staged_halo = 0, staged_with_replans = 0;  // this size's baseline, when it ran first
     for (const auto& name : transports) {
       watchdog.beat("a case");
       md::Config c;
-      c.device = gpu ? "gpu" : "cpu";
-      c.transport = parse_transport(name);
-      c.transport_given = true;
-      // local-*: every rank of the grid in this process (Ranks::local).
-      c.local =
-          c.transport == TransportKind::local_pulse || c.transport == TransportKind::local_fused;
-      int ranks = size;
-      if (c.local) {
-        if (size != 1) {
-          if (rank == 0) std::printf("%-12s skipped: runs on 1 MPI rank\n", name.c_str());
-          continue;
-        }
-        c.ranks = o.local_ranks;
-        ranks = o.local_ranks[0] * o.local_ranks[1] * o.local_ranks[2];
-      }
-      c.cells = std::max(4, static_cast<int>(std::lround(std::cbrt(double(apr) * ranks / 4.0))));
-      c.nstlist = 20;  // the halo between searches is what is measured
-      c.barrier_before_halo = true;
-      std::string why;
-      if (!c.local && (!transport_available(c.transport, &why) ||
-                       (!gpu && c.transport != TransportKind::host))) {
-        if (rank == 0)
-          std::printf("%-12s skipped: %s\n", name.c_str(), gpu ? why.c_str() : "needs a GPU");
-        continue;
-      }
+      if (!case_config(name, apr, o, size, rank, gpu, c)) continue;
       if (!o.trace.empty()) trace::enable();
       trace::clear();  // the file keeps the last case only
-      md::Simulation sim(MPI_COMM_WORLD, c);
-      for (int s = 0; s < 20; ++s) sim.step();
-      sim.reset_timers();
-      sim.reset_exchange_stats();
-      for (int s = 0; s < o.steps; ++s) sim.step();
-      const md::Timers& t = sim.timers();
-      const double host_waits = double(sim.exchange_stats().host_waits);
-      // Last (it leaves the forces summed twice): exchanges queued back to back.
-      const double queued_forward = sim.queued_halo_seconds(true, kQueued);
-      const double queued_reverse = sim.queued_halo_seconds(false, kQueued);
-      const double queued_pairs = sim.queued_halo_pair_seconds(kQueued / 2);
-      const double case_launch = gpu ? launch_now() : 0;
-      double mine[7] = {t.halo_forward,
-                        t.halo_reverse - t.halo_reverse_at_search,
-                        t.halo_reverse_at_search,
-                        t.total(),
-                        queued_forward,
-                        queued_reverse,
-                        queued_pairs},
-             worst[7];
-      HALOX_MPI_CHECK(MPI_Reduce(mine, worst, 7, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
-      const double queued = 1e6 * (worst[4] + worst[5]) / 2, pairs = 1e6 * worst[6];
-      const double queued_vs_launch = case_launch > 0 ? queued / case_launch : 0;
-      const double pairs_vs_launch = case_launch > 0 ? pairs / case_launch : 0;
-      // Searches rebuild the halo with the plan: both figures cover the other steps, and the
-      // reverse at a search step (the first exchange of the new plan, with the transport's
-      // set-up for it) is reported apart, as its excess over a steady reverse.
-      const int searches = o.steps / c.nstlist, between = o.steps - searches;
-      const double fwd = 1e6 * worst[0] / between, rev = 1e6 * worst[1] / between;
-      const double replan = searches > 0 ? 1e6 * worst[2] / searches - rev : 0;
-      const double with_replans = fwd + rev + replan * searches / o.steps;
-      const double step = 1e6 * worst[3] / o.steps;
-      const double waits = host_waits / (2 * o.steps - searches);
+      const CaseFigures f = run_case(c, o, gpu, launch_now);
+      const double halo = f.fwd + f.rev;
       if (name == "staged") {
-        staged_halo = fwd + rev;
-        staged_with_replans = with_replans;
+        staged_halo = halo;
+        staged_with_replans = f.with_replans;
       }
-      const double vs_staged = staged_halo > 0 ? staged_halo / (fwd + rev) : 0;
+      const double vs_staged = staged_halo > 0 ? staged_halo / halo : 0;
       const double vs_staged_with_replans =
-          staged_with_replans > 0 ? staged_with_replans / with_replans : 0;
-      const double vs_launch = launch > 0 ? (fwd + rev) / launch : 0;
-      if (rank == 0) {
-        std::printf(
-            "%-12s %9lld %10lld %11.2f %11.2f %11.2f %11.2f %9.2f %7.1f%% %9.2f %9.2f %9.2f %9.2f "
-            "%9.2f %9.2f %9.2f %9.2f\n",
-            name.c_str(), static_cast<long long>(sim.home_atoms()),
-            static_cast<long long>(sim.halo_atoms()), fwd, rev, fwd + rev, replan, step,
-            100 * (fwd + rev) / step, waits * 2, vs_staged, vs_launch, queued, case_launch,
-            queued_vs_launch, pairs, pairs_vs_launch);
-        std::fflush(stdout);
-        rows.push_back(Row()
-                           .set("transport", name)
-                           .set("backend", sim.backend().name())
-                           .set("ranks", sim.topology().describe())
-                           .set("atoms", double(sim.atoms()))
-                           .set("atoms_per_rank", double(apr))
-                           .set("halo_atoms_rank0", double(sim.halo_atoms()))
-                           .set("forward_us", fwd)
-                           .set("reverse_us", rev)
-                           .set("halo_us", fwd + rev)
-                           .set("replan_us", replan)
-                           .set("halo_with_replans_us", with_replans)
-                           .set("speedup_vs_staged_with_replans", vs_staged_with_replans)
-                           .set("step_us", step)
-                           .set("halo_share", (fwd + rev) / step)
-                           .set("host_waits_per_step", waits * 2)
-                           .set("speedup_vs_staged", vs_staged)
-                           .set("halo_over_empty_launch", vs_launch)
-                           .set("queued_forward_us", 1e6 * worst[4])
-                           .set("queued_reverse_us", 1e6 * worst[5])
-                           .set("queued_exchange_over_empty_launch", queued_vs_launch)
-                           .set("queued_pair_exchange_us", pairs)
-                           .set("queued_pair_exchange_over_empty_launch", pairs_vs_launch)
-                           .set("empty_launch_us", launch)
-                           .set("queued_empty_launch_us", case_launch));
-      }
+          staged_with_replans > 0 ? staged_with_replans / f.with_replans : 0;
+      const double vs_launch = launch > 0 ? halo / launch : 0;
+      const double queued_vs_launch = f.launch > 0 ? f.queued / f.launch : 0;
+      const double pairs_vs_launch = f.launch > 0 ? f.pairs / f.launch : 0;
+      if (rank != 0) continue;
+      std::printf(
+          "%-12s %9lld %10lld %11.2f %11.2f %11.2f %11.2f %9.2f %7.1f%% %9.2f %9.2f %9.2f %9.2f "
+          "%9.2f %9.2f %9.2f %9.2f\n",
+          name.c_str(), f.home_atoms, f.halo_atoms, f.fwd, f.rev, halo, f.replan, f.step,
+          100 * halo / f.step, f.waits, vs_staged, vs_launch, f.queued, f.launch, queued_vs_launch,
+          f.pairs, pairs_vs_launch);
+      std::fflush(stdout);
+      rows.push_back(Row()
+                         .set("transport", name)
+                         .set("backend", f.backend)
+                         .set("ranks", f.ranks)
+                         .set("atoms", double(f.atoms))
+                         .set("atoms_per_rank", double(apr))
+                         .set("halo_atoms_rank0", double(f.halo_atoms))
+                         .set("forward_us", f.fwd)
+                         .set("reverse_us", f.rev)
+                         .set("halo_us", halo)
+                         .set("replan_us", f.replan)
+                         .set("halo_with_replans_us", f.with_replans)
+                         .set("speedup_vs_staged_with_replans", vs_staged_with_replans)
+                         .set("step_us", f.step)
+                         .set("halo_share", halo / f.step)
+                         .set("host_waits_per_step", f.waits)
+                         .set("speedup_vs_staged", vs_staged)
+                         .set("halo_over_empty_launch", vs_launch)
+                         .set("queued_forward_us", f.queued_forward)
+                         .set("queued_reverse_us", f.queued_reverse)
+                         .set("queued_exchange_over_empty_launch", queued_vs_launch)
+                         .set("queued_pair_exchange_us", f.pairs)
+                         .set("queued_pair_exchange_over_empty_launch", pairs_vs_launch)
+                         .set("empty_launch_us", launch)
+                         .set("queued_empty_launch_us", f.launch));
     }
   }
   if (!o.trace.empty()) {
