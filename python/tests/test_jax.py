@@ -68,3 +68,36 @@ def test_wrong_arrays_are_refused_when_traced():
         halox.jax.exchange(ex, jnp.zeros(plans[0].shape, jnp.int32))
     with pytest.raises(halox.Error, match="2 arrays for 1 plans"):
         halox.jax.exchange(ex, *[jnp.zeros(plans[0].shape, jnp.float32)] * 2)
+
+
+def test_a_rank_that_stays_away_is_named_inside_jit():
+    """In pairs of ranks: the first runs its jitted exchange alone and gets the time-out's
+    message (rank, peer and pulse) as JAX's runtime error, not a hang; then the second
+    exchanges, and only then are the exchanges dropped."""
+    pair = COMM.Split(COMM.rank // 2, COMM.rank)
+    if pair.size < 2:
+        pair.Free()
+        pytest.skip("a rank without a pair")
+    topo = halox.Topology.from_mpi(pair, (2, 1, 1))
+    ranks = halox.Ranks.mpi(topo)
+    plans = halox.build_grid_plans(ranks, (8, 3, 2), 1, np.float32)
+    ex = halox.GridExchange(ranks, plans, transport="host", timeout=0.3)
+    u = np.zeros(plans[0].shape, np.float32)
+    if topo.rank == 0:
+        step = jax.jit(lambda a: halox.jax.exchange(ex, a)[0])
+        with pytest.raises(Exception, match=r"rank 0 timed out after 0.3 s on pulse .* waiting "
+                                            r"for rank 1"):
+            jax.block_until_ready(step(jnp.asarray(u)))
+        from jax._src import dispatch
+        dispatch.runtime_tokens.clear()  # the failed call's effect token: not raised at exit
+        pair.send(None, dest=1)
+    else:
+        pair.recv(source=0)
+        try:
+            ex.exchange(u)
+        except halox.HaloTimeoutError:
+            pass  # the first gave its receives up: this one's sends find none
+    pair.Barrier()
+    halox.jax.release(ex)
+    del ex
+    pair.Free()
