@@ -15,10 +15,11 @@ cmake -S . -B build/test -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_WARNINGS_AS
 cmake --build build/test -j "$jobs"
 
 # A CPU-only Debug build links everything the optimiser would otherwise drop (a call into
-# CUDA-only code once linked in Release only).
-echo "== build (cpu preset, Debug)"
+# CUDA-only code once linked in Release only); its libhalox is the shared one, installed and
+# consumed after the tests (find_package, FetchContent, pkg-config).
+echo "== build (cpu preset, Debug, shared libhalox)"
 cmake --preset cpu -B build/cpu-debug -DCMAKE_BUILD_TYPE=Debug -DHALOX_WARNINGS_AS_ERRORS=ON \
-  -DHALOX_BUILD_TESTS=OFF >/dev/null  # the library and every program; tests: the Release build
+  -DHALOX_BUILD_SHARED=ON -DHALOX_BUILD_TESTS=OFF >/dev/null  # tests: the Release build
 cmake --build build/cpu-debug -j "$jobs"
 
 # CUDA without MPI (ranks of one process): the library alone, so that no MPI header slips
@@ -33,6 +34,11 @@ fi
 
 echo "== tests"
 (cd build/test && ctest --output-on-failure -j "$jobs" -LE gpu)
+
+echo "== the shared libhalox installed: its programs, the examples by find_package and pkg-config"
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 cmake -DBUILD_DIR="$PWD/build/cpu-debug" \
+  -DSOURCE_DIR="$PWD" -DMPIEXEC="$(command -v mpirun)" -DCXX="$(command -v c++)" \
+  -P tests/consumer/run_examples.cmake
 
 # The datatype engine, the MPI import and the interposer under AddressSanitizer and
 # UndefinedBehaviorSanitizer (signed overflow near 2^62 was found this way, not by the tests'

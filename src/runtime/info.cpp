@@ -25,9 +25,11 @@ namespace halox {
 
 namespace {
 
+#if HALOX_HAS_CUDA
 std::string version_text(int v) {  // CUDA's 13000 -> "13.0"
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
+#endif
 
 void put_build(ProcessInfo& info) {
   std::string built;

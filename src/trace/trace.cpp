@@ -478,7 +478,8 @@ int trace_object(const std::string& name) {
   std::lock_guard<std::mutex> lock(s.mutex);
   const int id = static_cast<int>(s.objects.size());
   // No tabs or line ends: write(comm) sends events as tab-separated lines.
-  std::string clean = name.empty() ? std::string("#") + std::to_string(id) : name;
+  std::string clean = name;  // (appended, not `"#" + to_string`: GCC 12 warns -Wrestrict)
+  if (clean.empty()) clean.append("#").append(std::to_string(id));
   std::replace_if(
       clean.begin(), clean.end(), [](char c) { return c == '\t' || c == '\n'; }, ' ');
   s.objects.push_back(clean);

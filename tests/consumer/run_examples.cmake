@@ -84,3 +84,15 @@ file(MAKE_DIRECTORY "${work}/pkgconfig")
 run("build heat3d with pkg-config" "${CXX}" -std=c++20 -O2 "${SOURCE_DIR}/examples/heat3d/heat3d.cpp"
     ${flags} -o "${work}/pkgconfig/heat3d")
 run("heat3d built with pkg-config, 3 MPI ranks" ${mpi} -n 3 "${work}/pkgconfig/heat3d")
+
+# A shared libhalox: the program links libhalox.so and MPI, never the GPU libraries (those
+# are libhalox's own).
+file(GLOB shared_halox "${prefix}/lib*/libhalox.so")
+if(shared_halox)
+  execute_process(COMMAND readelf -d "${work}/pkgconfig/heat3d" OUTPUT_VARIABLE needed)
+  if(NOT needed MATCHES "libhalox\\.so" OR needed MATCHES "libcudart|libnccl|libnvshmem")
+    message(FATAL_ERROR "heat3d against the shared libhalox needs:\n${needed}")
+  endif()
+  file(SIZE "${work}/pkgconfig/heat3d" bytes)
+  message(STATUS "heat3d against the shared libhalox: ${bytes} bytes, no GPU library linked")
+endif()
