@@ -30,6 +30,7 @@ from ._halox import (  # noqa: F401
     build_particle_plans,
     domain_of,
     from_mpi,
+    migrate_particles,
     has_cuda,
     has_mpi,
     pack,

@@ -232,6 +232,26 @@ std::vector<double> coordinates_of(const Array& home, const char* who) {
   return std::vector<double>(p, p + 3 * home.shape(0));
 }
 
+// Atoms as rows of doubles, (n, columns) float64, positions first; every set the same width.
+std::vector<std::vector<double>> atom_rows_of(const std::vector<Array>& sets, std::size_t& columns,
+                                              const char* who) {
+  std::vector<std::vector<double>> rows;
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    const Array& a = sets[i];
+    if (a.ndim() != 2 || a.shape(1) < 3 || a.dtype() != nb::dtype<double>() ||
+        (i > 0 && a.shape(1) != columns)) {
+      throw halox::Error(std::string(who) + ": atom set " + std::to_string(i) +
+                         " must be a float64 array (n, k), k >= 3 the same for every set, "
+                         "positions in the first three columns");
+    }
+    columns = a.shape(1);
+    array_bytes(a, "the atoms");
+    const auto* p = static_cast<const double*>(a.data());
+    rows.emplace_back(p, p + columns * a.shape(0));
+  }
+  return rows;
+}
+
 // The exchange with what its calls check arrays against (the C++ class keeps the kind).
 struct ParticleExchange : halox::ParticleExchange {
   ParticleExchange(const halox::Ranks& ranks, std::vector<halox::ParticlePlan> plans,
@@ -260,10 +280,13 @@ struct ParticleExchange : halox::ParticleExchange {
   BasicKind real;
 };
 
-nb::ndarray<nb::numpy, double, nb::ndim<2>> numpy_of(std::vector<double> xyz) {
-  auto* v = new std::vector<double>(std::move(xyz));
+// Rows of `columns` doubles as a NumPy array (n, columns) owning them.
+nb::ndarray<nb::numpy, double, nb::ndim<2>> numpy_of(std::vector<double> rows,
+                                                     std::size_t columns = 3) {
+  auto* v = new std::vector<double>(std::move(rows));
   nb::capsule owner(v, [](void* q) noexcept { delete static_cast<std::vector<double>*>(q); });
-  return nb::ndarray<nb::numpy, double, nb::ndim<2>>(v->data(), {v->size() / 3, 3}, owner);
+  return nb::ndarray<nb::numpy, double, nb::ndim<2>>(v->data(), {v->size() / columns, columns},
+                                                     owner);
 }
 
 // halox.Error and its kinds, raised for the C++ errors of the same names.
@@ -601,6 +624,22 @@ void bind_particles(nb::module_& m) {
       "ranks"_a, "box"_a, "cutoff"_a, "homes"_a,
       "(plans, coordinates) of this process's ranks: homes[i] the home atoms (n, 3) of rank "
       "ranks.rank(i), the coordinates extended by the halo (Ranks.mpi: collective)");
+  m.def(
+      "migrate_particles",
+      [](const halox::Ranks& ranks, const halox::Box& box, const std::vector<Array>& atoms) {
+        std::size_t columns = 3;
+        std::vector<std::vector<double>> data =
+            atom_rows_of(atoms, columns, "halox.migrate_particles");
+        halox::migrate_particles(ranks, box, data, static_cast<int>(columns));
+        nb::list out;
+        for (auto& d : data) out.append(numpy_of(std::move(d), columns));
+        return out;
+      },
+      "ranks"_a, "box"_a, "atoms"_a,
+      "This process's ranks' atoms after each moved to the rank that owns it now: atoms[i] is "
+      "rank ranks.rank(i)'s (n, k) float64 array, its position in the first three columns "
+      "(velocities, ids after it travel along), wrapped across periodic edges; returns the new "
+      "arrays (Ranks.mpi: collective)");
   nb::class_<ParticleExchange>(m, "ParticleExchange",
                                "Coordinates forward to the halos, forces back to their "
                                "owners, of (total_count, 3) arrays",

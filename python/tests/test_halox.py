@@ -264,6 +264,35 @@ def test_particle_async_forms_equal_the_synchronous_ones():
         ex.reverse_async(*poisoned(), stream="fast")
 
 
+def test_migrate_particles_over_both_kinds_of_ranks():
+    """Atoms moved by up to 0.4 of a domain: afterwards each rank holds exactly the atoms in its
+    domain (positions taken modulo the box), none lost or doubled, and the MPI ranks hold the
+    same rows in the same order as the same ranks in one process (two implementations)."""
+    rng = np.random.default_rng(seed_of("test_migrate_particles"))
+    topo = halox.Topology.from_mpi(COMM)
+    box = halox.Box((6.0, 5.0, 7.0))
+    world = particle_world(rng, 400, box)  # the same on every rank (one seed)
+    widths = np.array(box.length) / np.array(topo.dims)
+    moved = world + rng.uniform(-0.4, 0.4, world.shape) * widths
+    ids = np.arange(len(world), dtype=np.float64)
+    sets = [np.column_stack([moved[o], ids[o], 2 * ids[o]])
+            for o in (owned_by(topo, box, r, world) for r in range(topo.size))]
+    local = halox.migrate_particles(halox.Ranks.local(topo), box, sets)
+    [mine] = halox.migrate_particles(halox.Ranks.mpi(topo), box, [sets[topo.rank]])
+    assert np.array_equal(mine, local[topo.rank])
+    assert np.array_equal(np.sort(np.concatenate([s[:, 3] for s in local])), ids)
+    length = np.array(box.length)
+    for r, s in enumerate(local):
+        assert np.array_equal(s[:, 4], 2 * s[:, 3])  # the other columns travel with the atom
+        lo, hi = (np.array(v) for v in halox.domain_of(topo, box, r))
+        at = s[:, :3] % length
+        assert np.all((at >= lo) & (at < hi)), f"rank {r}: an atom outside its domain"
+    with pytest.raises(halox.Error, match="the same for every set"):
+        halox.migrate_particles(halox.Ranks.local(topo), box,
+                                [np.zeros((1, 4))] + [np.zeros((1, 5))] * (topo.size - 1)
+                                if topo.size > 1 else [np.zeros((1, 2))])
+
+
 def test_particle_bad_input():
     grid = halox.Topology((2, 1, 1), (True, True, True), 0)
     box = halox.Box((4.0, 4.0, 4.0))
