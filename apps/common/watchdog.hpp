@@ -52,7 +52,11 @@ class Watchdog {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       const double limit = m_seconds.load(std::memory_order_relaxed);
       const double quiet = now() - m_last.load(std::memory_order_acquire);
-      if (limit > 0 && quiet > limit) {
+      // Ranks that wait for the same stalled one fire one after another, not at once: Open
+      // MPI 4.1's mpiexec can deadlock in its PMIx server's teardown when several ranks leave
+      // a collective of MPI_Finalize in the same instant; the first exit makes it end the rest.
+      const double stagger = 0.5 * (m_rank % 8);
+      if (limit > 0 && quiet > limit + stagger) {
         const char* phase = m_phase.load(std::memory_order_relaxed);
         std::fprintf(stderr,
                      "%s: rank %d: no progress for %.0f s (in %s, whose limit is %.0f s): a rank "
