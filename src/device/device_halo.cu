@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "../common/cuda_check.hpp"
+#include "../common/growing_buffer.hpp"
 #include "../runtime/nvshmem_runtime_stub.hpp"
 #include "../trace/device_trace.hpp"
 #include "device_halo.hpp"
@@ -50,29 +51,23 @@ const char* kind_name(int kind) {
   return "?";
 }
 
-// Device bytes that keep their allocation when new contents fit (a new plan after every
-// neighbour search: cudaFree would wait for the whole device each time), grown with a
-// quarter of headroom for the plans to come.
-class DeviceBytes {
- public:
-  ~DeviceBytes() { cudaFree(m_ptr); }
-  // Room for `bytes` (the old contents are dropped); the address to build pointers into.
-  char* reserve(std::size_t bytes) {
-    if (bytes > m_capacity) {
-      cudaFree(m_ptr);
-      m_ptr = nullptr;
-      m_capacity = 0;
-      const std::size_t capacity =
-          static_cast<std::size_t>(with_plan_headroom(static_cast<std::int64_t>(bytes)));
-      HALOX_CUDA_CHECK(cudaMalloc(&m_ptr, capacity));
-      m_capacity = capacity;
-    }
-    return m_ptr;
+// What connect() uploads besides the views and tables: every pulse's index lists in one
+// array, the shift vectors of the hops of every view's forwarded items (ForwardingGraph gives
+// them as launch rank << 5 | pulse) in another; each view's places in them (pointers once
+// uploaded).
+struct PlanArrays {
+  struct Places {
+    std::size_t send_index, rev_order, fwd_source, rev_extra_start, rev_extra, hop_shifts;
+  };
+  std::vector<int> ints;
+  std::vector<double> hop_shifts;
+  std::vector<Places> places;
+  template <class It>
+  std::size_t append(It first, It last) {
+    const std::size_t at = ints.size();
+    ints.insert(ints.end(), first, last);
+    return at;
   }
-
- private:
-  char* m_ptr = nullptr;
-  std::size_t m_capacity = 0;
 };
 
 }  // namespace
@@ -90,7 +85,7 @@ struct DeviceHalo::Impl {
   std::vector<long long> capacity;  // bytes of each block
   std::vector<PeerBlock> published;
   // The views, the rank tables and every pulse's index lists, one upload per plan.
-  DeviceBytes plan_data;
+  GrowingBuffer<Memory::device, Growth::with_headroom> plan_data;
   const PulseView* views = nullptr;
   const RankTable* tables = nullptr;
   ErrorChannel errors;
@@ -132,6 +127,18 @@ struct DeviceHalo::Impl {
     return p;
   };
   std::function<void(char*)> free_block = [](char* p) { cudaFree(p); };
+
+  // connect()'s parts.
+  struct PulseProbes {
+    ProbeLink forward, reverse;
+  };
+  PulseView view_of(std::size_t k, int p, const ForwardingGraph& graph, PlanArrays& arrays) const;
+  void link_proxied(PulseView& v, std::size_t k, int p, int peer, bool destination);
+  void link_mapped(PulseView& v, std::size_t k, int p, int peer, const PeerBlock& b,
+                   bool destination, PulseProbes& probes);
+  void upload(std::vector<PulseView>& views, const std::vector<RankTable>& rank_tables,
+              const PlanArrays& arrays);
+  void size_grid(int most_items);
 
   void release() {
     for (char* b : blocks) free_block(b);
@@ -469,221 +476,237 @@ void DeviceHalo::set_allocator(std::function<char*(std::int64_t)> allocate,
   m_impl->free_block = std::move(free);
 }
 
+// connect()'s parts: one view per (rank, pulse) with its index lists, its links to the two
+// neighbours (mapped or through the host proxy) and its probes, then one upload of it all and
+// the grid's size.
+PulseView DeviceHalo::Impl::view_of(std::size_t k, int p, const ForwardingGraph& graph,
+                                    PlanArrays& arrays) const {
+  const ParticlePulse& pulse = plans[k]->pulses[p];
+  const PeerBlock& me = published[k];
+  PulseView v;
+  v.rank = ranks[k];
+  v.pulse = p;
+  v.send_rank = pulse.header.send_rank;
+  v.recv_rank = pulse.header.recv_rank;
+  v.n_send = static_cast<int>(pulse.send_index.size());
+  v.first_forwarded = static_cast<int>(pulse.first_forwarded);
+  v.n_recv = static_cast<int>(pulse.recv_count);
+  v.recv_offset = pulse.recv_offset;
+  for (int a = 0; a < 3; ++a) v.shift[a] = pulse.shift[a];
+  // Forward: each forwarded item's source (see ForwardingGraph).
+  std::vector<int> fwd_source, fwd_shifts;
+  for (std::int64_t j = pulse.first_forwarded; j < v.n_send; ++j) {
+    graph.forward_source(static_cast<int>(k), p, static_cast<std::size_t>(j), fwd_source,
+                         fwd_shifts, v.fwd_deps);
+  }
+  // Reverse: my received items of p that later pulses forwarded get the forces those pulses
+  // return (later pulses first, the order in which the host transport adds them); the other
+  // items go at once.
+  std::vector<int> order, extra_start(1, 0), extra;
+  const int own = static_cast<int>(k);
+  for (int i = 0; i < v.n_recv; ++i)
+    if (!graph.forwarded(own, pulse.recv_offset + i)) order.push_back(i);
+  v.rev_first_forwarded = static_cast<int>(order.size());
+  for (int i = 0; i < v.n_recv; ++i) {
+    if (!graph.forwarded(own, pulse.recv_offset + i)) continue;
+    order.push_back(i);
+    graph.returned_terms(own, own, pulse.recv_offset + i, extra, v.rev_deps);
+    extra_start.push_back(static_cast<int>(extra.size() / 2));
+  }
+  PlanArrays::Places& at = arrays.places.emplace_back();
+  at.send_index = arrays.append(pulse.send_index.begin(), pulse.send_index.end());
+  at.rev_order = arrays.append(order.begin(), order.end());
+  at.fwd_source = arrays.append(fwd_source.begin(), fwd_source.end());
+  at.rev_extra_start = arrays.append(extra_start.begin(), extra_start.end());
+  at.rev_extra = arrays.append(extra.begin(), extra.end());
+  at.hop_shifts = arrays.hop_shifts.size();
+  for (int hop : fwd_shifts) {
+    const auto& shift = plans[hop >> kPulseBits]->pulses[hop & kPulseMask].shift;
+    arrays.hop_shifts.insert(arrays.hop_shifts.end(), shift.begin(), shift.end());
+  }
+  Slots* mine = reinterpret_cast<Slots*>(me.base);
+  v.fwd_in.staging = me.base + me.fwd_offset[p];
+  v.fwd_in.signal = &mine->fwd_data[p];
+  v.rev_in.staging = me.base + me.rev_offset[p];
+  v.rev_in.signal = &mine->rev_data[p];
+  v.fwd_out.ready = &mine->fwd_ready[p];
+  v.fwd_out.packed = &mine->fwd_packed[p];
+  v.rev_out.ready = &mine->rev_ready[p];
+  v.rev_out.packed = &mine->rev_packed[p];
+  v.dest_in_launch = launch_index(v.send_rank) >= 0;
+  v.source_in_launch = launch_index(v.recv_rank) >= 0;
+  return v;
+}
+
+// The channels to one neighbour through the host proxy: the link's ends are in mapped host
+// memory, its waits relayed by the pulse's block 0; the proxy's own self-test probes it.
+// To my destination (forward) my items go out and its returned forces come back; to my
+// source the other way round.
+void DeviceHalo::Impl::link_proxied(PulseView& v, std::size_t k, int p, int peer,
+                                    bool destination) {
+  any_proxied = true;
+  const auto p_index = static_cast<std::size_t>(p);
+  const ProxyEnds* f = p_index < proxy_fwd.size() ? proxy_fwd[p_index] : nullptr;
+  const ProxyEnds* r = p_index < proxy_rev.size() ? proxy_rev[p_index] : nullptr;
+  if (f == nullptr || r == nullptr) {
+    throw Error("halox: internal: rank " + std::to_string(peer) +
+                " is proxied without the proxy's ends of pulse " + std::to_string(p));
+  }
+  Slots* mine = reinterpret_cast<Slots*>(published[k].base);
+  SendChannel& out = destination ? v.fwd_out : v.rev_out;
+  RecvChannel& in = destination ? v.rev_in : v.fwd_in;
+  const ProxyEnds& to = destination ? *f : *r;    // what I send it
+  const ProxyEnds& from = destination ? *r : *f;  // what it sends me
+  out.pe = in.pe = -1;
+  out.remote = to.send_staging;
+  out.remote_signal = to.packed;
+  out.ready = to.ready;
+  out.ready_relay = destination ? &mine->fwd_ready_relay[p] : &mine->rev_ready_relay[p];
+  in.staging = from.recv_staging;
+  in.signal = from.data;
+  in.remote_ready = from.released;
+  in.data_relay = destination ? &mine->rev_data_relay[p] : &mine->fwd_data_relay[p];
+}
+
+// The channels to one neighbour whose block `b` this process maps (or puts to), and the
+// probes over them (forward to my destination and from my source, reverse the other way).
+void DeviceHalo::Impl::link_mapped(PulseView& v, std::size_t k, int p, int peer, const PeerBlock& b,
+                                   bool destination, PulseProbes& probes) {
+  if (b.put_pe >= 0 && !put_staging) {
+    throw Error("halox: rank " + std::to_string(peer) +
+                " is reached by puts, but the blocks have no send staging");
+  }
+  const PeerBlock& me = published[k];
+  Slots* mine = reinterpret_cast<Slots*>(me.base);
+  Slots* slots = reinterpret_cast<Slots*>(b.base);
+  SendChannel& out = destination ? v.fwd_out : v.rev_out;
+  RecvChannel& in = destination ? v.rev_in : v.fwd_in;
+  out.pe = in.pe = b.put_pe;
+  if (b.put_pe >= 0)
+    out.staging = me.base + (destination ? me.fwd_send_offset[p] : me.rev_send_offset[p]);
+  out.remote = b.base + (destination ? b.fwd_offset[p] : b.rev_offset[p]);
+  out.remote_signal = destination ? &slots->fwd_data[p] : &slots->rev_data[p];
+  in.remote_ready = destination ? &slots->rev_ready[p] : &slots->fwd_ready[p];
+  ProbeLink& sent = destination ? probes.forward : probes.reverse;  // what I send it
+  ProbeLink& back = destination ? probes.reverse : probes.forward;  // what it sends me
+  sent.out = destination ? &slots->probe_fwd[p] : &slots->probe_rev[p];
+  sent.out_pe = b.put_pe;
+  back.in = destination ? &mine->probe_rev[p] : &mine->probe_fwd[p];
+  back.peer = peer;
+}
+
+// One copy (one host wait) for the views, the tables, the hop shifts and the index lists:
+// [views][tables][doubles][ints], the views pointing into the last two.
+void DeviceHalo::Impl::upload(std::vector<PulseView>& views,
+                              const std::vector<RankTable>& rank_tables, const PlanArrays& arrays) {
+  auto round_up = [](std::size_t n) { return (n + 255) / 256 * 256; };
+  const std::size_t views_bytes = round_up(views.size() * sizeof(PulseView));
+  const std::size_t tables_bytes = round_up(rank_tables.size() * sizeof(RankTable));
+  const std::size_t doubles_bytes = round_up(arrays.hop_shifts.size() * sizeof(double));
+  const std::size_t total =
+      views_bytes + tables_bytes + doubles_bytes + arrays.ints.size() * sizeof(int);
+  char* uploaded = plan_data.at_least(static_cast<std::int64_t>(total));
+  const double* doubles = reinterpret_cast<const double*>(uploaded + views_bytes + tables_bytes);
+  const int* base =
+      reinterpret_cast<const int*>(uploaded + views_bytes + tables_bytes + doubles_bytes);
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    const PlanArrays::Places& at = arrays.places[i];
+    views[i].send_index = base + at.send_index;
+    views[i].rev_order = base + at.rev_order;
+    views[i].fwd_source = base + at.fwd_source;
+    views[i].fwd_hop_shifts = doubles + at.hop_shifts;
+    views[i].rev_extra_start = base + at.rev_extra_start;
+    views[i].rev_extra = base + at.rev_extra;
+  }
+  for (PulseView& v : views) {
+    if (v.rev_direct_to >= 0)
+      v.rev_direct_index = views[v.rev_direct_to * npulses + v.pulse].send_index;
+  }
+  static_assert(std::is_trivially_copyable_v<PulseView> && std::is_trivially_copyable_v<RankTable>);
+  std::vector<char> host(total);
+  std::memcpy(host.data(), views.data(), views.size() * sizeof(PulseView));
+  std::memcpy(host.data() + views_bytes, rank_tables.data(),
+              rank_tables.size() * sizeof(RankTable));
+  std::memcpy(host.data() + views_bytes + tables_bytes, arrays.hop_shifts.data(),
+              arrays.hop_shifts.size() * sizeof(double));
+  std::memcpy(host.data() + views_bytes + tables_bytes + doubles_bytes, arrays.ints.data(),
+              arrays.ints.size() * sizeof(int));
+  if (total > 0) detail::copy_to_device_now(uploaded, host.data(), total);
+  this->views = reinterpret_cast<const PulseView*>(uploaded);
+  this->tables = reinterpret_cast<const RankTable*>(uploaded + views_bytes);
+}
+
+// Blocks per (rank, pulse): every spinning block of every rank sharing the GPU must be
+// resident at once, so the grid is sized from the occupancy calculator.
+void DeviceHalo::Impl::size_grid(int most_items) {
+  const bool float32 = real == BasicKind::float32;
+  const int on_gpu = puts      ? resident_blocks_with_puts(float32)
+                     : float32 ? resident_blocks_both_directions<float, false>()
+                               : resident_blocks_both_directions<double, false>();
+  const int concurrent = all_pulses ? std::max(1, npulses) : 1;
+  const int fit =
+      spinning_blocks_per_group(on_gpu, share, static_cast<int>(ranks.size()) * concurrent);
+  if (fit < 1) {
+    throw Error("halox: " + std::to_string(ranks.size()) + " ranks x " +
+                std::to_string(concurrent) + " pulses do not fit on the GPU at once (" +
+                std::to_string(static_cast<int>(share * on_gpu)) +
+                " resident blocks); use per_pulse kernels or fewer ranks per GPU");
+  }
+  // Up to 128 blocks per pulse: large halos to a GPU across NVLink need many stores in
+  // flight. Measured between two H200s (3 MB pingpong): 32 blocks 59 GB/s, 128 blocks
+  // 75 GB/s, 1024 blocks 57-74 GB/s (no better), so 128.
+  grid_blocks = std::max(1, std::min({fit, 128, (most_items + 255) / 256}));
+}
+
 void DeviceHalo::connect(const std::function<PeerBlock(int)>& block_of) {
   Impl& m = *m_impl;
   std::vector<PulseView> views;
+  std::vector<RankTable> tables;
+  PlanArrays arrays;
   m.probes.clear();
   m.any_proxied = false;
-  std::vector<RankTable> tables;
-  // Every pulse's index lists go into one array, uploaded with the views and the tables in
-  // one copy (one host wait per plan, not three); the views get their places in it now and
-  // pointers after.
-  std::vector<int> ints;
-  struct Places {
-    std::size_t send_index, rev_order, fwd_source, rev_extra_start, rev_extra;
-  };
-  // The shift vectors of the hops of every view's forwarded items (ForwardingGraph gives them
-  // as launch rank << 5 | pulse), one array of doubles uploaded with the rest; each view's
-  // start in it.
-  std::vector<double> hop_shifts;
-  std::vector<std::size_t> hop_shifts_at;
-  std::vector<Places> places;
-  auto append = [&](auto first, auto last) {
-    const std::size_t at = ints.size();
-    ints.insert(ints.end(), first, last);
-    return at;
-  };
   int most_items = 1;
   const ForwardingGraph graph(m.ranks, m.plans);
-  auto in_launch = [&](int rank) { return m.launch_index(rank) >= 0; };
   for (std::size_t k = 0; k < m.ranks.size(); ++k) {
-    const ParticlePlan& plan = *m.plans[k];
-    const PeerBlock& me = m.published[k];
     const int rank = m.ranks[k];
     tables.emplace_back();  // each pulse's staging, set with its channels below
     for (int p = 0; p < m.npulses; ++p) {
-      const ParticlePulse& pulse = plan.pulses[p];
-      PulseView v;
-      v.rank = rank;
-      v.pulse = p;
-      v.send_rank = pulse.header.send_rank;
-      v.recv_rank = pulse.header.recv_rank;
-      v.n_send = static_cast<int>(pulse.send_index.size());
-      v.first_forwarded = static_cast<int>(pulse.first_forwarded);
-      v.n_recv = static_cast<int>(pulse.recv_count);
-      v.recv_offset = pulse.recv_offset;
-      for (int a = 0; a < 3; ++a) v.shift[a] = pulse.shift[a];
+      PulseView v = m.view_of(k, p, graph, arrays);
       most_items = std::max({most_items, v.n_send, v.n_recv});
-      // Forward: each forwarded item's source (see ForwardingGraph).
-      std::vector<int> fwd_source, fwd_shifts;
-      for (std::int64_t j = pulse.first_forwarded; j < v.n_send; ++j) {
-        graph.forward_source(static_cast<int>(k), p, static_cast<std::size_t>(j), fwd_source,
-                             fwd_shifts, v.fwd_deps);
-      }
-      // Reverse: my received items of p that later pulses forwarded get the forces those
-      // pulses return (later pulses first, the order in which the host transport adds
-      // them); the other items go at once.
-      std::vector<int> order, extra_start(1, 0), extra;
-      for (int i = 0; i < v.n_recv; ++i)
-        if (!graph.forwarded(static_cast<int>(k), pulse.recv_offset + i)) order.push_back(i);
-      v.rev_first_forwarded = static_cast<int>(order.size());
-      for (int i = 0; i < v.n_recv; ++i) {
-        if (!graph.forwarded(static_cast<int>(k), pulse.recv_offset + i)) continue;
-        order.push_back(i);
-        graph.returned_terms(static_cast<int>(k), static_cast<int>(k), pulse.recv_offset + i, extra,
-                             v.rev_deps);
-        extra_start.push_back(static_cast<int>(extra.size() / 2));
-      }
-      places.push_back(
-          {append(pulse.send_index.begin(), pulse.send_index.end()),
-           append(order.begin(), order.end()), append(fwd_source.begin(), fwd_source.end()),
-           append(extra_start.begin(), extra_start.end()), append(extra.begin(), extra.end())});
-      hop_shifts_at.push_back(hop_shifts.size());
-      for (int hop : fwd_shifts) {
-        const auto& shift = m.plans[hop >> kPulseBits]->pulses[hop & kPulseMask].shift;
-        hop_shifts.insert(hop_shifts.end(), shift.begin(), shift.end());
-      }
-      Slots* mine = reinterpret_cast<Slots*>(me.base);
-      v.fwd_in.staging = me.base + me.fwd_offset[p];
-      v.fwd_in.signal = &mine->fwd_data[p];
-      v.rev_in.staging = me.base + me.rev_offset[p];
-      v.rev_in.signal = &mine->rev_data[p];
-      v.fwd_out.ready = &mine->fwd_ready[p];
-      v.fwd_out.packed = &mine->fwd_packed[p];
-      v.rev_out.ready = &mine->rev_ready[p];
-      v.rev_out.packed = &mine->rev_packed[p];
-      v.dest_in_launch = in_launch(v.send_rank);
-      v.source_in_launch = in_launch(v.recv_rank);
       // The self-test's probes: forward to my destination and from my source, reverse to
       // my source and from my destination (links 2p and 2p + 1).
-      ProbeLink forward_probe, reverse_probe;
-      forward_probe.rank = reverse_probe.rank = rank;
-      forward_probe.pulse = reverse_probe.pulse = p;
-      forward_probe.kind = probe_fwd;
-      reverse_probe.kind = probe_rev;
-      forward_probe.out_link = forward_probe.in_link = 2 * p;
-      reverse_probe.out_link = reverse_probe.in_link = 2 * p + 1;
-      // The channels to one neighbour: to my destination (forward) my items go out and its
-      // returned forces come back; to my source the other way round.
-      auto link = [&](int peer, bool destination) {
-        if (m.proxied(peer)) {
-          m.any_proxied = true;
-          // Through the host proxy: the link's ends are in mapped host memory, its waits
-          // relayed by the pulse's block 0; the proxy's own self-test probes it.
-          const ProxyEnds* f =
-              static_cast<std::size_t>(p) < m.proxy_fwd.size() ? m.proxy_fwd[p] : nullptr;
-          const ProxyEnds* r =
-              static_cast<std::size_t>(p) < m.proxy_rev.size() ? m.proxy_rev[p] : nullptr;
-          if (f == nullptr || r == nullptr) {
-            throw Error("halox: internal: rank " + std::to_string(peer) +
-                        " is proxied without the proxy's ends of pulse " + std::to_string(p));
-          }
-          SendChannel& out = destination ? v.fwd_out : v.rev_out;
-          RecvChannel& in = destination ? v.rev_in : v.fwd_in;
-          const ProxyEnds& to = destination ? *f : *r;    // what I send it
-          const ProxyEnds& from = destination ? *r : *f;  // what it sends me
-          out.pe = in.pe = -1;
-          out.remote = to.send_staging;
-          out.remote_signal = to.packed;
-          out.ready = to.ready;
-          out.ready_relay = destination ? &mine->fwd_ready_relay[p] : &mine->rev_ready_relay[p];
-          in.staging = from.recv_staging;
-          in.signal = from.data;
-          in.remote_ready = from.released;
-          in.data_relay = destination ? &mine->rev_data_relay[p] : &mine->fwd_data_relay[p];
-          return;
-        }
-        const PeerBlock b = block_of(peer);
-        if (b.put_pe >= 0 && !m.put_staging) {
-          throw Error("halox: rank " + std::to_string(peer) +
-                      " is reached by puts, but the blocks have no send staging");
-        }
-        Slots* slots = reinterpret_cast<Slots*>(b.base);
-        SendChannel& out = destination ? v.fwd_out : v.rev_out;
-        RecvChannel& in = destination ? v.rev_in : v.fwd_in;
-        out.pe = in.pe = b.put_pe;
-        if (b.put_pe >= 0)
-          out.staging = me.base + (destination ? me.fwd_send_offset[p] : me.rev_send_offset[p]);
-        out.remote = b.base + (destination ? b.fwd_offset[p] : b.rev_offset[p]);
-        out.remote_signal = destination ? &slots->fwd_data[p] : &slots->rev_data[p];
-        in.remote_ready = destination ? &slots->rev_ready[p] : &slots->fwd_ready[p];
-        ProbeLink& sent = destination ? forward_probe : reverse_probe;  // what I send it
-        ProbeLink& back = destination ? reverse_probe : forward_probe;  // what it sends me
-        sent.out = destination ? &slots->probe_fwd[p] : &slots->probe_rev[p];
-        sent.out_pe = b.put_pe;
-        back.in = destination ? &mine->probe_rev[p] : &mine->probe_fwd[p];
-        back.peer = peer;
-      };
-      if (v.send_rank >= 0) link(v.send_rank, true);
-      if (v.recv_rank >= 0) link(v.recv_rank, false);
+      Impl::PulseProbes probes;
+      probes.forward.rank = probes.reverse.rank = rank;
+      probes.forward.pulse = probes.reverse.pulse = p;
+      probes.forward.kind = probe_fwd;
+      probes.reverse.kind = probe_rev;
+      probes.forward.out_link = probes.forward.in_link = 2 * p;
+      probes.reverse.out_link = probes.reverse.in_link = 2 * p + 1;
+      for (const bool destination : {true, false}) {
+        const int peer = destination ? v.send_rank : v.recv_rank;
+        if (peer < 0) continue;
+        if (m.proxied(peer))
+          m.link_proxied(v, k, p, peer, destination);
+        else
+          m.link_mapped(v, k, p, peer, block_of(peer), destination, probes);
+      }
       // What the kernels read of the staging (forwarded items, returned forces): my block's,
       // or a proxied link's in host memory.
       tables.back().fwd_in[p] = v.fwd_in.staging;
       tables.back().rev_in[p] = v.rev_in.staging;
       // A rank stalled on purpose (tests) neither sends nor receives.
       if (rank != m.options.testing.stall_rank) {
-        m.probes.push_back(forward_probe);
-        m.probes.push_back(reverse_probe);
+        m.probes.push_back(probes.forward);
+        m.probes.push_back(probes.reverse);
       }
       views.push_back(v);
     }
   }
   if (m.options.testing.direct_in_launch) m.mark_direct_pulses(views);
-  // One copy (one host wait) for the views, the tables, the hop shifts and the index lists:
-  // [views][tables][doubles][ints], the views pointing into the last two.
-  auto round_up = [](std::size_t n) { return (n + 255) / 256 * 256; };
-  const std::size_t views_bytes = round_up(views.size() * sizeof(PulseView));
-  const std::size_t tables_bytes = round_up(tables.size() * sizeof(RankTable));
-  const std::size_t doubles_bytes = round_up(hop_shifts.size() * sizeof(double));
-  const std::size_t total = views_bytes + tables_bytes + doubles_bytes + ints.size() * sizeof(int);
-  char* uploaded = m.plan_data.reserve(total);
-  const double* doubles = reinterpret_cast<const double*>(uploaded + views_bytes + tables_bytes);
-  const int* base =
-      reinterpret_cast<const int*>(uploaded + views_bytes + tables_bytes + doubles_bytes);
-  for (std::size_t i = 0; i < views.size(); ++i) {
-    views[i].send_index = base + places[i].send_index;
-    views[i].rev_order = base + places[i].rev_order;
-    views[i].fwd_source = base + places[i].fwd_source;
-    views[i].fwd_hop_shifts = doubles + hop_shifts_at[i];
-    views[i].rev_extra_start = base + places[i].rev_extra_start;
-    views[i].rev_extra = base + places[i].rev_extra;
-  }
-  for (PulseView& v : views) {
-    if (v.rev_direct_to >= 0)
-      v.rev_direct_index = views[v.rev_direct_to * m.npulses + v.pulse].send_index;
-  }
   m.puts = std::any_of(views.begin(), views.end(),
                        [](const PulseView& v) { return v.fwd_out.pe >= 0 || v.rev_out.pe >= 0; });
-  static_assert(std::is_trivially_copyable_v<PulseView> && std::is_trivially_copyable_v<RankTable>);
-  std::vector<char> host(total);
-  std::memcpy(host.data(), views.data(), views.size() * sizeof(PulseView));
-  std::memcpy(host.data() + views_bytes, tables.data(), tables.size() * sizeof(RankTable));
-  std::memcpy(host.data() + views_bytes + tables_bytes, hop_shifts.data(),
-              hop_shifts.size() * sizeof(double));
-  std::memcpy(host.data() + views_bytes + tables_bytes + doubles_bytes, ints.data(),
-              ints.size() * sizeof(int));
-  if (total > 0) detail::copy_to_device_now(uploaded, host.data(), total);
-  m.views = reinterpret_cast<const PulseView*>(uploaded);
-  m.tables = reinterpret_cast<const RankTable*>(uploaded + views_bytes);
-  // Blocks per (rank, pulse): every spinning block of every rank sharing the GPU must be
-  // resident at once, so the grid is sized from the occupancy calculator.
-  const bool float32 = m.real == BasicKind::float32;
-  const int on_gpu = m.puts    ? resident_blocks_with_puts(float32)
-                     : float32 ? resident_blocks_both_directions<float, false>()
-                               : resident_blocks_both_directions<double, false>();
-  const int concurrent = m.all_pulses ? std::max(1, m.npulses) : 1;
-  const int fit =
-      spinning_blocks_per_group(on_gpu, m.share, static_cast<int>(m.ranks.size()) * concurrent);
-  if (fit < 1) {
-    throw Error("halox: " + std::to_string(m.ranks.size()) + " ranks x " +
-                std::to_string(concurrent) + " pulses do not fit on the GPU at once (" +
-                std::to_string(static_cast<int>(m.share * on_gpu)) +
-                " resident blocks); use per_pulse kernels or fewer ranks per GPU");
-  }
-  // Up to 128 blocks per pulse: large halos to a GPU across NVLink need many stores in
-  // flight. Measured between two H200s (3 MB pingpong): 32 blocks 59 GB/s, 128 blocks
-  // 75 GB/s, 1024 blocks 57-74 GB/s (no better), so 128.
-  m.grid_blocks = std::max(1, std::min({fit, 128, (most_items + 255) / 256}));
+  m.upload(views, tables, arrays);
+  m.size_grid(most_items);
 }
 
 void DeviceHalo::self_test() {

@@ -12,17 +12,12 @@
 #include "halox/device.hpp"
 #include "halox/exchange_options.hpp"
 #include "halox/plan.hpp"
+#include "../common/growing_buffer.hpp"
 
 namespace halox::detail {
 
 constexpr int kMaxPulses = 32;
 struct ProxyEnds;
-
-/// What a plan's buffers are allocated for: a quarter more than it needs, so that the plans
-/// of later neighbour searches (whose halos grow a little) keep them.
-inline std::int64_t with_plan_headroom(std::int64_t bytes) {
-  return bytes + bytes / 4;
-}
 
 /// A rank's shared block as another rank sees it: its base address in this process and the
 /// offsets of its per-pulse staging areas (forward: received coordinates; reverse: returned

@@ -5,7 +5,7 @@
 #include <chrono>
 
 #include "../common/cuda_check.hpp"
-#include "device_buffer.hpp"
+#include "../common/growing_buffer.hpp"
 #include "../common/mpi_wait.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"

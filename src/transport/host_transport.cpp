@@ -4,6 +4,7 @@
 
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"
+#include "../common/growing_buffer.hpp"
 #include "../common/mpi_wait.hpp"
 #include "transport.hpp"
 
@@ -64,7 +65,7 @@ class HostTransport final : public Transport {
         const Op& op = ops[i];
         if (op.stage != stage || op.recv_rank < 0) continue;
         // A message to myself is unpacked straight from its send buffer.
-        const char* in = op.recv_rank == m_rank ? m_send[i].bytes.data() : m_recv[i].bytes.data();
+        const char* in = op.recv_rank == m_rank ? m_send[i].get() : m_recv[i].get();
         op.unpack(fields[op.field], in, 0, op.recv_bytes, stream);
       }
     }

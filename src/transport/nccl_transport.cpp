@@ -5,7 +5,7 @@
 #include <string>
 
 #include "../common/cuda_check.hpp"
-#include "device_buffer.hpp"
+#include "../common/growing_buffer.hpp"
 #include "nccl_comm.hpp"
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"

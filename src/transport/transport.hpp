@@ -153,13 +153,4 @@ std::unique_ptr<Transport> make_particle_fused_transport(MPI_Comm comm, int rank
 /// Number of stages (the highest stage + 1).
 int stage_count(const std::vector<Op>& ops);
 
-/// A host memory buffer that only grows.
-struct HostBuffer {
-  std::vector<char> bytes;
-  char* at_least(std::int64_t n) {
-    if (static_cast<std::int64_t>(bytes.size()) < n) bytes.resize(static_cast<std::size_t>(n));
-    return bytes.data();
-  }
-};
-
 }  // namespace halox::detail
