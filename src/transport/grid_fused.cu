@@ -167,11 +167,27 @@ class GridFusedTransport final : public Transport {
   }
 
   void set_up(const std::vector<Op>& ops) {
+    find_stages(ops);
+    BlockOffsets offsets{};
+    std::vector<long long> send_offsets(ops.size(), 0);
+    allocate_block(ops, offsets, send_offsets);
+    map_neighbours(ops, offsets);
+    const std::vector<int> link_of = start_proxy(ops);
+    std::vector<ProbeLink> probes = build_faces(ops, offsets, send_offsets, link_of);
+    m_ops = &ops;
+    m_puts = std::any_of(m_faces.begin(), m_faces.end(),
+                         [](const FacePlan& p) { return p.face.out.pe >= 0 || p.face.in.pe >= 0; });
+    size_grid();
+    m_ready = true;
+    if (m_self_test) self_test(ops, probes);
+  }
+
+  // Stages: consecutive ops of one stage each (the plan lists them in stage order).
+  void find_stages(const std::vector<Op>& ops) {
     if (static_cast<int>(ops.size()) > kMaxGridOps) {
       throw Error("halox: " + m_name + ": at most " + std::to_string(kMaxGridOps) +
                   " pulses per grid plan");
     }
-    // Stages: consecutive ops of one stage each (the plan lists them in stage order).
     for (std::size_t i = 0; i < ops.size(); ++i) {
       if (ops[i].send_rank >= 0 && !ops[i].send_type.committed()) {
         throw Error("halox: " + m_name + " moves grid halos described by datatypes only");
@@ -184,21 +200,25 @@ class GridFusedTransport final : public Transport {
       }
       ++m_stages.back().second;
     }
-    // My block: slots, then one staging area per op (what that op receives); with NVSHMEM,
-    // one more per op whose receiver is reached by puts (another node, or nvshmem_puts), for
-    // what it packs and puts: at most twice the face bytes.
-    BlockOffsets offsets{};
-    std::vector<long long> send_offsets(ops.size(), 0);
+  }
+
+  // Whether this rank reaches `rank` by NVSHMEM puts (another node, or nvshmem_puts).
+  bool by_puts(int rank) const {
+    return symmetric(m_mapping) && rank >= 0 && rank != m_rank &&
+           (m_mapping == Mapping::nvshmem_puts || !symmetric_reachable(rank));
+  }
+
+  // My block: slots, then one staging area per op (what that op receives); with NVSHMEM,
+  // one more per op whose receiver is reached by puts, for what it packs and puts: at most
+  // twice the face bytes. Its slots zeroed; the kernel's exchange counter made.
+  void allocate_block(const std::vector<Op>& ops, BlockOffsets& offsets,
+                      std::vector<long long>& send_offsets) {
     long long bytes = kGridSlotsBytes;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       offsets[i] = bytes;
       bytes += (ops[i].recv_bytes + 255) / 256 * 256;
     }
     if (symmetric(m_mapping)) ensure_nvshmem(m_comm, 2 * bytes);  // collective, first use
-    auto by_puts = [&](int rank) {
-      return symmetric(m_mapping) && rank >= 0 && rank != m_rank &&
-             (m_mapping == Mapping::nvshmem_puts || !symmetric_reachable(rank));
-    };
     for (std::size_t i = 0; i < ops.size(); ++i) {
       if (!by_puts(ops[i].send_rank)) continue;
       send_offsets[i] = bytes;
@@ -218,18 +238,28 @@ class GridFusedTransport final : public Transport {
       const u64 first = m_epoch + 1;
       copy_to_device_now(m_epoch_device, &first, sizeof(u64));
     }
+  }
+
+  // Every neighbour's block mapped (or marked for the host proxy), once every block is
+  // zeroed: before anyone signals into it.
+  void map_neighbours(const std::vector<Op>& ops, const BlockOffsets& offsets) {
     std::set<int> neighbours;
     for (const Op& op : ops) {
       for (int n : {op.send_rank, op.recv_rank}) {
         if (n >= 0 && n != m_rank) neighbours.insert(n);
       }
     }
-    // Every block zeroed before anyone signals into it.
     bounded_barrier(m_comm, wait_context(), "the set-up (the blocks zeroed)");
     m_peers.publish(m_block, offsets, neighbours, false, wait_context(), m_proxy_policy);
     m_same_gpu = m_peers.same_gpu();
-    // The links to proxied neighbours: their ends are the proxy's, in mapped host memory.
-    auto proxied = [&](int r) { return r >= 0 && r != m_rank && m_peers.proxied(r); };
+  }
+
+  bool proxied(int r) const { return r >= 0 && r != m_rank && m_peers.proxied(r); }
+
+  // The links to proxied neighbours, whose ends are the proxy's, in mapped host memory; per
+  // op its link (-1: none). On every rank, links or not: the proxy's set-up and self-test
+  // are collective (a rank whose neighbours are all mapped has none).
+  std::vector<int> start_proxy(const std::vector<Op>& ops) {
     std::vector<ProxyLinkPlan> links;
     std::vector<int> link_of(ops.size(), -1);
     for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -242,112 +272,133 @@ class GridFusedTransport final : public Transport {
       if (out) l.send_rank = ops[i].send_rank, l.send_bytes = ops[i].send_bytes;
       if (in) l.recv_rank = ops[i].recv_rank, l.recv_bytes = ops[i].recv_bytes;
     }
-    // On every rank, links or not: its set-up and self-test are collective (a rank whose
-    // neighbours are all mapped has none).
     m_proxy.reset();
     m_proxy =
         std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout_seconds, std::move(links));
-    auto base_of = [&](int r) { return r == m_rank ? m_block : m_peers.base(r); };
-    auto offsets_of = [&](int r) { return r == m_rank ? offsets : m_peers.offsets(r); };
-    GridSlots* mine = reinterpret_cast<GridSlots*>(m_block);
-    // The faces, stage by stage: the stage's copy and pack faces, then its unpack faces (the
-    // kernel's ticket order, which both ends of a link share).
+    return link_of;
+  }
+
+  char* base_of(int r) const { return r == m_rank ? m_block : m_peers.base(r); }
+
+  // The faces, stage by stage: the stage's copy and pack faces, then its unpack faces (the
+  // kernel's ticket order, which both ends of a link share); the self-test's probes, one per
+  // op.
+  std::vector<ProbeLink> build_faces(const std::vector<Op>& ops, const BlockOffsets& offsets,
+                                     const std::vector<long long>& send_offsets,
+                                     const std::vector<int>& link_of) {
     m_faces.clear();
-    std::vector<ProbeLink> probes;  // the self-test's, one per op
+    std::vector<ProbeLink> probes;
     std::vector<FacePlan> unpacks;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
-      const int pulse = static_cast<int>(i);
       const ProxyEnds* proxy = link_of[i] >= 0 ? &m_proxy->ends(link_of[i]) : nullptr;
-      // A face of this op (slots: the field it reads, the field it writes, -1 for none).
-      auto face = [&](std::vector<FacePlan>& into, int kind, int from, int to,
-                      int peer) -> FacePlan& {
-        FacePlan& p = into.emplace_back();
-        p.stage = op.stage;
-        p.face.kind = kind;
-        p.face.from = from;
-        p.face.to = to;
-        p.face.rank = m_rank;
-        p.face.peer = peer;
-        p.face.pulse = pulse;
-        return p;
-      };
-      if (op.send_rank == m_rank && op.recv_rank == m_rank) {
-        // A message to myself (a periodic axis with one rank): straight from the send layout
-        // to the receive layout, no staging and no signals.
-        face(m_faces, face_copy, op.field, op.field, m_rank);
+      const bool to_myself = op.send_rank == m_rank && op.recv_rank == m_rank;
+      if (to_myself) {
+        // A periodic axis with one rank: straight from the send layout to the receive
+        // layout, no staging and no signals.
+        face_of(m_faces, op, i, face_copy, op.field, op.field, m_rank);
       } else if (op.send_rank >= 0) {
-        FacePlan& p = face(m_faces, face_pack, op.field, -1, op.send_rank);
-        p.face.bytes = op.send_bytes;
-        SendChannel& out = p.face.out;
-        if (proxied(op.send_rank)) {
-          out.remote = proxy->send_staging;
-          out.remote_signal = proxy->packed;
-          out.ready = proxy->ready;
-          p.relayed = true;
-        } else {
-          char* dest = base_of(op.send_rank);
-          out.pe = op.send_rank == m_rank ? -1 : m_peers.put_pe(op.send_rank);
-          if (out.pe >= 0 && send_offsets[i] == 0) {
-            throw Error("halox: " + m_name + ": rank " + std::to_string(op.send_rank) +
-                        " is reached by puts, but NVSHMEM's team of shared memory said otherwise");
-          }
-          out.remote = dest + offsets_of(op.send_rank)[i];
-          out.remote_signal = &reinterpret_cast<GridSlots*>(dest)->data[i];
-          out.ready = &mine->ready[i];
-          out.staging = m_block + send_offsets[i];
-        }
+        pack_face(op, i, proxy, offsets, send_offsets[i]);
       }
-      if (op.recv_rank >= 0 && !(op.send_rank == m_rank && op.recv_rank == m_rank)) {
-        FacePlan& p = face(unpacks, face_unpack, -1, op.field, op.recv_rank);
-        RecvChannel& in = p.face.in;
-        if (proxied(op.recv_rank)) {
-          in.staging = proxy->recv_staging;
-          in.signal = proxy->data;
-          in.remote_ready = proxy->released;
-          p.relayed = true;
-        } else {
-          in.pe = op.recv_rank == m_rank ? -1 : m_peers.put_pe(op.recv_rank);
-          in.remote_ready = &reinterpret_cast<GridSlots*>(base_of(op.recv_rank))->ready[i];
-          in.staging = m_block + offsets[i];
-          in.signal = &mine->data[i];
-        }
-      }
+      if (op.recv_rank >= 0 && !to_myself) unpack_face(unpacks, op, i, proxy, offsets[i]);
       const bool stage_ends = i + 1 == ops.size() || ops[i + 1].stage != op.stage;
       if (stage_ends) {
         m_faces.insert(m_faces.end(), unpacks.begin(), unpacks.end());
         unpacks.clear();
       }
-      // The self-test's probe over op i's link: mine to its receiver, its sender's to me.
-      ProbeLink& link = probes.emplace_back();
-      link.rank = m_rank;
-      link.pulse = pulse;
-      link.kind = wait_probe;
-      link.out_link = link.in_link = pulse;
-      // (a proxied link's probe is the proxy's own, HostProxy::self_test)
-      if (op.send_rank >= 0 && !proxied(op.send_rank)) {
-        link.out = &reinterpret_cast<GridSlots*>(base_of(op.send_rank))->probe[i];
-        link.out_pe = op.send_rank == m_rank ? -1 : m_peers.put_pe(op.send_rank);
-      }
-      if (op.recv_rank >= 0 && !proxied(op.recv_rank)) {
-        link.in = &mine->probe[i];
-        link.peer = op.recv_rank;
-      }
+      probes.push_back(probe_of(op, i));
     }
-    m_ops = &ops;
-    m_puts = std::any_of(m_faces.begin(), m_faces.end(),
-                         [](const FacePlan& p) { return p.face.out.pe >= 0 || p.face.in.pe >= 0; });
-    // The blocks of this process's launch wait only for tickets below their own, here or in
-    // a peer's launch; what must be resident is a block of each process sharing the GPU: so
-    // this launch takes at most its share of what the GPU holds at once. With tracing on,
-    // sized for the traced kernel (more registers), which then serves while tracing stays on.
+    return probes;
+  }
+
+  // A face of op i (slots: the field it reads, the field it writes, -1 for none).
+  FacePlan& face_of(std::vector<FacePlan>& into, const Op& op, std::size_t i, int kind, int from,
+                    int to, int peer) const {
+    FacePlan& p = into.emplace_back();
+    p.stage = op.stage;
+    p.face.kind = kind;
+    p.face.from = from;
+    p.face.to = to;
+    p.face.rank = m_rank;
+    p.face.peer = peer;
+    p.face.pulse = static_cast<int>(i);
+    return p;
+  }
+
+  // Op i's pack face: into its receiver's staging (mapped, or my send staging that is put),
+  // or into the host proxy's.
+  void pack_face(const Op& op, std::size_t i, const ProxyEnds* proxy, const BlockOffsets& offsets,
+                 long long send_offset) {
+    FacePlan& p = face_of(m_faces, op, i, face_pack, op.field, -1, op.send_rank);
+    p.face.bytes = op.send_bytes;
+    SendChannel& out = p.face.out;
+    if (proxied(op.send_rank)) {
+      out.remote = proxy->send_staging;
+      out.remote_signal = proxy->packed;
+      out.ready = proxy->ready;
+      p.relayed = true;
+      return;
+    }
+    char* dest = base_of(op.send_rank);
+    out.pe = op.send_rank == m_rank ? -1 : m_peers.put_pe(op.send_rank);
+    if (out.pe >= 0 && send_offset == 0) {
+      throw Error("halox: " + m_name + ": rank " + std::to_string(op.send_rank) +
+                  " is reached by puts, but NVSHMEM's team of shared memory said otherwise");
+    }
+    const BlockOffsets& theirs = op.send_rank == m_rank ? offsets : m_peers.offsets(op.send_rank);
+    out.remote = dest + theirs[i];
+    out.remote_signal = &reinterpret_cast<GridSlots*>(dest)->data[i];
+    out.ready = &reinterpret_cast<GridSlots*>(m_block)->ready[i];
+    out.staging = m_block + send_offset;
+  }
+
+  // Op i's unpack face: out of my staging, or the host proxy's.
+  void unpack_face(std::vector<FacePlan>& unpacks, const Op& op, std::size_t i,
+                   const ProxyEnds* proxy, long long offset) {
+    FacePlan& p = face_of(unpacks, op, i, face_unpack, -1, op.field, op.recv_rank);
+    RecvChannel& in = p.face.in;
+    if (proxied(op.recv_rank)) {
+      in.staging = proxy->recv_staging;
+      in.signal = proxy->data;
+      in.remote_ready = proxy->released;
+      p.relayed = true;
+      return;
+    }
+    in.pe = op.recv_rank == m_rank ? -1 : m_peers.put_pe(op.recv_rank);
+    in.remote_ready = &reinterpret_cast<GridSlots*>(base_of(op.recv_rank))->ready[i];
+    in.staging = m_block + offset;
+    in.signal = &reinterpret_cast<GridSlots*>(m_block)->data[i];
+  }
+
+  // The self-test's probe over op i's link: mine to its receiver, its sender's to me (a
+  // proxied link's probe is the proxy's own, HostProxy::self_test).
+  ProbeLink probe_of(const Op& op, std::size_t i) const {
+    ProbeLink link;
+    link.rank = m_rank;
+    link.pulse = static_cast<int>(i);
+    link.kind = wait_probe;
+    link.out_link = link.in_link = static_cast<int>(i);
+    if (op.send_rank >= 0 && !proxied(op.send_rank)) {
+      link.out = &reinterpret_cast<GridSlots*>(base_of(op.send_rank))->probe[i];
+      link.out_pe = op.send_rank == m_rank ? -1 : m_peers.put_pe(op.send_rank);
+    }
+    if (op.recv_rank >= 0 && !proxied(op.recv_rank)) {
+      link.in = &reinterpret_cast<GridSlots*>(m_block)->probe[i];
+      link.peer = op.recv_rank;
+    }
+    return link;
+  }
+
+  // The blocks of this process's launch wait only for tickets below their own, here or in a
+  // peer's launch; what must be resident is a block of each process sharing the GPU: so this
+  // launch takes at most its share of what the GPU holds at once. With tracing on, sized for
+  // the traced kernel (more registers), which then serves while tracing stays on.
+  void size_grid() {
     m_sized_for_trace = device_trace().records != nullptr;
     const int fit = spinning_blocks_per_group(grid_resident_blocks(m_puts, m_sized_for_trace),
                                               gpu_share(m_comm, wait_context()), 1);
     if (fit < 1) throw Error("halox: " + m_name + ": the grid kernel does not fit on the GPU");
     m_blocks = detail::env_grid_blocks(fit);
-    m_ready = true;
-    if (m_self_test) self_test(ops, probes);
   }
 
   // A small message over every link of the plan before any real exchange; every rank learns
