@@ -137,84 +137,73 @@ double empty_launch_us() {
   return t;
 }
 
-int local_halo_main(int argc, char** argv) {
+namespace {
+
+struct LocalHaloRun {
   std::vector<std::string> grids = {"2x2x2", "3x3x3"};
   long atoms = 32000;
-  double density = 0.8442, cutoff = 2.5, skin = 0.3;
-  std::string json, trace_file;
   int gpus = 1;
-  std::vector<bool> direct_modes = {true, false};  // ExchangeOptions::testing.direct_in_launch
-  std::vector<TransportKind> kernel_kinds = {TransportKind::local_pulse,
-                                             TransportKind::local_fused};
+  std::vector<bool> direct_modes;           // ExchangeOptions::testing.direct_in_launch
+  std::vector<TransportKind> kernel_kinds;  // local-pulse (per_pulse), local-fused (all_pulses)
+  std::string json, trace_file;
+};
+
+LocalHaloRun parse_local_halo(int argc, char** argv) {
+  LocalHaloRun run;
   std::vector<std::string> in_launch = {"direct", "staged"}, kernels = {"per_pulse", "all_pulses"};
-  int atom_count = static_cast<int>(atoms);
+  int atom_count = static_cast<int>(run.atoms);
   halox::apps::CommandLine line(
       "halox-bench halo-local",
       "LJ atoms (fcc, density 0.8442, halo distance cutoff 2.5 + skin 0.3) split over R ranks\n"
       "in one process on one GPU (or spread over --gpus GPUs, consecutive ranks sharing one);\n"
       "forward + reverse halo per step through ParticleExchange over Ranks::local (per_pulse:\n"
       "local-pulse, all_pulses: local-fused) vs one empty kernel launch.");
-  line.list("--ranks", grids, "rank grids, one case each");
+  line.list("--ranks", run.grids, "rank grids, one case each");
   line.count("--atoms", atom_count, "atoms in all", 1);
-  line.count("--gpus", gpus, "GPUs the ranks are spread over", 1);
+  line.count("--gpus", run.gpus, "GPUs the ranks are spread over", 1);
   line.list("--in-launch", in_launch,
             "between ranks of one launch: direct stores into the peers' arrays and/or staging "
             "with a signal and a wait per pulse (as between processes)")
       ->check(CLI::IsMember({"direct", "staged"}));
   line.list("--kernels", kernels, "kernel designs")
       ->check(CLI::IsMember({"per_pulse", "all_pulses"}));
-  line.output("--json", json, "also write the rows as JSON");
-  line.output("--trace", trace_file, "Chrome trace of the first case");
+  line.output("--json", run.json, "also write the rows as JSON");
+  line.output("--trace", run.trace_file, "Chrome trace of the first case");
   line.parse(argc, argv);
-  atoms = atom_count;
-  direct_modes.clear();
-  for (const std::string& mode : in_launch) direct_modes.push_back(mode == "direct");
-  kernel_kinds.clear();
+  run.atoms = atom_count;
+  for (const std::string& mode : in_launch) run.direct_modes.push_back(mode == "direct");
   for (const std::string& kind : kernels) {
-    kernel_kinds.push_back(kind == "all_pulses" ? TransportKind::local_fused
-                                                : TransportKind::local_pulse);
+    run.kernel_kinds.push_back(kind == "all_pulses" ? TransportKind::local_fused
+                                                    : TransportKind::local_pulse);
   }
   const int visible = visible_gpus();
-  if (gpus < 1 || gpus > visible) {
-    throw Error("halox-bench halo-local: --gpus " + std::to_string(gpus) + ", but " +
+  if (run.gpus < 1 || run.gpus > visible) {
+    throw Error("halox-bench halo-local: --gpus " + std::to_string(run.gpus) + ", but " +
                 std::to_string(visible) + " GPU(s) are visible");
   }
-  // One stream per GPU; GPU 0's is the one the empty launch is timed on.
-  std::vector<int> devices;
-  std::vector<cudaStream_t> streams;
-  for (int d = 0; d < gpus; ++d) {
-    BENCH_CUDA(cudaSetDevice(d));
-    cudaStream_t s = nullptr;
-    BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    devices.push_back(d);
-    streams.push_back(s);
-  }
-  BENCH_CUDA(cudaSetDevice(0));
-  cudaStream_t stream = streams[0];
-  const double launch = empty_launch_us(), graph_launch = empty_graph_launch_us();
-  cudaDeviceProp prop{};
-  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf(
-      "halox-bench halo-local: %d x %s, %s; one empty kernel launch: %.2f us, a CUDA graph of "
-      "one: %.2f us\n",
-      gpus, prop.name, today().c_str(), launch, graph_launch);
-  // graph us: the step (forward + reverse) captured in a CUDA graph, its replays queued (one
-  // GPU only).
-  std::printf("%-8s %8s %10s %10s %-11s %-9s %9s %10s %10s %10s %10s %8s %9s\n", "ranks", "atoms",
-              "atoms/rk", "halo/rk", "kernels", "in launch", "launches", "fwd us", "rev us",
-              "step us", "graph us", "x launch", "q/launch");
-  std::vector<Row> rows;
-  for (const auto& grid : grids) {
-    const Topology topology(parse_dims(grid), {true, true, true}, 0);
+  return run;
+}
+
+// One rank grid's atoms on the GPUs: every rank's coordinates and forces (float32).
+struct GridCase {
+  std::string grid;
+  Topology topology;
+  long total_atoms = 0, halo = 0;
+  std::vector<ParticlePlan> plans;
+  std::vector<int> device_of;
+  std::vector<void*> x, f;
+
+  GridCase(const std::string& name, long atoms, int gpus, const std::vector<int>& devices)
+      : grid(name), topology(parse_dims(name), {true, true, true}, 0) {
+    const double density = 0.8442, cutoff = 2.5, skin = 0.3;
     Box box;
-    long total_atoms = 0;
     std::vector<std::vector<double>> xyz =
         lattice_by_rank(topology, atoms, density, box, total_atoms);
-    std::vector<ParticlePlan> plans = build_local_particle_plans(topology, box, cutoff + skin, xyz);
-    long halo = 0;
+    plans = build_local_particle_plans(topology, box, cutoff + skin, xyz);
     for (const auto& p : plans) halo += p.total_count - p.home_count;
-    const std::vector<int> device_of = Ranks::spread_over_gpus(topology.size(), gpus);
-    std::vector<void*> x(topology.size()), f(topology.size());
+    device_of = Ranks::spread_over_gpus(topology.size(), gpus);
+    x.resize(topology.size());
+    f.resize(topology.size());
     for (int r = 0; r < topology.size(); ++r) {
       BENCH_CUDA(cudaSetDevice(device_of[r]));
       std::vector<float> h(xyz[r].begin(), xyz[r].end());
@@ -229,77 +218,128 @@ int local_halo_main(int argc, char** argv) {
       BENCH_CUDA(cudaDeviceSynchronize());
     }
     BENCH_CUDA(cudaSetDevice(0));
-    auto time = [&](auto&& f) { return median_over_gpus_us(devices, streams, 11, 100, f); };
-    for (std::size_t m = 0; m < direct_modes.size(); ++m)
-      for (TransportKind kernels : kernel_kinds) {
-        const bool direct = direct_modes[m];
-        ExchangeOptions options;
-        options.transport = kernels;
-        options.testing.direct_in_launch = direct;
-        ParticleExchange exchange(Ranks::local(topology, device_of), plans, BasicKind::float32,
-                                  options);
-        const double fwd = time([&] { exchange.forward_async(x, streams); });
-        const double rev = time([&] { exchange.reverse_async(f, streams); });
-        const double step = time([&] {
-          exchange.forward_async(x, streams);
-          exchange.reverse_async(f, streams);
-        });
-        // 0: not measured (several GPUs)
-        const double graphed = gpus == 1 ? graph_step_us(exchange, x, f, streams, time) : 0.0;
-        exchange.check();
-        const char* name = kernels == TransportKind::local_fused ? "all_pulses" : "per_pulse";
-        if (!trace_file.empty() && kernels == TransportKind::local_fused && grid == grids.front() &&
-            m == 0) {
-          // Tracing overhead in the same run, then one traced step into the file.
-          trace::enable();
-          const double traced = time([&] {
-            exchange.forward_async(x, streams);
-            exchange.reverse_async(f, streams);
-          });
-          for (auto s : streams) BENCH_CUDA(cudaStreamSynchronize(s));
-          trace::clear();
-          exchange.forward_async(x, streams);
-          exchange.reverse_async(f, streams);
-          trace::write(trace_file);
-          trace::disable();
-          std::printf("tracing: step %.2f us with the log on vs %.2f us off (%+.1f%%); wrote %s\n",
-                      traced, step, 100 * (traced / step - 1), trace_file.c_str());
-        }
-        // q/launch: one exchange (the mean of forward and reverse, each queued 100 times back
-        // to back, as the empty launch is timed) over that launch.
-        const double queued = (fwd + rev) / 2;
-        const char* in_launch = direct ? "direct" : "staged";
-        char graph_cell[32] = "-";
-        if (graphed > 0) std::snprintf(graph_cell, sizeof graph_cell, "%.2f", graphed);
-        std::printf("%-8s %8ld %10ld %10ld %-11s %-9s %9d %10.2f %10.2f %10.2f %10s %8.2f %9.2f\n",
-                    grid.c_str(), total_atoms, total_atoms / topology.size(),
-                    halo / topology.size(), name, in_launch, 2 * exchange.launches_per_exchange(),
-                    fwd, rev, step, graph_cell, step / launch, queued / launch);
-        rows.push_back(Row()
-                           .set("ranks", grid)
-                           .set("kernels", name)
-                           .set("in_launch", in_launch)
-                           .set("gpus", double(gpus))
-                           .set("atoms", double(total_atoms))
-                           .set("halo_atoms_per_rank", double(halo) / topology.size())
-                           .set("launches_per_step", 2.0 * exchange.launches_per_exchange())
-                           .set("forward_us", fwd)
-                           .set("reverse_us", rev)
-                           .set("step_us", step)
-                           .set("empty_launch_us", launch)
-                           .set("graph_step_us", graphed)
-                           .set("empty_graph_launch_us", graph_launch)
-                           .set("step_over_launch", step / launch)
-                           .set("queued_over_launch", queued / launch));
-      }
+  }
+  ~GridCase() {
     for (int r = 0; r < topology.size(); ++r) {
       cudaFree(x[r]);
       cudaFree(f[r]);
     }
   }
-  if (!json.empty()) {
-    write_json(json, "halo-local", {{"gpu", prop.name}, {"host", host_name()}}, rows);
-    std::printf("\nwrote %s\n", json.c_str());
+  GridCase(const GridCase&) = delete;
+  GridCase& operator=(const GridCase&) = delete;
+};
+
+// Tracing's overhead in the same run, then one traced step into the file.
+template <class Time>
+void trace_one_step(ParticleExchange& exchange, const GridCase& c,
+                    const std::vector<cudaStream_t>& streams, double step, Time&& time,
+                    const std::string& trace_file) {
+  trace::enable();
+  const double traced = time([&] {
+    exchange.forward_async(c.x, streams);
+    exchange.reverse_async(c.f, streams);
+  });
+  for (auto s : streams) BENCH_CUDA(cudaStreamSynchronize(s));
+  trace::clear();
+  exchange.forward_async(c.x, streams);
+  exchange.reverse_async(c.f, streams);
+  trace::write(trace_file);
+  trace::disable();
+  std::printf("tracing: step %.2f us with the log on vs %.2f us off (%+.1f%%); wrote %s\n", traced,
+              step, 100 * (traced / step - 1), trace_file.c_str());
+}
+
+// One case (a grid, a kernel design, direct or staged in a launch): its line and JSON row.
+Row time_case(const GridCase& c, TransportKind kernels, bool direct, const LocalHaloRun& run,
+              const std::vector<int>& devices, const std::vector<cudaStream_t>& streams,
+              double launch, double graph_launch, bool traced_case) {
+  auto time = [&](auto&& f) { return median_over_gpus_us(devices, streams, 11, 100, f); };
+  ExchangeOptions options;
+  options.transport = kernels;
+  options.testing.direct_in_launch = direct;
+  ParticleExchange exchange(Ranks::local(c.topology, c.device_of), c.plans, BasicKind::float32,
+                            options);
+  const double fwd = time([&] { exchange.forward_async(c.x, streams); });
+  const double rev = time([&] { exchange.reverse_async(c.f, streams); });
+  const double step = time([&] {
+    exchange.forward_async(c.x, streams);
+    exchange.reverse_async(c.f, streams);
+  });
+  // 0: not measured (several GPUs)
+  const double graphed = run.gpus == 1 ? graph_step_us(exchange, c.x, c.f, streams, time) : 0.0;
+  exchange.check();
+  const char* name = kernels == TransportKind::local_fused ? "all_pulses" : "per_pulse";
+  if (traced_case) trace_one_step(exchange, c, streams, step, time, run.trace_file);
+  // q/launch: one exchange (the mean of forward and reverse, each queued 100 times back to
+  // back, as the empty launch is timed) over that launch.
+  const double queued = (fwd + rev) / 2;
+  const char* in_launch = direct ? "direct" : "staged";
+  char graph_cell[32] = "-";
+  if (graphed > 0) std::snprintf(graph_cell, sizeof graph_cell, "%.2f", graphed);
+  const int ranks = c.topology.size();
+  std::printf("%-8s %8ld %10ld %10ld %-11s %-9s %9d %10.2f %10.2f %10.2f %10s %8.2f %9.2f\n",
+              c.grid.c_str(), c.total_atoms, c.total_atoms / ranks, c.halo / ranks, name, in_launch,
+              2 * exchange.launches_per_exchange(), fwd, rev, step, graph_cell, step / launch,
+              queued / launch);
+  return Row()
+      .set("ranks", c.grid)
+      .set("kernels", name)
+      .set("in_launch", in_launch)
+      .set("gpus", double(run.gpus))
+      .set("atoms", double(c.total_atoms))
+      .set("halo_atoms_per_rank", double(c.halo) / ranks)
+      .set("launches_per_step", 2.0 * exchange.launches_per_exchange())
+      .set("forward_us", fwd)
+      .set("reverse_us", rev)
+      .set("step_us", step)
+      .set("empty_launch_us", launch)
+      .set("graph_step_us", graphed)
+      .set("empty_graph_launch_us", graph_launch)
+      .set("step_over_launch", step / launch)
+      .set("queued_over_launch", queued / launch);
+}
+
+}  // namespace
+
+int local_halo_main(int argc, char** argv) {
+  const LocalHaloRun run = parse_local_halo(argc, argv);
+  // One stream per GPU; GPU 0's is the one the empty launch is timed on.
+  std::vector<int> devices;
+  std::vector<cudaStream_t> streams;
+  for (int d = 0; d < run.gpus; ++d) {
+    BENCH_CUDA(cudaSetDevice(d));
+    cudaStream_t s = nullptr;
+    BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    devices.push_back(d);
+    streams.push_back(s);
+  }
+  BENCH_CUDA(cudaSetDevice(0));
+  const double launch = empty_launch_us(), graph_launch = empty_graph_launch_us();
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf(
+      "halox-bench halo-local: %d x %s, %s; one empty kernel launch: %.2f us, a CUDA graph of "
+      "one: %.2f us\n",
+      run.gpus, prop.name, today().c_str(), launch, graph_launch);
+  // graph us: the step (forward + reverse) captured in a CUDA graph, its replays queued (one
+  // GPU only).
+  std::printf("%-8s %8s %10s %10s %-11s %-9s %9s %10s %10s %10s %10s %8s %9s\n", "ranks", "atoms",
+              "atoms/rk", "halo/rk", "kernels", "in launch", "launches", "fwd us", "rev us",
+              "step us", "graph us", "x launch", "q/launch");
+  std::vector<Row> rows;
+  for (const auto& grid : run.grids) {
+    const GridCase c(grid, run.atoms, run.gpus, devices);
+    for (std::size_t m = 0; m < run.direct_modes.size(); ++m)
+      for (TransportKind kernels : run.kernel_kinds) {
+        const bool traced = !run.trace_file.empty() && kernels == TransportKind::local_fused &&
+                            grid == run.grids.front() && m == 0;
+        rows.push_back(time_case(c, kernels, run.direct_modes[m], run, devices, streams, launch,
+                                 graph_launch, traced));
+      }
+  }
+  if (!run.json.empty()) {
+    write_json(run.json, "halo-local", {{"gpu", prop.name}, {"host", host_name()}}, rows);
+    std::printf("\nwrote %s\n", run.json.c_str());
   }
   for (auto s : streams) cudaStreamDestroy(s);
   return 0;
