@@ -49,6 +49,7 @@ namespace {
 
 // Fields per run: every field's ops share the kMaxGridOps signal slots of a rank's block.
 constexpr int kMaxGridFields = 4;
+static_assert(kMaxGridOps <= kMaxBlockAreas, "a block's staging: one area per op");
 
 class GridFusedTransport final : public Transport {
  public:
