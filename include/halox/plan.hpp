@@ -172,7 +172,7 @@ void migrate_particles(const Topology& topology, const Box& box, std::vector<dou
 void wrap_unsplit_axes(const Topology& topology, const Box& box, double* position);
 
 /// The particle plans of every rank of `topology`'s grid, built in one process (the local
-/// engine: several ranks sharing one process). xyz[r] holds rank r's home coordinates and
+/// Ranks::local: several ranks sharing one process). xyz[r] holds rank r's home coordinates and
 /// is extended with its halo, as build_particle_plan does. Throws halox::Error for bad input.
 std::vector<ParticlePlan> build_local_particle_plans(const Topology& topology, const Box& box,
                                                      double cutoff,

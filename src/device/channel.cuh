@@ -3,7 +3,7 @@
 // GPU maps (a rank of this process, CUDA IPC, nvshmem_ptr) or an NVSHMEM put-with-signal
 // (remote_put.cuh). Include only from CUDA sources.
 //
-// A link carries one message per exchange e (the engine's counter, never reset) from a sender
+// A link carries one message per exchange e (the transport's counter, never reset) from a sender
 // into the receiver's staging area:
 //   receiver  RecvChannel::release(e)      its staging is free: e into the sender's ready slot
 //   sender    SendChannel::wait_free(e)    acquire >= e on that slot, with a time-out
@@ -13,7 +13,7 @@
 //                                          sets it); to a put peer the last block puts the
 //                                          whole staging with the signal
 //   receiver  RecvChannel::wait_data(e)    acquire >= data_signal(e), with a time-out
-// The self-test sends a probe over every link (ProbeLink, one kernel for every engine).
+// The self-test sends a probe over every link (ProbeLink, one kernel for every transport).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -137,7 +137,7 @@ struct ProbeSlot {
 };
 
 /// One thread of the self-test: it sends the probe `out` (if any), then waits for and checks
-/// the probe `in` (if any). A probe is (magic, sender, link, epoch); the engine numbers its
+/// the probe `in` (if any). A probe is (magic, sender, link, epoch); the transport numbers its
 /// links so that both ends name the same one.
 struct ProbeLink {
   ProbeSlot* out = nullptr;  // the receiver's slot (a symmetric address when out_pe >= 0)
@@ -145,7 +145,7 @@ struct ProbeLink {
   int out_link = 0;
   const ProbeSlot* in = nullptr;  // my slot
   int in_link = 0;
-  // For the check and its record: who receives, from whom, which pulse, the engine's kind.
+  // For the check and its record: who receives, from whom, which pulse, the transport's kind.
   int rank = 0, peer = 0, pulse = 0, kind = 0;
 };
 

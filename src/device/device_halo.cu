@@ -117,7 +117,7 @@ struct DeviceHalo::Impl {
   int trace_object = -1;     // this exchange in traces
   std::vector<void*> last_x, last_f;
   std::vector<char> last_direct;  // per view: fwd (1) / rev (2) arrives direct, last plan
-  // Recorded after each launch: a new plan waits for this engine's kernels, not for the
+  // Recorded after each launch: a new plan waits for these kernels, not for the
   // whole GPU (the caller's other work, as a neighbour search's list build, runs on).
   cudaEvent_t launched = nullptr;
 
@@ -380,8 +380,8 @@ bool DeviceHalo::fits(const std::vector<const ParticlePlan*>& plans) const {
 bool DeviceHalo::allocate(const std::vector<int>& ranks,
                           const std::vector<const ParticlePlan*>& plans, bool keep_if_fits) {
   Impl& m = *m_impl;
-  // No kernel of this engine may still use the old blocks or plan data (after CUDA graphs:
-  // their replays, on streams this engine does not know).
+  // No kernel of this halo may still use the old blocks or plan data (after CUDA graphs:
+  // their replays, on streams this halo does not know).
   if (m.captured) {
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
   } else if (m.launched) {
@@ -755,7 +755,7 @@ void DeviceHalo::reverse(const std::vector<void*>& f, GpuStream stream) {
 
 void DeviceHalo::check() const {
   ErrorWording w;
-  w.engine = to_string(m_impl->options.transport);
+  w.transport = to_string(m_impl->options.transport);
   w.timeout_seconds = m_impl->options.timeout_seconds;
   w.waited_for = [](int kind) { return std::string(kind_name(kind)); };
   w.is_probe = [](int kind) { return kind == probe_fwd || kind == probe_rev; };

@@ -1,5 +1,6 @@
-// The GPU-initiated particle halo engine shared by the local (ranks in one process) and the
-// IPC (one rank per process) transports. Host-only header; the kernels are in device_halo.cu.
+// The host side of the GPU-initiated particle kernels, shared by the local (ranks in one process)
+// and the IPC (one rank per process) transports. Host-only header; the kernels are in
+// device_halo.cu.
 #pragma once
 
 #include <array>
@@ -57,7 +58,7 @@ class DeviceHalo {
   /// device first). ranks[k] is the global rank of plans[k]. keep_if_fits: the current
   /// blocks stay when the plans fit them (same addresses; the signals are not zeroed and
   /// the exchange counters run on, so no peer must wait for a reset); returns whether they
-  /// stayed. Every process (and every GPU of a local engine) must pass the same decision:
+  /// stayed. Every process (and every GPU of Ranks::local) must pass the same decision:
   /// the counters of the peers must stay in step. The plans are read again by the connect()
   /// that follows, and not after it: they must live until then.
   bool allocate(const std::vector<int>& ranks, const std::vector<const ParticlePlan*>& plans,
@@ -76,7 +77,7 @@ class DeviceHalo {
   /// Signals and fences at system scope (a peer on another GPU) or GPU scope (every peer
   /// on this GPU: cheaper). Default: system.
   void set_system_scope(bool system);
-  /// The links through the host proxy (transport/host_proxy.hpp), of an engine of one rank:
+  /// The links through the host proxy (transport/host_proxy.hpp), of a transport of one rank:
   /// `proxied(rank)` says which neighbours; fwd[p] are the forward proxy's ends of pulse p (to
   /// my destination, from my source), rev[p] the reverse proxy's (to my source, from my
   /// destination). Call before connect(); they must live while the views do.
@@ -89,7 +90,7 @@ class DeviceHalo {
   std::uint64_t epoch(bool forward) const;
   /// Runs the self-test: a probe over every link, both directions. Throws HaloTimeoutError.
   void self_test();
-  /// The same in two halves, for engines on several GPUs whose probes wait on each other:
+  /// The same in two halves, for halos on several GPUs whose probes wait on each other:
   /// launch every GPU's probes first, then wait for each (on the current GPU).
   void launch_self_test();
   void finish_self_test();

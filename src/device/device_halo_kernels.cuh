@@ -31,7 +31,7 @@
 // the forces they had.
 // Direct pulses (a peer in this launch whose staging of the pulse no forwarded item reads):
 // steps 3-5 become one: pack straight into the peer's halo (forward) or add straight into
-// its home items (reverse), with no staging, signal or wait. On one GPU the local engine's
+// its home items (reverse), with no staging, signal or wait. On one GPU Ranks::local's
 // pulses are all direct, and so is every pulse of a rank to itself.
 #pragma once
 
@@ -575,7 +575,7 @@ void launch_with_puts(bool forward, dim3 grid, const LaunchArgs& a, Real* const*
 /// serves both directions and every block may spin, so the kernel with fewer resident blocks
 /// decides (which one that is follows ptxas's register choice: with __launch_bounds__(256, 1)
 /// the forward takes more registers than the reverse, and in float a block fewer per SM).
-/// Without puts, the proxied kernels count too: an engine's grid is sized before its links.
+/// Without puts, the proxied kernels count too: a transport's grid is sized before its links.
 template <class Real, bool PUTS>
 int resident_blocks_both_directions() {
   int least = std::min(resident_blocks(forward_kernel<Real, PUTS>),

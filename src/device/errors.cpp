@@ -17,15 +17,16 @@ void check_device_error(const volatile ErrorRecord& record, const ErrorWording& 
 void check_device_error(const ErrorRecord& e, const ErrorWording& w) {
   if (e.flag == 0) return;
   if (e.flag == 3) {
-    throw Error("halox: " + w.engine + ": a CUDA graph captured on plan " + std::to_string(e.seen) +
-                " was replayed after the exchange moved to plan " + std::to_string(e.expected) +
+    throw Error("halox: " + w.transport + ": a CUDA graph captured on plan " +
+                std::to_string(e.seen) + " was replayed after the exchange moved to plan " +
+                std::to_string(e.expected) +
                 ": its launches moved nothing (their plan is gone). Capture the exchange again "
                 "after each new plan; this exchange is unusable until its next set_plan");
   }
   const std::string pulse = w.pulse ? w.pulse(e.rank, e.pulse) : "pulse " + std::to_string(e.pulse);
   const std::string what = w.waited_for ? w.waited_for(e.kind) : "its signal";
   std::ostringstream s;
-  s << "halox: " << w.engine << ": ";
+  s << "halox: " << w.transport << ": ";
   if (e.flag == 2) {
     s << "self-test: rank " << e.rank << " got rank " << e.peer << "'s probe on " << pulse << " ("
       << what << ") wrong: word " << e.seen << ", expected " << e.expected << ". Is rank " << e.peer

@@ -1,6 +1,6 @@
 // The device channel's error record and its one wording. A wait in a kernel that times out,
 // or a self-test probe that arrives wrong, records who waited for whom (ErrorRecord, in
-// mapped host memory: the host reads it without synchronising); every engine turns it into
+// mapped host memory: the host reads it without synchronising); every transport turns it into
 // the same kind of message, with its own names for its pulses and its waits.
 #pragma once
 
@@ -31,9 +31,9 @@ struct ErrorRecord {
   u64 seen, expected;
 };
 
-/// An engine's words for its recorded errors.
+/// A transport's words for its recorded errors.
 struct ErrorWording {
-  std::string engine;  ///< "ipc-fused", "local-fused", ...
+  std::string transport;  ///< "ipc-fused", "local-fused", ...
   double timeout_seconds = 0;
   /// "pulse 2 (x- #0)": the pulse (op, face) of `rank` the record names.
   std::function<std::string(int rank, int pulse)> pulse;
@@ -50,7 +50,7 @@ struct ErrorWording {
 /// blocks".
 std::string data_signal_progress(const ErrorRecord& e);
 
-/// Nothing when e.flag is 0; else throws HaloTimeoutError, naming the engine, both ranks,
+/// Nothing when e.flag is 0; else throws HaloTimeoutError, naming the transport, both ranks,
 /// the pulse, what was waited for and how far it got.
 void check_device_error(const ErrorRecord& e, const ErrorWording& wording);
 /// The same for the record in mapped memory, read once.

@@ -20,7 +20,7 @@
 // over a channel, in the peer's launch (whose tickets run in the same order: releases, then
 // per stage packs before unpacks), and blocks holding those run and finish without waiting
 // for anything later. What must be resident is one block of each process sharing the GPU:
-// the engines size the grid to their share of it. Every wait has a time-out that records the
+// the transports size the grid to their share of it. Every wait has a time-out that records the
 // rank, the peer and the pulse.
 //
 // A tile's set-up is a chain of dependent loads, and the tables are cold by the time the
@@ -98,7 +98,7 @@ struct GridCounters {
 // The values a block works with, read once at its start.
 struct LaunchCounts {
   u64 ticket_base, table_epoch;
-  u64 epoch;  // the engine's exchange counter (for the channels)
+  u64 epoch;  // the transport's exchange counter (for the channels)
 };
 
 struct GridArgs {
@@ -110,7 +110,7 @@ struct GridArgs {
   u64* done;               // per face: tiles finished, over all exchanges of this table
   u64* ticket;             // tickets handed out, over all exchanges of this table
   GridCounters* counters;  // the table's (device memory)
-  u64* epoch;              // the engine's exchange counter (device memory; null: no channels)
+  u64* epoch;              // the transport's exchange counter (device memory; null: no channels)
   u64 timeout_ns;
   ErrorSink error;
   int system_scope;   // a peer on another GPU

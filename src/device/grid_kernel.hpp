@@ -1,4 +1,4 @@
-// The host side of the grid kernel (grid_fused_kernels.cuh), for the engines of either
+// The host side of the grid kernel (grid_fused_kernels.cuh), for the transports of either
 // locality: a table of faces cut into tiles, with the waits of the faces that forward, in
 // device memory; and its launch. Include only from CUDA sources.
 #pragma once
@@ -11,7 +11,7 @@
 
 namespace halox::detail::fused_grid {
 
-/// A face as an engine describes it: the GridFace's kind, slots, records' ranks, channels,
+/// A face as a transport describes it: the GridFace's kind, slots, records' ranks, channels,
 /// bytes, word and typed views (in that word); the tiles, waits and counters are the table's.
 struct FacePlan {
   GridFace face;
@@ -30,7 +30,7 @@ class GridTable {
   GridTable& operator=(const GridTable&) = delete;
 
   /// One launch of the kernel (PUTS: some face's peer is reached by puts; traced: tracing
-  /// was on when the caller sized `max_blocks`): `a` carries the engine's part (its epoch
+  /// was on when the caller sized `max_blocks`): `a` carries the transport's part (its epoch
   /// counter, time-out, error sink, scope, stall, fields), the table fills in its own. The
   /// launch takes its counters from the device (GridCounters): it may be captured in a CUDA
   /// graph and replayed, each replay a new exchange.

@@ -1,5 +1,5 @@
 // What a kernel sees of one link through the host proxy (transport/host_proxy.hpp), in a
-// header without MPI: the particle engine (device_halo.cu) is built without it too.
+// header without MPI: the particle kernels' host side (device_halo.cu) is built without it too.
 #pragma once
 
 namespace halox::detail {

@@ -1,4 +1,4 @@
-// Device-side signalling shared by the GPU-initiated engines (particles and grids): release
+// Device-side signalling shared by the GPU-initiated transports (particles and grids): release
 // stores and acquire loads at GPU or system scope, waits with a time-out that records who
 // waited for whom in mapped host memory, and the last-block-done counter.
 #pragma once
@@ -20,7 +20,7 @@ struct ErrorSink {
   ErrorRecord* report;  // mapped pinned host memory
 };
 
-// The host side of an ErrorSink, owned by an engine: the report in mapped pinned memory and
+// The host side of an ErrorSink, owned by a transport: the report in mapped pinned memory and
 // the claim word, both cleared. Its owner waits for its kernels before this is destroyed.
 class ErrorChannel {
  public:
@@ -185,7 +185,7 @@ __device__ bool last_block(u64* counter, int blocks, bool sys) {
   return last != 0;
 }
 
-// The self-tests' probe over one link: four words (what the receiver expects: the engines'
+// The self-tests' probe over one link: four words (what the receiver expects: the transports'
 // magic, the sender, the link and the exchange or direction), then a release signal.
 constexpr int kProbeWords = 4;
 __device__ __forceinline__ void send_probe(u64* payload, const u64 (&words)[kProbeWords],

@@ -1,4 +1,4 @@
-// A stream-ordered wait for a 64-bit signal with a deadline, for engines whose own stream
+// A stream-ordered wait for a 64-bit signal with a deadline, for transports whose own stream
 // waits have none (NVSHMEM's signal_wait_until_on_stream is a stream memory operation that
 // waits forever for a stalled peer). A wait that times out records who waited for whom;
 // every later wait of the same StreamWaits returns at once (the exchange is unusable), so

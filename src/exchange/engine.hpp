@@ -44,7 +44,7 @@ class ParticleEngine {
   virtual void finish_default_streams(std::span<void* const> arrays) = 0;
   virtual std::vector<int> devices() const = 0;
   virtual int launches_per_exchange() const = 0;
-  /// Throws HaloTimeoutError for a device-side wait that expired (GPU-initiated engines).
+  /// Throws HaloTimeoutError for a device-side wait that expired (GPU-initiated transports).
   virtual void check() const = 0;
   /// Whether runs of device arrays may be captured into a CUDA graph.
   virtual bool capturable() const = 0;

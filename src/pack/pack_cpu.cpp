@@ -1,5 +1,5 @@
 // CPU pack and unpack, driven by the canonical form. This is the reference the GPU kernels
-// are tested against, and the engine of the host transport.
+// are tested against, and the packing of the host transport.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

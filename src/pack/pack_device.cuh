@@ -1,4 +1,4 @@
-// The device side of the GPU pack engine, shared with the fused exchange kernels: a canonical
+// The device side of the GPU pack, shared with the fused exchange kernels: a canonical
 // piece as a kernel sees it, and the function that moves one word of it between memory and
 // the packed stream. Include only from CUDA sources.
 #pragma once

@@ -1,4 +1,4 @@
-// Plans for every rank of a grid in one process (the local engine): no MPI.
+// Plans for every rank of a grid in one process (Ranks::local): no MPI.
 #include "halox/plan.hpp"
 #include "particle_builder.hpp"
 

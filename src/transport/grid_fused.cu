@@ -8,7 +8,7 @@
 // this rank itself. A face of a later stage carries edges and corners that the earlier
 // stages deliver, so its pack waits on the device until this rank has unpacked the earlier
 // stages' faces of its field; faces of the first stage go at once. The pack and unpack are
-// the GPU pack engine's (pack_device.cuh), driven by the plan's datatypes; the channel's
+// the GPU pack's (pack_device.cuh), driven by the plan's datatypes; the channel's
 // protocol (device/channel.cuh) per op, e = the exchange's counter:
 //   1. tell the rank I receive from that my staging is free   (release e into its ready slot)
 //   2. later stages: wait until the earlier stages' faces are unpacked here (acquire, local)
@@ -143,7 +143,7 @@ class GridFusedTransport final : public Transport {
   // A time-out or a wrong plan becomes an error naming the ranks and the pulse.
   void check(const std::vector<Op>& ops) const {
     ErrorWording w;
-    w.engine = m_name;
+    w.transport = m_name;
     w.timeout_seconds = m_timeout_seconds;
     w.pulse = [&ops](int, int pulse) {
       return pulse >= 0 && pulse < static_cast<int>(ops.size()) ? ops[pulse].name

@@ -155,7 +155,7 @@ void HostProxy::resize(std::vector<ProxyLinkPlan> links, std::uint64_t from_epoc
   }
   {
     std::lock_guard<std::mutex> lock(m_mutex);
-    // An exchange counter that went back (the engine's new blocks restart theirs) would
+    // An exchange counter that went back (the transport's new blocks restart theirs) would
     // never be served: a wait until the time-out. Said now instead.
     if (from_epoch <= m_launched) {
       throw Error("halox: " + m_transport + ": rank " + std::to_string(m_rank) +

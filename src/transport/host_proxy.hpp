@@ -37,7 +37,7 @@ struct ProxyLinkPlan {
   int send_rank = -1, recv_rank = -1;
   std::int64_t send_bytes = 0, recv_bytes = 0;
   // Staging allocated for the faces (0: their size): room for the larger faces of later plans
-  // (an engine whose plans change, the particles', keeps its proxy while they fit; resize).
+  // (a transport whose plans change, the particles', keeps its proxy while they fit; resize).
   std::int64_t send_capacity = 0, recv_capacity = 0;
   std::string name;  // the op's, for errors
 };
@@ -52,7 +52,7 @@ class HostProxy {
   /// duplicate of it).
   /// Throws on every rank when a rank with links lacks MPI_THREAD_MULTIPLE. No thread
   /// without links.
-  /// `first_epoch`: the first exchange it serves (an engine whose counters run on across
+  /// `first_epoch`: the first exchange it serves (a transport whose counters run on across
   /// plans, the particles', rebuilds its proxy at the next one).
   HostProxy(MPI_Comm comm, int rank, std::string transport, double timeout_seconds,
             std::vector<ProxyLinkPlan> links, Memory memory = Memory::gpu_mapped,

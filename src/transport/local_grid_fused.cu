@@ -124,11 +124,11 @@ struct LocalGridFused::Impl {
   // the exchange's for the tiles of a face a tile forwards.
   ErrorWording wording(bool self_test) const {
     ErrorWording w;
-    w.engine = "local-fused";
+    w.transport = "local-fused";
     w.timeout_seconds = timeout_seconds;
     w.pulse = [this](int rank, int pulse) { return pulse_name(rank, pulse); };
     if (arrays > ranks_per_field) {
-      w.engine += " (" + std::to_string(arrays / ranks_per_field) + " fields)";
+      w.transport += " (" + std::to_string(arrays / ranks_per_field) + " fields)";
     }
     if (self_test) {
       w.waited_for = [](int kind) {

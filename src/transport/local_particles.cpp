@@ -152,7 +152,7 @@ class LocalParticleTransport final : public Transport {
   bool capturable() const override {
     return on_gpu;
   }
-  // Each GPU's engine took these ranks' arrays last time (one call's arrays in rank order).
+  // Each GPU's halo took these ranks' arrays last time (one call's arrays in rank order).
   bool set_up_for(Direction direction, std::span<void* const> arrays) const override {
 #if HALOX_HAS_CUDA
     if (!on_gpu || static_cast<int>(arrays.size()) != topology.size()) return false;
@@ -179,7 +179,7 @@ class LocalParticleTransport final : public Transport {
   std::int64_t messages = 0, bytes = 0;  // per exchange, for the stats
   std::span<const ParticlePlan> plans;
 #if HALOX_HAS_CUDA
-  // The ranks of one GPU and their engine.
+  // The ranks of one GPU and their halo (DeviceHalo).
   struct Group {
     int device = 0;
     std::vector<int> ranks;  // global ranks, ascending
@@ -190,7 +190,7 @@ class LocalParticleTransport final : public Transport {
   std::vector<GpuStream> single_stream;  // the default stream for every GPU (reused)
   std::vector<int> last_links;           // the plans' links the self-test last checked
 
-  // The GPUs of the ranks, one engine per GPU, peer access between them.
+  // The GPUs of the ranks, one DeviceHalo per GPU, peer access between them.
   void set_up_gpus(const ExchangeOptions& o) {
     int current = 0, count = 0;
     HALOX_CUDA_CHECK(cudaGetDevice(&current));
@@ -230,7 +230,7 @@ class LocalParticleTransport final : public Transport {
         }
         const cudaError_t rc = cudaDeviceEnablePeerAccess(other.device, 0);
         if (rc == cudaErrorPeerAccessAlreadyEnabled) {
-          cudaGetLastError();  // already on (an earlier engine): clear the recorded error
+          cudaGetLastError();  // already on (an earlier GPU's halo): clear the recorded error
         } else {
           HALOX_CUDA_CHECK(rc);
         }

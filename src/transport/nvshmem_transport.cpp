@@ -198,7 +198,7 @@ class NvshmemStreamTransport final : public Transport {
     if (!f) return;
     const ErrorRecord e{1, f->rank, f->peer, f->pulse, f->kind, f->seen, f->expected};
     ErrorWording w;
-    w.engine = "nvshmem-stream";
+    w.transport = "nvshmem-stream";
     w.timeout_seconds = m_timeout;
     w.pulse = [&ops](int, int pulse) {
       return pulse >= 0 && pulse < static_cast<int>(ops.size()) ? ops[pulse].name

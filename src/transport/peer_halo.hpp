@@ -41,8 +41,8 @@ class PeerHalo {
   /// Collective: the largest of every rank's `bytes`; symmetric blocks are that size on
   /// every rank.
   std::int64_t largest_block(std::int64_t bytes) const;
-  /// Collective: the host proxies of this plan's proxied links, handed to the engine.
-  /// `blocks_kept`: the engine kept its blocks, so its exchange counters run on.
+  /// Collective: the host proxies of this plan's proxied links, handed to the kernels' host side
+  /// (DeviceHalo). `blocks_kept`: DeviceHalo kept its blocks, so its exchange counters run on.
   void set_up_proxies(const ParticlePlan& plan, bool blocks_kept);
 
   MPI_Comm m_comm;

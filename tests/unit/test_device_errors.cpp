@@ -15,7 +15,7 @@ namespace {
 
 detail::ErrorWording wording() {
   detail::ErrorWording w;
-  w.engine = "local-fused";
+  w.transport = "local-fused";
   w.timeout_seconds = 0.5;
   w.pulse = [](int rank, int pulse) {
     return "pulse " + std::to_string(pulse) + " (y+ #" + std::to_string(rank % 2) + ")";
