@@ -428,8 +428,8 @@ void bind_datatypes(nb::module_& m) {
       "packed"_a, "array"_a, "count"_a, "type"_a, "Adds the packed values instead of overwriting");
 }
 
-// Topologies, grid plans, Ranks and GridExchange.
-void bind_grids(nb::module_& m) {
+// Topologies, the split of a global lattice, Ranks.
+void bind_topology(nb::module_& m) {
   nb::class_<halox::Topology>(m, "Topology", "A periodic or open grid of ranks")
       .def(nb::init<std::array<int, 3>, std::array<bool, 3>, int>(), "dims"_a, "periodic"_a,
            "rank"_a)
@@ -459,6 +459,20 @@ void bind_grids(nb::module_& m) {
       "topology"_a, "global_cells"_a, "rank"_a = -1,
       "(offset, interior) of a rank's share of a global lattice (x, y, z), balanced");
 
+  nb::class_<halox::Ranks>(m, "Ranks")
+      .def_static("mpi", &halox::Ranks::mpi, "topology"_a, "One rank per MPI process")
+      .def_static(
+          "local", [](const halox::Topology& grid) { return halox::Ranks::local(grid); }, "grid"_a,
+          "Every rank of the grid in this process")
+      .def_prop_ro("count", &halox::Ranks::count)
+      .def_prop_ro("topology", &halox::Ranks::topology,
+                   "The grid (seen from rank 0 for Ranks.local)")
+      .def("rank", &halox::Ranks::rank, "index"_a = 0,
+           "The grid rank of this process's index-th rank (the order of plans and arrays)");
+}
+
+// Grid plans and their builders.
+void bind_grid_plans(nb::module_& m) {
   nb::class_<halox::GridPlan>(m, "GridPlan", "One rank's grid halo: six pulses in three stages")
       .def_ro("interior", &halox::GridPlan::interior)
       .def_ro("halo", &halox::GridPlan::halo)
@@ -496,17 +510,6 @@ void bind_grids(nb::module_& m) {
       },
       "topology"_a, "interior"_a, "halo"_a = 1, "element"_a,
       "Collective: this rank's grid plan (interior cells x, y, z), validated with its neighbours");
-
-  nb::class_<halox::Ranks>(m, "Ranks")
-      .def_static("mpi", &halox::Ranks::mpi, "topology"_a, "One rank per MPI process")
-      .def_static(
-          "local", [](const halox::Topology& grid) { return halox::Ranks::local(grid); }, "grid"_a,
-          "Every rank of the grid in this process")
-      .def_prop_ro("count", &halox::Ranks::count)
-      .def_prop_ro("topology", &halox::Ranks::topology,
-                   "The grid (seen from rank 0 for Ranks.local)")
-      .def("rank", &halox::Ranks::rank, "index"_a = 0,
-           "The grid rank of this process's index-th rank (the order of plans and arrays)");
   m.def(
       "build_grid_plans",
       [](const halox::Ranks& ranks, std::array<std::int64_t, 3> global, int halo,
@@ -518,7 +521,16 @@ void bind_grids(nb::module_& m) {
       "ranks"_a, "global_cells"_a, "halo"_a = 1, "element"_a,
       "The plans of this process's ranks for a lattice of global_cells (x, y, z) split as "
       "subdomain_of does (Ranks.mpi: collective, one plan; Ranks.local: every rank's)");
+}
 
+// The fields of one GridExchange call: host or GPU arrays, each checked against its plan.
+std::vector<void*> grid_fields(const halox::GridExchange& self, const nb::args& fields) {
+  return exchange_arrays(fields, "halox.GridExchange", [&](const AnyArray& a, std::size_t i) {
+    if (i < self.plans().size()) check_field(a, self.plans()[i], i);
+  });
+}
+
+void bind_grid_exchange(nb::module_& m) {
   nb::class_<halox::GridExchange>(m, "GridExchange",
                                   "The grid halo of NumPy arrays laid out as the plan says",
                                   nb::dynamic_attr())
@@ -536,10 +548,7 @@ void bind_grids(nb::module_& m) {
       .def(
           "exchange",
           [](halox::GridExchange& self, nb::args fields) {
-            const std::vector<void*> arrays = exchange_arrays(
-                fields, "halox.GridExchange", [&](const AnyArray& a, std::size_t i) {
-                  if (i < self.plans().size()) check_field(a, self.plans()[i], i);
-                });
+            const std::vector<void*> arrays = grid_fields(self, fields);
             nb::gil_scoped_release release;
             self.exchange(arrays);
           },
@@ -549,10 +558,7 @@ void bind_grids(nb::module_& m) {
       .def(
           "exchange_async",
           [](halox::GridExchange& self, nb::args fields, nb::handle stream) {
-            const std::vector<void*> arrays = exchange_arrays(
-                fields, "halox.GridExchange", [&](const AnyArray& a, std::size_t i) {
-                  if (i < self.plans().size()) check_field(a, self.plans()[i], i);
-                });
+            const std::vector<void*> arrays = grid_fields(self, fields);
             const halox::GpuStream s = stream_of(stream);
             // The arrays stay referenced until the next call, so that one dropped by the
             // caller meanwhile is not freed under the GPU's work.
@@ -701,7 +707,9 @@ NB_MODULE(_halox, m) {
   m.attr("__version__") = HALOX_VERSION;
   bind_errors(m);
   bind_datatypes(m);
-  bind_grids(m);
+  bind_topology(m);
+  bind_grid_plans(m);
+  bind_grid_exchange(m);
   bind_particles(m);
 #if HALOX_HAS_JAX_FFI
   bind_jax(m);
