@@ -33,12 +33,46 @@ from ._halox import (  # noqa: F401
     migrate_particles,
     has_cuda,
     has_mpi,
-    pack,
+    packed_size,
     subdomain_of,
     transports,
     unpack,
     unpack_accumulate,
 )
+
+
+def pack(array, count, type, out=None, stream=None):
+    """The packed bytes of `count` instances of `type` laid out from the array's start.
+
+    NumPy arrays pack on the CPU into a new uint8 array (or `out`). GPU arrays (CuPy,
+    PyTorch, any DLPack producer) pack on the GPU into `out`, which for CuPy and PyTorch
+    arrays is made here when not given (uint8, the array's framework and device); on
+    `stream` (None: the legacy default stream, done on return; a CuPy or PyTorch stream or
+    an int handle: queued, both arrays kept referenced until the pack has run)."""
+    if out is None and _is_gpu_array(array):
+        out = _empty_bytes_like(array, packed_size(type, count))
+    return _halox.pack(array, count, type, out=out, stream=stream)
+
+
+def _is_gpu_array(array):
+    device = getattr(array, "__dlpack_device__", None)
+    return device is not None and device()[0] == 2  # kDLCUDA
+
+
+def _empty_bytes_like(array, nbytes):
+    """`nbytes` uninitialised bytes of the array's GPU framework, on its device."""
+    framework = type(array).__module__.split(".")[0]
+    if framework == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(array.device.id):
+            return cupy.empty(nbytes, dtype=cupy.uint8)
+    if framework == "torch":
+        import torch
+
+        return torch.empty(nbytes, dtype=torch.uint8, device=array.device)
+    raise Error(f"halox.pack: give out= for a GPU array of {framework} (halox makes it for "
+                f"CuPy and PyTorch arrays): a GPU array of at least {nbytes} bytes")
 
 
 def info():

@@ -17,6 +17,11 @@
 #include <vector>
 
 #include "halox/halox.hpp"
+#if HALOX_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "halox/pack_gpu.hpp"
+#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -140,43 +145,40 @@ void check_field(const A& a, const halox::GridPlan& plan, std::size_t index) {
   array_bytes(a, ("array " + std::to_string(index)).c_str());
 }
 
-// unpack or unpack_accumulate of packed bytes into an array, both bounds checked.
-template <class Unpack>
-void unpack_with(Unpack unpack, const Array& packed, Array& array, std::int64_t count,
-                 const Datatype& type, const char* what) {
-  halox::MutableBytes out(array.data());
-  out.size = array_bytes(array, what);
-  halox::ConstBytes in(packed.data());
-  in.size = array_bytes(packed, "the packed bytes");
-  unpack(in, out, count, type, 0, halox::kAllBytes);
-}
-
 halox::TransportKind transport_of(const std::string& name) {
   return halox::parse_transport(name);
 }
 
-// The arrays of an exchange call: all in host memory or all on a CUDA GPU (DLPack device
-// types), each checked against its plan by `check(array, index)`.
+// Where an array lives (DLPack device types): false in host memory, true on a CUDA GPU;
+// anything else, or a GPU array in a halox without CUDA, is an error naming `which`.
+bool on_gpu(const AnyArray& a, const std::string& which) {
+  const int here = a.device_type();
+  if (here == nb::device::cpu::value) return false;
+  if (here != nb::device::cuda::value) {
+    throw halox::Error(which + " is neither in host memory nor on a CUDA GPU");
+  }
+  if (!HALOX_HAS_CUDA) {
+    throw halox::Error(which + " is on a GPU, and this halox was built without CUDA");
+  }
+  return true;
+}
+
+std::string mixed_places(const char* who) {
+  return std::string(who) +
+         ": arrays on the host and on the GPU in one call; give all of them in one place";
+}
+
+// The arrays of an exchange call: all in host memory or all on a CUDA GPU, each checked
+// against its plan by `check(array, index)`.
 template <class Check>
 std::vector<void*> exchange_arrays(const nb::args& fields, const char* who, Check&& check) {
   std::vector<void*> arrays;
-  int device = -1;  // the arrays' DLPack device type, one for all
+  int gpu = -1;  // the arrays' place, one for all
   for (std::size_t i = 0; i < fields.size(); ++i) {
     AnyArray a = nb::cast<AnyArray>(fields[i]);
-    const int here = a.device_type();
-    const std::string which = std::string(who) + ": array " + std::to_string(i);
-    if (here != nb::device::cpu::value && here != nb::device::cuda::value) {
-      throw halox::Error(which + " is neither in host memory nor on a CUDA GPU");
-    }
-    if (here == nb::device::cuda::value && !HALOX_HAS_CUDA) {
-      throw halox::Error(which + " is on a GPU, and this halox was built without CUDA");
-    }
-    if (device >= 0 && here != device) {
-      throw halox::Error(std::string(who) +
-                         ": arrays on the host and on the GPU in one call; give all of them "
-                         "in one place");
-    }
-    device = here;
+    const int here = on_gpu(a, std::string(who) + ": array " + std::to_string(i)) ? 1 : 0;
+    if (gpu >= 0 && here != gpu) throw halox::Error(mixed_places(who));
+    gpu = here;
     check(a, i);
     arrays.push_back(a.data());
   }
@@ -204,6 +206,142 @@ halox::GpuStream stream_of(nb::handle stream) {
         ".cuda_stream or .ptr)");
   }
   return reinterpret_cast<halox::GpuStream>(handle);
+}
+
+// The packs on host or GPU arrays: on the host halox's range-checked calls; on a GPU the
+// pack kernels (pack_gpu.hpp), which take bare device pointers, after the same checks here.
+enum class PackCall { pack, unpack, unpack_accumulate };
+
+const char* name_of(PackCall call) {
+  switch (call) {
+    case PackCall::pack: return "halox.pack";
+    case PackCall::unpack: return "halox.unpack";
+    default: return "halox.unpack_accumulate";
+  }
+}
+
+// The bytes `count` instances of `type` touch from the array's start (MPI's footprint: the
+// true bounds, count - 1 extents apart) must lie inside the array.
+void check_typed_fits(const AnyArray& a, std::int64_t count, const Datatype& type,
+                      const std::string& who) {
+  const std::int64_t size = array_bytes(a, (who + "'s array").c_str());
+  if (count == 0 || type.size() == 0) return;
+  const std::int64_t step = (count - 1) * type.extent();
+  const std::int64_t lo = type.true_lb() + std::min<std::int64_t>(0, step);
+  const std::int64_t hi = type.true_lb() + type.true_extent() + std::max<std::int64_t>(0, step);
+  if (lo < 0 || hi > size) {
+    throw halox::DatatypeError(who + ": " + std::to_string(count) + " instances of the " +
+                               type.combiner_name() + " type touch bytes [" + std::to_string(lo) +
+                               ", " + std::to_string(hi) + ") of the array, which holds " +
+                               std::to_string(size) + " bytes");
+  }
+}
+
+#if HALOX_HAS_CUDA
+// The arrays of packs queued on a stream (a `stream` given): referenced until the pack has
+// run, so that an array the caller drops meanwhile is not freed under the kernel. Each call
+// lets go of those whose event has passed.
+class InFlight {
+ public:
+  static InFlight& get() {
+    static InFlight* in_flight = new InFlight;  // never destroyed: Python objects at exit
+    return *in_flight;
+  }
+  void keep(nb::object arrays, halox::GpuStream stream) {
+    retire();
+    cudaEvent_t done = nullptr;
+    check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventRecord(done, stream), "cudaEventRecord");
+    m_pending.push_back({done, std::move(arrays)});
+  }
+  void retire() {
+    std::erase_if(m_pending, [](Pending& p) {
+      if (cudaEventQuery(p.done) == cudaErrorNotReady) return false;
+      cudaGetLastError();  // a failed launch was reported by its own call
+      cudaEventDestroy(p.done);
+      return true;
+    });
+  }
+  static void check(cudaError_t rc, const char* call) {
+    if (rc != cudaSuccess) {
+      throw halox::BackendError(std::string("halox: ") + call + ": " + cudaGetErrorString(rc));
+    }
+  }
+  std::size_t pending() const { return m_pending.size(); }
+
+ private:
+  struct Pending {
+    cudaEvent_t done;
+    nb::object arrays;
+  };
+  std::vector<Pending> m_pending;
+};
+
+void pack_on_gpu(PackCall call, const AnyArray& packed, const AnyArray& typed, std::int64_t count,
+                 const Datatype& type, const nb::handle& stream, nb::object keep) {
+  const std::string who = name_of(call);
+  int device = 0;
+  InFlight::check(cudaGetDevice(&device), "cudaGetDevice");
+  if (typed.device_id() != device || packed.device_id() != device) {
+    throw halox::Error(who + ": the arrays are on GPU " + std::to_string(typed.device_id()) +
+                       " and " + std::to_string(packed.device_id()) + ", the current device is " +
+                       std::to_string(device));
+  }
+  const halox::GpuStream s = stream_of(stream);
+  switch (call) {
+    case PackCall::pack: halox::pack_async(typed.data(), count, type, packed.data(), s); break;
+    case PackCall::unpack: halox::unpack_async(packed.data(), typed.data(), count, type, s); break;
+    case PackCall::unpack_accumulate:
+      halox::unpack_accumulate_async(packed.data(), typed.data(), count, type, s);
+      break;
+  }
+  if (stream.is_none()) {
+    nb::gil_scoped_release release;
+    InFlight::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  } else {
+    InFlight::get().keep(std::move(keep), s);
+  }
+}
+#endif
+
+// pack, unpack and unpack_accumulate of `count` instances of `type` between `typed` and the
+// packed bytes `packed`: both in host memory (done on return), or both on the current GPU:
+// on `stream` (None: the legacy default stream, done on return).
+void pack_arrays(PackCall call, nb::handle packed_object, nb::handle typed_object,
+                 std::int64_t count, const Datatype& type, nb::handle stream) {
+  const std::string who = name_of(call);
+  const AnyArray typed = nb::cast<AnyArray>(typed_object);
+  const AnyArray packed = nb::cast<AnyArray>(packed_object);
+  const bool gpu = on_gpu(typed, who + ": the array");
+  if (on_gpu(packed, who + ": the packed bytes") != gpu)
+    throw halox::Error(mixed_places(who.c_str()));
+  if (count < 0)
+    throw halox::DatatypeError(who + ": count = " + std::to_string(count) + " must be >= 0");
+  const std::int64_t bytes = halox::packed_size(type, count);  // throws when not committed
+  const std::int64_t packed_bytes = array_bytes(packed, (who + "'s packed bytes").c_str());
+  if (packed_bytes < bytes) {
+    throw halox::DatatypeError(who + ": the packed bytes hold " + std::to_string(packed_bytes) +
+                               " bytes; " + std::to_string(count) + " instances of the " +
+                               type.combiner_name() + " type pack into " + std::to_string(bytes));
+  }
+  check_typed_fits(typed, count, type, who);
+  if (!gpu) {
+    halox::MutableBytes to(call == PackCall::pack ? packed.data() : typed.data());
+    to.size = call == PackCall::pack ? packed_bytes : static_cast<std::int64_t>(typed.nbytes());
+    halox::ConstBytes from(call == PackCall::pack ? typed.data() : packed.data());
+    from.size = call == PackCall::pack ? static_cast<std::int64_t>(typed.nbytes()) : packed_bytes;
+    if (call == PackCall::pack)
+      halox::pack(from, count, type, to);
+    else if (call == PackCall::unpack)
+      halox::unpack(from, to, count, type);
+    else
+      halox::unpack_accumulate(from, to, count, type);
+    return;
+  }
+#if HALOX_HAS_CUDA
+  pack_on_gpu(call, packed, typed, count, type, stream,
+              nb::make_tuple(packed_object, typed_object));
+#endif
 }
 
 // A particle array: (total_count, 3) of the exchange's dtype, C-contiguous.
@@ -401,31 +539,61 @@ void bind_datatypes(nb::module_& m) {
 
   m.def(
       "pack",
-      [](const Array& array, std::int64_t count, const Datatype& type) {
-        halox::ConstBytes in(array.data());
-        in.size = array_bytes(array, "pack's array");
+      [](nb::handle array, std::int64_t count, const Datatype& type, nb::handle out,
+         nb::handle stream) -> nb::object {
+        if (!out.is_none()) {
+          pack_arrays(PackCall::pack, out, array, count, type, stream);
+          return nb::borrow(out);
+        }
+        const AnyArray a = nb::cast<AnyArray>(array);
+        if (on_gpu(a, "halox.pack: the array")) {
+          throw halox::Error(
+              "halox.pack: a GPU array packs into out=, a GPU array of at least "
+              "packed_size(type, count) bytes (halox.pack allocates it for CuPy and PyTorch)");
+        }
         const std::int64_t bytes = halox::packed_size(type, count);
-        auto* out = new std::uint8_t[static_cast<std::size_t>(bytes)];
-        nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<std::uint8_t*>(p); });
-        halox::pack(in, count, type, out);  // on a throw, the capsule frees `out`
-        return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(
-            out, {static_cast<std::size_t>(bytes)}, owner);
+        auto* packed = new std::uint8_t[static_cast<std::size_t>(std::max<std::int64_t>(bytes, 0))];
+        nb::capsule owner(packed, [](void* p) noexcept { delete[] static_cast<std::uint8_t*>(p); });
+        nb::object result = nb::cast(nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(
+            packed, {static_cast<std::size_t>(bytes)}, owner));
+        pack_arrays(PackCall::pack, result, array, count, type, stream);
+        return result;
       },
-      "array"_a, "count"_a, "type"_a,
-      "The packed bytes of `count` instances of `type` laid out from the array's start");
+      "array"_a, "count"_a, "type"_a, "out"_a = nb::none(), "stream"_a = nb::none(),
+      "The packed bytes of `count` instances of `type` laid out from the array's start: a new "
+      "NumPy array, or `out`. GPU arrays (any DLPack producer) pack on the GPU into `out`, on "
+      "`stream` (None: the legacy default stream, done on return; a stream: queued, the "
+      "arrays kept referenced until the pack has run)");
   m.def(
       "unpack",
-      [](const Array& packed, Array& array, std::int64_t count, const Datatype& type) {
-        unpack_with(halox::unpack, packed, array, count, type, "unpack's array");
-      },
-      "packed"_a, "array"_a, "count"_a, "type"_a);
+      [](nb::handle packed, nb::handle array, std::int64_t count, const Datatype& type,
+         nb::handle stream) { pack_arrays(PackCall::unpack, packed, array, count, type, stream); },
+      "packed"_a, "array"_a, "count"_a, "type"_a, "stream"_a = nb::none(),
+      "Scatters packed bytes into the array (both in host memory, or both on the GPU: on "
+      "`stream`, as pack)");
   m.def(
       "unpack_accumulate",
-      [](const Array& packed, Array& array, std::int64_t count, const Datatype& type) {
-        unpack_with(halox::unpack_accumulate, packed, array, count, type,
-                    "unpack_accumulate's array");
+      [](nb::handle packed, nb::handle array, std::int64_t count, const Datatype& type,
+         nb::handle stream) {
+        pack_arrays(PackCall::unpack_accumulate, packed, array, count, type, stream);
       },
-      "packed"_a, "array"_a, "count"_a, "type"_a, "Adds the packed values instead of overwriting");
+      "packed"_a, "array"_a, "count"_a, "type"_a, "stream"_a = nb::none(),
+      "Adds the packed values instead of overwriting (float32 or float64 types)");
+  m.def(
+      "packed_size",
+      [](const Datatype& type, std::int64_t count) { return halox::packed_size(type, count); },
+      "type"_a, "count"_a, "Bytes that `count` instances of `type` pack into");
+  m.def(
+      "_packs_in_flight",
+      [] {
+#if HALOX_HAS_CUDA
+        InFlight::get().retire();
+        return InFlight::get().pending();
+#else
+        return std::size_t{0};
+#endif
+      },
+      "Packs queued on a stream whose arrays are still referenced (tests)");
 }
 
 // Topologies, the split of a global lattice, Ranks.

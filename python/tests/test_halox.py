@@ -447,6 +447,84 @@ def test_grid_halo_of_gpu_arrays_equals_numpys(framework):
         ex.exchange(host[0], *device[1:])  # host and GPU arrays in one call
 
 
+def test_pack_into_out_and_its_bad_input():
+    """pack into a given array equals the new array's bytes; sizes are checked before any
+    byte moves: a short packed buffer, a short typed array, a negative count."""
+    rng = np.random.default_rng(seed_of("test_pack_into_out_and_its_bad_input"))
+    t = halox.Datatype.vector(4, 2, 5, np.float64).commit()
+    src = rng.standard_normal(4 * 5)
+    out = np.full(halox.packed_size(t, 1) + 8, 0xA5, dtype=np.uint8)
+    assert halox.pack(src, 1, t, out=out) is out
+    assert np.array_equal(out[:64], halox.pack(src, 1, t)) and (out[64:] == 0xA5).all()
+    with pytest.raises(halox.DatatypeError, match="packed bytes hold 63"):
+        halox.pack(src, 1, t, out=np.empty(63, np.uint8))
+    with pytest.raises(halox.DatatypeError, match="touch bytes"):
+        halox.pack(src[:15], 1, t)
+    with pytest.raises(halox.DatatypeError, match="count"):
+        halox.pack(src, -1, t)
+    with pytest.raises(halox.DatatypeError, match="touch bytes"):
+        halox.unpack(halox.pack(src, 1, t), np.empty(15), 1, t)
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+def test_gpu_packs_equal_numpys(framework):
+    """pack, unpack and unpack_accumulate of GPU arrays (CuPy, PyTorch) against the same
+    calls on NumPy arrays, which test_packs_equal_mpi_pack checks against MPI_Pack."""
+    to_gpu, to_numpy = gpu_framework(framework)
+    rng = np.random.default_rng(seed_of("test_gpu_packs_equal_numpys"))
+    for _ in range(50):
+        t = random_mpi_type(rng)
+        count = int(rng.integers(1, 4))
+        ours = halox.from_mpi(t)
+        buf = rng.integers(0, 256, count * t.extent, dtype=np.uint8)
+        packed = halox.pack(to_gpu(buf), count, ours)
+        expected = halox.pack(buf, count, ours)
+        assert np.array_equal(to_numpy(packed), expected)
+        mine, ref = np.full_like(buf, 0xA5), np.full_like(buf, 0xA5)
+        try:
+            halox.unpack(expected, ref, count, ours)
+        except halox.DatatypeError:
+            t.Free()
+            continue
+        target = to_gpu(mine)
+        halox.unpack(packed, target, count, ours)
+        assert np.array_equal(to_numpy(target), ref)
+        t.Free()
+    # Accumulation: forces added into a poisoned array, as on the host.
+    t = halox.Datatype.vector(5, 3, 7, np.float64).commit()
+    forces = rng.standard_normal(15)
+    base = rng.standard_normal(35)
+    on_gpu = to_gpu(base.copy())
+    halox.unpack_accumulate(to_gpu(forces.view(np.uint8).copy()), on_gpu, 1, t)
+    host = base.copy()
+    halox.unpack_accumulate(forces.view(np.uint8), host, 1, t)
+    assert np.array_equal(to_numpy(on_gpu), host)
+    with pytest.raises(halox.Error, match="host and on the GPU"):
+        halox.unpack(forces.view(np.uint8), on_gpu, 1, t)
+    with pytest.raises(halox.DatatypeError, match="touch bytes"):
+        halox.pack(to_gpu(base[:30]), 1, t)
+
+
+def test_gpu_pack_on_a_stream_keeps_its_arrays():
+    """A pack queued on a stream keeps both arrays referenced until it has run: the caller
+    may drop them at once."""
+    to_gpu, to_numpy = gpu_framework("cupy")
+    import cupy as cp
+
+    rng = np.random.default_rng(seed_of("test_gpu_pack_on_a_stream_keeps_its_arrays"))
+    t = halox.Datatype.subarray([64, 64, 64], [64, 64, 2], [0, 0, 31], np.float64).commit()
+    host = rng.standard_normal(64**3)
+    stream = cp.cuda.Stream(non_blocking=True)
+    x = to_gpu(host)
+    out = halox.pack(x, 1, t, stream=stream)
+    del x  # the pack still reads it
+    stream.synchronize()
+    assert np.array_equal(to_numpy(out), halox.pack(host, 1, t))
+    halox.pack(to_gpu(host), 1, t, stream=stream)  # retires the first
+    stream.synchronize()
+    assert halox._halox._packs_in_flight() == 0
+
+
 def test_the_installed_package_is_typed():
     """pip install . ships the stubs that stubgen made from the module, and the PEP 561 marker."""
     package = os.path.dirname(halox.__file__)
