@@ -82,6 +82,9 @@ if python3 -c 'import halox, sys; sys.exit(not halox._halox.has_jax_ffi)'; then
 else
   echo "python example: halox.jax not built (no jax when the module was built): heat3d_jax.py skipped"
 fi
+# The Python call-cost benchmark, briefly (its figures are the GPU machine's to take).
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 2 --oversubscribe \
+  python3 bench/python_calls.py --cells 12 --calls 20 --repeats 1
 helps=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 2 --oversubscribe \
   python3 examples/python/heat3d.py --help | grep -c "^usage")
 [ "$helps" = 1 ] || { echo "python example: --help printed $helps times under mpirun"; exit 1; }

@@ -11,7 +11,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -738,6 +740,34 @@ void bind_grid_exchange(nb::module_& m) {
           "exchange() ordered on `stream` (GPU arrays; None: the legacy default stream, an int "
           "handle, or a CuPy / PyTorch stream): returns once queued. Host arrays are done on "
           "return. The exchange keeps the arrays referenced until its next call")
+      .def(
+          "_time_calls",
+          [](halox::GridExchange& self, nb::args fields, int calls, nb::handle stream,
+             bool wait_each) {
+            if (fields.size() == 0) throw halox::Error("halox.GridExchange: no fields given");
+            const std::vector<void*> arrays = grid_fields(self, fields);
+            [[maybe_unused]] const bool gpu =
+                on_gpu(nb::cast<AnyArray>(fields[0]), "halox.GridExchange");
+            const halox::GpuStream s = stream_of(stream);
+            auto wait = [&] {
+#if HALOX_HAS_CUDA
+              if (gpu && cudaStreamSynchronize(s) != cudaSuccess)
+                throw halox::BackendError("halox: cudaStreamSynchronize failed");
+#endif
+            };
+            nb::gil_scoped_release release;
+            const auto start = std::chrono::steady_clock::now();
+            for (int i = 0; i < calls; ++i) {
+              self.exchange_async(arrays, s);
+              if (wait_each) wait();
+            }
+            if (!wait_each) wait();
+            const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+            return took.count() / std::max(1, calls);
+          },
+          "fields"_a, "calls"_a, "stream"_a = nb::none(), "wait_each"_a = false,
+          "Benchmarks (bench/python_calls.py): seconds per exchange_async of `calls` made in "
+          "a C++ loop, with a stream wait after each or only after the last")
       .def_prop_ro("fields", &halox::GridExchange::fields)
       .def_prop_ro("plans", &halox::GridExchange::plans,
                    "The plans, one per field and rank of this process")

@@ -89,6 +89,10 @@ if [ "$python_module" = ON ]; then
     python3 ../../examples/python/heat3d.py --device gpu) 2>&1 | tee -a "$out/summary.txt"
   (cd build/gpu && PYTHONPATH=$PWD/python timeout 120 mpirun -n 2 --oversubscribe \
     python3 ../../examples/python/heat3d_jax.py --device gpu) 2>&1 | tee -a "$out/summary.txt"
+  # Python's cost per call beside C++'s, the same exchange: queued calls and halo per step.
+  (cd build/gpu && PYTHONPATH=$PWD/python timeout 180 mpirun -n 2 --oversubscribe \
+    python3 ../../bench/python_calls.py --device gpu --json "$out/python-calls.json") 2>&1 |
+    tee -a "$out/summary.txt"
 else
   log "skipped python: no nanobind in this Python"
 fi
