@@ -1,7 +1,7 @@
-// halox for Python (nanobind): datatypes, packs on NumPy arrays, topologies and plans from
-// mpi4py communicators, and grid exchanges of NumPy arrays, with halox's errors as Python
-// exceptions. Communicators and datatypes come in as their Fortran handles (mpi4py's
-// py2f()), so the module needs no mpi4py headers.
+// halox for Python (nanobind): datatypes, packs of host and GPU arrays, topologies and plans
+// from mpi4py communicators, and the grid and particle exchanges of host and GPU arrays, with
+// halox's errors as Python exceptions. Communicators and datatypes come in as their Fortran
+// handles (mpi4py's py2f()), so the module needs no mpi4py headers.
 #include <dlfcn.h>
 #include <mpi.h>
 #include <nanobind/nanobind.h>
@@ -456,7 +456,7 @@ void bind_errors(nb::module_& m) {
   });
 }
 
-// Datatypes, from_mpi and the packs on NumPy arrays.
+// Datatypes and from_mpi.
 void bind_datatypes(nb::module_& m) {
   nb::class_<Datatype>(m, "Datatype",
                        "An MPI-style derived datatype (the MPI constructors; commit() before use)")
@@ -538,7 +538,10 @@ void bind_datatypes(nb::module_& m) {
         return halox::from_mpi(MPI_Type_f2c(handle));
       },
       "datatype"_a, "The halox type of an mpi4py MPI.Datatype (committed), as MPI_Pack packs it");
+}
 
+// pack, unpack, unpack_accumulate and packed_size on host or GPU arrays.
+void bind_packs(nb::module_& m) {
   m.def(
       "pack",
       [](nb::handle array, std::int64_t count, const Datatype& type, nb::handle out,
@@ -905,6 +908,7 @@ NB_MODULE(_halox, m) {
   m.attr("__version__") = HALOX_VERSION;
   bind_errors(m);
   bind_datatypes(m);
+  bind_packs(m);
   bind_topology(m);
   bind_grid_plans(m);
   bind_grid_exchange(m);
