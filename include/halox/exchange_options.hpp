@@ -3,6 +3,7 @@
 // code take these without the exchange classes (halox/exchange.hpp).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -89,35 +90,60 @@ bool gpu_initiated(TransportKind kind);
 ///  - Ranks::mpi(topology): one rank per process, topology.rank() of an MPI job;
 ///  - Ranks::local(grid, device_of_rank): every rank of `grid` in this process (no MPI
 ///    needed), rank r's arrays on GPU device_of_rank[r] (empty: all on the current GPU;
-///    ranks on several GPUs reach each other through peer access), or all in host memory.
+///    ranks on several GPUs reach each other through peer access), or all in host memory;
+///  - Ranks::blocks(processes, block): several ranks per MPI process: the processes of
+///    `processes` (a Topology::from_mpi) each hold a block of block[X] x block[Y] x block[Z]
+///    ranks of a grid of processes.dims() x block ranks (the processes' periodicity), the
+///    block at the process's coordinates times the block. Links between ranks of one process
+///    are copies, the others MPI messages. Host arrays of grid exchanges so far.
+/// The index of a process's rank (the order of its plans and arrays) runs x fastest over its
+/// block, as Topology numbers a grid.
 class Ranks {
  public:
   static Ranks mpi(const Topology& topology);
   /// `grid` gives the dimensions and periodicity; its own rank is ignored. Throws
   /// halox::Error when device_of_rank is neither empty nor one GPU per rank.
   static Ranks local(const Topology& grid, std::vector<int> device_of_rank = {});
+  /// Throws halox::Error for a block dimension below 1 or a grid too large for an int.
+  static Ranks blocks(const Topology& processes, std::array<int, 3> block);
   /// Rank r on GPU r * gpus / ranks: consecutive ranks (neighbours along x) share a GPU.
   static std::vector<int> spread_over_gpus(int ranks, int gpus);
 
   /// Whether this process holds every rank of the grid (Ranks::local).
   bool in_process() const { return m_in_process; }
-  /// The grid; seen from this process's rank (Ranks::mpi) or from rank 0 (Ranks::local).
+  /// Whether each process holds a block of several ranks (Ranks::blocks).
+  bool in_blocks() const { return m_blocks; }
+  /// The grid; seen from this process's rank (Ranks::mpi), from rank 0 (Ranks::local) or
+  /// from this process's first rank (Ranks::blocks).
   const Topology& topology() const { return m_topology; }
+  /// The MPI processes: the topology (Ranks::mpi), the processes' grid (Ranks::blocks);
+  /// Ranks::local: the grid as topology() (no MPI).
+  const Topology& processes() const { return m_blocks ? m_processes : m_topology; }
   /// How many ranks this process holds: the arrays an exchange call takes.
-  int count() const { return m_in_process ? m_topology.size() : 1; }
+  int count() const {
+    return m_in_process ? m_topology.size() : m_block[0] * m_block[1] * m_block[2];
+  }
   /// The grid rank of this process's index-th rank (0 <= index < count()): the order of the
   /// plans and arrays of every call over these ranks.
-  int rank(int index = 0) const { return m_in_process ? index : m_topology.rank(); }
+  int rank(int index = 0) const;
+  /// The process (its rank in processes()) that holds grid rank `rank`.
+  int process_of(int rank) const;
+  /// Grid rank `rank`'s index among the ranks of its process.
+  int index_in_process(int rank) const;
   /// Ranks::local: the GPU of every rank (empty: the current GPU for all).
   const std::vector<int>& device_of_rank() const { return m_device_of_rank; }
 
  private:
   Ranks(const Topology& topology, bool in_process, std::vector<int> device_of_rank)
       : m_topology(topology),
+        m_processes(topology),
         m_in_process(in_process),
         m_device_of_rank(std::move(device_of_rank)) {}
   Topology m_topology;
+  Topology m_processes;  // Ranks::blocks: the processes' grid
   bool m_in_process;
+  bool m_blocks = false;
+  std::array<int, 3> m_block{1, 1, 1};
   std::vector<int> m_device_of_rank;
 };
 

@@ -107,6 +107,57 @@ Ranks Ranks::local(const Topology& grid, std::vector<int> device_of_rank) {
   return Ranks(Topology(grid.dims(), grid.periodic(), 0), true, std::move(device_of_rank));
 }
 
+Ranks Ranks::blocks(const Topology& processes, std::array<int, 3> block) {
+  std::array<int, 3> dims{};
+  long long ranks = 1;
+  for (int a = 0; a < 3; ++a) {
+    if (block[a] < 1) {
+      throw Error("halox::Ranks::blocks: block " + std::to_string(block[0]) + "x" +
+                  std::to_string(block[1]) + "x" + std::to_string(block[2]) +
+                  ": every dimension must be at least 1");
+    }
+    dims[a] = processes.dims()[a] * block[a];
+    ranks *= dims[a];
+  }
+  if (ranks > (1 << 30)) throw Error("halox::Ranks::blocks: the grid of ranks is too large");
+  const std::array<int, 3> at = processes.coords();
+  const Topology grid(dims, processes.periodic(), 0);
+  const int first = grid.rank_of({at[0] * block[0], at[1] * block[1], at[2] * block[2]});
+  Ranks r(Topology(dims, processes.periodic(), first), false, {});
+  r.m_processes = processes;
+  r.m_blocks = true;
+  r.m_block = block;
+  return r;
+}
+
+int Ranks::rank(int index) const {
+  if (index < 0 || index >= count()) {
+    throw Error("halox::Ranks::rank: index " + std::to_string(index) + " of a process of " +
+                std::to_string(count()) + " rank(s)");
+  }
+  if (m_in_process) return index;
+  if (!m_blocks) return m_topology.rank();
+  const std::array<int, 3> at = m_processes.coords();
+  const std::array<int, 3> local{index % m_block[0], index / m_block[0] % m_block[1],
+                                 index / (m_block[0] * m_block[1])};
+  return m_topology.rank_of({at[0] * m_block[0] + local[0], at[1] * m_block[1] + local[1],
+                             at[2] * m_block[2] + local[2]});
+}
+
+int Ranks::process_of(int rank) const {
+  if (m_in_process) return 0;
+  if (!m_blocks) return rank;
+  const std::array<int, 3> c = m_topology.coords_of(rank);
+  return m_processes.rank_of({c[0] / m_block[0], c[1] / m_block[1], c[2] / m_block[2]});
+}
+
+int Ranks::index_in_process(int rank) const {
+  if (m_in_process) return rank;
+  if (!m_blocks) return 0;
+  const std::array<int, 3> c = m_topology.coords_of(rank);
+  return c[0] % m_block[0] + m_block[0] * (c[1] % m_block[1] + m_block[1] * (c[2] % m_block[2]));
+}
+
 std::vector<int> Ranks::spread_over_gpus(int ranks, int gpus) {
   if (ranks < 1 || gpus < 1)
     throw Error("halox::Ranks::spread_over_gpus: ranks and GPUs must be >= 1");
@@ -145,11 +196,15 @@ namespace {
 // (Topology::duplicate), so that exchanges on one Topology never take each other's messages.
 Ranks own_ranks(const Ranks& ranks) {
 #if HALOX_HAS_MPI
-  if (!ranks.in_process() && ranks.topology().comm() != MPI_COMM_NULL) {
-    return Ranks::mpi(ranks.topology().duplicate());
+  if (ranks.in_process() || ranks.processes().comm() == MPI_COMM_NULL) return ranks;
+  if (ranks.in_blocks()) {
+    const std::array<int, 3> g = ranks.topology().dims(), p = ranks.processes().dims();
+    return Ranks::blocks(ranks.processes().duplicate(), {g[0] / p[0], g[1] / p[1], g[2] / p[2]});
   }
-#endif
+  return Ranks::mpi(ranks.topology().duplicate());
+#else
   return ranks;
+#endif
 }
 
 // A null array would be written through by a pack or a kernel: refused, naming it.
@@ -298,8 +353,20 @@ int GridExchange::launches_per_exchange() const {
 // ---------------------------------------------------------------------------------------------
 // Particles
 
+namespace {
+// Particles over several ranks per process are not moved yet: refused before any collective.
+const Ranks& particle_ranks(const Ranks& ranks) {
+  if (ranks.in_blocks()) {
+    throw Error(
+        "halox::ParticleExchange: Ranks::blocks (several ranks per MPI process) moves grid "
+        "halos only so far; particles take Ranks::mpi or Ranks::local");
+  }
+  return ranks;
+}
+}  // namespace
+
 struct ParticleExchange::Impl {
-  explicit Impl(const Ranks& r) : ranks(own_ranks(r)) {}
+  explicit Impl(const Ranks& r) : ranks(own_ranks(particle_ranks(r))) {}
   Ranks ranks;
   std::atomic<bool> busy{false};
   std::unique_ptr<detail::ParticleEngine> engine;

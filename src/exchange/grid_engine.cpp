@@ -180,11 +180,8 @@ class RankGridEngine final : public GridEngine {
 std::unique_ptr<GridEngine> make_grid_engine(const Ranks& ranks, std::vector<GridPlan> plans,
                                              const ExchangeOptions& options) {
   for (std::size_t i = 0; i < plans.size(); ++i) {
-    const int rank =
-        ranks.in_process()
-            ? static_cast<int>(i % static_cast<std::size_t>(std::max(1, ranks.count())))
-            : ranks.topology().rank();
-    check_grid_plan(plans[i], rank, "GridExchange");
+    const int index = static_cast<int>(i % static_cast<std::size_t>(std::max(1, ranks.count())));
+    check_grid_plan(plans[i], ranks.rank(index), "GridExchange");
   }
 #if HALOX_HAS_CUDA
   if (ranks.in_process() && !ranks.device_of_rank().empty()) {

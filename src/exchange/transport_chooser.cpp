@@ -131,8 +131,7 @@ TransportChooser::TransportChooser(const Ranks& ranks, ExchangeOptions options, 
                 " moves ranks of one process (Ranks::local), not one rank per process");
   }
 #if HALOX_HAS_MPI
-  m_host.transport = make_host_transport(ranks.topology().comm(), ranks.topology().rank(),
-                                         m_options.timeout_seconds);
+  m_host.transport = make_host_transport(ranks, m_options.timeout_seconds);
 #else
   throw Error(std::string("halox::") + exchange +
               ": halox was built without MPI; one rank per process (Ranks::mpi) needs it");
@@ -251,6 +250,7 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
     throw Error("halox: internal: the auto transport was not resolved");
   }
   if (m_ranks.in_process()) return make_local(true);
+  if (m_ranks.in_blocks()) refuse_device_blocks();
   if (t == TransportKind::host) {
     throw Error("halox: the field at " + pointer_text(field) +
                 " is in device memory; the host transport moves host memory only (choose "
@@ -280,6 +280,13 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
       "halox: internal: a device field of one rank per process in a build without "
       "CUDA or MPI");
 #endif
+}
+
+void TransportChooser::refuse_device_blocks() {
+  throw Error(
+      "halox::GridExchange: device arrays over Ranks::blocks (several ranks per MPI process) "
+      "are not moved yet: host arrays are; for GPU arrays take Ranks::mpi (one rank per "
+      "process) or Ranks::local (every rank in one process)");
 }
 
 std::unique_ptr<Transport> TransportChooser::make_local(bool device) const {

@@ -134,7 +134,9 @@ void check_local_particle_plans(const Topology& grid, std::span<const ParticlePl
 #if HALOX_HAS_MPI
 /// Every host-side wait of these transports ends after `timeout_seconds` with a
 /// HaloTimeoutError (common/mpi_wait.hpp).
-std::unique_ptr<Transport> make_host_transport(MPI_Comm comm, int rank, double timeout_seconds);
+/// host: host arrays of Ranks::mpi and Ranks::blocks (links within a process copied, the
+/// others MPI messages on ranks.processes()'s communicator).
+std::unique_ptr<Transport> make_host_transport(const Ranks& ranks, double timeout_seconds);
 /// Device transports (throw halox::Error when the build has no CUDA or, for mpi-direct,
 /// when MPI is not CUDA-aware).
 std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm comm, int rank,

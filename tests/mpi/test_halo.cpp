@@ -640,6 +640,122 @@ TEST(GridHalo, PlansOverBothKindsOfRanksAgree) {
   EXPECT_THROW(build_particle_plans(Ranks::mpi(topology), Box{}, 0.1, two), Error);
 }
 
+// Several ranks per process (Ranks::blocks): random process grids, blocks and periodicity,
+// uneven lattices, two fields; every rank's arrays after the exchange equal, byte for byte,
+// those of the same grid held whole by this process (Ranks::local, its own CPU path), the
+// halos poisoned first. Processes that disagree on the lattice are told, all of them.
+TEST(GridHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
+  const std::uint64_t seed = halox::testing::test_seed("GridHalo.Blocks", 0);
+  std::mt19937_64 rng(seed);
+  const Datatype element = Datatype::of<double>().commit();
+  for (auto dims : grid_shapes()) {
+    for (int round = 0; round < 3; ++round) {
+      std::array<int, 3> block{}, global_ranks{};
+      std::array<bool, 3> periodic{};
+      std::array<std::int64_t, 3> global{};
+      for (int a = 0; a < 3; ++a) {
+        block[a] = std::uniform_int_distribution<int>(1, 2)(rng);
+        periodic[a] = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+        global_ranks[a] = dims[a] * block[a];
+        global[a] = global_ranks[a] * 2 + std::uniform_int_distribution<int>(0, 5)(rng);
+      }
+      const Topology processes = Topology::from_mpi(MPI_COMM_WORLD, dims, periodic);
+      const Ranks ranks = Ranks::blocks(processes, block);
+      const Topology& grid = ranks.topology();
+      const std::string where = "processes " + processes.describe() + ", block " +
+                                std::to_string(block[0]) + "x" + std::to_string(block[1]) + "x" +
+                                std::to_string(block[2]) + ", global " + std::to_string(global[0]) +
+                                "x" + std::to_string(global[1]) + "x" + std::to_string(global[2]) +
+                                ", seed " + std::to_string(seed);
+      ASSERT_EQ(grid.dims(), global_ranks) << where;
+      const std::vector<GridPlan> mine = build_grid_plans(ranks, global, 1, element);
+      const std::vector<GridPlan> whole = build_grid_plans(Ranks::local(grid), global, 1, element);
+      ASSERT_EQ(mine.size(), static_cast<std::size_t>(ranks.count())) << where;
+      // Every grid rank held by exactly one process, at the index it says.
+      for (int i = 0; i < ranks.count(); ++i) {
+        EXPECT_EQ(ranks.process_of(ranks.rank(i)), processes.rank()) << where;
+        EXPECT_EQ(ranks.index_in_process(ranks.rank(i)), i) << where;
+      }
+      // Two fields: the arrays of every rank, interiors random, halos poisoned.
+      const int fields = 2, n = grid.size();
+      std::vector<std::vector<double>> arrays(static_cast<std::size_t>(fields * n));
+      for (int f = 0; f < fields; ++f) {
+        for (int r = 0; r < n; ++r) {
+          const GridPlan& plan = whole[static_cast<std::size_t>(r)];
+          std::vector<double>& a = arrays[static_cast<std::size_t>(f * n + r)];
+          a.resize(static_cast<std::size_t>(plan.extent[0] * plan.extent[1] * plan.extent[2]));
+          std::mt19937_64 cells(seed ^
+                                (static_cast<std::uint64_t>(f * n + r) * 0x9E3779B97F4A7C15ull));
+          for (double& v : a) v = std::uniform_real_distribution<double>(-1, 1)(cells);
+        }
+      }
+      // The halos poisoned, differently in the two runs: a cell that one run writes and the
+      // other does not differs, and one that neither writes (an open edge) keeps each poison.
+      constexpr double kPoisonBlocks = -1e300, kPoisonWhole = 1e300;
+      std::vector<std::vector<double>> reference = arrays;
+      for (int f = 0; f < fields; ++f) {
+        for (int r = 0; r < n; ++r) {
+          const GridPlan& plan = whole[static_cast<std::size_t>(r)];
+          const auto& e = plan.extent;
+          const auto k = static_cast<std::size_t>(f * n + r);
+          for (std::int64_t z = 0; z < e[2]; ++z)
+            for (std::int64_t y = 0; y < e[1]; ++y)
+              for (std::int64_t x = 0; x < e[0]; ++x) {
+                const std::int64_t c[3] = {x, y, z};
+                bool interior = true;
+                for (int a = 0; a < 3; ++a)
+                  interior = interior && c[a] >= plan.halo && c[a] < plan.halo + plan.interior[a];
+                if (interior) continue;
+                const auto at = static_cast<std::size_t>((z * e[1] + y) * e[0] + x);
+                arrays[k][at] = kPoisonBlocks;
+                reference[k][at] = kPoisonWhole;
+              }
+        }
+      }
+      std::vector<GridPlan> whole_plans, my_plans;
+      std::vector<void*> whole_fields, my_fields;
+      for (int f = 0; f < fields; ++f) {
+        for (int r = 0; r < n; ++r) {
+          whole_plans.push_back(whole[static_cast<std::size_t>(r)]);
+          whole_fields.push_back(reference[static_cast<std::size_t>(f * n + r)].data());
+        }
+        for (int i = 0; i < ranks.count(); ++i) {
+          my_plans.push_back(mine[static_cast<std::size_t>(i)]);
+          my_fields.push_back(arrays[static_cast<std::size_t>(f * n + ranks.rank(i))].data());
+        }
+      }
+      GridExchange(Ranks::local(grid), whole_plans).exchange(whole_fields);
+      GridExchange exchange(ranks, my_plans);
+      for (int repeat = 0; repeat < 2; ++repeat) exchange.exchange(my_fields);
+      for (int f = 0; f < fields; ++f) {
+        for (int i = 0; i < ranks.count(); ++i) {
+          const auto k = static_cast<std::size_t>(f * n + ranks.rank(i));
+          for (std::size_t c = 0; c < arrays[k].size(); ++c) {
+            const double want = reference[k][c] == kPoisonWhole ? kPoisonBlocks : reference[k][c];
+            ASSERT_EQ(arrays[k][c], want)
+                << where << ": field " << f << ", rank " << ranks.rank(i) << ", cell " << c;
+          }
+        }
+      }
+      EXPECT_EQ(exchange.transport_name(my_fields[0]), "host");
+    }
+  }
+  const Topology processes = Topology::from_mpi(MPI_COMM_WORLD);
+  const Ranks ranks = Ranks::blocks(processes, {2, 1, 1});
+  std::vector<std::vector<double>> two(2);
+  EXPECT_THROW(build_particle_plans(ranks, Box{}, 0.1, two), Error);
+  EXPECT_THROW(Ranks::blocks(processes, {0, 1, 1}), Error);
+  if (world_size() > 1) {
+    try {
+      build_grid_plans(ranks, {16, 8, world_rank() == 1 ? 9 : 8}, 1, element);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("disagree on the global lattice"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(ParticleHalo, RanksThatDisagreeOnTheCutoffAreCaughtNotHung) {
   if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
   Topology topology = Topology::from_mpi(MPI_COMM_WORLD, {world_size(), 1, 1});
