@@ -745,6 +745,25 @@ TEST(GridHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
   std::vector<std::vector<double>> two(2);
   EXPECT_THROW(build_particle_plans(ranks, Box{}, 0.1, two), Error);
   EXPECT_THROW(Ranks::blocks(processes, {0, 1, 1}), Error);
+#if HALOX_HAS_CUDA
+  if (visible_gpus() > 0) {  // device arrays over blocks: refused, saying so
+    std::vector<GridPlan> plans = build_grid_plans(ranks, {16, 8, 8}, 1, element);
+    GridExchange exchange(ranks, plans);
+    std::vector<void*> device(plans.size(), nullptr);
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      const auto& e = plans[i].extent;
+      ASSERT_EQ(cudaMalloc(&device[i], static_cast<std::size_t>(e[0] * e[1] * e[2] * 8)),
+                cudaSuccess);
+    }
+    try {
+      exchange.exchange(device);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not moved yet"), std::string::npos) << e.what();
+    }
+    for (void* p : device) cudaFree(p);
+  }
+#endif
   if (world_size() > 1) {
     try {
       build_grid_plans(ranks, {16, 8, world_rank() == 1 ? 9 : 8}, 1, element);
