@@ -637,6 +637,16 @@ void bind_topology(nb::module_& m) {
       .def_static(
           "local", [](const halox::Topology& grid) { return halox::Ranks::local(grid); }, "grid"_a,
           "Every rank of the grid in this process")
+      .def_static("blocks", &halox::Ranks::blocks, "processes"_a, "block"_a,
+                  "Several ranks per MPI process: each process of `processes` (Topology.from_mpi) "
+                  "holds a block of ranks (x, y, z) of a grid of processes.dims x block ranks "
+                  "(host arrays of grid exchanges so far)")
+      .def_prop_ro("in_blocks", &halox::Ranks::in_blocks)
+      .def_prop_ro("processes", &halox::Ranks::processes, "The MPI processes' grid")
+      .def("process_of", &halox::Ranks::process_of, "rank"_a,
+           "The process (its rank in processes) that holds a grid rank")
+      .def("index_in_process", &halox::Ranks::index_in_process, "rank"_a,
+           "A grid rank's index among its process's ranks")
       .def_prop_ro("count", &halox::Ranks::count)
       .def_prop_ro("topology", &halox::Ranks::topology,
                    "The grid (seen from rank 0 for Ranks.local)")

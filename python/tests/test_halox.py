@@ -447,6 +447,28 @@ def test_grid_halo_of_gpu_arrays_equals_numpys(framework):
         ex.exchange(host[0], *device[1:])  # host and GPU arrays in one call
 
 
+def test_blocks_of_ranks_per_process_equal_the_whole_grid_in_one():
+    """Ranks.blocks (2 ranks per process along x): every rank's array after the exchange
+    equals the same rank's of the whole grid exchanged in one process (Ranks.local)."""
+    rng = np.random.default_rng(seed_of("test_blocks_of_ranks_per_process_equal_the_whole_grid_in_one"))
+    processes = halox.Topology.from_mpi(COMM, (COMM.size, 1, 1), (True, False, True))
+    ranks = halox.Ranks.blocks(processes, (2, 1, 1))
+    grid = ranks.topology
+    global_n = (4 * COMM.size + 3, 6, 5)
+    mine = halox.build_grid_plans(ranks, global_n, 1, np.float64)
+    whole = halox.build_grid_plans(halox.Ranks.local(grid), global_n, 1, np.float64)
+    arrays = [rng.standard_normal(p.shape) for p in whole]
+    reference = [a.copy() for a in arrays]
+    halox.GridExchange(halox.Ranks.local(grid), whole).exchange(*reference)
+    held = [ranks.rank(i) for i in range(ranks.count)]
+    assert all(ranks.process_of(r) == processes.rank for r in held)
+    halox.GridExchange(ranks, mine).exchange(*[arrays[r] for r in held])
+    for r in held:
+        assert np.array_equal(arrays[r], reference[r])
+    with pytest.raises(halox.Error, match="grid plans only"):
+        halox.build_particle_plans(ranks, halox.Box((4.0, 4.0, 4.0)), 1.0, [np.ones((1, 3))] * 2)
+
+
 def test_pack_into_out_and_its_bad_input():
     """pack into a given array equals the new array's bytes; sizes are checked before any
     byte moves: a short packed buffer, a short typed array, a negative count."""
