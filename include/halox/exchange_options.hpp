@@ -95,7 +95,8 @@ bool gpu_initiated(TransportKind kind);
 ///    `processes` (a Topology::from_mpi) each hold a block of block[X] x block[Y] x block[Z]
 ///    ranks of a grid of processes.dims() x block ranks (the processes' periodicity), the
 ///    block at the process's coordinates times the block. Links between ranks of one process
-///    are copies, the others MPI messages. Host arrays of grid exchanges so far.
+///    are copies, the others MPI messages. Grid exchanges so far: host arrays, and device
+///    arrays by staged or mpi-direct (auto: staged).
 /// The index of a process's rank (the order of its plans and arrays) runs x fastest over its
 /// block, as Topology numbers a grid.
 class Ranks {

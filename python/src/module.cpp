@@ -640,7 +640,7 @@ void bind_topology(nb::module_& m) {
       .def_static("blocks", &halox::Ranks::blocks, "processes"_a, "block"_a,
                   "Several ranks per MPI process: each process of `processes` (Topology.from_mpi) "
                   "holds a block of ranks (x, y, z) of a grid of processes.dims x block ranks "
-                  "(host arrays of grid exchanges so far)")
+                  "(grid exchanges so far; device arrays by staged)")
       .def_prop_ro("in_blocks", &halox::Ranks::in_blocks)
       .def_prop_ro("processes", &halox::Ranks::processes, "The MPI processes' grid")
       .def("process_of", &halox::Ranks::process_of, "rank"_a,

@@ -250,7 +250,7 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
     throw Error("halox: internal: the auto transport was not resolved");
   }
   if (m_ranks.in_process()) return make_local(true);
-  if (m_ranks.in_blocks()) refuse_device_blocks();
+  if (m_ranks.in_blocks() && gpu_initiated(t)) refuse_device_blocks();
   if (t == TransportKind::host) {
     throw Error("halox: the field at " + pointer_text(field) +
                 " is in device memory; the host transport moves host memory only (choose "
@@ -273,7 +273,7 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
                                      to_string(t), m_options.name, m_options.timeout_seconds,
                                      m_options.self_test);
   }
-  return make_device_transport(t, comm, rank, m_options.chunk_bytes, m_options.timeout_seconds);
+  return make_device_transport(t, m_ranks, m_options.chunk_bytes, m_options.timeout_seconds);
 #else
   // Without CUDA no pointer is device memory (on_device is false): not reached.
   throw Error(
@@ -284,9 +284,9 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
 
 void TransportChooser::refuse_device_blocks() {
   throw Error(
-      "halox::GridExchange: device arrays over Ranks::blocks (several ranks per MPI process) "
-      "are not moved yet: host arrays are; for GPU arrays take Ranks::mpi (one rank per "
-      "process) or Ranks::local (every rank in one process)");
+      "halox::GridExchange: the GPU-initiated transports are not built yet for Ranks::blocks "
+      "(several ranks per MPI process): its device arrays take staged or mpi-direct (auto: "
+      "staged); for GPU-initiated exchanges take Ranks::mpi or Ranks::local");
 }
 
 std::unique_ptr<Transport> TransportChooser::make_local(bool device) const {

@@ -3,7 +3,7 @@
 // instance per field; each connected to the exchange's current ops before it runs them.
 // Ranks::mpi takes the kind of the options ("auto" resolved collectively, once); Ranks::local
 // takes its own grid or particle transport for both memories; Ranks::blocks the host
-// transport (host arrays only so far).
+// transport, and staged or mpi-direct for device arrays (auto: staged).
 #pragma once
 
 #include <map>
@@ -33,7 +33,9 @@ class TransportChooser {
   /// headers are only built while the choice is still open, not on every exchange.
   template <class Plan>
   TransportKind resolve(const Plan& plan, std::int64_t item_bytes) {
-    if (m_ranks.in_blocks()) refuse_device_blocks();
+    if (m_ranks.in_blocks() && m_options.transport == TransportKind::automatic) {
+      m_options.transport = TransportKind::staged;  // the one device transport blocks take
+    }
     if (m_options.transport == TransportKind::automatic) {
       m_options.transport = choose_automatically(headers(plan), item_bytes);
     }
@@ -75,7 +77,7 @@ class TransportChooser {
   Slot& slot_for(const void* field, bool device, int instance);
   std::unique_ptr<Transport> make_device(const void* field) const;
   std::unique_ptr<Transport> make_local(bool device) const;  // Ranks::local's, for a memory
-  /// Device arrays over Ranks::blocks: not moved yet (throws halox::Error saying so).
+  /// GPU-initiated transports over Ranks::blocks: not built yet (throws halox::Error saying so).
   [[noreturn]] static void refuse_device_blocks();
   TransportKind choose_automatically(const std::vector<PulseHeader>& pulses,
                                      std::int64_t item_bytes);

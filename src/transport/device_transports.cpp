@@ -10,6 +10,7 @@
 #include "halox/error.hpp"
 #include "halox/mpi.hpp"
 #include "halox/trace.hpp"
+#include "rank_links.hpp"
 #include "transport.hpp"
 #include "halox/tuning.hpp"
 
@@ -29,37 +30,58 @@ struct OpBuffers {
   PinnedBuffer host_send, host_recv;
 };
 
-// An op whose message goes from this rank to itself, with a direct copy available.
+// An op whose message goes from its rank to itself, with a direct copy available.
 bool to_self(const Op& op, int rank) {
   return op.self_copy && op.send_rank == rank && op.recv_rank == rank;
 }
 
+// staged (and mpi-direct): per stage, pack on the stream; a message between ranks of this
+// process is unpacked from the sender's packed bytes on the device, any other goes through
+// pinned host memory (or, mpi-direct, device memory) by MPI (rank_links.hpp).
 class StagedTransport final : public Transport {
  public:
-  StagedTransport(MPI_Comm comm, int rank, bool direct, double timeout_seconds)
-      : m_comm(comm), m_rank(rank), m_direct(direct), m_timeout(timeout_seconds) {}
+  StagedTransport(const Ranks& ranks, bool direct, double timeout_seconds)
+      : m_links(ranks),
+        m_comm(ranks.processes().comm()),
+        m_rank(ranks.rank(0)),
+        m_direct(direct),
+        m_timeout(timeout_seconds) {}
   std::string name() const override { return m_direct ? "mpi-direct" : "staged"; }
   Capabilities capabilities() const override { return {}; }
+
+  void connect(const Connection& connection) override {
+    Transport::connect(connection);
+    for (const Direction d : {Direction::forward, Direction::reverse})
+      m_source[d == Direction::forward] = m_links.local_sources(connection.ops(d), m_comm, name());
+  }
 
   void run_async(Direction direction, std::span<void* const> fields,
                  std::span<const GpuStream> streams, ExchangeStats& stats) override {
     const GpuStream stream = streams.front();  // one GPU
     const std::vector<Op>& ops = this->ops(direction);
+    const std::vector<int>& source = m_source[direction == Direction::forward];
+    const int ranks = m_connection->ranks;
+    auto field = [&](const Op& op) { return fields[op.field * ranks + op.rank]; };
     if (m_buffers.size() < ops.size()) m_buffers.resize(ops.size());
     for (int stage = 0; stage < stage_count(ops); ++stage) {
       bool any_remote = false;
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
         if (op.stage != stage) continue;
-        any_remote |= remote(op.send_rank, m_rank) || remote(op.recv_rank, m_rank);
+        const bool sends_out = m_links.remote(op.send_rank, op);
+        any_remote |= sends_out || m_links.remote(op.recv_rank, op);
         if (op.send_rank < 0) continue;
-        if (to_self(op, m_rank)) {
-          op.self_copy(fields[op.field], stream);
+        if (to_self(op, m_links.me(op))) {
+          op.self_copy(field(op), stream);
           continue;
         }
         OpBuffers& b = m_buffers[i];
-        op.pack(fields[op.field], b.dev_send.at_least(op.send_bytes), 0, op.send_bytes, stream);
-        if (remote(op.send_rank, m_rank) && !m_direct) {
+        op.pack(field(op), b.dev_send.at_least(op.send_bytes), 0, op.send_bytes, stream);
+        if (op.send_rank != m_links.me(op)) {
+          stats.messages += 1;
+          stats.bytes_sent += op.send_bytes;
+        }
+        if (sends_out && !m_direct) {
           HALOX_CUDA_CHECK(cudaMemcpyAsync(b.host_send.at_least(op.send_bytes), b.dev_send.get(),
                                            static_cast<std::size_t>(op.send_bytes),
                                            cudaMemcpyDeviceToHost, stream));
@@ -79,20 +101,20 @@ class StagedTransport final : public Transport {
           if (op.stage != stage) continue;
           OpBuffers& b = m_buffers[i];
           MPI_Request r;
-          if (remote(op.recv_rank, m_rank)) {
+          if (m_links.remote(op.recv_rank, op)) {
             char* in =
                 m_direct ? b.dev_recv.at_least(op.recv_bytes) : b.host_recv.at_least(op.recv_bytes);
-            HALOX_MPI_CHECK(MPI_Irecv(in, static_cast<int>(op.recv_bytes), MPI_BYTE, op.recv_rank,
-                                      op.tag, m_comm, &r));
+            HALOX_MPI_CHECK(MPI_Irecv(in, static_cast<int>(op.recv_bytes), MPI_BYTE,
+                                      m_links.process(op.recv_rank), m_links.recv_tag(op), m_comm,
+                                      &r));
             requests.add({r, op.recv_rank, op.recv_bytes, &op.name});
           }
-          if (remote(op.send_rank, m_rank)) {
+          if (m_links.remote(op.send_rank, op)) {
             const char* out = m_direct ? b.dev_send.get() : b.host_send.get();
-            HALOX_MPI_CHECK(MPI_Isend(out, static_cast<int>(op.send_bytes), MPI_BYTE, op.send_rank,
-                                      op.tag, m_comm, &r));
+            HALOX_MPI_CHECK(MPI_Isend(out, static_cast<int>(op.send_bytes), MPI_BYTE,
+                                      m_links.process(op.send_rank), m_links.send_tag(op), m_comm,
+                                      &r));
             requests.add({r, op.send_rank, -1, &op.name});
-            stats.messages += 1;
-            stats.bytes_sent += op.send_bytes;
           }
         }
         // Wait 2: the messages have arrived.
@@ -104,10 +126,11 @@ class StagedTransport final : public Transport {
       }
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
-        if (op.stage != stage || op.recv_rank < 0 || to_self(op, m_rank)) continue;
+        if (op.stage != stage || op.recv_rank < 0 || to_self(op, m_links.me(op))) continue;
         OpBuffers& b = m_buffers[i];
-        const char* in = b.dev_send.get();  // a message to myself never leaves the device
-        if (remote(op.recv_rank, m_rank)) {
+        // A message from a rank of this process never leaves the device: the sender's bytes.
+        const char* in = source[i] >= 0 ? m_buffers[source[i]].dev_send.get() : nullptr;
+        if (source[i] < 0) {
           in = b.dev_recv.at_least(op.recv_bytes);
           if (!m_direct) {
             HALOX_CUDA_CHECK(cudaMemcpyAsync(b.dev_recv.get(), b.host_recv.get(),
@@ -115,17 +138,19 @@ class StagedTransport final : public Transport {
                                              cudaMemcpyHostToDevice, stream));
           }
         }
-        op.unpack(fields[op.field], in, 0, op.recv_bytes, stream);
+        op.unpack(field(op), in, 0, op.recv_bytes, stream);
       }
     }
     stats.exchanges += 1;
   }
 
  private:
+  RankLinks m_links;
   MPI_Comm m_comm;
-  int m_rank;
+  int m_rank;  // this process's first rank (for its messages and traces)
   bool m_direct;
   double m_timeout;
+  std::vector<int> m_source[2];  // RankLinks::local_sources per direction (reverse, forward)
   std::vector<OpBuffers> m_buffers;
   MessageWait m_requests;
 };
@@ -357,18 +382,25 @@ class PipelinedTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_device_transport(TransportKind kind, MPI_Comm comm, int rank,
+std::unique_ptr<Transport> make_device_transport(TransportKind kind, const Ranks& ranks,
                                                  std::int64_t chunk_bytes, double timeout_seconds) {
+  if (ranks.in_blocks() && kind != TransportKind::staged && kind != TransportKind::mpi_direct) {
+    throw Error("halox::GridExchange: the " + to_string(kind) +
+                " transport takes one rank per process; over Ranks::blocks (several ranks per "
+                "MPI process) device arrays take staged or mpi-direct");
+  }
+  const MPI_Comm comm = ranks.topology().comm();
+  const int rank = ranks.topology().rank();
   switch (kind) {
     case TransportKind::staged:
-      return std::make_unique<StagedTransport>(comm, rank, false, timeout_seconds);
+      return std::make_unique<StagedTransport>(ranks, false, timeout_seconds);
     case TransportKind::mpi_direct:
       if (!mpi_is_cuda_aware()) {
         throw Error(
             "halox: the mpi-direct transport needs a CUDA-aware MPI, and this one says it is "
             "not (MPIX_Query_cuda_support); use staged or pipelined");
       }
-      return std::make_unique<StagedTransport>(comm, rank, true, timeout_seconds);
+      return std::make_unique<StagedTransport>(ranks, true, timeout_seconds);
     case TransportKind::pipelined:
       return std::make_unique<PipelinedTransport>(
           comm, rank, chunk_bytes > 0 ? chunk_bytes : tuned_chunk_bytes(), timeout_seconds);

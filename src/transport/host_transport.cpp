@@ -6,6 +6,7 @@
 #include "halox/trace.hpp"
 #include "../common/growing_buffer.hpp"
 #include "../common/mpi_wait.hpp"
+#include "rank_links.hpp"
 #include "transport.hpp"
 
 namespace halox::detail {
@@ -18,15 +19,12 @@ int stage_count(const std::vector<Op>& ops) {
 
 namespace {
 
-// Ranks of this process and of others: a link between two ranks of this process is a copy
-// (the sender's packed bytes unpacked by the receiver's op), any other an MPI message
-// between the processes that hold them. Several ranks per process (Ranks::blocks) tell their
-// messages apart by tag: the pulse's, times the ranks per process, plus the receiver's index
-// (one rank per process: the pulse's tag itself).
+// Host arrays of every rank of this process: a link within the process is a copy, any other
+// an MPI message (rank_links.hpp).
 class HostTransport final : public Transport {
  public:
   HostTransport(const Ranks& ranks, double timeout_seconds)
-      : m_ranks(ranks),
+      : m_links(ranks),
         m_comm(ranks.processes().comm()),
         m_rank(ranks.rank(0)),
         m_timeout(timeout_seconds) {}
@@ -35,21 +33,8 @@ class HostTransport final : public Transport {
 
   void connect(const Connection& connection) override {
     Transport::connect(connection);
-    int most = 0;
-    for (const Direction d : {Direction::forward, Direction::reverse}) {
-      m_source[d == Direction::forward] = local_sources(connection.ops(d));
-      for (const Op& op : connection.ops(d))
-        most = std::max(most, tag(op.tag, connection.ranks - 1));
-    }
-    int* upper = nullptr;
-    int found = 0;
-    HALOX_MPI_CHECK(MPI_Comm_get_attr(m_comm, MPI_TAG_UB, &upper, &found));
-    if (found && most > *upper) {
-      throw Error("halox: host transport: " + std::to_string(connection.ranks) +
-                  " ranks per process need MPI tags up to " + std::to_string(most) +
-                  ", above this MPI's MPI_TAG_UB of " + std::to_string(*upper) +
-                  "; hold fewer ranks per process");
-    }
+    for (const Direction d : {Direction::forward, Direction::reverse})
+      m_source[d == Direction::forward] = m_links.local_sources(connection.ops(d), m_comm, "host");
   }
 
   void run_async(Direction direction, std::span<void* const> fields,
@@ -68,9 +53,9 @@ class HostTransport final : public Transport {
         const Op& op = ops[i];
         if (op.stage != stage || op.recv_rank < 0 || source[i] >= 0) continue;
         MPI_Request r;
-        HALOX_MPI_CHECK(
-            MPI_Irecv(m_recv[i].at_least(op.recv_bytes), static_cast<int>(op.recv_bytes), MPI_BYTE,
-                      m_ranks.process_of(op.recv_rank), tag(op.tag, op.rank), m_comm, &r));
+        HALOX_MPI_CHECK(MPI_Irecv(m_recv[i].at_least(op.recv_bytes),
+                                  static_cast<int>(op.recv_bytes), MPI_BYTE,
+                                  m_links.process(op.recv_rank), m_links.recv_tag(op), m_comm, &r));
         requests.add({r, op.recv_rank, op.recv_bytes, &op.name});
       }
       for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -78,15 +63,13 @@ class HostTransport final : public Transport {
         if (op.stage != stage || op.send_rank < 0) continue;
         char* out = m_send[i].at_least(op.send_bytes);
         op.pack(field(op), out, 0, op.send_bytes, stream);
-        const int from = m_ranks.rank(op.rank);
-        if (op.send_rank == from) continue;
+        if (op.send_rank == m_links.me(op)) continue;
         stats.messages += 1;
         stats.bytes_sent += op.send_bytes;
-        if (m_ranks.process_of(op.send_rank) == m_ranks.process_of(from)) continue;  // a copy
+        if (!m_links.remote(op.send_rank, op)) continue;  // the receiver's op copies it
         MPI_Request r;
         HALOX_MPI_CHECK(MPI_Isend(out, static_cast<int>(op.send_bytes), MPI_BYTE,
-                                  m_ranks.process_of(op.send_rank),
-                                  tag(op.tag, m_ranks.index_in_process(op.send_rank)), m_comm, &r));
+                                  m_links.process(op.send_rank), m_links.send_tag(op), m_comm, &r));
         requests.add({r, op.send_rank, -1, &op.name});
       }
       if (!requests.empty()) {
@@ -106,36 +89,7 @@ class HostTransport final : public Transport {
   }
 
  private:
-  // The MPI tag of a message of pulse tag `pulse_tag` to the receiver of index `receiver`.
-  int tag(int pulse_tag, int receiver) const { return pulse_tag * m_connection->ranks + receiver; }
-
-  // Per op that receives from a rank of this process: the op whose packed bytes it takes
-  // (the sender's op of the same tag that sends to it); -1 for the others. Throws
-  // halox::Error when plans do not pair.
-  std::vector<int> local_sources(const std::vector<Op>& ops) const {
-    std::vector<int> source(ops.size(), -1);
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const Op& op = ops[i];
-      const int me = m_ranks.rank(op.rank);
-      if (op.recv_rank < 0 || m_ranks.process_of(op.recv_rank) != m_ranks.process_of(me)) continue;
-      const int from = m_ranks.index_in_process(op.recv_rank);
-      for (std::size_t j = 0; j < ops.size() && source[i] < 0; ++j) {
-        const Op& s = ops[j];
-        if (s.rank == from && s.tag == op.tag && s.send_rank == me && s.field == op.field)
-          source[i] = static_cast<int>(j);
-      }
-      if (source[i] < 0 || ops[source[i]].send_bytes != op.recv_bytes) {
-        throw Error("halox: host transport: rank " + std::to_string(me) + "'s " + op.name +
-                    " receives " + std::to_string(op.recv_bytes) + " bytes from rank " +
-                    std::to_string(op.recv_rank) + ", which sends it " +
-                    std::to_string(source[i] < 0 ? 0 : ops[source[i]].send_bytes) +
-                    ": the plans do not match");
-      }
-    }
-    return source;
-  }
-
-  Ranks m_ranks;
+  RankLinks m_links;
   MPI_Comm m_comm;
   int m_rank;  // this process's first rank (for its messages and traces)
   double m_timeout;
