@@ -36,6 +36,12 @@ void refuse_blocks(const Ranks& ranks, const char* function) {
 // process throws halox::Error saying what differs.
 void agree_on_lattice(const Topology& processes, const std::array<std::int64_t, 3>& global,
                       int halo, const Datatype& element) {
+  if (processes.comm() == MPI_COMM_NULL) {
+    if (processes.size() == 1) return;  // one process: nothing to agree with
+    throw Error(
+        "halox::build_grid_plans: the processes of Ranks::blocks are a Topology without a "
+        "communicator; make it with Topology::from_mpi");
+  }
   const long long mine[5] = {global[0], global[1], global[2], halo, element.extent()};
   long long both[10];
   for (int k = 0; k < 5; ++k) both[k] = mine[k], both[5 + k] = -mine[k];

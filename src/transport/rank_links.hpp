@@ -64,7 +64,7 @@ class RankLinks {
     }
     int* upper = nullptr;
     int found = 0;
-    HALOX_MPI_CHECK(MPI_Comm_get_attr(comm, MPI_TAG_UB, &upper, &found));
+    if (comm != MPI_COMM_NULL) HALOX_MPI_CHECK(MPI_Comm_get_attr(comm, MPI_TAG_UB, &upper, &found));
     if (found && most > *upper) {
       throw Error("halox: " + transport + " transport: " + std::to_string(m_ranks.count()) +
                   " ranks per process need MPI tags up to " + std::to_string(most) +
