@@ -116,6 +116,9 @@ struct GridPlan {
   /// populations, one after another) says how far they reach. An exchange refuses a type
   /// that reaches outside them, naming the pulse.
   std::int64_t field_bytes = 0;
+  /// The grid rank the plan was made for (make_grid_plan and the builders set it; -1:
+  /// unknown). An exchange refuses a plan given for another rank, naming both.
+  int rank = -1;
 };
 
 /// A rank's part of a global lattice split over a rank grid: where its interior starts, in

@@ -85,6 +85,7 @@ GridPlan make_grid_plan(const Topology& topology, std::array<std::int64_t, 3> in
     }
   }
   GridPlan plan;
+  plan.rank = topology.rank();
   plan.interior = interior;
   plan.halo = halo;
   plan.element = element;
@@ -175,6 +176,11 @@ std::int64_t field_bytes(const GridPlan& plan) {
 }  // namespace
 
 void check_grid_plan(const GridPlan& plan, int rank, const char* where) {
+  if (plan.rank >= 0 && plan.rank != rank) {
+    bad_plan(where, rank,
+             "the plan given is rank " + std::to_string(plan.rank) +
+                 "'s; give the plans in the order of the ranks (Ranks::rank(index))");
+  }
   if (plan.field_bytes < 0)
     bad_plan(where, rank, "field_bytes = " + std::to_string(plan.field_bytes) + " is negative");
   const std::int64_t field = field_bytes(plan);

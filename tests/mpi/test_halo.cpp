@@ -738,6 +738,11 @@ TEST(GridHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
         }
       }
       EXPECT_EQ(exchange.transport_name(my_fields[0]), "host");
+      if (ranks.count() >= 2) {  // plans given to the wrong ranks: an error, never a run
+        std::vector<GridPlan> swapped = my_plans;
+        std::swap(swapped[0], swapped[1]);
+        EXPECT_THROW(GridExchange(ranks, swapped).exchange(my_fields), Error) << where;
+      }
     }
   }
   const Topology processes = Topology::from_mpi(MPI_COMM_WORLD);
