@@ -5,12 +5,14 @@
 //
 //   mpirun -n 4 ./heat3d            one rank per MPI process (GridExchange)
 //   ./heat3d --local 2x2x1          four ranks in this one process (Ranks::local)
+//   mpirun -n 2 ./heat3d --blocks 2x1x1   two ranks in each of two processes (Ranks::blocks)
 #include <halox/halox.hpp>
 #include <mpi.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace {
@@ -78,16 +80,18 @@ double error_of(const Block& b) {
   return worst;
 }
 
-// The ranks of this process: every rank of a grid such as 2x2x1 (--local 2x2x1) or its one
-// rank of the MPI job. Everything after this is one code path over halox::Ranks.
+// The ranks of this process: every rank of a grid such as 2x2x1 (--local 2x2x1), a block of
+// ranks in each MPI process (--blocks 2x1x1: mpirun -n 2 gives a grid of 4x1x1 ranks), or
+// its one rank of the MPI job. Everything after this is one code path over halox::Ranks.
 halox::Ranks ranks_of(int argc, char** argv) {
-  if (argc == 3 && std::strcmp(argv[1], "--local") == 0) {
-    std::array<int, 3> dims{};
-    if (std::sscanf(argv[2], "%dx%dx%d", &dims[0], &dims[1], &dims[2]) != 3)
-      throw halox::Error("--local takes a rank grid such as 2x2x1");
-    return halox::Ranks::local(halox::Topology(dims, {true, true, true}, 0));
-  }
-  return halox::Ranks::mpi(halox::Topology::from_mpi(MPI_COMM_WORLD));
+  std::array<int, 3> dims{};
+  const bool local = argc == 3 && std::strcmp(argv[1], "--local") == 0;
+  const bool blocks = argc == 3 && std::strcmp(argv[1], "--blocks") == 0;
+  if ((local || blocks) && std::sscanf(argv[2], "%dx%dx%d", &dims[0], &dims[1], &dims[2]) != 3)
+    throw halox::Error(std::string(argv[1]) + " takes a rank grid such as 2x2x1");
+  if (local) return halox::Ranks::local(halox::Topology(dims, {true, true, true}, 0));
+  const halox::Topology processes = halox::Topology::from_mpi(MPI_COMM_WORLD);
+  return blocks ? halox::Ranks::blocks(processes, dims) : halox::Ranks::mpi(processes);
 }
 
 }  // namespace
@@ -115,7 +119,9 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&mine, &error, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0) {
       std::printf("heat3d: %s%s, ", ranks.topology().describe().c_str(),
-                  ranks.in_process() ? " ranks in one process" : " MPI ranks");
+                  ranks.in_process()  ? " ranks in one process"
+                  : ranks.in_blocks() ? " ranks in blocks over MPI processes"
+                                      : " MPI ranks");
     }
     if (rank == 0)
       std::printf("%d^3 cells, %d steps: largest error %.2e against the exact solution\n", kCells,

@@ -5,6 +5,7 @@
 //
 //   mpirun -n 2 ./heat3d_gpu        one rank per MPI process (rank r on GPU r % GPUs)
 //   ./heat3d_gpu --local 2x2x2      eight ranks in this one process, on this GPU
+//   mpirun -n 2 ./heat3d_gpu --blocks 2x1x1   two ranks in each of two processes (staged)
 #include <cuda_runtime.h>
 #include <halox/halox.hpp>
 #include <mpi.h>
@@ -92,19 +93,21 @@ double error_of(Block& b) {
   return worst;
 }
 
-// The ranks of this process: every rank of a grid such as 2x2x1 (--local 2x2x1) or its one
-// rank of the MPI job, on GPU rank % GPUs. Everything after this is one code path.
+// The ranks of this process: every rank of a grid such as 2x2x1 (--local 2x2x1), a block of
+// ranks in each MPI process (--blocks 2x1x1), or its one rank of the MPI job, on GPU
+// rank % GPUs. Everything after this is one code path.
 halox::Ranks ranks_of(int argc, char** argv, int rank) {
-  if (argc == 3 && std::strcmp(argv[1], "--local") == 0) {
-    std::array<int, 3> dims{};
-    if (std::sscanf(argv[2], "%dx%dx%d", &dims[0], &dims[1], &dims[2]) != 3)
-      throw halox::Error("--local takes a rank grid such as 2x2x1");
-    return halox::Ranks::local(halox::Topology(dims, {true, true, true}, 0));
-  }
+  std::array<int, 3> dims{};
+  const bool local = argc == 3 && std::strcmp(argv[1], "--local") == 0;
+  const bool blocks = argc == 3 && std::strcmp(argv[1], "--blocks") == 0;
+  if ((local || blocks) && std::sscanf(argv[2], "%dx%dx%d", &dims[0], &dims[1], &dims[2]) != 3)
+    throw halox::Error(std::string(argv[1]) + " takes a rank grid such as 2x2x1");
+  if (local) return halox::Ranks::local(halox::Topology(dims, {true, true, true}, 0));
   int gpus = 0;
   check(cudaGetDeviceCount(&gpus));
   check(cudaSetDevice(rank % gpus));
-  return halox::Ranks::mpi(halox::Topology::from_mpi(MPI_COMM_WORLD));
+  const halox::Topology processes = halox::Topology::from_mpi(MPI_COMM_WORLD);
+  return blocks ? halox::Ranks::blocks(processes, dims) : halox::Ranks::mpi(processes);
 }
 
 }  // namespace
@@ -135,7 +138,9 @@ int main(int argc, char** argv) {
       for (Block& b : blocks) update_async(b, stream);
     }
     const std::string what = ranks.topology().describe() +
-                             (ranks.in_process() ? " ranks in one process, " : " MPI ranks, ") +
+                             (ranks.in_process()  ? " ranks in one process, "
+                              : ranks.in_blocks() ? " ranks in blocks over MPI processes, "
+                                                  : " MPI ranks, ") +
                              exchange.transport_name(blocks[0].u);
     check(cudaStreamSynchronize(stream));
     double mine = 0, error = 0;

@@ -42,6 +42,8 @@ run("heat3d, 3x1x2 ranks in one process" "${work}/examples/heat3d" --local 3x1x2
 # Uneven splits (halox::subdomain_of): 24 cells over 5 ranks are 5, 5, 5, 5 and 4.
 run("heat3d on 5 MPI ranks (5x1x1, uneven)" ${mpi} -n 5 "${work}/examples/heat3d")
 run("heat3d, 5x1x2 ranks in one process (uneven)" "${work}/examples/heat3d" --local 5x1x2)
+run("heat3d, 2x1x1 ranks in each of 2 MPI processes" ${mpi} -n 2 "${work}/examples/heat3d" --blocks 2x1x1)
+run("heat3d, 1x2x2 ranks in each of 3 MPI processes (uneven)" ${mpi} -n 3 "${work}/examples/heat3d" --blocks 1x2x2)
 run("particles on 1 rank" ${mpi} -n 1 "${work}/examples/particles")
 run("particles on 4 MPI ranks" ${mpi} -n 4 "${work}/examples/particles")
 # The GPU example: built wherever halox has CUDA, run where there is a GPU (the GPU machine;
@@ -56,6 +58,7 @@ if(EXISTS "${work}/examples/heat3d_gpu")
     run("heat3d_gpu, 5x1x1 ranks in one process (uneven)" "${work}/examples/heat3d_gpu" --local 5x1x1)
     run("heat3d_gpu on 1 MPI rank" ${mpi} -n 1 "${work}/examples/heat3d_gpu")
     run("heat3d_gpu on 2 MPI ranks" ${mpi} -n 2 "${work}/examples/heat3d_gpu")
+    run("heat3d_gpu, 2x1x1 ranks in each of 2 MPI processes" ${mpi} -n 2 "${work}/examples/heat3d_gpu" --blocks 2x1x1)
   endif()
 endif()
 
