@@ -326,12 +326,12 @@ void pack_arrays(PackCall call, nb::handle packed_object, nb::handle typed_objec
                                " bytes; " + std::to_string(count) + " instances of the " +
                                type.combiner_name() + " type pack into " + std::to_string(bytes));
   }
-  check_typed_fits(typed, count, type, who);
-  if (!gpu) {
+  if (!gpu) {  // halox's CPU calls check the typed array's bounds themselves
+    const std::int64_t typed_bytes = array_bytes(typed, (who + "'s array").c_str());
     halox::MutableBytes to(call == PackCall::pack ? packed.data() : typed.data());
-    to.size = call == PackCall::pack ? packed_bytes : static_cast<std::int64_t>(typed.nbytes());
+    to.size = call == PackCall::pack ? packed_bytes : typed_bytes;
     halox::ConstBytes from(call == PackCall::pack ? typed.data() : packed.data());
-    from.size = call == PackCall::pack ? static_cast<std::int64_t>(typed.nbytes()) : packed_bytes;
+    from.size = call == PackCall::pack ? typed_bytes : packed_bytes;
     if (call == PackCall::pack)
       halox::pack(from, count, type, to);
     else if (call == PackCall::unpack)
@@ -341,6 +341,7 @@ void pack_arrays(PackCall call, nb::handle packed_object, nb::handle typed_objec
     return;
   }
 #if HALOX_HAS_CUDA
+  check_typed_fits(typed, count, type, who);  // the kernels take bare device pointers
   pack_on_gpu(call, packed, typed, count, type, stream,
               nb::make_tuple(packed_object, typed_object));
 #endif

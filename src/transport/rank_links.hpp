@@ -62,13 +62,16 @@ class RankLinks {
                     ": the plans do not match");
       }
     }
-    int* upper = nullptr;
-    int found = 0;
-    if (comm != MPI_COMM_NULL) HALOX_MPI_CHECK(MPI_Comm_get_attr(comm, MPI_TAG_UB, &upper, &found));
-    if (found && most > *upper) {
+    if (m_tag_upper == 0 && comm != MPI_COMM_NULL) {  // asked once, not at every plan
+      int* upper = nullptr;
+      int found = 0;
+      HALOX_MPI_CHECK(MPI_Comm_get_attr(comm, MPI_TAG_UB, &upper, &found));
+      m_tag_upper = found ? *upper : -1;
+    }
+    if (m_tag_upper > 0 && most > m_tag_upper) {
       throw Error("halox: " + transport + " transport: " + std::to_string(m_ranks.count()) +
                   " ranks per process need MPI tags up to " + std::to_string(most) +
-                  ", above this MPI's MPI_TAG_UB of " + std::to_string(*upper) +
+                  ", above this MPI's MPI_TAG_UB of " + std::to_string(m_tag_upper) +
                   "; hold fewer ranks per process");
     }
     return source;
@@ -78,6 +81,7 @@ class RankLinks {
   int tag(int pulse_tag, int receiver) const { return pulse_tag * m_ranks.count() + receiver; }
 
   Ranks m_ranks;
+  mutable int m_tag_upper = 0;  // MPI_TAG_UB (0: not asked yet, -1: the MPI gave none)
 };
 
 }  // namespace halox::detail
