@@ -791,9 +791,12 @@ void bind_grid_exchange(nb::module_& m) {
       .def("check", &halox::GridExchange::check,
            "Raises HaloTimeoutError where a device-side wait of an earlier exchange (or of a "
            "replayed CUDA graph) expired, naming rank, peer and pulse; without synchronising")
-      .def("transport_name", [](const halox::GridExchange& self, const Array& a) {
-        return self.transport_name(a.data());
-      });
+      .def(
+          "transport_name",
+          [](const halox::GridExchange& self, const AnyArray& a) {
+            return self.transport_name(a.data());
+          },
+          "The transport that moves this field (auto resolves per memory kind)");
 }
 
 // Boxes, particle plans and ParticleExchange.

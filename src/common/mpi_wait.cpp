@@ -323,7 +323,7 @@ namespace halox {
 void wait_collective(MPI_Comm comm, MPI_Request& request, double timeout_seconds,
                      const char* what) {
   if (!(timeout_seconds > 0 && timeout_seconds <= 1e6)) {
-    throw Error("halox::wait_collective: a time-out of " + std::to_string(timeout_seconds) +
+    throw Error("halox::wait_collective: a time-out of " + detail::seconds_text(timeout_seconds) +
                 " s; it must be finite, above 0 and at most 1e6 s");
   }
   int rank = 0;

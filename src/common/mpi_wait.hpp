@@ -8,12 +8,20 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace halox::detail {
+
+/// A time-out in seconds as every time-out message writes it ("0.3", "5", "1e-05").
+inline std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", seconds);
+  return text;
+}
 
 /// One message in flight: `expected_bytes` >= 0 for a receive (what the plan says arrives),
 /// -1 for a send.

@@ -295,14 +295,14 @@ class PipelinedTransport final : public Transport {
         for (const Chunk& c : recvs) {
           if (c.done) continue;
           throw HaloTimeoutError("rank " + std::to_string(m_rank) + " timed out after " +
-                                     std::to_string(m_timeout) + " s on " + ops[c.op].name +
+                                     seconds_text(m_timeout) + " s on " + ops[c.op].name +
                                      " waiting for rank " + std::to_string(ops[c.op].recv_rank) +
                                      " (the chunk at byte " + std::to_string(c.offset) +
                                      " did not arrive; pipelined transport)",
                                  m_rank, ops[c.op].recv_rank, ops[c.op].name);
         }
         throw HaloTimeoutError("rank " + std::to_string(m_rank) + " timed out after " +
-                               std::to_string(m_timeout) +
+                               seconds_text(m_timeout) +
                                " s copying its chunks to the host (pipelined transport)");
       }
       while (next_send < sends.size()) {

@@ -31,12 +31,6 @@ void store(u64* p, u64 v) {
 }
 constexpr u64 kProxyProbeMagic = 0x68616c6f78707879ull;  // "haloxpxy"
 
-std::string seconds_text(double s) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", s);
-  return text;
-}
-
 std::int64_t rounded(std::int64_t bytes) {
   return (bytes + 255) / 256 * 256;
 }
