@@ -5,7 +5,8 @@
 //
 //   mpirun -n 2 ./heat3d_gpu        one rank per MPI process (rank r on GPU r % GPUs)
 //   ./heat3d_gpu --local 2x2x2      eight ranks in this one process, on this GPU
-//   mpirun -n 2 ./heat3d_gpu --blocks 2x1x1   two ranks in each of two processes (staged)
+//   mpirun -n 2 ./heat3d_gpu --blocks 2x1x1   two ranks in each of two processes (one grid kernel
+//   per process: auto)
 #include <cuda_runtime.h>
 #include <halox/halox.hpp>
 #include <mpi.h>

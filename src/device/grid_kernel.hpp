@@ -17,6 +17,7 @@ struct FacePlan {
   GridFace face;
   int stage = 0;
   bool relayed = false;  // a link through the host proxy: its waits are relayed (channel.cuh)
+  int send_op = -1, recv_op = -1;  // the transport's ops whose datatypes it packs, unpacks
 };
 
 /// The device tables of one set of faces in stage order, and their counters.

@@ -250,7 +250,6 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
     throw Error("halox: internal: the auto transport was not resolved");
   }
   if (m_ranks.in_process()) return make_local(true);
-  if (m_ranks.in_blocks() && gpu_initiated(t)) refuse_device_blocks();
   if (t == TransportKind::host) {
     throw Error("halox: the field at " + pointer_text(field) +
                 " is in device memory; the host transport moves host memory only (choose "
@@ -269,7 +268,7 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
           "one node, nvshmem-fused across nodes)");
     }
     const Mapping mapping = peer_mapping(t, m_options);
-    return make_grid_fused_transport(comm, rank, mapping, proxy_policy(mapping, m_options),
+    return make_grid_fused_transport(m_ranks, mapping, proxy_policy(mapping, m_options),
                                      to_string(t), m_options.name, m_options.timeout_seconds,
                                      m_options.self_test);
   }
@@ -282,13 +281,6 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
 #endif
 }
 
-void TransportChooser::refuse_device_blocks() {
-  throw Error(
-      "halox::GridExchange: the GPU-initiated transports are not built yet for Ranks::blocks "
-      "(several ranks per MPI process): its device arrays take staged or mpi-direct (auto: "
-      "staged); for GPU-initiated exchanges take Ranks::mpi or Ranks::local");
-}
-
 std::unique_ptr<Transport> TransportChooser::make_local(bool device) const {
   return m_particle ? make_local_particle_transport(m_ranks, device, m_real, m_options)
                     : make_local_grid_transport(device, m_options);
@@ -297,16 +289,21 @@ std::unique_ptr<Transport> TransportChooser::make_local(bool device) const {
 TransportKind TransportChooser::choose_automatically(const std::vector<PulseHeader>& pulses,
                                                      std::int64_t item_bytes) {
 #if HALOX_HAS_MPI
-  // Which ranks share my node (and can map my memory)?
-  const MPI_Comm comm = m_ranks.topology().comm();
-  const int me = m_ranks.topology().rank();
+  // Which processes share my node (and can map my memory)? Over Ranks::blocks the pulses
+  // are those of this process's first rank: its other ranks' neighbours count through the
+  // whole node.
+  const MPI_Comm comm = m_ranks.processes().comm();
+  const int me = m_ranks.processes().rank();
   const WaitContext context{me, "auto", m_options.timeout_seconds};
-  const std::vector<int> world_ranks = NodeRanks(comm, context, true, me).ranks_in(comm);
-  int local = 1;
+  const std::vector<int> node_processes = NodeRanks(comm, context, true, me).ranks_in(comm);
+  int processes = 1;
+  HALOX_MPI_CHECK(MPI_Comm_size(comm, &processes));
+  int local = !m_ranks.in_blocks() || static_cast<int>(node_processes.size()) == processes;
   long long largest = 0;
   for (const auto& p : pulses) {
     for (int n : {p.send_rank, p.recv_rank}) {
-      if (n >= 0 && std::find(world_ranks.begin(), world_ranks.end(), n) == world_ranks.end())
+      if (n >= 0 && std::find(node_processes.begin(), node_processes.end(),
+                              m_ranks.process_of(n)) == node_processes.end())
         local = 0;
     }
     largest = std::max<long long>(largest, std::max(p.send_size, p.recv_size) * item_bytes);
@@ -318,13 +315,20 @@ TransportKind TransportChooser::choose_automatically(const std::vector<PulseHead
   const int all_local = static_cast<int>(agreed[0]);
   const int every_thread_multiple = static_cast<int>(agreed[1]);
   const long long most = -agreed[2];
-  const auto [kind, why] = choose_transport({.all_local = all_local != 0,
-                                             .have_nvshmem = HALOX_HAS_NVSHMEM != 0,
-                                             .largest_message = most,
-                                             .direct_until = tuned_direct_until_bytes(),
-                                             .pipelined_from = tuned_pipelined_from_bytes(),
-                                             .particle = m_particle,
-                                             .proxy_thread_allowed = every_thread_multiple != 0});
+  auto [kind, why] = choose_transport({.all_local = all_local != 0,
+                                       .have_nvshmem = HALOX_HAS_NVSHMEM != 0,
+                                       .largest_message = most,
+                                       .direct_until = tuned_direct_until_bytes(),
+                                       .pipelined_from = tuned_pipelined_from_bytes(),
+                                       .particle = m_particle,
+                                       .proxy_thread_allowed = every_thread_multiple != 0});
+  if (m_ranks.in_blocks() && kind != TransportKind::ipc_fused) {
+    // Several ranks per process: the grid kernel over CUDA IPC on one node (copy faces
+    // within a process), else staged (the host proxy serves one rank per process).
+    kind = all_local ? TransportKind::ipc_fused : TransportKind::staged;
+    why = all_local ? "several ranks per process, every process on this node: one fused kernel"
+                    : "several ranks per process, some processes on another node";
+  }
   if (me == 0) {
     std::printf("halox: transport auto -> %s (%s)\n", to_string(kind).c_str(), why.c_str());
     std::fflush(stdout);

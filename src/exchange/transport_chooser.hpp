@@ -33,9 +33,6 @@ class TransportChooser {
   /// headers are only built while the choice is still open, not on every exchange.
   template <class Plan>
   TransportKind resolve(const Plan& plan, std::int64_t item_bytes) {
-    if (m_ranks.in_blocks() && m_options.transport == TransportKind::automatic) {
-      m_options.transport = TransportKind::staged;  // the one device transport blocks take
-    }
     if (m_options.transport == TransportKind::automatic) {
       m_options.transport = choose_automatically(headers(plan), item_bytes);
     }
@@ -77,8 +74,6 @@ class TransportChooser {
   Slot& slot_for(const void* field, bool device, int instance);
   std::unique_ptr<Transport> make_device(const void* field) const;
   std::unique_ptr<Transport> make_local(bool device) const;  // Ranks::local's, for a memory
-  /// GPU-initiated transports over Ranks::blocks: not built yet (throws halox::Error saying so).
-  [[noreturn]] static void refuse_device_blocks();
   TransportKind choose_automatically(const std::vector<PulseHeader>& pulses,
                                      std::int64_t item_bytes);
 

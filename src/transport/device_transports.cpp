@@ -387,7 +387,8 @@ std::unique_ptr<Transport> make_device_transport(TransportKind kind, const Ranks
   if (ranks.in_blocks() && kind != TransportKind::staged && kind != TransportKind::mpi_direct) {
     throw Error("halox::GridExchange: the " + to_string(kind) +
                 " transport takes one rank per process; over Ranks::blocks (several ranks per "
-                "MPI process) device arrays take staged or mpi-direct");
+                "MPI process) device arrays take ipc-fused, ipc-pulse, nvshmem-fused, "
+                "nvshmem-pulse, staged or mpi-direct");
   }
   const MPI_Comm comm = ranks.topology().comm();
   const int rank = ranks.topology().rank();

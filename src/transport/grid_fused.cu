@@ -1,20 +1,27 @@
 // GPU-initiated grid halo (ipc-* and nvshmem-* transports for GridExchange): the grid kernel
 // (device/grid_fused_kernels.cuh, the kernel of Ranks::local too) moves every face of every
-// stage in one launch: a pack face per op that sends, straight into the receiving rank's
+// stage of every rank of this process (one for Ranks::mpi, a block of them for Ranks::blocks)
+// in one launch: a copy face per message between two ranks of the process (a periodic axis
+// with one rank: from a rank to itself), straight from the sender's field to the receiver's,
+// with no staging and no signals; a pack face per op that sends to another process, straight
+// into the receiving rank's
 // staging area (a direct store through CUDA IPC or nvshmem_ptr; for a peer nvshmem_ptr cannot
 // map, into a send staging area that the last tile puts with its signal: grid_fused_puts.cu;
 // for a peer neither reaches, into host memory that the host proxy sends by MPI:
-// host_proxy.hpp), and an unpack face per op that receives; a copy face for a message to
-// this rank itself. A face of a later stage carries edges and corners that the earlier
-// stages deliver, so its pack waits on the device until this rank has unpacked the earlier
-// stages' faces of its field; faces of the first stage go at once. The pack and unpack are
-// the GPU pack's (pack_device.cuh), driven by the plan's datatypes; the channel's
-// protocol (device/channel.cuh) per op, e = the exchange's counter:
+// host_proxy.hpp), and an unpack face per op that receives from another process. A face of a later
+// stage carries edges and corners that the earlier stages deliver, so its pack waits on the device
+// until this rank has unpacked the earlier stages' faces of its field; faces of the first stage go
+// at once. The pack and unpack are the GPU pack's (pack_device.cuh), driven by the plan's
+// datatypes; the channel's protocol (device/channel.cuh) per op, e = the exchange's counter:
 //   1. tell the rank I receive from that my staging is free   (release e into its ready slot)
 //   2. later stages: wait until the earlier stages' faces are unpacked here (acquire, local)
 //   3. wait until the rank I send to has freed its staging     (acquire >= e on my ready slot)
 //   4. pack my face into its staging; the last tile to finish sets its data signal
 //   5. wait for my own face (the data signal of exchange e), unpack it into the field.
+// Each rank of the process has a block of its own (signal slots and staging), all in one
+// allocation at a stride that every process agrees on, with the same layout (each op's
+// staging sized for the largest of that op over all ranks): a sender finds rank g's op i at
+// the base of g's process + index of g in it x stride + offset of op i.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,6 +40,7 @@
 #include "grid_fused.hpp"
 #include "host_proxy.hpp"
 #include "peer_halo.hpp"
+#include "rank_links.hpp"
 #include "../device/grid_kernel.hpp"
 #include "../device/signals.cuh"
 #include "halox/config.hpp"
@@ -47,21 +55,25 @@ using namespace fused_grid;
 
 namespace {
 
-// Fields per run: every field's ops share the kMaxGridOps signal slots of a rank's block.
+// Fields per run: every field's ops share the kMaxGridOps signal slots of a rank's block (and
+// fields x ranks of the process, the kernel's field slots).
 constexpr int kMaxGridFields = 4;
 static_assert(kMaxGridOps <= kMaxBlockAreas, "a block's staging: one area per op");
 
 class GridFusedTransport final : public Transport {
  public:
-  GridFusedTransport(MPI_Comm comm, int rank, Mapping mapping, ProxyPolicy proxy, std::string name,
+  GridFusedTransport(const Ranks& ranks, Mapping mapping, ProxyPolicy proxy, std::string name,
                      const std::string& trace_name, double timeout_seconds, bool self_test)
-      : m_comm(comm),
-        m_rank(rank),
+      : m_ranks(ranks),
+        m_links(ranks),
+        m_comm(ranks.processes().comm()),
+        m_rank(ranks.processes().rank()),
+        m_local(ranks.count()),
         m_mapping(mapping),
         m_proxy_policy(proxy),
         m_name(std::move(name)),
         m_trace_object(trace_object(trace_name)),
-        m_peers(comm, rank, mapping),
+        m_peers(m_comm, m_rank, mapping),
         m_timeout_seconds(timeout_seconds),
         m_self_test(self_test) {}
   ~GridFusedTransport() override {
@@ -89,12 +101,16 @@ class GridFusedTransport final : public Transport {
     key_of(fields, key);
     return m_faces.empty() || m_tables.count(key) > 0;
   }
-  // The set-up's collectives end in an error naming this rank after the time-out, as its
-  // waits for data do, instead of holding a rank whose neighbour never arrives.
-  WaitContext wait_context() const { return {m_rank, m_name.c_str(), m_timeout_seconds}; }
+  // The set-up's collectives end in an error naming this process's (first) rank after the
+  // time-out, as its waits for data do, instead of holding a rank whose neighbour never
+  // arrives.
+  WaitContext wait_context() const { return {m_ranks.rank(0), m_name.c_str(), m_timeout_seconds}; }
 
-  // Several fields per launch (up to kMaxGridFields; more: one instance per field).
-  Capabilities capabilities() const override { return {true, true, false, kMaxGridFields}; }
+  // Several fields per launch (up to kMaxGridFields, and fields x ranks within the kernel's
+  // field slots; more: one instance per field).
+  Capabilities capabilities() const override {
+    return {true, true, false, std::max(1, std::min(kMaxGridFields, kMaxGridSlots / m_local))};
+  }
   void check() const override {
     if (m_ready) check(ops(Direction::forward));
   }
@@ -103,9 +119,10 @@ class GridFusedTransport final : public Transport {
                  std::span<const GpuStream> streams, ExchangeStats& stats) override {
     const GpuStream stream = streams.front();  // one GPU
     const std::vector<Op>& ops = this->ops(direction);
-    if (fields.empty() || fields.size() > static_cast<std::size_t>(kMaxGridFields)) {
-      throw Error("halox: internal: " + m_name + " moves 1 to " + std::to_string(kMaxGridFields) +
-                  " fields per run, not " + std::to_string(fields.size()));
+    const int most = capabilities().fields_per_run * m_local;
+    if (fields.empty() || fields.size() > static_cast<std::size_t>(most)) {
+      throw Error("halox: internal: " + m_name + " moves 1 to " + std::to_string(most) +
+                  " arrays per run, not " + std::to_string(fields.size()));
     }
     if (ops.empty()) {  // no neighbour on any axis: nothing to move (and no grid of 0 rows)
       stats.exchanges += 1;
@@ -131,7 +148,7 @@ class GridFusedTransport final : public Transport {
     table_for(fields).launch(a, m_blocks, m_puts, traced, m_trace_object, stream);
     if (m_proxy->any()) m_proxy->launched(epoch);
     for (const Op& op : ops) {
-      if (op.send_rank >= 0 && op.send_rank != m_rank) {
+      if (op.send_rank >= 0 && op.send_rank != m_links.me(op)) {
         stats.messages += 1;
         stats.bytes_sent += op.send_bytes;
       }
@@ -145,9 +162,9 @@ class GridFusedTransport final : public Transport {
     ErrorWording w;
     w.transport = m_name;
     w.timeout_seconds = m_timeout_seconds;
-    w.pulse = [&ops](int, int pulse) {
-      return pulse >= 0 && pulse < static_cast<int>(ops.size()) ? ops[pulse].name
-                                                                : "pulse " + std::to_string(pulse);
+    w.pulse = [this, &ops](int rank, int pulse) {
+      const int op = op_at(rank, pulse);
+      return op >= 0 ? ops[op].name : "pulse " + std::to_string(pulse);
     };
     w.waited_for = [](int kind) -> std::string {
       switch (kind) {
@@ -168,13 +185,13 @@ class GridFusedTransport final : public Transport {
   }
 
   void set_up(const std::vector<Op>& ops) {
+    index_ops(ops);
     find_stages(ops);
-    BlockOffsets offsets{};
     std::vector<long long> send_offsets(ops.size(), 0);
-    allocate_block(ops, offsets, send_offsets);
-    map_neighbours(ops, offsets);
+    allocate_blocks(ops, send_offsets);
+    map_neighbours(ops);
     const std::vector<int> link_of = start_proxy(ops);
-    std::vector<ProbeLink> probes = build_faces(ops, offsets, send_offsets, link_of);
+    std::vector<ProbeLink> probes = build_faces(ops, send_offsets, link_of);
     m_ops = &ops;
     m_puts = std::any_of(m_faces.begin(), m_faces.end(),
                          [](const FacePlan& p) { return p.face.out.pe >= 0 || p.face.in.pe >= 0; });
@@ -183,12 +200,46 @@ class GridFusedTransport final : public Transport {
     if (m_self_test) self_test(ops, probes);
   }
 
-  // Stages: consecutive ops of one stage each (the plan lists them in stage order).
-  void find_stages(const std::vector<Op>& ops) {
-    if (static_cast<int>(ops.size()) > kMaxGridOps) {
+  // Each op's index among its rank's ops (its signal slots and staging area in the rank's
+  // block; a sender's op and its receiver's share it, as the ranks' plans list the same
+  // pulses); every rank of the process lists as many.
+  void index_ops(const std::vector<Op>& ops) {
+    if (m_local > kMaxGridSlots) {
+      throw Error("halox: " + m_name + ": the grid kernel takes at most " +
+                  std::to_string(kMaxGridSlots) + " ranks per process, not " +
+                  std::to_string(m_local));
+    }
+    m_index.assign(ops.size(), 0);
+    m_rank_ops.assign(static_cast<std::size_t>(m_local), {});
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      std::vector<int>& mine = m_rank_ops.at(static_cast<std::size_t>(ops[i].rank));
+      m_index[i] = static_cast<int>(mine.size());
+      mine.push_back(static_cast<int>(i));
+    }
+    m_per_rank = static_cast<int>(m_rank_ops[0].size());
+    for (int r = 0; r < m_local; ++r) {
+      if (static_cast<int>(m_rank_ops[r].size()) != m_per_rank) {
+        throw Error("halox: " + m_name + ": rank " + std::to_string(m_ranks.rank(r)) + " has " +
+                    std::to_string(m_rank_ops[r].size()) + " pulses, rank " +
+                    std::to_string(m_ranks.rank(0)) + " " + std::to_string(m_per_rank) +
+                    ": the plans do not match");
+      }
+    }
+    if (m_per_rank > kMaxGridOps) {
       throw Error("halox: " + m_name + ": at most " + std::to_string(kMaxGridOps) +
                   " pulses per grid plan");
     }
+  }
+
+  // The op of grid rank `rank` (of this process) at index `pulse` among its ops; -1: none.
+  int op_at(int rank, int pulse) const {
+    if (m_rank_ops.empty() || rank < 0 || m_ranks.process_of(rank) != m_rank) return -1;
+    const std::vector<int>& mine = m_rank_ops[m_ranks.index_in_process(rank)];
+    return pulse >= 0 && pulse < static_cast<int>(mine.size()) ? mine[pulse] : -1;
+  }
+
+  // Stages: consecutive ops of one stage each (the plan lists them in stage order).
+  void find_stages(const std::vector<Op>& ops) {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       if (ops[i].send_rank >= 0 && !ops[i].send_type.committed()) {
         throw Error("halox: " + m_name + " moves grid halos described by datatypes only");
@@ -203,25 +254,48 @@ class GridFusedTransport final : public Transport {
     }
   }
 
-  // Whether this rank reaches `rank` by NVSHMEM puts (another node, or nvshmem_puts).
-  bool by_puts(int rank) const {
-    return symmetric(m_mapping) && rank >= 0 && rank != m_rank &&
-           (m_mapping == Mapping::nvshmem_puts || !symmetric_reachable(rank));
+  // Whether op reaches grid rank `peer` of another process by NVSHMEM puts (another node, or
+  // nvshmem_puts).
+  bool by_puts(int peer, const Op& op) const {
+    return symmetric(m_mapping) && m_links.remote(peer, op) &&
+           (m_mapping == Mapping::nvshmem_puts || !symmetric_reachable(m_links.process(peer)));
   }
 
-  // My block: slots, then one staging area per op (what that op receives); with NVSHMEM,
-  // one more per op whose receiver is reached by puts, for what it packs and puts: at most
-  // twice the face bytes. Its slots zeroed; the kernel's exchange counter made.
-  void allocate_block(const std::vector<Op>& ops, BlockOffsets& offsets,
-                      std::vector<long long>& send_offsets) {
-    long long bytes = kGridSlotsBytes;
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      offsets[i] = bytes;
-      bytes += (ops[i].recv_bytes + 255) / 256 * 256;
+  // One block per rank of this process, at a stride every process agrees on: slots, then one
+  // staging area per op index (what that op receives, sized for the largest over every rank
+  // of the grid). After the blocks, with NVSHMEM, a send staging area per op whose receiver
+  // is reached by puts, for what it packs and puts. The slots zeroed; the kernel's exchange
+  // counter made.
+  void allocate_blocks(const std::vector<Op>& ops, std::vector<long long>& send_offsets) {
+    // Every process lists as many ops per rank (the most and the fewest agree), so that the
+    // agreement on their sizes below is one call of one length everywhere.
+    long long counts[2] = {m_per_rank, -m_per_rank};
+    bounded_allreduce(m_comm, MPI_IN_PLACE, counts, 2, MPI_LONG_LONG, MPI_MAX, wait_context(),
+                      "the agreement on the pulses per rank");
+    if (counts[0] != -counts[1]) {
+      throw Error("halox: " + m_name + ": the ranks' plans list from " +
+                  std::to_string(-counts[1]) + " to " + std::to_string(counts[0]) +
+                  " pulses (rank " + std::to_string(m_ranks.rank(0)) + ": " +
+                  std::to_string(m_per_rank) + "): the plans do not match");
     }
+    std::vector<long long> largest(static_cast<std::size_t>(m_per_rank), 0);
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      largest[m_index[i]] = std::max<long long>(largest[m_index[i]], ops[i].recv_bytes);
+    if (!largest.empty()) {
+      bounded_allreduce(m_comm, MPI_IN_PLACE, largest.data(), m_per_rank, MPI_LONG_LONG, MPI_MAX,
+                        wait_context(), "the agreement on the staging sizes");
+    }
+    m_offsets = {};
+    long long stride = kGridSlotsBytes;
+    for (int i = 0; i < m_per_rank; ++i) {
+      m_offsets[i] = stride;
+      stride += (largest[i] + 255) / 256 * 256;
+    }
+    m_stride = stride;
+    long long bytes = stride * m_local;
     if (symmetric(m_mapping)) ensure_nvshmem(m_comm, 2 * bytes);  // collective, first use
     for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (!by_puts(ops[i].send_rank)) continue;
+      if (!by_puts(ops[i].send_rank, ops[i])) continue;
       send_offsets[i] = bytes;
       bytes += (ops[i].send_bytes + 255) / 256 * 256;
     }
@@ -232,7 +306,8 @@ class GridFusedTransport final : public Transport {
     } else {
       HALOX_CUDA_CHECK(cudaMalloc(&m_block, static_cast<std::size_t>(bytes)));
     }
-    HALOX_CUDA_CHECK(cudaMemset(m_block, 0, kGridSlotsBytes));
+    for (int r = 0; r < m_local; ++r)
+      HALOX_CUDA_CHECK(cudaMemset(m_block + r * m_stride, 0, kGridSlotsBytes));
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
     if (m_epoch_device == nullptr) {
       HALOX_CUDA_CHECK(cudaMalloc(&m_epoch_device, sizeof(u64)));
@@ -241,21 +316,24 @@ class GridFusedTransport final : public Transport {
     }
   }
 
-  // Every neighbour's block mapped (or marked for the host proxy), once every block is
-  // zeroed: before anyone signals into it.
-  void map_neighbours(const std::vector<Op>& ops, const BlockOffsets& offsets) {
+  // Every neighbouring process's blocks mapped (or marked for the host proxy), once every
+  // block is zeroed: before anyone signals into it.
+  void map_neighbours(const std::vector<Op>& ops) {
     std::set<int> neighbours;
     for (const Op& op : ops) {
       for (int n : {op.send_rank, op.recv_rank}) {
-        if (n >= 0 && n != m_rank) neighbours.insert(n);
+        if (m_links.remote(n, op)) neighbours.insert(m_links.process(n));
       }
     }
     bounded_barrier(m_comm, wait_context(), "the set-up (the blocks zeroed)");
-    m_peers.publish(m_block, offsets, neighbours, false, wait_context(), m_proxy_policy);
+    m_peers.publish(m_block, m_offsets, neighbours, false, wait_context(), m_proxy_policy);
     m_same_gpu = m_peers.same_gpu();
   }
 
-  bool proxied(int r) const { return r >= 0 && r != m_rank && m_peers.proxied(r); }
+  // Whether op's peer `r` is a rank of another process reached through the host proxy.
+  bool proxied(int r, const Op& op) const {
+    return m_links.remote(r, op) && m_peers.proxied(m_links.process(r));
+  }
 
   // The links to proxied neighbours, whose ends are the proxy's, in mapped host memory; per
   // op its link (-1: none). On every rank, links or not: the proxy's set-up and self-test
@@ -264,8 +342,14 @@ class GridFusedTransport final : public Transport {
     std::vector<ProxyLinkPlan> links;
     std::vector<int> link_of(ops.size(), -1);
     for (std::size_t i = 0; i < ops.size(); ++i) {
-      const bool out = proxied(ops[i].send_rank), in = proxied(ops[i].recv_rank);
+      const bool out = proxied(ops[i].send_rank, ops[i]), in = proxied(ops[i].recv_rank, ops[i]);
       if (!out && !in) continue;
+      if (m_local > 1) {
+        throw Error("halox: " + m_name + ": rank " + std::to_string(m_links.me(ops[i])) + "'s " +
+                    ops[i].name + " reaches a rank of another node, which needs the host " +
+                    "proxy; the proxy serves one rank per process (Ranks::mpi): across nodes " +
+                    "take nvshmem-fused or staged over Ranks::blocks");
+      }
       link_of[i] = static_cast<int>(links.size());
       ProxyLinkPlan& l = links.emplace_back();
       l.op = static_cast<int>(i);
@@ -279,29 +363,44 @@ class GridFusedTransport final : public Transport {
     return link_of;
   }
 
-  char* base_of(int r) const { return r == m_rank ? m_block : m_peers.base(r); }
+  // Grid rank g's block: in this process's allocation or in its process's, mapped.
+  char* block_of(int g) const {
+    const int process = m_links.process(g);
+    char* base = process == m_rank ? m_block : m_peers.base(process);
+    return base + m_ranks.index_in_process(g) * m_stride;
+  }
+  GridSlots* slots_of(int g) const { return reinterpret_cast<GridSlots*>(block_of(g)); }
+  // The PE that op's peer is reached by puts at; -1: stores.
+  int put_pe(int peer, const Op& op) const {
+    return m_links.remote(peer, op) ? m_peers.put_pe(m_links.process(peer)) : -1;
+  }
+  // The kernel's field slot of op's rank and field (fields[field * ranks + rank]).
+  int slot_of(const Op& op, int rank_index) const { return op.field * m_local + rank_index; }
 
   // The faces, stage by stage: the stage's copy and pack faces, then its unpack faces (the
   // kernel's ticket order, which both ends of a link share); the self-test's probes, one per
   // op.
-  std::vector<ProbeLink> build_faces(const std::vector<Op>& ops, const BlockOffsets& offsets,
+  std::vector<ProbeLink> build_faces(const std::vector<Op>& ops,
                                      const std::vector<long long>& send_offsets,
                                      const std::vector<int>& link_of) {
+    // Per op that receives from a rank of this process (itself included): the sender's op.
+    const std::vector<int> source = m_links.local_sources(ops, MPI_COMM_NULL, m_name);
     m_faces.clear();
     std::vector<ProbeLink> probes;
     std::vector<FacePlan> unpacks;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       const ProxyEnds* proxy = link_of[i] >= 0 ? &m_proxy->ends(link_of[i]) : nullptr;
-      const bool to_myself = op.send_rank == m_rank && op.recv_rank == m_rank;
-      if (to_myself) {
-        // A periodic axis with one rank: straight from the send layout to the receive
-        // layout, no staging and no signals.
-        face_of(m_faces, op, i, face_copy, op.field, op.field, m_rank);
-      } else if (op.send_rank >= 0) {
-        pack_face(op, i, proxy, offsets, send_offsets[i]);
+      if (source[i] >= 0) {
+        // From a rank of this process (or a periodic axis with one rank: from itself):
+        // straight from the send layout to the receive layout, no staging and no signals.
+        const Op& from = ops[source[i]];
+        FacePlan& p = face_of(m_faces, from, static_cast<std::size_t>(source[i]), face_copy,
+                              slot_of(from, from.rank), slot_of(op, op.rank), m_links.me(op));
+        p.recv_op = static_cast<int>(i);
       }
-      if (op.recv_rank >= 0 && !to_myself) unpack_face(unpacks, op, i, proxy, offsets[i]);
+      if (m_links.remote(op.send_rank, op)) pack_face(op, i, proxy, send_offsets[i]);
+      if (m_links.remote(op.recv_rank, op)) unpack_face(unpacks, op, i, proxy);
       const bool stage_ends = i + 1 == ops.size() || ops[i + 1].stage != op.stage;
       if (stage_ends) {
         m_faces.insert(m_faces.end(), unpacks.begin(), unpacks.end());
@@ -320,71 +419,73 @@ class GridFusedTransport final : public Transport {
     p.face.kind = kind;
     p.face.from = from;
     p.face.to = to;
-    p.face.rank = m_rank;
+    p.face.rank = m_links.me(op);
     p.face.peer = peer;
-    p.face.pulse = static_cast<int>(i);
+    p.face.pulse = m_index[i];
+    if (kind != face_unpack) p.send_op = static_cast<int>(i);
+    if (kind != face_pack) p.recv_op = static_cast<int>(i);
     return p;
   }
 
   // Op i's pack face: into its receiver's staging (mapped, or my send staging that is put),
   // or into the host proxy's.
-  void pack_face(const Op& op, std::size_t i, const ProxyEnds* proxy, const BlockOffsets& offsets,
-                 long long send_offset) {
-    FacePlan& p = face_of(m_faces, op, i, face_pack, op.field, -1, op.send_rank);
+  void pack_face(const Op& op, std::size_t i, const ProxyEnds* proxy, long long send_offset) {
+    FacePlan& p = face_of(m_faces, op, i, face_pack, slot_of(op, op.rank), -1, op.send_rank);
     p.face.bytes = op.send_bytes;
     SendChannel& out = p.face.out;
-    if (proxied(op.send_rank)) {
+    if (proxy && proxied(op.send_rank, op)) {
       out.remote = proxy->send_staging;
       out.remote_signal = proxy->packed;
       out.ready = proxy->ready;
       p.relayed = true;
       return;
     }
-    char* dest = base_of(op.send_rank);
-    out.pe = op.send_rank == m_rank ? -1 : m_peers.put_pe(op.send_rank);
+    const int index = m_index[i];
+    out.pe = put_pe(op.send_rank, op);
     if (out.pe >= 0 && send_offset == 0) {
       throw Error("halox: " + m_name + ": rank " + std::to_string(op.send_rank) +
                   " is reached by puts, but NVSHMEM's team of shared memory said otherwise");
     }
-    const BlockOffsets& theirs = op.send_rank == m_rank ? offsets : m_peers.offsets(op.send_rank);
-    out.remote = dest + theirs[i];
-    out.remote_signal = &reinterpret_cast<GridSlots*>(dest)->data[i];
-    out.ready = &reinterpret_cast<GridSlots*>(m_block)->ready[i];
+    out.remote = block_of(op.send_rank) + m_offsets[index];
+    out.remote_signal = &slots_of(op.send_rank)->data[index];
+    out.ready = &slots_of(m_links.me(op))->ready[index];
     out.staging = m_block + send_offset;
   }
 
   // Op i's unpack face: out of my staging, or the host proxy's.
   void unpack_face(std::vector<FacePlan>& unpacks, const Op& op, std::size_t i,
-                   const ProxyEnds* proxy, long long offset) {
-    FacePlan& p = face_of(unpacks, op, i, face_unpack, -1, op.field, op.recv_rank);
+                   const ProxyEnds* proxy) {
+    FacePlan& p = face_of(unpacks, op, i, face_unpack, -1, slot_of(op, op.rank), op.recv_rank);
     RecvChannel& in = p.face.in;
-    if (proxied(op.recv_rank)) {
+    if (proxy && proxied(op.recv_rank, op)) {
       in.staging = proxy->recv_staging;
       in.signal = proxy->data;
       in.remote_ready = proxy->released;
       p.relayed = true;
       return;
     }
-    in.pe = op.recv_rank == m_rank ? -1 : m_peers.put_pe(op.recv_rank);
-    in.remote_ready = &reinterpret_cast<GridSlots*>(base_of(op.recv_rank))->ready[i];
-    in.staging = m_block + offset;
-    in.signal = &reinterpret_cast<GridSlots*>(m_block)->data[i];
+    const int index = m_index[i];
+    const int me = m_links.me(op);
+    in.pe = put_pe(op.recv_rank, op);
+    in.remote_ready = &slots_of(op.recv_rank)->ready[index];
+    in.staging = block_of(me) + m_offsets[index];
+    in.signal = &slots_of(me)->data[index];
   }
 
   // The self-test's probe over op i's link: mine to its receiver, its sender's to me (a
   // proxied link's probe is the proxy's own, HostProxy::self_test).
   ProbeLink probe_of(const Op& op, std::size_t i) const {
     ProbeLink link;
-    link.rank = m_rank;
-    link.pulse = static_cast<int>(i);
+    link.rank = m_links.me(op);
+    link.pulse = m_index[i];
     link.kind = wait_probe;
-    link.out_link = link.in_link = static_cast<int>(i);
-    if (op.send_rank >= 0 && !proxied(op.send_rank)) {
-      link.out = &reinterpret_cast<GridSlots*>(base_of(op.send_rank))->probe[i];
-      link.out_pe = op.send_rank == m_rank ? -1 : m_peers.put_pe(op.send_rank);
+    link.out_link = link.in_link = m_index[i];
+    if (op.send_rank >= 0 && !proxied(op.send_rank, op)) {
+      link.out = &slots_of(op.send_rank)->probe[m_index[i]];
+      link.out_pe = put_pe(op.send_rank, op);
     }
-    if (op.recv_rank >= 0 && !proxied(op.recv_rank)) {
-      link.in = &reinterpret_cast<GridSlots*>(m_block)->probe[i];
+    if (op.recv_rank >= 0 && !proxied(op.recv_rank, op)) {
+      link.in = &slots_of(link.rank)->probe[m_index[i]];
       link.peer = op.recv_rank;
     }
     return link;
@@ -430,7 +531,7 @@ class GridFusedTransport final : public Transport {
     int word = 16;
     for (int i = first; i < first + count; ++i) {
       const Op& op = (*m_ops)[i];
-      const void* field = fields[op.field];
+      const void* field = fields[slot_of(op, op.rank)];
       if (op.send_rank >= 0) word = std::min(word, device_pack_word(op.send_type, 1, field));
       if (op.recv_rank >= 0) word = std::min(word, device_pack_word(op.recv_type, 1, field));
     }
@@ -458,24 +559,29 @@ class GridFusedTransport final : public Transport {
     std::vector<FacePlan> faces = m_faces;
     for (FacePlan& p : faces) {
       GridFace& f = p.face;
-      const Op& op = (*m_ops)[f.pulse];
-      if (op.field >= static_cast<int>(fields.size())) {
-        throw Error("halox: internal: " + m_name + ": an op of field " + std::to_string(op.field) +
-                    " in a run of " + std::to_string(fields.size()) + " fields");
+      const int any_op = p.send_op >= 0 ? p.send_op : p.recv_op;
+      for (int slot : {f.from, f.to}) {
+        if (slot >= static_cast<int>(fields.size())) {
+          throw Error("halox: internal: " + m_name + ": a face of array " + std::to_string(slot) +
+                      " in a run of " + std::to_string(fields.size()) + " arrays");
+        }
       }
       const auto& [first, count] = *std::find_if(
           m_stages.begin(), m_stages.end(),
-          [&](const std::pair<int, int>& st) { return f.pulse < st.first + st.second; });
+          [&](const std::pair<int, int>& st) { return any_op < st.first + st.second; });
       f.word = word_for(fields, key, first, count);
-      if (f.kind != face_unpack) f.send = device_pack_view(op.send_type, 1, f.word);
-      if (f.kind != face_pack) f.recv = device_pack_view(op.recv_type, 1, f.word);
+      if (p.send_op >= 0) f.send = device_pack_view((*m_ops)[p.send_op].send_type, 1, f.word);
+      if (p.recv_op >= 0) f.recv = device_pack_view((*m_ops)[p.recv_op].recv_type, 1, f.word);
     }
     auto table = std::make_unique<GridTable>(std::move(faces), grid_tile_words());
     return *m_tables.emplace(key, std::move(table)).first->second;
   }
 
-  MPI_Comm m_comm;
-  int m_rank;
+  Ranks m_ranks;
+  RankLinks m_links;
+  MPI_Comm m_comm;  // the processes'
+  int m_rank;       // this process's rank in it
+  int m_local;      // this process's ranks
   Mapping m_mapping;
   ProxyPolicy m_proxy_policy;
   std::string m_name;
@@ -485,6 +591,11 @@ class GridFusedTransport final : public Transport {
   bool m_self_test;
   bool m_ready = false, m_same_gpu = true;
   const std::vector<Op>* m_ops = nullptr;     // the exchange's ops (it owns them and this)
+  std::vector<int> m_index;                   // per op: its index among its rank's ops
+  std::vector<std::vector<int>> m_rank_ops;   // per rank of the process: its ops
+  int m_per_rank = 0;                         // ops per rank
+  BlockOffsets m_offsets{};                   // per op index: its staging in a rank's block
+  long long m_stride = 0;                     // bytes from one rank's block to the next
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
   std::vector<FacePlan> m_faces;              // in the kernel's order, without typed views
   std::map<std::vector<std::uintptr_t>, std::unique_ptr<GridTable>> m_tables;  // per addresses % 16
@@ -502,11 +613,11 @@ class GridFusedTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_grid_fused_transport(MPI_Comm comm, int rank, Mapping mapping,
+std::unique_ptr<Transport> make_grid_fused_transport(const Ranks& ranks, Mapping mapping,
                                                      ProxyPolicy proxy, const std::string& name,
                                                      const std::string& trace_name,
                                                      double timeout_seconds, bool self_test) {
-  return std::make_unique<GridFusedTransport>(comm, rank, mapping, proxy, name, trace_name,
+  return std::make_unique<GridFusedTransport>(ranks, mapping, proxy, name, trace_name,
                                               timeout_seconds, self_test);
 }
 

@@ -12,11 +12,13 @@
 
 namespace halox::detail {
 
-/// `name` is the transport's name in messages, `trace_name` the exchange's in traces
-/// (ExchangeOptions::name); ops must carry their datatypes. Collective on first use (maps
-/// the neighbours' blocks, the proxied ones through the host proxy; self-test of every link
-/// when `self_test`).
-std::unique_ptr<Transport> make_grid_fused_transport(MPI_Comm comm, int rank, Mapping mapping,
+/// Over the ranks of this process (Ranks::mpi: one; Ranks::blocks: a block of them; links
+/// within the process are copy faces of the same launch). `name` is the transport's name in
+/// messages, `trace_name` the exchange's in traces (ExchangeOptions::name); ops must carry
+/// their datatypes. Collective over ranks.processes() on first use (maps the neighbouring
+/// processes' blocks, the proxied ones through the host proxy, one rank per process only;
+/// self-test of every link when `self_test`).
+std::unique_ptr<Transport> make_grid_fused_transport(const Ranks& ranks, Mapping mapping,
                                                      ProxyPolicy proxy, const std::string& name,
                                                      const std::string& trace_name,
                                                      double timeout_seconds, bool self_test);

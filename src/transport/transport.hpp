@@ -139,7 +139,8 @@ void check_local_particle_plans(const Topology& grid, std::span<const ParticlePl
 std::unique_ptr<Transport> make_host_transport(const Ranks& ranks, double timeout_seconds);
 /// Device transports (throw halox::Error when the build has no CUDA or, for mpi-direct,
 /// when MPI is not CUDA-aware).
-/// Over Ranks::blocks only staged and mpi-direct (links within a process stay on the device).
+/// Over Ranks::blocks staged and mpi-direct (links within a process stay on the device; the
+/// GPU-initiated kinds are make_grid_fused_transport's).
 std::unique_ptr<Transport> make_device_transport(TransportKind kind, const Ranks& ranks,
                                                  std::int64_t chunk_bytes, double timeout_seconds);
 

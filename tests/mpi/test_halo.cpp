@@ -640,10 +640,56 @@ TEST(GridHalo, PlansOverBothKindsOfRanksAgree) {
   EXPECT_THROW(build_particle_plans(Ranks::mpi(topology), Box{}, 0.1, two), Error);
 }
 
+// Ranks::blocks on the GPU (HALOX_TEST_TRANSPORT set, a GPU there): `before` uploaded, two
+// exchanges through the test's transport, each array then equal, byte for byte, to the host
+// exchange's result in `after`. The kinds that take one rank per process are refused, naming
+// what blocks take.
+void expect_blocks_on_device(const Ranks& ranks, const std::vector<GridPlan>& plans,
+                             const std::vector<std::vector<double>>& before,
+                             const std::vector<void*>& after, const std::string& where) {
+#if HALOX_HAS_CUDA
+  const TransportKind kind = test_transport();
+  if (kind == TransportKind::host || kind == TransportKind::nccl || visible_gpus() == 0) return;
+  std::vector<void*> device(before.size(), nullptr);
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    ASSERT_EQ(cudaMalloc(&device[i], before[i].size() * 8), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(device[i], before[i].data(), before[i].size() * 8, cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  const bool one_rank_only = kind == TransportKind::pipelined ||
+                             kind == TransportKind::nvshmem_stream ||
+                             kind == TransportKind::nccl_device;
+  try {
+    GridExchange exchange(ranks, plans, ExchangeOptions{kind});
+    for (int repeat = 0; repeat < 2; ++repeat) exchange.exchange(device);
+    EXPECT_FALSE(one_rank_only) << where << ": " << to_string(kind) << " was not refused";
+    if (kind == TransportKind::automatic)  // every process on this node: the grid kernel
+      EXPECT_EQ(exchange.transport_name(device[0]), "ipc-fused") << where;
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      std::vector<double> back(before[i].size());
+      ASSERT_EQ(cudaMemcpy(back.data(), device[i], back.size() * 8, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      ASSERT_EQ(std::memcmp(back.data(), after[i], back.size() * 8), 0)
+          << where << ": array " << i << " through " << to_string(kind);
+    }
+  } catch (const Error& e) {
+    EXPECT_TRUE(one_rank_only) << where << ": " << e.what();
+    if (kind != TransportKind::nccl_device)  // which moves no grids at all
+      EXPECT_NE(std::string(e.what()).find("over Ranks::blocks"), std::string::npos) << e.what();
+  }
+  for (void* p : device) cudaFree(p);
+#else
+  (void)ranks, (void)plans, (void)before, (void)after, (void)where;
+#endif
+}
+
 // Several ranks per process (Ranks::blocks): random process grids, blocks and periodicity,
 // uneven lattices, two fields; every rank's arrays after the exchange equal, byte for byte,
 // those of the same grid held whole by this process (Ranks::local, its own CPU path), the
-// halos poisoned first. Processes that disagree on the lattice are told, all of them.
+// halos poisoned first; with HALOX_TEST_TRANSPORT on a GPU, the same arrays on the device
+// through that transport (the grid kernel's copy faces within a process and pack and unpack
+// faces between them, in one launch), twice. Processes that disagree on the lattice are told,
+// all of them.
 TEST(GridHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
   const std::uint64_t seed = halox::testing::test_seed("GridHalo.Blocks", 0);
   std::mt19937_64 rng(seed);
@@ -714,6 +760,7 @@ TEST(GridHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
       }
       std::vector<GridPlan> whole_plans, my_plans;
       std::vector<void*> whole_fields, my_fields;
+      std::vector<std::vector<double>> before;  // my ranks' arrays, for the device's run
       for (int f = 0; f < fields; ++f) {
         for (int r = 0; r < n; ++r) {
           whole_plans.push_back(whole[static_cast<std::size_t>(r)]);
@@ -722,6 +769,7 @@ TEST(GridHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
         for (int i = 0; i < ranks.count(); ++i) {
           my_plans.push_back(mine[static_cast<std::size_t>(i)]);
           my_fields.push_back(arrays[static_cast<std::size_t>(f * n + ranks.rank(i))].data());
+          before.push_back(arrays[static_cast<std::size_t>(f * n + ranks.rank(i))]);
         }
       }
       GridExchange(Ranks::local(grid), whole_plans).exchange(whole_fields);
@@ -738,6 +786,7 @@ TEST(GridHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
         }
       }
       EXPECT_EQ(exchange.transport_name(my_fields[0]), "host");
+      expect_blocks_on_device(ranks, my_plans, before, my_fields, where);
       if (ranks.count() >= 2) {  // plans given to the wrong ranks: an error, never a run
         std::vector<GridPlan> swapped = my_plans;
         std::swap(swapped[0], swapped[1]);
@@ -750,45 +799,6 @@ TEST(GridHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
   std::vector<std::vector<double>> two(2);
   EXPECT_THROW(build_particle_plans(ranks, Box{}, 0.1, two), Error);
   EXPECT_THROW(Ranks::blocks(processes, {0, 1, 1}), Error);
-#if HALOX_HAS_CUDA
-  // Device arrays over blocks: staged (auto's pick) equals the host arrays' exchange, links
-  // within a process kept on the device; a GPU-initiated kind is refused, saying so.
-  if (visible_gpus() > 0) {
-    const std::vector<GridPlan> plans = build_grid_plans(ranks, {16, 8, 8}, 1, element);
-    std::vector<std::vector<double>> host(plans.size());
-    std::vector<void*> device(plans.size(), nullptr), on_host;
-    std::mt19937_64 cells(seed);
-    for (std::size_t i = 0; i < plans.size(); ++i) {
-      const auto& e = plans[i].extent;
-      host[i].resize(static_cast<std::size_t>(e[0] * e[1] * e[2]));
-      for (double& v : host[i]) v = std::uniform_real_distribution<double>(-1, 1)(cells);
-      ASSERT_EQ(cudaMalloc(&device[i], host[i].size() * 8), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(device[i], host[i].data(), host[i].size() * 8, cudaMemcpyHostToDevice),
-                cudaSuccess);
-      on_host.push_back(host[i].data());
-    }
-    for (const TransportKind kind : {TransportKind::automatic, TransportKind::staged}) {
-      GridExchange exchange(ranks, plans, ExchangeOptions{kind});
-      exchange.exchange(device);
-      EXPECT_EQ(exchange.transport_name(device[0]), "staged");
-    }
-    GridExchange(ranks, plans).exchange(on_host);
-    for (std::size_t i = 0; i < plans.size(); ++i) {
-      std::vector<double> back(host[i].size());
-      ASSERT_EQ(cudaMemcpy(back.data(), device[i], back.size() * 8, cudaMemcpyDeviceToHost),
-                cudaSuccess);
-      EXPECT_EQ(std::memcmp(back.data(), host[i].data(), back.size() * 8), 0) << "rank " << i;
-    }
-    try {
-      GridExchange(ranks, plans, ExchangeOptions{TransportKind::ipc_fused}).exchange(device);
-      ADD_FAILURE() << "no error";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("not built yet for Ranks::blocks"), std::string::npos)
-          << e.what();
-    }
-    for (void* p : device) cudaFree(p);
-  }
-#endif
   if (world_size() > 1) {
     try {
       build_grid_plans(ranks, {16, 8, world_rank() == 1 ? 9 : 8}, 1, element);
