@@ -14,7 +14,7 @@ namespace {
 
 // The options' text forms, turned into the Cli's values after parsing.
 struct RawOptions {
-  std::string grid = "64x64x64", ranks, precision = "float", transport;
+  std::string grid = "64x64x64", ranks, precision = "float", transport, blocks;
   double seed = 0;
 };
 
@@ -29,6 +29,11 @@ void declare_options(halox::apps::CommandLine& line, Cli& c, RawOptions& raw) {
             "rank grid (default: the one whose halo moves the fewest face cells per rank, x "
             "faces, strided, counted 32 / element bytes times: halox::grid_rank_dims)",
             "XxYxZ");
+  line.text("--blocks", raw.blocks,
+            "each MPI process runs a block of AxBxC ranks (halox::Ranks::blocks; --comm "
+            "datatype or overlap): --ranks is then the grid of processes, the rank grid "
+            "that times the block",
+            "AxBxC");
   line.count("--rank-count", c.rank_count,
              "N ranks on that grid (--transport local-*: how many it runs)", 1);
   line.count("--steps", c.steps, "time steps");
@@ -94,6 +99,7 @@ void declare_options(halox::apps::CommandLine& line, Cli& c, RawOptions& raw) {
 void take_raw(Cli& c, const RawOptions& raw) {
   c.grid = halox::apps::dims_of("halox-lbm", "--grid", raw.grid, 3);
   if (!raw.ranks.empty()) c.ranks = halox::apps::dims_of("halox-lbm", "--ranks", raw.ranks, 1);
+  if (!raw.blocks.empty()) c.blocks = halox::apps::dims_of("halox-lbm", "--blocks", raw.blocks, 1);
   c.single = raw.precision == "float";
   if (!raw.transport.empty()) {
     c.transport = parse_transport(raw.transport);
@@ -126,6 +132,11 @@ void check_combinations(Cli& c) {
     throw Error("halox-lbm: --comm " + c.comm +
                 " moves the faces with MPI's own calls, one rank per MPI process: no "
                 "--transport");
+  }
+  if (c.blocks[0] > 0 && (c.local || (c.comm != "datatype" && c.comm != "overlap") || c.graph)) {
+    throw Error(
+        "halox-lbm: --blocks runs halox's exchange over several ranks per process: "
+        "--comm datatype or overlap, without --graph and without a local-* transport");
   }
   if (c.local_fused && (c.comm == "default" || c.comm == "contig")) {
     throw Error("halox-lbm: --transport local-fused moves the faces of --comm datatype or overlap");

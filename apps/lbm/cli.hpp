@@ -25,6 +25,7 @@ struct Cli {
   bool local =
       false;  // --transport local-pulse or local-fused: every rank of --ranks in this process
   bool local_fused = false;  // --transport local-fused: one kernel for all faces of all ranks
+  std::array<int, 3> blocks = {0, 0, 0};  // --blocks: the ranks each MPI process runs (0: one)
   Params params;
   double radius = 12, velocity = 0.02;
   int steps = 100, report_every = 0;

@@ -47,18 +47,22 @@ Topology grid_of(MPI_Comm comm, const Cli& cli) {
   return cli.local ? Topology(cli.ranks, {true, true, true}, 0)
                    : Topology::from_mpi(comm, cli.ranks);
 }
+// Every rank of the grid in this process (local-*), a block of them (--blocks), or one.
+Ranks ranks_of(MPI_Comm comm, const Cli& cli) {
+  if (cli.local) return Ranks::local(grid_of(comm, cli));
+  if (cli.blocks[0] > 0) return Ranks::blocks(grid_of(comm, cli), cli.blocks);
+  return Ranks::mpi(grid_of(comm, cli));
+}
 }  // namespace
 
 Decomposition::Decomposition(MPI_Comm comm, const Cli& cli)
-    : m_cli(cli),
-      m_comm(comm),
-      m_ranks(cli.local ? Ranks::local(grid_of(comm, cli)) : Ranks::mpi(grid_of(comm, cli))) {
+    : m_cli(cli), m_comm(comm), m_ranks(ranks_of(comm, cli)) {
   m_neighbor_comms.fill(MPI_COMM_NULL);
   const Topology& grid = m_ranks.topology();
-  if (m_ranks.in_process()) {
-    for (int r = 0; r < grid.size(); ++r) {
-      m_blocks.push_back(
-          std::make_unique<Block>(Topology(grid.dims(), grid.periodic(), r), cli, false));
+  if (m_ranks.in_process() || m_ranks.in_blocks()) {
+    for (int i = 0; i < m_ranks.count(); ++i) {
+      m_blocks.push_back(std::make_unique<Block>(
+          Topology(grid.dims(), grid.periodic(), m_ranks.rank(i)), cli, false));
     }
   } else {
     m_blocks.push_back(std::make_unique<Block>(grid, cli, true));
@@ -508,7 +512,8 @@ std::array<double, 4> Decomposition::totals() {
   }
   if (m_ranks.in_process()) return sum;
   std::array<double, 4> global{};
-  allreduce(topology(), sum.data(), global.data(), 4, MPI_DOUBLE, MPI_SUM, "the fluid's totals");
+  allreduce(m_ranks.processes(), sum.data(), global.data(), 4, MPI_DOUBLE, MPI_SUM,
+            "the fluid's totals");
   return global;
 }
 
@@ -519,8 +524,9 @@ std::vector<double> Decomposition::gather() {
     mine.insert(mine.end(), tagged.begin(), tagged.end());
   }
   if (m_ranks.in_process()) return Block::in_global_order(mine, m_cli.grid);
-  const std::vector<double> all = apps::gather_on_root(topology().comm(), mine);
-  return topology().rank() == 0 ? Block::in_global_order(all, m_cli.grid) : std::vector<double>{};
+  const Topology& processes = m_ranks.processes();
+  const std::vector<double> all = apps::gather_on_root(processes.comm(), mine);
+  return processes.rank() == 0 ? Block::in_global_order(all, m_cli.grid) : std::vector<double>{};
 }
 
 std::string Decomposition::transport() const {
@@ -533,6 +539,10 @@ std::string Decomposition::transport() const {
       return "mpi-overlap (mpi-datatype while the inner cells update)";
     if (m_cli.comm == "mpi-contig")
       return "mpi-contig (hand-written pack + MPI_Isend/MPI_Irecv of the packed buffers)";
+    if (m_ranks.in_blocks()) {
+      return m_cli.comm + ", " + to_string(m_transport) + " (" + std::to_string(m_blocks.size()) +
+             " ranks in each process)";
+    }
     return m_cli.comm + ", " + to_string(m_transport);
   }
   const std::string where =

@@ -84,10 +84,10 @@ int run(int argc, char** argv) {
     const Topology shape = cli.local ? Topology(cli.ranks, {true, true, true}, 0)
                                      : Topology::from_mpi(MPI_COMM_WORLD, cli.ranks);
     for (int a = 0; a < 3; ++a) {
-      if (cli.grid[a] < shape.dims()[a]) {
+      const int ranks = shape.dims()[a] * std::max(1, cli.blocks[a]);
+      if (cli.grid[a] < ranks) {
         throw Error("halox-lbm: the grid has " + std::to_string(cli.grid[a]) + " cells along " +
-                    "xyz"[a] + " for " + std::to_string(shape.dims()[a]) +
-                    " ranks: at least one each");
+                    "xyz"[a] + " for " + std::to_string(ranks) + " ranks: at least one each");
       }
     }
   } catch (const Error& e) {

@@ -3,7 +3,7 @@
 (uneven splits included) and requires rho, u and phi of every cell to be bitwise identical to
 the single-rank run after the given steps.
 
-usage: lbm_decomposition.py MPIEXEC HALOX_LBM NP [--local-pulse | --local-fused] [--graph] GRID... [-- extra halox-lbm arguments]
+usage: lbm_decomposition.py MPIEXEC HALOX_LBM NP [--local-pulse | --local-fused] [--graph] [--blocks=AxBxC] GRID... [-- extra halox-lbm arguments]
 
 GRID: a rank grid XxYxZ, or count=N for N ranks on the grid halox-lbm picks.
 
@@ -13,6 +13,8 @@ NP = 1; on the GPU one kernel per face); the reference stays the ordinary single
 of every rank).
 --graph: the decomposed runs capture their step in a CUDA graph and replay it (--graph); the
 reference stays the ordinary single-rank run.
+--blocks=AxBxC: each of the NP processes of a decomposed run holds a block of AxBxC ranks
+(--blocks; GRID is then the grid of processes); the reference stays the single-rank run.
 
 HALOX_TEST_PRELOAD=PATH: every run preloads PATH (libhalox_mpi, for --comm mpi-* on a GPU).
 """
@@ -44,8 +46,9 @@ def main():
     grids = rest[:rest.index("--")] if "--" in rest else rest
     local = next((g[2:] for g in grids if g in ("--local-pulse", "--local-fused")), None)
     graph = ["--graph"] if "--graph" in grids else []
+    blocks = [a for g in grids if g.startswith("--blocks=") for a in ("--blocks", g[9:])]
     grids = [g for g in grids if not g.startswith("--")]
-    decomposed = extra + (["--transport", local] if local else []) + graph
+    decomposed = extra + (["--transport", local] if local else []) + graph + blocks
     with tempfile.TemporaryDirectory() as work:
         ref = os.path.join(work, "ref.bin")
         run(mpiexec, lbm, 1, extra + ["--ranks", "1x1x1", "--dump", ref])
