@@ -208,6 +208,9 @@ class PipelinedTransport final : public Transport {
     return std::max(op.granule, m_chunk / op.granule * op.granule);
   }
 
+  // One stage: receives posted, chunks packed and copied down, each sent when its copy is
+  // done, each received chunk copied up and unpacked on arrival; the caller's stream then
+  // follows the last unpack.
   void run_stage(const std::vector<Op>& ops, int stage, std::span<void* const> fields,
                  GpuStream stream, ExchangeStats& stats) {
     std::size_t events = 0;
@@ -216,13 +219,10 @@ class PipelinedTransport final : public Transport {
     HALOX_CUDA_CHECK(cudaEventRecord(start, stream));
     HALOX_CUDA_CHECK(cudaStreamWaitEvent(m_copy_in, start, 0));
     // Reused between exchanges: no allocation on the exchange path once warm.
-    std::vector<Chunk>& sends = m_sends;
-    std::vector<Chunk>& recvs = m_recvs;
-    sends.clear();
-    recvs.clear();
+    m_sends.clear();
+    m_recvs.clear();
     bool any_remote = false;
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const Op& op = ops[i];
+    for (const Op& op : ops) {
       if (op.stage == stage)
         any_remote |= remote(op.send_rank, m_rank) || remote(op.recv_rank, m_rank);
     }
@@ -231,6 +231,30 @@ class PipelinedTransport final : public Transport {
       HALOX_CUDA_CHECK(cudaStreamSynchronize(m_copy_in));
       stats.host_waits += 1;
     }
+    post_receives(ops, stage);
+    pack_and_copy_down(ops, stage, fields, stream, events);
+    // Messages to myself: unpack from the device send buffer, after its pack.
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      if (op.stage == stage && op.recv_rank >= 0 && !remote(op.recv_rank, m_rank) &&
+          !to_self(op, m_rank)) {
+        op.unpack(fields[op.field], m_buffers[i].dev_send.get(), 0, op.recv_bytes, stream);
+      }
+    }
+    const std::string wrong_size = progress(ops, fields, stats);
+    MessageWait& pending = m_pending;
+    pending.clear();
+    for (Chunk& c : m_sends) pending.add({c.request, ops[c.op].send_rank, -1, &ops[c.op].name});
+    pending.wait({m_rank, "pipelined", m_timeout});
+    if (!wrong_size.empty()) throw Error(wrong_size);
+    // The caller's stream continues after the last unpack.
+    cudaEvent_t end = event(events++);
+    HALOX_CUDA_CHECK(cudaEventRecord(end, m_copy_in));
+    HALOX_CUDA_CHECK(cudaStreamWaitEvent(stream, end, 0));
+  }
+
+  // The stage's receives from other ranks, chunk by chunk, into pinned host memory.
+  void post_receives(const std::vector<Op>& ops, int stage) {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       if (op.stage != stage || !remote(op.recv_rank, m_rank)) continue;
@@ -242,9 +266,15 @@ class PipelinedTransport final : public Transport {
         Chunk c{i, off, std::min(chunk, op.recv_bytes - off)};
         HALOX_MPI_CHECK(MPI_Irecv(in + off, static_cast<int>(c.bytes), MPI_BYTE, op.recv_rank,
                                   op.tag, m_comm, &c.request));
-        recvs.push_back(c);
+        m_recvs.push_back(c);
       }
     }
+  }
+
+  // The stage's sends: to myself a copy; to another rank, each chunk packed on the caller's
+  // stream and copied down on the copy-out stream, its event recorded for progress().
+  void pack_and_copy_down(const std::vector<Op>& ops, int stage, std::span<void* const> fields,
+                          GpuStream stream, std::size_t& events) {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       if (op.stage != stage || op.send_rank < 0) continue;
@@ -270,43 +300,27 @@ class PipelinedTransport final : public Transport {
                                          cudaMemcpyDeviceToHost, m_copy_out));
         c.copied = event(events++);
         HALOX_CUDA_CHECK(cudaEventRecord(c.copied, m_copy_out));
-        sends.push_back(c);
+        m_sends.push_back(c);
       }
     }
-    // Messages to myself: unpack from the device send buffer, after its pack.
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const Op& op = ops[i];
-      if (op.stage == stage && op.recv_rank >= 0 && !remote(op.recv_rank, m_rank) &&
-          !to_self(op, m_rank)) {
-        op.unpack(fields[op.field], m_buffers[i].dev_send.get(), 0, op.recv_bytes, stream);
-      }
-    }
-    // Progress: post each send when its copy down is done, unpack each chunk on arrival.
-    trace::Scope progress("pipeline progress", m_rank);
+  }
+
+  // Until every chunk is sent and received: posts each send when its copy down is done,
+  // copies up and unpacks each chunk on arrival; a time-out names the chunk. Returns the
+  // first wrong-sized chunk's error (raised once the sends are done), else "".
+  std::string progress(const std::vector<Op>& ops, std::span<void* const> fields,
+                       ExchangeStats& stats) {
+    trace::Scope scope("pipeline progress", m_rank);
     std::size_t next_send = 0, received = 0;
-    if (!sends.empty() || !recvs.empty()) stats.host_waits += 1;
+    if (!m_sends.empty() || !m_recvs.empty()) stats.host_waits += 1;
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               std::chrono::duration<double>(m_timeout));
     std::string wrong_size;
-    while (next_send < sends.size() || received < recvs.size()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        if (!wrong_size.empty()) throw Error(wrong_size);
-        for (const Chunk& c : recvs) {
-          if (c.done) continue;
-          throw HaloTimeoutError("rank " + std::to_string(m_rank) + " timed out after " +
-                                     seconds_text(m_timeout) + " s on " + ops[c.op].name +
-                                     " waiting for rank " + std::to_string(ops[c.op].recv_rank) +
-                                     " (the chunk at byte " + std::to_string(c.offset) +
-                                     " did not arrive; pipelined transport)",
-                                 m_rank, ops[c.op].recv_rank, ops[c.op].name);
-        }
-        throw HaloTimeoutError("rank " + std::to_string(m_rank) + " timed out after " +
-                               seconds_text(m_timeout) +
-                               " s copying its chunks to the host (pipelined transport)");
-      }
-      while (next_send < sends.size()) {
-        Chunk& c = sends[next_send];
+    while (next_send < m_sends.size() || received < m_recvs.size()) {
+      if (std::chrono::steady_clock::now() > deadline) timed_out(ops, wrong_size);
+      while (next_send < m_sends.size()) {
+        Chunk& c = m_sends[next_send];
         const cudaError_t q = cudaEventQuery(c.copied);
         if (q == cudaErrorNotReady) break;
         HALOX_CUDA_CHECK(q);
@@ -318,7 +332,7 @@ class PipelinedTransport final : public Transport {
         stats.bytes_sent += c.bytes;
         ++next_send;
       }
-      for (Chunk& c : recvs) {
+      for (Chunk& c : m_recvs) {
         if (c.done) continue;
         int flag = 0;
         MPI_Status status;
@@ -326,47 +340,62 @@ class PipelinedTransport final : public Transport {
         if (rc == MPI_SUCCESS && !flag) continue;
         c.done = true;
         ++received;
-        const Op& op = ops[c.op];
-        OpBuffers& b = m_buffers[c.op];
-        // A chunk of the wrong size is reported once every other message has landed (the
-        // buffers must outlive MPI's writes), and is not unpacked.
-        auto where = [&] {
-          return "halox: rank " + std::to_string(m_rank) + " on " + op.name +
-                 " (pipelined transport): the chunk from rank " + std::to_string(op.recv_rank) +
-                 " at byte " + std::to_string(c.offset);
-        };
-        if (rc != MPI_SUCCESS) {
-          if (wrong_size.empty()) {
-            wrong_size = where() + " is larger than the " + std::to_string(c.bytes) +
-                         " bytes of this rank's plan (" + mpi_error_text(rc) +
-                         "): the ranks' plans differ";
-          }
-          continue;
-        }
-        int bytes = 0;
-        HALOX_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &bytes));
-        if (bytes != c.bytes) {
-          if (wrong_size.empty()) {
-            wrong_size = where() + " has " + std::to_string(bytes) + " bytes, this rank's plan " +
-                         std::to_string(c.bytes) + ": the ranks' plans differ";
-          }
-          continue;
-        }
-        HALOX_CUDA_CHECK(cudaMemcpyAsync(b.dev_recv.get() + c.offset, b.host_recv.get() + c.offset,
-                                         static_cast<std::size_t>(c.bytes), cudaMemcpyHostToDevice,
-                                         m_copy_in));
-        op.unpack(fields[op.field], b.dev_recv.get() + c.offset, c.offset, c.bytes, m_copy_in);
+        arrived(ops[c.op], c, rc, status, fields, wrong_size);
       }
     }
-    MessageWait& pending = m_pending;
-    pending.clear();
-    for (Chunk& c : sends) pending.add({c.request, ops[c.op].send_rank, -1, &ops[c.op].name});
-    pending.wait({m_rank, "pipelined", m_timeout});
+    return wrong_size;
+  }
+
+  // A received chunk: copied up and unpacked, or, of the wrong size, recorded in
+  // `wrong_size` (reported once every other message has landed: the buffers must outlive
+  // MPI's writes) and not unpacked.
+  void arrived(const Op& op, const Chunk& c, int rc, const MPI_Status& status,
+               std::span<void* const> fields, std::string& wrong_size) {
+    auto where = [&] {
+      return "halox: rank " + std::to_string(m_rank) + " on " + op.name +
+             " (pipelined transport): the chunk from rank " + std::to_string(op.recv_rank) +
+             " at byte " + std::to_string(c.offset);
+    };
+    if (rc != MPI_SUCCESS) {
+      if (wrong_size.empty()) {
+        wrong_size = where() + " is larger than the " + std::to_string(c.bytes) +
+                     " bytes of this rank's plan (" + mpi_error_text(rc) +
+                     "): the ranks' plans differ";
+      }
+      return;
+    }
+    int bytes = 0;
+    HALOX_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &bytes));
+    if (bytes != c.bytes) {
+      if (wrong_size.empty()) {
+        wrong_size = where() + " has " + std::to_string(bytes) + " bytes, this rank's plan " +
+                     std::to_string(c.bytes) + ": the ranks' plans differ";
+      }
+      return;
+    }
+    OpBuffers& b = m_buffers[c.op];
+    HALOX_CUDA_CHECK(cudaMemcpyAsync(b.dev_recv.get() + c.offset, b.host_recv.get() + c.offset,
+                                     static_cast<std::size_t>(c.bytes), cudaMemcpyHostToDevice,
+                                     m_copy_in));
+    op.unpack(fields[op.field], b.dev_recv.get() + c.offset, c.offset, c.bytes, m_copy_in);
+  }
+
+  // The progress's time-out: a wrong-sized chunk's error first, else the first chunk that did
+  // not arrive, else the copies down that did not finish.
+  [[noreturn]] void timed_out(const std::vector<Op>& ops, const std::string& wrong_size) const {
     if (!wrong_size.empty()) throw Error(wrong_size);
-    // The caller's stream continues after the last unpack.
-    cudaEvent_t end = event(events++);
-    HALOX_CUDA_CHECK(cudaEventRecord(end, m_copy_in));
-    HALOX_CUDA_CHECK(cudaStreamWaitEvent(stream, end, 0));
+    for (const Chunk& c : m_recvs) {
+      if (c.done) continue;
+      throw HaloTimeoutError("rank " + std::to_string(m_rank) + " timed out after " +
+                                 seconds_text(m_timeout) + " s on " + ops[c.op].name +
+                                 " waiting for rank " + std::to_string(ops[c.op].recv_rank) +
+                                 " (the chunk at byte " + std::to_string(c.offset) +
+                                 " did not arrive; pipelined transport)",
+                             m_rank, ops[c.op].recv_rank, ops[c.op].name);
+    }
+    throw HaloTimeoutError("rank " + std::to_string(m_rank) + " timed out after " +
+                           seconds_text(m_timeout) +
+                           " s copying its chunks to the host (pipelined transport)");
   }
 
   MPI_Comm m_comm;
