@@ -16,5 +16,7 @@ constexpr int kNvshmemOffsets = 9200;   ///< + op (the NVSHMEM transport's recei
 constexpr int kHostProxy = 9300;        ///< + op (the fused grid kernel's host-proxied faces)
 constexpr int kHostProxyProbe = 9400;   ///< + op (their self-test)
 constexpr int kRollCall = 9500;         ///< a timed-out collective's roll call (+1: the verdict)
+constexpr int kBlockShift = 10000;      ///< + 2 x receiver's index (+1: the data): plan builds
+                                        ///< and migrations over Ranks::blocks
 
 }  // namespace halox::detail::tags

@@ -353,20 +353,8 @@ int GridExchange::launches_per_exchange() const {
 // ---------------------------------------------------------------------------------------------
 // Particles
 
-namespace {
-// Particles over several ranks per process are not moved yet: refused before any collective.
-const Ranks& particle_ranks(const Ranks& ranks) {
-  if (ranks.in_blocks()) {
-    throw Error(
-        "halox::ParticleExchange: Ranks::blocks (several ranks per MPI process) moves grid "
-        "halos only so far; particles take Ranks::mpi or Ranks::local");
-  }
-  return ranks;
-}
-}  // namespace
-
 struct ParticleExchange::Impl {
-  explicit Impl(const Ranks& r) : ranks(own_ranks(particle_ranks(r))) {}
+  explicit Impl(const Ranks& r) : ranks(own_ranks(r)) {}
   Ranks ranks;
   std::atomic<bool> busy{false};
   std::unique_ptr<detail::ParticleEngine> engine;

@@ -39,10 +39,8 @@ class RankParticleEngine final : public ParticleEngine {
     }
     // Ranks in this process: their plans are checked here, as one rank per process checks
     // them collectively when they are built.
-    for (std::size_t r = 0; r < plans.size(); ++r) {
-      const int rank = ranks.in_process() ? static_cast<int>(r) : ranks.topology().rank();
-      check_particle_plan(plans[r], rank, "ParticleExchange");
-    }
+    for (std::size_t r = 0; r < plans.size(); ++r)
+      check_particle_plan(plans[r], ranks.rank(static_cast<int>(r)), "ParticleExchange");
     if (ranks.in_process()) check_local_particle_plans(ranks.topology(), plans);
     plan_list = std::move(plans);
     chooser.new_plan();
@@ -54,7 +52,9 @@ class RankParticleEngine final : public ParticleEngine {
     }
     device_index.clear();
     device_index_ready = false;
-    if (!ranks.in_process()) build_ops(plan_list[0]);
+    if (!ranks.in_process()) {
+      for (int r = 0; r < ranks.count(); ++r) build_ops(plan_list[r], r);
+    }
   }
   const std::vector<ParticlePlan>& plans() const override { return plan_list; }
 
@@ -68,6 +68,11 @@ class RankParticleEngine final : public ParticleEngine {
       throw Error("halox::ParticleExchange: one rank per process takes one array and one stream");
     }
     const bool on_device = chooser.on_device(arrays[0]);
+    if (on_device && ranks.in_blocks()) {
+      throw Error(
+          "halox::ParticleExchange: over Ranks::blocks (several ranks per MPI process) it moves "
+          "host arrays so far; device arrays take Ranks::mpi or Ranks::local");
+    }
     on_host = !on_device;
     const Direction direction = forward ? Direction::forward : Direction::reverse;
 #if HALOX_HAS_CUDA
@@ -133,9 +138,9 @@ class RankParticleEngine final : public ParticleEngine {
   }
 
  private:
-  // One rank per process: the ops of the host-orchestrated transports, which gather and
-  // scatter through these callbacks.
-  void build_ops(const ParticlePlan& plan) {
+  // The ops of this process's rank `rank` (index) for the host-orchestrated transports,
+  // which gather and scatter through these callbacks; device ops for one rank per process.
+  void build_ops(const ParticlePlan& plan, int rank) {
     const int n = static_cast<int>(plan.pulses.size());
     for (int i = 0; i < n; ++i) {
       const ParticlePulse& pulse = plan.pulses[i];
@@ -143,6 +148,7 @@ class RankParticleEngine final : public ParticleEngine {
       const std::int64_t recv_at = pulse.recv_offset * item;
       // Forward: gather + shift on the sender; the receiver's items land at recv_offset.
       Op fwd;
+      fwd.rank = rank;
       fwd.stage = i;
       fwd.pulse = i;
       fwd.send_rank = pulse.header.send_rank;
@@ -185,6 +191,7 @@ class RankParticleEngine final : public ParticleEngine {
       host.forward.push_back(std::move(fh));
       host.reverse.push_back(std::move(rh));
 #if HALOX_HAS_CUDA && HALOX_HAS_MPI
+      if (ranks.in_blocks()) continue;  // host arrays only (run refuses device arrays)
       Op fd = fwd, rd = rev;
       const std::size_t slot = static_cast<std::size_t>(i);
       auto* self = this;

@@ -154,12 +154,14 @@ void validate_plan(const Topology& topology, const std::vector<PulseHeader>& pul
   detail::raise_if_any(comm, error, agree);
 }
 
-ParticlePlan build_particle_plan(const Topology& topology, const Box& box, double cutoff,
-                                 std::vector<double>& xyz) {
-  MPI_Comm comm = comm_of(topology, "build_particle_plan");
-  detail::agree_on_grid(topology, comm, "build_particle_plan");
-  // Every rank must build with the same box and cutoff, or their pulse counts differ and the
-  // builder's messages would not match: compare first.
+namespace {
+
+// Every rank must build with the same box and cutoff, or their pulse counts differ and the
+// builder's messages would not match: compared first. Every rank's input checked too (each
+// of `xyz`, seen from `views`). Collective over `comm`: all throw the first error.
+void agree_on_particle_input(const Topology& topology, MPI_Comm comm, const Box& box, double cutoff,
+                             const std::vector<Topology>& views,
+                             const std::vector<std::vector<double>*>& xyz) {
   const detail::WaitContext context = detail::plan_wait(topology, "build_particle_plan");
   const detail::CollectiveWait agree =
       detail::bounded_wait(comm, context, "the agreement on the plan's input");
@@ -176,7 +178,40 @@ ParticlePlan build_particle_plan(const Topology& topology, const Box& box, doubl
     }
   }
   detail::raise_if_any(comm, mismatch, agree);
-  detail::raise_if_any(comm, detail::check_particle_input(topology, box, cutoff, xyz), agree);
+  std::string bad;
+  for (std::size_t k = 0; k < views.size() && bad.empty(); ++k)
+    bad = detail::check_particle_input(views[k], box, cutoff, *xyz[k]);
+  detail::raise_if_any(comm, bad, agree);
+}
+
+// Collective over `comm`: every rank's stride valid and the same (or the messages would not
+// fit), before any move; `data` per rank, seen from `views`.
+void agree_on_stride(const Topology& topology, MPI_Comm comm, const char* where,
+                     const std::vector<Topology>& views,
+                     const std::vector<std::vector<double>*>& data, int stride) {
+  const detail::WaitContext context = detail::plan_wait(topology, where);
+  const detail::CollectiveWait agree =
+      detail::bounded_wait(comm, context, "the migration's verdict");
+  std::string bad;
+  for (std::size_t k = 0; k < views.size() && bad.empty(); ++k)
+    bad = detail::check_migrate_input(where, views[k].rank(), *data[k], stride);
+  int strides[2] = {stride, -stride};
+  detail::bounded_allreduce(comm, MPI_IN_PLACE, strides, 2, MPI_INT, MPI_MIN, context,
+                            "the agreement on the stride");
+  if (bad.empty() && strides[0] != -strides[1]) {
+    bad = std::string("halox::") + where + ": the ranks' strides differ (" +
+          std::to_string(strides[0]) + " to " + std::to_string(-strides[1]) + " doubles per atom)";
+  }
+  detail::raise_if_any(comm, bad, agree);
+}
+
+}  // namespace
+
+ParticlePlan build_particle_plan(const Topology& topology, const Box& box, double cutoff,
+                                 std::vector<double>& xyz) {
+  MPI_Comm comm = comm_of(topology, "build_particle_plan");
+  detail::agree_on_grid(topology, comm, "build_particle_plan");
+  agree_on_particle_input(topology, comm, box, cutoff, {topology}, {&xyz});
   std::vector<detail::BuilderRank> ranks(1);
   ranks[0].topology = &topology;
   ranks[0].xyz = &xyz;
@@ -213,19 +248,10 @@ void migrate_particles(const Topology& topology, const Box& box, std::vector<dou
                        int stride) {
   MPI_Comm comm = comm_of(topology, "migrate_particles");
   detail::agree_on_grid(topology, comm, "migrate_particles");
-  // Every rank's stride valid and the same (or the messages would not fit), before any move.
+  agree_on_stride(topology, comm, "migrate_particles", {topology}, {&data}, stride);
   const detail::WaitContext context = detail::plan_wait(topology, "migrate_particles");
   const detail::CollectiveWait agree =
       detail::bounded_wait(comm, context, "the migration's verdict");
-  std::string bad = detail::check_migrate_input("migrate_particles", topology.rank(), data, stride);
-  int strides[2] = {stride, -stride};
-  detail::bounded_allreduce(comm, MPI_IN_PLACE, strides, 2, MPI_INT, MPI_MIN, context,
-                            "the agreement on the stride");
-  if (bad.empty() && strides[0] != -strides[1]) {
-    bad = "halox::migrate_particles: the ranks' strides differ (" + std::to_string(strides[0]) +
-          " to " + std::to_string(-strides[1]) + " doubles per atom)";
-  }
-  detail::raise_if_any(comm, bad, agree);
   std::vector<detail::MigrateRank> ranks(1);
   ranks[0].topology = &topology;
   ranks[0].data = &data;
@@ -240,5 +266,155 @@ void migrate_particles(const Topology& topology, const Box& box, std::vector<dou
   });
   detail::raise_if_any(comm, error, agree);
 }
+
+namespace {
+
+// One message per rank of this process over Ranks::blocks, in `shifts` (by index in the
+// process): rank k's `out` goes to grid rank send_rank, and what grid rank recv_rank sends it
+// is appended to its `in`. Between ranks of this process a copy, else MPI messages between
+// the processes (the count, then the doubles), tagged by the receiver's index. Every wait
+// bounded, naming the peer and `step`.
+struct BlockShift {
+  int send_rank = -1, recv_rank = -1;
+  const std::vector<double>* out = nullptr;
+  std::vector<double>* in = nullptr;
+};
+
+void shift_in_blocks(const Ranks& ranks, std::vector<BlockShift>& shifts, const std::string& step,
+                     const char* where) {
+  const Topology& processes = ranks.processes();
+  MPI_Comm comm = processes.comm();
+  const detail::WaitContext context{ranks.rank(0), where, processes.timeout_seconds(), where};
+  const std::string counts = step + " (the counts)";
+  auto remote = [&](int g) { return g >= 0 && ranks.process_of(g) != processes.rank(); };
+  auto tag = [&](int receiver) { return detail::tags::kBlockShift + 2 * receiver; };
+  const std::size_t n = shifts.size();
+  std::vector<long long> sent(n, 0), seen(n, 0);
+  detail::MessageWait wait;
+  MPI_Request r;
+  for (std::size_t k = 0; k < n; ++k) {
+    const BlockShift& s = shifts[k];
+    if (remote(s.recv_rank)) {
+      HALOX_MPI_CHECK(MPI_Irecv(&seen[k], 1, MPI_LONG_LONG, ranks.process_of(s.recv_rank),
+                                tag(static_cast<int>(k)), comm, &r));
+      wait.add({r, s.recv_rank, static_cast<std::int64_t>(sizeof(long long)), &counts});
+    }
+    if (remote(s.send_rank)) {
+      sent[k] = static_cast<long long>(s.out->size());
+      HALOX_MPI_CHECK(MPI_Isend(&sent[k], 1, MPI_LONG_LONG, ranks.process_of(s.send_rank),
+                                tag(ranks.index_in_process(s.send_rank)), comm, &r));
+      wait.add({r, s.send_rank, -1, &counts});
+    }
+  }
+  wait.wait(context);
+  for (const BlockShift& s : shifts) {  // within the process: each rank receives from one
+    if (s.send_rank < 0 || remote(s.send_rank)) continue;
+    std::vector<double>& in = *shifts[ranks.index_in_process(s.send_rank)].in;
+    in.insert(in.end(), s.out->begin(), s.out->end());
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    const BlockShift& s = shifts[k];
+    if (remote(s.recv_rank)) {
+      const std::size_t at = s.in->size();
+      s.in->resize(at + static_cast<std::size_t>(seen[k]));
+      HALOX_MPI_CHECK(MPI_Irecv(s.in->data() + at, static_cast<int>(seen[k]), MPI_DOUBLE,
+                                ranks.process_of(s.recv_rank), tag(static_cast<int>(k)) + 1, comm,
+                                &r));
+      wait.add({r, s.recv_rank, seen[k] * 8, &step});
+    }
+    if (remote(s.send_rank)) {
+      HALOX_MPI_CHECK(MPI_Isend(s.out->data(), static_cast<int>(sent[k]), MPI_DOUBLE,
+                                ranks.process_of(s.send_rank),
+                                tag(ranks.index_in_process(s.send_rank)) + 1, comm, &r));
+      wait.add({r, s.send_rank, -1, &step});
+    }
+  }
+  wait.wait(context);
+}
+
+// The grid as each rank of this process sees it, after checking that one entry per rank came.
+std::vector<Topology> block_views(const Ranks& ranks, std::size_t given, const char* function,
+                                  const char* what) {
+  if (static_cast<int>(given) != ranks.count()) {
+    throw Error(std::string("halox::") + function + ": " + std::to_string(given) + " " + what +
+                " for the " + std::to_string(ranks.count()) + " ranks of this process");
+  }
+  const Topology& grid = ranks.topology();
+  std::vector<Topology> views;
+  for (int i = 0; i < ranks.count(); ++i)
+    views.emplace_back(grid.dims(), grid.periodic(), ranks.rank(i));
+  return views;
+}
+
+}  // namespace
+
+namespace detail {
+
+std::vector<ParticlePlan> build_block_particle_plans(const Ranks& ranks, const Box& box,
+                                                     double cutoff,
+                                                     std::vector<std::vector<double>>& xyz) {
+  const Topology& processes = ranks.processes();
+  MPI_Comm comm = comm_of(processes, "build_particle_plans");
+  const std::vector<Topology> views =
+      block_views(ranks, xyz.size(), "build_particle_plans", "coordinate sets");
+  agree_on_grid(processes, comm, "build_particle_plans");
+  std::vector<std::vector<double>*> mine;
+  for (auto& x : xyz) mine.push_back(&x);
+  agree_on_particle_input(processes, comm, box, cutoff, views, mine);
+  std::vector<BuilderRank> builders(views.size());
+  for (std::size_t k = 0; k < views.size(); ++k) {
+    builders[k].topology = &views[k];
+    builders[k].xyz = &xyz[k];
+  }
+  build_particle_plans(
+      box, cutoff, builders,
+      [&](int number, std::vector<std::vector<double>>& out, std::vector<std::vector<double>>& in) {
+        std::vector<BlockShift> shifts(builders.size());
+        for (std::size_t k = 0; k < builders.size(); ++k) {
+          const PulseHeader& h = builders[k].plan.pulses.back().header;
+          shifts[k] = {h.send_rank, h.recv_rank, &out[k], &in[k]};
+        }
+        const PulseHeader& h = builders[0].plan.pulses.back().header;
+        shift_in_blocks(ranks, shifts, h.name(number) + " of the plan's build",
+                        "build_particle_plans");
+      });
+  std::vector<ParticlePlan> plans;
+  for (auto& b : builders) plans.push_back(std::move(b.plan));
+  return plans;
+}
+
+void migrate_block_particles(const Ranks& ranks, const Box& box,
+                             std::vector<std::vector<double>>& data, int stride) {
+  const Topology& processes = ranks.processes();
+  MPI_Comm comm = comm_of(processes, "migrate_particles");
+  const std::vector<Topology> views =
+      block_views(ranks, data.size(), "migrate_particles", "atom sets");
+  agree_on_grid(processes, comm, "migrate_particles");
+  std::vector<std::vector<double>*> mine;
+  for (auto& d : data) mine.push_back(&d);
+  agree_on_stride(processes, comm, "migrate_particles", views, mine, stride);
+  std::vector<MigrateRank> movers(views.size());
+  for (std::size_t k = 0; k < views.size(); ++k) {
+    movers[k].topology = &views[k];
+    movers[k].data = &data[k];
+  }
+  const std::string error = migrate_particles_of(box, movers, stride, [&](int axis) {
+    const std::string name = std::string("the migration along ") + "xyz"[axis];
+    for (const int down : {1, 0}) {  // what goes to -1, from +1; then what goes to +1
+      std::vector<BlockShift> shifts(movers.size());
+      for (std::size_t k = 0; k < movers.size(); ++k) {
+        const int to = views[k].neighbor(axis, down ? -1 : +1);
+        const int from = views[k].neighbor(axis, down ? +1 : -1);
+        shifts[k] = {to, from, down ? &movers[k].down : &movers[k].up, &movers[k].arrived};
+      }
+      shift_in_blocks(ranks, shifts, name + (down ? " (down)" : " (up)"), "migrate_particles");
+    }
+  });
+  raise_if_any(
+      comm, error,
+      bounded_wait(comm, plan_wait(processes, "migrate_particles"), "the migration's verdict"));
+}
+
+}  // namespace detail
 
 }  // namespace halox

@@ -6,6 +6,7 @@
 #include "halox/exchange_options.hpp"
 #include "../common/no_mpi.hpp"
 #if HALOX_HAS_MPI
+#include "collective.hpp"
 #include "halox/mpi.hpp"
 #endif
 
@@ -21,14 +22,6 @@ T& only_entry(std::vector<T>& entries, const char* function, const char* what) {
                 what + " for one rank per process (Ranks::mpi): give one");
   }
   return entries.front();
-}
-
-void refuse_blocks(const Ranks& ranks, const char* function) {
-  if (ranks.in_blocks()) {
-    throw Error(std::string("halox::") + function +
-                ": Ranks::blocks (several ranks per MPI process) has grid plans only so far; "
-                "particles take Ranks::mpi or Ranks::local");
-  }
 }
 
 #if HALOX_HAS_MPI
@@ -89,9 +82,9 @@ std::vector<GridPlan> build_grid_plans(const Ranks& ranks, std::array<std::int64
 
 std::vector<ParticlePlan> build_particle_plans(const Ranks& ranks, const Box& box, double cutoff,
                                                std::vector<std::vector<double>>& xyz) {
-  refuse_blocks(ranks, "build_particle_plans");
   if (ranks.in_process()) return build_local_particle_plans(ranks.topology(), box, cutoff, xyz);
 #if HALOX_HAS_MPI
+  if (ranks.in_blocks()) return detail::build_block_particle_plans(ranks, box, cutoff, xyz);
   return {build_particle_plan(ranks.topology(), box, cutoff,
                               only_entry(xyz, "build_particle_plans", "coordinate sets"))};
 #else
@@ -101,9 +94,9 @@ std::vector<ParticlePlan> build_particle_plans(const Ranks& ranks, const Box& bo
 
 void migrate_particles(const Ranks& ranks, const Box& box, std::vector<std::vector<double>>& data,
                        int stride) {
-  refuse_blocks(ranks, "migrate_particles");
   if (ranks.in_process()) return migrate_local_particles(ranks.topology(), box, data, stride);
 #if HALOX_HAS_MPI
+  if (ranks.in_blocks()) return detail::migrate_block_particles(ranks, box, data, stride);
   migrate_particles(ranks.topology(), box, only_entry(data, "migrate_particles", "atom sets"),
                     stride);
 #else

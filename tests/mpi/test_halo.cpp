@@ -601,6 +601,100 @@ TEST(ParticleHalo, LocalMigrationAndPlansEqualTheMpiOnes) {
   }
 }
 
+// Particles over blocks of ranks per process (Ranks::blocks): random process grids and
+// blocks; the migration, the plans and the host exchange's forward (coordinates) and reverse
+// (forces, random) of this process's ranks equal, byte for byte, those of the same grid held
+// whole by this process (Ranks::local, its own builders and CPU path). Device arrays over
+// blocks are refused, saying so.
+TEST(ParticleHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
+  const std::uint64_t seed = halox::testing::test_seed("ParticleHalo.Blocks", 0);
+  std::mt19937_64 rng(seed);
+  for (auto dims : grid_shapes()) {
+    std::array<int, 3> block{};
+    for (int a = 0; a < 3; ++a) block[a] = std::uniform_int_distribution<int>(1, 2)(rng);
+    const Ranks ranks = Ranks::blocks(Topology::from_mpi(MPI_COMM_WORLD, dims), block);
+    const Topology& grid = ranks.topology();
+    const Ranks whole = Ranks::local(grid);
+    const World w = make_world(seed, 900);
+    const std::string where = "grid " + grid.describe() + ", block " + std::to_string(block[0]) +
+                              "x" + std::to_string(block[1]) + "x" + std::to_string(block[2]) +
+                              ", seed " + std::to_string(seed);
+    // Atoms move by less than a domain's width (a migration moves them one domain at most).
+    double step = 0.6;
+    for (int a = 0; a < 3; ++a) step = std::min(step, 0.9 * w.box.length[a] / grid.dims()[a]);
+    std::vector<double> moved(w.xyz);
+    for (double& v : moved) v += std::uniform_real_distribution<double>(-step, step)(rng);
+    std::vector<std::vector<double>> all(static_cast<std::size_t>(grid.size()));
+    for (int r = 0; r < grid.size(); ++r) {
+      std::vector<int> ids;
+      std::vector<double> xyz;
+      home_of(w, grid, r, ids, xyz);
+      for (int id : ids) {
+        all[r].insert(all[r].end(), &moved[3 * id], &moved[3 * id + 3]);
+        all[r].push_back(id);
+      }
+    }
+    std::vector<std::vector<double>> mine;
+    for (int i = 0; i < ranks.count(); ++i) mine.push_back(all[ranks.rank(i)]);
+    migrate_particles(ranks, w.box, mine, 4);
+    migrate_particles(whole, w.box, all, 4);
+    for (int i = 0; i < ranks.count(); ++i)
+      ASSERT_EQ(mine[i], all[ranks.rank(i)]) << where << ": rank " << ranks.rank(i) << "'s atoms";
+
+    std::vector<std::vector<double>> xyz(all.size()), my_xyz;
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      for (std::size_t i = 0; i < all[r].size(); i += 4)
+        xyz[r].insert(xyz[r].end(), &all[r][i], &all[r][i + 3]);
+    }
+    for (int i = 0; i < ranks.count(); ++i) my_xyz.push_back(xyz[ranks.rank(i)]);
+    const std::vector<ParticlePlan> plans = build_particle_plans(ranks, w.box, 2.6, my_xyz);
+    const std::vector<ParticlePlan> every = build_particle_plans(whole, w.box, 2.6, xyz);
+    ASSERT_EQ(plans.size(), static_cast<std::size_t>(ranks.count())) << where;
+    for (int i = 0; i < ranks.count(); ++i) {
+      const ParticlePlan &a = plans[i], &b = every[ranks.rank(i)];
+      ASSERT_EQ(my_xyz[i], xyz[ranks.rank(i)]) << where << ": local coordinates";
+      ASSERT_EQ(a.home_count, b.home_count) << where;
+      ASSERT_EQ(a.total_count, b.total_count) << where;
+      ASSERT_EQ(a.pulses.size(), b.pulses.size()) << where;
+      for (std::size_t p = 0; p < a.pulses.size(); ++p) {
+        EXPECT_EQ(a.pulses[p].send_index, b.pulses[p].send_index) << where << " pulse " << p;
+        EXPECT_EQ(a.pulses[p].recv_offset, b.pulses[p].recv_offset) << where;
+        EXPECT_EQ(a.pulses[p].shift, b.pulses[p].shift) << where;
+      }
+    }
+    // Forward: the home coordinates in, the halos poisoned; reverse: random forces on every
+    // item. Both exchanges see the same values.
+    std::vector<std::vector<double>> x(all.size()), f(all.size());
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      x[r].assign(xyz[r].size(), -777.0);
+      std::copy(xyz[r].begin(), xyz[r].begin() + 3 * every[r].home_count, x[r].begin());
+      std::mt19937_64 forces(seed ^ (r * 0x9E3779B97F4A7C15ull));
+      for (std::size_t k = 0; k < xyz[r].size(); ++k)
+        f[r].push_back(std::uniform_real_distribution<double>(-1, 1)(forces));
+    }
+    std::vector<std::vector<double>> my_x, my_f;
+    for (int i = 0; i < ranks.count(); ++i) {
+      my_x.push_back(x[ranks.rank(i)]);
+      my_f.push_back(f[ranks.rank(i)]);
+    }
+    auto pointers = [](std::vector<std::vector<double>>& arrays) {
+      std::vector<void*> out;
+      for (auto& a : arrays) out.push_back(a.data());
+      return out;
+    };
+    ParticleExchange blocks(ranks, plans, BasicKind::float64),
+        reference(whole, every, BasicKind::float64);
+    blocks.forward(pointers(my_x));
+    blocks.reverse(pointers(my_f));
+    reference.forward(pointers(x));
+    reference.reverse(pointers(f));
+    for (int i = 0; i < ranks.count(); ++i) {
+      EXPECT_EQ(my_x[i], x[ranks.rank(i)]) << where << ": rank " << ranks.rank(i) << " forward";
+      EXPECT_EQ(my_f[i], f[ranks.rank(i)]) << where << ": rank " << ranks.rank(i) << " reverse";
+    }
+  }
+}
+
 // build_grid_plans over MPI (this rank's plan, validated with its neighbours) and in one
 // process (every rank's): the same plan for this rank, on lattices that the grid does not
 // divide evenly; a process with one rank refuses several coordinate sets.
@@ -796,8 +890,11 @@ TEST(GridHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
   }
   const Topology processes = Topology::from_mpi(MPI_COMM_WORLD);
   const Ranks ranks = Ranks::blocks(processes, {2, 1, 1});
-  std::vector<std::vector<double>> two(2);
-  EXPECT_THROW(build_particle_plans(ranks, Box{}, 0.1, two), Error);
+  std::vector<std::vector<double>> one(1), two(2);
+  // Particles over blocks: a cutoff beyond half the box, on every process alike, and one
+  // coordinate set for two ranks, refused.
+  EXPECT_THROW(build_particle_plans(ranks, Box{{4, 4, 4}}, 3.0, two), Error);
+  EXPECT_THROW(build_particle_plans(ranks, Box{{4, 4, 4}}, 1.0, one), Error);
   EXPECT_THROW(Ranks::blocks(processes, {0, 1, 1}), Error);
   if (world_size() > 1) {
     try {
