@@ -60,8 +60,12 @@ Cli parse(int argc, char** argv) {
              "cutoff + --inner-skin, which the forces walk (0: off)");
   line.number("--inner-skin", c.inner_skin, "the pruned list's skin (--prune)", 0, 1e6);
   line.count("--thermo", cli.thermo_every, "thermo line every N steps (0: first and last only)");
-  std::string ranks, transport, precision = "double", lj_shift = "cutoff";
+  std::string ranks, transport, precision = "double", lj_shift = "cutoff", blocks;
   line.text("--ranks", ranks, "rank grid (default: MPI_Dims_create)", "XxYxZ");
+  line.text("--blocks", blocks,
+            "each MPI process runs a block of AxBxC ranks (halox::Ranks::blocks, CPU back end): "
+            "--ranks is then the grid of processes, the rank grid that times the block",
+            "AxBxC");
   line.choice("--device", c.device, "auto: gpu when one is visible", {"auto", "cpu", "gpu"});
   line.choice("--precision", precision, "arithmetic and storage", {"double", "float"});
   line.choice("--lj-shift", lj_shift,
@@ -90,6 +94,7 @@ Cli parse(int argc, char** argv) {
   line.watchdog(cli.watchdog);
   line.parse(argc, argv);
   if (!ranks.empty()) c.ranks = halox::apps::dims_of("halox-md", "--ranks", ranks, 1);
+  if (!blocks.empty()) c.blocks = halox::apps::dims_of("halox-md", "--blocks", blocks, 1);
   if (!transport.empty()) {
     c.transport = parse_transport(transport);
     c.transport_given = true;

@@ -65,6 +65,13 @@ void validate(const Config& c, int ranks) {
   if (!(c.jitter >= 0 && c.jitter < 0.25)) fail("--jitter must be in [0, 0.25)");
   if (c.nstlist < 1) fail("--nstlist must be >= 1");
   if (c.graph && c.device == "cpu") fail("--graph captures CUDA graphs: it needs --device gpu");
+  if (c.blocks[0] > 0 &&
+      (c.local || c.graph || c.device == "gpu" || (c.device == "auto" && gpu_present()))) {
+    fail(
+        "--blocks runs several ranks per MPI process on the CPU back end so far (halox moves "
+        "particles over Ranks::blocks in host memory): --device cpu, no --graph and no local-* "
+        "transport");
+  }
   if (c.prune < 0) fail("--prune must be >= 0");
   if (c.prune > 0 && !(c.inner_skin >= 0 && c.inner_skin <= c.skin)) {
     fail("--inner-skin must be in [0, --skin]");
@@ -127,6 +134,13 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
     const Topology grid(config.ranks, {true, true, true}, 0);
     for (int r = 0; r < grid.size(); ++r) {
       m_ranks.push_back(Rank{Topology(grid.dims(), grid.periodic(), r), {}, {}, {}, {}});
+    }
+  } else if (config.blocks[0] > 0) {
+    m_blocks = Ranks::blocks(Topology::from_mpi(comm, config.ranks), config.blocks);
+    const Topology& grid = m_blocks->topology();
+    for (int i = 0; i < m_blocks->count(); ++i) {
+      m_ranks.push_back(
+          Rank{Topology(grid.dims(), grid.periodic(), m_blocks->rank(i)), {}, {}, {}, {}});
     }
   } else {
     m_ranks.push_back(Rank{Topology::from_mpi(comm, config.ranks), {}, {}, {}, {}});
@@ -226,7 +240,7 @@ void Simulation::reduce(const void* in, double* out, int count, MPI_Op op, const
   // The values reduced were read from the GPU after its exchange: a device-side wait in it
   // that expired is reported first, naming its peer, not 5 s later by this reduction.
   if (m_exchange) m_exchange->check();
-  const Topology& topology = m_ranks.front().topology;
+  const Topology& topology = m_blocks ? m_blocks->processes() : m_ranks.front().topology;
   if (topology.comm() == MPI_COMM_NULL) {
     HALOX_MPI_CHECK(MPI_Allreduce(in, out, count, MPI_DOUBLE, op, m_comm));
   } else {
@@ -236,9 +250,9 @@ void Simulation::reduce(const void* in, double* out, int count, MPI_Op op, const
 
 std::string Simulation::transport_name() const {
   const std::string backend = m_ranks.front().backend->name();
-  if (m_config.local) {
+  if (m_config.local || m_blocks) {
     return backend + ", " + to_string(m_config.transport) + " (" + std::to_string(m_ranks.size()) +
-           " ranks in this process)";
+           (m_blocks ? " ranks in each process)" : " ranks in this process)");
   }
   return backend + ", " + to_string(m_config.transport);
 }
@@ -364,6 +378,7 @@ void Simulation::neighbor_search(bool first) {
 }
 
 Ranks Simulation::halox_ranks() const {
+  if (m_blocks) return *m_blocks;
   const Topology& grid = m_ranks.front().topology;
   return m_config.local ? Ranks::local(grid) : Ranks::mpi(grid);
 }

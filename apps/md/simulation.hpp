@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct Config {
   /// MPI between them), the exchange built over Ranks::local (on the GPU one kernel for all
   /// ranks, or one per pulse; the CPU copies host arrays).
   bool local = false;
+  /// --blocks: each MPI process runs a block of this many ranks (Ranks::blocks; `ranks` is
+  /// then the grid of processes); 0: one rank per process.
+  std::array<int, 3> blocks = {0, 0, 0};
   std::int64_t chunk_bytes = 0;
   std::uint64_t seed = 2026;
   double jitter = 0.02;
@@ -201,7 +205,8 @@ class Simulation {
   std::vector<std::vector<std::int32_t>> m_leaving;
   std::vector<std::vector<double>> m_migrate_data, m_xyz;
   std::vector<Fetched> m_fetch_into;
-  std::unique_ptr<ParticleExchange> m_exchange;  // over Ranks::mpi, or Ranks::local
+  std::optional<Ranks> m_blocks;                 // --blocks: this process's block of ranks
+  std::unique_ptr<ParticleExchange> m_exchange;  // over halox_ranks()
   std::vector<void*> m_arrays;                   // the ranks' arrays of a call (reused)
   Timers m_timers;
   std::int64_t m_step = 0;

@@ -20,8 +20,11 @@ in one process (local-fused, local-pulse), and 2 processes (--mpi-transport T); 
 to 1e-12 and energies after 60 steps (6 searches, a prune every 4 steps) to 1e-9, most steps
 replayed.
 
+--blocks=AxBxC (with NP GRID...): each process of the decomposed runs holds a block of AxBxC
+ranks (--blocks; GRID is then the grid of processes); the reference stays the single rank.
+
 usage: md_decomposition.py MPIEXEC HALOX_MD NP GRID... [--device cpu|gpu] [--transport T]
-                           [--force-tol X] [--energy-tol X]
+                           [--force-tol X] [--energy-tol X] [--blocks=AxBxC]
        md_decomposition.py MPIEXEC HALOX_MD --bad-input
        md_decomposition.py MPIEXEC HALOX_MD --lattice [--device cpu|gpu] [--mpi-transport T]
        md_decomposition.py MPIEXEC HALOX_MD --prune [--device cpu|gpu]
@@ -227,6 +230,7 @@ def main():
             (2, ["--transport", "local-fused", "--ranks", "2x1x1"], "start 1 MPI rank"),
             (1, ["--transport", "local-fused"], "whole rank grid"),
             (1, ["--graph", "--device", "cpu"], "needs --device gpu"),
+            (2, ["--blocks", "2x1x1", "--transport", "local-fused"], "--blocks runs"),
         ]
         for np, args, words in cases:
             p = run(mpiexec, md, np, args + ["--steps", "1"], check=False)
@@ -247,10 +251,13 @@ def main():
         i = extra.index("--energy-tol")
         energy_tol = float(extra[i + 1])
         del extra[i:i + 2]
+    blocks = [a for a in extra if a.startswith("--blocks=")]
+    extra = [a for a in extra if a not in blocks]
+    decomposed = extra + [b for a in blocks for b in ("--blocks", a[9:])]
     with tempfile.TemporaryDirectory() as work:
         ref_f, ref = simulate(mpiexec, md, 1, "1x1x1", extra, work)
         for grid in grids:
-            got_f, got = simulate(mpiexec, md, np, grid, extra, work)
+            got_f, got = simulate(mpiexec, md, np, grid, decomposed, work)
             if sorted(got_f) != sorted(ref_f):
                 sys.exit(f"FAILED {grid}: atom ids differ")
             worst, e_err = differences(ref_f, ref, got_f, got)
@@ -261,7 +268,7 @@ def main():
             if not worst <= force_tol or not e_err <= energy_tol:
                 sys.exit("FAILED: decomposed run differs from the single-rank run")
         if np > 1:
-            _, long = simulate(mpiexec, md, np, grids[0], extra, work, steps=1000)
+            _, long = simulate(mpiexec, md, np, grids[0], decomposed, work, steps=1000)
             print(f"total energy drift over 1000 steps on {grids[0]}: {long['energy_drift']:.3e}")
             if abs(long["energy_drift"]) > 1e-3:
                 sys.exit("FAILED: energy drift above 1e-3")
