@@ -449,7 +449,8 @@ def test_grid_halo_of_gpu_arrays_equals_numpys(framework):
 
 def test_blocks_of_ranks_per_process_equal_the_whole_grid_in_one():
     """Ranks.blocks (2 ranks per process along x): every rank's array after the exchange
-    equals the same rank's of the whole grid exchanged in one process (Ranks.local)."""
+    equals the same rank's of the whole grid exchanged in one process (Ranks.local); so do
+    the particles' migration, plans and forward over the same blocks."""
     rng = np.random.default_rng(seed_of("test_blocks_of_ranks_per_process_equal_the_whole_grid_in_one"))
     processes = halox.Topology.from_mpi(COMM, (COMM.size, 1, 1), (True, False, True))
     ranks = halox.Ranks.blocks(processes, (2, 1, 1))
@@ -465,8 +466,29 @@ def test_blocks_of_ranks_per_process_equal_the_whole_grid_in_one():
     halox.GridExchange(ranks, mine).exchange(*[arrays[r] for r in held])
     for r in held:
         assert np.array_equal(arrays[r], reference[r])
-    with pytest.raises(halox.Error, match="grid plans only"):
-        halox.build_particle_plans(ranks, halox.Box((4.0, 4.0, 4.0)), 1.0, [np.ones((1, 3))] * 2)
+    # Particles over the same blocks: the migration, the plans and the coordinates' forward
+    # equal those of the whole grid in one process.
+    box = halox.Box((7.0, 6.0, 5.5))
+    world = particle_world(rng, 400, box)  # the same on every rank (one seed)
+    moved = world + rng.uniform(-0.3, 0.3, world.shape)
+    homes = [world[owned_by(grid, box, r, world)] for r in range(grid.size)]
+    after = [moved[owned_by(grid, box, r, world)] for r in range(grid.size)]
+    migrated = halox.migrate_particles(ranks, box, [after[r] for r in held])
+    migrated_whole = halox.migrate_particles(halox.Ranks.local(grid), box, after)
+    for i, r in enumerate(held):
+        assert np.array_equal(migrated[i], migrated_whole[r])
+    plans, xyzs = halox.build_particle_plans(ranks, box, 1.3, [homes[r] for r in held])
+    plans_whole, xyzs_whole = halox.build_particle_plans(halox.Ranks.local(grid), box, 1.3, homes)
+    x = [np.full((p.total_count, 3), np.nan) for p in plans_whole]
+    for r, p in enumerate(plans_whole):
+        x[r][:p.home_count] = homes[r] + 0.01
+    mine_x = [x[r].copy() for r in held]
+    halox.ParticleExchange(halox.Ranks.local(grid), plans_whole, np.float64).forward(*x)
+    halox.ParticleExchange(ranks, plans, np.float64).forward(*mine_x)
+    for i, r in enumerate(held):
+        assert np.array_equal(xyzs[i], xyzs_whole[r])
+        assert plans[i].total_count == plans_whole[r].total_count
+        assert not np.isnan(mine_x[i]).any() and np.array_equal(mine_x[i], x[r])
 
 
 def test_pack_into_out_and_its_bad_input():
