@@ -186,6 +186,17 @@ for v in "--comm default" "--comm contig --transport staged" "--comm datatype --
     build/gpu/apps/lbm/halox-lbm --grid 256x128x128 --ranks 2x1x1 --steps 100 --device gpu $v \
     --json "$out/lbm-variant-$name.json" 2>&1 | grep -E "MLUPS;|halox-lbm:" | tee -a "$out/lbm-variants.txt"
 done
+# The same 8 ranks of 128^3 three ways: one process (local-fused), and 2 processes of a
+# 2x2x1 block each (Ranks::blocks: one grid kernel per process, ipc-fused; and staged).
+log "halox-lbm multiphase, 8 ranks of 128^3: 1 process vs 2 processes x 2x2x1 ranks (--blocks)"
+for v in "--transport ipc-fused" "--transport staged"; do
+  CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 90 mpirun -n 2 --oversubscribe --bind-to none \
+    build/gpu/apps/lbm/halox-lbm --grid 256x256x256 --ranks 1x1x2 --blocks 2x2x1 --steps 100 \
+    --device gpu --comm overlap $v --json "$out/lbm-blocks-${v##* }.json" 2>&1 \
+    | grep -E "MLUPS;|halox-lbm:" | tee -a "$out/lbm-blocks.txt"
+done
+build/gpu/apps/lbm/halox-lbm --grid 256x256x256 --ranks 2x2x2 --steps 100 --device gpu \
+  --comm overlap --transport local-fused 2>&1 | grep -E "MLUPS;|halox-lbm:" | tee -a "$out/lbm-blocks.txt"
 }
 
 want md && for np in 1 2; do
