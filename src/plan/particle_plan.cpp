@@ -332,18 +332,29 @@ void shift_in_blocks(const Ranks& ranks, std::vector<BlockShift>& shifts, const 
   wait.wait(context);
 }
 
-// The grid as each rank of this process sees it, after checking that one entry per rank came.
-std::vector<Topology> block_views(const Ranks& ranks, std::size_t given, const char* function,
-                                  const char* what) {
-  if (static_cast<int>(given) != ranks.count()) {
-    throw Error(std::string("halox::") + function + ": " + std::to_string(given) + " " + what +
-                " for the " + std::to_string(ranks.count()) + " ranks of this process");
-  }
-  const Topology& grid = ranks.topology();
+// A plan call over Ranks::blocks: the processes' communicator, the grid as each rank of this
+// process sees it, and its entries of `sets` (one per rank, checked), after the processes
+// agreed on the grid.
+struct BlockCall {
+  MPI_Comm comm;
   std::vector<Topology> views;
-  for (int i = 0; i < ranks.count(); ++i)
-    views.emplace_back(grid.dims(), grid.periodic(), ranks.rank(i));
-  return views;
+  std::vector<std::vector<double>*> sets;
+};
+
+BlockCall start_block_call(const Ranks& ranks, std::vector<std::vector<double>>& sets,
+                           const char* function, const char* what) {
+  if (static_cast<int>(sets.size()) != ranks.count()) {
+    throw Error(std::string("halox::") + function + ": " + std::to_string(sets.size()) + " " +
+                what + " for the " + std::to_string(ranks.count()) + " ranks of this process");
+  }
+  BlockCall call{comm_of(ranks.processes(), function), {}, {}};
+  const Topology& grid = ranks.topology();
+  for (int i = 0; i < ranks.count(); ++i) {
+    call.views.emplace_back(grid.dims(), grid.periodic(), ranks.rank(i));
+    call.sets.push_back(&sets[static_cast<std::size_t>(i)]);
+  }
+  detail::agree_on_grid(ranks.processes(), call.comm, function);
+  return call;
 }
 
 }  // namespace
@@ -353,14 +364,9 @@ namespace detail {
 std::vector<ParticlePlan> build_block_particle_plans(const Ranks& ranks, const Box& box,
                                                      double cutoff,
                                                      std::vector<std::vector<double>>& xyz) {
-  const Topology& processes = ranks.processes();
-  MPI_Comm comm = comm_of(processes, "build_particle_plans");
-  const std::vector<Topology> views =
-      block_views(ranks, xyz.size(), "build_particle_plans", "coordinate sets");
-  agree_on_grid(processes, comm, "build_particle_plans");
-  std::vector<std::vector<double>*> mine;
-  for (auto& x : xyz) mine.push_back(&x);
-  agree_on_particle_input(processes, comm, box, cutoff, views, mine);
+  const BlockCall call = start_block_call(ranks, xyz, "build_particle_plans", "coordinate sets");
+  const std::vector<Topology>& views = call.views;
+  agree_on_particle_input(ranks.processes(), call.comm, box, cutoff, views, call.sets);
   std::vector<BuilderRank> builders(views.size());
   for (std::size_t k = 0; k < views.size(); ++k) {
     builders[k].topology = &views[k];
@@ -385,14 +391,9 @@ std::vector<ParticlePlan> build_block_particle_plans(const Ranks& ranks, const B
 
 void migrate_block_particles(const Ranks& ranks, const Box& box,
                              std::vector<std::vector<double>>& data, int stride) {
-  const Topology& processes = ranks.processes();
-  MPI_Comm comm = comm_of(processes, "migrate_particles");
-  const std::vector<Topology> views =
-      block_views(ranks, data.size(), "migrate_particles", "atom sets");
-  agree_on_grid(processes, comm, "migrate_particles");
-  std::vector<std::vector<double>*> mine;
-  for (auto& d : data) mine.push_back(&d);
-  agree_on_stride(processes, comm, "migrate_particles", views, mine, stride);
+  const BlockCall call = start_block_call(ranks, data, "migrate_particles", "atom sets");
+  const std::vector<Topology>& views = call.views;
+  agree_on_stride(ranks.processes(), call.comm, "migrate_particles", views, call.sets, stride);
   std::vector<MigrateRank> movers(views.size());
   for (std::size_t k = 0; k < views.size(); ++k) {
     movers[k].topology = &views[k];
@@ -410,9 +411,9 @@ void migrate_block_particles(const Ranks& ranks, const Box& box,
       shift_in_blocks(ranks, shifts, name + (down ? " (down)" : " (up)"), "migrate_particles");
     }
   });
-  raise_if_any(
-      comm, error,
-      bounded_wait(comm, plan_wait(processes, "migrate_particles"), "the migration's verdict"));
+  raise_if_any(call.comm, error,
+               bounded_wait(call.comm, plan_wait(ranks.processes(), "migrate_particles"),
+                            "the migration's verdict"));
 }
 
 }  // namespace detail
