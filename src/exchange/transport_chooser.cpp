@@ -322,7 +322,7 @@ TransportKind TransportChooser::choose_automatically(const std::vector<PulseHead
                                        .pipelined_from = tuned_pipelined_from_bytes(),
                                        .particle = m_particle,
                                        .proxy_thread_allowed = every_thread_multiple != 0});
-  if (m_ranks.in_blocks() && kind != TransportKind::ipc_fused) {
+  if (m_ranks.in_blocks() && !(all_local && kind == TransportKind::ipc_fused)) {
     // Several ranks per process: the grid kernel over CUDA IPC on one node (copy faces
     // within a process), else staged (the host proxy serves one rank per process).
     kind = all_local ? TransportKind::ipc_fused : TransportKind::staged;
