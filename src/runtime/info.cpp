@@ -9,7 +9,7 @@
 
 #include "halox/config.hpp"
 #include "halox/error.hpp"
-#include "halox/exchange.hpp"
+#include "halox/exchange_options.hpp"
 #include "halox/tuning.hpp"
 #if HALOX_HAS_CUDA
 #include <cuda_runtime.h>
