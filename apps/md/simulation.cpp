@@ -126,24 +126,34 @@ void single_rank_default(Config& c, int ranks) {
   c.local = true;
 }
 
-Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_config(config) {
+namespace {
+// This process's ranks: every rank of the grid (local-*), a block of them (--blocks), or one.
+Ranks ranks_of(const Topology& processes, const Config& config) {
+  if (config.local) return Ranks::local(Topology(config.ranks, {true, true, true}, 0));
+  return config.blocks[0] > 0 ? Ranks::blocks(processes, config.blocks) : Ranks::mpi(processes);
+}
+Ranks ranks_of(MPI_Comm comm, const Config& config) {
+  return ranks_of(config.local ? Topology({1, 1, 1}, {true, true, true}, 0)
+                               : Topology::from_mpi(comm, config.ranks),
+                  config);
+}
+}  // namespace
+
+Simulation::Simulation(MPI_Comm comm, const Config& config)
+    : m_comm(comm), m_config(config), m_halox_ranks(ranks_of(comm, config)) {
   const double a = lattice_constant(config.density);
   m_box.length = {config.cells * a, config.cells * a, config.cells * a};
   const bool gpu = config.device == "gpu" || (config.device == "auto" && gpu_present());
-  if (config.local) {
-    const Topology grid(config.ranks, {true, true, true}, 0);
-    for (int r = 0; r < grid.size(); ++r) {
-      m_ranks.push_back(Rank{Topology(grid.dims(), grid.periodic(), r), {}, {}, {}, {}});
-    }
-  } else if (config.blocks[0] > 0) {
-    m_blocks = Ranks::blocks(Topology::from_mpi(comm, config.ranks), config.blocks);
-    const Topology& grid = m_blocks->topology();
-    for (int i = 0; i < m_blocks->count(); ++i) {
-      m_ranks.push_back(
-          Rank{Topology(grid.dims(), grid.periodic(), m_blocks->rank(i)), {}, {}, {}, {}});
-    }
-  } else {
-    m_ranks.push_back(Rank{Topology::from_mpi(comm, config.ranks), {}, {}, {}, {}});
+  // Each rank as it sees the grid; one rank per process keeps the communicator's view.
+  const Topology& grid = m_halox_ranks.topology();
+  const bool several = m_halox_ranks.in_process() || m_halox_ranks.in_blocks();
+  for (int i = 0; i < m_halox_ranks.count(); ++i) {
+    m_ranks.push_back(
+        Rank{several ? Topology(grid.dims(), grid.periodic(), m_halox_ranks.rank(i)) : grid,
+             {},
+             {},
+             {},
+             {}});
   }
   // Several ranks on the GPU share the first one's stream, which the local exchange follows.
   for (Rank& r : m_ranks) {
@@ -215,7 +225,11 @@ Simulation::Simulation(MPI_Comm comm, const Config& config) : m_comm(comm), m_co
   for (Rank& r : m_ranks) r.backend->synchronize();
   // Past the set-up the ranks step in lockstep: the searches' collectives and the thermo
   // reductions wait as long as an exchange does before naming a rank that does not arrive.
-  for (Rank& r : m_ranks) r.topology.set_timeout_seconds(ExchangeOptions{}.timeout_seconds);
+  const double timeout = ExchangeOptions{}.timeout_seconds;
+  for (Rank& r : m_ranks) r.topology.set_timeout_seconds(timeout);
+  Topology processes = m_halox_ranks.processes();  // the plan calls' waits: the same
+  processes.set_timeout_seconds(timeout);
+  m_halox_ranks = ranks_of(processes, m_config);
 }
 
 Simulation::~Simulation() {
@@ -240,7 +254,7 @@ void Simulation::reduce(const void* in, double* out, int count, MPI_Op op, const
   // The values reduced were read from the GPU after its exchange: a device-side wait in it
   // that expired is reported first, naming its peer, not 5 s later by this reduction.
   if (m_exchange) m_exchange->check();
-  const Topology& topology = m_blocks ? m_blocks->processes() : m_ranks.front().topology;
+  const Topology& topology = m_halox_ranks.processes();
   if (topology.comm() == MPI_COMM_NULL) {
     HALOX_MPI_CHECK(MPI_Allreduce(in, out, count, MPI_DOUBLE, op, m_comm));
   } else {
@@ -250,9 +264,9 @@ void Simulation::reduce(const void* in, double* out, int count, MPI_Op op, const
 
 std::string Simulation::transport_name() const {
   const std::string backend = m_ranks.front().backend->name();
-  if (m_config.local || m_blocks) {
+  if (m_halox_ranks.in_process() || m_halox_ranks.in_blocks()) {
     return backend + ", " + to_string(m_config.transport) + " (" + std::to_string(m_ranks.size()) +
-           (m_blocks ? " ranks in each process)" : " ranks in this process)");
+           (m_halox_ranks.in_blocks() ? " ranks in each process)" : " ranks in this process)");
   }
   return backend + ", " + to_string(m_config.transport);
 }
@@ -290,7 +304,7 @@ void Simulation::migrate() {
     }
   }
   // Collective (MPI): every rank takes part, with or without atoms to move.
-  migrate_particles(halox_ranks(), m_box, m_migrate_data, 7);
+  migrate_particles(m_halox_ranks, m_box, m_migrate_data, 7);
   for (std::size_t k = 0; k < n; ++k) {
     Rank& r = m_ranks[k];
     const std::vector<std::int32_t>& leaving = m_leaving[k];
@@ -357,7 +371,7 @@ void Simulation::neighbor_search(bool first) {
   // until the next fetch (swapped, not copied, into the vectors the builder takes).
   m_xyz.resize(m_ranks.size());
   for (std::size_t k = 0; k < m_ranks.size(); ++k) std::swap(m_xyz[k], m_ranks[k].x);
-  std::vector<ParticlePlan> plans = build_particle_plans(halox_ranks(), m_box, rlist, m_xyz);
+  std::vector<ParticlePlan> plans = build_particle_plans(m_halox_ranks, m_box, rlist, m_xyz);
   for (std::size_t k = 0; k < m_ranks.size(); ++k) {
     std::swap(m_xyz[k], m_ranks[k].x);
     m_ranks[k].plan = plans[k];
@@ -377,12 +391,6 @@ void Simulation::neighbor_search(bool first) {
   m_timers.search += seconds_since(start);
 }
 
-Ranks Simulation::halox_ranks() const {
-  if (m_blocks) return *m_blocks;
-  const Topology& grid = m_ranks.front().topology;
-  return m_config.local ? Ranks::local(grid) : Ranks::mpi(grid);
-}
-
 // The exchange for the new plans (of this process's ranks, in order).
 void Simulation::set_up_exchange(std::vector<ParticlePlan> plans) {
   if (m_exchange) {
@@ -392,7 +400,7 @@ void Simulation::set_up_exchange(std::vector<ParticlePlan> plans) {
   ExchangeOptions options;
   options.transport = m_config.transport;
   options.chunk_bytes = m_config.chunk_bytes;  // the pipelined transport's; others ignore it
-  m_exchange = std::make_unique<ParticleExchange>(halox_ranks(), std::move(plans),
+  m_exchange = std::make_unique<ParticleExchange>(m_halox_ranks, std::move(plans),
                                                   m_ranks.front().backend->real(), options);
   if (m_config.graph && !m_exchange->capturable()) {  // the same answer on every rank
     throw Error("halox-md: --graph: the transport " + to_string(m_config.transport) +

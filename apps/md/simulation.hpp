@@ -8,7 +8,6 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -172,7 +171,6 @@ class Simulation {
   void neighbor_search(bool first);
   void migrate();
   /// halox's view of this process's ranks: every rank of the grid (local) or its MPI rank.
-  Ranks halox_ranks() const;
   void set_up_exchange(std::vector<ParticlePlan> plans);
   void prune();  // every rank's list cut to cutoff + inner skin (Config::prune)
   void halo(bool forward);
@@ -190,6 +188,7 @@ class Simulation {
 
   MPI_Comm m_comm;
   Config m_config;
+  Ranks m_halox_ranks;                // this process's ranks: Ranks::mpi, ::local or ::blocks
   bool m_half_kick_deferred = false;  // the last step's final half kick is still to come (step)
   // --graph: the search (plan) count, and per kind of step the plan it was captured on.
   std::int64_t m_searches = 0;
@@ -205,8 +204,7 @@ class Simulation {
   std::vector<std::vector<std::int32_t>> m_leaving;
   std::vector<std::vector<double>> m_migrate_data, m_xyz;
   std::vector<Fetched> m_fetch_into;
-  std::optional<Ranks> m_blocks;                 // --blocks: this process's block of ranks
-  std::unique_ptr<ParticleExchange> m_exchange;  // over halox_ranks()
+  std::unique_ptr<ParticleExchange> m_exchange;  // over m_halox_ranks
   std::vector<void*> m_arrays;                   // the ranks' arrays of a call (reused)
   Timers m_timers;
   std::int64_t m_step = 0;
