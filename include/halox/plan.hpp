@@ -206,7 +206,9 @@ std::vector<GridPlan> build_grid_plans(const Ranks& ranks, std::array<std::int64
                                        int halo, const Datatype& element);
 
 /// The particle plans of this process's ranks: xyz[i] holds rank ranks.rank(i)'s home
-/// coordinates and is extended with its halo (as build_particle_plan does).
+/// coordinates and is extended with its halo (as build_particle_plan does). Collective over
+/// the processes for Ranks::mpi and Ranks::blocks (whose ranks are built in lockstep, their
+/// messages copies within the process).
 std::vector<ParticlePlan> build_particle_plans(const Ranks& ranks, const Box& box, double cutoff,
                                                std::vector<std::vector<double>>& xyz);
 

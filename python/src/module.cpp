@@ -844,7 +844,8 @@ void bind_particles(nb::module_& m) {
       },
       "ranks"_a, "box"_a, "cutoff"_a, "homes"_a,
       "(plans, coordinates) of this process's ranks: homes[i] the home atoms (n, 3) of rank "
-      "ranks.rank(i), the coordinates extended by the halo (Ranks.mpi: collective)");
+      "ranks.rank(i), the coordinates extended by the halo (Ranks.mpi, Ranks.blocks: "
+      "collective)");
   m.def(
       "migrate_particles",
       [](const halox::Ranks& ranks, const halox::Box& box, const std::vector<Array>& atoms) {
@@ -860,7 +861,7 @@ void bind_particles(nb::module_& m) {
       "This process's ranks' atoms after each moved to the rank that owns it now: atoms[i] is "
       "rank ranks.rank(i)'s (n, k) float64 array, its position in the first three columns "
       "(velocities, ids after it travel along), wrapped across periodic edges; returns the new "
-      "arrays (Ranks.mpi: collective)");
+      "arrays (Ranks.mpi, Ranks.blocks: collective)");
   nb::class_<ParticleExchange>(m, "ParticleExchange",
                                "Coordinates forward to the halos, forces back to their "
                                "owners, of (total_count, 3) arrays",
