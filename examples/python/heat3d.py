@@ -114,7 +114,7 @@ def main():
         dims = "x".join(str(d) for d in topo.dims)
         print(f"heat3d.py: {n}^3 cells on {dims} ranks, {args.device} "
               f"({'NumPy' if xp is np else 'CuPy'}), halox {halox.__version__}, "
-              f"transport {exchange.transport_name(u) if xp is np else args.transport}")
+              f"transport {exchange.transport_name(u)}")
         print(f"{args.steps} steps: {seconds / args.steps * 1e3:.3f} ms per step "
               f"(halo exchange {exchange_seconds / args.steps * 1e3:.3f} ms, slowest rank)")
         print(f"largest error against the exact discrete solution: {error:.2e} "
