@@ -57,11 +57,16 @@ class RankGridEngine final : public GridEngine {
                   std::to_string(tags::kParticleForward - tags::kGridPulse) +
                   " one exchange takes");
     }
-    // Stage order across the fields: the fields' pulses of one stage run together.
-    for (auto* c : {&all_host, &all_device}) {
-      std::stable_sort(c->forward.begin(), c->forward.end(),
+    // Stage order across the fields and ranks: the pulses of one stage run together (the
+    // grid kernel's host side requires it: its tickets go stage by stage).
+    auto by_stage = [](Connection& c) {
+      std::stable_sort(c.forward.begin(), c.forward.end(),
                        [](const Op& x, const Op& y) { return x.stage < y.stage; });
-    }
+    };
+    by_stage(all_host);
+    by_stage(all_device);
+    for (Connection& c : per_field_host) by_stage(c);
+    for (Connection& c : per_field_device) by_stage(c);
     // Ranks in this process: their plans are checked here, at construction, as one rank per
     // process checks them collectively when they are built.
     if (r.in_process()) (void)pair_local_faces(all_host);
