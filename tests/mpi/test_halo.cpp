@@ -734,16 +734,12 @@ TEST(GridHalo, PlansOverBothKindsOfRanksAgree) {
   EXPECT_THROW(build_particle_plans(Ranks::mpi(topology), Box{}, 0.1, two), Error);
 }
 
-// Ranks::blocks on the GPU (HALOX_TEST_TRANSPORT set, a GPU there): `before` uploaded, two
-// exchanges through the test's transport, each array then equal, byte for byte, to the host
-// exchange's result in `after`. The kinds that take one rank per process are refused, naming
-// what blocks take.
-void expect_blocks_on_device(const Ranks& ranks, const std::vector<GridPlan>& plans,
-                             const std::vector<std::vector<double>>& before,
-                             const std::vector<void*>& after, const std::string& where) {
 #if HALOX_HAS_CUDA
-  const TransportKind kind = test_transport();
-  if (kind == TransportKind::host || kind == TransportKind::nccl || visible_gpus() == 0) return;
+// One exchange of device copies of `before` over blocks through `kind`, twice; each array
+// then equal to `after`'s, or the kind refused naming what blocks take.
+void expect_blocks_moved(const Ranks& ranks, TransportKind kind, const std::vector<GridPlan>& plans,
+                         const std::vector<std::vector<double>>& before,
+                         const std::vector<void*>& after, const std::string& where) {
   std::vector<void*> device(before.size(), nullptr);
   for (std::size_t i = 0; i < before.size(); ++i) {
     ASSERT_EQ(cudaMalloc(&device[i], before[i].size() * 8), cudaSuccess);
@@ -772,6 +768,36 @@ void expect_blocks_on_device(const Ranks& ranks, const std::vector<GridPlan>& pl
       EXPECT_NE(std::string(e.what()).find("over Ranks::blocks"), std::string::npos) << e.what();
   }
   for (void* p : device) cudaFree(p);
+}
+#endif
+
+// Ranks::blocks on the GPU (HALOX_TEST_TRANSPORT set, a GPU there): `before` uploaded, two
+// exchanges through the test's transport, each array then equal, byte for byte, to the host
+// exchange's result in `after`, with the fields as given and three times over (one grid
+// kernel instance per field). The kinds that take one rank per process are refused, naming
+// what blocks take.
+void expect_blocks_on_device(const Ranks& ranks, const std::vector<GridPlan>& plans,
+                             const std::vector<std::vector<double>>& before,
+                             const std::vector<void*>& after, const std::string& where) {
+#if HALOX_HAS_CUDA
+  const TransportKind kind = test_transport();
+  if (kind == TransportKind::host || kind == TransportKind::nccl || visible_gpus() == 0) return;
+  // The fields as given, then three times over: more fields than one launch of the grid
+  // kernel takes (the exchange then runs one instance per field).
+  for (int copies : {1, 3}) {
+    std::vector<GridPlan> plans_n;
+    std::vector<std::vector<double>> before_n;
+    std::vector<void*> after_n;
+    for (int c = 0; c < copies; ++c) {
+      plans_n.insert(plans_n.end(), plans.begin(), plans.end());
+      before_n.insert(before_n.end(), before.begin(), before.end());
+      after_n.insert(after_n.end(), after.begin(), after.end());
+    }
+    expect_blocks_moved(
+        ranks, kind, plans_n, before_n, after_n,
+        where + ", " + std::to_string(plans_n.size() / static_cast<std::size_t>(ranks.count())) +
+            " fields");
+  }
 #else
   (void)ranks, (void)plans, (void)before, (void)after, (void)where;
 #endif
