@@ -64,8 +64,7 @@ class GridFusedTransport final : public Transport {
  public:
   GridFusedTransport(const Ranks& ranks, Mapping mapping, ProxyPolicy proxy, std::string name,
                      const std::string& trace_name, double timeout_seconds, bool self_test)
-      : m_ranks(ranks),
-        m_links(ranks),
+      : m_links(ranks),
         m_comm(ranks.processes().comm()),
         m_rank(ranks.processes().rank()),
         m_local(ranks.count()),
@@ -104,7 +103,9 @@ class GridFusedTransport final : public Transport {
   // The set-up's collectives end in an error naming this process's (first) rank after the
   // time-out, as its waits for data do, instead of holding a rank whose neighbour never
   // arrives.
-  WaitContext wait_context() const { return {m_ranks.rank(0), m_name.c_str(), m_timeout_seconds}; }
+  WaitContext wait_context() const {
+    return {m_links.ranks().rank(0), m_name.c_str(), m_timeout_seconds};
+  }
 
   // Several fields per launch (up to kMaxGridFields, and fields x ranks within the kernel's
   // field slots; more: one instance per field).
@@ -219,9 +220,9 @@ class GridFusedTransport final : public Transport {
     m_per_rank = static_cast<int>(m_rank_ops[0].size());
     for (int r = 0; r < m_local; ++r) {
       if (static_cast<int>(m_rank_ops[r].size()) != m_per_rank) {
-        throw Error("halox: " + m_name + ": rank " + std::to_string(m_ranks.rank(r)) + " has " +
-                    std::to_string(m_rank_ops[r].size()) + " pulses, rank " +
-                    std::to_string(m_ranks.rank(0)) + " " + std::to_string(m_per_rank) +
+        throw Error("halox: " + m_name + ": rank " + std::to_string(m_links.ranks().rank(r)) +
+                    " has " + std::to_string(m_rank_ops[r].size()) + " pulses, rank " +
+                    std::to_string(m_links.ranks().rank(0)) + " " + std::to_string(m_per_rank) +
                     ": the plans do not match");
       }
     }
@@ -233,8 +234,8 @@ class GridFusedTransport final : public Transport {
 
   // The op of grid rank `rank` (of this process) at index `pulse` among its ops; -1: none.
   int op_at(int rank, int pulse) const {
-    if (m_rank_ops.empty() || rank < 0 || m_ranks.process_of(rank) != m_rank) return -1;
-    const std::vector<int>& mine = m_rank_ops[m_ranks.index_in_process(rank)];
+    if (m_rank_ops.empty() || rank < 0 || m_links.ranks().process_of(rank) != m_rank) return -1;
+    const std::vector<int>& mine = m_rank_ops[m_links.ranks().index_in_process(rank)];
     return pulse >= 0 && pulse < static_cast<int>(mine.size()) ? mine[pulse] : -1;
   }
 
@@ -275,7 +276,7 @@ class GridFusedTransport final : public Transport {
     if (counts[0] != -counts[1]) {
       throw Error("halox: " + m_name + ": the ranks' plans list from " +
                   std::to_string(-counts[1]) + " to " + std::to_string(counts[0]) +
-                  " pulses (rank " + std::to_string(m_ranks.rank(0)) + ": " +
+                  " pulses (rank " + std::to_string(m_links.ranks().rank(0)) + ": " +
                   std::to_string(m_per_rank) + "): the plans do not match");
     }
     std::vector<long long> largest(static_cast<std::size_t>(m_per_rank), 0);
@@ -367,7 +368,7 @@ class GridFusedTransport final : public Transport {
   char* block_of(int g) const {
     const int process = m_links.process(g);
     char* base = process == m_rank ? m_block : m_peers.base(process);
-    return base + m_ranks.index_in_process(g) * m_stride;
+    return base + m_links.ranks().index_in_process(g) * m_stride;
   }
   GridSlots* slots_of(int g) const { return reinterpret_cast<GridSlots*>(block_of(g)); }
   // The PE that op's peer is reached by puts at; -1: stores.
@@ -577,11 +578,10 @@ class GridFusedTransport final : public Transport {
     return *m_tables.emplace(key, std::move(table)).first->second;
   }
 
-  Ranks m_ranks;
-  RankLinks m_links;
-  MPI_Comm m_comm;  // the processes'
-  int m_rank;       // this process's rank in it
-  int m_local;      // this process's ranks
+  RankLinks m_links;  // this process's ranks and where their peers are
+  MPI_Comm m_comm;    // the processes'
+  int m_rank;         // this process's rank in it
+  int m_local;        // this process's ranks
   Mapping m_mapping;
   ProxyPolicy m_proxy_policy;
   std::string m_name;

@@ -23,6 +23,9 @@ class RankLinks {
  public:
   explicit RankLinks(const Ranks& ranks) : m_ranks(ranks) {}
 
+  /// The ranks it was made for.
+  const Ranks& ranks() const { return m_ranks; }
+
   /// The grid rank an op belongs to.
   int me(const Op& op) const { return m_ranks.rank(op.rank); }
   /// The process (a rank of the processes' communicator) that holds grid rank `peer`.
