@@ -77,14 +77,17 @@ rc=$?; grep -h "seed\|GPU:\|tests passed\|FAILED" "$out/gpu-tests.log" | tee -a 
 [ $rc -eq 0 ] && log "gpu tests PASSED" || log "gpu tests FAILED"
 }
 
-# The Python module's tests on 2 processes: NumPy, and the GPU arrays of CuPy and PyTorch.
+# The Python module's tests on 1 and 2 processes: NumPy, and the GPU arrays of CuPy, PyTorch
+# and JAX (local ranks among them).
 want python && {
 if [ "$python_module" = ON ]; then
-  (cd build/gpu && PYTHONPATH=$PWD/python timeout 300 mpirun -n 2 --oversubscribe \
-    python3 -m pytest -q -rs -p no:cacheprovider ../../python/tests) > "$out/python-tests.log" 2>&1
-  rc=$?
-  tail -15 "$out/python-tests.log" >> "$out/summary.txt"
-  [ $rc -eq 0 ] && log "python tests PASSED" || log "python tests FAILED (rc $rc)"
+  for np in 1 2; do
+    (cd build/gpu && PYTHONPATH=$PWD/python timeout 300 mpirun -n $np --oversubscribe \
+      python3 -m pytest -q -rs -p no:cacheprovider ../../python/tests) > "$out/python-tests-np$np.log" 2>&1
+    rc=$?
+    tail -15 "$out/python-tests-np$np.log" >> "$out/summary.txt"
+    [ $rc -eq 0 ] && log "python tests, $np processes: PASSED" || log "python tests, $np processes: FAILED (rc $rc)"
+  done
   (cd build/gpu && PYTHONPATH=$PWD/python timeout 120 mpirun -n 2 --oversubscribe \
     python3 ../../examples/python/heat3d.py --device gpu) 2>&1 | tee -a "$out/summary.txt"
   (cd build/gpu && PYTHONPATH=$PWD/python timeout 120 mpirun -n 2 --oversubscribe \
