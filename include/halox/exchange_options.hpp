@@ -95,8 +95,10 @@ bool gpu_initiated(TransportKind kind);
 ///    `processes` (a Topology::from_mpi) each hold a block of block[X] x block[Y] x block[Z]
 ///    ranks of a grid of processes.dims() x block ranks (the processes' periodicity), the
 ///    block at the process's coordinates times the block. Links between ranks of one process
-///    are copies, the others MPI messages. Grid exchanges so far: host arrays, and device
-///    arrays by staged or mpi-direct (auto: staged).
+///    are copies, the others MPI messages. Host arrays by the host transport; device arrays
+///    of grids by ipc-*, nvshmem-* (the grid kernel), staged or mpi-direct (auto: ipc-fused
+///    with every process on one node, else staged), of particles by staged or mpi-direct
+///    (auto: staged).
 /// The index of a process's rank (the order of its plans and arrays) runs x fastest over its
 /// block, as Topology numbers a grid.
 class Ranks {

@@ -68,11 +68,6 @@ class RankParticleEngine final : public ParticleEngine {
       throw Error("halox::ParticleExchange: one rank per process takes one array and one stream");
     }
     const bool on_device = chooser.on_device(arrays[0]);
-    if (on_device && ranks.in_blocks()) {
-      throw Error(
-          "halox::ParticleExchange: over Ranks::blocks (several ranks per MPI process) it moves "
-          "host arrays so far; device arrays take Ranks::mpi or Ranks::local");
-    }
     on_host = !on_device;
     const Direction direction = forward ? Direction::forward : Direction::reverse;
 #if HALOX_HAS_CUDA
@@ -91,7 +86,7 @@ class RankParticleEngine final : public ParticleEngine {
     Transport& t = chooser.connected(arrays[0], on_device, on_device ? device : host);
     // The gather and scatter kernels of the stream-ordered transports read the indices on the
     // device; the GPU-initiated kernels keep their own.
-    if (on_device && !t.capabilities().device_initiated) prepare_device();
+    if (on_device && !ranks.in_process() && !t.capabilities().device_initiated) prepare_device();
     t.run_async(direction, arrays, streams, stats);
   }
   bool capturable() const override {
@@ -191,12 +186,11 @@ class RankParticleEngine final : public ParticleEngine {
       host.forward.push_back(std::move(fh));
       host.reverse.push_back(std::move(rh));
 #if HALOX_HAS_CUDA && HALOX_HAS_MPI
-      if (ranks.in_blocks()) continue;  // host arrays only (run refuses device arrays)
       Op fd = fwd, rd = rev;
       const std::size_t slot = static_cast<std::size_t>(i);
       auto* self = this;
       fd.pack = [=](const void* x, void* out, std::int64_t off, std::int64_t bytes, GpuStream s) {
-        gather_shift_async(r, x, self->device_index[slot].get(), off / item_bytes,
+        gather_shift_async(r, x, self->device_index[rank][slot].get(), off / item_bytes,
                            bytes / item_bytes, shift, out, s);
       };
       fd.unpack = [=](void* x, const void* in, std::int64_t off, std::int64_t bytes, GpuStream s) {
@@ -206,7 +200,7 @@ class RankParticleEngine final : public ParticleEngine {
         copy_async(out, static_cast<const char*>(f) + recv_at + off, bytes, s);
       };
       rd.unpack = [=](void* f, const void* in, std::int64_t off, std::int64_t bytes, GpuStream s) {
-        scatter_add_async(r, f, self->device_index[slot].get(), off / item_bytes,
+        scatter_add_async(r, f, self->device_index[rank][slot].get(), off / item_bytes,
                           bytes / item_bytes, in, s);
       };
       device.forward.push_back(std::move(fd));
@@ -217,9 +211,12 @@ class RankParticleEngine final : public ParticleEngine {
 
   void prepare_device() {
 #if HALOX_HAS_CUDA && HALOX_HAS_MPI
-    if (device_index_ready) return;  // the ops that read them: one rank per process only
-    for (const auto& pulse : plan_list[0].pulses)
-      device_index.push_back(upload_index(pulse.send_index));
+    if (device_index_ready) return;  // the ops that read them: ranks in MPI processes only
+    device_index.assign(plan_list.size(), {});
+    for (std::size_t r = 0; r < plan_list.size(); ++r) {
+      for (const auto& pulse : plan_list[r].pulses)
+        device_index[r].push_back(upload_index(pulse.send_index));
+    }
     device_index_ready = true;
 #endif
   }
@@ -230,7 +227,8 @@ class RankParticleEngine final : public ParticleEngine {
   TransportChooser chooser;
   std::vector<ParticlePlan> plan_list;  // plans(): one per rank of this process
   Connection host, device;              // per memory
-  std::vector<std::shared_ptr<const std::int32_t>> device_index;
+  // Per rank of this process and pulse: the send indices on the device.
+  std::vector<std::vector<std::shared_ptr<const std::int32_t>>> device_index;
   bool device_index_ready = false;
   bool on_host = false;  // the last run's arrays were in host memory
 };

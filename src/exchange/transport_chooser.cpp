@@ -258,6 +258,12 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
 #if HALOX_HAS_CUDA && HALOX_HAS_MPI
   const MPI_Comm comm = m_ranks.topology().comm();
   const int rank = m_ranks.topology().rank();
+  if (m_particle && m_ranks.in_blocks() && t != TransportKind::staged &&
+      t != TransportKind::mpi_direct) {
+    throw Error("halox::ParticleExchange: the " + to_string(t) +
+                " transport takes one rank per process; over Ranks::blocks (several ranks per "
+                "MPI process) device arrays take staged or mpi-direct (auto: staged)");
+  }
   if (gpu_initiated(t)) {
     // Particles: the fused kernels per pulse or for all pulses; grids: one fused kernel
     // for all stages, the pulse and the fused variants alike.
@@ -322,7 +328,11 @@ TransportKind TransportChooser::choose_automatically(const std::vector<PulseHead
                                        .pipelined_from = tuned_pipelined_from_bytes(),
                                        .particle = m_particle,
                                        .proxy_thread_allowed = every_thread_multiple != 0});
-  if (m_ranks.in_blocks() && !(all_local && kind == TransportKind::ipc_fused)) {
+  if (m_ranks.in_blocks() && m_particle) {
+    // Several ranks per process: the particle kernels take one rank per process.
+    kind = TransportKind::staged;
+    why = "particles of several ranks per process";
+  } else if (m_ranks.in_blocks() && !(all_local && kind == TransportKind::ipc_fused)) {
     // Several ranks per process: the grid kernel over CUDA IPC on one node (copy faces
     // within a process), else staged (the host proxy serves one rank per process).
     kind = all_local ? TransportKind::ipc_fused : TransportKind::staged;

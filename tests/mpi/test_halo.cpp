@@ -18,6 +18,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "../common/grid_field.hpp"
@@ -601,11 +602,63 @@ TEST(ParticleHalo, LocalMigrationAndPlansEqualTheMpiOnes) {
   }
 }
 
+// Particles over blocks on the GPU (HALOX_TEST_TRANSPORT set, a GPU there): device copies of
+// the coordinates `x` and forces `f` forward and reverse through the test's transport, each
+// then equal, byte for byte, to the host exchange's `x_after` and `f_after`. The kinds that
+// take one rank per process are refused, naming what blocks take.
+void expect_block_particles_on_device(const Ranks& ranks, const std::vector<ParticlePlan>& plans,
+                                      const std::vector<std::vector<double>>& x,
+                                      const std::vector<std::vector<double>>& f,
+                                      const std::vector<std::vector<double>>& x_after,
+                                      const std::vector<std::vector<double>>& f_after,
+                                      const std::string& where) {
+#if HALOX_HAS_CUDA
+  const TransportKind kind = test_transport();
+  if (kind == TransportKind::host || kind == TransportKind::nccl || visible_gpus() == 0) return;
+  auto upload = [](const std::vector<std::vector<double>>& arrays) {
+    std::vector<void*> device(arrays.size(), nullptr);
+    for (std::size_t i = 0; i < arrays.size(); ++i) {
+      EXPECT_EQ(cudaMalloc(&device[i], arrays[i].size() * 8 + 8), cudaSuccess);
+      EXPECT_EQ(
+          cudaMemcpy(device[i], arrays[i].data(), arrays[i].size() * 8, cudaMemcpyHostToDevice),
+          cudaSuccess);
+    }
+    return device;
+  };
+  std::vector<void*> dx = upload(x), df = upload(f);
+  const bool taken = kind == TransportKind::staged || kind == TransportKind::mpi_direct ||
+                     kind == TransportKind::automatic;
+  try {
+    ParticleExchange exchange(ranks, plans, BasicKind::float64, ExchangeOptions{kind});
+    exchange.forward(dx);
+    exchange.reverse(df);
+    EXPECT_TRUE(taken) << where << ": " << to_string(kind) << " was not refused";
+    for (std::size_t i = 0; i < dx.size(); ++i) {
+      for (const auto& [device, want, what] :
+           {std::tuple{dx[i], &x_after[i], "forward"}, std::tuple{df[i], &f_after[i], "reverse"}}) {
+        std::vector<double> back(want->size());
+        ASSERT_EQ(cudaMemcpy(back.data(), device, back.size() * 8, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        EXPECT_EQ(back, *want) << where << ": rank " << ranks.rank(static_cast<int>(i)) << " "
+                               << what << " through " << to_string(kind);
+      }
+    }
+  } catch (const Error& e) {
+    EXPECT_FALSE(taken) << where << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find("over Ranks::blocks"), std::string::npos) << e.what();
+  }
+  for (void* p : dx) cudaFree(p);
+  for (void* p : df) cudaFree(p);
+#else
+  (void)ranks, (void)plans, (void)x, (void)f, (void)x_after, (void)f_after, (void)where;
+#endif
+}
+
 // Particles over blocks of ranks per process (Ranks::blocks): random process grids and
 // blocks; the migration, the plans and the host exchange's forward (coordinates) and reverse
 // (forces, random) of this process's ranks equal, byte for byte, those of the same grid held
-// whole by this process (Ranks::local, its own builders and CPU path). Device arrays over
-// blocks are refused, saying so.
+// whole by this process (Ranks::local, its own builders and CPU path); with
+// HALOX_TEST_TRANSPORT on a GPU, the same arrays on the device through that transport.
 TEST(ParticleHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
   const std::uint64_t seed = halox::testing::test_seed("ParticleHalo.Blocks", 0);
   std::mt19937_64 rng(seed);
@@ -682,6 +735,7 @@ TEST(ParticleHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
       for (auto& a : arrays) out.push_back(a.data());
       return out;
     };
+    const std::vector<std::vector<double>> x_before = my_x, f_before = my_f;
     ParticleExchange blocks(ranks, plans, BasicKind::float64),
         reference(whole, every, BasicKind::float64);
     blocks.forward(pointers(my_x));
@@ -692,6 +746,7 @@ TEST(ParticleHalo, BlocksOfRanksPerProcessEqualOneProcessHoldingTheWholeGrid) {
       EXPECT_EQ(my_x[i], x[ranks.rank(i)]) << where << ": rank " << ranks.rank(i) << " forward";
       EXPECT_EQ(my_f[i], f[ranks.rank(i)]) << where << ": rank " << ranks.rank(i) << " reverse";
     }
+    expect_block_particles_on_device(ranks, plans, x_before, f_before, my_x, my_f, where);
   }
 }
 
