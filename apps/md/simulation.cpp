@@ -65,12 +65,10 @@ void validate(const Config& c, int ranks) {
   if (!(c.jitter >= 0 && c.jitter < 0.25)) fail("--jitter must be in [0, 0.25)");
   if (c.nstlist < 1) fail("--nstlist must be >= 1");
   if (c.graph && c.device == "cpu") fail("--graph captures CUDA graphs: it needs --device gpu");
-  if (c.blocks[0] > 0 &&
-      (c.local || c.graph || c.device == "gpu" || (c.device == "auto" && gpu_present()))) {
+  if (c.blocks[0] > 0 && (c.local || c.graph)) {
     fail(
-        "--blocks runs several ranks per MPI process on the CPU back end so far (halox moves "
-        "particles over Ranks::blocks in host memory): --device cpu, no --graph and no local-* "
-        "transport");
+        "--blocks runs several ranks per MPI process, whose particles halox moves by the host "
+        "transport (CPU) or by staged or mpi-direct (GPU): no --graph and no local-* transport");
   }
   if (c.prune < 0) fail("--prune must be >= 0");
   if (c.prune > 0 && !(c.inner_skin >= 0 && c.inner_skin <= c.skin)) {
