@@ -6,7 +6,8 @@
 # HALOX_CHECK_PARTS picks sections (default: all of: sanitizer tests python interposer examples pack
 # local notrace info tune pingpong lbm md puts); HALOX_CHECK_SECONDS (default 480) is the time after which remaining
 # sections are skipped, so that the results are always packed before the device's limit;
-# HALOX_CHECK_TESTS and HALOX_CHECK_EXCLUDE are ctest -R and -E filters for the tests section.
+# HALOX_CHECK_TESTS and HALOX_CHECK_EXCLUDE are ctest -R and -E filters for the tests section;
+# HALOX_CHECK_TARGETS builds those targets only (default: all).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: check.sh OUTDIR [--quick]}
@@ -33,7 +34,9 @@ python3 -c 'import nanobind' 2>/dev/null && python_module=ON
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
   -DHALOX_BUILD_PYTHON=$python_module -DHALOX_WARNINGS_AS_ERRORS=OFF > "$out/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$out/configure.log"; exit 1; }
 grep "halox:" "$out/configure.log" | tee -a "$out/summary.txt"
-cmake --build build/gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { log "build FAILED"; tail -40 "$out/build.log"; exit 1; }
+# HALOX_CHECK_TARGETS: build only these targets (e.g. "_halox" for the python part alone).
+cmake --build build/gpu -j "$(nproc)" ${HALOX_CHECK_TARGETS:+--target $HALOX_CHECK_TARGETS} \
+  > "$out/build.log" 2>&1 || { log "build FAILED"; tail -40 "$out/build.log"; exit 1; }
 log "build ok"
 
 want sanitizer && for tool in memcheck racecheck; do
