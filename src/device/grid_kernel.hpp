@@ -5,6 +5,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "grid_fused_kernels.cuh"
@@ -57,5 +61,37 @@ long long grid_tile_words();
 
 /// Blocks of the grid kernel the GPU holds at once (traced or not, with puts or not).
 int grid_resident_blocks(bool puts, bool traced);
+
+/// The tables of one set of faces at the fields' alignments: each face's word follows from
+/// its arrays' addresses modulo 16, so one table serves every set of fields at the same
+/// offsets (a field and its copy for the next step alike), made on first use.
+class GridTables {
+ public:
+  /// The table for these fields; `make` gives the faces with their words and typed views
+  /// for them when there is none yet.
+  template <class Make>
+  GridTable& at(std::span<void* const> fields, Make&& make) {
+    key_of(fields, m_key);  // a member: no allocation per exchange
+    auto found = m_tables.find(m_key);
+    if (found != m_tables.end()) return *found->second;
+    auto table = std::make_unique<GridTable>(make(fields), grid_tile_words());
+    return *m_tables.emplace(m_key, std::move(table)).first->second;
+  }
+  /// Whether the table for these fields is made (a CUDA graph capture needs it beforehand).
+  bool has(std::span<void* const> fields) const {
+    std::vector<std::uintptr_t> key;
+    key_of(fields, key);
+    return m_tables.count(key) > 0;
+  }
+  void clear() { m_tables.clear(); }
+
+ private:
+  static void key_of(std::span<void* const> fields, std::vector<std::uintptr_t>& key) {
+    key.clear();
+    for (void* f : fields) key.push_back(reinterpret_cast<std::uintptr_t>(f) % 16);
+  }
+  std::map<std::vector<std::uintptr_t>, std::unique_ptr<GridTable>> m_tables;
+  std::vector<std::uintptr_t> m_key;
+};
 
 }  // namespace halox::detail::fused_grid

@@ -96,9 +96,7 @@ class GridFusedTransport final : public Transport {
   }
   bool set_up_for(Direction, std::span<void* const> fields) const override {
     if (!m_ready) return false;
-    std::vector<std::uintptr_t> key;
-    key_of(fields, key);
-    return m_faces.empty() || m_tables.count(key) > 0;
+    return m_faces.empty() || m_tables.has(fields);
   }
   // The set-up's collectives end in an error naming this process's (first) rank after the
   // time-out, as its waits for data do, instead of holding a rank whose neighbour never
@@ -546,36 +544,30 @@ class GridFusedTransport final : public Transport {
 
   // The grid kernel's table at these field addresses: every face's pack descriptors in the
   // widest words its stage allows (x faces of a field of floats: 4 bytes; y and z faces of
-  // whole aligned rows: up to 16). Cached per addresses % 16.
-  // A table's key: each face's word follows from its arrays' addresses modulo 16.
-  static void key_of(std::span<void* const> fields, std::vector<std::uintptr_t>& key) {
-    key.clear();
-    for (void* f : fields) key.push_back(reinterpret_cast<std::uintptr_t>(f) % 16);
-  }
+  // whole aligned rows: up to 16).
   GridTable& table_for(std::span<void* const> fields) {
-    std::vector<std::uintptr_t>& key = m_key;  // a member: no allocation per exchange
-    key_of(fields, key);
-    auto found = m_tables.find(key);
-    if (found != m_tables.end()) return *found->second;
-    std::vector<FacePlan> faces = m_faces;
-    for (FacePlan& p : faces) {
-      GridFace& f = p.face;
-      const int any_op = p.send_op >= 0 ? p.send_op : p.recv_op;
-      for (int slot : {f.from, f.to}) {
-        if (slot >= static_cast<int>(fields.size())) {
-          throw Error("halox: internal: " + m_name + ": a face of array " + std::to_string(slot) +
-                      " in a run of " + std::to_string(fields.size()) + " arrays");
+    return m_tables.at(fields, [this](std::span<void* const> at) {
+      std::vector<std::uintptr_t> offsets;
+      for (void* f : at) offsets.push_back(reinterpret_cast<std::uintptr_t>(f) % 16);
+      std::vector<FacePlan> faces = m_faces;
+      for (FacePlan& p : faces) {
+        GridFace& f = p.face;
+        const int any_op = p.send_op >= 0 ? p.send_op : p.recv_op;
+        for (int slot : {f.from, f.to}) {
+          if (slot >= static_cast<int>(at.size())) {
+            throw Error("halox: internal: " + m_name + ": a face of array " + std::to_string(slot) +
+                        " in a run of " + std::to_string(at.size()) + " arrays");
+          }
         }
+        const auto& [first, count] = *std::find_if(
+            m_stages.begin(), m_stages.end(),
+            [&](const std::pair<int, int>& st) { return any_op < st.first + st.second; });
+        f.word = word_for(at, offsets, first, count);
+        if (p.send_op >= 0) f.send = device_pack_view((*m_ops)[p.send_op].send_type, 1, f.word);
+        if (p.recv_op >= 0) f.recv = device_pack_view((*m_ops)[p.recv_op].recv_type, 1, f.word);
       }
-      const auto& [first, count] = *std::find_if(
-          m_stages.begin(), m_stages.end(),
-          [&](const std::pair<int, int>& st) { return any_op < st.first + st.second; });
-      f.word = word_for(fields, key, first, count);
-      if (p.send_op >= 0) f.send = device_pack_view((*m_ops)[p.send_op].send_type, 1, f.word);
-      if (p.recv_op >= 0) f.recv = device_pack_view((*m_ops)[p.recv_op].recv_type, 1, f.word);
-    }
-    auto table = std::make_unique<GridTable>(std::move(faces), grid_tile_words());
-    return *m_tables.emplace(key, std::move(table)).first->second;
+      return faces;
+    });
   }
 
   RankLinks m_links;  // this process's ranks and where their peers are
@@ -598,9 +590,8 @@ class GridFusedTransport final : public Transport {
   long long m_stride = 0;                     // bytes from one rank's block to the next
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
   std::vector<FacePlan> m_faces;              // in the kernel's order, without typed views
-  std::map<std::vector<std::uintptr_t>, std::unique_ptr<GridTable>> m_tables;  // per addresses % 16
-  std::map<std::pair<int, std::vector<std::uintptr_t>>, int> m_words;  // per stage and those
-  std::vector<std::uintptr_t> m_key;                                   // table_for's scratch
+  GridTables m_tables;
+  std::map<std::pair<int, std::vector<std::uintptr_t>>, int> m_words;  // per stage and offsets
   char* m_block = nullptr;
   u64 m_epoch = 0;                // runs so far (the proxy's epoch)
   u64* m_epoch_device = nullptr;  // the kernel's exchange counter: the next run's epoch

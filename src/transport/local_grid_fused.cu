@@ -22,44 +22,31 @@ namespace halox::detail {
 struct LocalGridFused::Impl {
   std::vector<LocalFace> faces;
   int arrays = 0;
-  // The tables per alignment of the ranks' arrays (each face's word follows from where the
-  // arrays start: f and its copy for the next step share one).
-  std::map<std::vector<int>, std::unique_ptr<fused_grid::GridTable>> tables;
-  std::vector<int> key;  // table_for's scratch
+  fused_grid::GridTables tables;  // per alignment of the ranks' arrays
   double timeout_seconds;
   int stall_rank;
   int ranks_per_field = 1;
   int blocks = 0;  // resident blocks of the whole GPU
   ErrorChannel errors;
 
-  // Each face's word follows from its arrays' addresses modulo 16.
-  static void key_of(std::span<void* const> fields, std::vector<int>& key) {
-    key.clear();
-    for (void* p : fields)
-      key.push_back(static_cast<int>(reinterpret_cast<std::uintptr_t>(p) & 15));
-  }
-
   fused_grid::GridTable& table_for(std::span<void* const> fields) {
-    key_of(fields, key);  // a member: no allocation per exchange
-    auto it = tables.find(key);
-    if (it != tables.end()) return *it->second;
-    std::vector<fused_grid::FacePlan> plans;
-    for (const LocalFace& lf : faces) {
-      fused_grid::FacePlan& p = plans.emplace_back();
-      fused_grid::GridFace& f = p.face;
-      p.stage = lf.stage;
-      f.kind = fused_grid::face_copy;
-      f.word = std::min(device_pack_word(lf.send_type, 1, fields[lf.from]),
-                        device_pack_word(lf.recv_type, 1, fields[lf.to]));
-      f.send = device_pack_view(lf.send_type, 1, f.word);
-      f.recv = device_pack_view(lf.recv_type, 1, f.word);
-      f.from = f.rank = lf.from;
-      f.to = f.peer = lf.to;
-      f.pulse = lf.pulse;
-    }
-    auto table =
-        std::make_unique<fused_grid::GridTable>(std::move(plans), fused_grid::grid_tile_words());
-    return *tables.emplace(key, std::move(table)).first->second;
+    return tables.at(fields, [this](std::span<void* const> at) {
+      std::vector<fused_grid::FacePlan> plans;
+      for (const LocalFace& lf : faces) {
+        fused_grid::FacePlan& p = plans.emplace_back();
+        fused_grid::GridFace& f = p.face;
+        p.stage = lf.stage;
+        f.kind = fused_grid::face_copy;
+        f.word = std::min(device_pack_word(lf.send_type, 1, at[lf.from]),
+                          device_pack_word(lf.recv_type, 1, at[lf.to]));
+        f.send = device_pack_view(lf.send_type, 1, f.word);
+        f.recv = device_pack_view(lf.recv_type, 1, f.word);
+        f.from = f.rank = lf.from;
+        f.to = f.peer = lf.to;
+        f.pulse = lf.pulse;
+      }
+      return plans;
+    });
   }
 
   // `rank` as an error record names it (in_ranks): the face's sender or receiver in any field.
@@ -172,9 +159,7 @@ LocalGridFused::~LocalGridFused() {
 }
 
 bool LocalGridFused::set_up_for(std::span<void* const> fields) const {
-  std::vector<int> key;
-  Impl::key_of(fields, key);
-  return m_impl->faces.empty() || m_impl->tables.count(key) > 0;
+  return m_impl->faces.empty() || m_impl->tables.has(fields);
 }
 
 void LocalGridFused::exchange(std::span<void* const> fields, GpuStream stream) {
