@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 
+#include "../../src/common/growing_buffer.hpp"
 #include "../common/cuda_check.hpp"
 #include "../common/step_graphs.hpp"
 #include "backend.hpp"
@@ -24,52 +25,16 @@ namespace {
 
 #define MD_CUDA(call) HALOX_APP_CUDA("halox-md: ", call)
 
-// A buffer that only grows (its contents are dropped when it does): device memory, or
-// page-locked host memory the GPU copies from and to directly (PINNED), kept between searches.
-// It grows by a quarter more than asked: a rank's atoms vary from search to search, and each
+// halox's buffer that only grows (its contents are dropped when it does): device memory, or
+// page-locked host memory the GPU copies from and to directly, kept between searches. It
+// grows by a quarter more than asked: a rank's atoms vary from search to search, and each
 // cudaFree waits for the whole device (cudaFreeHost too, and cudaMallocHost is slow).
-template <class T, bool PINNED = false>
-class CudaBuffer {
- public:
-  ~CudaBuffer() { PINNED ? cudaFreeHost(m_ptr) : cudaFree(m_ptr); }
-  T* get() const { return m_ptr; }
-  void resize(std::size_t n) {
-    if (n <= m_capacity) return;
-    MD_CUDA(PINNED ? cudaFreeHost(m_ptr) : cudaFree(m_ptr));
-    m_ptr = nullptr;
-    m_capacity = 0;
-    const std::size_t capacity = std::max<std::size_t>(n + n / 4, 1);
-    void* p = nullptr;
-    MD_CUDA(PINNED ? cudaMallocHost(&p, capacity * sizeof(T))
-                   : cudaMalloc(&p, capacity * sizeof(T)));
-    m_ptr = static_cast<T*>(p);
-    m_capacity = capacity;
-  }
-  /// Room for n elements; the address.
-  T* at_least(std::size_t n) {
-    resize(n);
-    return m_ptr;
-  }
-  /// Room for n elements keeping the first `used` (host memory only).
-  T* keeping(std::size_t n, std::size_t used) {
-    static_assert(PINNED);
-    if (n <= m_capacity) return m_ptr;
-    CudaBuffer grown;
-    grown.resize(n);
-    std::copy(m_ptr, m_ptr + used, grown.m_ptr);
-    std::swap(m_ptr, grown.m_ptr);
-    std::swap(m_capacity, grown.m_capacity);
-    return m_ptr;
-  }
-
- private:
-  T* m_ptr = nullptr;
-  std::size_t m_capacity = 0;
-};
 template <class T>
-using DeviceArray = CudaBuffer<T>;
+using DeviceArray = halox::detail::GrowingArray<T, halox::detail::Memory::device,
+                                                halox::detail::Growth::with_headroom>;
 template <class T>
-using PinnedArray = CudaBuffer<T, true>;
+using PinnedArray = halox::detail::GrowingArray<T, halox::detail::Memory::pinned,
+                                                halox::detail::Growth::with_headroom>;
 
 __device__ __forceinline__ double block_sum(double value) {
   __shared__ double partial[32];

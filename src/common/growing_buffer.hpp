@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -42,16 +43,28 @@ class GrowingBuffer {
     if (n > m_size) {
       release(std::exchange(m_ptr, nullptr));
       m_size = 0;
-      const std::int64_t size = G == Growth::with_headroom ? with_plan_headroom(n) : n;
-      m_ptr = allocate(size);
-      m_size = size;
+      m_ptr = allocate(grown(n));
+      m_size = grown(n);
     }
+    return m_ptr;
+  }
+  /// Room for `n` bytes keeping the first `used` (host memory, pinned or not); the address.
+  char* keeping(std::int64_t n, std::int64_t used) {
+    static_assert(M != Memory::device, "a device buffer's contents are copied on the device");
+    if (n <= m_size) return m_ptr;
+    char* bigger = allocate(grown(n));
+    if (used > 0) std::memcpy(bigger, m_ptr, static_cast<std::size_t>(used));
+    release(std::exchange(m_ptr, bigger));
+    m_size = grown(n);
     return m_ptr;
   }
   char* get() const { return m_ptr; }
   std::int64_t size() const { return m_size; }
 
  private:
+  static std::int64_t grown(std::int64_t n) {
+    return G == Growth::with_headroom ? with_plan_headroom(n) : n;
+  }
   static char* allocate(std::int64_t n) {
     void* p = nullptr;
     if constexpr (M == Memory::host) {
@@ -84,6 +97,26 @@ class GrowingBuffer {
 
   char* m_ptr = nullptr;
   std::int64_t m_size = 0;
+};
+
+/// The same, typed: room for n elements of T (at least one, so that the address is never
+/// null: a library asked for a size of none may take null for "how much do you need?").
+template <class T, Memory M, Growth G = Growth::exact>
+class GrowingArray {
+ public:
+  T* at_least(std::size_t n) { return cast(m_bytes.at_least(bytes(n))); }
+  void resize(std::size_t n) { at_least(n); }
+  T* keeping(std::size_t n, std::size_t used) {
+    return cast(m_bytes.keeping(bytes(n), static_cast<std::int64_t>(used * sizeof(T))));
+  }
+  T* get() const { return cast(m_bytes.get()); }
+
+ private:
+  static std::int64_t bytes(std::size_t n) {
+    return static_cast<std::int64_t>((n > 0 ? n : 1) * sizeof(T));
+  }
+  static T* cast(char* p) { return reinterpret_cast<T*>(p); }
+  GrowingBuffer<M, G> m_bytes;
 };
 
 using HostBuffer = GrowingBuffer<Memory::host>;
