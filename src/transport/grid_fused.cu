@@ -519,14 +519,9 @@ class GridFusedTransport final : public Transport {
     raise_if_any(m_comm, error, bounded_wait(m_comm, wait_context(), "the self-test's verdict"));
   }
 
-  // The widest word every op's type and its field's address allow. It depends on the
-  // addresses only through their offsets within 16 bytes: worked out once per stage and
-  // offsets, not per exchange.
-  int word_for(std::span<void* const> fields, const std::vector<std::uintptr_t>& offsets, int first,
-               int count) {
-    const auto key = std::make_pair(first, offsets);
-    auto known = m_words.find(key);
-    if (known != m_words.end()) return known->second;
+  // The widest word every op of the stage of ops [first, first + count) and its field's
+  // address allow.
+  int word_for(std::span<void* const> fields, int first, int count) const {
     int word = 16;
     for (int i = first; i < first + count; ++i) {
       const Op& op = (*m_ops)[i];
@@ -538,7 +533,6 @@ class GridFusedTransport final : public Transport {
       throw Error("halox: " + m_name + " needs faces of 4-byte aligned elements (a field at " +
                   "this address allows " + std::to_string(word) + "-byte words); use staged");
     }
-    m_words.emplace(key, word);
     return word;
   }
 
@@ -547,8 +541,7 @@ class GridFusedTransport final : public Transport {
   // whole aligned rows: up to 16).
   GridTable& table_for(std::span<void* const> fields) {
     return m_tables.at(fields, [this](std::span<void* const> at) {
-      std::vector<std::uintptr_t> offsets;
-      for (void* f : at) offsets.push_back(reinterpret_cast<std::uintptr_t>(f) % 16);
+      std::map<int, int> words;  // per stage's first op
       std::vector<FacePlan> faces = m_faces;
       for (FacePlan& p : faces) {
         GridFace& f = p.face;
@@ -562,7 +555,9 @@ class GridFusedTransport final : public Transport {
         const auto& [first, count] = *std::find_if(
             m_stages.begin(), m_stages.end(),
             [&](const std::pair<int, int>& st) { return any_op < st.first + st.second; });
-        f.word = word_for(at, offsets, first, count);
+        auto [word, fresh] = words.try_emplace(first, 0);
+        if (fresh) word->second = word_for(at, first, count);
+        f.word = word->second;
         if (p.send_op >= 0) f.send = device_pack_view((*m_ops)[p.send_op].send_type, 1, f.word);
         if (p.recv_op >= 0) f.recv = device_pack_view((*m_ops)[p.recv_op].recv_type, 1, f.word);
       }
@@ -591,7 +586,6 @@ class GridFusedTransport final : public Transport {
   std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
   std::vector<FacePlan> m_faces;              // in the kernel's order, without typed views
   GridTables m_tables;
-  std::map<std::pair<int, std::vector<std::uintptr_t>>, int> m_words;  // per stage and offsets
   char* m_block = nullptr;
   u64 m_epoch = 0;                // runs so far (the proxy's epoch)
   u64* m_epoch_device = nullptr;  // the kernel's exchange counter: the next run's epoch

@@ -11,9 +11,9 @@
 #include "../../src/common/growing_buffer.hpp"
 #include "../common/seed.hpp"
 
-using halox::detail::Growth;
 using halox::detail::GrowingArray;
 using halox::detail::GrowingBuffer;
+using halox::detail::Growth;
 using halox::detail::Memory;
 
 TEST(GrowingBuffer, GrowsOnlyAndByAQuarterMoreWithHeadroom) {
