@@ -447,10 +447,14 @@ def test_grid_halo_of_gpu_arrays_equals_numpys(framework):
         ex.exchange(host[0], *device[1:])  # host and GPU arrays in one call
 
 
-def test_blocks_of_ranks_per_process_equal_the_whole_grid_in_one():
+@pytest.mark.parametrize("memory", ["numpy", "cupy", "torch"])
+def test_blocks_of_ranks_per_process_equal_the_whole_grid_in_one(memory):
     """Ranks.blocks (2 ranks per process along x): every rank's array after the exchange
-    equals the same rank's of the whole grid exchanged in one process (Ranks.local); so do
-    the particles' migration, plans and forward over the same blocks."""
+    equals the same rank's of the whole grid exchanged in one process (Ranks.local, NumPy);
+    so do the particles' migration, plans and forward over the same blocks. The blocks'
+    arrays in host memory, or on the GPU (auto: ipc-fused for the grid, staged for the
+    particles)."""
+    to_memory, to_numpy = (lambda a: a, lambda a: a) if memory == "numpy" else gpu_framework(memory)
     rng = np.random.default_rng(seed_of("test_blocks_of_ranks_per_process_equal_the_whole_grid_in_one"))
     processes = halox.Topology.from_mpi(COMM, (COMM.size, 1, 1), (True, False, True))
     ranks = halox.Ranks.blocks(processes, (2, 1, 1))
@@ -463,9 +467,10 @@ def test_blocks_of_ranks_per_process_equal_the_whole_grid_in_one():
     halox.GridExchange(halox.Ranks.local(grid), whole).exchange(*reference)
     held = [ranks.rank(i) for i in range(ranks.count)]
     assert all(ranks.process_of(r) == processes.rank for r in held)
-    halox.GridExchange(ranks, mine).exchange(*[arrays[r] for r in held])
-    for r in held:
-        assert np.array_equal(arrays[r], reference[r])
+    blocks = [to_memory(arrays[r]) for r in held]
+    halox.GridExchange(ranks, mine).exchange(*blocks)
+    for i, r in enumerate(held):
+        assert np.array_equal(to_numpy(blocks[i]), reference[r])
     # Particles over the same blocks: the migration, the plans and the coordinates' forward
     # equal those of the whole grid in one process.
     box = halox.Box((7.0, 6.0, 5.5))
@@ -482,13 +487,14 @@ def test_blocks_of_ranks_per_process_equal_the_whole_grid_in_one():
     x = [np.full((p.total_count, 3), np.nan) for p in plans_whole]
     for r, p in enumerate(plans_whole):
         x[r][:p.home_count] = homes[r] + 0.01
-    mine_x = [x[r].copy() for r in held]
+    mine_x = [to_memory(x[r].copy()) for r in held]
     halox.ParticleExchange(halox.Ranks.local(grid), plans_whole, np.float64).forward(*x)
     halox.ParticleExchange(ranks, plans, np.float64).forward(*mine_x)
     for i, r in enumerate(held):
         assert np.array_equal(xyzs[i], xyzs_whole[r])
         assert plans[i].total_count == plans_whole[r].total_count
-        assert not np.isnan(mine_x[i]).any() and np.array_equal(mine_x[i], x[r])
+        got = to_numpy(mine_x[i])
+        assert not np.isnan(got).any() and np.array_equal(got, x[r])
 
 
 def test_pack_into_out_and_its_bad_input():
