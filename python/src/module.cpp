@@ -104,17 +104,22 @@ Datatype type_of(nb::handle type) {
   throw halox::DatatypeError("halox: the dtype " + name + " has no halox basic type");
 }
 
-// The bytes an array spans, refusing views that are not C-contiguous (a type addresses bytes
-// from the array's start, as MPI's buffer argument does).
+// Whether an array is C-contiguous (a type addresses bytes from the array's start, as MPI's
+// buffer argument does).
 template <class A>
-std::int64_t array_bytes(const A& a, const char* what) {
+bool c_contiguous(const A& a) {
   std::int64_t expect = static_cast<std::int64_t>(a.itemsize());
   for (std::size_t d = a.ndim(); d-- > 0;) {
-    if (a.shape(d) > 1 && a.stride(d) * static_cast<std::int64_t>(a.itemsize()) != expect) {
-      throw halox::Error(std::string("halox: ") + what + " must be C-contiguous");
-    }
+    if (a.shape(d) > 1 && a.stride(d) * static_cast<std::int64_t>(a.itemsize()) != expect)
+      return false;
     expect *= static_cast<std::int64_t>(a.shape(d));
   }
+  return true;
+}
+// The bytes an array spans, refusing views that are not C-contiguous.
+template <class A>
+std::int64_t array_bytes(const A& a, const char* what) {
+  if (!c_contiguous(a)) throw halox::Error(std::string("halox: ") + what + " must be C-contiguous");
   return static_cast<std::int64_t>(a.nbytes());
 }
 
@@ -123,28 +128,30 @@ MPI_Comm comm_of(nb::handle comm) {
 }
 
 // A grid exchange's array: its dtype and its shape against the plan it is exchanged with.
+// Called at every exchange: the messages are made only when a check fails.
 template <class A>
 void check_field(const A& a, const halox::GridPlan& plan, std::size_t index) {
-  const std::string which = "halox.GridExchange: array " + std::to_string(index);
+  auto which = [index] { return "halox.GridExchange: array " + std::to_string(index); };
   BasicKind planned{};
   if (!plan.element.homogeneous(&planned) || !same_numbers(planned, kind_of(a.dtype()))) {
-    throw halox::Error(which + " has another dtype than its plan's element");
+    throw halox::Error(which() + " has another dtype than its plan's element");
   }
   const std::int64_t per_cell = plan.element.extent() / static_cast<std::int64_t>(a.itemsize());
   const std::array<std::int64_t, 3> e = plan.extent;
-  std::vector<std::int64_t> want = {e[2], e[1], e[0]};
-  if (per_cell > 1) want.push_back(per_cell);
-  std::vector<std::int64_t> got;
-  for (std::size_t d = 0; d < a.ndim(); ++d) got.push_back(static_cast<std::int64_t>(a.shape(d)));
-  if (got != want) {
-    std::string text = which + " has shape (";
-    for (std::size_t d = 0; d < got.size(); ++d) text += (d ? ", " : "") + std::to_string(got[d]);
+  const std::array<std::int64_t, 4> want = {e[2], e[1], e[0], per_cell};
+  const std::size_t dims = per_cell > 1 ? 4 : 3;
+  bool same = a.ndim() == dims;
+  for (std::size_t d = 0; same && d < dims; ++d)
+    same = static_cast<std::int64_t>(a.shape(d)) == want[d];
+  if (!same) {
+    std::string text = which() + " has shape (";
+    for (std::size_t d = 0; d < a.ndim(); ++d) text += (d ? ", " : "") + std::to_string(a.shape(d));
     text += "); its plan's array is (";
-    for (std::size_t d = 0; d < want.size(); ++d) text += (d ? ", " : "") + std::to_string(want[d]);
+    for (std::size_t d = 0; d < dims; ++d) text += (d ? ", " : "") + std::to_string(want[d]);
     throw halox::Error(text + "): (z, y, x" + std::string(per_cell > 1 ? ", values" : "") +
                        ") with the halo");
   }
-  array_bytes(a, ("array " + std::to_string(index)).c_str());
+  if (!c_contiguous(a)) array_bytes(a, ("array " + std::to_string(index)).c_str());  // throws
 }
 
 halox::TransportKind transport_of(const std::string& name) {
@@ -164,6 +171,13 @@ bool on_gpu(const AnyArray& a, const std::string& which) {
   }
   return true;
 }
+// The same for array `index` of an exchange call (the name made only for an error).
+bool on_gpu(const AnyArray& a, const char* who, std::size_t index) {
+  const int here = a.device_type();
+  if (here == nb::device::cpu::value || (here == nb::device::cuda::value && HALOX_HAS_CUDA))
+    return here != nb::device::cpu::value;
+  return on_gpu(a, std::string(who) + ": array " + std::to_string(index));
+}
 
 std::string mixed_places(const char* who) {
   return std::string(who) +
@@ -178,7 +192,7 @@ std::vector<void*> exchange_arrays(const nb::args& fields, const char* who, Chec
   int gpu = -1;  // the arrays' place, one for all
   for (std::size_t i = 0; i < fields.size(); ++i) {
     AnyArray a = nb::cast<AnyArray>(fields[i]);
-    const int here = on_gpu(a, std::string(who) + ": array " + std::to_string(i)) ? 1 : 0;
+    const int here = on_gpu(a, who, i) ? 1 : 0;
     if (gpu >= 0 && here != gpu) throw halox::Error(mixed_places(who));
     gpu = here;
     check(a, i);

@@ -385,6 +385,10 @@ def test_bad_input_raises_the_right_error():
         ex.exchange(np.zeros(plans[0].shape, dtype=np.float32))
     with pytest.raises(halox.Error, match=r"has shape \(6, 6, 5\)"):
         ex.exchange(np.zeros((6, 6, 5)))
+    with pytest.raises(halox.Error, match=r"has shape \(6, 6, 6, 1\)"):
+        ex.exchange(np.zeros((6, 6, 6, 1)))
+    with pytest.raises(halox.Error, match="array 0 must be C-contiguous"):
+        ex.exchange(np.zeros((6, 6, 12))[:, :, ::2])
     assert issubclass(halox.HaloTimeoutError, halox.Error)
     assert halox.info()["mpi"] is True
 
