@@ -364,16 +364,17 @@ void pack_arrays(PackCall call, nb::handle packed_object, nb::handle typed_objec
 // A particle array: (total_count, 3) of the exchange's dtype, C-contiguous.
 void check_particles(const AnyArray& a, const halox::ParticlePlan& plan, BasicKind real,
                      std::size_t index, const char* what) {
-  const std::string which = "halox.ParticleExchange: array " + std::to_string(index);
+  // Called at every exchange: the messages are made only when a check fails.
+  auto which = [index] { return "halox.ParticleExchange: array " + std::to_string(index); };
   if (!same_numbers(real, kind_of(a.dtype()))) {
-    throw halox::Error(which + " has another dtype than the exchange's");
+    throw halox::Error(which() + " has another dtype than the exchange's");
   }
   if (a.ndim() != 2 || static_cast<std::int64_t>(a.shape(0)) != plan.total_count ||
       a.shape(1) != 3) {
-    throw halox::Error(which + " must have shape (" + std::to_string(plan.total_count) +
+    throw halox::Error(which() + " must have shape (" + std::to_string(plan.total_count) +
                        ", 3): the plan's home and halo items, " + what);
   }
-  array_bytes(a, ("array " + std::to_string(index)).c_str());
+  if (!c_contiguous(a)) array_bytes(a, ("array " + std::to_string(index)).c_str());  // throws
 }
 
 // Home coordinates (n, 3) float64 in, the same extended by the halo out (as the builders

@@ -305,6 +305,8 @@ def test_particle_bad_input():
         ex.forward(*wrong)
     with pytest.raises(halox.Error, match="another dtype"):
         ex.forward(*[x.astype(np.float32) for x in xyzs])
+    with pytest.raises(halox.Error, match="array 1 must be C-contiguous"):
+        ex.forward(xyzs[0], np.zeros((plans[1].total_count, 6))[:, ::2])
     with pytest.raises(halox.Error, match="float64 array"):
         halox.build_particle_plans(halox.Ranks.local(grid), box, 1.0, [h.astype(np.float32) for h in homes])
     with pytest.raises(halox.Error, match="float32 or float64"):
