@@ -116,10 +116,16 @@ bool c_contiguous(const A& a) {
   }
   return true;
 }
+// Refuses a view that is not C-contiguous; `what()` names the array (made only then).
+template <class A, class Name>
+void require_c_contiguous(const A& a, Name&& what) {
+  if (!c_contiguous(a))
+    throw halox::Error("halox: " + std::string(what()) + " must be C-contiguous");
+}
 // The bytes an array spans, refusing views that are not C-contiguous.
 template <class A>
 std::int64_t array_bytes(const A& a, const char* what) {
-  if (!c_contiguous(a)) throw halox::Error(std::string("halox: ") + what + " must be C-contiguous");
+  require_c_contiguous(a, [what] { return what; });
   return static_cast<std::int64_t>(a.nbytes());
 }
 
@@ -151,7 +157,7 @@ void check_field(const A& a, const halox::GridPlan& plan, std::size_t index) {
     throw halox::Error(text + "): (z, y, x" + std::string(per_cell > 1 ? ", values" : "") +
                        ") with the halo");
   }
-  if (!c_contiguous(a)) array_bytes(a, ("array " + std::to_string(index)).c_str());  // throws
+  require_c_contiguous(a, [index] { return "array " + std::to_string(index); });
 }
 
 halox::TransportKind transport_of(const std::string& name) {
@@ -374,7 +380,7 @@ void check_particles(const AnyArray& a, const halox::ParticlePlan& plan, BasicKi
     throw halox::Error(which() + " must have shape (" + std::to_string(plan.total_count) +
                        ", 3): the plan's home and halo items, " + what);
   }
-  if (!c_contiguous(a)) array_bytes(a, ("array " + std::to_string(index)).c_str());  // throws
+  require_c_contiguous(a, [index] { return "array " + std::to_string(index); });
 }
 
 // Home coordinates (n, 3) float64 in, the same extended by the halo out (as the builders
