@@ -615,6 +615,7 @@ void expect_block_particles_on_device(const Ranks& ranks, const std::vector<Part
 #if HALOX_HAS_CUDA
   const TransportKind kind = test_transport();
   if (kind == TransportKind::host || kind == TransportKind::nccl || visible_gpus() == 0) return;
+  if (!transport_available(kind)) return;  // e.g. mpi-direct on an MPI that is not CUDA-aware
   auto upload = [](const std::vector<std::vector<double>>& arrays) {
     std::vector<void*> device(arrays.size(), nullptr);
     for (std::size_t i = 0; i < arrays.size(); ++i) {
