@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A change of the exchange API or its plumbing, A/B in one run (after check.sh built build/gpu
-# from the change): the baseline is a whole earlier tree in a carried, git-ignored folder
-# (`git archive <sha> | tar -x -C .ab-api`), built into /tmp/halox-base. Baseline and change
+# A change of the exchange API or its plumbing, A/B in one run: the change built into
+# build/gpu (by check.sh, its targets only) while the baseline, a whole earlier tree in a
+# carried, git-ignored folder (`git archive <sha> | tar -x -C .ab-api`), is built beside it
+# into /tmp/halox-base. Baseline and change
 # alternated twice, each time: 8 local ranks' MD halo (halox-bench halo-local 2x2x2, 32,000
 # atoms, the one-kernel engine), the 2-process fused MD halo (ipc-fused, MPS), halox-lbm BGK
 # 256^3 on one rank and on 8 local ranks (local-fused), multiphase on 2 processes (ipc-fused).
@@ -12,7 +13,12 @@ source scripts/device/diag/common.sh
 out=${1:?usage: api_ab.sh OUTDIR [BASELINE_FOLDER]}
 tree=${2:-.ab-api}
 mkdir -p "$out"
+HALOX_CHECK_PARTS=none HALOX_CHECK_TARGETS="halox-bench halox-lbm" \
+  scripts/device/check.sh "$out/change-build" > "$out/change-build.log" 2>&1 &
+change_build=$!
 build_baseline "$tree" "$out" halox-bench halox-lbm || exit 1
+wait $change_build || { echo "the change's build FAILED"; tail -20 "$out/change-build.log"; exit 1; }
+echo "both built after ${SECONDS}s"
 base=/tmp/halox-base
 start_mps
 mpi2() { CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n 2 --oversubscribe --bind-to none "$@"; }

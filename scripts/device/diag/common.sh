@@ -14,9 +14,7 @@ build_baseline() {  # TREE OUT TARGETS...
   local tree=$1 out=$2 base=/tmp/halox-base
   shift 2
   [ -d "$tree" ] || { echo "no $tree folder with the baseline tree"; return 1; }
-  # HALOX_BASE_REUSE=1: the baseline was copied (and maybe built) already, e.g. while
-  # check.sh built the change beside it.
-  [ "${HALOX_BASE_REUSE:-0}" = 1 ] && [ -d "$base" ] || copy_baseline "$tree" "$base"
+  copy_baseline "$tree" "$base"
   cmake -S "$base" -B "$base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALOX_ENABLE_CUDA=ON \
     -DHALOX_WARNINGS_AS_ERRORS=OFF -DHALOX_BUILD_TESTS=OFF > "$out/base-configure.log" 2>&1 &&
     cmake --build "$base/build" -j "$(nproc)" --target "$@" > "$out/base-build.log" 2>&1 ||
