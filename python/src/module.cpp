@@ -165,24 +165,20 @@ halox::TransportKind transport_of(const std::string& name) {
 }
 
 // Where an array lives (DLPack device types): false in host memory, true on a CUDA GPU;
-// anything else, or a GPU array in a halox without CUDA, is an error naming `which`.
-bool on_gpu(const AnyArray& a, const std::string& which) {
+// anything else, or a GPU array in a halox without CUDA, is an error naming the array
+// (`which()`, made only then: exchanges call this for every array of every call).
+template <class Name>
+bool on_gpu(const AnyArray& a, Name&& which) {
   const int here = a.device_type();
   if (here == nb::device::cpu::value) return false;
   if (here != nb::device::cuda::value) {
-    throw halox::Error(which + " is neither in host memory nor on a CUDA GPU");
+    throw halox::Error(std::string(which()) + " is neither in host memory nor on a CUDA GPU");
   }
   if (!HALOX_HAS_CUDA) {
-    throw halox::Error(which + " is on a GPU, and this halox was built without CUDA");
+    throw halox::Error(std::string(which()) +
+                       " is on a GPU, and this halox was built without CUDA");
   }
   return true;
-}
-// The same for array `index` of an exchange call (the name made only for an error).
-bool on_gpu(const AnyArray& a, const char* who, std::size_t index) {
-  const int here = a.device_type();
-  if (here == nb::device::cpu::value || (here == nb::device::cuda::value && HALOX_HAS_CUDA))
-    return here != nb::device::cpu::value;
-  return on_gpu(a, std::string(who) + ": array " + std::to_string(index));
 }
 
 std::string mixed_places(const char* who) {
@@ -198,7 +194,8 @@ std::vector<void*> exchange_arrays(const nb::args& fields, const char* who, Chec
   int gpu = -1;  // the arrays' place, one for all
   for (std::size_t i = 0; i < fields.size(); ++i) {
     AnyArray a = nb::cast<AnyArray>(fields[i]);
-    const int here = on_gpu(a, who, i) ? 1 : 0;
+    const int here =
+        on_gpu(a, [who, i] { return std::string(who) + ": array " + std::to_string(i); }) ? 1 : 0;
     if (gpu >= 0 && here != gpu) throw halox::Error(mixed_places(who));
     gpu = here;
     check(a, i);
@@ -334,8 +331,8 @@ void pack_arrays(PackCall call, nb::handle packed_object, nb::handle typed_objec
   const std::string who = name_of(call);
   const AnyArray typed = nb::cast<AnyArray>(typed_object);
   const AnyArray packed = nb::cast<AnyArray>(packed_object);
-  const bool gpu = on_gpu(typed, who + ": the array");
-  if (on_gpu(packed, who + ": the packed bytes") != gpu)
+  const bool gpu = on_gpu(typed, [&] { return who + ": the array"; });
+  if (on_gpu(packed, [&] { return who + ": the packed bytes"; }) != gpu)
     throw halox::Error(mixed_places(who.c_str()));
   if (count < 0)
     throw halox::DatatypeError(who + ": count = " + std::to_string(count) + " must be >= 0");
@@ -573,7 +570,7 @@ void bind_packs(nb::module_& m) {
           return nb::borrow(out);
         }
         const AnyArray a = nb::cast<AnyArray>(array);
-        if (on_gpu(a, "halox.pack: the array")) {
+        if (on_gpu(a, [] { return "halox.pack: the array"; })) {
           throw halox::Error(
               "halox.pack: a GPU array packs into out=, a GPU array of at least "
               "packed_size(type, count) bytes (halox.pack allocates it for CuPy and PyTorch)");
@@ -782,7 +779,7 @@ void bind_grid_exchange(nb::module_& m) {
             if (fields.size() == 0) throw halox::Error("halox.GridExchange: no fields given");
             const std::vector<void*> arrays = grid_fields(self, fields);
             [[maybe_unused]] const bool gpu =
-                on_gpu(nb::cast<AnyArray>(fields[0]), "halox.GridExchange");
+                on_gpu(nb::cast<AnyArray>(fields[0]), [] { return "halox.GridExchange"; });
             const halox::GpuStream s = stream_of(stream);
             auto wait = [&] {
 #if HALOX_HAS_CUDA
