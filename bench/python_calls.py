@@ -100,6 +100,20 @@ def main():
         py, cpp = statistics.median(times["python"]), statistics.median(times["c++"])
         rows.append({"what": what, "python_us": py * 1e6, "cpp_us": cpp * 1e6,
                      "python_over_cpp": py / cpp, "python_minus_cpp_us": (py - cpp) * 1e6})
+    # What a call from Python is made of (GPU arrays): the DLPack export that a call with
+    # other arrays than the last call's costs, the layout read by which a call with the same
+    # CuPy arrays is known to be one, and the wait for an idle stream.
+    parts = {}
+    if args.device == "gpu":
+        def per_call(work):
+            start = time.perf_counter()
+            for _ in range(args.calls):
+                work()
+            return (time.perf_counter() - start) / args.calls * 1e6
+        parts = {"dlpack_export_us": per_call(lambda: u.__dlpack__()),
+                 "layout_read_us": per_call(lambda: (u.data.ptr, u.shape, u.strides, u.dtype)),
+                 "idle_stream_wait_us": per_call(synchronize)}
+        parts = {k: comm.allreduce(v, op=MPI.MAX) for k, v in parts.items()}
     if comm.rank == 0:
         name = exchange.transport_name(u)
         print(f"# halox {halox.__version__} python_calls.py: {comm.size} ranks, {args.cells}^3 "
@@ -109,11 +123,16 @@ def main():
         for r in rows:
             print(f"{r['what']:<16}{r['python_us']:>12.2f}{r['cpp_us']:>12.2f}"
                   f"{r['python_over_cpp']:>12.3f}{r['python_minus_cpp_us']:>12.2f}")
+        if parts:
+            print("# parts of a Python call, us: DLPack export (another array than the last "
+                  f"call's) {parts['dlpack_export_us']:.2f}, layout read (the same CuPy array) "
+                  f"{parts['layout_read_us']:.2f}, idle stream wait {parts['idle_stream_wait_us']:.2f}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"program": "python_calls.py", "ranks": comm.size, "cells": args.cells,
                            "device": args.device, "transport": name, "calls": args.calls,
-                           "repeats": args.repeats, "halox": halox.__version__, "rows": rows},
+                           "repeats": args.repeats, "halox": halox.__version__, "rows": rows,
+                           "parts": parts},
                           f, indent=1)
             print(f"wrote {args.json}")
 

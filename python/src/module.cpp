@@ -15,6 +15,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -732,7 +733,87 @@ std::vector<void*> grid_fields(const halox::GridExchange& self, const nb::args& 
   });
 }
 
+// Whether every array is a CuPy array (of exactly CuPy's type; halox never imports CuPy).
+bool all_cupy(const nb::args& arrays) {
+  nb::object type;
+  for (nb::handle a : arrays) {
+    // A cheap test first: the other frameworks' arrays are rejected without a lookup.
+    if (std::strcmp(Py_TYPE(a.ptr())->tp_name, "ndarray") != 0) return false;
+    if (!type.is_valid()) {
+      nb::object cupy = nb::steal(PyImport_GetModule(nb::str("cupy").ptr()));
+      if (!cupy.is_valid()) return false;
+      type = nb::getattr(cupy, "ndarray", nb::none());
+    }
+    if (!a.type().is(type)) return false;
+  }
+  return arrays.size() > 0;
+}
+
+// The pointers of a GridExchange's last call, which a call with the same CuPy arrays reuses
+// instead of exporting and importing them through DLPack again (what Python adds to each call
+// of a loop that exchanges the same arrays: bench/python_calls.py). The arrays themselves stay
+// in the exchange's `_in_flight`, referenced until its next call (so that one the caller drops
+// is not freed under the GPU's work, and visible to Python's cycle collector); this holds no
+// reference to them. A CuPy array can take another shape in place, so each array's pointer,
+// shape, strides and dtype are read back and compared at every call.
+class LastPointers {
+ public:
+  // `fields`: CuPy arrays (all_cupy).
+  LastPointers(const nb::args& fields, std::vector<void*> pointers)
+      : m_pointers(std::move(pointers)) {
+    for (nb::handle a : fields) m_layouts.push_back(layout_of(a));
+  }
+  // The pointers of `fields` if they are the arrays of the last call (`last`), all CuPy's and
+  // unchanged; else null.
+  const std::vector<void*>* same(const nb::args& fields, nb::handle last) const {
+    if (!nb::isinstance<nb::tuple>(last) || fields.size() != m_layouts.size() ||
+        nb::len(last) != fields.size())
+      return nullptr;
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      if (!fields[i].is(last[i]) || !layout_of(fields[i]).equal(m_layouts[i])) return nullptr;
+    }
+    return &m_pointers;
+  }
+
+ private:
+  struct Layout {
+    nb::object data, shape, strides, dtype;
+    bool equal(const Layout& o) const {
+      return data.equal(o.data) && shape.equal(o.shape) && strides.equal(o.strides) &&
+             dtype.equal(o.dtype);
+    }
+  };
+  static Layout layout_of(nb::handle a) {
+    return {a.attr("data").attr("ptr"), a.attr("shape"), a.attr("strides"), a.attr("dtype")};
+  }
+  std::vector<void*> m_pointers;
+  std::vector<Layout> m_layouts;
+};
+
+// The checked pointers of a GridExchange call's fields; the arrays and their pointers become
+// the exchange's last (`_in_flight`, `_in_flight_pointers`). The same CuPy arrays as the last
+// call's are not imported again.
+std::vector<void*> remembered_grid_fields(halox::GridExchange& self, const nb::args& fields) {
+  nb::handle py_self = nb::find(&self);
+  nb::object last = nb::getattr(py_self, "_in_flight_pointers", nb::none());
+  if (!last.is_none()) {
+    const auto& pointers = nb::cast<const LastPointers&>(last);
+    if (const auto* same = pointers.same(fields, nb::getattr(py_self, "_in_flight", nb::none())))
+      return *same;
+  }
+  std::vector<void*> arrays = grid_fields(self, fields);
+  nb::setattr(py_self, "_in_flight", fields);
+  if (all_cupy(fields)) {
+    nb::setattr(py_self, "_in_flight_pointers", nb::cast(LastPointers(fields, arrays)));
+  } else if (!last.is_none()) {
+    nb::setattr(py_self, "_in_flight_pointers", nb::none());
+  }
+  return arrays;
+}
+
 void bind_grid_exchange(nb::module_& m) {
+  nb::class_<LastPointers>(m, "_LastPointers",
+                           "The pointers of an exchange's last call (internal)");
   nb::class_<halox::GridExchange>(m, "GridExchange",
                                   "The grid halo of NumPy arrays laid out as the plan says",
                                   nb::dynamic_attr())
@@ -750,21 +831,19 @@ void bind_grid_exchange(nb::module_& m) {
       .def(
           "exchange",
           [](halox::GridExchange& self, nb::args fields) {
-            const std::vector<void*> arrays = grid_fields(self, fields);
+            const std::vector<void*> arrays = remembered_grid_fields(self, fields);
             nb::gil_scoped_release release;
             self.exchange(arrays);
           },
           "Fills the halos of the arrays (one per rank of this process and field), done on "
           "return. NumPy arrays, or GPU arrays (CuPy, PyTorch: any DLPack producer; ordered "
-          "after the work on the legacy default stream, done when it returns)")
+          "after the work on the legacy default stream, done when it returns). The exchange "
+          "keeps the arrays referenced until its next call")
       .def(
           "exchange_async",
           [](halox::GridExchange& self, nb::args fields, nb::handle stream) {
-            const std::vector<void*> arrays = grid_fields(self, fields);
             const halox::GpuStream s = stream_of(stream);
-            // The arrays stay referenced until the next call, so that one dropped by the
-            // caller meanwhile is not freed under the GPU's work.
-            nb::setattr(nb::find(&self), "_in_flight", fields);
+            const std::vector<void*> arrays = remembered_grid_fields(self, fields);
             nb::gil_scoped_release release;
             self.exchange_async(arrays, s);
           },

@@ -453,6 +453,39 @@ def test_grid_halo_of_gpu_arrays_equals_numpys(framework):
         ex.exchange(host[0], *device[1:])  # host and GPU arrays in one call
 
 
+def test_repeated_exchanges_of_the_same_cupy_arrays():
+    """A loop that exchanges the same CuPy arrays, whose pointers the exchange reuses: right
+    when the values change between calls (exchange and exchange_async alternating), and an
+    array given another shape in place is seen (refused as any wrong shape is)."""
+    to_gpu, to_numpy = gpu_framework("cupy")
+    import cupy as cp
+    global_n = (12, 8, 5)
+    grid = halox.Topology((3, 2, 1), (True, True, True), 0)
+    plans = halox.build_grid_plans(halox.Ranks.local(grid), global_n, 2, np.float64)
+    ex = halox.GridExchange(halox.Ranks.local(grid), plans, transport="local-fused")
+    reference = halox.GridExchange(halox.Ranks.local(grid), plans)
+    rng = np.random.default_rng(seed_of("repeated cupy arrays"))
+    device = [to_gpu(np.full(p.shape, np.nan)) for p in plans]
+    for step in range(4):
+        host = [rng.standard_normal(p.shape) for p in plans]
+        for d, h in zip(device, host):
+            d[...] = cp.asarray(h)  # the same array objects, new values
+        if step % 2:
+            ex.exchange(*device)
+        else:
+            ex.exchange_async(*device, stream=None)
+            cp.cuda.runtime.deviceSynchronize()
+        reference.exchange(*host)
+        for r in range(grid.size):
+            assert np.array_equal(to_numpy(device[r]), host[r]), f"step {step}, rank {r}"
+    shape = device[0].shape
+    device[0].shape = (shape[0] * shape[1], shape[2])  # the same memory, another shape
+    with pytest.raises(halox.Error, match="has shape"):
+        ex.exchange(*device)
+    device[0].shape = shape
+    ex.exchange(*device)  # and back
+
+
 @pytest.mark.parametrize("memory", ["numpy", "cupy", "torch"])
 def test_blocks_of_ranks_per_process_equal_the_whole_grid_in_one(memory):
     """Ranks.blocks (2 ranks per process along x): every rank's array after the exchange
