@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <type_traits>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -164,6 +167,48 @@ bool contiguous(std::int64_t count, const Datatype& type) {
   return type.canonical().is_contiguous() && (count == 1 || type.extent() == type.size());
 }
 
+// Waits for the staging stream's work, at most HALOX_MPI_TIMEOUT: its copies of a peer's
+// packed bytes wait for the peer's pack (a ReadyEvent), which a peer that died never records.
+void wait_staging() {
+  const cudaStream_t stream = staging_stream();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(knobs().timeout);
+  for (int spins = 0;; ++spins) {
+    const cudaError_t rc = cudaStreamQuery(stream);
+    if (rc == cudaSuccess) return;
+    if (rc != cudaErrorNotReady) HALOX_CUDA_CHECK(rc);
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw Error("the GPU's copies did not finish in " +
+                  std::to_string(static_cast<long long>(knobs().timeout)) +
+                  " s: a sender's pack they wait for never ran (is the sender dead?) "
+                  "(HALOX_MPI_TIMEOUT)");
+    }
+    if (spins > 1000) std::this_thread::yield();
+  }
+}
+
+// A peer's ReadyEvent, opened once per peer and handle (the peer reuses its events).
+cudaEvent_t opened_event(int peer, const unsigned char* handle) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, std::string>, cudaEvent_t> opened;
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::string key(reinterpret_cast<const char*>(handle), ReadyEvent::kHandleBytes);
+  auto [it, added] = opened.try_emplace({peer, key}, nullptr);
+  if (added) {
+    cudaIpcEventHandle_t h;
+    static_assert(sizeof(h) == ReadyEvent::kHandleBytes);
+    std::memcpy(&h, handle, sizeof(h));
+    const cudaError_t rc = cudaIpcOpenEventHandle(&it->second, h);
+    if (rc != cudaSuccess) {
+      cudaGetLastError();
+      opened.erase(it);
+      throw Error(std::string("cannot open the sender's event (cudaIpcOpenEventHandle: ") +
+                  cudaGetErrorString(rc) + "); HALOX_MPI_IPC=0 stages device messages instead");
+    }
+  }
+  return it->second;
+}
+
 // The first `bytes` packed bytes at `in` (pinned host memory, or device memory of this or a
 // peer's process) into `count` instances of `type` on the device: one copy for a contiguous
 // layout, else one GPU unpack; done when it returns.
@@ -176,7 +221,7 @@ void unpack_on_device(const void* in, std::int64_t bytes, void* out, std::int64_
   } else {
     unpack_range_async(in, out, count, type, 0, bytes, stream);
   }
-  if (wait) HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (wait) wait_staging();
 }
 #endif
 
@@ -277,7 +322,7 @@ void copy_to_host(void* host, const void* from, std::size_t bytes, Memory kind) 
 #if HALOX_HAS_CUDA
   if (kind == Memory::device) {
     HALOX_CUDA_CHECK(cudaMemcpyAsync(host, from, bytes, cudaMemcpyDeviceToHost, staging_stream()));
-    HALOX_CUDA_CHECK(cudaStreamSynchronize(staging_stream()));
+    wait_staging();
     return;
   }
 #endif
@@ -539,11 +584,15 @@ const void* import_memory(int peer, const Exported& e, Memory kind) {  // under 
   return it->second.base + e.offset;
 }
 
-void unpack_from_mapped(const void* from, Memory from_kind, std::int64_t bytes, void* out,
-                        std::int64_t count, const Datatype& type, Memory out_kind, bool wait) {
+void unpack_from_mapped(int peer, const void* from, Memory from_kind, std::int64_t bytes, void* out,
+                        std::int64_t count, const Datatype& type, Memory out_kind, bool wait,
+                        const unsigned char* ready) {
   if (bytes <= 0 || count <= 0) return;
 #if HALOX_HAS_CUDA
   if (from_kind == Memory::device) {
+    // The copies below run on the staging stream, after the sender's pack.
+    if (ready)
+      HALOX_CUDA_CHECK(cudaStreamWaitEvent(staging_stream(), opened_event(peer, ready), 0));
     if (out_kind == Memory::device) {
       unpack_on_device(from, bytes, out, count, type, wait);
       return;
@@ -555,23 +604,27 @@ void unpack_from_mapped(const void* from, Memory from_kind, std::int64_t bytes, 
   }
 #endif
   (void)from_kind;  // pretend memory is mapped readable here: plain host bytes
-  (void)wait;       // (host copies are done when they return)
+  (void)wait;       // (host copies are done when they return; pretend packs are done when
+  (void)peer;       // their send returns, with no ReadyEvent)
+  (void)ready;
   unpack_from_host(from, bytes, out, count, type, out_kind);
 }
 
 }  // namespace
 
 void unpack_from_peer(int peer, const Exported& e, Memory kind, std::int64_t bytes, void* out,
-                      std::int64_t count, const Datatype& type, Memory out_kind, bool wait) {
+                      std::int64_t count, const Datatype& type, Memory out_kind, bool wait,
+                      const unsigned char* ready) {
   // The lock is held while the bytes are read: another thread's import may close mappings
   // (each close first waits for the unpacks queued without a wait).
   std::lock_guard<std::mutex> lock(mappings_mutex());
-  unpack_from_mapped(import_memory(peer, e, kind), kind, bytes, out, count, type, out_kind, wait);
+  unpack_from_mapped(peer, import_memory(peer, e, kind), kind, bytes, out, count, type, out_kind,
+                     wait, ready);
 }
 
 void wait_for_unpacks() {
 #if HALOX_HAS_CUDA
-  if (cuda_in_use()) HALOX_CUDA_CHECK(cudaStreamSynchronize(staging_stream()));
+  if (cuda_in_use()) wait_staging();
 #endif
 }
 
@@ -641,8 +694,75 @@ PeerStaging& PeerStaging::operator=(PeerStaging&& other) noexcept {
   return *this;
 }
 
+namespace {
+
+struct PooledEvent {
+  void* event;
+  unsigned char handle[ReadyEvent::kHandleBytes];
+};
+std::vector<PooledEvent>& event_pool() {  // under pool_mutex
+  static std::vector<PooledEvent> events;
+  return events;
+}
+
+}  // namespace
+
+ReadyEvent::ReadyEvent(Memory kind) {
+#if HALOX_HAS_CUDA
+  static std::atomic<bool> unsupported{false};
+  if (kind != Memory::device || unsupported) return;
+  {
+    std::lock_guard<std::mutex> lock(pool_mutex());
+    auto& pool = event_pool();
+    if (!pool.empty()) {
+      m_event = pool.back().event;
+      std::memcpy(m_handle, pool.back().handle, kHandleBytes);
+      pool.pop_back();
+      return;
+    }
+  }
+  cudaEvent_t event = nullptr;
+  cudaIpcEventHandle_t handle;
+  if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventInterprocess) !=
+          cudaSuccess ||
+      cudaIpcGetEventHandle(&handle, event) != cudaSuccess) {
+    cudaGetLastError();
+    if (event) cudaEventDestroy(event);
+    unsupported = true;  // the packs are waited for, as before events
+    return;
+  }
+  static_assert(sizeof(handle) == kHandleBytes);
+  m_event = event;
+  std::memcpy(m_handle, &handle, kHandleBytes);
+#else
+  (void)kind;
+#endif
+}
+
+ReadyEvent::~ReadyEvent() {
+  if (m_event == nullptr) return;
+  std::lock_guard<std::mutex> lock(pool_mutex());
+  PooledEvent& back = event_pool().emplace_back();  // kept: peers keep it opened
+  back.event = m_event;
+  std::memcpy(back.handle, m_handle, kHandleBytes);
+}
+
+ReadyEvent::ReadyEvent(ReadyEvent&& other) noexcept
+    : m_event(std::exchange(other.m_event, nullptr)) {
+  std::memcpy(m_handle, other.m_handle, kHandleBytes);
+}
+
+ReadyEvent& ReadyEvent::operator=(ReadyEvent&& other) noexcept {
+  if (this != &other) {
+    ReadyEvent old(std::move(*this));
+    m_event = std::exchange(other.m_event, nullptr);
+    std::memcpy(m_handle, other.m_handle, kHandleBytes);
+  }
+  return *this;
+}
+
 void pack_to_peer_staging(const void* in, std::int64_t count, const Datatype& type, void* out,
-                          Memory kind) {
+                          Memory kind, const ReadyEvent& ready) {
   if (count <= 0 || type.size() == 0) return;
   if (kind == Memory::pretend) {
     std::ptrdiff_t in_delta = 0, out_delta = 0;
@@ -660,7 +780,13 @@ void pack_to_peer_staging(const void* in, std::int64_t count, const Datatype& ty
   } else {
     pack_async(in, count, type, out, stream);
   }
-  HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (ready.empty()) {
+    HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  } else {
+    HALOX_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ready.event()), stream));
+  }
+#else
+  (void)ready;
 #endif
 }
 

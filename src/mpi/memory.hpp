@@ -89,8 +89,10 @@ bool export_memory(const void* p, Memory kind, Exported* out);
 /// mapped here and cached per peer and allocation) into `count` instances of `type` at `out`
 /// (memory `out_kind`); done when it returns, or, without `wait`, a device-to-device unpack
 /// may still be queued: wait_for_unpacks() waits for every such unpack.
+/// `ready`, where not null, is the sender's ReadyEvent handle: the bytes are read after it.
 void unpack_from_peer(int peer, const Exported& e, Memory kind, std::int64_t bytes, void* out,
-                      std::int64_t count, const Datatype& type, Memory out_kind, bool wait = true);
+                      std::int64_t count, const Datatype& type, Memory out_kind, bool wait = true,
+                      const unsigned char* ready = nullptr);
 void wait_for_unpacks();
 /// Waits until the device work a program queued before an MPI call (on the legacy default
 /// stream, as cudaMemcpy orders it) is done: a peer is about to read the buffer itself.
@@ -115,10 +117,37 @@ class PeerStaging {
   Memory m_kind = Memory::host;
 };
 
+/// A CUDA event that a process on this node can wait for (interprocess), from a pool, given
+/// back when dropped: recorded after a pack into a PeerStaging, so that the sender queues the
+/// pack and sends its note at once and the receiver's GPU waits for the pack instead (without
+/// it, each non-contiguous device send waited for its pack: osu_bw's vector rows were bound
+/// by that wait). Empty where CUDA exports no events (the pack is then waited for).
+class ReadyEvent {
+ public:
+  ReadyEvent() = default;
+  /// One from the pool for packs of memory `kind`; empty for other than device memory.
+  explicit ReadyEvent(Memory kind);
+  ~ReadyEvent();
+  ReadyEvent(ReadyEvent&& other) noexcept;
+  ReadyEvent& operator=(ReadyEvent&& other) noexcept;
+  ReadyEvent(const ReadyEvent&) = delete;
+  ReadyEvent& operator=(const ReadyEvent&) = delete;
+  bool empty() const { return m_event == nullptr; }
+  void* event() const { return m_event; }  ///< a cudaEvent_t
+  /// Its cudaIpcEventHandle_t, for a note.
+  const unsigned char* handle() const { return m_handle; }
+  static constexpr std::size_t kHandleBytes = 64;
+
+ private:
+  void* m_event = nullptr;
+  unsigned char m_handle[kHandleBytes] = {};
+};
+
 /// Packs `count` instances of `type` from `in` (memory `kind`) into `out`, memory of the same
-/// kind (a PeerStaging); done when it returns.
+/// kind (a PeerStaging): queued and `ready` recorded after it where `ready` holds an event,
+/// else done when it returns.
 void pack_to_peer_staging(const void* in, std::int64_t count, const Datatype& type, void* out,
-                          Memory kind);
+                          Memory kind, const ReadyEvent& ready);
 
 }  // namespace halox::mpi
 

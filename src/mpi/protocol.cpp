@@ -110,12 +110,18 @@ bool load(Pending& p, MPI_Datatype type) {
     }
     return true;
   }
-  settle(p.memory);  // the peer reads the buffer as soon as the note arrives
   const void* from = address(p.buffer, p.type->true_lb());
-  if (!contiguous_layout(p.count, *p.type)) {
+  if (contiguous_layout(p.count, *p.type)) {
+    settle(p.memory);  // the peer reads the buffer as soon as the note arrives
+  } else {
+    // Packed on the staging stream, which waits for the legacy default stream as settle()
+    // does; the peer's copy waits for the pack's event (where there is one).
     if (!p.peer.data()) p.peer = PeerStaging(static_cast<std::size_t>(note.bytes), p.memory);
-    pack_to_peer_staging(p.buffer, p.count, *p.type, p.peer.data(), p.memory);
+    if (p.ready.empty()) p.ready = ReadyEvent(p.memory);
+    pack_to_peer_staging(p.buffer, p.count, *p.type, p.peer.data(), p.memory, p.ready);
     from = p.peer.data();
+    note.ready = p.ready.empty() ? 0 : 1;
+    if (note.ready) std::memcpy(note.ready_event, p.ready.handle(), sizeof(note.ready_event));
   }
   if (!export_memory(from, p.memory, &note.where)) return false;
   std::memcpy(p.note.data(), &note, sizeof(note));
@@ -303,9 +309,15 @@ int flush_held() {
   try {
     wait_for_unpacks();
   } catch (const std::exception& e) {
-    rc = raise(
-        MPI_COMM_WORLD,
-        std::string("halox_mpi: reading peers' messages from their memory failed: ") + e.what());
+    std::string peers;
+    for (const auto& [peer, seq] : held.acks) {
+      const std::string name = std::to_string(peer);
+      if (peers.find(" " + name + ",") == std::string::npos) peers += " " + name + ",";
+    }
+    peers.pop_back();
+    rc = raise(MPI_COMM_WORLD, "halox_mpi: rank " + std::to_string(channel().rank) +
+                                   " reading the messages of rank(s)" + peers +
+                                   " from their memory: " + e.what());
   }
   for (const auto& [peer, seq] : held.acks) {
     const int acked = send_ack(peer, seq);
@@ -356,7 +368,7 @@ int serve(const Pending& r, const char* note_bytes, MPI_Status& status) {
     try {
       const auto kind = static_cast<Memory>(note.memory);
       unpack_from_peer(note.sender, note.where, kind, n, r.buffer, r.count, *r.type, r.memory,
-                       !held.open);
+                       !held.open, note.ready ? note.ready_event : nullptr);
       tally(Path::ipc_receive, n);
     } catch (const std::exception& e) {
       rc = raise(r.comm, std::string("halox_mpi: reading rank ") + std::to_string(note.sender) +

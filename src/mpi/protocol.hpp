@@ -25,10 +25,11 @@ struct Note {
   NoteKind kind = NoteKind::side;
   std::int32_t sender = 0;  ///< world rank
   std::int32_t memory = 0;  ///< ipc: the Memory the bytes lie in
-  std::int32_t unused = 0;
-  std::int64_t bytes = 0;  ///< the message's size
-  std::uint64_t seq = 0;   ///< names the side channel's messages of this note
-  Exported where;          ///< ipc: the packed bytes
+  std::int32_t ready = 0;   ///< ipc: 1 when the bytes are ready only after `ready_event`
+  std::int64_t bytes = 0;   ///< the message's size
+  std::uint64_t seq = 0;    ///< names the side channel's messages of this note
+  Exported where;           ///< ipc: the packed bytes
+  unsigned char ready_event[ReadyEvent::kHandleBytes] = {};  ///< a ReadyEvent's handle
 };
 static_assert(sizeof(Note) <= kNoteBytes);
 

@@ -45,7 +45,8 @@ struct Pending {
   bool awaits_ack = false;  ///< an ipc note's send: complete when the peer has read the bytes
   MPI_Request note_request = MPI_REQUEST_NULL;
   std::vector<char> note;
-  PeerStaging peer;                ///< ipc: the packed bytes of a non-contiguous layout
+  PeerStaging peer;  ///< ipc: the packed bytes of a non-contiguous layout
+  ReadyEvent ready;  ///< recorded after the pack into `peer` (its note carries the handle)
   const SendMode* mode = nullptr;  ///< a persistent protocol send's note, at each MPI_Start
   int dest = 0, tag = 0;
 };
