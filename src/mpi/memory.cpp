@@ -163,10 +163,6 @@ cudaStream_t staging_stream() {
   return stream;
 }
 
-bool contiguous(std::int64_t count, const Datatype& type) {
-  return type.canonical().is_contiguous() && (count == 1 || type.extent() == type.size());
-}
-
 // Waits for the staging stream's work, at most HALOX_MPI_TIMEOUT: its copies of a peer's
 // packed bytes wait for the peer's pack (a ReadyEvent), which a peer that died never records.
 void wait_staging() {
@@ -215,7 +211,7 @@ cudaEvent_t opened_event(int peer, const unsigned char* handle) {
 void unpack_on_device(const void* in, std::int64_t bytes, void* out, std::int64_t count,
                       const Datatype& type, bool wait = true) {
   const cudaStream_t stream = staging_stream();
-  if (contiguous(count, type)) {
+  if (contiguous_layout(count, type)) {
     HALOX_CUDA_CHECK(cudaMemcpyAsync(address(out, type.true_lb()), in,
                                      static_cast<std::size_t>(bytes), cudaMemcpyDefault, stream));
   } else {
@@ -226,6 +222,10 @@ void unpack_on_device(const void* in, std::int64_t bytes, void* out, std::int64_
 #endif
 
 }  // namespace
+
+bool contiguous_layout(std::int64_t count, const Datatype& type) {
+  return type.canonical().is_contiguous() && (count == 1 || type.extent() == type.size());
+}
 
 const Knobs& knobs() {
   static const Knobs read = [] {
@@ -279,7 +279,7 @@ void pack_to_host(const void* in, std::int64_t count, const Datatype& type, void
 #if HALOX_HAS_CUDA
   if (kind == Memory::device) {
     const cudaStream_t stream = staging_stream();
-    if (contiguous(count, type)) {
+    if (contiguous_layout(count, type)) {
       HALOX_CUDA_CHECK(cudaMemcpyAsync(out, address(in, type.true_lb()),
                                        static_cast<std::size_t>(count * type.size()),
                                        cudaMemcpyDeviceToHost, stream));
@@ -773,7 +773,7 @@ void pack_to_peer_staging(const void* in, std::int64_t count, const Datatype& ty
   }
 #if HALOX_HAS_CUDA
   const cudaStream_t stream = staging_stream();
-  if (contiguous(count, type)) {
+  if (contiguous_layout(count, type)) {
     HALOX_CUDA_CHECK(cudaMemcpyAsync(out, address(in, type.true_lb()),
                                      static_cast<std::size_t>(count * type.size()),
                                      cudaMemcpyDeviceToDevice, stream));

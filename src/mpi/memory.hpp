@@ -40,6 +40,9 @@ const Knobs& knobs();
 /// context in every MPI program the interposer is preloaded into.
 Memory memory_of(const void* p);
 
+/// Whether `count` instances of `type` are one run of bytes (a copy, not a pack).
+bool contiguous_layout(std::int64_t count, const Datatype& type);
+
 /// Packs `count` instances of `type` from `in` (memory `kind`, MPI's buffer address) into
 /// the host bytes `out` (count x size bytes), and the inverse: the first `bytes` packed
 /// bytes of `in` scattered into `out`. Both are done when they return.

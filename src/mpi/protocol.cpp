@@ -88,10 +88,6 @@ bool buffered(const SendMode& mode) {
   return std::strcmp(mode.name, "MPI_Bsend") == 0;
 }
 
-bool contiguous_layout(std::int64_t count, const Datatype& type) {
-  return type.canonical().is_contiguous() && (count == 1 || type.extent() == type.size());
-}
-
 // The message's bytes where the note says they are: for a side note packed into staging, for
 // an ipc note exported (the user's buffer, or a packed copy). False when they cannot be
 // exported (the message is then staged).
