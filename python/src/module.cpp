@@ -749,30 +749,38 @@ bool all_cupy(const nb::args& arrays) {
   return arrays.size() > 0;
 }
 
-// The pointers of a GridExchange's last call, which a call with the same CuPy arrays reuses
-// instead of exporting and importing them through DLPack again (what Python adds to each call
-// of a loop that exchanges the same arrays: bench/python_calls.py). The arrays themselves stay
-// in the exchange's `_in_flight`, referenced until its next call (so that one the caller drops
-// is not freed under the GPU's work, and visible to Python's cycle collector); this holds no
-// reference to them. A CuPy array can take another shape in place, so each array's pointer,
-// shape, strides and dtype are read back and compared at every call.
+// The pointers of a GridExchange's last two calls' CuPy arrays, which a call with the same
+// arrays reuses instead of exporting and importing them through DLPack again (what Python adds
+// to each call of a loop that exchanges the same arrays, or two arrays in turn as a
+// double-buffered stencil does: bench/python_calls.py, examples/python/heat3d.py). The arrays
+// themselves stay in the exchange's `_in_flight` (the last call's) and `_in_flight_before`
+// (the call's before, while both are CuPy's), referenced so that one the caller drops is not
+// freed under the GPU's work, and visible to Python's cycle collector; this holds no reference
+// to them. A CuPy array can take another shape in place, so each array's pointer, shape,
+// strides and dtype are read back and compared at every call.
 class LastPointers {
  public:
-  // `fields`: CuPy arrays (all_cupy).
-  LastPointers(const nb::args& fields, std::vector<void*> pointers)
-      : m_pointers(std::move(pointers)) {
-    for (nb::handle a : fields) m_layouts.push_back(layout_of(a));
-  }
-  // The pointers of `fields` if they are the arrays of the last call (`last`), all CuPy's and
-  // unchanged; else null.
-  const std::vector<void*>* same(const nb::args& fields, nb::handle last) const {
-    if (!nb::isinstance<nb::tuple>(last) || fields.size() != m_layouts.size() ||
-        nb::len(last) != fields.size())
-      return nullptr;
-    for (std::size_t i = 0; i < fields.size(); ++i) {
-      if (!fields[i].is(last[i]) || !layout_of(fields[i]).equal(m_layouts[i])) return nullptr;
+  /// Which entry `fields` are (0: the last call's arrays `last`, 1: the call's before,
+  /// `before`), unchanged; -1: neither.
+  int find(const nb::args& fields, nb::handle last, nb::handle before) const {
+    const nb::handle held[2] = {last, before};
+    for (std::size_t k = 0; k < m_entries.size(); ++k) {
+      if (m_entries[k].same(fields, held[k])) return static_cast<int>(k);
     }
-    return &m_pointers;
+    return -1;
+  }
+  const std::vector<void*>& pointers(int k) const {
+    return m_entries[static_cast<std::size_t>(k)].pointers;
+  }
+  std::size_t size() const { return m_entries.size(); }
+  /// The call before's arrays became the last call's.
+  void swap() { std::swap(m_entries[0], m_entries[1]); }
+  /// `fields` (CuPy arrays: all_cupy) are the last call's; the last call's the call's before.
+  void push(const nb::args& fields, std::vector<void*> pointers) {
+    Entry e{std::move(pointers), {}};
+    for (nb::handle a : fields) e.layouts.push_back(layout_of(a));
+    m_entries.insert(m_entries.begin(), std::move(e));
+    if (m_entries.size() > 2) m_entries.pop_back();
   }
 
  private:
@@ -783,31 +791,59 @@ class LastPointers {
              dtype.equal(o.dtype);
     }
   };
+  struct Entry {
+    std::vector<void*> pointers;
+    std::vector<Layout> layouts;
+    // Whether `fields` are the arrays `held`, unchanged.
+    bool same(const nb::args& fields, nb::handle held) const {
+      if (!nb::isinstance<nb::tuple>(held) || fields.size() != layouts.size() ||
+          nb::len(held) != fields.size())
+        return false;
+      for (std::size_t i = 0; i < fields.size(); ++i) {
+        if (!fields[i].is(held[i]) || !layout_of(fields[i]).equal(layouts[i])) return false;
+      }
+      return true;
+    }
+  };
   static Layout layout_of(nb::handle a) {
     return {a.attr("data").attr("ptr"), a.attr("shape"), a.attr("strides"), a.attr("dtype")};
   }
-  std::vector<void*> m_pointers;
-  std::vector<Layout> m_layouts;
+  std::vector<Entry> m_entries;  // the last call's first
 };
 
-// The checked pointers of a GridExchange call's fields; the arrays and their pointers become
-// the exchange's last (`_in_flight`, `_in_flight_pointers`). The same CuPy arrays as the last
-// call's are not imported again.
+// The checked pointers of a GridExchange call's fields, which become the last call's
+// (`_in_flight`); the CuPy arrays of the last two calls are not imported again (LastPointers).
 std::vector<void*> remembered_grid_fields(halox::GridExchange& self, const nb::args& fields) {
   nb::handle py_self = nb::find(&self);
-  nb::object last = nb::getattr(py_self, "_in_flight_pointers", nb::none());
-  if (!last.is_none()) {
-    const auto& pointers = nb::cast<const LastPointers&>(last);
-    if (const auto* same = pointers.same(fields, nb::getattr(py_self, "_in_flight", nb::none())))
-      return *same;
+  nb::object memo = nb::getattr(py_self, "_in_flight_pointers", nb::none());
+  LastPointers* last = memo.is_none() ? nullptr : &nb::cast<LastPointers&>(memo);
+  nb::object recent = nb::getattr(py_self, "_in_flight", nb::none());
+  if (last) {
+    nb::object before = nb::getattr(py_self, "_in_flight_before", nb::none());
+    const int k = last->find(fields, recent, before);
+    if (k == 0) return last->pointers(0);
+    if (k == 1) {  // the other array of a double-buffered loop: now the last call's
+      nb::setattr(py_self, "_in_flight", before);
+      nb::setattr(py_self, "_in_flight_before", recent);
+      last->swap();
+      return last->pointers(0);
+    }
   }
   std::vector<void*> arrays = grid_fields(self, fields);
-  nb::setattr(py_self, "_in_flight", fields);
   if (all_cupy(fields)) {
-    nb::setattr(py_self, "_in_flight_pointers", nb::cast(LastPointers(fields, arrays)));
-  } else if (!last.is_none()) {
+    if (!last) {
+      memo = nb::cast(LastPointers());
+      nb::setattr(py_self, "_in_flight_pointers", memo);
+      last = &nb::cast<LastPointers&>(memo);
+    }
+    // The last call's arrays stay referenced while the memo has their pointers.
+    nb::setattr(py_self, "_in_flight_before", last->size() ? recent : nb::none());
+    last->push(fields, arrays);
+  } else if (last) {
     nb::setattr(py_self, "_in_flight_pointers", nb::none());
+    nb::setattr(py_self, "_in_flight_before", nb::none());
   }
+  nb::setattr(py_self, "_in_flight", fields);
   return arrays;
 }
 

@@ -454,9 +454,10 @@ def test_grid_halo_of_gpu_arrays_equals_numpys(framework):
 
 
 def test_repeated_exchanges_of_the_same_cupy_arrays():
-    """A loop that exchanges the same CuPy arrays, whose pointers the exchange reuses: right
-    when the values change between calls (exchange and exchange_async alternating), and an
-    array given another shape in place is seen (refused as any wrong shape is)."""
+    """A double-buffered loop that exchanges two sets of CuPy arrays in turn, whose pointers
+    the exchange reuses: right when the values change between calls (exchange and
+    exchange_async alternating), and an array given another shape in place is seen (refused
+    as any wrong shape is)."""
     to_gpu, to_numpy = gpu_framework("cupy")
     import cupy as cp
     global_n = (12, 8, 5)
@@ -465,12 +466,13 @@ def test_repeated_exchanges_of_the_same_cupy_arrays():
     ex = halox.GridExchange(halox.Ranks.local(grid), plans, transport="local-fused")
     reference = halox.GridExchange(halox.Ranks.local(grid), plans)
     rng = np.random.default_rng(seed_of("repeated cupy arrays"))
-    device = [to_gpu(np.full(p.shape, np.nan)) for p in plans]
-    for step in range(4):
+    buffers = [[to_gpu(np.full(p.shape, np.nan)) for p in plans] for _ in range(2)]
+    for step in range(6):
+        device = buffers[step % 2]
         host = [rng.standard_normal(p.shape) for p in plans]
         for d, h in zip(device, host):
             d[...] = cp.asarray(h)  # the same array objects, new values
-        if step % 2:
+        if step % 3 == 1:
             ex.exchange(*device)
         else:
             ex.exchange_async(*device, stream=None)
