@@ -153,11 +153,16 @@ bool cuda_in_use() {
 }
 
 // One stream that waits for the legacy default stream, as cudaMemcpy does: a program that
-// launched its kernel there and calls MPI_Send finds its data written.
+// launched its kernel there and calls MPI_Send finds its data written. At the highest
+// priority: its packs and unpacks are what a program overlapping communication with a
+// large kernel (halox-lbm --comm mpi-overlap) waits for, and the GPU then runs their blocks
+// before the large kernel's remaining ones.
 cudaStream_t staging_stream() {
   static cudaStream_t stream = [] {
+    int lowest = 0, highest = 0;
+    HALOX_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
     cudaStream_t s = nullptr;
-    HALOX_CUDA_CHECK(cudaStreamCreate(&s));
+    HALOX_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamDefault, highest));
     return s;
   }();
   return stream;
