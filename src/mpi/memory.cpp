@@ -67,16 +67,6 @@ bool pretend_region(const void* p, std::uintptr_t* base, Region* region) {
   return true;
 }
 
-// The readable view's offset from the program's for the region holding `p`; found false
-// when `p` is in none.
-bool pretend_delta(const void* p, std::ptrdiff_t* delta) {
-  std::uintptr_t base = 0;
-  Region region;
-  if (!pretend_region(p, &base, &region)) return false;
-  *delta = region.open - reinterpret_cast<char*>(base);
-  return true;
-}
-
 template <class T>
 T* readable(T* p, std::ptrdiff_t delta) {
   // Integer arithmetic: MPI's buffer address may lie outside the region (MPI_BOTTOM).
@@ -227,6 +217,14 @@ void unpack_on_device(const void* in, std::int64_t bytes, void* out, std::int64_
 #endif
 
 }  // namespace
+
+bool pretend_delta(const void* p, std::ptrdiff_t* delta) {
+  std::uintptr_t base = 0;
+  Region region;
+  if (!pretend_region(p, &base, &region)) return false;
+  *delta = region.open - reinterpret_cast<char*>(base);
+  return true;
+}
 
 bool contiguous_layout(std::int64_t count, const Datatype& type) {
   return type.canonical().is_contiguous() && (count == 1 || type.extent() == type.size());

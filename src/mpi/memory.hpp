@@ -40,6 +40,10 @@ const Knobs& knobs();
 /// context in every MPI program the interposer is preloaded into.
 Memory memory_of(const void* p);
 
+/// The offset of pretend memory's readable view from the program's for the region holding
+/// `p`; false when `p` is in none.
+bool pretend_delta(const void* p, std::ptrdiff_t* delta);
+
 /// Whether `count` instances of `type` are one run of bytes (a copy, not a pack).
 bool contiguous_layout(std::int64_t count, const Datatype& type);
 

@@ -1,14 +1,15 @@
 // MPI-3's neighbourhood collectives (MPI_Neighbor_alltoall(v,w), allgather(v) and their
-// MPI_Ineighbor_* forms) on Cartesian, distributed-graph and graph communicators, through the
-// interposer's point-to-point calls: each block is one message on a private duplicate of the
-// communicator, so a device block to a peer on this node is read by the peer from this
-// process's memory (the protocol's IPC path), others are staged, host blocks go as they are.
-// Every rank takes this path, whatever its buffers (ranks must agree on how a collective
-// runs). The order is MPI's: on a Cartesian grid the block sent towards the negative
-// direction of dimension d lands in the neighbour's block of its positive direction (a tag
-// per direction keeps that so when one rank is both neighbours: periodic axes of 1 or 2
-// ranks); on graphs, blocks between one pair of ranks match in the order of the neighbour
-// lists.
+// MPI_Ineighbor_* forms) on Cartesian, distributed-graph and graph communicators: where every
+// rank's blocks are device memory and its sends and receives pair as a halo's pulses do, as
+// one halox GridExchange (halo_exchange below); otherwise through the interposer's
+// point-to-point calls: each block is one message on a private duplicate of the communicator,
+// so a device block to a peer on this node is read by the peer from this process's memory
+// (the protocol's IPC path), others are staged, host blocks go as they are. Every rank takes
+// the same path, whatever its buffers (ranks must agree on how a collective runs). The order is
+// MPI's: on a Cartesian grid the block sent towards the negative direction of dimension d lands in
+// the neighbour's block of its positive direction (a tag per direction keeps that so when one rank
+// is both neighbours: periodic axes of 1 or 2 ranks); on graphs, blocks between one pair of ranks
+// match in the order of the neighbour lists.
 #include <mpi.h>
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "calls.hpp"
+#include "halox/exchange.hpp"
 #include "memory.hpp"
 #include "state.hpp"
 
@@ -25,11 +27,26 @@ namespace halox::mpi {
 
 namespace {
 
+// A call's blocks as one halox grid exchange (halo_exchange below).
+struct HaloPath {
+  std::vector<std::pair<const void*, int>> key;  // the call's blocks' addresses and counts
+  std::vector<MPI_Datatype> types;               // and types
+  std::unique_ptr<GridExchange> exchange;
+  void* field = nullptr;  // what it moves: the blocks' lowest address (pretend: its readable view)
+  std::int64_t sent = 0;  // bytes per call (the report)
+};
+
 struct Neighbours {
   MPI_Comm comm = MPI_COMM_NULL;  // the private duplicate the blocks travel on
   std::vector<int> sources, destinations;
   std::vector<int> receive_tags, send_tags;
+  // Whether send k of every rank lands in receive k of its destination, on every rank alike
+  // (-1: not yet known); and the last call made one halox exchange. Collectives on one
+  // communicator are called in one order by one thread at a time (MPI), so no lock.
+  mutable int pairs = -1;
+  mutable std::unique_ptr<HaloPath> halo;
   ~Neighbours() {
+    halo.reset();  // its exchange's communicator is a duplicate of `comm`
     if (comm != MPI_COMM_NULL) PMPI_Comm_free(&comm);
   }
 };
@@ -180,6 +197,210 @@ int exchange(const char* call, MPI_Comm comm, const Neighbours& n, const std::ve
   return MPI_SUCCESS;
 }
 
+// ---- The collective as one halox grid exchange ----
+// Where every rank's blocks are device memory (pretend memory in the tests), there are as
+// many receives as sends everywhere, and each send lands in the receive of the same index at
+// its destination (pulse k: send block k, receive block k; on a Cartesian grid pulse 2d sends
+// towards -d and receives from +d, 2d + 1 the other way), the call is one halox
+// GridExchange: one GPU-initiated kernel between the processes of a node (ipc-fused, or what
+// halox-tune's file says), the staged pipeline otherwise. The blocks become the pulses' types
+// at their offsets from the lowest address (one field). The exchange is cached on the
+// communicator for the call's blocks (addresses, counts, types); the ranks agree at every call
+// (one allreduce) whether all of them repeat their cached call, make an exchange anew, or take
+// the point-to-point path.
+
+// The pulse of each send and receive slot: a Cartesian grid's tags (one per direction), a
+// graph's slot numbers.
+int pulse_of(const std::vector<int>& tags, std::size_t slot) {
+  const bool by_tag = tags.size() > 1 && tags[0] != tags[1];
+  return by_tag ? tags[slot] : static_cast<int>(slot);
+}
+
+// Collective over n.comm: whether send k of every rank lands in receive k of its destination
+// (and the other way round) and every rank has as many of both; alike on every rank.
+bool pulses_pair(const Neighbours& n) {
+  int size = 0, rank = 0;
+  PMPI_Comm_size(n.comm, &size);
+  PMPI_Comm_rank(n.comm, &rank);
+  const int degree = static_cast<int>(n.destinations.size());
+  std::vector<int> mine(2 * static_cast<std::size_t>(degree));  // by pulse: destination, source
+  bool ok = n.sources.size() == n.destinations.size();
+  for (std::size_t k = 0; ok && k < n.destinations.size(); ++k) {
+    const int d = pulse_of(n.send_tags, k), s = pulse_of(n.receive_tags, k);
+    ok = d >= 0 && d < degree && s >= 0 && s < degree;
+    if (ok) {
+      mine[2 * static_cast<std::size_t>(d)] = n.destinations[k];
+      mine[2 * static_cast<std::size_t>(s) + 1] = n.sources[k];
+    }
+  }
+  // Every rank's degree the same, and every rank's lists pairing its slots.
+  int agree[3] = {degree, -degree, ok ? 0 : 1};
+  PMPI_Allreduce(MPI_IN_PLACE, agree, 3, MPI_INT, MPI_MAX, n.comm);
+  if (agree[2] != 0 || agree[0] != -agree[1]) return false;
+  std::vector<int> all(mine.size() * static_cast<std::size_t>(size));
+  PMPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT, all.data(),
+                 static_cast<int>(mine.size()), MPI_INT, n.comm);
+  const auto at = [&](int r, int k, int side) {
+    return all[(static_cast<std::size_t>(r) * degree + static_cast<std::size_t>(k)) * 2 +
+               static_cast<std::size_t>(side)];
+  };
+  for (int r = 0; r < size; ++r) {
+    for (int k = 0; k < degree; ++k) {
+      const int to = at(r, k, 0), from = at(r, k, 1);
+      if (to != MPI_PROC_NULL && at(to, k, 1) != r) return false;
+      if (from != MPI_PROC_NULL && at(from, k, 0) != r) return false;
+    }
+  }
+  return true;
+}
+
+// Where halox reads a block's address: itself in device memory, its readable view in pretend
+// memory (each region has its own); null for host memory.
+const void* view_of(const void* at) {
+  switch (memory_of(at)) {
+    case Memory::device: return at;
+    case Memory::pretend: {
+      std::ptrdiff_t delta = 0;
+      pretend_delta(at, &delta);
+      return address(at, delta);
+    }
+    default: return nullptr;
+  }
+}
+
+// The field the blocks lie in, as halox reads them: its start (the lowest byte any block
+// touches) and how many bytes they reach from it; false where they are not all in device
+// memory (or all in pretend memory), or a type is not one halox imports.
+bool field_of(const std::vector<Block>& in, const std::vector<Block>& out, std::uintptr_t* start,
+              std::int64_t* bytes) {
+  std::uintptr_t lo = UINTPTR_MAX, hi = 0;
+  Memory kind = Memory::host;
+  for (const auto* list : {&in, &out}) {
+    for (const Block& b : *list) {
+      if (b.count <= 0) continue;
+      std::shared_ptr<const Datatype> t;
+      try {
+        t = imported(b.type);
+      } catch (const std::exception&) {
+        return false;
+      }
+      if (t->size() == 0) continue;
+      const Memory m = memory_of(address(b.at, t->true_lb()));
+      if (m == Memory::host || (kind != Memory::host && m != kind)) return false;
+      kind = m;
+      const std::int64_t step = static_cast<std::int64_t>(b.count - 1) * t->extent();
+      const auto at = reinterpret_cast<std::uintptr_t>(view_of(b.at));
+      lo = std::min(
+          lo, at + static_cast<std::uintptr_t>(t->true_lb() + std::min<std::int64_t>(0, step)));
+      hi = std::max(hi, at + static_cast<std::uintptr_t>(t->true_lb() + t->true_extent() +
+                                                         std::max<std::int64_t>(0, step)));
+    }
+  }
+  if (kind == Memory::host) return false;
+  *start = lo;
+  *bytes = static_cast<std::int64_t>(hi - lo);
+  return true;
+}
+
+// Block `b` as a halox type at its offset from the field's start (as halox reads both).
+Datatype placed(const Block& b, std::uintptr_t start) {
+  Datatype t = Datatype::contiguous(0, Datatype::of<unsigned char>());  // an empty block
+  if (b.count > 0) {
+    const Datatype& one = *imported(b.type);
+    if (one.size() > 0) {
+      const auto offset =
+          static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(view_of(b.at)) - start);
+      t = Datatype::hindexed({1}, {offset},
+                             b.count == 1 ? one : Datatype::contiguous(b.count, one));
+    }
+  }
+  t.commit();
+  return t;
+}
+
+// Collective over n.comm: the exchange of these blocks, their field from `start` (`bytes`).
+std::unique_ptr<HaloPath> make_halo(const Neighbours& n, const std::vector<Block>& in,
+                                    const std::vector<Block>& out, std::uintptr_t start,
+                                    std::int64_t bytes) {
+  int size = 0, rank = 0;
+  PMPI_Comm_size(n.comm, &size);
+  PMPI_Comm_rank(n.comm, &rank);
+  GridPlan plan;
+  plan.rank = rank;
+  plan.field_bytes = bytes;
+  plan.element = Datatype::of<unsigned char>();
+  plan.element.commit();
+  plan.pulses.resize(n.destinations.size());
+  std::int64_t sent = 0;
+  for (std::size_t p = 0; p < plan.pulses.size(); ++p) {
+    PulseHeader& h = plan.pulses[p].header;
+    h.axis = static_cast<int>(p / 2) % 3;
+    h.direction = p % 2 == 0 ? -1 : 1;
+    h.index = static_cast<int>(p / 6);
+  }
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    GridPulse& pulse = plan.pulses[static_cast<std::size_t>(pulse_of(n.send_tags, k))];
+    pulse.header.send_rank = n.destinations[k] == MPI_PROC_NULL ? -1 : n.destinations[k];
+    pulse.send_type = placed(out[k], start);
+    pulse.header.send_size = pulse.header.send_rank < 0 ? 0 : pulse.send_type.size();
+    sent += pulse.header.send_size;
+  }
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    GridPulse& pulse = plan.pulses[static_cast<std::size_t>(pulse_of(n.receive_tags, k))];
+    pulse.header.recv_rank = n.sources[k] == MPI_PROC_NULL ? -1 : n.sources[k];
+    pulse.recv_type = placed(in[k], start);
+    pulse.header.recv_size = pulse.header.recv_rank < 0 ? 0 : pulse.recv_type.size();
+  }
+  auto h = std::make_unique<HaloPath>();
+  for (const auto* list : {&in, &out}) {
+    for (const Block& b : *list) {
+      h->key.emplace_back(b.at, b.count);
+      h->types.push_back(b.type);
+    }
+  }
+  const Topology topology = Topology::from_mpi(n.comm, {size, 1, 1}, {false, false, false});
+  h->exchange = std::make_unique<GridExchange>(Ranks::mpi(topology), std::vector{plan});
+  h->field = reinterpret_cast<void*>(start);
+  h->sent = sent;
+  return h;
+}
+
+bool same_call(const HaloPath& h, const std::vector<Block>& in, const std::vector<Block>& out) {
+  std::size_t i = 0;
+  for (const auto* list : {&in, &out}) {
+    for (const Block& b : *list) {
+      if (i >= h.key.size() || h.key[i] != std::pair{b.at, b.count} || h.types[i] != b.type)
+        return false;
+      ++i;
+    }
+  }
+  return i == h.key.size();
+}
+
+// The collective as one halox exchange, done when it returns; false where it cannot be one
+// (on every rank alike: the point-to-point path then runs).
+bool halo_exchange(const Neighbours& n, const std::vector<Block>& in,
+                   const std::vector<Block>& out) {
+  std::uintptr_t start = 0;
+  std::int64_t bytes = 0;
+  // 2: this rank repeats its cached call; 1: its call can be one exchange; 0: it cannot.
+  int mine = 0;
+  if (n.pairs != 0 && field_of(in, out, &start, &bytes))
+    mine = n.halo && same_call(*n.halo, in, out) ? 2 : 1;
+  int all = 0;
+  PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, n.comm);
+  if (all == 0) return false;
+  if (all == 1) {
+    if (n.pairs < 0) n.pairs = pulses_pair(n) ? 1 : 0;
+    if (n.pairs == 0) return false;
+    n.halo.reset();
+    n.halo = make_halo(n, in, out, start, bytes);
+  }
+  n.halo->exchange->exchange(n.halo->field);
+  tally(Path::neighbor_exchange, n.halo->sent);
+  return true;
+}
+
 std::vector<Block> blocks(const void* buffer, const int* counts, const int* displs,
                           MPI_Datatype type, std::size_t n) {
   const MPI_Aint extent = extent_of(type);
@@ -195,12 +416,21 @@ std::vector<Block> regular(const void* buffer, int count, MPI_Datatype type, std
   return blocks(buffer, counts.data(), displs.data(), type, n);
 }
 
+// A generalized request complete at once (MPI_Ineighbor_* done as one halox exchange).
+int completed(MPI_Request* request) {
+  if (!request) return MPI_SUCCESS;
+  const int rc = PMPI_Grequest_start(query_exchange, free_exchange, cancel_exchange,
+                                     new int(MPI_SUCCESS), request);
+  return rc == MPI_SUCCESS ? PMPI_Grequest_complete(*request) : rc;
+}
+
 template <class Make>
 int run(const char* call, MPI_Comm comm, MPI_Request* request, Make&& make) {
   try {
     const Neighbours& n = neighbours(comm);
     std::vector<Block> in, out;
     make(n, in, out);
+    if (halo_exchange(n, in, out)) return completed(request);
     return exchange(call, comm, n, in, out, request);
   } catch (const std::exception& e) {
     return raise(comm, std::string("halox_mpi: ") + call + ": " + e.what());

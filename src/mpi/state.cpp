@@ -315,12 +315,12 @@ namespace {
 struct Counter {
   std::atomic<long long> messages{0}, bytes{0};
 };
-constexpr int kPaths = 8;
+constexpr int kPaths = 9;
 Counter counters[kPaths];
 const char* const kPathNames[kPaths] = {
     "host send (passed through)", "staged send",           "staged receive",
     "staged collective",          "ipc send (peer reads)", "ipc receive (read peer)",
-    "ipc mappings opened",        "ipc mappings reopened"};
+    "ipc mappings opened",        "ipc mappings reopened", "neighbour collective (halox)"};
 
 }  // namespace
 

@@ -121,8 +121,9 @@ enum class Path {
   staged_collective,
   ipc_send,
   ipc_receive,
-  ipc_mapped,   ///< a peer's allocation mapped here (messages: mappings; bytes: their lengths)
-  ipc_remapped  ///< opened again after "already mapped": a block shared
+  ipc_mapped,    ///< a peer's allocation mapped here (messages: mappings; bytes: their lengths)
+  ipc_remapped,  ///< opened again after "already mapped": a block shared
+  neighbor_exchange,  ///< a neighbourhood collective as one halox exchange (bytes: sent)
 };
 void tally(Path path, std::int64_t bytes);
 bool reporting();
