@@ -34,6 +34,7 @@ struct HaloPath {
   std::unique_ptr<GridExchange> exchange;
   void* field = nullptr;  // what it moves: the blocks' lowest address (pretend: its readable view)
   std::int64_t sent = 0;  // bytes per call (the report)
+  long long id = 0;       // which making it came from, alike on every rank
 };
 
 struct Neighbours {
@@ -41,12 +42,14 @@ struct Neighbours {
   std::vector<int> sources, destinations;
   std::vector<int> receive_tags, send_tags;
   // Whether send k of every rank lands in receive k of its destination, on every rank alike
-  // (-1: not yet known); and the last call made one halox exchange. Collectives on one
-  // communicator are called in one order by one thread at a time (MPI), so no lock.
+  // (-1: not yet known); and the last calls made halox exchanges, the newest last (a few: a
+  // double-buffered program's calls take turns). Collectives on one communicator are called
+  // in one order by one thread at a time (MPI), so no lock.
   mutable int pairs = -1;
-  mutable std::unique_ptr<HaloPath> halo;
+  mutable std::vector<std::unique_ptr<HaloPath>> halos;
+  mutable long long made = 0;
   ~Neighbours() {
-    halo.reset();  // its exchange's communicator is a duplicate of `comm`
+    halos.clear();  // their exchanges' communicators are duplicates of `comm`
     if (comm != MPI_COMM_NULL) PMPI_Comm_free(&comm);
   }
 };
@@ -381,23 +384,34 @@ bool same_call(const HaloPath& h, const std::vector<Block>& in, const std::vecto
 // (on every rank alike: the point-to-point path then runs).
 bool halo_exchange(const Neighbours& n, const std::vector<Block>& in,
                    const std::vector<Block>& out) {
+  constexpr std::size_t kKept = 4;  // exchanges cached per communicator
   std::uintptr_t start = 0;
   std::int64_t bytes = 0;
-  // 2: this rank repeats its cached call; 1: its call can be one exchange; 0: it cannot.
-  int mine = 0;
-  if (n.pairs != 0 && field_of(in, out, &start, &bytes))
-    mine = n.halo && same_call(*n.halo, in, out) ? 2 : 1;
-  int all = 0;
-  PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, n.comm);
-  if (all == 0) return false;
-  if (all == 1) {
+  const bool can = n.pairs != 0 && field_of(in, out, &start, &bytes);
+  long long found = -1;  // the making of this rank's cached exchange for this call
+  for (const auto& h : n.halos) {
+    if (can && same_call(*h, in, out)) found = h->id;
+  }
+  // Any rank that cannot; the most and the fewest of the makings found (equal: all found the
+  // same exchange).
+  long long agree[3] = {can ? 0 : 1, found, -found};
+  PMPI_Allreduce(MPI_IN_PLACE, agree, 3, MPI_LONG_LONG, MPI_MAX, n.comm);
+  if (agree[0] != 0) return false;
+  const HaloPath* use = nullptr;
+  if (agree[1] >= 0 && agree[1] == -agree[2]) {
+    for (const auto& h : n.halos) {
+      if (h->id == agree[1]) use = h.get();
+    }
+  } else {
     if (n.pairs < 0) n.pairs = pulses_pair(n) ? 1 : 0;
     if (n.pairs == 0) return false;
-    n.halo.reset();
-    n.halo = make_halo(n, in, out, start, bytes);
+    if (n.halos.size() == kKept) n.halos.erase(n.halos.begin());  // the oldest, on every rank
+    n.halos.push_back(make_halo(n, in, out, start, bytes));
+    n.halos.back()->id = n.made++;
+    use = n.halos.back().get();
   }
-  n.halo->exchange->exchange(n.halo->field);
-  tally(Path::neighbor_exchange, n.halo->sent);
+  use->exchange->exchange(use->field);
+  tally(Path::neighbor_exchange, use->sent);
   return true;
 }
 
