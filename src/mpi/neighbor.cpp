@@ -42,10 +42,11 @@ struct Neighbours {
   MPI_Comm comm = MPI_COMM_NULL;  // the private duplicate the blocks travel on
   std::vector<int> sources, destinations;
   std::vector<int> receive_tags, send_tags;
-  // Whether send k of every rank lands in receive k of its destination, on every rank alike
-  // (-1: not yet known); and the last calls made halox exchanges, the newest last (a few: a
-  // double-buffered program's calls take turns). Collectives on one communicator are called
-  // in one order by one thread at a time (MPI), so no lock.
+  // How many pulses the blocks make where send k of every rank lands in receive k of its
+  // destination, alike on every rank (0: they do not pair so; -1: not yet known); and the last
+  // calls made halox exchanges, the newest last (a few: a double-buffered program's calls take
+  // turns). Collectives on one communicator are called in one order by one thread at a time (MPI),
+  // so no lock.
   mutable int pairs = -1;
   mutable std::vector<std::unique_ptr<HaloPath>> halos;
   mutable long long made = 0;
@@ -220,42 +221,41 @@ int pulse_of(const std::vector<int>& tags, std::size_t slot) {
   return by_tag ? tags[slot] : static_cast<int>(slot);
 }
 
-// Collective over n.comm: whether send k of every rank lands in receive k of its destination
-// (and the other way round) and every rank has as many of both; alike on every rank.
-bool pulses_pair(const Neighbours& n) {
-  int size = 0, rank = 0;
+// Collective over n.comm: how many pulses every rank's blocks make, where send k of every
+// rank lands in receive k of its destination and the other way round (a rank with fewer sends
+// or receives than that has pulses without a peer); 0 where they do not pair so. Alike on
+// every rank.
+int pulses_pair(const Neighbours& n) {
+  int size = 0;
   PMPI_Comm_size(n.comm, &size);
-  PMPI_Comm_rank(n.comm, &rank);
-  const int degree = static_cast<int>(n.destinations.size());
-  std::vector<int> mine(2 * static_cast<std::size_t>(degree));  // by pulse: destination, source
-  bool ok = n.sources.size() == n.destinations.size();
-  for (std::size_t k = 0; ok && k < n.destinations.size(); ++k) {
-    const int d = pulse_of(n.send_tags, k), s = pulse_of(n.receive_tags, k);
-    ok = d >= 0 && d < degree && s >= 0 && s < degree;
-    if (ok) {
-      mine[2 * static_cast<std::size_t>(d)] = n.destinations[k];
-      mine[2 * static_cast<std::size_t>(s) + 1] = n.sources[k];
-    }
-  }
-  // Every rank's degree the same, and every rank's lists pairing its slots.
-  int agree[3] = {degree, -degree, ok ? 0 : 1};
-  PMPI_Allreduce(MPI_IN_PLACE, agree, 3, MPI_INT, MPI_MAX, n.comm);
-  if (agree[2] != 0 || agree[0] != -agree[1]) return false;
+  const int sends = static_cast<int>(n.destinations.size());
+  const int receives = static_cast<int>(n.sources.size());
+  int most = std::max(sends, receives);
+  PMPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, n.comm);
+  if (most == 0) return 0;
+  // By pulse: destination, source (MPI_PROC_NULL: none).
+  std::vector<int> mine(2 * static_cast<std::size_t>(most), MPI_PROC_NULL);
+  for (int k = 0; k < sends; ++k)
+    mine[2 * static_cast<std::size_t>(pulse_of(n.send_tags, static_cast<std::size_t>(k)))] =
+        n.destinations[static_cast<std::size_t>(k)];
+  for (int k = 0; k < receives; ++k)
+    mine[2 * static_cast<std::size_t>(pulse_of(n.receive_tags, static_cast<std::size_t>(k))) + 1] =
+        n.sources[static_cast<std::size_t>(k)];
   std::vector<int> all(mine.size() * static_cast<std::size_t>(size));
   PMPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT, all.data(),
                  static_cast<int>(mine.size()), MPI_INT, n.comm);
   const auto at = [&](int r, int k, int side) {
-    return all[(static_cast<std::size_t>(r) * degree + static_cast<std::size_t>(k)) * 2 +
+    return all[(static_cast<std::size_t>(r) * most + static_cast<std::size_t>(k)) * 2 +
                static_cast<std::size_t>(side)];
   };
   for (int r = 0; r < size; ++r) {
-    for (int k = 0; k < degree; ++k) {
+    for (int k = 0; k < most; ++k) {
       const int to = at(r, k, 0), from = at(r, k, 1);
-      if (to != MPI_PROC_NULL && at(to, k, 1) != r) return false;
-      if (from != MPI_PROC_NULL && at(from, k, 0) != r) return false;
+      if (to != MPI_PROC_NULL && at(to, k, 1) != r) return 0;
+      if (from != MPI_PROC_NULL && at(from, k, 0) != r) return 0;
     }
   }
-  return true;
+  return most;
 }
 
 // Where halox reads a block's address: itself in device memory, its readable view in pretend
@@ -334,9 +334,12 @@ std::unique_ptr<HaloPath> make_halo(const Neighbours& n, const std::vector<Block
   plan.field_bytes = bytes;
   plan.element = Datatype::of<unsigned char>();
   plan.element.commit();
-  plan.pulses.resize(n.destinations.size());
+  plan.pulses.resize(static_cast<std::size_t>(n.pairs));
   std::int64_t sent = 0;
+  Datatype none = Datatype::contiguous(0, Datatype::of<unsigned char>());  // a pulse's missing end
+  none.commit();
   for (std::size_t p = 0; p < plan.pulses.size(); ++p) {
+    plan.pulses[p].send_type = plan.pulses[p].recv_type = none;
     PulseHeader& h = plan.pulses[p].header;
     h.axis = static_cast<int>(p / 2) % 3;
     h.direction = p % 2 == 0 ? -1 : 1;
@@ -405,7 +408,7 @@ bool halo_exchange(const Neighbours& n, const std::vector<Block>& in,
       if (h->id == agree[1]) use = h.get();
     }
   } else {
-    if (n.pairs < 0) n.pairs = pulses_pair(n) ? 1 : 0;
+    if (n.pairs < 0) n.pairs = pulses_pair(n);
     if (n.pairs == 0) return false;
     if (n.halos.size() == kKept) n.halos.erase(n.halos.begin());  // the oldest, on every rank
     n.halos.push_back(make_halo(n, in, out, start, bytes));
