@@ -203,10 +203,10 @@ int exchange(const char* call, MPI_Comm comm, const Neighbours& n, const std::ve
 }
 
 // ---- The collective as one halox grid exchange ----
-// Where every rank's blocks are device memory (pretend memory in the tests), there are as
-// many receives as sends everywhere, and each send lands in the receive of the same index at
-// its destination (pulse k: send block k, receive block k; on a Cartesian grid pulse 2d sends
-// towards -d and receives from +d, 2d + 1 the other way), the call is one halox
+// Where every rank's blocks are device memory (pretend memory in the tests) and each send
+// lands in the receive of the same index at its destination (pulse k: send block k, receive
+// block k, either missing on a rank with fewer; on a Cartesian grid pulse 2d sends towards
+// -d and receives from +d, 2d + 1 the other way), the call is one halox
 // GridExchange: one GPU-initiated kernel between the processes of a node (ipc-fused, or what
 // halox-tune's file says), the staged pipeline otherwise. The blocks become the pulses' types
 // at their offsets from the lowest address (one field). The exchange is cached on the
