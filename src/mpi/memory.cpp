@@ -218,6 +218,13 @@ void unpack_on_device(const void* in, std::int64_t bytes, void* out, std::int64_
 
 }  // namespace
 
+bool device_memory_possible() {
+#if HALOX_HAS_CUDA
+  if (cuda_in_use()) return true;
+#endif
+  return pretend_enabled();
+}
+
 bool pretend_delta(const void* p, std::ptrdiff_t* delta) {
   std::uintptr_t base = 0;
   Region region;

@@ -40,6 +40,10 @@ const Knobs& knobs();
 /// context in every MPI program the interposer is preloaded into.
 Memory memory_of(const void* p);
 
+/// Whether any buffer of this process can be device memory by now: a CUDA context is in use
+/// (or pretend memory is on).
+bool device_memory_possible();
+
 /// The offset of pretend memory's readable view from the program's for the region holding
 /// `p`; false when `p` is in none.
 bool pretend_delta(const void* p, std::ptrdiff_t* delta);

@@ -48,6 +48,9 @@ struct Neighbours {
   // turns). Collectives on one communicator are called in one order by one thread at a time (MPI),
   // so no lock.
   mutable int pairs = -1;
+  // Whether any rank could give device buffers when the communicator's first neighbourhood
+  // collective ran; if none, its calls never take the halox path (nor its per-call allreduce).
+  bool device_possible = false;
   mutable std::vector<std::unique_ptr<HaloPath>> halos;
   mutable long long made = 0;
   ~Neighbours() {
@@ -116,6 +119,9 @@ const Neighbours& neighbours(MPI_Comm comm) {
     n->send_tags.assign(n->destinations.size(), 0);
   }
   PMPI_Comm_dup(comm, &n->comm);
+  int possible = device_memory_possible() ? 1 : 0;
+  PMPI_Allreduce(MPI_IN_PLACE, &possible, 1, MPI_INT, MPI_MAX, n->comm);
+  n->device_possible = possible != 0;
   Neighbours* kept = n.release();
   PMPI_Comm_set_attr(comm, keyval, kept);
   return *kept;
@@ -389,10 +395,11 @@ bool same_call(const HaloPath& h, const std::vector<Block>& in, const std::vecto
 // (on every rank alike: the point-to-point path then runs).
 bool halo_exchange(const Neighbours& n, const std::vector<Block>& in,
                    const std::vector<Block>& out) {
-  constexpr std::size_t kKept = 4;  // exchanges cached per communicator
+  constexpr std::size_t kKept = 4;                       // exchanges cached per communicator
+  if (!n.device_possible || n.pairs == 0) return false;  // alike on every rank
   std::uintptr_t start = 0;
   std::int64_t bytes = 0;
-  const bool can = n.pairs != 0 && field_of(in, out, &start, &bytes);
+  const bool can = field_of(in, out, &start, &bytes);
   long long found = -1;  // the making of this rank's cached exchange for this call
   for (const auto& h : n.halos) {
     if (can && same_call(*h, in, out)) found = h->id;
