@@ -849,7 +849,7 @@ std::vector<void*> remembered_grid_fields(halox::GridExchange& self, const nb::a
 
 void bind_grid_exchange(nb::module_& m) {
   nb::class_<LastPointers>(m, "_LastPointers",
-                           "The pointers of an exchange's last call (internal)");
+                           "The pointers of an exchange's last two calls (internal)");
   nb::class_<halox::GridExchange>(m, "GridExchange",
                                   "The grid halo of NumPy arrays laid out as the plan says",
                                   nb::dynamic_attr())

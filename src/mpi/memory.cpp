@@ -5,15 +5,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <type_traits>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -161,30 +160,28 @@ cudaStream_t staging_stream() {
 // Waits for the staging stream's work, at most HALOX_MPI_TIMEOUT: its copies of a peer's
 // packed bytes wait for the peer's pack (a ReadyEvent), which a peer that died never records.
 void wait_staging() {
-  const cudaStream_t stream = staging_stream();
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(knobs().timeout);
-  for (int spins = 0;; ++spins) {
+  const bool done = poll_bounded([stream = staging_stream()] {
     const cudaError_t rc = cudaStreamQuery(stream);
-    if (rc == cudaSuccess) return;
     if (rc != cudaErrorNotReady) HALOX_CUDA_CHECK(rc);
-    if (std::chrono::steady_clock::now() > deadline) {
-      throw Error("the GPU's copies did not finish in " +
-                  std::to_string(static_cast<long long>(knobs().timeout)) +
-                  " s: a sender's pack they wait for never ran (is the sender dead?) "
-                  "(HALOX_MPI_TIMEOUT)");
-    }
-    if (spins > 1000) std::this_thread::yield();
+    return rc == cudaSuccess;
+  });
+  if (!done) {
+    throw Error("the GPU's copies did not finish in " +
+                std::to_string(static_cast<long long>(knobs().timeout)) +
+                " s: a sender's pack they wait for never ran (is the sender dead?) "
+                "(HALOX_MPI_TIMEOUT)");
   }
 }
 
 // A peer's ReadyEvent, opened once per peer and handle (the peer reuses its events).
 cudaEvent_t opened_event(int peer, const unsigned char* handle) {
   static std::mutex mutex;
-  static std::map<std::pair<int, std::string>, cudaEvent_t> opened;
+  using Handle = std::array<unsigned char, ReadyEvent::kHandleBytes>;
+  static std::map<std::pair<int, Handle>, cudaEvent_t> opened;
   std::lock_guard<std::mutex> lock(mutex);
-  const std::string key(reinterpret_cast<const char*>(handle), ReadyEvent::kHandleBytes);
-  auto [it, added] = opened.try_emplace({peer, key}, nullptr);
+  std::pair<int, Handle> key{peer, {}};
+  std::memcpy(key.second.data(), handle, ReadyEvent::kHandleBytes);
+  auto [it, added] = opened.try_emplace(key, nullptr);
   if (added) {
     cudaIpcEventHandle_t h;
     static_assert(sizeof(h) == ReadyEvent::kHandleBytes);

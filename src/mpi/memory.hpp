@@ -4,9 +4,11 @@
 // through this layer's copies, as device memory is.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <thread>
 
 #include "halox/datatype.hpp"
 
@@ -33,6 +35,19 @@ struct Knobs {
   std::string error;
 };
 const Knobs& knobs();
+
+/// Calls `done` until it returns true, at most HALOX_MPI_TIMEOUT; false when that passed (the
+/// interposer's own waits, each of which then names what it waited for).
+template <class Done>
+bool poll_bounded(Done&& done) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(knobs().timeout);
+  for (int spins = 0;; ++spins) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    if (spins > 1000) std::this_thread::yield();
+  }
+}
 
 /// Where the byte at `p` lives. Managed memory counts as host memory: the CPU reads it, so the
 /// MPI library can be given it (the driver migrates its pages). Not detail::is_device_memory:

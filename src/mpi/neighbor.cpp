@@ -264,25 +264,19 @@ int pulses_pair(const Neighbours& n) {
   return most;
 }
 
-// Where halox reads a block's address: itself in device memory, its readable view in pretend
-// memory (each region has its own); null for host memory.
-const void* view_of(const void* at) {
-  switch (memory_of(at)) {
-    case Memory::device: return at;
-    case Memory::pretend: {
-      std::ptrdiff_t delta = 0;
-      pretend_delta(at, &delta);
-      return address(at, delta);
-    }
-    default: return nullptr;
-  }
+// Where halox reads a block's address, in memory `kind`: itself in device memory, its
+// readable view in pretend memory (each region has its own).
+const void* view_of(const void* at, Memory kind) {
+  std::ptrdiff_t delta = 0;
+  if (kind == Memory::pretend) pretend_delta(at, &delta);
+  return address(at, delta);
 }
 
 // The field the blocks lie in, as halox reads them: its start (the lowest byte any block
 // touches) and how many bytes they reach from it; false where they are not all in device
 // memory (or all in pretend memory), or a type is not one halox imports.
 bool field_of(const std::vector<Block>& in, const std::vector<Block>& out, std::uintptr_t* start,
-              std::int64_t* bytes) {
+              std::int64_t* bytes, Memory* memory) {
   std::uintptr_t lo = UINTPTR_MAX, hi = 0;
   Memory kind = Memory::host;
   for (const auto* list : {&in, &out}) {
@@ -299,7 +293,7 @@ bool field_of(const std::vector<Block>& in, const std::vector<Block>& out, std::
       if (m == Memory::host || (kind != Memory::host && m != kind)) return false;
       kind = m;
       const std::int64_t step = static_cast<std::int64_t>(b.count - 1) * t->extent();
-      const auto at = reinterpret_cast<std::uintptr_t>(view_of(b.at));
+      const auto at = reinterpret_cast<std::uintptr_t>(view_of(b.at, m));
       lo = std::min(
           lo, at + static_cast<std::uintptr_t>(t->true_lb() + std::min<std::int64_t>(0, step)));
       hi = std::max(hi, at + static_cast<std::uintptr_t>(t->true_lb() + t->true_extent() +
@@ -307,19 +301,21 @@ bool field_of(const std::vector<Block>& in, const std::vector<Block>& out, std::
     }
   }
   if (kind == Memory::host) return false;
+  *memory = kind;
   *start = lo;
   *bytes = static_cast<std::int64_t>(hi - lo);
   return true;
 }
 
-// Block `b` as a halox type at its offset from the field's start (as halox reads both).
-Datatype placed(const Block& b, std::uintptr_t start) {
+// Block `b` (in memory `kind`) as a halox type at its offset from the field's start (as halox
+// reads both).
+Datatype placed(const Block& b, Memory kind, std::uintptr_t start) {
   Datatype t = Datatype::contiguous(0, Datatype::of<unsigned char>());  // an empty block
   if (b.count > 0) {
     const Datatype& one = *imported(b.type);
     if (one.size() > 0) {
       const auto offset =
-          static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(view_of(b.at)) - start);
+          static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(view_of(b.at, kind)) - start);
       t = Datatype::hindexed({1}, {offset},
                              b.count == 1 ? one : Datatype::contiguous(b.count, one));
     }
@@ -328,10 +324,11 @@ Datatype placed(const Block& b, std::uintptr_t start) {
   return t;
 }
 
-// Collective over n.comm: the exchange of these blocks, their field from `start` (`bytes`).
+// Collective over n.comm: the exchange of these blocks (in memory `kind`), their field from
+// `start` (`bytes`).
 std::unique_ptr<HaloPath> make_halo(const Neighbours& n, const std::vector<Block>& in,
-                                    const std::vector<Block>& out, std::uintptr_t start,
-                                    std::int64_t bytes) {
+                                    const std::vector<Block>& out, Memory kind,
+                                    std::uintptr_t start, std::int64_t bytes) {
   int size = 0, rank = 0;
   PMPI_Comm_size(n.comm, &size);
   PMPI_Comm_rank(n.comm, &rank);
@@ -354,14 +351,14 @@ std::unique_ptr<HaloPath> make_halo(const Neighbours& n, const std::vector<Block
   for (std::size_t k = 0; k < out.size(); ++k) {
     GridPulse& pulse = plan.pulses[static_cast<std::size_t>(pulse_of(n.send_tags, k))];
     pulse.header.send_rank = n.destinations[k] == MPI_PROC_NULL ? -1 : n.destinations[k];
-    pulse.send_type = placed(out[k], start);
+    pulse.send_type = placed(out[k], kind, start);
     pulse.header.send_size = pulse.header.send_rank < 0 ? 0 : pulse.send_type.size();
     sent += pulse.header.send_size;
   }
   for (std::size_t k = 0; k < in.size(); ++k) {
     GridPulse& pulse = plan.pulses[static_cast<std::size_t>(pulse_of(n.receive_tags, k))];
     pulse.header.recv_rank = n.sources[k] == MPI_PROC_NULL ? -1 : n.sources[k];
-    pulse.recv_type = placed(in[k], start);
+    pulse.recv_type = placed(in[k], kind, start);
     pulse.header.recv_size = pulse.header.recv_rank < 0 ? 0 : pulse.recv_type.size();
   }
   auto h = std::make_unique<HaloPath>();
@@ -399,7 +396,8 @@ bool halo_exchange(const Neighbours& n, const std::vector<Block>& in,
   if (!n.device_possible || n.pairs == 0) return false;  // alike on every rank
   std::uintptr_t start = 0;
   std::int64_t bytes = 0;
-  const bool can = field_of(in, out, &start, &bytes);
+  Memory kind = Memory::host;
+  const bool can = field_of(in, out, &start, &bytes, &kind);
   long long found = -1;  // the making of this rank's cached exchange for this call
   for (const auto& h : n.halos) {
     if (can && same_call(*h, in, out)) found = h->id;
@@ -418,7 +416,7 @@ bool halo_exchange(const Neighbours& n, const std::vector<Block>& in,
     if (n.pairs < 0) n.pairs = pulses_pair(n);
     if (n.pairs == 0) return false;
     if (n.halos.size() == kKept) n.halos.erase(n.halos.begin());  // the oldest, on every rank
-    n.halos.push_back(make_halo(n, in, out, start, bytes));
+    n.halos.push_back(make_halo(n, in, out, kind, start, bytes));
     n.halos.back()->id = n.made++;
     use = n.halos.back().get();
   }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -10,7 +9,6 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "calls.hpp"
@@ -268,15 +266,12 @@ int receive_promised(char* into, const Note& note, Channel& c) {
   int rc =
       PMPI_Irecv(into, kNoteBytes, MPI_BYTE, note.sender, data_tag(note.seq), c.side, &request);
   if (rc != MPI_SUCCESS) return rc;
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(knobs().timeout);
-  for (int spins = 0;; ++spins) {
-    int flag = 0;
-    rc = PMPI_Test(&request, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS || flag) return rc;
-    if (std::chrono::steady_clock::now() > deadline) break;
-    if (spins > 1000) std::this_thread::yield();
-  }
+  if (poll_bounded([&] {
+        int flag = 0;
+        rc = PMPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+        return rc != MPI_SUCCESS || flag;
+      }))
+    return rc;
   PMPI_Cancel(&request);
   PMPI_Request_free(&request);
   return raise(MPI_COMM_WORLD, "halox_mpi: rank " + std::to_string(c.rank) + " waited " +
