@@ -16,8 +16,8 @@
 #endif
 #if HALOX_HAS_CUDA
 #include "../common/cuda_check.hpp"
-#if HALOX_HAS_MPI
 #include "../transport/grid_fused.hpp"
+#if HALOX_HAS_MPI
 #include "../transport/peer_halo.hpp"
 #endif
 #endif
@@ -171,7 +171,11 @@ void TransportChooser::check() const {
 }
 
 int TransportChooser::device_launches_per_run() const {
-  return m_device.empty() || !m_device[0].transport ? 0 : m_device[0].transport->launches_per_run();
+  int launches = 0;  // over the instances (one per field where one run cannot take them all)
+  for (const Slot& slot : m_device) {
+    if (slot.transport) launches += slot.transport->launches_per_run();
+  }
+  return launches;
 }
 
 namespace {
@@ -274,9 +278,11 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
           "one node, nvshmem-fused across nodes)");
     }
     const Mapping mapping = peer_mapping(t, m_options);
-    return make_grid_fused_transport(m_ranks, mapping, proxy_policy(mapping, m_options),
-                                     to_string(t), m_options.name, m_options.timeout_seconds,
-                                     m_options.self_test);
+    return make_grid_fused_transport(
+        m_ranks,
+        make_grid_processes(m_ranks, mapping, proxy_policy(mapping, m_options), to_string(t),
+                            m_options.timeout_seconds),
+        to_string(t), m_options);
   }
   return make_device_transport(t, m_ranks, m_options.chunk_bytes, m_options.timeout_seconds);
 #else
@@ -288,8 +294,13 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
 }
 
 std::unique_ptr<Transport> TransportChooser::make_local(bool device) const {
-  return m_particle ? make_local_particle_transport(m_ranks, device, m_real, m_options)
-                    : make_local_grid_transport(device, m_options);
+  if (m_particle) return make_local_particle_transport(m_ranks, device, m_real, m_options);
+#if HALOX_HAS_CUDA
+  // local-fused: the grid kernel's transport, with no other process.
+  if (device && m_options.transport != TransportKind::local_pulse)
+    return make_grid_fused_transport(m_ranks, nullptr, "local-fused", m_options);
+#endif
+  return make_local_grid_transport(device);
 }
 
 TransportKind TransportChooser::choose_automatically(const std::vector<PulseHeader>& pulses,

@@ -52,7 +52,7 @@ class TransportChooser {
   std::string name(const void* field) { return for_field(field, on_device(field)).name(); }
   /// Throws for a device-side time-out of an earlier run (the device transports made).
   void check() const;
-  /// Kernel launches per run of GPU arrays (0: not counted).
+  /// Kernel launches per exchange of GPU arrays, over its instances (0: not counted).
   int device_launches_per_run() const;
   /// Whether runs of device arrays may be captured into a CUDA graph: the made transports'
   /// answer, else the kind's ("auto": known once resolved).

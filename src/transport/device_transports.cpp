@@ -51,8 +51,10 @@ class StagedTransport final : public Transport {
 
   void connect(const Connection& connection) override {
     Transport::connect(connection);
-    for (const Direction d : {Direction::forward, Direction::reverse})
-      m_source[d == Direction::forward] = m_links.local_sources(connection.ops(d), m_comm, name());
+    for (const Direction d : {Direction::forward, Direction::reverse}) {
+      m_links.check_tags(connection.ops(d), m_comm, name());
+      m_source[d == Direction::forward] = m_links.local_sources(connection.ops(d), name());
+    }
   }
 
   void run_async(Direction direction, std::span<void* const> fields,

@@ -1,14 +1,15 @@
-// GPU-initiated grid halo (ipc-* and nvshmem-* transports for GridExchange): the grid kernel
-// (device/grid_fused_kernels.cuh, the kernel of Ranks::local too) moves every face of every
-// stage of every rank of this process (one for Ranks::mpi, a block of them for Ranks::blocks)
-// in one launch: a copy face per message between two ranks of the process (a periodic axis
-// with one rank: from a rank to itself), straight from the sender's field to the receiver's,
-// with no staging and no signals; a pack face per op that sends to another process, straight
-// into the receiving rank's
-// staging area (a direct store through CUDA IPC or nvshmem_ptr; for a peer nvshmem_ptr cannot
-// map, into a send staging area that the last tile puts with its signal: grid_fused_puts.cu;
-// for a peer neither reaches, into host memory that the host proxy sends by MPI:
-// host_proxy.hpp), and an unpack face per op that receives from another process. A face of a later
+// GPU-initiated grid halo (local-fused, ipc-* and nvshmem-* transports for GridExchange): the
+// grid kernel (device/grid_fused_kernels.cuh) moves every face of every stage of every rank of
+// this process (all of them for Ranks::local, one for Ranks::mpi, a block of them for
+// Ranks::blocks) in one launch: a copy face per message between two ranks of the process (a
+// periodic axis with one rank: from a rank to itself), straight from the sender's field to the
+// receiver's, with no staging and no signals; a pack face per op that sends to another
+// process, straight into the receiving rank's staging area (a direct store through CUDA IPC or
+// nvshmem_ptr; for a peer nvshmem_ptr cannot map, into a send staging area that the last tile
+// puts with its signal: grid_fused_puts.cu; for a peer neither reaches, into host memory that
+// the host proxy sends by MPI: host_proxy.hpp), and an unpack face per op that receives from
+// another process. The other processes are reached through GridProcesses (grid_fused.hpp),
+// so that this file builds without MPI. A face of a later
 // stage carries edges and corners that the earlier stages deliver, so its pack waits on the device
 // until this rank has unpacked the earlier stages' faces of its field; faces of the first stage go
 // at once. The pack and unpack are the GPU pack's (pack_device.cuh), driven by the plan's
@@ -25,29 +26,27 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "../common/cuda_check.hpp"
-#include "../runtime/nvshmem_runtime_stub.hpp"
-#include "transport.hpp"
-#include "../common/mpi_wait.hpp"
-#include "grid_fused.hpp"
-#include "host_proxy.hpp"
-#include "peer_halo.hpp"
-#include "rank_links.hpp"
 #include "../device/grid_kernel.hpp"
 #include "../device/signals.cuh"
+#include "../runtime/env.hpp"
+#include "grid_fused.hpp"
 #include "halox/config.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange_options.hpp"
-#include "halox/mpi.hpp"
-#include "../runtime/env.hpp"
+#include "rank_links.hpp"
+#include "transport.hpp"
 
 namespace halox::detail {
 
@@ -58,33 +57,59 @@ namespace {
 // Fields per run: every field's ops share the kMaxGridOps signal slots of a rank's block (and
 // fields x ranks of the process, the kernel's field slots).
 constexpr int kMaxGridFields = 4;
-static_assert(kMaxGridOps <= kMaxBlockAreas, "a block's staging: one area per op");
+
+// Ranks::local: every rank is in this process, every link a copy face.
+class NoOtherProcess final : public GridProcesses {
+ public:
+  void agree_on_largest(std::span<long long>, const char*) override {}
+  void barrier(const char*) override {}
+  void check_collectively(const std::function<void()>& check, const char*) override { check(); }
+  double gpu_share() override { return 1.0; }
+  void reserve(long long) override {}
+  bool puts(int) const override { return false; }
+  char* allocate(long long bytes) override {
+    char* blocks = nullptr;
+    HALOX_CUDA_CHECK(cudaMalloc(&blocks, static_cast<std::size_t>(bytes)));
+    return blocks;
+  }
+  void release(char* blocks) override { cudaFree(blocks); }
+  void publish(char*, std::span<const long long>, const std::set<int>&) override {}
+  char* base(int process) const override { throw no_process(process); }
+  int put_pe(int) const override { return -1; }
+  bool proxied(int) const override { return false; }
+  bool same_gpu() const override { return true; }
+  void start_proxy(std::vector<ProxyLinkPlan>) override {}
+  const ProxyEnds& proxy_ends(std::size_t) const override { throw no_process(-1); }
+  bool proxy_any() const override { return false; }
+  bool may_proxy() const override { return false; }
+  void launched(unsigned long long) override {}
+  void check() const override {}
+  void proxy_self_test() override {}
+
+ private:
+  static Error no_process(int process) {
+    return Error("halox: internal: a link to process " + std::to_string(process) +
+                 " over ranks of one process");
+  }
+};
 
 class GridFusedTransport final : public Transport {
  public:
-  GridFusedTransport(const Ranks& ranks, Mapping mapping, ProxyPolicy proxy, std::string name,
-                     const std::string& trace_name, double timeout_seconds, bool self_test)
+  GridFusedTransport(const Ranks& ranks, std::unique_ptr<GridProcesses> processes, std::string name,
+                     const ExchangeOptions& options)
       : m_links(ranks),
-        m_comm(ranks.processes().comm()),
-        m_rank(ranks.processes().rank()),
+        m_rank(ranks.in_process() ? 0 : ranks.processes().rank()),
         m_local(ranks.count()),
-        m_mapping(mapping),
-        m_proxy_policy(proxy),
+        m_other_processes(!ranks.in_process()),
+        m_processes(processes ? std::move(processes) : std::make_unique<NoOtherProcess>()),
         m_name(std::move(name)),
-        m_trace_object(trace_object(trace_name)),
-        m_peers(m_comm, m_rank, mapping),
-        m_timeout_seconds(timeout_seconds),
-        m_self_test(self_test) {}
+        m_trace_object(m_other_processes ? trace_object(options.name) : -1),
+        m_timeout_seconds(options.timeout_seconds),
+        m_self_test(options.self_test),
+        m_stall_rank(ranks.in_process() ? options.testing.stall_rank : -1) {}
   ~GridFusedTransport() override {
     cudaDeviceSynchronize();
-    m_proxy.reset();
-    m_peers.unmap();
-    if (m_block) {
-      if (symmetric(m_mapping))
-        symmetric_free(m_block);
-      else
-        cudaFree(m_block);
-    }
+    if (m_block) m_processes->release(m_block);
     m_tables.clear();
     cudaFree(m_epoch_device);
   }
@@ -92,18 +117,13 @@ class GridFusedTransport final : public Transport {
   // Every run's counters are on the device; a proxied link's thread is told each epoch from
   // the host, so a run with one cannot be replayed.
   bool capturable() const override {
-    return m_ready ? !m_proxy->any() : m_proxy_policy != ProxyPolicy::every_peer;
+    return m_ready ? !m_processes->proxy_any() : !m_processes->may_proxy();
   }
   bool set_up_for(Direction, std::span<void* const> fields) const override {
     if (!m_ready) return false;
     return m_faces.empty() || m_tables.has(fields);
   }
-  // The set-up's collectives end in an error naming this process's (first) rank after the
-  // time-out, as its waits for data do, instead of holding a rank whose neighbour never
-  // arrives.
-  WaitContext wait_context() const {
-    return {m_links.ranks().rank(0), m_name.c_str(), m_timeout_seconds};
-  }
+  int launches_per_run() const override { return 1; }
 
   // Several fields per launch (up to kMaxGridFields, and fields x ranks within the kernel's
   // field slots; more: one instance per field).
@@ -139,13 +159,13 @@ class GridFusedTransport final : public Transport {
     a.timeout_ns = static_cast<u64>(m_timeout_seconds * 1e9);
     a.error = m_errors.sink();
     a.system_scope = m_same_gpu ? 0 : 1;
-    a.stall_from = -1;
+    a.stall_from = m_stall_rank;
     for (std::size_t k = 0; k < fields.size(); ++k) a.field[k] = static_cast<char*>(fields[k]);
     // The traced kernel only where the grid was sized for it (tracing on at set-up), and
     // never into a CUDA graph (each replay would write the one launch's trace records).
     const bool traced = m_sized_for_trace && !capturing(stream);
     table_for(fields).launch(a, m_blocks, m_puts, traced, m_trace_object, stream);
-    if (m_proxy->any()) m_proxy->launched(epoch);
+    m_processes->launched(epoch);
     for (const Op& op : ops) {
       if (op.send_rank >= 0 && op.send_rank != m_links.me(op)) {
         stats.messages += 1;
@@ -180,7 +200,7 @@ class GridFusedTransport final : public Transport {
                  : "signal " + std::to_string(e.seen) + ", expected " + std::to_string(e.expected);
     };
     check_device_error(m_errors.record(), w);
-    if (m_proxy) m_proxy->throw_if_failed();
+    m_processes->check();
   }
 
   void set_up(const std::vector<Op>& ops) {
@@ -256,8 +276,7 @@ class GridFusedTransport final : public Transport {
   // Whether op reaches grid rank `peer` of another process by NVSHMEM puts (another node, or
   // nvshmem_puts).
   bool by_puts(int peer, const Op& op) const {
-    return symmetric(m_mapping) && m_links.remote(peer, op) &&
-           (m_mapping == Mapping::nvshmem_puts || !symmetric_reachable(m_links.process(peer)));
+    return m_links.remote(peer, op) && m_processes->puts(m_links.process(peer));
   }
 
   // One block per rank of this process, at a stride every process agrees on: slots, then one
@@ -269,21 +288,20 @@ class GridFusedTransport final : public Transport {
     // Every process lists as many ops per rank (the most and the fewest agree), so that the
     // agreement on their sizes below is one call of one length everywhere.
     long long counts[2] = {m_per_rank, -m_per_rank};
-    bounded_allreduce(m_comm, MPI_IN_PLACE, counts, 2, MPI_LONG_LONG, MPI_MAX, wait_context(),
-                      "the agreement on the pulses per rank");
+    m_processes->agree_on_largest(counts, "the agreement on the pulses per rank");
     if (counts[0] != -counts[1]) {
       throw Error("halox: " + m_name + ": the ranks' plans list from " +
                   std::to_string(-counts[1]) + " to " + std::to_string(counts[0]) +
                   " pulses (rank " + std::to_string(m_links.ranks().rank(0)) + ": " +
                   std::to_string(m_per_rank) + "): the plans do not match");
     }
+    // Staging only for what comes from another process (a copy face needs none).
     std::vector<long long> largest(static_cast<std::size_t>(m_per_rank), 0);
-    for (std::size_t i = 0; i < ops.size(); ++i)
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (!m_links.remote(ops[i].recv_rank, ops[i])) continue;
       largest[m_index[i]] = std::max<long long>(largest[m_index[i]], ops[i].recv_bytes);
-    if (!largest.empty()) {
-      bounded_allreduce(m_comm, MPI_IN_PLACE, largest.data(), m_per_rank, MPI_LONG_LONG, MPI_MAX,
-                        wait_context(), "the agreement on the staging sizes");
     }
+    m_processes->agree_on_largest(largest, "the agreement on the staging sizes");
     m_offsets = {};
     long long stride = kGridSlotsBytes;
     for (int i = 0; i < m_per_rank; ++i) {
@@ -292,19 +310,13 @@ class GridFusedTransport final : public Transport {
     }
     m_stride = stride;
     long long bytes = stride * m_local;
-    if (symmetric(m_mapping)) ensure_nvshmem(m_comm, 2 * bytes);  // collective, first use
+    m_processes->reserve(bytes);
     for (std::size_t i = 0; i < ops.size(); ++i) {
       if (!by_puts(ops[i].send_rank, ops[i])) continue;
       send_offsets[i] = bytes;
       bytes += (ops[i].send_bytes + 255) / 256 * 256;
     }
-    if (symmetric(m_mapping)) {
-      const long long most =
-          bounded_max(m_comm, bytes, wait_context(), "the agreement on the block size");
-      m_block = static_cast<char*>(symmetric_alloc(most));
-    } else {
-      HALOX_CUDA_CHECK(cudaMalloc(&m_block, static_cast<std::size_t>(bytes)));
-    }
+    m_block = m_processes->allocate(bytes);
     for (int r = 0; r < m_local; ++r)
       HALOX_CUDA_CHECK(cudaMemset(m_block + r * m_stride, 0, kGridSlotsBytes));
     HALOX_CUDA_CHECK(cudaDeviceSynchronize());
@@ -324,14 +336,14 @@ class GridFusedTransport final : public Transport {
         if (m_links.remote(n, op)) neighbours.insert(m_links.process(n));
       }
     }
-    bounded_barrier(m_comm, wait_context(), "the set-up (the blocks zeroed)");
-    m_peers.publish(m_block, m_offsets, neighbours, false, wait_context(), m_proxy_policy);
-    m_same_gpu = m_peers.same_gpu();
+    m_processes->publish(m_block, std::span<const long long>(m_offsets.data(), m_per_rank),
+                         neighbours);
+    m_same_gpu = m_processes->same_gpu();
   }
 
   // Whether op's peer `r` is a rank of another process reached through the host proxy.
   bool proxied(int r, const Op& op) const {
-    return m_links.remote(r, op) && m_peers.proxied(m_links.process(r));
+    return m_links.remote(r, op) && m_processes->proxied(m_links.process(r));
   }
 
   // The links to proxied neighbours, whose ends are the proxy's, in mapped host memory; per
@@ -356,22 +368,20 @@ class GridFusedTransport final : public Transport {
       if (out) l.send_rank = ops[i].send_rank, l.send_bytes = ops[i].send_bytes;
       if (in) l.recv_rank = ops[i].recv_rank, l.recv_bytes = ops[i].recv_bytes;
     }
-    m_proxy.reset();
-    m_proxy =
-        std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout_seconds, std::move(links));
+    m_processes->start_proxy(std::move(links));
     return link_of;
   }
 
   // Grid rank g's block: in this process's allocation or in its process's, mapped.
   char* block_of(int g) const {
     const int process = m_links.process(g);
-    char* base = process == m_rank ? m_block : m_peers.base(process);
+    char* base = process == m_rank ? m_block : m_processes->base(process);
     return base + m_links.ranks().index_in_process(g) * m_stride;
   }
   GridSlots* slots_of(int g) const { return reinterpret_cast<GridSlots*>(block_of(g)); }
   // The PE that op's peer is reached by puts at; -1: stores.
   int put_pe(int peer, const Op& op) const {
-    return m_links.remote(peer, op) ? m_peers.put_pe(m_links.process(peer)) : -1;
+    return m_links.remote(peer, op) ? m_processes->put_pe(m_links.process(peer)) : -1;
   }
   // The kernel's field slot of op's rank and field (fields[field * ranks + rank]).
   int slot_of(const Op& op, int rank_index) const { return op.field * m_local + rank_index; }
@@ -383,13 +393,13 @@ class GridFusedTransport final : public Transport {
                                      const std::vector<long long>& send_offsets,
                                      const std::vector<int>& link_of) {
     // Per op that receives from a rank of this process (itself included): the sender's op.
-    const std::vector<int> source = m_links.local_sources(ops, MPI_COMM_NULL, m_name);
+    const std::vector<int> source = m_links.local_sources(ops, m_name);
     m_faces.clear();
     std::vector<ProbeLink> probes;
     std::vector<FacePlan> unpacks;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
-      const ProxyEnds* proxy = link_of[i] >= 0 ? &m_proxy->ends(link_of[i]) : nullptr;
+      const ProxyEnds* proxy = link_of[i] >= 0 ? &m_processes->proxy_ends(link_of[i]) : nullptr;
       if (source[i] >= 0) {
         // From a rank of this process (or a periodic axis with one rank: from itself):
         // straight from the send layout to the receive layout, no staging and no signals.
@@ -495,39 +505,37 @@ class GridFusedTransport final : public Transport {
   // launch takes at most its share of what the GPU holds at once. With tracing on, sized for
   // the traced kernel (more registers), which then serves while tracing stays on.
   void size_grid() {
-    m_sized_for_trace = device_trace().records != nullptr;
+    m_sized_for_trace = m_trace_object >= 0 && device_trace().records != nullptr;
     const int fit = spinning_blocks_per_group(grid_resident_blocks(m_puts, m_sized_for_trace),
-                                              gpu_share(m_comm, wait_context()), 1);
+                                              m_processes->gpu_share(), 1);
     if (fit < 1) throw Error("halox: " + m_name + ": the grid kernel does not fit on the GPU");
     m_blocks = detail::env_grid_blocks(fit);
   }
 
   // A small message over every link of the plan before any real exchange; every rank learns
   // whether any rank found a broken link.
-  void self_test(const std::vector<Op>& ops, const std::vector<ProbeLink>& links) {
-    bounded_barrier(m_comm, wait_context(), "the self-test");
+  void self_test(const std::vector<Op>& ops, std::vector<ProbeLink> links) {
+    m_processes->barrier("the self-test");
+    // A stalled rank (tests) neither sends nor receives.
+    std::erase_if(links, [this](const ProbeLink& l) { return l.rank == m_stall_rank; });
     ProbeRun probes;
-    probes.launch(links, 1, m_timeout_seconds, m_errors.sink(), true, m_puts);
+    probes.launch(links, 1, m_timeout_seconds, m_errors.sink(), m_other_processes, m_puts);
     probes.finish();
-    m_proxy->self_test();  // collective
-    std::string error;
-    try {
-      check(ops);
-    } catch (const Error& e) {
-      error = e.what();
-    }
-    raise_if_any(m_comm, error, bounded_wait(m_comm, wait_context(), "the self-test's verdict"));
+    m_processes->proxy_self_test();  // collective
+    m_processes->check_collectively([&] { check(ops); }, "the self-test's verdict");
   }
 
-  // The widest word every op of the stage of ops [first, first + count) and its field's
-  // address allow.
+  // The widest word that every message to or from another process of the stage of ops
+  // [first, first + count) and its field's address allow.
   int word_for(std::span<void* const> fields, int first, int count) const {
     int word = 16;
     for (int i = first; i < first + count; ++i) {
       const Op& op = (*m_ops)[i];
       const void* field = fields[slot_of(op, op.rank)];
-      if (op.send_rank >= 0) word = std::min(word, device_pack_word(op.send_type, 1, field));
-      if (op.recv_rank >= 0) word = std::min(word, device_pack_word(op.recv_type, 1, field));
+      if (m_links.remote(op.send_rank, op))
+        word = std::min(word, device_pack_word(op.send_type, 1, field));
+      if (m_links.remote(op.recv_rank, op))
+        word = std::min(word, device_pack_word(op.recv_type, 1, field));
     }
     if (word < 4) {
       throw Error("halox: " + m_name + " needs faces of 4-byte aligned elements (a field at " +
@@ -537,8 +545,8 @@ class GridFusedTransport final : public Transport {
   }
 
   // The grid kernel's table at these field addresses: every face's pack descriptors in the
-  // widest words its stage allows (x faces of a field of floats: 4 bytes; y and z faces of
-  // whole aligned rows: up to 16).
+  // widest words it allows (x faces of a field of floats: 4 bytes; y and z faces of whole
+  // aligned rows: up to 16): a copy face's own, a pack or unpack face's its stage's.
   GridTable& table_for(std::span<void* const> fields) {
     return m_tables.at(fields, [this](std::span<void* const> at) {
       std::map<int, int> words;  // per stage's first op
@@ -552,12 +560,17 @@ class GridFusedTransport final : public Transport {
                         " in a run of " + std::to_string(at.size()) + " arrays");
           }
         }
-        const auto& [first, count] = *std::find_if(
-            m_stages.begin(), m_stages.end(),
-            [&](const std::pair<int, int>& st) { return any_op < st.first + st.second; });
-        auto [word, fresh] = words.try_emplace(first, 0);
-        if (fresh) word->second = word_for(at, first, count);
-        f.word = word->second;
+        if (f.kind == face_copy) {
+          f.word = std::min(device_pack_word((*m_ops)[p.send_op].send_type, 1, at[f.from]),
+                            device_pack_word((*m_ops)[p.recv_op].recv_type, 1, at[f.to]));
+        } else {
+          const auto& [first, count] = *std::find_if(
+              m_stages.begin(), m_stages.end(),
+              [&](const std::pair<int, int>& st) { return any_op < st.first + st.second; });
+          auto [word, fresh] = words.try_emplace(first, 0);
+          if (fresh) word->second = word_for(at, first, count);
+          f.word = word->second;
+        }
         if (p.send_op >= 0) f.send = device_pack_view((*m_ops)[p.send_op].send_type, 1, f.word);
         if (p.recv_op >= 0) f.recv = device_pack_view((*m_ops)[p.recv_op].recv_type, 1, f.word);
       }
@@ -565,26 +578,26 @@ class GridFusedTransport final : public Transport {
     });
   }
 
-  RankLinks m_links;  // this process's ranks and where their peers are
-  MPI_Comm m_comm;    // the processes'
-  int m_rank;         // this process's rank in it
-  int m_local;        // this process's ranks
-  Mapping m_mapping;
-  ProxyPolicy m_proxy_policy;
+  RankLinks m_links;       // this process's ranks and where their peers are
+  int m_rank;              // this process's rank among the processes
+  int m_local;             // this process's ranks
+  bool m_other_processes;  // Ranks::mpi, Ranks::blocks (not Ranks::local)
+  std::unique_ptr<GridProcesses> m_processes;
   std::string m_name;
-  int m_trace_object;  // this exchange in traces
-  PeerBlocks m_peers;
+  int m_trace_object;  // this exchange in traces (-1: not traced: Ranks::local's spans are
+                       // the application's, per rank)
   double m_timeout_seconds;
   bool m_self_test;
+  int m_stall_rank;  // testing, Ranks::local: this rank sends nothing (-1: none)
   bool m_ready = false, m_same_gpu = true;
-  const std::vector<Op>* m_ops = nullptr;     // the exchange's ops (it owns them and this)
-  std::vector<int> m_index;                   // per op: its index among its rank's ops
-  std::vector<std::vector<int>> m_rank_ops;   // per rank of the process: its ops
-  int m_per_rank = 0;                         // ops per rank
-  BlockOffsets m_offsets{};                   // per op index: its staging in a rank's block
-  long long m_stride = 0;                     // bytes from one rank's block to the next
-  std::vector<std::pair<int, int>> m_stages;  // (first op, ops) per stage
-  std::vector<FacePlan> m_faces;              // in the kernel's order, without typed views
+  const std::vector<Op>* m_ops = nullptr;          // the exchange's ops (it owns them and this)
+  std::vector<int> m_index;                        // per op: its index among its rank's ops
+  std::vector<std::vector<int>> m_rank_ops;        // per rank of the process: its ops
+  int m_per_rank = 0;                              // ops per rank
+  std::array<long long, kMaxGridOps> m_offsets{};  // per op index: its staging in a block
+  long long m_stride = 0;                          // bytes from one rank's block to the next
+  std::vector<std::pair<int, int>> m_stages;       // (first op, ops) per stage
+  std::vector<FacePlan> m_faces;                   // in the kernel's order, without typed views
   GridTables m_tables;
   char* m_block = nullptr;
   u64 m_epoch = 0;                // runs so far (the proxy's epoch)
@@ -593,17 +606,15 @@ class GridFusedTransport final : public Transport {
   bool m_sized_for_trace = false;  // m_blocks fits the traced kernel
   bool m_puts = false;             // some op reaches its peer by NVSHMEM puts
   ErrorChannel m_errors;
-  std::unique_ptr<HostProxy> m_proxy;  // the links to proxied neighbours (none, often)
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> make_grid_fused_transport(const Ranks& ranks, Mapping mapping,
-                                                     ProxyPolicy proxy, const std::string& name,
-                                                     const std::string& trace_name,
-                                                     double timeout_seconds, bool self_test) {
-  return std::make_unique<GridFusedTransport>(ranks, mapping, proxy, name, trace_name,
-                                              timeout_seconds, self_test);
+std::unique_ptr<Transport> make_grid_fused_transport(const Ranks& ranks,
+                                                     std::unique_ptr<GridProcesses> processes,
+                                                     const std::string& name,
+                                                     const ExchangeOptions& options) {
+  return std::make_unique<GridFusedTransport>(ranks, std::move(processes), name, options);
 }
 
 }  // namespace halox::detail

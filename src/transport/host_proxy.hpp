@@ -31,17 +31,6 @@
 
 namespace halox::detail {
 
-/// One op's link through the proxy: what it sends (send_rank >= 0) and receives.
-struct ProxyLinkPlan {
-  int op = 0;  // the op's index: its MPI tag, alike on both ends
-  int send_rank = -1, recv_rank = -1;
-  std::int64_t send_bytes = 0, recv_bytes = 0;
-  // Staging allocated for the faces (0: their size): room for the larger faces of later plans
-  // (a transport whose plans change, the particles', keeps its proxy while they fit; resize).
-  std::int64_t send_capacity = 0, recv_capacity = 0;
-  std::string name;  // the op's, for errors
-};
-
 class HostProxy {
  public:
   /// Where the links' ends live: pinned host memory mapped into the GPU's address space (the

@@ -33,8 +33,10 @@ class HostTransport final : public Transport {
 
   void connect(const Connection& connection) override {
     Transport::connect(connection);
-    for (const Direction d : {Direction::forward, Direction::reverse})
-      m_source[d == Direction::forward] = m_links.local_sources(connection.ops(d), m_comm, "host");
+    for (const Direction d : {Direction::forward, Direction::reverse}) {
+      m_links.check_tags(connection.ops(d), m_comm, "host");
+      m_source[d == Direction::forward] = m_links.local_sources(connection.ops(d), "host");
+    }
   }
 
   void run_async(Direction direction, std::span<void* const> fields,

@@ -12,7 +12,6 @@
 #include "halox/pack.hpp"
 #if HALOX_HAS_CUDA
 #include "halox/pack_gpu.hpp"
-#include "local_grid_fused.hpp"
 #endif
 
 namespace halox::detail {
@@ -63,60 +62,34 @@ std::vector<LocalFace> pair_local_faces(const Connection& connection) {
 
 namespace {
 
+// Host arrays (CPU copies) and local-pulse (a copy kernel per face); local-fused is the grid
+// kernel's transport (grid_fused.hpp).
 class LocalGridTransport final : public Transport {
  public:
-  LocalGridTransport(bool device, const ExchangeOptions& options)
-      : m_device(device),
-        m_options(options),
-        m_fused_kernel(options.transport != TransportKind::local_pulse) {}
+  explicit LocalGridTransport(bool device) : m_device(device) {}
 
-  std::string name() const override { return m_device ? to_string(m_options.transport) : "host"; }
+  std::string name() const override { return m_device ? "local-pulse" : "host"; }
   Capabilities capabilities() const override {
     Capabilities c;
-    c.device_initiated = m_device && m_fused_kernel;
     c.direct_stores = true;
     c.host_waits = !m_device;
     return c;
   }
   void connect(const Connection& connection) override {
     Transport::connect(connection);
-    m_ranks = connection.ranks;
     m_faces = pair_local_faces(connection);
-    m_fields = 0;
     m_faces_between_ranks = 0;
     m_bytes_between_ranks = 0;
-    for (const Op& op : connection.forward) m_fields = std::max(m_fields, op.field + 1);
     for (const LocalFace& f : m_faces) {
       if (f.from == f.to) continue;
       m_faces_between_ranks += 1;
       m_bytes_between_ranks += f.send_type.size();
     }
-#if HALOX_HAS_CUDA
-    m_fused.clear();
-#endif
   }
-  int launches_per_run() const override {
-    if (!m_fused_kernel) return static_cast<int>(m_faces.size());
-    return one_launch() ? 1 : m_fields;
-  }
-  // Copy kernels with no counters, or the grid kernel, whose counters are on the device.
-  bool capturable() const override {
-    return m_device;
-  }
-  bool set_up_for(Direction, std::span<void* const> fields) const override {
-#if HALOX_HAS_CUDA
-    if (!m_fused_kernel) return true;  // copy_async sets up outside a capture itself
-    if (m_fused.empty()) return false;
-    if (m_fused.size() == 1) return m_fused[0]->set_up_for(fields);
-    for (int k = 0; k < m_fields; ++k) {
-      if (!m_fused[k]->set_up_for(fields.subspan(static_cast<std::size_t>(k) * m_ranks, m_ranks)))
-        return false;
-    }
-#else
-    (void)fields;
-#endif
-    return true;
-  }
+  int launches_per_run() const override { return static_cast<int>(m_faces.size()); }
+  // Copy kernels with no counters (copy_async sets up outside a capture itself).
+  bool capturable() const override { return m_device; }
+  bool set_up_for(Direction, std::span<void* const>) const override { return true; }
 
   void run_async(Direction direction, std::span<void* const> fields,
                  std::span<const GpuStream> streams, ExchangeStats& stats) override {
@@ -138,36 +111,8 @@ class LocalGridTransport final : public Transport {
       return;
     }
 #if HALOX_HAS_CUDA
-    if (!m_fused_kernel) {
-      for (const LocalFace& f : m_faces)
-        copy_async(fields[f.from], f.send_type, fields[f.to], f.recv_type, stream);
-      return;
-    }
-    // Every field in one launch, as one grid of ranks x fields, when the kernel takes that
-    // many (else one launch per field).
-    if (m_fused.empty()) {
-      if (one_launch()) {
-        m_fused.push_back(
-            std::make_unique<LocalGridFused>(m_faces, m_ranks * m_fields, m_options, m_ranks));
-      } else {
-        for (int k = 0; k < m_fields; ++k) {
-          std::vector<LocalFace> mine;
-          for (LocalFace f : m_faces) {
-            if (f.from / m_ranks != k) continue;
-            f.from -= k * m_ranks;
-            f.to -= k * m_ranks;
-            mine.push_back(std::move(f));
-          }
-          m_fused.push_back(std::make_unique<LocalGridFused>(mine, m_ranks, m_options, m_ranks));
-        }
-      }
-    }
-    if (m_fused.size() == 1) {
-      m_fused[0]->exchange(fields, stream);
-      return;
-    }
-    for (int k = 0; k < m_fields; ++k)
-      m_fused[k]->exchange(fields.subspan(static_cast<std::size_t>(k) * m_ranks, m_ranks), stream);
+    for (const LocalFace& f : m_faces)
+      copy_async(fields[f.from], f.send_type, fields[f.to], f.recv_type, stream);
 #else
     (void)stream;
     throw Error("halox: internal: GPU arrays in a build without CUDA");
@@ -175,31 +120,17 @@ class LocalGridTransport final : public Transport {
   }
 
  private:
-  bool one_launch() const {
-#if HALOX_HAS_CUDA
-    return m_fields * m_ranks <= LocalGridFused::max_ranks();
-#else
-    return true;
-#endif
-  }
-
   bool m_device;
-  ExchangeOptions m_options;
-  bool m_fused_kernel;
-  int m_ranks = 1, m_fields = 0;
   std::vector<LocalFace> m_faces;  // every field's, in stage order
   std::vector<char> m_scratch;
   int m_faces_between_ranks = 0;
   std::int64_t m_bytes_between_ranks = 0;
-#if HALOX_HAS_CUDA
-  std::vector<std::unique_ptr<LocalGridFused>> m_fused;  // one, or one per field
-#endif
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> make_local_grid_transport(bool device, const ExchangeOptions& options) {
-  return std::make_unique<LocalGridTransport>(device, options);
+std::unique_ptr<Transport> make_local_grid_transport(bool device) {
+  return std::make_unique<LocalGridTransport>(device);
 }
 
 }  // namespace halox::detail

@@ -1,7 +1,7 @@
 // The grid transport of Ranks::local: every rank of the grid in this process, each face
 // straight from the sender's array to the receiver's, no staging buffer and no host wait. On
-// the GPU one copy kernel per face in stage order (local-pulse) or one fused kernel for every
-// face of every rank and field (local-fused); host arrays are packed and unpacked by the CPU.
+// the GPU one copy kernel per face in stage order (local-pulse; local-fused is the grid
+// kernel's transport, grid_fused.hpp); host arrays are packed and unpacked by the CPU.
 #pragma once
 
 #include <string>

@@ -6,16 +6,19 @@
 // rank's index (one rank per process: the pulse's tag itself).
 #pragma once
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "halox/config.hpp"
 #include "halox/error.hpp"
 #include "halox/exchange_options.hpp"
-#include "halox/mpi.hpp"
 #include "transport.hpp"
+#if HALOX_HAS_MPI
+#include <mpi.h>
+
+#include "halox/mpi.hpp"
+#endif
 
 namespace halox::detail {
 
@@ -40,15 +43,11 @@ class RankLinks {
 
   /// Per op that receives from a rank of this process (itself included): the op whose packed
   /// bytes it takes, the sender's op of its tag and field that sends to it; -1 for the
-  /// others. Throws halox::Error, naming both ranks, when the plans do not pair. Also
-  /// refuses tags above the communicator's MPI_TAG_UB.
-  std::vector<int> local_sources(const std::vector<Op>& ops, MPI_Comm comm,
-                                 const std::string& transport) const {
+  /// others. Throws halox::Error, naming both ranks, when the plans do not pair.
+  std::vector<int> local_sources(const std::vector<Op>& ops, const std::string& transport) const {
     std::vector<int> source(ops.size(), -1);
-    int most = 0;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
-      most = std::max(most, tag(op.tag, m_ranks.count() - 1));
       const int to = me(op);
       if (op.recv_rank < 0 || remote(op.recv_rank, op)) continue;
       const int from = m_ranks.index_in_process(op.recv_rank);
@@ -65,7 +64,15 @@ class RankLinks {
                     ": the plans do not match");
       }
     }
-    if (m_tag_upper == 0 && comm != MPI_COMM_NULL) {  // asked once, not at every plan
+    return source;
+  }
+
+#if HALOX_HAS_MPI
+  /// Refuses tags above the communicator's MPI_TAG_UB (the messages between processes).
+  void check_tags(const std::vector<Op>& ops, MPI_Comm comm, const std::string& transport) const {
+    int most = 0;
+    for (const Op& op : ops) most = std::max(most, tag(op.tag, m_ranks.count() - 1));
+    if (m_tag_upper == 0) {  // asked once, not at every plan
       int* upper = nullptr;
       int found = 0;
       HALOX_MPI_CHECK(MPI_Comm_get_attr(comm, MPI_TAG_UB, &upper, &found));
@@ -77,11 +84,13 @@ class RankLinks {
                   ", above this MPI's MPI_TAG_UB of " + std::to_string(m_tag_upper) +
                   "; hold fewer ranks per process");
     }
-    return source;
   }
+#endif
 
  private:
-  int tag(int pulse_tag, int receiver) const { return pulse_tag * m_ranks.count() + receiver; }
+  int tag(int pulse_tag, int receiver) const {
+    return pulse_tag * m_ranks.count() + receiver;
+  }
 
   Ranks m_ranks;
   mutable int m_tag_upper = 0;  // MPI_TAG_UB (0: not asked yet, -1: the MPI gave none)

@@ -116,11 +116,11 @@ class Transport {
   const Connection* m_connection = nullptr;
 };
 
-/// The grid transport of Ranks::local (every build): local-pulse (one copy kernel per face)
-/// or local-fused (one kernel for every face) for GPU arrays, the CPU for host arrays
-/// (`device` false). Its connect pairs each op with its receiver's and refuses plans that do
+/// The grid transport of Ranks::local (every build) for host arrays (the CPU, `device`
+/// false) and local-pulse (one copy kernel per face); local-fused is the grid kernel's
+/// (grid_fused.hpp). Its connect pairs each op with its receiver's and refuses plans that do
 /// not match (halox::Error naming both ranks and the pulse).
-std::unique_ptr<Transport> make_local_grid_transport(bool device, const ExchangeOptions& options);
+std::unique_ptr<Transport> make_local_grid_transport(bool device);
 /// The particle transport of Ranks::local (every build): the fused particle kernels over
 /// every rank of the grid, on one GPU or several (peer access between them), or the CPU for
 /// host arrays (`device` false).
