@@ -95,8 +95,8 @@ class PeerProcesses final : public GridProcesses {
 
   void start_proxy(std::vector<ProxyLinkPlan> links) override {
     m_proxy.reset();
-    m_proxy = std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout_seconds,
-                                          std::move(links));
+    m_proxy =
+        std::make_unique<HostProxy>(m_comm, m_rank, m_name, m_timeout_seconds, std::move(links));
   }
   const ProxyEnds& proxy_ends(std::size_t link) const override { return m_proxy->ends(link); }
   bool proxy_any() const override { return m_proxy && m_proxy->any(); }
