@@ -324,6 +324,25 @@ Datatype placed(const Block& b, Memory kind, std::uintptr_t start) {
   return t;
 }
 
+// Collective over comm: the transport of an exchange of blocks in memory `kind`. Device
+// memory: the grid kernel over CUDA IPC where every process is on this node, else the staged
+// pipeline (chosen here, not by "auto", which prints its choice into the program's output);
+// pretend memory is host memory to halox. Its waits end after HALOX_MPI_TIMEOUT.
+ExchangeOptions exchange_options(MPI_Comm comm, Memory kind) {
+  ExchangeOptions options;
+  options.timeout_seconds = knobs().timeout;
+  if (kind == Memory::pretend) return options;  // host
+  int size = 0, on_node = 0;
+  MPI_Comm node = MPI_COMM_NULL;
+  PMPI_Comm_size(comm, &size);
+  PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  PMPI_Comm_size(node, &on_node);
+  PMPI_Comm_free(&node);
+  // Alike on every process: all on one node, or each node holds fewer than all.
+  options.transport = on_node == size ? TransportKind::ipc_fused : TransportKind::staged;
+  return options;
+}
+
 // Collective over n.comm: the exchange of these blocks (in memory `kind`), their field from
 // `start` (`bytes`).
 std::unique_ptr<HaloPath> make_halo(const Neighbours& n, const std::vector<Block>& in,
@@ -369,7 +388,8 @@ std::unique_ptr<HaloPath> make_halo(const Neighbours& n, const std::vector<Block
     }
   }
   const Topology topology = Topology::from_mpi(n.comm, {size, 1, 1}, {false, false, false});
-  h->exchange = std::make_unique<GridExchange>(Ranks::mpi(topology), std::vector{plan});
+  h->exchange = std::make_unique<GridExchange>(Ranks::mpi(topology), std::vector{plan},
+                                               exchange_options(n.comm, kind));
   h->field = reinterpret_cast<void*>(start);
   h->sent = sent;
   return h;
