@@ -213,8 +213,8 @@ int exchange(const char* call, MPI_Comm comm, const Neighbours& n, const std::ve
 // lands in the receive of the same index at its destination (pulse k: send block k, receive
 // block k, either missing on a rank with fewer; on a Cartesian grid pulse 2d sends towards
 // -d and receives from +d, 2d + 1 the other way), the call is one halox
-// GridExchange: one GPU-initiated kernel between the processes of a node (ipc-fused, or what
-// halox-tune's file says), the staged pipeline otherwise. The blocks become the pulses' types
+// GridExchange: one GPU-initiated kernel between the processes of a node (ipc-fused), the
+// staged pipeline otherwise (exchange_options). The blocks become the pulses' types
 // at their offsets from the lowest address (one field). The exchange is cached on the
 // communicator for the call's blocks (addresses, counts, types); the ranks agree at every call
 // (one allreduce) whether all of them repeat their cached call, make an exchange anew, or take
