@@ -805,8 +805,8 @@ void expect_blocks_moved(const Ranks& ranks, TransportKind kind, const std::vect
   // The host proxy (forced onto every neighbour by HALOX_HOST_PROXY=1, the ipc-fused-proxy
   // run) serves one rank per process too: the grid kernel over blocks refuses it.
   const char* proxy = std::getenv("HALOX_HOST_PROXY");
-  const bool proxy_forced = proxy != nullptr && std::string(proxy) == "1" &&
-                            gpu_initiated(kind) && kind != TransportKind::nccl_device;
+  const bool proxy_forced = proxy != nullptr && std::string(proxy) == "1" && gpu_initiated(kind) &&
+                            kind != TransportKind::nccl_device;
   const bool one_rank_only = kind == TransportKind::pipelined ||
                              kind == TransportKind::nvshmem_stream ||
                              kind == TransportKind::nccl_device || proxy_forced;
