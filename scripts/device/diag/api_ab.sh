@@ -7,6 +7,8 @@
 # atoms, the one-kernel engine), the 2-process fused MD halo (ipc-fused, MPS), halox-lbm BGK
 # 256^3 on one rank and on 8 local ranks (local-fused), multiphase on 2 processes (ipc-fused).
 #   scripts/device/diag/api_ab.sh OUTDIR [BASELINE_FOLDER]
+# HALOX_AB_ROUNDS (default 2): alternations; HALOX_AB_CASES (default all: local8 np2 bgk1 bgk8
+# mp2): which figures, e.g. "local8" alone with 6 rounds to settle a noisy one.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source scripts/device/diag/common.sh
@@ -22,22 +24,26 @@ echo "both built after ${SECONDS}s"
 base=/tmp/halox-base
 start_mps
 mpi2() { CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 timeout 120 mpirun -n 2 --oversubscribe --bind-to none "$@"; }
-for round in 1 2; do
+cases=" ${HALOX_AB_CASES:-local8 np2 bgk1 bgk8 mp2} "
+want() { [[ "$cases" == *" $1 "* ]]; }
+for round in $(seq 1 "${HALOX_AB_ROUNDS:-2}"); do
   for variant in base change; do
     root=$([ $variant = base ] && echo "$base/build" || echo build/gpu)
     echo "== round $round, $variant"
-    timeout 120 $root/bench/halox-bench halo-local --ranks 2x2x2 --atoms 32000 --kernels all_pulses \
-      --in-launch direct --json "$out/local8-$variant-$round.json" 2>&1 | grep -E "^2x2x2"
-    mpi2 $root/bench/halox-bench halo --app md --device gpu --quick --transports ipc-fused \
-      --json "$out/np2-$variant-$round.json" 2>&1 | halo_columns
-    timeout 120 $root/apps/lbm/halox-lbm --model bgk --grid 256x256x256 --steps 200 --device gpu \
-      --json "$out/bgk1-$variant-$round.json" 2>&1 | grep -E "MLUPS;" | sed 's/^/bgk 1 rank: /'
-    timeout 120 $root/apps/lbm/halox-lbm --model bgk --grid 256x256x256 --ranks 2x2x2 \
+    want local8 && timeout 120 $root/bench/halox-bench halo-local --ranks 2x2x2 --atoms 32000 \
+      --kernels all_pulses --in-launch direct --json "$out/local8-$variant-$round.json" 2>&1 |
+      grep -E "^2x2x2"
+    want np2 && mpi2 $root/bench/halox-bench halo --app md --device gpu --quick \
+      --transports ipc-fused --json "$out/np2-$variant-$round.json" 2>&1 | halo_columns
+    want bgk1 && timeout 120 $root/apps/lbm/halox-lbm --model bgk --grid 256x256x256 --steps 200 \
+      --device gpu --json "$out/bgk1-$variant-$round.json" 2>&1 | grep -E "MLUPS;" |
+      sed 's/^/bgk 1 rank: /'
+    want bgk8 && timeout 120 $root/apps/lbm/halox-lbm --model bgk --grid 256x256x256 --ranks 2x2x2 \
       --transport local-fused --steps 100 --device gpu --json "$out/bgk8-$variant-$round.json" \
       2>&1 | grep -E "MLUPS;" | sed 's/^/bgk 8 local: /'
-    mpi2 $root/apps/lbm/halox-lbm --grid 256x128x128 --ranks 2x1x1 --steps 200 --device gpu \
-      --comm datatype --transport ipc-fused --json "$out/mp2-$variant-$round.json" 2>&1 |
-      grep -E "MLUPS;" | sed 's/^/multiphase 2 processes: /'
+    want mp2 && mpi2 $root/apps/lbm/halox-lbm --grid 256x128x128 --ranks 2x1x1 --steps 200 \
+      --device gpu --comm datatype --transport ipc-fused --json "$out/mp2-$variant-$round.json" \
+      2>&1 | grep -E "MLUPS;" | sed 's/^/multiphase 2 processes: /'
   done
 done
 stop_mps
@@ -46,7 +52,7 @@ python3 - "$out" <<'PY'
 import json, sys, glob, os
 out = sys.argv[1]
 def best(prefix, pick, lower_is_better):
-    vals = {}
+    vals, spread = {}, {}
     for variant in ("base", "change"):
         got = []
         for f in sorted(glob.glob(os.path.join(out, f"{prefix}-{variant}-*.json"))):
@@ -56,10 +62,12 @@ def best(prefix, pick, lower_is_better):
                 print(f"{f}: {e}")
         if got:
             vals[variant] = min(got) if lower_is_better else max(got)
+            spread[variant] = f"{min(got):.2f}-{max(got):.2f}"
     if len(vals) == 2:
         ratio = vals["change"] / vals["base"]
         print(f"{prefix:8s} base {vals['base']:10.2f} change {vals['change']:10.2f} "
-              f"change/base {ratio:.3f} ({'lower' if lower_is_better else 'higher'} is better)")
+              f"change/base {ratio:.3f} ({'lower' if lower_is_better else 'higher'} is better; "
+              f"runs: base {spread['base']}, change {spread['change']})")
 step_us = lambda j: [r for r in j["rows"]][0]["step_us"]
 halo_us = lambda j: [r for r in j["rows"] if r.get("transport") == "ipc-fused"][0]["halo_us"]  # 2,000 atoms per rank
 mlups = lambda j: j["mlups"]
