@@ -325,9 +325,10 @@ Datatype placed(const Block& b, Memory kind, std::uintptr_t start) {
 }
 
 // Collective over comm: the transport of an exchange of blocks in memory `kind`. Device
-// memory: the grid kernel over CUDA IPC where every process is on this node, else the staged
-// pipeline (chosen here, not by "auto", which prints its choice into the program's output);
-// pretend memory is host memory to halox. Its waits end after HALOX_MPI_TIMEOUT.
+// memory: the grid kernel over CUDA IPC where every process is on this node (and
+// HALOX_MPI_IPC is not 0), else the staged pipeline (chosen here, not by "auto", which prints its
+// choice into the program's output); pretend memory is host memory to halox. Its waits end after
+// HALOX_MPI_TIMEOUT.
 ExchangeOptions exchange_options(MPI_Comm comm, Memory kind) {
   ExchangeOptions options;
   options.timeout_seconds = knobs().timeout;
@@ -338,8 +339,10 @@ ExchangeOptions exchange_options(MPI_Comm comm, Memory kind) {
   PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
   PMPI_Comm_size(node, &on_node);
   PMPI_Comm_free(&node);
-  // Alike on every process: all on one node, or each node holds fewer than all.
-  options.transport = on_node == size ? TransportKind::ipc_fused : TransportKind::staged;
+  // Alike on every process: all on one node, or each node holds fewer than all (and
+  // HALOX_MPI_IPC, read once per job).
+  const bool ipc = on_node == size && knobs().ipc;
+  options.transport = ipc ? TransportKind::ipc_fused : TransportKind::staged;
   return options;
 }
 
