@@ -113,6 +113,8 @@ const Driver* driver() {
 
 // Until some device's primary context is active (or a context is current), no pointer can
 // be device memory.
+std::atomic<bool> single_thread{false};
+
 bool cuda_in_use() {
   static std::atomic<bool> seen{false};
   if (seen.load(std::memory_order_relaxed)) return true;
@@ -120,6 +122,7 @@ bool cuda_in_use() {
   if (d == nullptr) return false;
   CUcontext current = nullptr;
   if (d->current(&current) == CUDA_SUCCESS && current != nullptr) return seen = true;
+  if (single_thread.load(std::memory_order_relaxed)) return false;
   // The devices are asked for once: each call of a host program that never touches a GPU
   // pays only the two queries above and below (osu_latency on host memory: +0.2 us at 8 B
   // when the devices were listed at every call).
@@ -214,6 +217,14 @@ void unpack_on_device(const void* in, std::int64_t bytes, void* out, std::int64_
 #endif
 
 }  // namespace
+
+void set_thread_level(int provided) {
+#if HALOX_HAS_CUDA
+  single_thread = provided == MPI_THREAD_SINGLE;
+#else
+  (void)provided;
+#endif
+}
 
 bool device_memory_possible() {
 #if HALOX_HAS_CUDA

@@ -59,6 +59,12 @@ Memory memory_of(const void* p);
 /// (or pretend memory is on).
 bool device_memory_possible();
 
+/// MPI_Init's part: the thread level MPI gave the program. With MPI_THREAD_SINGLE the
+/// program's one thread holds any CUDA context it uses current (the runtime API makes it so),
+/// so memory_of asks only that thread, not every device's primary context (one driver query
+/// less per call: issue 55's host 8 B latency).
+void set_thread_level(int provided);
+
 /// The offset of pretend memory's readable view from the program's for the region holding
 /// `p`; false when `p` is in none.
 bool pretend_delta(const void* p, std::ptrdiff_t* delta);

@@ -698,6 +698,9 @@ int MPI_Unpack(const void* inbuf, int insize, int* position, void* outbuf, int o
 // ends with exit code 2, as halox's programs do.
 static int after_init(int rc) {
   if (rc != MPI_SUCCESS) return rc;
+  int level = MPI_THREAD_SINGLE;
+  PMPI_Query_thread(&level);
+  set_thread_level(level);
   // Every rank reads the knobs; the protocol's check of HALOX_MPI_IPC is collective.
   std::string error = knobs().error;
   if (protocol_init() != 0 && error.empty())
