@@ -87,6 +87,7 @@ struct Driver {
   CUresult (*device_get)(CUdevice*, int) = nullptr;
   CUresult (*primary_state)(CUdevice, unsigned*, int*) = nullptr;
   CUresult (*pointer_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
+  CUresult (*pointer_attributes)(unsigned, CUpointer_attribute*, void**, CUdeviceptr) = nullptr;
   CUresult (*address_range)(CUdeviceptr*, std::size_t*, CUdeviceptr) = nullptr;
 };
 
@@ -104,6 +105,7 @@ const Driver* driver() {
                      find(d.device_get, "cuDeviceGet") &&
                      find(d.primary_state, "cuDevicePrimaryCtxGetState") &&
                      find(d.pointer_attribute, "cuPointerGetAttribute") &&
+                     find(d.pointer_attributes, "cuPointerGetAttributes") &&
                      find(d.address_range, "cuMemGetAddressRange_v2");
     if (!all || d.init(0) != CUDA_SUCCESS) return nullptr;
     return &d;
@@ -271,14 +273,16 @@ Memory memory_of(const void* p) {
 #if HALOX_HAS_CUDA
   if (!cuda_in_use()) return Memory::host;
   const Driver* d = driver();
+  // Both attributes in one query (one driver call per buffer and MPI call); memory CUDA
+  // does not know gets zeros, i.e. host memory.
   CUmemorytype type{};
-  if (d->pointer_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                           reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) {
-    return Memory::host;  // not known to CUDA: plain host memory
-  }
-  if (type != CU_MEMORYTYPE_DEVICE) return Memory::host;
   int managed = 0;
-  d->pointer_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, reinterpret_cast<CUdeviceptr>(p));
+  CUpointer_attribute asked[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                  CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  void* answers[2] = {&type, &managed};
+  if (d->pointer_attributes(2, asked, answers, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
+    return Memory::host;
+  if (type != CU_MEMORYTYPE_DEVICE) return Memory::host;
   return managed ? Memory::host : Memory::device;
 #else
   return Memory::host;
