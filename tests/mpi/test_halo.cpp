@@ -803,10 +803,11 @@ void expect_blocks_moved(const Ranks& ranks, TransportKind kind, const std::vect
               cudaSuccess);
   }
   // The host proxy (forced onto every neighbour by HALOX_HOST_PROXY=1, the ipc-fused-proxy
-  // run) serves one rank per process too: the grid kernel over blocks refuses it.
+  // run) serves one rank per process too: the grid kernel over blocks of several ranks
+  // refuses it (blocks of one rank are one rank per process: served).
   const char* proxy = std::getenv("HALOX_HOST_PROXY");
   const bool proxy_forced = proxy != nullptr && std::string(proxy) == "1" && gpu_initiated(kind) &&
-                            kind != TransportKind::nccl_device;
+                            kind != TransportKind::nccl_device && ranks.count() > 1;
   const bool one_rank_only = kind == TransportKind::pipelined ||
                              kind == TransportKind::nvshmem_stream ||
                              kind == TransportKind::nccl_device || proxy_forced;
