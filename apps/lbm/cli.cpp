@@ -46,10 +46,11 @@ void declare_options(halox::apps::CommandLine& line, Cli& c, RawOptions& raw) {
               "updated while the halo moves; mpi-datatype, mpi-contig: datatype and contig "
               "written with plain MPI calls (MPI_Isend/MPI_Irecv of MPI datatypes) instead of "
               "halox's exchange; mpi-overlap: mpi-datatype while the inner cells update; "
-              "mpi-neighbor: mpi-datatype as one MPI_Neighbor_alltoallw per stage (on a GPU: "
-              "under libhalox_mpi or a CUDA-aware MPI)",
+              "mpi-neighbor: mpi-datatype as one MPI_Neighbor_alltoallw per stage; "
+              "mpi-neighbor-overlap: mpi-neighbor while the inner cells update (on a GPU: the "
+              "mpi- forms under libhalox_mpi or a CUDA-aware MPI)",
               {"datatype", "default", "contig", "overlap", "mpi-datatype", "mpi-contig",
-               "mpi-overlap", "mpi-neighbor"});
+               "mpi-overlap", "mpi-neighbor", "mpi-neighbor-overlap"});
   line.text("--transport", raw.transport,
             "for --comm datatype/contig/overlap: host | staged | pipelined | nvshmem-stream | "
             "ipc-fused | nvshmem-fused | nccl | auto (default: host on the CPU, staged on the "

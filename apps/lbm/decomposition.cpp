@@ -154,7 +154,7 @@ void Decomposition::step() {
 }
 
 void Decomposition::step_once() {
-  if (m_cli.comm == "overlap" || m_cli.comm == "mpi-overlap") {
+  if (m_cli.comm.ends_with("overlap")) {
     step_overlapped();  // swaps the fields itself
   } else {
     step_in_phases();
@@ -300,12 +300,13 @@ void Decomposition::step_overlapped_blocks() {
 // phi when it moves alone) hidden behind the inner cells: the side streams wait for block
 // 0's stream, which holds every block's last work, so every input of the inner cells is
 // there.
-// mpi-overlap: the host waits in MPI's calls, so the inner cells are launched first and the
-// faces move while they run (the seed's Overlap with MPI_Isend/MPI_Irecv of MPI datatypes).
+// mpi-overlap, mpi-neighbor-overlap: the host waits in MPI's calls, so the inner cells are
+// launched first and the faces move while they run (the seed's Overlap with MPI_Isend/
+// MPI_Irecv of MPI datatypes, or with MPI_Neighbor_alltoallw).
 void Decomposition::overlapped_pass(int pass, int field) {
   scatter_streams();
   for (auto& block : m_blocks) block->fork();
-  const bool host_waits = m_cli.comm == "mpi-overlap";
+  const bool host_waits = m_cli.comm.starts_with("mpi-");
   if (host_waits) {
     for (auto& block : m_blocks) block->update_inner(pass);
   }
@@ -441,7 +442,7 @@ void Decomposition::mpi_stage(const std::vector<GridPulse>& pulses, int stage, v
       types.push_back(to_mpi(pulses[p].recv_type));
     }
   }
-  if (m_cli.comm == "mpi-neighbor") {
+  if (m_cli.comm.starts_with("mpi-neighbor")) {
     mpi_neighbor_stage(pulses, mine, base, field, stage, types);
     return;
   }
@@ -535,6 +536,8 @@ std::string Decomposition::transport() const {
     if (m_cli.comm == "mpi-datatype") return "mpi-datatype (MPI_Isend/MPI_Irecv of MPI datatypes)";
     if (m_cli.comm == "mpi-neighbor")
       return "mpi-neighbor (MPI_Neighbor_alltoallw of MPI datatypes, one per stage)";
+    if (m_cli.comm == "mpi-neighbor-overlap")
+      return "mpi-neighbor-overlap (mpi-neighbor while the inner cells update)";
     if (m_cli.comm == "mpi-overlap")
       return "mpi-overlap (mpi-datatype while the inner cells update)";
     if (m_cli.comm == "mpi-contig")
