@@ -333,6 +333,94 @@ void unpack_from_host(const void* in, std::int64_t bytes, void* out, std::int64_
   unpack(in, out, count, type, 0, bytes);
 }
 
+void pack_to_host_in_chunks(const void* in, std::int64_t count, const Datatype& type, void* out,
+                            Memory kind, std::int64_t chunk,
+                            const std::function<void(std::int64_t, std::int64_t)>& ready) {
+  const std::int64_t bytes = count * type.size();
+  char* host = static_cast<char*>(out);
+#if HALOX_HAS_CUDA
+  if (kind == Memory::device) {
+    // Every chunk queued on the staging stream, each followed by its event; then each chunk
+    // handed on as its event completes.
+    thread_local std::vector<cudaEvent_t> events;
+    const cudaStream_t stream = staging_stream();
+    const bool contiguous = contiguous_layout(count, type);
+    std::size_t k = 0;
+    for (std::int64_t lo = 0; lo < bytes; lo += chunk, ++k) {
+      const std::int64_t n = std::min(chunk, bytes - lo);
+      if (contiguous) {
+        HALOX_CUDA_CHECK(cudaMemcpyAsync(host + lo, address(in, type.true_lb() + lo),
+                                         static_cast<std::size_t>(n), cudaMemcpyDeviceToHost,
+                                         stream));
+      } else {
+        pack_range_async(in, count, type, host + lo, lo, n, stream);  // stores into pinned memory
+      }
+      if (events.size() == k) {
+        cudaEvent_t e = nullptr;
+        HALOX_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        events.push_back(e);
+      }
+      HALOX_CUDA_CHECK(cudaEventRecord(events[k], stream));
+    }
+    k = 0;
+    for (std::int64_t lo = 0; lo < bytes; lo += chunk, ++k) {
+      const cudaEvent_t e = events[k];
+      if (!poll_bounded([e] {
+            const cudaError_t rc = cudaEventQuery(e);
+            if (rc != cudaErrorNotReady) HALOX_CUDA_CHECK(rc);
+            return rc == cudaSuccess;
+          }))
+        throw Error("the GPU's copy of a message's chunk to the host did not finish in " +
+                    std::to_string(static_cast<long long>(knobs().timeout)) +
+                    " s (HALOX_MPI_TIMEOUT)");
+      ready(lo, std::min(chunk, bytes - lo));
+    }
+    return;
+  }
+#endif
+  std::ptrdiff_t delta = 0;
+  if (kind == Memory::pretend) pretend_delta(address(in, type.true_lb()), &delta);
+  const void* from = kind == Memory::pretend ? readable(in, delta) : in;
+  for (std::int64_t lo = 0; lo < bytes; lo += chunk) {
+    const std::int64_t n = std::min(chunk, bytes - lo);
+    pack(from, count, type, host + lo, lo, n);
+    ready(lo, n);
+  }
+}
+
+void unpack_from_host_in_chunks(const void* in, std::int64_t bytes, void* out, std::int64_t count,
+                                const Datatype& type, Memory kind, std::int64_t chunk,
+                                const std::function<void(std::int64_t, std::int64_t)>& arrived) {
+  const char* host = static_cast<const char*>(in);
+#if HALOX_HAS_CUDA
+  if (kind == Memory::device) {
+    const cudaStream_t stream = staging_stream();
+    const bool contiguous = contiguous_layout(count, type);
+    for (std::int64_t lo = 0; lo < bytes; lo += chunk) {
+      const std::int64_t n = std::min(chunk, bytes - lo);
+      arrived(lo, n);
+      if (contiguous) {
+        HALOX_CUDA_CHECK(cudaMemcpyAsync(address(out, type.true_lb() + lo), host + lo,
+                                         static_cast<std::size_t>(n), cudaMemcpyHostToDevice,
+                                         stream));
+      } else {
+        unpack_range_async(host + lo, out, count, type, lo, n, stream);
+      }
+    }
+    wait_staging();
+    return;
+  }
+#endif
+  std::ptrdiff_t delta = 0;
+  if (kind == Memory::pretend) pretend_delta(address(out, type.true_lb()), &delta);
+  void* to = kind == Memory::pretend ? readable(out, delta) : out;
+  for (std::int64_t lo = 0; lo < bytes; lo += chunk) {
+    const std::int64_t n = std::min(chunk, bytes - lo);
+    arrived(lo, n);
+    unpack(host + lo, to, count, type, lo, n);
+  }
+}
+
 void copy_to_host(void* host, const void* from, std::size_t bytes, Memory kind) {
   if (bytes == 0) return;
   if (kind == Memory::pretend) {
@@ -519,7 +607,7 @@ Mapping map_peer(int peer, const Exported& e, Memory kind) {
     cudaGetLastError();
     throw Error("halox_mpi: cudaIpcOpenMemHandle of rank " + std::to_string(peer) +
                 "'s device memory failed (" + cudaGetErrorString(rc) +
-                "); HALOX_MPI_IPC=0 stages every device message through host memory instead");
+                "); HALOX_MPI_IPC=0 moves every device message through host memory instead");
   }
   m.base = static_cast<const char*>(p);
   return m;

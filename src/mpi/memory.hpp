@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -78,6 +79,21 @@ bool contiguous_layout(std::int64_t count, const Datatype& type);
 void pack_to_host(const void* in, std::int64_t count, const Datatype& type, void* out, Memory kind);
 void unpack_from_host(const void* in, std::int64_t bytes, void* out, std::int64_t count,
                       const Datatype& type, Memory kind);
+
+/// The chunked pipeline's two ends (protocol.hpp's chunked notes), in chunks of `chunk` bytes
+/// of the packed stream. The sender's: the packed bytes of `count` instances of `type` at `in`
+/// (memory `kind`) into the host bytes `out`, every chunk's copy queued at once; `ready(lo, n)`
+/// is called for each chunk in order as soon as its bytes are on the host (it sends them while
+/// the next ones are still copied). The receiver's: the first `bytes` packed bytes scattered
+/// into `out` chunk by chunk; `arrived(lo, n)` returns once bytes [lo, lo + n) are in `in`
+/// (it waits for their receive), and each chunk's copy to the device overlaps the next one's
+/// arrival. Both are done when they return.
+void pack_to_host_in_chunks(const void* in, std::int64_t count, const Datatype& type, void* out,
+                            Memory kind, std::int64_t chunk,
+                            const std::function<void(std::int64_t, std::int64_t)>& ready);
+void unpack_from_host_in_chunks(const void* in, std::int64_t bytes, void* out, std::int64_t count,
+                                const Datatype& type, Memory kind, std::int64_t chunk,
+                                const std::function<void(std::int64_t, std::int64_t)>& arrived);
 
 /// Plain byte copies between host memory and memory `kind`.
 void copy_to_host(void* host, const void* from, std::size_t bytes, Memory kind);

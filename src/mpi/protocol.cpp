@@ -21,6 +21,7 @@ namespace {
 
 struct Channel {
   bool on = false;
+  bool ipc = false;  // HALOX_MPI_IPC: peers on this node read device messages themselves
   MPI_Comm side = MPI_COMM_NULL;
   int rank = 0;            // in MPI_COMM_WORLD
   std::vector<char> near;  // per world rank: shares this node
@@ -124,13 +125,18 @@ bool load(Pending& p, MPI_Datatype type) {
 
 }  // namespace
 
+std::int64_t chunk_bytes(std::int64_t message_bytes) {
+  const std::int64_t quarter = (message_bytes / 4) & ~std::int64_t{1023};
+  return std::clamp<std::int64_t>(quarter, 64 << 10, 1 << 20);
+}
+
 int protocol_init() {
   Channel& c = channel();
   const int mine = knobs().ipc ? 1 : 0;
   int both[2] = {mine, -mine}, agreed[2] = {0, 0};
   PMPI_Allreduce(both, agreed, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (agreed[0] != -agreed[1]) return 1;  // some rank said HALOX_MPI_IPC=0, some did not
-  if (!mine) return 0;
+  c.ipc = mine != 0;
   int size = 0;
   PMPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -143,7 +149,9 @@ int protocol_init() {
   PMPI_Allgather(&c.rank, 1, MPI_INT, mates.data(), 1, MPI_INT, node);
   PMPI_Comm_free(&node);
   c.near.assign(static_cast<std::size_t>(size), 0);
-  for (int w : mates) c.near[static_cast<std::size_t>(w)] = 1;
+  if (c.ipc) {
+    for (int w : mates) c.near[static_cast<std::size_t>(w)] = 1;
+  }
   void* ub = nullptr;
   int found = 0;
   PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
@@ -164,6 +172,66 @@ bool protocol_on() {
   return channel().on;
 }
 
+namespace {
+
+// A chunked note's send (NoteKind::chunks): the note on the user's (dest, tag, comm), then the
+// chunks on the side channel, each sent as soon as its copy to the host is done. The user's
+// request is the last chunk's send; the note's and the other chunks' are waited for at its
+// completion. A blocking send waits for them all, serving notes meanwhile.
+bool send_in_chunks(const SendMode& mode, const void* buffer, int count, MPI_Datatype type,
+                    int dest, int world, int tag, MPI_Comm comm, MPI_Request* request,
+                    Memory memory, std::int64_t bytes, int* rc) {
+  Channel& c = channel();
+  Pending p;
+  p.protocol_send = true;
+  p.buffer = const_cast<void*>(buffer);
+  p.count = count;
+  p.memory = memory;
+  p.comm = comm;
+  p.type = imported(type);
+  Note note;
+  note.kind = NoteKind::chunks;
+  note.sender = c.rank;
+  note.memory = static_cast<std::int32_t>(memory);
+  note.bytes = bytes;
+  note.chunk = chunk_bytes(bytes);
+  note.seq = c.next[static_cast<std::size_t>(world)]++;
+  p.note.assign(kNoteBytes, 0);
+  std::memcpy(p.note.data(), &note, sizeof(note));
+  p.staging = Staging(static_cast<std::size_t>(bytes));
+  tally(Path::chunked_send, bytes);
+  *rc = mode.start(p.note.data(), kNoteBytes, MPI_BYTE, dest, tag, comm, &p.note_request);
+  if (*rc != MPI_SUCCESS) return true;
+  std::vector<MPI_Request> sends;
+  pack_to_host_in_chunks(
+      buffer, count, *p.type, p.staging.data(), memory, note.chunk,
+      [&](std::int64_t lo, std::int64_t n) {
+        MPI_Request& r = sends.emplace_back(MPI_REQUEST_NULL);
+        const int sent = PMPI_Isend(p.staging.data() + lo, static_cast<int>(n), MPI_BYTE, world,
+                                    data_tag(note.seq), c.side, &r);
+        if (sent != MPI_SUCCESS)
+          throw Error("a chunk's send failed (MPI error " + std::to_string(sent) + ")");
+      });
+  MPI_Request last = sends.back();
+  sends.pop_back();
+  p.chunk_sends = std::move(sends);
+  if (request) {
+    *request = last;
+    track(last, std::move(p));
+    return true;
+  }
+  *rc = wait_serving(&last, MPI_STATUS_IGNORE);
+  for (MPI_Request& r : p.chunk_sends) {
+    const int done = wait_serving(&r, MPI_STATUS_IGNORE);
+    if (*rc == MPI_SUCCESS) *rc = done;
+  }
+  const int delivered = wait_serving(&p.note_request, MPI_STATUS_IGNORE);
+  if (*rc == MPI_SUCCESS) *rc = delivered;
+  return true;
+}
+
+}  // namespace
+
 bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Datatype type,
                     int dest, int tag, MPI_Comm comm, MPI_Request* request, bool persistent,
                     Memory memory, std::int64_t bytes, int* rc) {
@@ -172,10 +240,15 @@ bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Dat
   if (!c.on || dest == MPI_PROC_NULL) return false;
   const int world = world_rank(comm, dest);
   // A message to this process itself is staged: CUDA IPC cannot map a process's own memory.
-  if (!side &&
-      (memory == Memory::host || bytes < kNoteBytes || buffered(mode) ||
-       !c.near[static_cast<std::size_t>(world)] || (world == c.rank && memory == Memory::device)))
+  if (!side && (memory == Memory::host || bytes < kNoteBytes || buffered(mode) ||
+                (world == c.rank && memory == Memory::device)))
     return false;
+  if (!side && !c.near[static_cast<std::size_t>(world)]) {
+    // No IPC to this peer: large messages chunked, the others staged whole.
+    if (persistent || bytes < kChunkedFrom || world == c.rank) return false;
+    return send_in_chunks(mode, buffer, count, type, dest, world, tag, comm, request, memory, bytes,
+                          rc);
+  }
   Pending p;
   p.protocol_send = true;
   p.awaits_ack = !side;
@@ -282,6 +355,57 @@ int receive_promised(char* into, const Note& note, Channel& c) {
                                    " stalled or dead? (HALOX_MPI_TIMEOUT)");
 }
 
+// A chunked note's bytes (they follow the note at once), each chunk's receive posted now and
+// unpacked as it lands while the next ones travel; what the receive cannot hold is received
+// and dropped (the caller reports the truncation). A chunk not there within
+// HALOX_MPI_TIMEOUT of the one before names both ranks.
+int receive_chunks(const Pending& r, const Note& note, Channel& c) {
+  Staging bytes(static_cast<std::size_t>(note.bytes));
+  std::vector<MPI_Request> receives;
+  for (std::int64_t lo = 0; lo < note.bytes; lo += note.chunk) {
+    const int n = static_cast<int>(std::min(note.chunk, note.bytes - lo));
+    const int rc = PMPI_Irecv(bytes.data() + lo, n, MPI_BYTE, note.sender, data_tag(note.seq),
+                              c.side, &receives.emplace_back(MPI_REQUEST_NULL));
+    if (rc != MPI_SUCCESS) return rc;
+  }
+  std::size_t waited = 0;  // chunks known to be in
+  auto arrive = [&](std::size_t k) {
+    for (; waited <= k; ++waited) {
+      MPI_Request& q = receives[waited];
+      int rc = MPI_SUCCESS;
+      if (!poll_bounded([&] {
+            int flag = 0;
+            rc = PMPI_Test(&q, &flag, MPI_STATUS_IGNORE);
+            return rc != MPI_SUCCESS || flag;
+          }))
+        throw Error("rank " + std::to_string(c.rank) + " waited " +
+                    std::to_string(static_cast<long long>(knobs().timeout)) + " s for chunk " +
+                    std::to_string(waited + 1) + " of " + std::to_string(receives.size()) +
+                    " of rank " + std::to_string(note.sender) + "'s " + std::to_string(note.bytes) +
+                    "-byte message: is rank " + std::to_string(note.sender) +
+                    " stalled or dead? (HALOX_MPI_TIMEOUT)");
+      if (rc != MPI_SUCCESS)
+        throw Error("a chunk's receive failed (MPI error " + std::to_string(rc) + ")");
+    }
+  };
+  try {
+    const std::int64_t holds = r.count * r.type->size();
+    unpack_from_host_in_chunks(
+        bytes.data(), std::min(note.bytes, holds), r.buffer, r.count, *r.type, r.memory, note.chunk,
+        [&](std::int64_t lo, std::int64_t) { arrive(static_cast<std::size_t>(lo / note.chunk)); });
+    if (!receives.empty()) arrive(receives.size() - 1);  // those past what the receive holds
+    tally(Path::chunked_receive, note.bytes);
+  } catch (const std::exception& e) {
+    for (MPI_Request& q : receives) {
+      if (q == MPI_REQUEST_NULL) continue;
+      PMPI_Cancel(&q);
+      PMPI_Request_free(&q);
+    }
+    return raise(r.comm, std::string("halox_mpi: ") + e.what());
+  }
+  return MPI_SUCCESS;
+}
+
 struct HeldAcks {  // the open ServeBatch of this thread: acknowledgements (peer, seq) held
   bool open = false;
   std::vector<std::pair<int, std::uint64_t>> acks;
@@ -342,7 +466,10 @@ int serve(const Pending& r, const char* note_bytes, MPI_Status& status) {
   const std::int64_t holds = r.count * r.type->size();
   int rc = MPI_SUCCESS;
   std::int64_t arrived = kNoteBytes;
-  if (note.kind == NoteKind::side) {
+  if (note.kind == NoteKind::chunks) {
+    arrived = note.bytes;
+    rc = receive_chunks(r, note, c);
+  } else if (note.kind == NoteKind::side) {
     Staging bytes(kNoteBytes);
     rc = receive_promised(bytes.data(), note, c);
     if (rc == MPI_SUCCESS) {

@@ -19,7 +19,16 @@ namespace halox::mpi {
 /// The size of a note: odd, so that real data rarely has it (such messages cost one more).
 constexpr int kNoteBytes = 229;
 
-enum class NoteKind : std::int32_t { side = 1, ipc = 2 };
+/// side: a message of kNoteBytes, its bytes on the side channel; ipc: the peer reads the
+/// bytes itself; chunks: a large device message to a peer that cannot map it (another node,
+/// or HALOX_MPI_IPC=0), its bytes after the note on the side channel in chunks, copied to the
+/// host and back chunk by chunk while the others travel (the seed's pipeline).
+enum class NoteKind : std::int32_t { side = 1, ipc = 2, chunks = 3 };
+
+/// The chunked pipeline: from which size a device message is chunked, and its chunk size (a
+/// quarter of the message, from 64 KiB to 1 MiB, whole KiB). Chosen, not yet tuned.
+constexpr std::int64_t kChunkedFrom = 128 << 10;
+std::int64_t chunk_bytes(std::int64_t message_bytes);
 
 struct Note {
   NoteKind kind = NoteKind::side;
@@ -28,6 +37,7 @@ struct Note {
   std::int32_t ready = 0;   ///< ipc: 1 when the bytes are ready only after `ready_event`
   std::int64_t bytes = 0;   ///< the message's size
   std::uint64_t seq = 0;    ///< names the side channel's messages of this note
+  std::int64_t chunk = 0;   ///< chunks: the bytes of each (the last may be shorter)
   Exported where;           ///< ipc: the packed bytes
   unsigned char ready_event[ReadyEvent::kHandleBytes] = {};  ///< a ReadyEvent's handle
 };
@@ -40,8 +50,9 @@ void protocol_finalize();
 /// Whether notes are in use (after MPI_Init, unless HALOX_MPI_IPC=0).
 bool protocol_on();
 
-/// A send that the protocol carries: any message of kNoteBytes, or a device message larger than
-/// that to a peer that maps device memory (not a buffered send, which must complete locally).
+/// A send that the protocol carries: any message of kNoteBytes, a device message larger than
+/// that to a peer that maps device memory, or one of kChunkedFrom bytes or more to a peer that
+/// does not (not a buffered send, which must complete locally; a persistent one only by IPC).
 /// Returns false when it sends nothing (the caller stages the message as before).
 bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Datatype type,
                     int dest, int tag, MPI_Comm comm, MPI_Request* request, bool persistent,

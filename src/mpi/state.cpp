@@ -189,8 +189,14 @@ int completed(MPI_Request request, const std::shared_ptr<Pending>& pending, MPI_
   }
   if (!pending->receive) {
     // A protocol send's note is delivered once its acknowledgement or side bytes are.
-    return pending->protocol_send ? wait_serving(&pending->note_request, MPI_STATUS_IGNORE)
-                                  : MPI_SUCCESS;
+    if (!pending->protocol_send) return MPI_SUCCESS;
+    int rc = MPI_SUCCESS;
+    for (MPI_Request& r : pending->chunk_sends) {  // a chunked send's other chunks
+      const int done = wait_serving(&r, MPI_STATUS_IGNORE);
+      if (rc == MPI_SUCCESS) rc = done;
+    }
+    const int delivered = wait_serving(&pending->note_request, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? delivered : rc;
   }
   const int rc = unpack_received(*pending, status);
   if (pending->persistent) {  // starts afresh (its handle stays valid while inactive)
@@ -315,12 +321,14 @@ namespace {
 struct Counter {
   std::atomic<long long> messages{0}, bytes{0};
 };
-constexpr int kPaths = 9;
+constexpr int kPaths = 11;
 Counter counters[kPaths];
 const char* const kPathNames[kPaths] = {
     "host send (passed through)", "staged send",           "staged receive",
     "staged collective",          "ipc send (peer reads)", "ipc receive (read peer)",
-    "ipc mappings opened",        "ipc mappings reopened", "neighbour collective (halox)"};
+    "ipc mappings opened",        "ipc mappings reopened", "neighbour collective (halox)",
+    "chunked send (pipeline)",    "chunked receive"};
+static_assert(static_cast<int>(Path::chunked_receive) + 1 == kPaths);
 
 }  // namespace
 

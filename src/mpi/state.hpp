@@ -44,6 +44,7 @@ struct Pending {
   bool protocol_send = false;
   bool awaits_ack = false;  ///< an ipc note's send: complete when the peer has read the bytes
   MPI_Request note_request = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> chunk_sends;  ///< a chunked send's chunks but the last (the user's)
   std::vector<char> note;
   PeerStaging peer;  ///< ipc: the packed bytes of a non-contiguous layout
   ReadyEvent ready;  ///< recorded after the pack into `peer` (its note carries the handle)
@@ -124,6 +125,8 @@ enum class Path {
   ipc_mapped,    ///< a peer's allocation mapped here (messages: mappings; bytes: their lengths)
   ipc_remapped,  ///< opened again after "already mapped": a block shared
   neighbor_exchange,  ///< a neighbourhood collective as one halox exchange (bytes: sent)
+  chunked_send,       ///< a large device message to a peer without IPC, in chunks
+  chunked_receive,
 };
 void tally(Path path, std::int64_t bytes);
 bool reporting();
