@@ -174,20 +174,49 @@ bool protocol_on() {
 
 namespace {
 
+// A chunked note's chunks but the last sent, each as soon as its copy to the host is done
+// (the last is the user's request's); the note first.
+void send_chunks(Pending& p, const Note& note, int world) {
+  Channel& c = channel();
+  for (MPI_Request& r : p.chunk_sends) {
+    if (r != MPI_REQUEST_NULL) PMPI_Request_free(&r);  // a restart's: done, as it was waited for
+  }
+  p.chunk_sends.clear();
+  const int noted =
+      p.mode->start(p.note.data(), kNoteBytes, MPI_BYTE, p.dest, p.tag, p.comm, &p.note_request);
+  if (noted != MPI_SUCCESS) throw Error("the note of a chunked message could not be sent");
+  pack_to_host_in_chunks(
+      p.buffer, p.count, *p.type, p.staging.data(), p.memory, note.chunk,
+      [&](std::int64_t lo, std::int64_t n) {
+        if (lo + n == note.bytes) return;  // the user's request sends it
+        MPI_Request& r = p.chunk_sends.emplace_back(MPI_REQUEST_NULL);
+        const int sent = PMPI_Isend(p.staging.data() + lo, static_cast<int>(n), MPI_BYTE, world,
+                                    data_tag(note.seq), c.side, &r);
+        if (sent != MPI_SUCCESS)
+          throw Error("a chunk's send failed (MPI error " + std::to_string(sent) + ")");
+      });
+  tally(Path::chunked_send, note.bytes);
+}
+
 // A chunked note's send (NoteKind::chunks): the note on the user's (dest, tag, comm), then the
-// chunks on the side channel, each sent as soon as its copy to the host is done. The user's
-// request is the last chunk's send; the note's and the other chunks' are waited for at its
-// completion. A blocking send waits for them all, serving notes meanwhile.
+// chunks on the side channel (send_chunks). The user's request is the last chunk's send
+// (persistent: its Send_init, the note and the other chunks sent again at each MPI_Start);
+// the note's and the other chunks' requests are waited for at its completion. A blocking
+// send waits for them all, serving notes meanwhile.
 bool send_in_chunks(const SendMode& mode, const void* buffer, int count, MPI_Datatype type,
                     int dest, int world, int tag, MPI_Comm comm, MPI_Request* request,
-                    Memory memory, std::int64_t bytes, int* rc) {
+                    bool persistent, Memory memory, std::int64_t bytes, int* rc) {
   Channel& c = channel();
   Pending p;
   p.protocol_send = true;
+  p.persistent = persistent;
   p.buffer = const_cast<void*>(buffer);
   p.count = count;
   p.memory = memory;
   p.comm = comm;
+  p.mode = &mode;
+  p.dest = dest;
+  p.tag = tag;
   p.type = imported(type);
   Note note;
   note.kind = NoteKind::chunks;
@@ -199,28 +228,25 @@ bool send_in_chunks(const SendMode& mode, const void* buffer, int count, MPI_Dat
   p.note.assign(kNoteBytes, 0);
   std::memcpy(p.note.data(), &note, sizeof(note));
   p.staging = Staging(static_cast<std::size_t>(bytes));
-  tally(Path::chunked_send, bytes);
-  *rc = mode.start(p.note.data(), kNoteBytes, MPI_BYTE, dest, tag, comm, &p.note_request);
-  if (*rc != MPI_SUCCESS) return true;
-  std::vector<MPI_Request> sends;
-  pack_to_host_in_chunks(
-      buffer, count, *p.type, p.staging.data(), memory, note.chunk,
-      [&](std::int64_t lo, std::int64_t n) {
-        MPI_Request& r = sends.emplace_back(MPI_REQUEST_NULL);
-        const int sent = PMPI_Isend(p.staging.data() + lo, static_cast<int>(n), MPI_BYTE, world,
-                                    data_tag(note.seq), c.side, &r);
-        if (sent != MPI_SUCCESS)
-          throw Error("a chunk's send failed (MPI error " + std::to_string(sent) + ")");
-      });
-  MPI_Request last = sends.back();
-  sends.pop_back();
-  p.chunk_sends = std::move(sends);
-  if (request) {
-    *request = last;
-    track(last, std::move(p));
+  const std::int64_t last = (bytes - 1) / note.chunk * note.chunk;  // the last chunk's offset
+  const int last_bytes = static_cast<int>(bytes - last);
+  if (persistent) {
+    *rc = PMPI_Send_init(p.staging.data() + last, last_bytes, MPI_BYTE, world, data_tag(note.seq),
+                         c.side, request);
+    if (*rc == MPI_SUCCESS) track(*request, std::move(p));  // the rest at each MPI_Start
     return true;
   }
-  *rc = wait_serving(&last, MPI_STATUS_IGNORE);
+  send_chunks(p, note, world);
+  MPI_Request user = MPI_REQUEST_NULL;
+  *rc = PMPI_Isend(p.staging.data() + last, last_bytes, MPI_BYTE, world, data_tag(note.seq), c.side,
+                   &user);
+  if (*rc != MPI_SUCCESS) return true;
+  if (request) {
+    *request = user;
+    track(user, std::move(p));
+    return true;
+  }
+  *rc = wait_serving(&user, MPI_STATUS_IGNORE);
   for (MPI_Request& r : p.chunk_sends) {
     const int done = wait_serving(&r, MPI_STATUS_IGNORE);
     if (*rc == MPI_SUCCESS) *rc = done;
@@ -245,9 +271,9 @@ bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Dat
     return false;
   if (!side && !c.near[static_cast<std::size_t>(world)]) {
     // No IPC to this peer: large messages chunked, the others staged whole.
-    if (persistent || bytes < kChunkedFrom || world == c.rank) return false;
-    return send_in_chunks(mode, buffer, count, type, dest, world, tag, comm, request, memory, bytes,
-                          rc);
+    if (bytes < kChunkedFrom || world == c.rank) return false;
+    return send_in_chunks(mode, buffer, count, type, dest, world, tag, comm, request, persistent,
+                          memory, bytes, rc);
   }
   Pending p;
   p.protocol_send = true;
@@ -318,6 +344,12 @@ bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Dat
 }
 
 void restart_note(Pending& p) {
+  Note chunked;
+  std::memcpy(&chunked, p.note.data(), sizeof(chunked));
+  if (chunked.kind == NoteKind::chunks) {
+    send_chunks(p, chunked, world_rank(p.comm, p.dest));
+    return;
+  }
   if (!load(p, MPI_DATATYPE_NULL))
     throw Error(
         "halox_mpi: MPI_Start: the buffer of a persistent send can no longer be "

@@ -178,8 +178,8 @@ TEST(Interposer, TruncationZeroCountsAndProcNull) {
 // Large device messages: through IPC on this node, in chunks where IPC is off (the ctest run
 // with HALOX_MPI_IPC=0, as across nodes). Random sizes of several chunks, contiguous and
 // strided (a vector whose blocks straddle chunk edges), blocking and nonblocking, device to
-// device and device to host, wildcard receives, and a receive that holds only part of one
-// (MPI_ERR_TRUNCATE with the first bytes delivered).
+// device and device to host, wildcard receives, a receive that holds only part of one
+// (MPI_ERR_TRUNCATE with the first bytes delivered), and a persistent send started twice.
 TEST(Interposer, LargeMessagesAsMpiDoes) {
   if (size_of() < 2) GTEST_SKIP();
   MPI_Comm comm;
@@ -207,6 +207,14 @@ TEST(Interposer, LargeMessagesAsMpiDoes) {
       MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
       MPI_Send(b.data(), ints, MPI_INT, 1, 4, comm);
       MPI_Send(a.data(), ints, MPI_INT, 1, 5, comm);
+      MPI_Request persistent;  // started twice, the buffer rewritten in between
+      MPI_Send_init(b.data(), 1, strided, 1, 6, comm, &persistent);
+      for (int round = 0; round < 2; ++round) {
+        b.write(pattern(span, 7 + round));
+        MPI_Start(&persistent);
+        MPI_Wait(&persistent, MPI_STATUS_IGNORE);
+      }
+      MPI_Request_free(&persistent);
     } else if (rank == 1) {
       a.write(poison(span));
       b.write(poison(span));
@@ -235,6 +243,12 @@ TEST(Interposer, LargeMessagesAsMpiDoes) {
       MPI_Recv(a.data(), ints, MPI_INT, 0, 5, comm, &s);  // the pair still in step
       record(seen, s, MPI_INT);
       seen.bytes.push_back(a.read());
+      for (int round = 0; round < 2; ++round) {
+        b.write(poison(span));
+        MPI_Recv(b.data(), 1, strided, 0, 6, comm, &s);
+        record(seen, s, strided);
+        seen.bytes.push_back(b.read());
+      }
     }
   });
   MPI_Type_free(&strided);
