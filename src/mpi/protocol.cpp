@@ -174,6 +174,33 @@ bool protocol_on() {
 
 namespace {
 
+// What every protocol send keeps (its buffer, peer and mode) and the header of its note, the
+// next sequence number to `world`; the caller adds its kind's part and stores the note.
+Pending protocol_send_of(const SendMode& mode, const void* buffer, int count, Memory memory,
+                         int dest, int tag, MPI_Comm comm, bool persistent) {
+  Pending p;
+  p.protocol_send = true;
+  p.persistent = persistent;
+  p.buffer = const_cast<void*>(buffer);
+  p.count = count;
+  p.memory = memory;
+  p.comm = comm;
+  p.mode = &mode;
+  p.dest = dest;
+  p.tag = tag;
+  return p;
+}
+Note note_of(NoteKind kind, Memory memory, std::int64_t bytes, int world) {
+  Channel& c = channel();
+  Note note;
+  note.kind = kind;
+  note.sender = c.rank;
+  note.memory = static_cast<std::int32_t>(memory);
+  note.bytes = bytes;
+  note.seq = c.next[static_cast<std::size_t>(world)]++;
+  return note;
+}
+
 // A chunked note's chunks but the last sent, each as soon as its copy to the host is done
 // (the last is the user's request's); the note first.
 void send_chunks(Pending& p, const Note& note, int world) {
@@ -207,24 +234,10 @@ bool send_in_chunks(const SendMode& mode, const void* buffer, int count, MPI_Dat
                     int dest, int world, int tag, MPI_Comm comm, MPI_Request* request,
                     bool persistent, Memory memory, std::int64_t bytes, int* rc) {
   Channel& c = channel();
-  Pending p;
-  p.protocol_send = true;
-  p.persistent = persistent;
-  p.buffer = const_cast<void*>(buffer);
-  p.count = count;
-  p.memory = memory;
-  p.comm = comm;
-  p.mode = &mode;
-  p.dest = dest;
-  p.tag = tag;
+  Pending p = protocol_send_of(mode, buffer, count, memory, dest, tag, comm, persistent);
   p.type = imported(type);
-  Note note;
-  note.kind = NoteKind::chunks;
-  note.sender = c.rank;
-  note.memory = static_cast<std::int32_t>(memory);
-  note.bytes = bytes;
+  Note note = note_of(NoteKind::chunks, memory, bytes, world);
   note.chunk = chunk_bytes(bytes);
-  note.seq = c.next[static_cast<std::size_t>(world)]++;
   p.note.assign(kNoteBytes, 0);
   std::memcpy(p.note.data(), &note, sizeof(note));
   p.staging = Staging(static_cast<std::size_t>(bytes));
@@ -275,28 +288,14 @@ bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Dat
     return send_in_chunks(mode, buffer, count, type, dest, world, tag, comm, request, persistent,
                           memory, bytes, rc);
   }
-  Pending p;
-  p.protocol_send = true;
+  Pending p = protocol_send_of(mode, buffer, count, memory, dest, tag, comm, persistent);
   p.awaits_ack = !side;
-  p.persistent = persistent;
-  p.buffer = const_cast<void*>(buffer);
-  p.count = count;
-  p.memory = memory;
-  p.comm = comm;
-  p.mode = &mode;
-  p.dest = dest;
-  p.tag = tag;
   try {
     p.type = imported(type);
   } catch (const DatatypeError&) {
     if (memory != Memory::host || persistent) throw;  // a host message the library packs
   }
-  Note note;
-  note.kind = side ? NoteKind::side : NoteKind::ipc;
-  note.sender = c.rank;
-  note.memory = static_cast<std::int32_t>(memory);
-  note.bytes = bytes;
-  note.seq = c.next[static_cast<std::size_t>(world)]++;
+  Note note = note_of(side ? NoteKind::side : NoteKind::ipc, memory, bytes, world);
   p.note.assign(kNoteBytes, 0);
   std::memcpy(p.note.data(), &note, sizeof(note));
   if (side) p.staging = Staging(kNoteBytes);
