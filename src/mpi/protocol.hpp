@@ -47,12 +47,12 @@ static_assert(sizeof(Note) <= kNoteBytes);
 /// checked to agree on every rank. MPI_Finalize's part frees them.
 int protocol_init();
 void protocol_finalize();
-/// Whether notes are in use (after MPI_Init, unless HALOX_MPI_IPC=0).
+/// Whether notes are in use (after MPI_Init; HALOX_MPI_IPC=0 turns only IPC off).
 bool protocol_on();
 
 /// A send that the protocol carries: any message of kNoteBytes, a device message larger than
 /// that to a peer that maps device memory, or one of kChunkedFrom bytes or more to a peer that
-/// does not (not a buffered send, which must complete locally; a persistent one only by IPC).
+/// does not (not a buffered send, which must complete locally).
 /// Returns false when it sends nothing (the caller stages the message as before).
 bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Datatype type,
                     int dest, int tag, MPI_Comm comm, MPI_Request* request, bool persistent,
