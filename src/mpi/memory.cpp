@@ -113,10 +113,11 @@ const Driver* driver() {
   return loaded;
 }
 
-// Until some device's primary context is active (or a context is current), no pointer can
-// be device memory.
+// MPI_THREAD_SINGLE (set_thread_level): the calling thread's context is the only one to ask.
 std::atomic<bool> single_thread{false};
 
+// Until some device's primary context is active (or a context is current), no pointer can
+// be device memory.
 bool cuda_in_use() {
   static std::atomic<bool> seen{false};
   if (seen.load(std::memory_order_relaxed)) return true;
@@ -164,17 +165,38 @@ cudaStream_t staging_stream() {
 
 // Waits for the staging stream's work, at most HALOX_MPI_TIMEOUT: its copies of a peer's
 // packed bytes wait for the peer's pack (a ReadyEvent), which a peer that died never records.
-void wait_staging() {
-  const bool done = poll_bounded([stream = staging_stream()] {
-    const cudaError_t rc = cudaStreamQuery(stream);
+// Waits until `query` (cudaStreamQuery or cudaEventQuery of the work) says done, at most
+// HALOX_MPI_TIMEOUT; past it, throws that `what` did not finish, and `why` it may not have.
+template <class Query>
+void wait_for_gpu(Query query, const char* what, const char* why) {
+  const bool done = poll_bounded([&] {
+    const cudaError_t rc = query();
     if (rc != cudaErrorNotReady) HALOX_CUDA_CHECK(rc);
     return rc == cudaSuccess;
   });
   if (!done) {
-    throw Error("the GPU's copies did not finish in " +
-                std::to_string(static_cast<long long>(knobs().timeout)) +
-                " s: a sender's pack they wait for never ran (is the sender dead?) "
-                "(HALOX_MPI_TIMEOUT)");
+    throw Error(std::string(what) + " did not finish in " +
+                std::to_string(static_cast<long long>(knobs().timeout)) + " s" + why +
+                " (HALOX_MPI_TIMEOUT)");
+  }
+}
+
+void wait_staging() {
+  wait_for_gpu([stream = staging_stream()] { return cudaStreamQuery(stream); }, "the GPU's copies",
+               ": a sender's pack they wait for never ran (is the sender dead?)");
+}
+
+// Bytes [lo, lo + n) of the packed stream of `count` instances of `type` at `in` (device
+// memory) queued on the staging stream into `out` (host; out[0] gets byte lo): one copy for
+// a contiguous layout, else one GPU pack storing into pinned memory.
+void pack_range_to_host_async(const void* in, std::int64_t count, const Datatype& type, void* out,
+                              std::int64_t lo, std::int64_t n) {
+  const cudaStream_t stream = staging_stream();
+  if (contiguous_layout(count, type)) {
+    HALOX_CUDA_CHECK(cudaMemcpyAsync(out, address(in, type.true_lb() + lo),
+                                     static_cast<std::size_t>(n), cudaMemcpyDeviceToHost, stream));
+  } else {
+    pack_range_async(in, count, type, out, lo, n, stream);
   }
 }
 
@@ -202,17 +224,17 @@ cudaEvent_t opened_event(int peer, const unsigned char* handle) {
   return it->second;
 }
 
-// The first `bytes` packed bytes at `in` (pinned host memory, or device memory of this or a
-// peer's process) into `count` instances of `type` on the device: one copy for a contiguous
-// layout, else one GPU unpack; done when it returns.
-void unpack_on_device(const void* in, std::int64_t bytes, void* out, std::int64_t count,
-                      const Datatype& type, bool wait = true) {
+// Packed bytes [lo, lo + n) at `in` (in[0] is byte lo; pinned host memory, or device memory
+// of this or a peer's process) into `count` instances of `type` on the device: one copy for
+// a contiguous layout, else one GPU unpack; done when it returns, unless not `wait`.
+void unpack_on_device(const void* in, std::int64_t lo, std::int64_t n, void* out,
+                      std::int64_t count, const Datatype& type, bool wait = true) {
   const cudaStream_t stream = staging_stream();
   if (contiguous_layout(count, type)) {
-    HALOX_CUDA_CHECK(cudaMemcpyAsync(address(out, type.true_lb()), in,
-                                     static_cast<std::size_t>(bytes), cudaMemcpyDefault, stream));
+    HALOX_CUDA_CHECK(cudaMemcpyAsync(address(out, type.true_lb() + lo), in,
+                                     static_cast<std::size_t>(n), cudaMemcpyDefault, stream));
   } else {
-    unpack_range_async(in, out, count, type, 0, bytes, stream);
+    unpack_range_async(in, out, count, type, lo, n, stream);
   }
   if (wait) wait_staging();
 }
@@ -300,15 +322,8 @@ void pack_to_host(const void* in, std::int64_t count, const Datatype& type, void
   }
 #if HALOX_HAS_CUDA
   if (kind == Memory::device) {
-    const cudaStream_t stream = staging_stream();
-    if (contiguous_layout(count, type)) {
-      HALOX_CUDA_CHECK(cudaMemcpyAsync(out, address(in, type.true_lb()),
-                                       static_cast<std::size_t>(count * type.size()),
-                                       cudaMemcpyDeviceToHost, stream));
-    } else {
-      pack_async(in, count, type, out, stream);  // the kernel stores into pinned memory
-    }
-    HALOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+    pack_range_to_host_async(in, count, type, out, 0, count * type.size());
+    HALOX_CUDA_CHECK(cudaStreamSynchronize(staging_stream()));
     return;
   }
 #endif
@@ -326,7 +341,7 @@ void unpack_from_host(const void* in, std::int64_t bytes, void* out, std::int64_
   }
 #if HALOX_HAS_CUDA
   if (kind == Memory::device) {
-    unpack_on_device(in, bytes, out, count, type);
+    unpack_on_device(in, 0, bytes, out, count, type);
     return;
   }
 #endif
@@ -343,36 +358,20 @@ void pack_to_host_in_chunks(const void* in, std::int64_t count, const Datatype& 
     // Every chunk queued on the staging stream, each followed by its event; then each chunk
     // handed on as its event completes.
     thread_local std::vector<cudaEvent_t> events;
-    const cudaStream_t stream = staging_stream();
-    const bool contiguous = contiguous_layout(count, type);
     std::size_t k = 0;
     for (std::int64_t lo = 0; lo < bytes; lo += chunk, ++k) {
-      const std::int64_t n = std::min(chunk, bytes - lo);
-      if (contiguous) {
-        HALOX_CUDA_CHECK(cudaMemcpyAsync(host + lo, address(in, type.true_lb() + lo),
-                                         static_cast<std::size_t>(n), cudaMemcpyDeviceToHost,
-                                         stream));
-      } else {
-        pack_range_async(in, count, type, host + lo, lo, n, stream);  // stores into pinned memory
-      }
+      pack_range_to_host_async(in, count, type, host + lo, lo, std::min(chunk, bytes - lo));
       if (events.size() == k) {
         cudaEvent_t e = nullptr;
         HALOX_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         events.push_back(e);
       }
-      HALOX_CUDA_CHECK(cudaEventRecord(events[k], stream));
+      HALOX_CUDA_CHECK(cudaEventRecord(events[k], staging_stream()));
     }
     k = 0;
     for (std::int64_t lo = 0; lo < bytes; lo += chunk, ++k) {
-      const cudaEvent_t e = events[k];
-      if (!poll_bounded([e] {
-            const cudaError_t rc = cudaEventQuery(e);
-            if (rc != cudaErrorNotReady) HALOX_CUDA_CHECK(rc);
-            return rc == cudaSuccess;
-          }))
-        throw Error("the GPU's copy of a message's chunk to the host did not finish in " +
-                    std::to_string(static_cast<long long>(knobs().timeout)) +
-                    " s (HALOX_MPI_TIMEOUT)");
+      wait_for_gpu([e = events[k]] { return cudaEventQuery(e); },
+                   "the GPU's copy of a message's chunk to the host", "");
       ready(lo, std::min(chunk, bytes - lo));
     }
     return;
@@ -394,18 +393,10 @@ void unpack_from_host_in_chunks(const void* in, std::int64_t bytes, void* out, s
   const char* host = static_cast<const char*>(in);
 #if HALOX_HAS_CUDA
   if (kind == Memory::device) {
-    const cudaStream_t stream = staging_stream();
-    const bool contiguous = contiguous_layout(count, type);
     for (std::int64_t lo = 0; lo < bytes; lo += chunk) {
       const std::int64_t n = std::min(chunk, bytes - lo);
       arrived(lo, n);
-      if (contiguous) {
-        HALOX_CUDA_CHECK(cudaMemcpyAsync(address(out, type.true_lb() + lo), host + lo,
-                                         static_cast<std::size_t>(n), cudaMemcpyHostToDevice,
-                                         stream));
-      } else {
-        unpack_range_async(host + lo, out, count, type, lo, n, stream);
-      }
+      unpack_on_device(host + lo, lo, n, out, count, type, false);
     }
     wait_staging();
     return;
@@ -704,7 +695,7 @@ void unpack_from_mapped(int peer, const void* from, Memory from_kind, std::int64
     if (ready)
       HALOX_CUDA_CHECK(cudaStreamWaitEvent(staging_stream(), opened_event(peer, ready), 0));
     if (out_kind == Memory::device) {
-      unpack_on_device(from, bytes, out, count, type, wait);
+      unpack_on_device(from, 0, bytes, out, count, type, wait);
       return;
     }
     Staging host(static_cast<std::size_t>(bytes));
