@@ -205,10 +205,7 @@ Note note_of(NoteKind kind, Memory memory, std::int64_t bytes, int world) {
 // (the last is the user's request's); the note first.
 void send_chunks(Pending& p, const Note& note, int world) {
   Channel& c = channel();
-  for (MPI_Request& r : p.chunk_sends) {
-    if (r != MPI_REQUEST_NULL) PMPI_Request_free(&r);  // a restart's: done, as it was waited for
-  }
-  p.chunk_sends.clear();
+  p.chunk_sends.clear();  // a restart's: completed (and nulled) at the last start's wait
   const int noted =
       p.mode->start(p.note.data(), kNoteBytes, MPI_BYTE, p.dest, p.tag, p.comm, &p.note_request);
   if (noted != MPI_SUCCESS) throw Error("the note of a chunked message could not be sent");
