@@ -19,6 +19,7 @@
 #include "halox/config.hpp"
 #include "halox/error.hpp"
 #include "halox/pack.hpp"
+#include "halox/tuning.hpp"
 #include "../runtime/env.hpp"
 #include "state.hpp"
 #if HALOX_HAS_CUDA
@@ -277,6 +278,11 @@ const Knobs& knobs() {
       k.pretend = detail::env_mpi_pretend_device();
       k.ipc = detail::env_mpi_ipc();
       k.timeout = static_cast<double>(detail::env_mpi_timeout());
+      const TuningValues tuned = read_tuning_file(tuning_file_path());
+      if (tuned.found) {
+        k.tuned_chunk = tuned.chunk_bytes;
+        k.tuned_chunked_from = tuned.pipelined_from_bytes;
+      }
     } catch (const std::exception& e) {
       k = Knobs{};
       k.error = e.what();

@@ -26,13 +26,18 @@ T* address(T* base, std::int64_t offset) {
                               static_cast<std::uintptr_t>(offset));
 }
 
-/// The interposer's environment knobs (runtime/env.hpp), read once. A malformed value leaves
-/// both off and `error` saying which; MPI_Init reports it (the calls cannot throw into C).
+/// The interposer's environment knobs (runtime/env.hpp) and tuning file, read once. A malformed
+/// value leaves them all at their defaults and `error` saying which; MPI_Init reports it (the calls
+/// cannot throw into C).
 struct Knobs {
   bool report = false;   ///< HALOX_MPI_REPORT
   bool pretend = false;  ///< HALOX_MPI_PRETEND_DEVICE
   bool ipc = true;       ///< HALOX_MPI_IPC
   double timeout = 60;   ///< HALOX_MPI_TIMEOUT, seconds
+  /// The tuning file's "chunk_bytes" and "pipelined_from_bytes" (halox/tuning.hpp), 0 where
+  /// there is no file: the chunked pipeline's chunk and the size it starts at.
+  std::int64_t tuned_chunk = 0;
+  std::int64_t tuned_chunked_from = 0;
   std::string error;
 };
 const Knobs& knobs();

@@ -711,9 +711,9 @@ static int after_init(int rc) {
   int rank = 0;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0) {
-    std::fprintf(
-        stderr, "halox_mpi: %s\n",
-        error.empty() ? "a malformed HALOX_MPI_* variable on another rank" : error.c_str());
+    std::fprintf(stderr, "halox_mpi: %s\n",
+                 error.empty() ? "a malformed HALOX_MPI_* variable or tuning file on another rank"
+                               : error.c_str());
   }
   PMPI_Finalize();
   std::exit(2);

@@ -125,9 +125,15 @@ bool load(Pending& p, MPI_Datatype type) {
 
 }  // namespace
 
+std::int64_t chunked_from() {
+  return knobs().tuned_chunk > 0 ? knobs().tuned_chunked_from : kChunkedFrom;
+}
+
 std::int64_t chunk_bytes(std::int64_t message_bytes) {
+  const std::int64_t fewest = (message_bytes + kMostChunks - 1) / kMostChunks;
+  if (knobs().tuned_chunk > 0) return std::max(knobs().tuned_chunk, fewest);
   const std::int64_t quarter = (message_bytes / 4) & ~std::int64_t{1023};
-  return std::clamp<std::int64_t>(quarter, 64 << 10, 1 << 20);
+  return std::max(std::clamp<std::int64_t>(quarter, 64 << 10, 1 << 20), fewest);
 }
 
 int protocol_init() {
@@ -281,7 +287,7 @@ bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Dat
     return false;
   if (!side && !c.near[static_cast<std::size_t>(world)]) {
     // No IPC to this peer: large messages chunked, the others staged whole.
-    if (bytes < kChunkedFrom || world == c.rank) return false;
+    if (bytes < chunked_from() || world == c.rank) return false;
     return send_in_chunks(mode, buffer, count, type, dest, world, tag, comm, request, persistent,
                           memory, bytes, rc);
   }

@@ -25,9 +25,12 @@ constexpr int kNoteBytes = 229;
 /// host and back chunk by chunk while the others travel (the seed's pipeline).
 enum class NoteKind : std::int32_t { side = 1, ipc = 2, chunks = 3 };
 
-/// The chunked pipeline: from which size a device message is chunked, and its chunk size (a
-/// quarter of the message, from 64 KiB to 1 MiB, whole KiB). Chosen, not yet tuned.
+/// The chunked pipeline: from which size a device message is chunked (the tuning file's
+/// "pipelined_from_bytes", else kChunkedFrom), and its chunk size (the tuning file's
+/// "chunk_bytes", else a quarter of the message from 64 KiB to 1 MiB; at most kMostChunks).
 constexpr std::int64_t kChunkedFrom = 128 << 10;
+constexpr std::int64_t kMostChunks = 1024;
+std::int64_t chunked_from();
 std::int64_t chunk_bytes(std::int64_t message_bytes);
 
 struct Note {
@@ -51,7 +54,7 @@ void protocol_finalize();
 bool protocol_on();
 
 /// A send that the protocol carries: any message of kNoteBytes, a device message larger than
-/// that to a peer that maps device memory, or one of kChunkedFrom bytes or more to a peer that
+/// that to a peer that maps device memory, or one of chunked_from() bytes or more to a peer that
 /// does not (not a buffered send, which must complete locally).
 /// Returns false when it sends nothing (the caller stages the message as before).
 bool send_with_note(const SendMode& mode, const void* buffer, int count, MPI_Datatype type,
