@@ -735,6 +735,15 @@ void wait_for_unpacks() {
 #endif
 }
 
+void on_staging_stream(const std::function<void(GpuStream)>& queue) {
+#if HALOX_HAS_CUDA
+  queue(staging_stream());
+  wait_staging();
+#else
+  queue(nullptr);
+#endif
+}
+
 void settle(Memory kind) {
 #if HALOX_HAS_CUDA
   if (kind == Memory::device) HALOX_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));

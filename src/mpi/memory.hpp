@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "halox/datatype.hpp"
+#include "halox/device.hpp"
 
 namespace halox::mpi {
 
@@ -147,6 +148,11 @@ void unpack_from_peer(int peer, const Exported& e, Memory kind, std::int64_t byt
                       std::int64_t count, const Datatype& type, Memory out_kind, bool wait = true,
                       const unsigned char* ready = nullptr);
 void wait_for_unpacks();
+/// Runs `queue` with the staging stream (the highest priority; it waits for the legacy
+/// default stream, as cudaMemcpy does) and waits for what it queued, at most
+/// HALOX_MPI_TIMEOUT. A neighbourhood collective's halox exchange runs so: its kernels are
+/// scheduled before the remaining blocks of a large kernel the program overlaps it with.
+void on_staging_stream(const std::function<void(GpuStream)>& queue);
 /// Waits until the device work a program queued before an MPI call (on the legacy default
 /// stream, as cudaMemcpy orders it) is done: a peer is about to read the buffer itself.
 void settle(Memory kind);

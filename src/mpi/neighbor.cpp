@@ -34,6 +34,7 @@ struct HaloPath {
   std::vector<std::shared_ptr<const Datatype>> types;
   std::unique_ptr<GridExchange> exchange;
   void* field = nullptr;  // what it moves: the blocks' lowest address (pretend: its readable view)
+  bool device = false;    // the field is device memory
   std::int64_t sent = 0;  // bytes per call (the report)
   long long id = 0;       // which making it came from, alike on every rank
 };
@@ -394,6 +395,7 @@ std::unique_ptr<HaloPath> make_halo(const Neighbours& n, const std::vector<Block
   h->exchange = std::make_unique<GridExchange>(Ranks::mpi(topology), std::vector{plan},
                                                exchange_options(n.comm, kind));
   h->field = reinterpret_cast<void*>(start);
+  h->device = kind == Memory::device;
   h->sent = sent;
   return h;
 }
@@ -443,7 +445,13 @@ bool halo_exchange(const Neighbours& n, const std::vector<Block>& in,
     n.halos.back()->id = n.made++;
     use = n.halos.back().get();
   }
-  use->exchange->exchange(use->field);
+  if (use->device) {
+    // On the staging stream, not the legacy default one: at its priority the exchange's
+    // kernels run before a large kernel's remaining blocks (an overlapped update's).
+    on_staging_stream([&](GpuStream stream) { use->exchange->exchange_async(use->field, stream); });
+  } else {
+    use->exchange->exchange(use->field);
+  }
   tally(Path::neighbor_exchange, use->sent);
   return true;
 }
