@@ -133,7 +133,7 @@ std::int64_t chunk_bytes(std::int64_t message_bytes) {
   const std::int64_t fewest = (message_bytes + kMostChunks - 1) / kMostChunks;
   if (knobs().tuned_chunk > 0) return std::max(knobs().tuned_chunk, fewest);
   const std::int64_t quarter = (message_bytes / 4) & ~std::int64_t{1023};
-  return std::max(std::clamp<std::int64_t>(quarter, 64 << 10, 1 << 20), fewest);
+  return std::max(std::clamp<std::int64_t>(quarter, 512 << 10, 1 << 20), fewest);
 }
 
 int protocol_init() {

@@ -27,8 +27,10 @@ enum class NoteKind : std::int32_t { side = 1, ipc = 2, chunks = 3 };
 
 /// The chunked pipeline: from which size a device message is chunked (the tuning file's
 /// "pipelined_from_bytes", else kChunkedFrom), and its chunk size (the tuning file's
-/// "chunk_bytes", else a quarter of the message from 64 KiB to 1 MiB; at most kMostChunks).
-constexpr std::int64_t kChunkedFrom = 128 << 10;
+/// "chunk_bytes", else a quarter of the message from 512 KiB to 1 MiB; at most kMostChunks).
+/// The defaults from a sweep on an H100 (docs/mpi-interposer.md): each chunk cost about 6 us
+/// more, so smaller messages gained nothing from chunks and larger ones lost with 64 KiB.
+constexpr std::int64_t kChunkedFrom = 1 << 20;
 constexpr std::int64_t kMostChunks = 1024;
 std::int64_t chunked_from();
 std::int64_t chunk_bytes(std::int64_t message_bytes);
