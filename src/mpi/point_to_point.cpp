@@ -42,7 +42,8 @@ bool library_moves(int count, MPI_Datatype type, MPI_Aint true_extent) {
 }
 
 Memory where(const void* buffer, int count, MPI_Datatype type) {
-  if (count <= 0 || buffer == MPI_IN_PLACE) return Memory::host;
+  // Before any CUDA context (a host program): no query of the type or the driver.
+  if (count <= 0 || buffer == MPI_IN_PLACE || !device_memory_possible()) return Memory::host;
   MPI_Aint lb = 0, extent = 0;
   if (PMPI_Type_get_true_extent(type, &lb, &extent) != MPI_SUCCESS || extent == 0)
     return Memory::host;
@@ -173,6 +174,8 @@ int receive(void* buffer, int count, MPI_Datatype type, int source, int tag, MPI
     const Memory memory = source == MPI_PROC_NULL ? Memory::host : where(buffer, count, type);
     const bool notes =
         protocol_on() && source != MPI_PROC_NULL && message_bytes(count, type) >= kNoteBytes;
+    if (memory == Memory::host && !notes && !persistent && !request && !receives_to_serve())
+      return PMPI_Recv(buffer, count, type, source, tag, comm, status);  // a plain host receive
     Pending p;
     int bytes = 0;
     if (memory == Memory::host) {

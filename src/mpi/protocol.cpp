@@ -768,6 +768,7 @@ int probe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* message, M
 
 bool receive_queued(void* buffer, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                     MPI_Status* status, MPI_Request* request, int* rc) {
+  if (!any_queued.load(std::memory_order_relaxed)) return false;  // no Taken made
   Taken t;
   if (!find_queued(comm, source, tag, true, &t)) return false;
   *rc = deliver(t, buffer, count, type, comm, status, request);
