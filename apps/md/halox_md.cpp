@@ -64,8 +64,8 @@ Cli parse(int argc, char** argv) {
   line.text("--ranks", ranks, "rank grid (default: MPI_Dims_create)", "XxYxZ");
   line.text("--blocks", blocks,
             "each MPI process runs a block of AxBxC ranks (halox::Ranks::blocks; on the GPU by "
-            "staged or mpi-direct): --ranks is then the grid of processes, the rank grid that "
-            "times the block",
+            "staged, mpi-direct, ipc-* or nvshmem-pulse/fused): --ranks is then the grid of "
+            "processes, the rank grid that times the block",
             "AxBxC");
   line.choice("--device", c.device, "auto: gpu when one is visible", {"auto", "cpu", "gpu"});
   line.choice("--precision", precision, "arithmetic and storage", {"double", "float"});

@@ -68,7 +68,8 @@ void validate(const Config& c, int ranks) {
   if (c.blocks[0] > 0 && (c.local || c.graph)) {
     fail(
         "--blocks runs several ranks per MPI process, whose particles halox moves by the host "
-        "transport (CPU) or by staged or mpi-direct (GPU): no --graph and no local-* transport");
+        "transport (CPU) or by staged, mpi-direct, ipc-* or nvshmem-pulse/fused (GPU): no "
+        "--graph and no local-* transport");
   }
   if (c.prune < 0) fail("--prune must be >= 0");
   if (c.prune > 0 && !(c.inner_skin >= 0 && c.inner_skin <= c.skin)) {

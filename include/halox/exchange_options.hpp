@@ -97,8 +97,9 @@ bool gpu_initiated(TransportKind kind);
 ///    block at the process's coordinates times the block. Links between ranks of one process
 ///    are copies, the others MPI messages. Host arrays by the host transport; device arrays
 ///    of grids by ipc-*, nvshmem-* (the grid kernel), staged or mpi-direct (auto: ipc-fused
-///    with every process on one node, else staged), of particles by staged or mpi-direct
-///    (auto: staged).
+///    with every process on one node, else staged), of particles by ipc-*, nvshmem-pulse,
+///    nvshmem-fused (the particle kernels of every rank of the process in one launch, not
+///    through the host proxy), staged or mpi-direct (auto: staged).
 /// The index of a process's rank (the order of its plans and arrays) runs x fastest over its
 /// block, as Topology numbers a grid.
 class Ranks {

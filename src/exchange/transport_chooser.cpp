@@ -260,18 +260,17 @@ std::unique_ptr<Transport> TransportChooser::make_device(const void* field) cons
                 "staged, pipelined or mpi-direct)");
   }
 #if HALOX_HAS_CUDA && HALOX_HAS_MPI
-  const MPI_Comm comm = m_ranks.topology().comm();
-  const int rank = m_ranks.topology().rank();
   if (m_particle && m_ranks.in_blocks() && t != TransportKind::staged &&
-      t != TransportKind::mpi_direct) {
+      t != TransportKind::mpi_direct && (!gpu_initiated(t) || t == TransportKind::nccl_device)) {
     throw Error("halox::ParticleExchange: the " + to_string(t) +
                 " transport takes one rank per process; over Ranks::blocks (several ranks per "
-                "MPI process) device arrays take staged or mpi-direct (auto: staged)");
+                "MPI process) device arrays take ipc-fused, ipc-pulse, nvshmem-fused, "
+                "nvshmem-pulse, staged or mpi-direct (auto: staged)");
   }
   if (gpu_initiated(t)) {
-    // Particles: the fused kernels per pulse or for all pulses; grids: one fused kernel
-    // for all stages, the pulse and the fused variants alike.
-    if (m_particle) return make_particle_fused_transport(comm, rank, t, m_real, m_options);
+    // Particles: the fused kernels per pulse or for all pulses, of every rank of the
+    // process; grids: one fused kernel for all stages, the pulse and the fused variants alike.
+    if (m_particle) return make_particle_fused_transport(m_ranks, t, m_real, m_options);
     if (t == TransportKind::nccl_device) {
       throw Error(
           "halox::GridExchange: nccl-device moves particles only for now (grids: ipc-fused on "

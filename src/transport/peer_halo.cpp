@@ -24,23 +24,40 @@ namespace halox::detail {
 
 static_assert(2 * kMaxPulses <= kMaxBlockAreas, "a block's staging: forward and reverse per pulse");
 
-PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
+PeerHalo::PeerHalo(const Ranks& ranks, Mapping mapping, BasicKind real,
                    const ExchangeOptions& options)
-    : m_comm(comm),
-      m_rank(rank),
+    : m_ranks(ranks),
+      m_comm(ranks.processes().comm()),
+      m_process(ranks.processes().rank()),
+      m_rank(ranks.rank(0)),
       m_mapping(mapping),
       m_name(to_string(options.transport)),
       m_timeout(options.timeout_seconds),
       m_halo(std::make_unique<DeviceHalo>(
           real, options,
-          gpu_share(comm, {rank, to_string(options.transport).c_str(), options.timeout_seconds}))),
-      m_peers(comm, rank, mapping),
-      m_proxy_policy(particle_proxy_policy(comm, mapping, options)),
+          gpu_share(m_comm,
+                    {m_rank, to_string(options.transport).c_str(), options.timeout_seconds}))),
+      m_proxy_policy(particle_proxy_policy(m_comm, mapping, options)),
       m_item(3 * (real == BasicKind::float32 ? 4 : 8)) {
+  for (int i = 0; i < ranks.count(); ++i) {
+    m_mine.push_back(ranks.rank(i));
+    m_peers.push_back(std::make_unique<PeerBlocks>(m_comm, m_process, mapping));
+  }
+  if (ranks.count() > 1 && m_proxy_policy != ProxyPolicy::none) {
+    throw Error("halox::ParticleExchange: the " + m_name +
+                " transport reaches some neighbours only through the host proxy (another node, "
+                "or HALOX_HOST_PROXY=1), which serves one rank per process; over Ranks::blocks "
+                "(several ranks per MPI process) take staged there");
+  }
   if (mapping == Mapping::nccl) {
 #if HALOX_HAS_NCCL_DEVICE
-    m_windows = std::make_shared<NcclWindows>(comm, rank);
-    m_peers.use_windows([windows = m_windows.get()](char* my_base, int peer) -> char* {
+    if (ranks.count() > 1) {
+      throw Error(
+          "halox::ParticleExchange: nccl-device takes one rank per process; over "
+          "Ranks::blocks (several ranks per MPI process) take ipc-fused or nvshmem-fused");
+    }
+    m_windows = std::make_shared<NcclWindows>(m_comm, m_process);
+    m_peers[0]->use_windows([windows = m_windows.get()](char* my_base, int peer) -> char* {
       return windows->reachable(peer) ? windows->peer_pointer(my_base, peer) : nullptr;
     });
     // Symmetric windows: every rank registers the largest size any rank needs (collective).
@@ -52,7 +69,8 @@ PeerHalo::PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
 #endif
   }
   if (symmetric(mapping)) {
-    // Symmetric blocks: every PE allocates the largest size any PE needs (collective).
+    // Symmetric blocks: every PE allocates the largest size any PE needs (collective; every
+    // process holds as many ranks, so the k-th blocks of all processes are one allocation).
     m_halo->set_allocator(
         [this](std::int64_t bytes) {
           const std::int64_t most = largest_block(bytes);
@@ -68,21 +86,34 @@ std::int64_t PeerHalo::largest_block(std::int64_t bytes) const {
                      "the agreement on the block size");
 }
 
-void PeerHalo::set_plan(const ParticlePlan& plan) {
+void PeerHalo::set_plans(std::span<const ParticlePlan> plans) {
   HALOX_CUDA_CHECK(cudaDeviceSynchronize());
-  std::set<int> neighbours;
-  for (const auto& p : plan.pulses) {
-    for (int n : {p.header.send_rank, p.header.recv_rank}) {
-      if (n >= 0 && n != m_rank) neighbours.insert(n);
+  if (plans.size() != m_mine.size()) {
+    throw Error("halox: internal: " + m_name + " got " + std::to_string(plans.size()) +
+                " plans for " + std::to_string(m_mine.size()) + " ranks");
+  }
+  std::vector<const ParticlePlan*> plan_list;
+  std::set<int> neighbours;  // grid ranks, this process's own among them
+  std::set<int> processes;   // the other processes holding them
+  std::int64_t heap = 0;
+  for (std::size_t k = 0; k < plans.size(); ++k) {
+    plan_list.push_back(&plans[k]);
+    heap += 2 * m_halo->block_bytes(plans[k]);
+    for (const auto& p : plans[k].pulses) {
+      for (int n : {p.header.send_rank, p.header.recv_rank}) {
+        if (n < 0 || n == m_mine[k]) continue;
+        neighbours.insert(n);
+        if (m_ranks.process_of(n) != m_process) processes.insert(m_ranks.process_of(n));
+      }
     }
   }
   if (symmetric(m_mapping)) {
-    // NVSHMEM up (collective on first use; the heap from this plan, room for send staging)
+    // NVSHMEM up (collective on first use; the heap from these plans, room for send staging)
     // before deciding whether any neighbour is reached by puts: only then do the blocks
     // carry send staging, so that direct stores keep to the halo bytes plus headroom.
-    ensure_nvshmem(m_comm, 2 * m_halo->block_bytes(plan));
+    ensure_nvshmem(m_comm, heap);
     bool puts = m_mapping == Mapping::nvshmem_puts;
-    for (int n : neighbours) puts = puts || !symmetric_reachable(n);
+    for (int n : processes) puts = puts || !symmetric_reachable(n);
     m_halo->set_put_staging(puts);
   }
   // Every rank's new plan fits its current block (the usual case after a neighbour search):
@@ -91,41 +122,36 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
   // and it is not run again. Both decisions collective (the NVSHMEM allocator is, and the
   // peers' exchange counters must stay in step).
   const WaitContext context{m_rank, m_name.c_str(), m_timeout};
-  // 2: this rank's plan does not fit its block; 1: it has new neighbours.
+  // 2: a plan of this process does not fit its block; 1: it has new neighbours.
   const long long worst =
-      bounded_max(m_comm, (m_halo->fits({&plan}) ? 0 : 2) | (neighbours == m_neighbours ? 0 : 1),
+      bounded_max(m_comm, (m_halo->fits(plan_list) ? 0 : 2) | (neighbours == m_neighbours ? 0 : 1),
                   context, "the agreement on the new plan's blocks");
   const bool all_fit = worst < 2;
   if (!all_fit) {
     // Nobody may still write into a block about to be freed, and nobody may signal into a
     // new block before its owner zeroed it: barriers around the swap.
-    m_peers.unmap();
+    for (auto& peers : m_peers) peers->unmap();
     bounded_barrier(m_comm, context, "the swap of the blocks");
   }
-  const bool kept = m_halo->allocate({m_rank}, {&plan}, all_fit);
+  const bool kept = m_halo->allocate(m_mine, plan_list, all_fit);
   const bool links_changed = !kept || worst > 0;
   m_neighbours = neighbours;
-  const PeerBlock mine_block = m_halo->block(0);
-  BlockOffsets offsets{};
-  for (int p = 0; p < kMaxPulses; ++p) {
-    offsets[p] = mine_block.fwd_offset[p];
-    offsets[kMaxPulses + p] = mine_block.rev_offset[p];
-  }
-  m_peers.publish(mine_block.base, offsets, neighbours, kept, context, m_proxy_policy);
-  m_halo->set_system_scope(!m_peers.same_gpu());
-  if (m_proxy_policy != ProxyPolicy::none) set_up_proxies(plan, kept);
-  m_halo->connect([&](int rank) {
-    if (rank == m_rank) return mine_block;
-    PeerBlock block;
-    block.base = m_peers.base(rank);
-    block.put_pe = m_peers.put_pe(rank);
-    const BlockOffsets& o = m_peers.offsets(rank);
+  // The k-th blocks of every process, published to the processes that hold neighbours (in
+  // the order of k on every process: each publication is collective among them).
+  bool same_gpu = true;
+  for (std::size_t k = 0; k < m_peers.size(); ++k) {
+    const PeerBlock mine = m_halo->block(static_cast<int>(k));
+    BlockOffsets offsets{};
     for (int p = 0; p < kMaxPulses; ++p) {
-      block.fwd_offset[p] = o[p];
-      block.rev_offset[p] = o[kMaxPulses + p];
+      offsets[p] = mine.fwd_offset[p];
+      offsets[kMaxPulses + p] = mine.rev_offset[p];
     }
-    return block;
-  });
+    m_peers[k]->publish(mine.base, offsets, processes, kept, context, m_proxy_policy);
+    same_gpu = same_gpu && m_peers[k]->same_gpu();
+  }
+  m_halo->set_system_scope(!same_gpu);
+  if (m_proxy_policy != ProxyPolicy::none) set_up_proxies(plans.front(), kept);
+  m_halo->connect([this](int rank) { return block_of(rank); });
   if (!links_changed) return;
   bounded_barrier(m_comm, context, "the self-test");
   std::string self_test;
@@ -141,13 +167,31 @@ void PeerHalo::set_plan(const ParticlePlan& plan) {
   }
 }
 
+PeerBlock PeerHalo::block_of(int rank) const {
+  const int process = m_ranks.process_of(rank), index = m_ranks.index_in_process(rank);
+  if (process == m_process) return m_halo->block(index);  // a rank of this process
+  const PeerBlocks& peers = *m_peers[static_cast<std::size_t>(index)];
+  PeerBlock block;
+  block.base = peers.base(process);
+  block.put_pe = peers.put_pe(process);
+  const BlockOffsets& o = peers.offsets(process);
+  for (int p = 0; p < kMaxPulses; ++p) {
+    block.fwd_offset[p] = o[p];
+    block.rev_offset[p] = o[kMaxPulses + p];
+  }
+  return block;
+}
+
 // The links to proxied neighbours, per pulse: forward, my items to my destination and my
 // source's to me; reverse, the forces of my received items to my source and those of my sent
 // items back from my destination. Collective (every rank, links or not).
 void PeerHalo::set_up_proxies(const ParticlePlan& plan, bool blocks_kept) {
   std::vector<ProxyLinkPlan> fwd, rev;
   std::vector<int> link_of(plan.pulses.size(), -1);
-  auto proxied = [this](int rank) { return rank >= 0 && rank != m_rank && m_peers.proxied(rank); };
+  // One rank per process (the constructor refuses the proxy over blocks): grid rank = process.
+  auto proxied = [this](int rank) {
+    return rank >= 0 && rank != m_rank && m_peers.front()->proxied(rank);
+  };
   for (std::size_t p = 0; p < plan.pulses.size(); ++p) {
     const ParticlePulse& pulse = plan.pulses[p];
     const int to = pulse.header.send_rank, from = pulse.header.recv_rank;
@@ -201,13 +245,13 @@ void PeerHalo::set_up_proxies(const ParticlePlan& plan, bool blocks_kept) {
   m_halo->set_proxy(proxied, std::move(fwd_ends), std::move(rev_ends));
 }
 
-void PeerHalo::forward(void* x, GpuStream stream) {
-  m_halo->forward({x}, stream);
+void PeerHalo::forward(const std::vector<void*>& x, GpuStream stream) {
+  m_halo->forward(x, stream);
   if (m_fwd_proxy && m_fwd_proxy->any()) m_fwd_proxy->launched(m_halo->epoch(true));
 }
 
-void PeerHalo::reverse(void* f, GpuStream stream) {
-  m_halo->reverse({f}, stream);
+void PeerHalo::reverse(const std::vector<void*>& f, GpuStream stream) {
+  m_halo->reverse(f, stream);
   if (m_rev_proxy && m_rev_proxy->any()) m_rev_proxy->launched(m_halo->epoch(false));
 }
 
@@ -221,17 +265,18 @@ void PeerHalo::check() const {
 
 namespace {
 
-// The fused particle kernels as a transport: connected to a plan (collectively at the first
-// run after it: blocks, peer mapping, self-test), then one launch per pulse or one for all.
+// The fused particle kernels as a transport: connected to the plans (collectively at the first
+// run after them: blocks, peer mapping, self-test), then one launch per pulse or one for all.
 class ParticleFusedTransport final : public Transport {
  public:
-  ParticleFusedTransport(MPI_Comm comm, int rank, TransportKind kind, BasicKind real,
+  ParticleFusedTransport(const Ranks& ranks, TransportKind kind, BasicKind real,
                          const ExchangeOptions& options)
-      : m_rank(rank),
-        m_kind(kind),
+      : m_kind(kind),
         m_name(to_string(kind)),
-        m_halo(comm, rank, peer_mapping(kind, options), real, options),
-        m_item(3 * (real == BasicKind::float32 ? 4 : 8)) {}
+        m_halo(ranks, peer_mapping(kind, options), real, options),
+        m_item(3 * (real == BasicKind::float32 ? 4 : 8)) {
+    for (int i = 0; i < ranks.count(); ++i) m_mine.push_back(ranks.rank(i));
+  }
   std::string name() const override { return m_name; }
   Capabilities capabilities() const override { return {true, true, false, 1}; }
   void connect(const Connection& connection) override {
@@ -241,25 +286,27 @@ class ParticleFusedTransport final : public Transport {
   void run_async(Direction direction, std::span<void* const> fields,
                  std::span<const GpuStream> streams, ExchangeStats& stats) override {
     const GpuStream stream = streams.front();  // one GPU
-    if (fields.size() != 1 || m_connection->particles.size() != 1) {
-      throw Error("halox: internal: " + m_name + " moves one particle array per run");
+    if (fields.size() != m_mine.size() || m_connection->particles.size() != m_mine.size()) {
+      throw Error("halox: internal: " + m_name + " moves one particle array per rank per run");
     }
-    const ParticlePlan& plan = m_connection->particles.front();
-    if (!m_ready) {  // collective: every rank runs its first exchange after a new plan together
-      m_halo.set_plan(plan);
+    if (!m_ready) {  // collective: every process runs its first exchange after new plans together
+      m_halo.set_plans(m_connection->particles);
       m_ready = true;
     }
     const bool forward = direction == Direction::forward;
+    m_arrays.assign(fields.begin(), fields.end());
     if (forward)
-      m_halo.forward(fields[0], stream);
+      m_halo.forward(m_arrays, stream);
     else
-      m_halo.reverse(fields[0], stream);
+      m_halo.reverse(m_arrays, stream);
     stats.exchanges += 1;
-    for (const auto& p : plan.pulses) {
-      const int peer = forward ? p.header.send_rank : p.header.recv_rank;
-      if (peer >= 0 && peer != m_rank) {
-        stats.messages += 1;
-        stats.bytes_sent += (forward ? p.header.send_size : p.header.recv_size) * m_item;
+    for (std::size_t k = 0; k < m_mine.size(); ++k) {
+      for (const auto& p : m_connection->particles[k].pulses) {
+        const int peer = forward ? p.header.send_rank : p.header.recv_rank;
+        if (peer >= 0 && peer != m_mine[k]) {
+          stats.messages += 1;
+          stats.bytes_sent += (forward ? p.header.send_size : p.header.recv_size) * m_item;
+        }
       }
     }
   }
@@ -270,27 +317,29 @@ class ParticleFusedTransport final : public Transport {
     return m_kind != TransportKind::nccl_device && m_halo.capturable();
   }
   bool set_up_for(Direction direction, std::span<void* const> fields) const override {
-    return m_ready && fields.size() == 1 &&
-           m_halo.set_up_for(direction == Direction::forward, fields[0]);
+    return m_ready && fields.size() == m_mine.size() &&
+           m_halo.set_up_for(direction == Direction::forward,
+                             std::vector<void*>(fields.begin(), fields.end()));
   }
 
  private:
-  int m_rank;
   TransportKind m_kind;
   std::string m_name;
   PeerHalo m_halo;
+  std::vector<int> m_mine;      // this process's grid ranks
+  std::vector<void*> m_arrays;  // a run's arrays (kept: no allocation per run)
   std::int64_t m_item;
   bool m_ready = false;
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> make_particle_fused_transport(MPI_Comm comm, int rank,
-                                                         TransportKind kind, BasicKind real,
+std::unique_ptr<Transport> make_particle_fused_transport(const Ranks& ranks, TransportKind kind,
+                                                         BasicKind real,
                                                          const ExchangeOptions& options) {
   ExchangeOptions o = options;
   o.transport = kind;  // the kernels follow the kind: one per pulse or one for all
-  return std::make_unique<ParticleFusedTransport>(comm, rank, kind, real, o);
+  return std::make_unique<ParticleFusedTransport>(ranks, kind, real, o);
 }
 
 }  // namespace halox::detail

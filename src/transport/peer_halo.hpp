@@ -1,6 +1,8 @@
-// The fused particle kernels of one rank per process (DeviceHalo) over the peer mapping
-// (runtime/peer_mapping.hpp): the neighbours' blocks mapped into this process so that the
-// kernels store straight into them, the others reached through the host proxy.
+// The fused particle kernels (DeviceHalo) of this process's ranks, one per process
+// (Ranks::mpi) or a block of them (Ranks::blocks), over the peer mapping
+// (runtime/peer_mapping.hpp): the other processes' blocks mapped into this one so that the
+// kernels store straight into them (one PeerBlocks per index in the process: every process
+// holds as many ranks), the others reached through the host proxy (one rank per process only).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,9 +12,12 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "../device/device_halo.hpp"
+#include "halox/exchange_options.hpp"
 #include "../common/mpi_wait.hpp"
 #include "../runtime/peer_mapping.hpp"
 #include "host_proxy.hpp"
@@ -23,19 +28,21 @@ class NcclWindows;
 
 class PeerHalo {
  public:
-  PeerHalo(MPI_Comm comm, int rank, Mapping mapping, BasicKind real,
-           const ExchangeOptions& options);
-  /// Collective over the communicator (every rank calls it with its own plan).
-  void set_plan(const ParticlePlan& plan);
-  void forward(void* x, GpuStream stream);
-  void reverse(void* f, GpuStream stream);
+  /// `ranks`: Ranks::mpi or Ranks::blocks; the processes talk on ranks.processes().comm().
+  PeerHalo(const Ranks& ranks, Mapping mapping, BasicKind real, const ExchangeOptions& options);
+  /// Collective over the processes (each gives its ranks' plans, in their order).
+  void set_plans(std::span<const ParticlePlan> plans);
+  void forward(const std::vector<void*>& x, GpuStream stream);
+  void reverse(const std::vector<void*>& f, GpuStream stream);
   void check() const;
   int launches_per_exchange() const { return m_halo->launches_per_exchange(); }
   /// CUDA graphs (DeviceHalo::capturable, set_up_for).
   bool capturable() const {
     return m_proxy_policy != ProxyPolicy::every_peer && m_halo->capturable();
   }
-  bool set_up_for(bool forward, void* array) const { return m_halo->set_up_for(forward, {array}); }
+  bool set_up_for(bool forward, const std::vector<void*>& arrays) const {
+    return m_halo->set_up_for(forward, arrays);
+  }
 
  private:
   /// Collective: the largest of every rank's `bytes`; symmetric blocks are that size on
@@ -44,9 +51,15 @@ class PeerHalo {
   /// Collective: the host proxies of this plan's proxied links, handed to the kernels' host side
   /// (DeviceHalo). `blocks_kept`: DeviceHalo kept its blocks, so its exchange counters run on.
   void set_up_proxies(const ParticlePlan& plan, bool blocks_kept);
+  /// The block of grid rank `rank` as this process's kernels see it: one of its own, or a
+  /// mapped one of another process's.
+  PeerBlock block_of(int rank) const;
 
-  MPI_Comm m_comm;
-  int m_rank;
+  Ranks m_ranks;
+  std::vector<int> m_mine;  // the grid ranks of this process, in their order
+  MPI_Comm m_comm;          // the processes'
+  int m_process;            // this process's rank in m_comm
+  int m_rank;               // its first grid rank (one rank per process: its only one)
   Mapping m_mapping;
   std::string m_name;  // the transport's, and its time-out: the set-up's waits report them
   double m_timeout;
@@ -54,8 +67,10 @@ class PeerHalo {
   // (shared: the type is complete only in builds with NCCL's device API).
   std::shared_ptr<NcclWindows> m_windows;
   std::unique_ptr<DeviceHalo> m_halo;
-  PeerBlocks m_peers;          // declared after m_halo: unmapped before the blocks are freed
-  std::set<int> m_neighbours;  // of the last plan: the links the self-test last checked
+  // Per index in a process, the other processes' blocks of that index; declared after
+  // m_halo: unmapped before the blocks are freed.
+  std::vector<std::unique_ptr<PeerBlocks>> m_peers;
+  std::set<int> m_neighbours;  // of the last plans (grid ranks): the links last self-tested
   ProxyPolicy m_proxy_policy;
   std::int64_t m_item;  // bytes per item (3 coordinates)
   // The links through the host proxy, one proxy per direction (each has its own exchange

@@ -147,10 +147,11 @@ std::unique_ptr<Transport> make_device_transport(TransportKind kind, const Ranks
 std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, int rank);
 std::unique_ptr<Transport> make_nvshmem_stream_transport(MPI_Comm comm, int rank,
                                                          double timeout_seconds);
-/// The GPU-initiated particle transports of one rank per process (ipc-*, nvshmem-pulse/fused):
-/// the fused kernels of PeerHalo, connected to the plan of the connection.
-std::unique_ptr<Transport> make_particle_fused_transport(MPI_Comm comm, int rank,
-                                                         TransportKind kind, BasicKind real,
+/// The GPU-initiated particle transports (ipc-*, nvshmem-pulse/fused, nccl-device) of one
+/// rank per process or of blocks of ranks (Ranks::mpi, Ranks::blocks): the fused kernels of
+/// PeerHalo, connected to the plans of the connection.
+std::unique_ptr<Transport> make_particle_fused_transport(const Ranks& ranks, TransportKind kind,
+                                                         BasicKind real,
                                                          const ExchangeOptions& options);
 #endif
 

@@ -627,8 +627,13 @@ void expect_block_particles_on_device(const Ranks& ranks, const std::vector<Part
     return device;
   };
   std::vector<void*> dx = upload(x), df = upload(f);
+  // The particle kernels over blocks (ipc-*, nvshmem-pulse/fused), but not with the host
+  // proxy forced onto every neighbour (HALOX_HOST_PROXY=1), which serves one rank per process.
+  const char* proxy = std::getenv("HALOX_HOST_PROXY");
+  const bool proxy_forced = proxy != nullptr && std::string(proxy) == "1" && ranks.count() > 1;
+  const bool kernels = gpu_initiated(kind) && kind != TransportKind::nccl_device && !proxy_forced;
   const bool taken = kind == TransportKind::staged || kind == TransportKind::mpi_direct ||
-                     kind == TransportKind::automatic;
+                     kind == TransportKind::automatic || kernels;
   try {
     ParticleExchange exchange(ranks, plans, BasicKind::float64, ExchangeOptions{kind});
     exchange.forward(dx);
