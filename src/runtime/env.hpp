@@ -105,7 +105,7 @@ inline bool env_mpi_pretend_device() {
 }
 /// HALOX_MPI_IPC: the interposer lets a peer on the same node read a device message from the
 /// sender's memory itself (CUDA IPC; default on). Off, every device message goes through host
-/// memory as between nodes (staged, or chunked from 128 KiB). Every rank must say the same
+/// memory as between nodes (staged, or chunked from 1 MiB). Every rank must say the same
 /// (checked in MPI_Init).
 inline bool env_mpi_ipc() {
   return env_flag("HALOX_MPI_IPC", true);
