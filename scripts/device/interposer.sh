@@ -57,6 +57,22 @@ run bw-DD-contiguous-same-run 1 "$pt/standard/osu_bw" -i 30 -x 5 -d cuda D D
 # 256 KiB latency at most 0.6x; 4 MiB bandwidth, whose 3x is above MPI's host bandwidth).
 IPC_OFF=1 REPORT=1 run latency-DD-ipc-off 1 "$pt/standard/osu_latency" -c -i 100 -x 10 -m 8:4194304 -d cuda D D
 IPC_OFF=1 run bw-DD-ipc-off 1 "$pt/standard/osu_bw" -c -i 20 -x 5 -m 8:4194304 -d cuda D D
+# HALOX_CHUNK_SWEEP=1: the chunked pipeline's chunk size (IPC off), one tuning file per size
+# ("default": none, the built-in sizes), chunked from 128 KiB, unvalidated (session 51's sweep).
+if [ "${HALOX_CHUNK_SWEEP:-0}" = 1 ]; then
+  for chunk in default 65536 262144 1048576; do
+    tuning=$out/no-tuning.json
+    if [ $chunk != default ]; then
+      tuning=$out/tuning-$chunk.json
+      echo "{\"chunk_bytes\": $chunk, \"pipelined_from_bytes\": 131072}" > "$tuning"
+    fi
+    for program in osu_latency osu_bw; do
+      timeout 40 mpiexec -n 2 --oversubscribe -x LD_PRELOAD="$lib" -x HALOX_MPI_IPC=0 \
+        -x HALOX_TUNING_FILE="$tuning" "$pt/standard/$program" -m 131072:4194304 -i 50 -x 5 \
+        -d cuda D D 2>&1 | grep -E "^[0-9]+ " | sed "s/^/chunk $chunk, $program: /" | tee -a "$summary"
+    done
+  done
+fi
 # MPI's neighbourhood collectives: OSU 7.4's ten benchmarks take no -d ("Accelerators not yet
 # supported for neighborhood benchmarks" in its util/osu_util_mpi.c), so they run on host
 # buffers through the interposer's neighbourhood code, validated, on 4 processes (on 2, OSU
