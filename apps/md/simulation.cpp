@@ -65,11 +65,11 @@ void validate(const Config& c, int ranks) {
   if (!(c.jitter >= 0 && c.jitter < 0.25)) fail("--jitter must be in [0, 0.25)");
   if (c.nstlist < 1) fail("--nstlist must be >= 1");
   if (c.graph && c.device == "cpu") fail("--graph captures CUDA graphs: it needs --device gpu");
-  if (c.blocks[0] > 0 && (c.local || c.graph)) {
+  if (c.blocks[0] > 0 && c.local) {
     fail(
         "--blocks runs several ranks per MPI process, whose particles halox moves by the host "
-        "transport (CPU) or by staged, mpi-direct, ipc-* or nvshmem-pulse/fused (GPU): no "
-        "--graph and no local-* transport");
+        "transport (CPU) or by staged, mpi-direct, ipc-* or nvshmem-pulse/fused (GPU; --graph "
+        "with the last two): no local-* transport");
   }
   if (c.prune < 0) fail("--prune must be >= 0");
   if (c.prune > 0 && !(c.inner_skin >= 0 && c.inner_skin <= c.skin)) {

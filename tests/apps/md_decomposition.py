@@ -194,6 +194,8 @@ def graph(mpiexec, md, args):
             (1, "2x2x2", ["--transport", "local-pulse"])]
     if mpi_transport:
         runs.append((2, "1x1x2", ["--transport", mpi_transport]))
+        # Blocks of 2 ranks per process, every rank's step in the process's graph.
+        runs.append((2, "1x1x2", ["--transport", mpi_transport, "--blocks", "2x1x1"]))
     with tempfile.TemporaryDirectory() as work:
         for np, grid, transport in runs:
             extra = common + transport
