@@ -164,17 +164,18 @@ cudaStream_t staging_stream() {
   return stream;
 }
 
-// Waits for the staging stream's work, at most HALOX_MPI_TIMEOUT: its copies of a peer's
-// packed bytes wait for the peer's pack (a ReadyEvent), which a peer that died never records.
 // Waits until `query` (cudaStreamQuery or cudaEventQuery of the work) says done, at most
-// HALOX_MPI_TIMEOUT; past it, throws that `what` did not finish, and `why` it may not have.
+// HALOX_MPI_TIMEOUT plus `grace` seconds; past it, throws that `what` did not finish, and `why`
+// it may not have.
 template <class Query>
-void wait_for_gpu(Query query, const char* what, const char* why) {
-  const bool done = poll_bounded([&] {
-    const cudaError_t rc = query();
-    if (rc != cudaErrorNotReady) HALOX_CUDA_CHECK(rc);
-    return rc == cudaSuccess;
-  });
+void wait_for_gpu(Query query, const char* what, const char* why, double grace = 0) {
+  const bool done = poll_bounded(
+      [&] {
+        const cudaError_t rc = query();
+        if (rc != cudaErrorNotReady) HALOX_CUDA_CHECK(rc);
+        return rc == cudaSuccess;
+      },
+      grace);
   if (!done) {
     throw Error(std::string(what) + " did not finish in " +
                 std::to_string(static_cast<long long>(knobs().timeout)) + " s" + why +
@@ -182,6 +183,8 @@ void wait_for_gpu(Query query, const char* what, const char* why) {
   }
 }
 
+// Waits for the staging stream's work, at most HALOX_MPI_TIMEOUT: its copies of a peer's
+// packed bytes wait for the peer's pack (a ReadyEvent), which a peer that died never records.
 void wait_staging() {
   wait_for_gpu([stream = staging_stream()] { return cudaStreamQuery(stream); }, "the GPU's copies",
                ": a sender's pack they wait for never ran (is the sender dead?)");
@@ -329,7 +332,7 @@ void pack_to_host(const void* in, std::int64_t count, const Datatype& type, void
 #if HALOX_HAS_CUDA
   if (kind == Memory::device) {
     pack_range_to_host_async(in, count, type, out, 0, count * type.size());
-    HALOX_CUDA_CHECK(cudaStreamSynchronize(staging_stream()));
+    wait_staging();  // bounded: the stream may hold copies that wait for a peer's pack
     return;
   }
 #endif
@@ -735,12 +738,14 @@ void wait_for_unpacks() {
 #endif
 }
 
-void on_staging_stream(const std::function<void(GpuStream)>& queue) {
+void on_staging_stream(const std::function<void(GpuStream)>& queue, const char* what) {
 #if HALOX_HAS_CUDA
-  queue(staging_stream());
-  wait_staging();
+  const cudaStream_t stream = staging_stream();
+  queue(stream);
+  wait_for_gpu([stream] { return cudaStreamQuery(stream); }, what, "", 3);
 #else
-  queue(nullptr);
+  (void)queue;
+  throw Error(std::string(what) + ": device memory in a build without CUDA");
 #endif
 }
 

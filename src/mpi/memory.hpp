@@ -43,12 +43,12 @@ struct Knobs {
 };
 const Knobs& knobs();
 
-/// Calls `done` until it returns true, at most HALOX_MPI_TIMEOUT; false when that passed (the
-/// interposer's own waits, each of which then names what it waited for).
+/// Calls `done` until it returns true, at most HALOX_MPI_TIMEOUT (plus `grace` seconds); false
+/// when that passed (the interposer's own waits, each of which then names what it waited for).
 template <class Done>
-bool poll_bounded(Done&& done) {
+bool poll_bounded(Done&& done, double grace = 0) {
   const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(knobs().timeout);
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(knobs().timeout + grace);
   for (int spins = 0;; ++spins) {
     if (done()) return true;
     if (std::chrono::steady_clock::now() > deadline) return false;
@@ -149,10 +149,12 @@ void unpack_from_peer(int peer, const Exported& e, Memory kind, std::int64_t byt
                       const unsigned char* ready = nullptr);
 void wait_for_unpacks();
 /// Runs `queue` with the staging stream (the highest priority; it waits for the legacy
-/// default stream, as cudaMemcpy does) and waits for what it queued, at most
-/// HALOX_MPI_TIMEOUT. A neighbourhood collective's halox exchange runs so: its kernels are
-/// scheduled before the remaining blocks of a large kernel the program overlaps it with.
-void on_staging_stream(const std::function<void(GpuStream)>& queue);
+/// default stream, as cudaMemcpy does) and waits for what it queued. A neighbourhood
+/// collective's halox exchange runs so: its kernels are scheduled before the remaining blocks
+/// of a large kernel the program overlaps it with. Its device-side waits end after
+/// HALOX_MPI_TIMEOUT, and this wait 3 s after that (so that theirs, which name rank, peer and
+/// pulse, end first); past it, throws that `what` did not finish.
+void on_staging_stream(const std::function<void(GpuStream)>& queue, const char* what);
 /// Waits until the device work a program queued before an MPI call (on the legacy default
 /// stream, as cudaMemcpy orders it) is done: a peer is about to read the buffer itself.
 void settle(Memory kind);

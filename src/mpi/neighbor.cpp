@@ -447,8 +447,11 @@ bool halo_exchange(const Neighbours& n, const std::vector<Block>& in,
   }
   if (use->device) {
     // On the staging stream, not the legacy default one: at its priority the exchange's
-    // kernels run before a large kernel's remaining blocks (an overlapped update's).
-    on_staging_stream([&](GpuStream stream) { use->exchange->exchange_async(use->field, stream); });
+    // kernels run before a large kernel's remaining blocks (an overlapped update's). A
+    // device-side wait that expired is reported by this call, naming rank, peer and pulse.
+    on_staging_stream([&](GpuStream stream) { use->exchange->exchange_async(use->field, stream); },
+                      "the neighbourhood collective's halox exchange");
+    use->exchange->check();
   } else {
     use->exchange->exchange(use->field);
   }

@@ -174,19 +174,17 @@ int receive(void* buffer, int count, MPI_Datatype type, int source, int tag, MPI
     const Memory memory = source == MPI_PROC_NULL ? Memory::host : where(buffer, count, type);
     const bool notes =
         protocol_on() && source != MPI_PROC_NULL && message_bytes(count, type) >= kNoteBytes;
-    if (memory == Memory::host && !notes && !persistent && !request && !receives_to_serve())
-      return PMPI_Recv(buffer, count, type, source, tag, comm, status);  // a plain host receive
-    Pending p;
-    int bytes = 0;
+    // A host receive that cannot hold a note goes to the library before any bookkeeping.
+    std::shared_ptr<const Datatype> noted;
     if (memory == Memory::host) {
       if (notes) {
         try {
-          p.type = imported(type);
+          noted = imported(type);
         } catch (const DatatypeError&) {
           // A type halox cannot import cannot be served a note (documented); passed through.
         }
       }
-      if (!p.type) {
+      if (!noted) {
         if (persistent) return PMPI_Recv_init(buffer, count, type, source, tag, comm, request);
         if (request) return PMPI_Irecv(buffer, count, type, source, tag, comm, request);
         if (!receives_to_serve()) return PMPI_Recv(buffer, count, type, source, tag, comm, status);
@@ -194,6 +192,11 @@ int receive(void* buffer, int count, MPI_Datatype type, int source, int tag, MPI
         rc = PMPI_Irecv(buffer, count, type, source, tag, comm, &mine);
         return rc != MPI_SUCCESS ? rc : wait_serving(&mine, status);
       }
+    }
+    Pending p;
+    int bytes = 0;
+    if (memory == Memory::host) {
+      p.type = std::move(noted);
       p.receive = true;
       p.buffer = buffer;
       p.count = count;

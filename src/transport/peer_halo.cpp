@@ -274,9 +274,7 @@ class ParticleFusedTransport final : public Transport {
       : m_kind(kind),
         m_name(to_string(kind)),
         m_halo(ranks, peer_mapping(kind, options), real, options),
-        m_item(3 * (real == BasicKind::float32 ? 4 : 8)) {
-    for (int i = 0; i < ranks.count(); ++i) m_mine.push_back(ranks.rank(i));
-  }
+        m_item(3 * (real == BasicKind::float32 ? 4 : 8)) {}
   std::string name() const override { return m_name; }
   Capabilities capabilities() const override { return {true, true, false, 1}; }
   void connect(const Connection& connection) override {
@@ -286,7 +284,8 @@ class ParticleFusedTransport final : public Transport {
   void run_async(Direction direction, std::span<void* const> fields,
                  std::span<const GpuStream> streams, ExchangeStats& stats) override {
     const GpuStream stream = streams.front();  // one GPU
-    if (fields.size() != m_mine.size() || m_connection->particles.size() != m_mine.size()) {
+    const std::vector<int>& mine = m_halo.ranks();
+    if (fields.size() != mine.size() || m_connection->particles.size() != mine.size()) {
       throw Error("halox: internal: " + m_name + " moves one particle array per rank per run");
     }
     if (!m_ready) {  // collective: every process runs its first exchange after new plans together
@@ -300,10 +299,10 @@ class ParticleFusedTransport final : public Transport {
     else
       m_halo.reverse(m_arrays, stream);
     stats.exchanges += 1;
-    for (std::size_t k = 0; k < m_mine.size(); ++k) {
+    for (std::size_t k = 0; k < mine.size(); ++k) {
       for (const auto& p : m_connection->particles[k].pulses) {
         const int peer = forward ? p.header.send_rank : p.header.recv_rank;
-        if (peer >= 0 && peer != m_mine[k]) {
+        if (peer >= 0 && peer != mine[k]) {
           stats.messages += 1;
           stats.bytes_sent += (forward ? p.header.send_size : p.header.recv_size) * m_item;
         }
@@ -317,7 +316,7 @@ class ParticleFusedTransport final : public Transport {
     return m_kind != TransportKind::nccl_device && m_halo.capturable();
   }
   bool set_up_for(Direction direction, std::span<void* const> fields) const override {
-    return m_ready && fields.size() == m_mine.size() &&
+    return m_ready && fields.size() == m_halo.ranks().size() &&
            m_halo.set_up_for(direction == Direction::forward,
                              std::vector<void*>(fields.begin(), fields.end()));
   }
@@ -326,7 +325,6 @@ class ParticleFusedTransport final : public Transport {
   TransportKind m_kind;
   std::string m_name;
   PeerHalo m_halo;
-  std::vector<int> m_mine;      // this process's grid ranks
   std::vector<void*> m_arrays;  // a run's arrays (kept: no allocation per run)
   std::int64_t m_item;
   bool m_ready = false;

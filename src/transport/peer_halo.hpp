@@ -36,6 +36,8 @@ class PeerHalo {
   void reverse(const std::vector<void*>& f, GpuStream stream);
   void check() const;
   int launches_per_exchange() const { return m_halo->launches_per_exchange(); }
+  /// This process's grid ranks, in the order of its plans and arrays.
+  const std::vector<int>& ranks() const { return m_mine; }
   /// CUDA graphs (DeviceHalo::capturable, set_up_for).
   bool capturable() const {
     return m_proxy_policy != ProxyPolicy::every_peer && m_halo->capturable();
