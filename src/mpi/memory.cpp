@@ -79,10 +79,10 @@ bool pretend_enabled() {
 
 #if HALOX_HAS_CUDA
 // The driver's calls, found at run time (libcuda.so.1 comes with the driver, not with the
-// toolkit this was built with): no link dependency, and no CUDA context is created for a
-// program that never made one.
+// toolkit this was built with): no link dependency. Never initialized here (no cuInit): a
+// program that never touches a GPU keeps a driver that answers "not initialized", and no
+// CUDA context.
 struct Driver {
-  CUresult (*init)(unsigned) = nullptr;
   CUresult (*current)(CUcontext*) = nullptr;
   CUresult (*device_count)(int*) = nullptr;
   CUresult (*device_get)(CUdevice*, int) = nullptr;
@@ -101,15 +101,13 @@ const Driver* driver() {
       slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(lib, name));
       return slot != nullptr;
     };
-    const bool all = find(d.init, "cuInit") && find(d.current, "cuCtxGetCurrent") &&
-                     find(d.device_count, "cuDeviceGetCount") &&
-                     find(d.device_get, "cuDeviceGet") &&
-                     find(d.primary_state, "cuDevicePrimaryCtxGetState") &&
-                     find(d.pointer_attribute, "cuPointerGetAttribute") &&
-                     find(d.pointer_attributes, "cuPointerGetAttributes") &&
-                     find(d.address_range, "cuMemGetAddressRange_v2");
-    if (!all || d.init(0) != CUDA_SUCCESS) return nullptr;
-    return &d;
+    const bool all =
+        find(d.current, "cuCtxGetCurrent") && find(d.device_count, "cuDeviceGetCount") &&
+        find(d.device_get, "cuDeviceGet") && find(d.primary_state, "cuDevicePrimaryCtxGetState") &&
+        find(d.pointer_attribute, "cuPointerGetAttribute") &&
+        find(d.pointer_attributes, "cuPointerGetAttributes") &&
+        find(d.address_range, "cuMemGetAddressRange_v2");
+    return all ? &d : nullptr;
   }();
   return loaded;
 }
@@ -125,7 +123,9 @@ bool cuda_in_use() {
   const Driver* d = driver();
   if (d == nullptr) return false;
   CUcontext current = nullptr;
-  if (d->current(&current) == CUDA_SUCCESS && current != nullptr) return seen = true;
+  const CUresult asked = d->current(&current);
+  if (asked == CUDA_ERROR_NOT_INITIALIZED) return false;  // the program has not called cuInit
+  if (asked == CUDA_SUCCESS && current != nullptr) return seen = true;
   if (single_thread.load(std::memory_order_relaxed)) return false;
   // The devices are asked for once: each call of a host program that never touches a GPU
   // pays only the two queries above and below (osu_latency on host memory: +0.2 us at 8 B
