@@ -359,7 +359,8 @@ void unpack_from_host(const void* in, std::int64_t bytes, void* out, std::int64_
 
 void pack_to_host_in_chunks(const void* in, std::int64_t count, const Datatype& type, void* out,
                             Memory kind, std::int64_t chunk,
-                            const std::function<void(std::int64_t, std::int64_t)>& ready) {
+                            const std::function<void(std::int64_t, std::int64_t)>& ready,
+                            const std::function<void()>& meanwhile) {
   const std::int64_t bytes = count * type.size();
   char* host = static_cast<char*>(out);
 #if HALOX_HAS_CUDA
@@ -379,8 +380,13 @@ void pack_to_host_in_chunks(const void* in, std::int64_t count, const Datatype& 
     }
     k = 0;
     for (std::int64_t lo = 0; lo < bytes; lo += chunk, ++k) {
-      wait_for_gpu([e = events[k]] { return cudaEventQuery(e); },
-                   "the GPU's copy of a message's chunk to the host", "");
+      wait_for_gpu(
+          [&, e = events[k]] {
+            const cudaError_t rc = cudaEventQuery(e);
+            if (rc == cudaErrorNotReady) meanwhile();
+            return rc;
+          },
+          "the GPU's copy of a message's chunk to the host", "");
       ready(lo, std::min(chunk, bytes - lo));
     }
     return;
@@ -393,6 +399,7 @@ void pack_to_host_in_chunks(const void* in, std::int64_t count, const Datatype& 
     const std::int64_t n = std::min(chunk, bytes - lo);
     pack(from, count, type, host + lo, lo, n);
     ready(lo, n);
+    meanwhile();  // as between the GPU's chunks
   }
 }
 

@@ -90,13 +90,15 @@ void unpack_from_host(const void* in, std::int64_t bytes, void* out, std::int64_
 /// of the packed stream. The sender's: the packed bytes of `count` instances of `type` at `in`
 /// (memory `kind`) into the host bytes `out`, every chunk's copy queued at once; `ready(lo, n)`
 /// is called for each chunk in order as soon as its bytes are on the host (it sends them while
-/// the next ones are still copied). The receiver's: the first `bytes` packed bytes scattered
+/// the next ones are still copied), and `meanwhile()` while a chunk's copy is not done (it
+/// drives the sends made so far). The receiver's: the first `bytes` packed bytes scattered
 /// into `out` chunk by chunk; `arrived(lo, n)` returns once bytes [lo, lo + n) are in `in`
 /// (it waits for their receive), and each chunk's copy to the device overlaps the next one's
 /// arrival. Both are done when they return.
 void pack_to_host_in_chunks(const void* in, std::int64_t count, const Datatype& type, void* out,
                             Memory kind, std::int64_t chunk,
-                            const std::function<void(std::int64_t, std::int64_t)>& ready);
+                            const std::function<void(std::int64_t, std::int64_t)>& ready,
+                            const std::function<void()>& meanwhile);
 void unpack_from_host_in_chunks(const void* in, std::int64_t bytes, void* out, std::int64_t count,
                                 const Datatype& type, Memory kind, std::int64_t chunk,
                                 const std::function<void(std::int64_t, std::int64_t)>& arrived);

@@ -208,7 +208,10 @@ Note note_of(NoteKind kind, Memory memory, std::int64_t bytes, int world) {
 }
 
 // A chunked note's chunks but the last sent, each as soon as its copy to the host is done
-// (the last is the user's request's); the note first.
+// (the last is the user's request's); the note first. While a chunk's copy runs, the sends
+// made so far are tested: an MPI library moves a large message's bytes only inside its calls
+// (Open MPI's shared-memory transport without single-copy sends them fragment by fragment),
+// so without that the chunks would move only after the last copy, and nothing would overlap.
 void send_chunks(Pending& p, const Note& note, int world) {
   Channel& c = channel();
   p.chunk_sends.clear();  // a restart's: completed (and nulled) at the last start's wait
@@ -224,6 +227,14 @@ void send_chunks(Pending& p, const Note& note, int world) {
                                     data_tag(note.seq), c.side, &r);
         if (sent != MPI_SUCCESS)
           throw Error("a chunk's send failed (MPI error " + std::to_string(sent) + ")");
+      },
+      [&] {
+        int all = 0;
+        if (p.chunk_sends.empty()) return;
+        const int tested = PMPI_Testall(static_cast<int>(p.chunk_sends.size()),
+                                        p.chunk_sends.data(), &all, MPI_STATUSES_IGNORE);
+        if (tested != MPI_SUCCESS)
+          throw Error("a chunk's send failed (MPI error " + std::to_string(tested) + ")");
       });
   tally(Path::chunked_send, note.bytes);
 }
