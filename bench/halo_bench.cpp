@@ -29,6 +29,7 @@ double empty_launch_us();  // local_halo_bench.cu
 
 // Exchanges queued back to back per direction for the "queued" figure.
 constexpr int kQueued = 100;
+constexpr int kGraphPairs = 10;  // pairs per graph, as a --graph run's steps between searches
 
 namespace {
 
@@ -89,12 +90,14 @@ void print_header(const HaloOptions& o, int size, bool gpu, double launch) {
       "reverse) when %d are queued back to back, as the empty launch is timed; launch = one\n"
       "empty kernel launch timed so right after them, every rank at once (slowest rank),\n"
       "and q/launch the ratio of the two; pairs = one exchange when %d forward + reverse\n"
-      "pairs are queued alternately, as a run's steps exchange, and p/launch its ratio\n\n",
-      o.steps, kQueued, kQueued / 2);
-  std::printf("%-12s %9s %10s %11s %11s %11s %11s %9s %8s %9s %9s %9s %9s %9s %9s %9s %9s\n",
+      "pairs are queued alternately, as a run's steps exchange, and p/launch its ratio;\n"
+      "graph = one exchange when %d such pairs are captured in a CUDA graph and replayed\n"
+      "(as --graph replays the steps between searches; '-': the transport is not capturable)\n\n",
+      o.steps, kQueued, kQueued / 2, kGraphPairs);
+  std::printf("%-12s %9s %10s %11s %11s %11s %11s %9s %8s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n",
               "transport", "atoms/rk", "halo atoms", "forward us", "reverse us", "halo us",
               "re-plan us", "step us", "share", "waits/st", "staged/x", "x/launch", "queued us",
-              "launch us", "q/launch", "pairs us", "p/launch");
+              "launch us", "q/launch", "pairs us", "p/launch", "graph us");
 }
 
 // One case's halox-md configuration; false (said on rank 0) when the case cannot run here.
@@ -131,7 +134,7 @@ bool case_config(const std::string& name, long atoms_per_rank, const HaloOptions
 // One case's figures: us per step or exchange, slowest rank (valid on rank 0).
 struct CaseFigures {
   double fwd = 0, rev = 0, replan = 0, with_replans = 0, step = 0, waits = 0;
-  double queued_forward = 0, queued_reverse = 0, queued = 0, pairs = 0, launch = 0;
+  double queued_forward = 0, queued_reverse = 0, queued = 0, pairs = 0, launch = 0, graph = 0;
   long long home_atoms = 0, halo_atoms = 0, atoms = 0;
   std::string backend, ranks;
 };
@@ -146,22 +149,24 @@ CaseFigures run_case(const md::Config& c, const HaloOptions& o, bool gpu, Launch
   for (int s = 0; s < o.steps; ++s) sim.step();
   const md::Timers& t = sim.timers();
   const double host_waits = double(sim.exchange_stats().host_waits);
-  // Last (it leaves the forces summed twice): exchanges queued back to back.
-  double mine[7] = {t.halo_forward,
+  // Last (it leaves the forces summed again): exchanges queued back to back, then graphed.
+  double mine[8] = {t.halo_forward,
                     t.halo_reverse - t.halo_reverse_at_search,
                     t.halo_reverse_at_search,
                     t.total(),
                     sim.queued_halo_seconds(true, kQueued),
                     sim.queued_halo_seconds(false, kQueued),
-                    sim.queued_halo_pair_seconds(kQueued / 2)},
-         worst[7];
+                    sim.queued_halo_pair_seconds(kQueued / 2),
+                    gpu ? sim.graphed_halo_pair_seconds(kGraphPairs, kQueued / kGraphPairs) : 0},
+         worst[8];
   CaseFigures f;
   f.launch = gpu ? launch_now() : 0;
-  HALOX_MPI_CHECK(MPI_Reduce(mine, worst, 7, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+  HALOX_MPI_CHECK(MPI_Reduce(mine, worst, 8, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
   f.queued_forward = 1e6 * worst[4];
   f.queued_reverse = 1e6 * worst[5];
   f.queued = (f.queued_forward + f.queued_reverse) / 2;
   f.pairs = 1e6 * worst[6];
+  f.graph = 1e6 * worst[7];
   // Searches rebuild the halo with the plan: both figures cover the other steps, and the
   // reverse at a search step (the first exchange of the new plan, with the transport's
   // set-up for it) is reported apart, as its excess over a steady reverse.
@@ -235,12 +240,14 @@ int halo_main(int argc, char** argv) {
       const double queued_vs_launch = f.launch > 0 ? f.queued / f.launch : 0;
       const double pairs_vs_launch = f.launch > 0 ? f.pairs / f.launch : 0;
       if (rank != 0) continue;
+      char graph_cell[32] = "-";
+      if (f.graph > 0) std::snprintf(graph_cell, sizeof graph_cell, "%.2f", f.graph);
       std::printf(
           "%-12s %9lld %10lld %11.2f %11.2f %11.2f %11.2f %9.2f %7.1f%% %9.2f %9.2f %9.2f %9.2f "
-          "%9.2f %9.2f %9.2f %9.2f\n",
+          "%9.2f %9.2f %9.2f %9.2f %9s\n",
           name.c_str(), f.home_atoms, f.halo_atoms, f.fwd, f.rev, halo, f.replan, f.step,
           100 * halo / f.step, f.waits, vs_staged, vs_launch, f.queued, f.launch, queued_vs_launch,
-          f.pairs, pairs_vs_launch);
+          f.pairs, pairs_vs_launch, graph_cell);
       std::fflush(stdout);
       rows.push_back(Row()
                          .set("transport", name)
@@ -265,6 +272,7 @@ int halo_main(int argc, char** argv) {
                          .set("queued_exchange_over_empty_launch", queued_vs_launch)
                          .set("queued_pair_exchange_us", f.pairs)
                          .set("queued_pair_exchange_over_empty_launch", pairs_vs_launch)
+                         .set("graphed_pair_exchange_us", f.graph)
                          .set("empty_launch_us", launch)
                          .set("queued_empty_launch_us", f.launch));
     }

@@ -444,6 +444,34 @@ double Simulation::queued_halo_pair_seconds(int count) {
   return seconds / (2 * count);
 }
 
+double Simulation::graphed_halo_pair_seconds(int count, int replays) {
+  constexpr int kHaloPairs = 2;  // graph kinds 0 and 1 are the steps' (step_graphed)
+  int mine = m_exchange && m_exchange->capturable() ? 1 : 0, all = 0;
+  HALOX_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, m_comm));
+  if (all == 0) return 0;
+  Backend& first = *m_ranks.front().backend;
+  first.begin_capture();
+  try {
+    for (int i = 0; i < count; ++i) {
+      halo(true);
+      halo(false);
+    }
+  } catch (...) {
+    first.abandon_capture();
+    throw;
+  }
+  first.end_capture(kHaloPairs);
+  first.replay(kHaloPairs);  // the first replay uploads the graph
+  first.synchronize();
+  m_exchange->check();
+  HALOX_MPI_CHECK(MPI_Barrier(m_comm));
+  const double seconds = first.timed([&] {
+    for (int r = 0; r < replays; ++r) first.replay(kHaloPairs);
+  });
+  m_exchange->check();
+  return seconds / (2.0 * count * replays);
+}
+
 template <class Phase>
 void Simulation::timed(double& slot, Phase&& phase, Follows follows, double* also) {
   if (m_config.barrier_before_halo &&

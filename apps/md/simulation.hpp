@@ -151,6 +151,11 @@ class Simulation {
   /// The same for `count` forward + reverse pairs queued alternately, as the steps of a run
   /// exchange (per exchange: half a pair).
   double queued_halo_pair_seconds(int count);
+  /// The same `count` pairs captured in one CUDA graph (issue 57's graphed exchange, as a
+  /// --graph run replays the steps between searches), its replays timed `replays` times,
+  /// in seconds per exchange; 0 where the exchange cannot be captured (the CPU, a
+  /// host-driven transport). After the other benchmarks: the forces are summed again.
+  double graphed_halo_pair_seconds(int count, int replays);
   /// Searches at which twice the largest displacement since the previous one exceeded the
   /// skin (a pair may have entered the cutoff unseen).
   std::int64_t list_violations() const { return m_violations; }
