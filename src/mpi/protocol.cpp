@@ -209,9 +209,9 @@ Note note_of(NoteKind kind, Memory memory, std::int64_t bytes, int world) {
 
 // A chunked note's chunks but the last sent, each as soon as its copy to the host is done
 // (the last is the user's request's); the note first. While a chunk's copy runs, the sends
-// made so far are tested: an MPI library moves a large message's bytes only inside its calls
-// (Open MPI's shared-memory transport without single-copy sends them fragment by fragment),
-// so without that the chunks would move only after the last copy, and nothing would overlap.
+// made so far are tested: an MPI library may move a large message's bytes only inside its
+// calls, and without that the chunks moved after the last copy (4 MiB with IPC off on an
+// H200: 790 us untested, 705 tested).
 void send_chunks(Pending& p, const Note& note, int world) {
   Channel& c = channel();
   p.chunk_sends.clear();  // a restart's: completed (and nulled) at the last start's wait
