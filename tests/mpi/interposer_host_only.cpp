@@ -67,8 +67,8 @@ int main(int argc, char** argv) {
   int worst = 0;
   MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0) {
-    std::printf("interposer_host_only: %d ranks, seed %llu: %d wrong values; the driver %s\n",
-                size, static_cast<unsigned long long>(seed), wrong_anywhere,
+    std::printf("interposer_host_only: %d ranks, seed %llu: %d wrong values; the driver %s\n", size,
+                static_cast<unsigned long long>(seed), wrong_anywhere,
                 worst == 2   ? "was not there or was initialized by MPI_Init (nothing to check)"
                 : worst == 1 ? "was initialized by the calls on some rank (cuCtxGetCurrent did not "
                                "answer 3)"
