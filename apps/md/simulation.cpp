@@ -450,17 +450,12 @@ double Simulation::graphed_halo_pair_seconds(int count, int replays) {
   HALOX_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, m_comm));
   if (all == 0) return 0;
   Backend& first = *m_ranks.front().backend;
-  first.begin_capture();
-  try {
+  capture(kHaloPairs, [&] {
     for (int i = 0; i < count; ++i) {
       halo(true);
       halo(false);
     }
-  } catch (...) {
-    first.abandon_capture();
-    throw;
-  }
-  first.end_capture(kHaloPairs);
+  });
   first.replay(kHaloPairs);  // the first replay uploads the graph
   first.synchronize();
   m_exchange->check();
@@ -505,6 +500,20 @@ void Simulation::queue_plain_step(bool prunes) {
   halo(false);
 }
 
+// What `queue` puts on the first back end's stream, captured as its graph `kind` (a capture
+// that failed is ended before the error goes on).
+void Simulation::capture(int kind, const std::function<void()>& queue) {
+  Backend& first = *m_ranks.front().backend;
+  first.begin_capture();
+  try {
+    queue();
+  } catch (...) {
+    first.abandon_capture();
+    throw;
+  }
+  first.end_capture(kind);
+}
+
 // The first step of each kind after a search is captured (a new plan: new lists, new
 // exchange launches; an instantiated graph of that kind is updated in place where its shape
 // allows), then every step of the kind replays it. The exchange's check() between replays
@@ -516,14 +525,7 @@ void Simulation::step_graphed() {
   Backend& first = *m_ranks.front().backend;
   if (m_graph_plan[kind] != m_searches) {
     const auto start = Clock::now();
-    first.begin_capture();
-    try {
-      queue_plain_step(prunes);
-    } catch (...) {
-      first.abandon_capture();
-      throw;
-    }
-    first.end_capture(kind);
+    capture(kind, [&] { queue_plain_step(prunes); });
     m_graph_plan[kind] = m_searches;
     ++m_timers.captures;
     m_timers.capture_seconds += seconds_since(start);

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -198,6 +199,7 @@ class Simulation {
   // --graph: the search (plan) count, and per kind of step the plan it was captured on.
   std::int64_t m_searches = 0;
   std::array<std::int64_t, 4> m_graph_plan{-1, -1, -1, -1};
+  void capture(int kind, const std::function<void()>& queue);
   void step_graphed();
   void queue_plain_step(bool prunes);
   Box m_box;
