@@ -33,6 +33,10 @@ Channel& channel() {
   return c;
 }
 
+// MPI_Comm_create_group's tag for the side channel (MPI_COMM_WORLD's tag space in Open MPI 4.1;
+// its messages are all received before MPI_Init returns on any rank).
+constexpr int kSideChannelCreateTag = 7411;
+
 int data_tag(std::uint64_t seq) {
   return static_cast<int>(2 * (seq % static_cast<std::uint64_t>(channel().tag_pairs)));
 }
@@ -146,17 +150,26 @@ int protocol_init() {
   int size = 0;
   PMPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
-  PMPI_Comm_dup(MPI_COMM_WORLD, &c.side);
-  MPI_Comm node;
-  PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int node_size = 0;
-  PMPI_Comm_size(node, &node_size);
-  std::vector<int> mates(static_cast<std::size_t>(node_size));
-  PMPI_Allgather(&c.rank, 1, MPI_INT, mates.data(), 1, MPI_INT, node);
-  PMPI_Comm_free(&node);
+  // Neither MPI_Comm_dup nor MPI_Comm_split_type: Open MPI 4.1 agrees on their new
+  // communicator's id by a nonblocking allreduce over MPI_COMM_WORLD, after which libnbc's
+  // progress function runs in every poll of the library for the rest of the run, a host
+  // program's messages included. MPI_Comm_create_group agrees by point-to-point messages (done
+  // before any rank leaves MPI_Init), and the node is told by the processor names.
+  MPI_Group world;
+  PMPI_Comm_group(MPI_COMM_WORLD, &world);
+  PMPI_Comm_create_group(MPI_COMM_WORLD, world, kSideChannelCreateTag, &c.side);
+  PMPI_Group_free(&world);
+  std::vector<char> names(static_cast<std::size_t>(size + 1) * MPI_MAX_PROCESSOR_NAME, 0);
+  char* const mine_name = names.data() + static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME;
+  int length = 0;
+  PMPI_Get_processor_name(mine_name, &length);
+  PMPI_Allgather(mine_name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
+                 MPI_CHAR, MPI_COMM_WORLD);
   c.near.assign(static_cast<std::size_t>(size), 0);
-  if (c.ipc) {
-    for (int w : mates) c.near[static_cast<std::size_t>(w)] = 1;
+  for (int w = 0; c.ipc && w < size; ++w) {
+    c.near[static_cast<std::size_t>(w)] =
+        std::strncmp(names.data() + static_cast<std::size_t>(w) * MPI_MAX_PROCESSOR_NAME, mine_name,
+                     MPI_MAX_PROCESSOR_NAME) == 0;
   }
   void* ub = nullptr;
   int found = 0;
