@@ -3,10 +3,12 @@
 // mini-app (apps/md) so the halo sees the application's sizes and dependencies.
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,6 +32,9 @@ double empty_launch_us();  // local_halo_bench.cu
 // Exchanges queued back to back per direction for the "queued" figure.
 constexpr int kQueued = 100;
 constexpr int kGraphPairs = 10;  // pairs per graph, as a --graph run's steps between searches
+// Pairs queued and graphed are timed alternately this many times, the best of each kept: one
+// timing of 100 exchanges of ~5 us moved by 2-5% from run to run on the H200.
+constexpr int kPairRounds = 3;
 
 namespace {
 
@@ -92,8 +97,9 @@ void print_header(const HaloOptions& o, int size, bool gpu, double launch) {
       "and q/launch the ratio of the two; pairs = one exchange when %d forward + reverse\n"
       "pairs are queued alternately, as a run's steps exchange, and p/launch its ratio;\n"
       "graph = one exchange when %d such pairs are captured in a CUDA graph and replayed\n"
-      "(as --graph replays the steps between searches; '-': the transport is not capturable)\n\n",
-      o.steps, kQueued, kQueued / 2, kGraphPairs);
+      "(as --graph replays the steps between searches; '-': the transport is not capturable);\n"
+      "pairs and graph are timed alternately %d times, the best of each\n\n",
+      o.steps, kQueued, kQueued / 2, kGraphPairs, kPairRounds);
   std::printf("%-12s %9s %10s %11s %11s %11s %11s %9s %8s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n",
               "transport", "atoms/rk", "halo atoms", "forward us", "reverse us", "halo us",
               "re-plan us", "step us", "share", "waits/st", "staged/x", "x/launch", "queued us",
@@ -149,16 +155,23 @@ CaseFigures run_case(const md::Config& c, const HaloOptions& o, bool gpu, Launch
   for (int s = 0; s < o.steps; ++s) sim.step();
   const md::Timers& t = sim.timers();
   const double host_waits = double(sim.exchange_stats().host_waits);
-  // Last (it leaves the forces summed again): exchanges queued back to back, then graphed.
+  // Last (it leaves the forces summed again): exchanges queued back to back, then pairs queued
+  // and graphed, alternately.
   double mine[8] = {t.halo_forward,
                     t.halo_reverse - t.halo_reverse_at_search,
                     t.halo_reverse_at_search,
                     t.total(),
                     sim.queued_halo_seconds(true, kQueued),
                     sim.queued_halo_seconds(false, kQueued),
-                    sim.queued_halo_pair_seconds(kQueued / 2),
-                    gpu ? sim.graphed_halo_pair_seconds(kGraphPairs, kQueued / kGraphPairs) : 0},
+                    std::numeric_limits<double>::max(),
+                    gpu ? std::numeric_limits<double>::max() : 0},
          worst[8];
+  for (int round = 0; round < kPairRounds; ++round) {
+    mine[6] = std::min(mine[6], sim.queued_halo_pair_seconds(kQueued / 2));
+    if (gpu)
+      mine[7] =
+          std::min(mine[7], sim.graphed_halo_pair_seconds(kGraphPairs, kQueued / kGraphPairs));
+  }
   CaseFigures f;
   f.launch = gpu ? launch_now() : 0;
   HALOX_MPI_CHECK(MPI_Reduce(mine, worst, 8, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
