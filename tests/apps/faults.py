@@ -134,10 +134,11 @@ def start(mpiexec, md, steps, json_path, run=("--nstlist", "100000000", "--therm
 
 # A search and a reduction every step, and a search every 200 steps without thermo output. The
 # latter with a shorter time step and a wider skin, which keep its lists valid: at halox-md's
-# defaults (dt 0.005, skin 0.6) atoms move up to 1.55 between searches 200 steps apart, pairs
-# are missed, and after some 20,000 steps atoms collide and fly off (on an H100 one crossed more
-# than a domain between migrations before the stop came: the job ended on that, not the stop).
-# dt 0.0004 and skin 1.0: at most 0.39 (4,000 steps, 12 cells, the CPU).
+# defaults (dt 0.005, skin 0.6) atoms move up to 1.88 between searches 200 steps apart, pairs
+# are missed at every search and the energy drifts 8% in 30,000 steps (the CPU, 12 cells, 2
+# ranks). Such a run may end on its own physics: on an H100 (nvshmem-pulse) an atom crossed
+# more than a domain between two migrations before the stop came, and the job ended on that.
+# dt 0.0004 and skin 1.0: at most 0.39 (4,000 steps, 12 cells, the CPU), no pair missed.
 COLLECTIVES = (("--nstlist", "1", "--thermo", "1"),
                ("--nstlist", "200", "--thermo", "0", "--dt", "0.0004", "--skin", "1.0"))
 
