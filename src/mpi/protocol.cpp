@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -140,6 +141,29 @@ std::int64_t chunk_bytes(std::int64_t message_bytes) {
   return std::max(std::clamp<std::int64_t>(quarter, 512 << 10, 1 << 20), fewest);
 }
 
+namespace {
+
+// Every rank's node, kNodeName bytes each (collective): its processor name and the kernel's
+// boot id, so that ranks count as one node only where both agree (containers of one host
+// with names of their own stay apart, and hosts that share a name too).
+constexpr std::size_t kNodeName = MPI_MAX_PROCESSOR_NAME + 40;
+std::vector<char> node_names(int size) {
+  char mine[kNodeName] = {};
+  int length = 0;
+  PMPI_Get_processor_name(mine, &length);
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    if (std::fgets(mine + MPI_MAX_PROCESSOR_NAME, 40, f) == nullptr)
+      mine[MPI_MAX_PROCESSOR_NAME] = '\0';
+    std::fclose(f);
+  }
+  std::vector<char> all(static_cast<std::size_t>(size) * kNodeName);
+  PMPI_Allgather(mine, static_cast<int>(kNodeName), MPI_CHAR, all.data(),
+                 static_cast<int>(kNodeName), MPI_CHAR, MPI_COMM_WORLD);
+  return all;
+}
+
+}  // namespace
+
 int protocol_init() {
   Channel& c = channel();
   const int mine = knobs().ipc ? 1 : 0;
@@ -154,22 +178,18 @@ int protocol_init() {
   // communicator's id by a nonblocking allreduce over MPI_COMM_WORLD, after which libnbc's
   // progress function runs in every poll of the library for the rest of the run, a host
   // program's messages included. MPI_Comm_create_group agrees by point-to-point messages (done
-  // before any rank leaves MPI_Init), and the node is told by the processor names.
+  // before any rank leaves MPI_Init), and the node is told by names (node_names).
   MPI_Group world;
   PMPI_Comm_group(MPI_COMM_WORLD, &world);
   PMPI_Comm_create_group(MPI_COMM_WORLD, world, kSideChannelCreateTag, &c.side);
   PMPI_Group_free(&world);
-  std::vector<char> names(static_cast<std::size_t>(size + 1) * MPI_MAX_PROCESSOR_NAME, 0);
-  char* const mine_name = names.data() + static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME;
-  int length = 0;
-  PMPI_Get_processor_name(mine_name, &length);
-  PMPI_Allgather(mine_name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
-                 MPI_CHAR, MPI_COMM_WORLD);
+  const std::vector<char> nodes = node_names(size);
+  const char* const mine_node = nodes.data() + static_cast<std::size_t>(c.rank) * kNodeName;
   c.near.assign(static_cast<std::size_t>(size), 0);
   for (int w = 0; c.ipc && w < size; ++w) {
     c.near[static_cast<std::size_t>(w)] =
-        std::strncmp(names.data() + static_cast<std::size_t>(w) * MPI_MAX_PROCESSOR_NAME, mine_name,
-                     MPI_MAX_PROCESSOR_NAME) == 0;
+        std::memcmp(nodes.data() + static_cast<std::size_t>(w) * kNodeName, mine_node, kNodeName) ==
+        0;
   }
   void* ub = nullptr;
   int found = 0;
