@@ -21,6 +21,7 @@
 #include "calls.hpp"
 #include "halox/exchange.hpp"
 #include "memory.hpp"
+#include "protocol.hpp"
 #include "state.hpp"
 
 namespace halox::mpi {
@@ -325,7 +326,7 @@ Datatype placed(const Block& b, Memory kind, std::uintptr_t start) {
   return t;
 }
 
-// Collective over comm: the transport of an exchange of blocks in memory `kind`. Device
+// The transport of an exchange of blocks in memory `kind`, alike on every rank of comm. Device
 // memory: the grid kernel over CUDA IPC where every process is on this node (and
 // HALOX_MPI_IPC is not 0), else the staged pipeline (chosen here, not by "auto", which prints its
 // choice into the program's output); pretend memory is host memory to halox. Its waits end after
@@ -334,16 +335,9 @@ ExchangeOptions exchange_options(MPI_Comm comm, Memory kind) {
   ExchangeOptions options;
   options.timeout_seconds = knobs().timeout;
   if (kind == Memory::pretend) return options;  // host
-  int size = 0, on_node = 0;
-  MPI_Comm node = MPI_COMM_NULL;
-  PMPI_Comm_size(comm, &size);
-  PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  PMPI_Comm_size(node, &on_node);
-  PMPI_Comm_free(&node);
   // Alike on every process: all on one node, or each node holds fewer than all (and
-  // HALOX_MPI_IPC, read once per job).
-  const bool ipc = on_node == size && knobs().ipc;
-  options.transport = ipc ? TransportKind::ipc_fused : TransportKind::staged;
+  // HALOX_MPI_IPC, agreed in MPI_Init).
+  options.transport = all_near(comm) ? TransportKind::ipc_fused : TransportKind::staged;
   return options;
 }
 

@@ -186,10 +186,11 @@ int protocol_init() {
   const std::vector<char> nodes = node_names(size);
   const char* const mine_node = nodes.data() + static_cast<std::size_t>(c.rank) * kNodeName;
   c.near.assign(static_cast<std::size_t>(size), 0);
-  for (int w = 0; c.ipc && w < size; ++w) {
-    c.near[static_cast<std::size_t>(w)] =
-        std::memcmp(nodes.data() + static_cast<std::size_t>(w) * kNodeName, mine_node, kNodeName) ==
-        0;
+  if (c.ipc) {
+    for (int w = 0; w < size; ++w) {
+      const char* node = nodes.data() + static_cast<std::size_t>(w) * kNodeName;
+      c.near[static_cast<std::size_t>(w)] = std::memcmp(node, mine_node, kNodeName) == 0;
+    }
   }
   void* ub = nullptr;
   int found = 0;
@@ -209,6 +210,17 @@ void protocol_finalize() {
 
 bool protocol_on() {
   return channel().on;
+}
+
+bool all_near(MPI_Comm comm) {
+  const Channel& c = channel();
+  if (!c.on || !c.ipc) return false;
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  for (int r = 0; r < size; ++r) {
+    if (!c.near[static_cast<std::size_t>(world_rank(comm, r))]) return false;
+  }
+  return true;
 }
 
 namespace {

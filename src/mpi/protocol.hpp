@@ -54,6 +54,9 @@ int protocol_init();
 void protocol_finalize();
 /// Whether notes are in use (after MPI_Init; HALOX_MPI_IPC=0 turns only IPC off).
 bool protocol_on();
+/// Whether every rank of `comm` shares this rank's node and maps its device memory (IPC on):
+/// the same answer on every rank of `comm`, from what MPI_Init learnt of the nodes.
+bool all_near(MPI_Comm comm);
 
 /// A send that the protocol carries: any message of kNoteBytes, a device message larger than
 /// that to a peer that maps device memory, or one of chunked_from() bytes or more to a peer that
