@@ -261,17 +261,42 @@ __device__ __forceinline__ BlockStart locate_block(const LaunchArgs& a) {
   return s;
 }
 
-// Once the previous kernel has finished (nothing of its work may be read before), protocol
-// step 1 (direction 0: forward, 1: reverse): block 0 tells the rank that fills my staging in
-// this direction (forward: my source; reverse: my destination) that it is free, unless that
-// rank is of this launch (stream order tells it).
+// Protocol step 1 (direction 0: forward, 1: reverse): block 0 tells the rank that fills my
+// staging in this direction (forward: my source; reverse: my destination) that it is free,
+// unless that rank is of this launch (stream order tells it).
+template <bool PUTS>
+__device__ __forceinline__ void release_incoming(const LaunchArgs& a, const PulseView& v,
+                                                 int direction, bool sys) {
+  const bool fwd = direction == 0;
+  if ((fwd ? v.recv_rank : v.send_rank) >= 0 && !(fwd ? v.source_in_launch : v.dest_in_launch) &&
+      blockIdx.x == 0 && threadIdx.x == 0) {
+    if (fwd)
+      v.fwd_in.release<PUTS>(a.epoch, sys);
+    else
+      v.rev_in.release<PUTS>(a.epoch, sys);
+  }
+}
+
+// A captured launch takes its epoch from the device, one load after the previous kernel's
+// end; where no ready wait needs it before the pack (peers_known_free), step 1 waits until
+// after the pack, so that the pack does not wait for that load. No peer waits for this
+// release then (one whose launch has a proxied link does: it learns a pack later).
+__device__ __forceinline__ bool release_after_pack(const LaunchArgs& a) {
+  return a.plan != 0 && a.peers_known_free != 0;
+}
+
+// Once the previous kernel has finished (nothing of its work may be read before): the epoch,
+// and step 1 unless release_after_pack.
 // False (the block returns) where an expired wait of an earlier launch left the exchange
-// unusable: its recorded error says why, and a replayed graph moves nothing after it.
+// unusable: its recorded error says why, and a replayed graph moves nothing after it. The
+// error claim is read before the previous kernel ends, so that the pack need not wait for it
+// either: a claim that kernel makes later makes this launch's waits give up at once
+// (wait_for), as they do in a launch of the host's.
 template <bool PUTS>
 __device__ __forceinline__ bool start_exchange(LaunchArgs& a, const BlockStart& s, int direction) {
+  const int failed = a.plan != 0 ? *reinterpret_cast<const volatile int*>(a.error.claim) : 0;
   wait_for_previous_kernel();
-  if (a.plan != 0) {  // both loads in flight before either is needed
-    const int failed = *reinterpret_cast<const volatile int*>(a.error.claim);
+  if (a.plan != 0) {
     a.epoch = reinterpret_cast<const volatile u64*>(a.counters)[direction] + 1;
     if (failed != 0) return false;
   } else if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0 &&
@@ -279,15 +304,7 @@ __device__ __forceinline__ bool start_exchange(LaunchArgs& a, const BlockStart& 
     a.counters[direction] = a.epoch;  // where a later captured launch starts from
   }
   if (s.v == nullptr) return true;  // the rank stalled on purpose (tests) only counts below
-  const PulseView& v = *s.v;
-  const bool fwd = direction == 0;
-  if ((fwd ? v.recv_rank : v.send_rank) >= 0 && !(fwd ? v.source_in_launch : v.dest_in_launch) &&
-      blockIdx.x == 0 && threadIdx.x == 0) {
-    if (fwd)
-      v.fwd_in.release<PUTS>(a.epoch, s.sys);
-    else
-      v.rev_in.release<PUTS>(a.epoch, s.sys);
-  }
+  if (!release_after_pack(a)) release_incoming<PUTS>(a, *s.v, direction, s.sys);
   return true;
 }
 
@@ -298,10 +315,9 @@ __device__ __forceinline__ void finish_launch(const LaunchArgs& a, int direction
   __syncthreads();
   if (threadIdx.x != 0) return;
   const u64 blocks = static_cast<u64>(gridDim.x) * gridDim.y * gridDim.z;
-  if (atomicAdd(&a.counters[2], 1ull) == blocks - 1) {
-    a.counters[2] = 0;
+  if (atomicAdd(&a.counters[2], 1ull) == blocks - 1) {  // no fence: the next launch reads
+    a.counters[2] = 0;                                  // them after this grid's end
     a.counters[direction] = a.epoch;
-    __threadfence();
   }
 }
 
@@ -463,6 +479,7 @@ __global__ void __launch_bounds__(256, 1) forward_kernel(LaunchArgs a, Real* con
       send_packed<Real, PUTS, PROXIED>(a, v, p, 0, sys);
     }
   }
+  if (release_after_pack(a)) release_incoming<PUTS>(a, v, 0, sys);
   if (v.recv_rank >= 0 && !v.fwd_arrives_direct) {
     if (!wait_for_data<PROXIED>(a, v, p, 0, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.fwd_in.staging);
@@ -539,6 +556,7 @@ __global__ void __launch_bounds__(256, 1) reverse_kernel(LaunchArgs a, Real* con
       send_packed<Real, PUTS, PROXIED>(a, v, p, 1, sys);
     }
   }
+  if (release_after_pack(a)) release_incoming<PUTS>(a, v, 1, sys);
   if (v.send_rank >= 0 && !v.rev_arrives_direct) {
     if (!wait_for_data<PROXIED>(a, v, p, 1, sys)) return;
     const Real* in = reinterpret_cast<const Real*>(v.rev_in.staging);
