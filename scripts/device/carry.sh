@@ -13,7 +13,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --baseline) baseline=${2:?--baseline SHA}; shift 2 ;;
     --osu) osu=${2:?--osu SOURCE_DIR}; shift 2 ;;
-    -h | --help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,8p' "$0" | cut -c3-; exit 0 ;;
     *) echo "carry.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
