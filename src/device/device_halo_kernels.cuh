@@ -279,8 +279,8 @@ __device__ __forceinline__ void release_incoming(const LaunchArgs& a, const Puls
 
 // A captured launch takes its epoch from the device, one load after the previous kernel's
 // end; where no ready wait needs it before the pack (peers_known_free), step 1 waits until
-// after the pack, so that the pack does not wait for that load. No peer waits for this
-// release then (one whose launch has a proxied link does: it learns a pack later).
+// after the pack, so that the pack does not wait for that load. Peers skip their ready waits
+// then too; only a peer whose own launch has a proxied link waits, and learns a pack later.
 __device__ __forceinline__ bool release_after_pack(const LaunchArgs& a) {
   return a.plan != 0 && a.peers_known_free != 0;
 }
