@@ -27,14 +27,11 @@ run() {  # NAME PRELOAD(0/1) PROGRAM ARGS...
 }
 [ -f "$lib" ] || { echo "== no $lib" | tee -a "$summary"; exit 1; }
 # Two processes on the one GPU time-slice it without MPS (D D 8 B: 153 us instead of 13-14,
-# session 54): check.sh starts the daemon before; run alone, this script starts and stops it.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/halox-mps} \
-  CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/halox-mps-log}
+# session 54): check.sh starts the daemon before; run alone, this script starts and stops it
+# (the machine's environment and the MPS helpers of diag/common.sh).
+source "$(dirname "$0")/diag/common.sh"
 if ! pgrep -x nvidia-cuda-mps-control > /dev/null; then
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d && trap 'echo quit | nvidia-cuda-mps-control' EXIT &&
-    echo "== MPS started for this run (none was running)" | tee -a "$summary"
+  start_mps && trap stop_mps EXIT && echo "== MPS started for this run (none was running)" | tee -a "$summary"
 fi
 # Host memory: the interposer passes it through.
 run latency-host-plain 0 "$pt/standard/osu_latency" -m 1:4096
